@@ -1,0 +1,155 @@
+"""Parallel/perpendicular decomposition of an update relative to a reference.
+
+Pure tensor functions; they know nothing about models. For an update ``y`` and a
+reference ``r`` (both ``[..., d]``)::
+
+    alpha  = <y, r> / max(||r||^2, eps)
+    y_par  = alpha * r
+    y_perp = y - y_par
+
+Every function computes in float32 (float64 when an input is float64), whatever
+the input dtype, and casts tensor results back to the dtype of ``y``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Union
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+__all__ = [
+    "EPS",
+    "Split",
+    "Scale",
+    "check_scale",
+    "compute_dtype",
+    "split_parallel",
+    "scale_components",
+    "parallel_ratio",
+    "norm_ratio",
+    "cosine",
+]
+
+EPS = 1e-6  # clamp on ||r||^2, as in the reference implementation
+
+Scale = Union[float, Tensor]
+
+
+class Split(NamedTuple):
+    """``y = par + perp`` with ``par = alpha * r`` and ``perp`` orthogonal to ``r``."""
+
+    par: Float[Tensor, "... d"]
+    perp: Float[Tensor, "... d"]
+    alpha: Float[Tensor, "..."]
+
+
+def compute_dtype(*tensors: Tensor) -> torch.dtype:
+    """float64 if any input is float64, else float32."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def check_scale(s: Scale, name: str = "scale") -> Scale:
+    """Return ``s`` if it is finite (a number or a tensor), else raise ``ValueError``."""
+    if isinstance(s, Tensor):
+        if not torch.isfinite(s).all():
+            raise ValueError(f"{name} must be finite, got a tensor with non-finite entries")
+        return s
+    try:
+        value = float(s)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {s!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {s!r}")
+    return value
+
+
+def _alpha(y: Tensor, r: Tensor, eps: float) -> Tensor:
+    """``<y, r> / max(||r||^2, eps)`` over the last axis, in y's and r's (compute) dtype."""
+    return (y * r).sum(-1) / (r * r).sum(-1).clamp_min(eps)
+
+
+def split_parallel(
+    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
+) -> Split:
+    """Split ``y`` into its component along ``ref`` and the rest.
+
+    ``ref`` broadcasts against ``y``. A zero (or tiny) reference gives
+    ``alpha = 0``, ``par = 0`` and ``perp = y`` (never NaN).
+    """
+    dt = compute_dtype(y, ref)
+    yc, rc = y.to(dt), ref.to(dt)
+    alpha = _alpha(yc, rc, eps)
+    par = alpha.unsqueeze(-1) * rc
+    perp = yc - par
+    return Split(par.to(y.dtype), perp.to(y.dtype), alpha.to(y.dtype))
+
+
+def _as_component_scale(s: Scale, like: Tensor) -> Scale:
+    """A tensor scale of shape ``[...]`` (one per vector) becomes ``[..., 1]``."""
+    if isinstance(s, Tensor):
+        s = s.to(like.dtype)
+        if s.dim() > 0 and s.shape[-1] != 1:
+            s = s.unsqueeze(-1)
+    return s
+
+
+def scale_components(
+    y: Float[Tensor, "... d"],
+    ref: Float[Tensor, "... d"],
+    s_par: Scale = 1.0,
+    s_perp: Scale = 1.0,
+    eps: float = EPS,
+) -> Float[Tensor, "... d"]:
+    """``s_par * y_par + s_perp * y_perp``, computed as ``s_perp*y + (s_par-s_perp)*y_par``.
+
+    That form is exact for the no-op ``(1, 1)``: the output equals ``y`` bit for
+    bit. Scales are numbers or tensors broadcastable to ``[...]`` (one scale per
+    vector, e.g. a learned gate) and must be finite. Differentiable.
+    """
+    s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
+    if not isinstance(s_par, Tensor) and not isinstance(s_perp, Tensor):
+        if s_par == 1.0 and s_perp == 1.0:
+            return y
+    dt = compute_dtype(y, ref)
+    yc, rc = y.to(dt), ref.to(dt)
+    alpha = _alpha(yc, rc, eps).unsqueeze(-1)
+    sp, sq = _as_component_scale(s_par, yc), _as_component_scale(s_perp, yc)
+    out = sq * yc + (sp - sq) * alpha * rc
+    return out.to(y.dtype)
+
+
+def parallel_ratio(
+    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
+) -> Float[Tensor, "..."]:
+    """``|alpha| * ||ref|| / ||y_perp||`` (equal to ``||y_par|| / ||y_perp||``), float32/64.
+
+    Greater than 1 means the update is mostly a rescaling of ``ref``. The
+    denominator is clamped at ``sqrt(eps)``, so an exactly parallel update gives a
+    large finite number and a zero update gives 0.
+    """
+    dt = compute_dtype(y, ref)
+    yc, rc = y.to(dt), ref.to(dt)
+    alpha = _alpha(yc, rc, eps)
+    perp = yc - alpha.unsqueeze(-1) * rc
+    return alpha.abs() * rc.norm(dim=-1) / perp.norm(dim=-1).clamp_min(math.sqrt(eps))
+
+
+def norm_ratio(
+    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
+) -> Float[Tensor, "..."]:
+    """``||y|| / ||ref||``: size of the update relative to the state it updates."""
+    dt = compute_dtype(y, ref)
+    return y.to(dt).norm(dim=-1) / ref.to(dt).norm(dim=-1).clamp_min(math.sqrt(eps))
+
+
+def cosine(
+    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
+) -> Float[Tensor, "..."]:
+    """Cosine of the angle between ``y`` and ``ref`` (0 when either is zero)."""
+    dt = compute_dtype(y, ref)
+    yc, rc = y.to(dt), ref.to(dt)
+    denom = (yc.norm(dim=-1) * rc.norm(dim=-1)).clamp_min(eps)
+    return (yc * rc).sum(-1) / denom

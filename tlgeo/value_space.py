@@ -1,0 +1,116 @@
+"""Attention value space: the token's own "self message" and the rest.
+
+For query ``t`` and head ``h`` with attention pattern ``A`` and values ``v``,
+the aggregate is ``o_t = sum_s A_ts v_s`` (``attn.hook_z``). It splits into the
+self message ``d_t = A_tt v_t`` and the non-self aggregate ``c_t = o_t - d_t``.
+
+Grouped-query attention: query head ``h`` reads KV head ``h // (n_heads / n_kv)``.
+Pure tensor functions; shapes follow TransformerLens (``hook_v``:
+``[batch, pos, kv_head, d_head]``, ``hook_pattern``: ``[batch, head, q, k]``).
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+__all__ = [
+    "kv_head_index",
+    "expand_kv",
+    "self_weights",
+    "self_message",
+    "split_self",
+    "scale_diagonal",
+    "remove_diagonal",
+]
+
+
+def kv_head_index(n_heads: int, n_kv_heads: int | None = None) -> torch.LongTensor:
+    """``[n_heads]``: the KV head that each query head reads."""
+    n_kv = n_heads if not n_kv_heads else n_kv_heads
+    if n_heads % n_kv:
+        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+    return torch.arange(n_heads) // (n_heads // n_kv)
+
+
+def expand_kv(
+    v: Float[Tensor, "batch pos kv d_head"], n_heads: int
+) -> Float[Tensor, "batch pos head d_head"]:
+    """Repeat each KV head for the query heads that share it (GQA); a view-free no-op if equal."""
+    n_kv = v.shape[-2]
+    if n_kv == n_heads:
+        return v
+    if n_heads % n_kv:
+        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+    return v.repeat_interleave(n_heads // n_kv, dim=-2)
+
+
+def self_weights(pattern: Float[Tensor, "batch head q k"]) -> Float[Tensor, "batch q head"]:
+    """``A_tt``: each query's weight on its own key.
+
+    With a KV cache the ``q`` queries are the last ``q`` of the ``k`` keys, so
+    query ``i`` sits at key ``i + k - q``.
+    """
+    q, k = pattern.shape[-2], pattern.shape[-1]
+    diag = torch.diagonal(pattern, offset=k - q, dim1=-2, dim2=-1)  # [batch, head, q]
+    return diag.transpose(-1, -2)
+
+
+def self_message(
+    pattern: Float[Tensor, "batch head q k"], v: Float[Tensor, "batch k kv d_head"]
+) -> Float[Tensor, "batch q head d_head"]:
+    """``d_t = A_tt v_t`` for every head (``v`` with KV heads, expanded for GQA)."""
+    n_heads, q = pattern.shape[1], pattern.shape[-2]
+    v_self = expand_kv(v[:, v.shape[1] - q :], n_heads)
+    return self_weights(pattern).unsqueeze(-1).to(v_self.dtype) * v_self
+
+
+def split_self(
+    z: Float[Tensor, "batch q head d_head"],
+    pattern: Float[Tensor, "batch head q k"],
+    v: Float[Tensor, "batch k kv d_head"],
+) -> tuple[Float[Tensor, "batch q head d_head"], Float[Tensor, "batch q head d_head"]]:
+    """``(d, c)`` with ``d = A_tt v_t`` the self message and ``c = z - d``."""
+    d = self_message(pattern, v)
+    return d, z - d
+
+
+def scale_diagonal(
+    pattern: Float[Tensor, "batch head q k"],
+    scale: float | Tensor,
+    keep_first: bool = True,
+    eps: float = 1e-12,
+) -> Float[Tensor, "batch head q k"]:
+    """Scale ``A_tt`` by ``scale`` and rescale the other keys so each row keeps its sum.
+
+    ``A'_tt = scale * A_tt`` and ``A'_ts = A_ts (1 - A'_tt) / (1 - A_tt)`` for
+    ``s != t`` (using the row's own sum in place of 1). ``scale = 0`` is diagonal
+    removal. Row 0 (the first position, which sees only itself) is kept when
+    ``keep_first``; so is a row with no mass off the diagonal (below ``eps``),
+    which cannot be renormalised. Computed in float32/64, cast back.
+    """
+    q, k = pattern.shape[-2], pattern.shape[-1]
+    dt = torch.float64 if pattern.dtype == torch.float64 else torch.float32
+    p = pattern.to(dt)
+    self_key = torch.arange(q, device=p.device) + (k - q)  # [q]: key index of each query
+    eye = torch.arange(k, device=p.device)[None, :] == self_key[:, None]  # [q, k]
+    diag = (p * eye).sum(-1, keepdim=True)  # [batch, head, q, 1]
+    off = p.masked_fill(eye, 0.0)
+    mass = off.sum(-1, keepdim=True)
+    if isinstance(scale, Tensor):
+        scale = scale.to(dt)
+    new_diag = scale * diag
+    new_off = off * ((mass + diag - new_diag) / mass.clamp_min(eps))
+    out = torch.where(eye, new_diag, new_off)
+    ok = mass > eps
+    if keep_first:
+        ok = ok & (self_key != 0)[:, None]
+    return torch.where(ok, out, p).to(pattern.dtype)
+
+
+def remove_diagonal(
+    pattern: Float[Tensor, "batch head q k"], keep_first: bool = True
+) -> Float[Tensor, "batch head q k"]:
+    """Set ``A_tt = 0`` and renormalise each row over the other keys (row 0 kept)."""
+    return scale_diagonal(pattern, 0.0, keep_first)
