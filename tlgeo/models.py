@@ -158,13 +158,16 @@ def load_model(
 ):
     """Load ``name`` as a ``TransformerBridge`` with raw (unprocessed) weights.
 
-    ``name``: an embedded model (see :data:`EMBEDDED_MODELS`), a local HF model
-    directory, or a Hugging Face hub name. Embedded models are converted once
+    ``name``: an embedded model (see :data:`EMBEDDED_MODELS`), ``"tiny:<kind>"``
+    (a tiny random model, see :func:`tiny_model`), a local HF model directory, or
+    a Hugging Face hub name. Embedded models are converted once
     (~20 s for SmolLM2) into :func:`cache_dir`; later loads take about a second.
     """
     if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
         raise UnknownModelError(f"model name must be a non-empty string, got {name!r}")
     name = str(name)
+    if name.startswith("tiny:"):
+        return tiny_model(name.split(":", 1)[1], dtype=dtype)
     if name in EMBEDDED_MODELS:
         return _boot(str(embedded_model_dir(name)), device, dtype)
     path = Path(name).expanduser()

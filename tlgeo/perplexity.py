@@ -9,7 +9,7 @@ into windows of at most ``context`` positions; every token is scored exactly onc
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -33,8 +33,7 @@ class PerplexityResult:
 
     def to_dict(self) -> dict:
         """All fields except ``token_losses``."""
-        d = asdict(self) if False else {k: v for k, v in self.__dict__.items() if k != "token_losses"}
-        return d
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "token_losses"}
 
 
 def token_windows(

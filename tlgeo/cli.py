@@ -1,0 +1,181 @@
+"""Command line: ``tlgeo run | profile | ppl | sites | models``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _layers(s: str | None):
+    if s in (None, "", "all"):
+        return None
+    out: list[int] = []
+    for part in s.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += range(int(a), int(b) + 1)
+        else:
+            out.append(int(part))
+    return out
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="embedded name, tiny:<kind>, local dir or hub name")
+    p.add_argument("--corpus", default="wikitext2", help="named corpus (see tlgeo.data.CORPORA), a text file, or hf:<dataset>")
+    p.add_argument("--tokens", type=int, default=2048, help="text tokens to use (0 = all)")
+    p.add_argument("--out", default=None, help="output directory (default results/<model>)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+
+
+def _edit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--site", required=True, help="attn, mlp, block, value_full, value_excl_self, diag")
+    p.add_argument("--s-par", type=float, default=1.0)
+    p.add_argument("--s-perp", type=float, default=1.0)
+    p.add_argument("--layers", default=None, help="e.g. 3,5,10-12 (default all)")
+    p.add_argument("--skip-first", type=int, default=0, help="leave the first n blocks unedited")
+    p.add_argument("--heads", default=None, help="query heads, e.g. 0,2 (per-head sites only)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tlgeo", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd")
+
+    run = sub.add_parser("run", help="main job: parallel-ratio profile + PPL under component removal at every site")
+    _common(run)
+    run.add_argument("--context", type=int, default=512)
+    run.add_argument("--profile-tokens", type=int, default=1024)
+    run.add_argument("--skip-first", type=int, default=0)
+
+    prof = sub.add_parser("profile", help="parallel ratios per layer, site and token")
+    _common(prof)
+    prof.add_argument("--seq-len", type=int, default=256)
+    prof.add_argument("--sites", default="attn,mlp,block,value_full,value_excl_self")
+    prof.add_argument("--per-token", action="store_true", help="also write every token's row (csv.gz)")
+
+    ppl = sub.add_parser("ppl", help="perplexity unedited and under one edit")
+    _common(ppl)
+    _edit_args(ppl)
+    ppl.add_argument("--context", type=int, default=512)
+
+    sub.add_parser("sites", help="list the sites")
+    sub.add_parser("models", help="list the embedded models")
+    return parser
+
+
+def _setup(args):
+    import torch
+
+    from .data import load_text
+    from .models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    text = load_text(args.corpus)  # fail on a bad corpus before the model loads
+    model = load_model(args.model)
+    out = Path(args.out or Path("results") / args.model.replace("/", "_").replace(":", "-"))
+    out.mkdir(parents=True, exist_ok=True)
+    return model, text, out, (args.tokens or None)
+
+
+def _profile(model, text, out: Path, tokens, seq_len, sites, per_token: bool):
+    from .observe import parallel_profile, summarize_profile
+
+    df = parallel_profile(model, text, sites=sites, seq_len=seq_len, max_tokens=tokens, progress=True)
+    summary = summarize_profile(df)
+    summary.to_csv(out / "profile_summary.csv", index=False)
+    if per_token:
+        df.to_csv(out / "profile_tokens.csv.gz", index=False)
+    return summary
+
+
+def _print_profile(summary) -> None:
+    table = summary.pivot(index="layer", columns="site", values="parallel_ratio_median")
+    print("\nmedian parallel ratio |alpha| ||r|| / ||y_perp|| per layer (position 0 left out):")
+    print(table.round(3).to_string())
+
+
+def cmd_run(args) -> int:
+    from .compare import compare_edits, removal_edits
+    from .sites import DECOMPOSITION_SITES, SITES
+
+    t0 = time.time()
+    model, text, out, tokens = _setup(args)
+    summary = _profile(model, text, out, args.profile_tokens, 256, DECOMPOSITION_SITES, False)
+    _print_profile(summary)
+    df = compare_edits(
+        model, text, removal_edits(SITES, skip_first=args.skip_first), context=args.context,
+        max_tokens=tokens, log_path=out / "edits.jsonl", progress=True,
+    )
+    df.to_csv(out / "edits.csv", index=False)
+    cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
+    print(f"\nperplexity on {args.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {args.context}):")
+    print(df[cols].round(3).to_string(index=False))
+    print(f"\nwrote {out}/profile_summary.csv, {out}/edits.csv ({time.time() - t0:.0f} s)")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    model, text, out, tokens = _setup(args)
+    summary = _profile(model, text, out, tokens, args.seq_len, args.sites.split(","), args.per_token)
+    _print_profile(summary)
+    print(f"\nwrote {out}/profile_summary.csv")
+    return 0
+
+
+def cmd_ppl(args) -> int:
+    from .compare import compare_edits
+    from .edits import Edit
+
+    heads = _layers(args.heads)
+    e = Edit(args.site, args.s_par, args.s_perp, _layers(args.layers), args.skip_first, heads)
+    model, text, out, tokens = _setup(args)
+    e.hooks(model)  # validate layers/heads before any long work
+    df = compare_edits(model, text, [e], context=args.context, max_tokens=tokens, progress=True)
+    result = df.to_dict(orient="records")
+    (out / "ppl.json").write_text(json.dumps(result, indent=2, default=str))
+    for r in result:
+        print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} (delta {r['delta_ppl']:+.3f})")
+    print(f"wrote {out}/ppl.json")
+    return 0
+
+
+def cmd_sites(args) -> int:
+    from .sites import SITES
+
+    for s in SITES.values():
+        print(f"{s.name:>16}  edits blocks.L.{s.target:<18} {s.description}")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from .models import EMBEDDED_MODELS, TINY_KINDS
+
+    for m in EMBEDDED_MODELS.values():
+        print(f"{m.name:>14}  from PyPI package {m.pip_name}")
+    print(f"{'tiny:<kind>':>14}  random test models: {', '.join(TINY_KINDS)}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "profile": cmd_profile, "ppl": cmd_ppl, "sites": cmd_sites, "models": cmd_models}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        return 0
+    try:
+        return COMMANDS[args.cmd](args)
+    except (ValueError, KeyError, IndexError, FileNotFoundError) as e:
+        print(f"tlgeo {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
