@@ -33,9 +33,7 @@ def corpus_batches(
         raise ValueError(f"seq_len {seq_len} exceeds the model's context n_ctx={model.cfg.n_ctx}")
     if not text or not text.strip():
         raise ValueError("empty corpus: no text to profile")
-    ids = tokenize_text(model, text)
-    if max_tokens is not None:
-        ids = ids[:max_tokens]
+    ids = tokenize_text(model, text, max_tokens)
     bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
     windows = [w for w, _ in token_windows(ids, seq_len, bos_token_id=bos) if w.numel() == seq_len]
     if not windows:

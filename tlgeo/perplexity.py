@@ -83,10 +83,28 @@ def token_windows(
     return windows
 
 
-def tokenize_text(model, text: str) -> torch.Tensor:
-    """``[n]`` token ids of ``text`` without BOS/EOS, never truncated to ``n_ctx``."""
-    ids = model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
-    return torch.tensor(ids, dtype=torch.long)
+def tokenize_text(model, text: str, max_tokens: int | None = None) -> torch.Tensor:
+    """``[n]`` token ids of ``text`` without BOS/EOS, never truncated to ``n_ctx``.
+
+    With ``max_tokens`` only a growing prefix of the text is tokenized (a large
+    corpus is not tokenized whole to keep its first few thousand tokens); the
+    last token of a cut prefix is dropped, since the cut may split it.
+    """
+    def encode(t: str) -> list[int]:
+        return model.tokenizer(t, add_special_tokens=False, verbose=False)["input_ids"]
+
+    if max_tokens is None:
+        return torch.tensor(encode(text), dtype=torch.long)
+    n_chars = 8 * max_tokens + 64
+    while True:
+        ids = encode(text[:n_chars])
+        if n_chars >= len(text):
+            break
+        if len(ids) > max_tokens:
+            ids = ids[:-1]
+            break
+        n_chars *= 2
+    return torch.tensor(ids[:max_tokens], dtype=torch.long)
 
 
 def _batches(windows: Sequence[tuple[torch.Tensor, int]], batch_size: int) -> Iterable[list[int]]:
@@ -130,9 +148,9 @@ def perplexity(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
     is_text = isinstance(text_or_tokens, str)
-    tokens = tokenize_text(model, text_or_tokens) if is_text else torch.as_tensor(text_or_tokens)
+    tokens = tokenize_text(model, text_or_tokens, max_tokens) if is_text else torch.as_tensor(text_or_tokens)
     tokens = tokens.reshape(-1).long().cpu()
-    truncated = max_tokens is not None and tokens.numel() > max_tokens
+    truncated = max_tokens is not None and tokens.numel() >= max_tokens
     if max_tokens is not None:
         tokens = tokens[:max_tokens]
     if tokens.numel() == 0 or (is_text and not text_or_tokens.strip()):

@@ -1,0 +1,111 @@
+"""Overhead of value-space exclude-self edits at every layer vs the bare bridge forward.
+
+Side by side in one run, on the same tokens (default SmolLM2, batch 4 x 256):
+  bare      model(tokens)
+  noop      exclude-self hooks at all layers, s_par = s_perp = 1
+  remove    exclude-self hooks at all layers, s_par = 0
+Timings are interleaved (bare, noop, remove, bare, ...) and summarised by the
+median; the ratio is median(edit) / median(bare). Edit hooks are attached once
+with ``model.hooks()`` around the timed forwards (as in a sweep), so the
+timing is the hooks' compute, not hook registration. Peak memory: the RSS
+high-water mark of one forward per mode (reset between modes, Linux).
+
+    python scripts/bench_overhead.py [--model smollm2-135m] [--batch 4] [--seq 256] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+MODES = ("bare", "noop", "remove")
+
+
+def hooks_for(model, mode: str):
+    from tlgeo.edits import edit_hooks
+
+    if mode == "bare":
+        return []
+    return edit_hooks(model, "value_excl_self", 1.0 if mode == "noop" else 0.0)
+
+
+def make_tokens(model, args) -> torch.Tensor:
+    """``[batch, seq]`` real text (WikiText-2 test) cut into windows."""
+    from tlgeo.data import load_text
+    from tlgeo.observe import corpus_batches
+
+    toks = corpus_batches(model, load_text("wikitext2"), args.seq, max_tokens=args.batch * args.seq + 16)
+    return toks[: args.batch]
+
+
+def run_once(model, tokens, hooks) -> float:
+    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+        t = time.perf_counter()
+        model(tokens)
+        return time.perf_counter() - t
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def peak_memory_mib(model, tokens, hooks) -> tuple[float, float]:
+    """(peak RSS during one forward, its increase over the RSS before), MiB.
+
+    Resets the kernel's high-water mark first (``/proc/self/clear_refs``), so
+    each mode gets its own peak within one process.
+    """
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_kib("VmRSS")
+    run_once(model, tokens, hooks)
+    peak = _status_kib("VmHWM")
+    return peak / 1024, (peak - before) / 1024
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+
+    from tlgeo.models import load_model
+
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    tokens = make_tokens(model, args)
+    hooks = {m: hooks_for(model, m) for m in MODES}
+    with torch.inference_mode():  # the edit is real: s_par = 0 changes the logits
+        assert not torch.equal(model(tokens[:1, :32]), model.run_with_hooks(tokens[:1, :32], fwd_hooks=hooks["remove"]))
+    for m in MODES:  # warm-up
+        run_once(model, tokens, hooks[m])
+    times = {m: [] for m in MODES}
+    for _ in range(args.repeats):
+        for m in MODES:
+            times[m].append(run_once(model, tokens, hooks[m]))
+    med = {m: statistics.median(v) for m, v in times.items()}
+
+    peaks = {m: peak_memory_mib(model, tokens, hooks[m]) for m in MODES}
+
+    print(f"model {args.model}, batch {args.batch} x {args.seq}, {args.threads} threads, {args.repeats} interleaved repeats")
+    print(f"{'mode':>8} {'median s':>9} {'ratio':>7} {'peak RSS MiB':>13} {'forward adds MiB':>17}")
+    for m in MODES:
+        print(f"{m:>8} {med[m]:9.3f} {med[m] / med['bare']:7.3f} {peaks[m][0]:13.0f} {peaks[m][1]:17.0f}")
+    print(json.dumps({"median_s": med, "ratio": {m: med[m] / med["bare"] for m in MODES},
+                      "peak_rss_mib": {m: peaks[m][0] for m in MODES},
+                      "forward_adds_mib": {m: peaks[m][1] for m in MODES}}))
+
+
+if __name__ == "__main__":
+    main()
