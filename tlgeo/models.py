@@ -18,6 +18,7 @@ onto it), which is exactly what this package measures.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import tempfile
 import warnings
@@ -111,6 +112,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
             del hf.config.quantization_config
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        if hf.config.model_type.startswith("gemma"):
+            _gemma_unigram_to_bpe(tmp / "tokenizer.json")
         del hf
         os.replace(tmp, out)
     except BaseException:
@@ -118,6 +121,36 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _gemma_unigram_to_bpe(tokenizer_json: Path) -> None:
+    """Rebuild a GGUF-converted Gemma tokenizer as the BPE model it is.
+
+    transformers' GGUF reader turns Gemma's SentencePiece vocabulary into a
+    Unigram model, but the GGUF scores are BPE merge priorities (single
+    characters score 0, longer pieces less), so Unigram's Viterbi splits every
+    word into characters ("The capital" -> T h e ...). The merges are recovered
+    from the scores with transformers' own ``generate_merges``; normaliser,
+    decoder and special tokens are kept.
+    """
+    from transformers.convert_slow_tokenizer import generate_merges
+
+    tj = json.loads(tokenizer_json.read_text())
+    model = tj["model"]
+    if model["type"] != "Unigram":
+        return
+    pieces = [p for p, _ in model["vocab"]]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    specials = {a["content"] for a in tj.get("added_tokens", [])}
+    merges = generate_merges(vocab, dict(model["vocab"]), skip_tokens=specials)
+    unk = model.get("unk_id")
+    tj["model"] = {
+        "type": "BPE", "dropout": None, "unk_token": pieces[unk] if unk is not None else None,
+        "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+        "byte_fallback": bool(model.get("byte_fallback", True)), "ignore_merges": False,
+        "vocab": vocab, "merges": [list(m) for m in merges],
+    }
+    tokenizer_json.write_text(json.dumps(tj, ensure_ascii=False))
 
 
 def embedded_model_dir(name: str) -> Path:

@@ -28,8 +28,8 @@ __all__ = [
 
 def kv_head_index(n_heads: int, n_kv_heads: int | None = None) -> torch.LongTensor:
     """``[n_heads]``: the KV head that each query head reads."""
-    n_kv = n_heads if not n_kv_heads else n_kv_heads
-    if n_heads % n_kv:
+    n_kv = n_heads if n_kv_heads is None else n_kv_heads
+    if n_kv < 1 or n_heads % n_kv:
         raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     return torch.arange(n_heads) // (n_heads // n_kv)
 
