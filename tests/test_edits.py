@@ -264,3 +264,16 @@ def test_bad_edit_leaves_no_hooks(llama, tokens):
         with edit(llama, "attn", layers=[0, 99]):
             pass
     assert _n_hooks(llama) == before
+
+
+def test_tensor_scale_per_head_site(llama, tokens):
+    """Per-token ([b, p, 1]) and per-head ([b, p, head]) tensor scales on a GQA value site."""
+    B, P = tokens.shape
+    a = logits(llama, tokens, edit_hooks(llama, "value_excl_self", torch.zeros(B, P, 1)))
+    b = logits(llama, tokens, edit_hooks(llama, "value_excl_self", 0.0))
+    torch.testing.assert_close(a, b)
+    per_head = torch.ones(B, P, 4)
+    per_head[..., 2] = 0.0
+    c = logits(llama, tokens, edit_hooks(llama, "value_excl_self", per_head))
+    d = logits(llama, tokens, edit_hooks(llama, "value_excl_self", 0.0, heads=[2]))
+    torch.testing.assert_close(c, d)

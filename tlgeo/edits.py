@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Mapping
 import torch
 from torch import Tensor
 
-from .geometry import Scale, check_scale, compute_dtype, scale_components
+from .geometry import Scale, is_unit, check_scale, scaled_delta
 from .hooks import HookList, resolve_heads, resolve_layers, site_hooks
 from .sites import Site, get_site
 from .value_space import scale_diagonal
@@ -57,12 +57,12 @@ class Edit:
             v = getattr(self, name)
             if v is not None and not isinstance(v, int):
                 object.__setattr__(self, name, tuple(v))
-        if not self.site.is_decomposition and not _is_one(self.s_perp):
+        if not self.site.is_decomposition and not is_unit(self.s_perp):
             raise ValueError(f"site {self.site.name!r} has no perpendicular part: s_perp must be 1")
 
     @property
     def is_noop(self) -> bool:
-        return _is_one(self.s_par) and _is_one(self.s_perp)
+        return is_unit(self.s_par) and is_unit(self.s_perp)
 
     def hooks(self, model) -> HookList:
         """``(hook_name, fn)`` pairs for ``model``; validates layers and heads first."""
@@ -70,7 +70,7 @@ class Edit:
         resolve_layers(cfg, self.layers, self.skip_first)
         head_mask = resolve_heads(cfg, self.site, self.heads)
         if self.site.is_decomposition:
-            fn = _scale_update(self.site, self.s_par, self.s_perp, cfg.n_heads, head_mask)
+            fn = _scale_update(self.site, self.s_par, self.s_perp, head_mask)
         else:
             fn = _scale_diagonal(self.s_par, head_mask)
         return site_hooks(model, self.site, fn, self.layers, self.skip_first)
@@ -87,33 +87,36 @@ class Edit:
         }
 
 
-def _is_one(s: Scale) -> bool:
-    return not isinstance(s, Tensor) and s == 1.0
-
-
 def _plain(s: Scale):
     return s if not isinstance(s, Tensor) else "tensor"
 
 
-def _scale_update(site: Site, s_par: Scale, s_perp: Scale, n_heads: int, head_mask: Tensor | None):
-    noop = _is_one(s_par) and _is_one(s_perp)
+def _scale_update(site: Site, s_par: Scale, s_perp: Scale, head_mask: Tensor | None):
+    noop = is_unit(s_par) and is_unit(s_perp)
 
     def on_target(layer: int, x: Tensor, reads: Mapping[str, Tensor]) -> Tensor:
         if noop:
             return x
-        y, ref = site.decompose(x, reads, n_heads)
-        dt = compute_dtype(x, ref)
-        y = y.to(dt)
-        delta = scale_components(y, ref, s_par, s_perp) - y
+        y, ref = site.decompose(x, reads)
+        sp, sq = _per_vector(s_par, x, y), _per_vector(s_perp, x, y)
+        delta = scaled_delta(y, ref, sp, sq).reshape(x.shape)
         if head_mask is not None:  # per-head sites: [..., head, d_head]
-            delta = delta * head_mask.to(delta.device, dt)[:, None]
-        return (x.to(dt) + delta).to(x.dtype)
+            delta = delta * head_mask.to(delta.device, delta.dtype)[:, None]
+        return (x.to(delta.dtype) + delta).to(x.dtype)
 
     return on_target
 
 
+def _per_vector(s: Scale, x: Tensor, y: Tensor) -> Scale:
+    """A tensor scale given per vector of the target (``x.shape[:-1]``, broadcastable)
+    laid out per vector of ``y`` (which may group heads by KV head)."""
+    if not isinstance(s, Tensor) or s.dim() == 0 or y.shape == x.shape:
+        return s
+    return s.expand(x.shape[:-1]).reshape(y.shape[:-1])
+
+
 def _scale_diagonal(s: Scale, head_mask: Tensor | None):
-    noop = _is_one(s)
+    noop = is_unit(s)
 
     def on_target(layer: int, pattern: Tensor, reads: Mapping[str, Tensor]) -> Tensor:
         if noop:

@@ -29,6 +29,8 @@ __all__ = [
     "check_scale",
     "compute_dtype",
     "split_parallel",
+    "scaled_delta",
+    "is_unit",
     "scale_components",
     "parallel_ratio",
     "norm_ratio",
@@ -100,6 +102,28 @@ def _as_component_scale(s: Scale, like: Tensor) -> Scale:
     return s
 
 
+def scaled_delta(
+    y: Float[Tensor, "... d"],
+    ref: Float[Tensor, "... d"],
+    s_par: Scale = 1.0,
+    s_perp: Scale = 1.0,
+    eps: float = EPS,
+) -> Float[Tensor, "... d"]:
+    """``y_hat - y = (s_perp - 1) y + (s_par - s_perp) y_par``, in the compute dtype.
+
+    The edit written as a change: adding it to any tensor that contains ``y``
+    replaces ``y`` by ``y_hat`` and keeps the rest. With ``s_perp = 1`` this is
+    one rescaled copy of ``ref`` per vector, ``(s_par - 1) alpha ref``.
+    """
+    dt = compute_dtype(y, ref)
+    yc, rc = y.to(dt), ref.to(dt)
+    alpha = _alpha(yc, rc, eps).unsqueeze(-1)
+    sp, sq = _as_component_scale(s_par, yc), _as_component_scale(s_perp, yc)
+    if is_unit(sq):
+        return ((sp - 1.0) * alpha) * rc
+    return (sq - 1.0) * yc + ((sp - sq) * alpha) * rc
+
+
 def scale_components(
     y: Float[Tensor, "... d"],
     ref: Float[Tensor, "... d"],
@@ -107,24 +131,24 @@ def scale_components(
     s_perp: Scale = 1.0,
     eps: float = EPS,
 ) -> Float[Tensor, "... d"]:
-    """``s_par * y_par + s_perp * y_perp``, computed as ``s_perp*y + (s_par-s_perp)*y_par``.
+    """``s_par * y_par + s_perp * y_perp``, computed as ``y + scaled_delta(...)``.
 
-    That form is exact for the no-op ``(1, 1)``: the output equals ``y`` bit for
-    bit. Scales are real numbers or tensors broadcastable to ``y.shape[:-1]``
-    (one scale per vector, e.g. a learned gate; ``[batch, pos, 1]`` for one scale
-    per token shared by all heads of ``[batch, pos, head, d_head]``) and must be
-    finite. Differentiable.
+    The no-op ``(1, 1)`` returns ``y`` itself, bit for bit. Scales are real
+    numbers or tensors broadcastable to ``y.shape[:-1]`` (one scale per vector,
+    e.g. a learned gate; ``[batch, pos, 1]`` for one scale per token shared by
+    all heads of ``[batch, pos, head, d_head]``) and must be finite.
+    Differentiable.
     """
     s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
-    if not isinstance(s_par, Tensor) and not isinstance(s_perp, Tensor):
-        if s_par == 1.0 and s_perp == 1.0:
-            return y
+    if is_unit(s_par) and is_unit(s_perp):
+        return y
     dt = compute_dtype(y, ref)
-    yc, rc = y.to(dt), ref.to(dt)
-    alpha = _alpha(yc, rc, eps).unsqueeze(-1)
-    sp, sq = _as_component_scale(s_par, yc), _as_component_scale(s_perp, yc)
-    out = sq * yc + (sp - sq) * alpha * rc
-    return out.to(y.dtype)
+    return (y.to(dt) + scaled_delta(y, ref, s_par, s_perp, eps)).to(y.dtype)
+
+
+def is_unit(s: Scale) -> bool:
+    """Whether ``s`` is the number 1 (a tensor never counts: it may be a learned gate)."""
+    return not isinstance(s, Tensor) and s == 1.0
 
 
 def parallel_ratio(

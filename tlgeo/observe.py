@@ -54,13 +54,12 @@ def _stats(y: Tensor, ref: Tensor) -> dict[str, Tensor]:
 
 def _observer_hooks(model, sites: Sequence[str], layers, records: list) -> HookList:
     hooks: HookList = []
-    n_heads = model.cfg.n_heads
     for name in sites:
         site = get_site(name)
 
         def observe(layer: int, x: Tensor, reads: Mapping[str, Tensor], _site=site) -> None:
-            y, ref = _site.decompose(x, reads, n_heads)
-            stats = {k: v.float().cpu() for k, v in _stats(y, ref).items()}
+            y, ref = _site.decompose(x, reads)
+            stats = {k: v.reshape(x.shape[:-1]).float().cpu() for k, v in _stats(y, ref).items()}
             records.append((_site.name, layer, stats))
 
         hooks += site_hooks(model, site, observe, layers)

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, NamedTuple
 
 from torch import Tensor
 
-from .value_space import expand_kv, self_message
+from .value_space import group_heads, self_weights
 
 __all__ = ["Site", "Update", "SITES", "DECOMPOSITION_SITES", "get_site", "UnknownSiteError"]
 
@@ -33,13 +33,19 @@ class UnknownSiteError(KeyError):
 
 
 class Update(NamedTuple):
-    """The update being decomposed and its reference (broadcastable to ``y``)."""
+    """The update being decomposed and its reference (broadcastable to ``y``).
+
+    ``y`` holds the target's elements in the target's order but may be shaped
+    differently: per-head sites group query heads by their KV head,
+    ``[batch, pos, kv, group, d_head]`` with ``ref = v[..., None, :]``, so GQA
+    needs no copy of ``v``; ``y.reshape(target.shape)`` restores the layout.
+    """
 
     y: Tensor
     ref: Tensor
 
 
-Decompose = Callable[[Tensor, Mapping[str, Tensor], int], Update]
+Decompose = Callable[[Tensor, Mapping[str, Tensor]], Update]
 Reads = tuple[tuple[str, str], ...]  # (role, hook relative to the block)
 
 
@@ -47,7 +53,7 @@ Reads = tuple[tuple[str, str], ...]  # (role, hook relative to the block)
 class Site:
     """One place in a block where an update is split (or a pattern edited).
 
-    ``decompose(target, reads, n_heads)`` gets the target hook's tensor and the
+    ``decompose(target, reads)`` gets the target hook's tensor and the
     tensors read earlier in the forward, keyed by role (``"ref"``, ``"v"``,
     ``"pattern"``).
     """
@@ -71,27 +77,31 @@ class Site:
         return self.decompose is not None
 
 
-def _residual(x: Tensor, reads: Mapping[str, Tensor], n_heads: int) -> Update:
+def _residual(x: Tensor, reads: Mapping[str, Tensor]) -> Update:
     return Update(x, reads["ref"])
 
 
-def _block(x: Tensor, reads: Mapping[str, Tensor], n_heads: int) -> Update:
+def _block(x: Tensor, reads: Mapping[str, Tensor]) -> Update:
     pre = reads["ref"]
     return Update(x - pre, pre)
 
 
-def _values(v: Tensor, q: int, n_heads: int) -> Tensor:
-    """``v_t`` per query head for the last ``q`` positions: ``[batch, q, head, d_head]``."""
-    return expand_kv(v[:, v.shape[1] - q :], n_heads)
+def _last(v: Tensor, q: int) -> Tensor:
+    """The last ``q`` positions of ``[batch, k, ...]`` (the queries, with a KV cache)."""
+    return v[:, v.shape[1] - q :]
 
 
-def _value_full(z: Tensor, reads: Mapping[str, Tensor], n_heads: int) -> Update:
-    return Update(z, _values(reads["v"], z.shape[1], n_heads))
+def _value_full(z: Tensor, reads: Mapping[str, Tensor]) -> Update:
+    v = _last(reads["v"], z.shape[1])
+    return Update(group_heads(z, v.shape[-2]), v.unsqueeze(-2))
 
 
-def _value_excl_self(z: Tensor, reads: Mapping[str, Tensor], n_heads: int) -> Update:
-    v, pattern = reads["v"], reads["pattern"]
-    return Update(z - self_message(pattern, v), _values(v, z.shape[1], n_heads))
+def _value_excl_self(z: Tensor, reads: Mapping[str, Tensor]) -> Update:
+    v = _last(reads["v"], z.shape[1])
+    n_kv = v.shape[-2]
+    a_self = group_heads(self_weights(reads["pattern"]).unsqueeze(-1), n_kv)  # [b, q, kv, g, 1]
+    v_ref = v.unsqueeze(-2)  # [b, q, kv, 1, d]
+    return Update(group_heads(z, n_kv) - a_self * v_ref, v_ref)
 
 
 _PRE = (("ref", "hook_resid_pre"),)

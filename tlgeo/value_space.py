@@ -18,6 +18,7 @@ from torch import Tensor
 __all__ = [
     "kv_head_index",
     "expand_kv",
+    "group_heads",
     "self_weights",
     "self_message",
     "split_self",
@@ -44,6 +45,21 @@ def expand_kv(
     if n_heads % n_kv:
         raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     return v.repeat_interleave(n_heads // n_kv, dim=-2)
+
+
+def group_heads(
+    x: Float[Tensor, "batch pos head d"], n_kv: int
+) -> Float[Tensor, "batch pos kv group d"]:
+    """View query heads grouped by the KV head they read (no copy when possible).
+
+    Query head ``h`` lands at ``[kv, g]`` with ``h = kv * group + g``, matching
+    :func:`kv_head_index`; a KV tensor ``[batch, pos, kv, d]`` lines up with
+    this as ``v[..., None, :]``.
+    """
+    *lead, n_heads, d = x.shape
+    if n_heads % n_kv:
+        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+    return x.reshape(*lead, n_kv, n_heads // n_kv, d)
 
 
 def self_weights(pattern: Float[Tensor, "batch head q k"]) -> Float[Tensor, "batch q head"]:
