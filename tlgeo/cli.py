@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--context", type=int, default=512)
     run.add_argument("--profile-tokens", type=int, default=1024)
-    run.add_argument("--skip-first", type=int, default=0)
+    run.add_argument("--skip-first", type=int, default=1, help="leave the first n blocks unedited (reference code: 1)")
 
     prof = sub.add_parser("profile", help="parallel ratios per layer, site and token")
     _common(prof)
@@ -113,8 +113,9 @@ def cmd_run(args) -> int:
     )
     df.to_csv(out / "edits.csv", index=False)
     cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
-    print(f"\nperplexity on {args.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {args.context}):")
-    print(df[cols].round(3).to_string(index=False))
+    print(f"\nperplexity on {args.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {args.context}), "
+          f"edits in blocks {args.skip_first}..{model.cfg.n_layers - 1}:")
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"\nwrote {out}/profile_summary.csv, {out}/edits.csv ({time.time() - t0:.0f} s)")
     return 0
 

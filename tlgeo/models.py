@@ -176,9 +176,17 @@ def embedded_model_dir(name: str) -> Path:
 def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype):
     from transformer_lens.model_bridge import TransformerBridge
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bridge = TransformerBridge.boot_transformers(name_or_dir, device=device, dtype=dtype)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar, on every load
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bridge = TransformerBridge.boot_transformers(name_or_dir, device=device, dtype=dtype)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     bridge.eval()
     return bridge
 
