@@ -1,0 +1,177 @@
+"""Pure statistics for per-text paired differences (no models, no torch needed).
+
+The unit is a *text*: each text ``i`` contributes a paired difference ``d_i``
+(e.g. mean loss under an edit minus mean loss without it) and a weight
+``w_i`` (its number of scored tokens). The point estimate is the token-weighted
+mean ``sum w_i d_i / sum w_i``, i.e. the mean per-token difference over all
+tokens.
+
+* :func:`bootstrap_ci`: percentile bootstrap CI, resampling texts with
+  replacement (token-weighted mean of each resample);
+* :func:`sign_flip_pvalue`: two-sided sign-flip permutation test of
+  "the differences are symmetric around 0" (exact when ``2**n <= n_perm``);
+* :func:`benjamini_hochberg`: BH-adjusted q-values (step-up FDR control);
+* :func:`paired_test`: all of the above for one set of differences.
+
+Every random function takes ``seed`` (an ``int`` or a ``numpy.random.Generator``)
+and is reproducible for a fixed integer seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "weighted_mean",
+    "bootstrap_ci",
+    "sign_flip_pvalue",
+    "benjamini_hochberg",
+    "paired_test",
+    "PairedTest",
+]
+
+_CHUNK = 1 << 20  # elements per resampling chunk (bounds memory)
+
+
+def _rng(seed) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _check(diffs, weights) -> tuple[np.ndarray, np.ndarray]:
+    """``d`` and ``w`` as float64 ``[n]`` arrays; clear errors for bad input."""
+    d = np.asarray(diffs, dtype=np.float64).reshape(-1)
+    if d.size == 0:
+        raise ValueError("no differences given: need at least one text")
+    if not np.all(np.isfinite(d)):
+        raise ValueError("differences contain NaN or inf")
+    if weights is None:
+        w = np.ones_like(d)
+    else:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.shape != d.shape:
+            raise ValueError(f"{w.size} weights for {d.size} differences")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+            raise ValueError("weights must be finite, non-negative and not all zero")
+    return d, w
+
+
+def weighted_mean(diffs, weights=None) -> float:
+    """``sum w_i d_i / sum w_i`` (plain mean without weights)."""
+    d, w = _check(diffs, weights)
+    return float((w * d).sum() / w.sum())
+
+
+def bootstrap_ci(
+    diffs, weights=None, *, n_boot: int = 5000, level: float = 0.95, seed=0
+) -> tuple[float, float]:
+    """Percentile bootstrap CI ``(low, high)`` of the token-weighted mean of ``diffs``.
+
+    Texts are resampled with replacement (``n`` draws out of ``n``); each
+    resample's statistic is ``sum c_i w_i d_i / sum c_i w_i`` with ``c_i`` the
+    draw counts. ``diffs``, ``weights``: ``[n]``.
+    """
+    d, w = _check(diffs, weights)
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = _rng(seed)
+    n = d.size
+    stats = np.empty(n_boot)
+    step = max(1, _CHUNK // n)
+    for start in range(0, n_boot, step):
+        m = min(step, n_boot - start)
+        idx = rng.integers(0, n, size=(m, n))
+        ww = w[idx]
+        den = ww.sum(1)
+        # a resample drawing only zero-weight texts has no tokens: fall back to its plain mean
+        stats[start : start + m] = np.where(
+            den > 0, (ww * d[idx]).sum(1) / np.where(den > 0, den, 1), d[idx].mean(1)
+        )
+    tail = (1 - level) / 2
+    low, high = np.quantile(stats, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def sign_flip_pvalue(diffs, weights=None, *, n_perm: int = 10000, seed=0) -> float:
+    """Two-sided sign-flip permutation p-value of the token-weighted mean of ``diffs``.
+
+    Null hypothesis: each paired difference is symmetric around 0, so its sign
+    is exchangeable. Statistic ``T = |sum w_i s_i d_i|``. When ``2**n <= n_perm``
+    every sign pattern is enumerated and the p-value is exact
+    (``#{T_s >= T_obs} / 2**n``); otherwise ``n_perm`` random patterns give
+    ``(1 + #{T_s >= T_obs}) / (1 + n_perm)`` (never 0, valid at every level).
+    """
+    d, w = _check(diffs, weights)
+    if n_perm < 1:
+        raise ValueError(f"n_perm must be >= 1, got {n_perm}")
+    x = w * d / w.sum()
+    n = x.size
+    obs = abs(x.sum())
+    tol = 1e-12 * max(1.0, np.abs(x).sum())  # float ties count as "at least as extreme"
+    if n <= 20 and 2**n <= n_perm:  # exact: all sign patterns
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+        t = np.abs(signs @ x)
+        return float((t >= obs - tol).mean())
+    rng = _rng(seed)
+    hits = 0
+    step = max(1, _CHUNK // n)
+    for start in range(0, n_perm, step):
+        m = min(step, n_perm - start)
+        signs = rng.integers(0, 2, size=(m, n)) * 2 - 1
+        hits += int((np.abs(signs @ x) >= obs - tol).sum())
+    return (1 + hits) / (1 + n_perm)
+
+
+def benjamini_hochberg(pvalues) -> np.ndarray:
+    """Benjamini–Hochberg adjusted p-values (q-values), same shape as ``pvalues``.
+
+    ``q_(i) = min_{j >= i} min(1, m p_(j) / j)`` over the sorted p-values
+    (``scipy.stats.false_discovery_control(p, method="bh")``). Rejecting
+    ``q <= a`` controls the false discovery rate at ``a``.
+    """
+    p = np.asarray(pvalues, dtype=np.float64)
+    shape = p.shape
+    p = p.reshape(-1)
+    if p.size == 0:
+        return p.reshape(shape)
+    if np.any(np.isnan(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError("p-values must lie in [0, 1] (no NaN)")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = p[order] * m / np.arange(1, m + 1)
+    q_sorted = np.minimum.accumulate(scaled[::-1])[::-1].clip(max=1.0)
+    q = np.empty(m)
+    q[order] = q_sorted
+    return q.reshape(shape)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Summary of one set of paired per-text differences."""
+
+    estimate: float  # token-weighted mean difference
+    ci_low: float
+    ci_high: float
+    p: float  # sign-flip permutation p-value (two-sided)
+    n_texts: int
+    n_tokens: float  # sum of weights
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def paired_test(
+    diffs, weights=None, *, n_boot: int = 5000, n_perm: int = 10000, level: float = 0.95, seed=0
+) -> PairedTest:
+    """Point estimate, bootstrap CI and sign-flip p-value of per-text differences ``[n]``.
+
+    One generator seeded with ``seed`` drives the bootstrap, then the permutations.
+    """
+    d, w = _check(diffs, weights)
+    rng = _rng(seed)
+    low, high = bootstrap_ci(d, w, n_boot=n_boot, level=level, seed=rng)
+    p = sign_flip_pvalue(d, w, n_perm=n_perm, seed=rng)
+    return PairedTest(weighted_mean(d, w), low, high, p, int(d.size), float(w.sum()))
