@@ -12,13 +12,14 @@ from .observe import parallel_profile, summarize_profile
 from .perplexity import perplexity
 from .sites import DECOMPOSITION_SITES, SITES, get_site
 from .value_space import expand_kv, remove_diagonal, scale_diagonal, self_message, split_self
+from .zeroshot import evaluate_zeroshot
 
 __all__ = [
     "Edit", "edit", "edit_hooks",
     "split_parallel", "scale_components", "parallel_ratio", "norm_ratio", "cosine",
     "load_model", "tiny_model",
     "parallel_profile", "summarize_profile",
-    "perplexity",
+    "perplexity", "evaluate_zeroshot",
     "SITES", "DECOMPOSITION_SITES", "get_site",
     "expand_kv", "self_message", "split_self", "scale_diagonal", "remove_diagonal",
 ]

@@ -1,4 +1,4 @@
-"""Command line: ``tlgeo run | profile | ppl | sites | models``."""
+"""Command line: ``tlgeo run | atlas | profile | ppl | sites | models``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,24 @@ def build_parser() -> argparse.ArgumentParser:
     _common(ppl)
     _edit_args(ppl)
     ppl.add_argument("--context", type=int, default=512)
+
+    atlas = sub.add_parser("atlas", help="the paper's editing experiments on one model, as an HTML report + CSVs")
+    atlas.add_argument("--model", default="smollm2-135m")
+    atlas.add_argument("--corpus", default="wikitext2")
+    atlas.add_argument("--out", default=None, help="output directory (default results/atlas-<model>)")
+    atlas.add_argument("--threads", type=int, default=None)
+    atlas.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(_atlas_steps()))
+    atlas.add_argument("--skip-first", type=int, default=None)
+    atlas.add_argument("--context", type=int, default=None)
+    atlas.add_argument("--tokens", type=int, default=None, help="tokens for sweeps/comparison perplexity")
+    atlas.add_argument("--profile-tokens", type=int, default=None)
+    atlas.add_argument("--zeroshot-tasks", default=None, help="e.g. piqa,arc_easy,arc_challenge,openbookqa,winogrande,boolq")
+    atlas.add_argument("--zeroshot-limit", type=int, default=None)
+    atlas.add_argument("--ruler-tasks", default=None)
+    atlas.add_argument("--ruler-lengths", default=None, help="e.g. 1024,2048,4096")
+    atlas.add_argument("--ruler-samples", type=int, default=None)
+    atlas.add_argument("--head-texts", type=int, default=None)
+    atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids")
 
     sub.add_parser("sites", help="list the sites")
     sub.add_parser("models", help="list the embedded models")
@@ -145,6 +163,41 @@ def cmd_ppl(args) -> int:
     return 0
 
 
+def _atlas_steps():
+    from .atlas import STEPS
+
+    return STEPS
+
+
+def cmd_atlas(args) -> int:
+    import torch
+
+    from .atlas import AtlasConfig, run_atlas
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out)
+    split = lambda v, f=str: tuple(f(x) for x in v.split(",") if x)  # noqa: E731
+    overrides = {
+        "steps": args.steps and split(args.steps), "skip_first": args.skip_first, "context": args.context,
+        "sweep_tokens": args.tokens, "profile_tokens": args.profile_tokens,
+        "zeroshot_tasks": None if args.zeroshot_tasks is None else split(args.zeroshot_tasks),
+        "zeroshot_limit": args.zeroshot_limit, "ruler_tasks": args.ruler_tasks and split(args.ruler_tasks),
+        "ruler_lengths": None if args.ruler_lengths is None else split(args.ruler_lengths, int),
+        "ruler_samples": args.ruler_samples, "head_texts": args.head_texts,
+    }
+    for k, v in overrides.items():
+        if v is not None:
+            setattr(cfg, k, v)
+    if args.full_grids:
+        from .sweeps import S_PAR_GRID, S_PERP_GRID
+
+        cfg.s_par_grid, cfg.s_perp_grid = S_PAR_GRID, S_PERP_GRID
+    path = run_atlas(cfg)
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_sites(args) -> int:
     from .sites import SITES
 
@@ -162,7 +215,7 @@ def cmd_models(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "profile": cmd_profile, "ppl": cmd_ppl, "sites": cmd_sites, "models": cmd_models}
+COMMANDS = {"run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl, "sites": cmd_sites, "models": cmd_models}
 
 
 def main(argv: list[str] | None = None) -> int:
