@@ -74,5 +74,5 @@ def test_profile_errors(llama, tokens):
         parallel_profile(llama, tokens, sites=["diag"])
     with pytest.raises(IndexError, match="out of range"):
         parallel_profile(llama, tokens, layers=[7])
-    with pytest.raises(ValueError, match="exceeds n_ctx"):
+    with pytest.raises(ValueError, match="exceeds the model.s n_ctx"):
         parallel_profile(llama, torch.zeros(1, 300, dtype=torch.long))

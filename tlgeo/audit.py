@@ -46,6 +46,7 @@ from torch import Tensor
 from .edits import Edit
 from .geometry import Scale, check_scale
 from .hooks import HookList, resolve_layers
+from .observe import check_tokens
 from .results import ResultLog
 from .sites import get_site
 
@@ -136,19 +137,6 @@ def _audit_hooks(model, edit: Edit, layers: list[int], out: dict, skip_first_pos
     return hooks
 
 
-def _check_tokens(model, tokens) -> Tensor:
-    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.numel() == 0:
-        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")
-    if tokens.dtype.is_floating_point:
-        raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-    if tokens.shape[1] > model.cfg.n_ctx:
-        raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx={model.cfg.n_ctx}")
-    if tokens.shape[1] < 2:
-        raise ValueError("sequences of at least 2 tokens are needed (position 0 is left out)")
-    return tokens
-
-
 def post_wo_audit(
     model,
     tokens: Int[Tensor, "batch pos"],
@@ -171,7 +159,7 @@ def post_wo_audit(
     (``n, rho_sum, ...``) from which :func:`audit_overall` aggregates exactly. With
     ``log_path``, rows are stored as they finish and not recomputed on a rerun.
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens, min_len=2)  # position 0 is left out
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose 'each' (one layer at a time) or 'all'")
     sites = [get_site(s) for s in sites]

@@ -55,6 +55,7 @@ from torch import Tensor
 from .edits import Edit
 from .geometry import EPS, Scale, check_scale, compute_dtype
 from .hooks import HookList, resolve_layers, site_hooks
+from .observe import check_tokens
 from .sites import Site
 from .value_space import expand_kv, self_weights
 
@@ -321,19 +322,6 @@ class ClosedFormResult:
                 [["max_abs_err", "rel_err", "max_rel_err", "ref_max_abs"]].max().reset_index())
 
 
-def _check_tokens(model, tokens) -> Tensor:
-    if isinstance(tokens, str):
-        raise TypeError("pass token ids; cut text with tlgeo.observe.corpus_batches(model, text, seq_len)")
-    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.numel() == 0:
-        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")
-    if tokens.dtype.is_floating_point:
-        raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-    if tokens.shape[1] > model.cfg.n_ctx:
-        raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx={model.cfg.n_ctx}")
-    return tokens
-
-
 def _capture_hooks(layers: Sequence[int], store: dict) -> HookList:
     hooks: HookList = []
     for layer in layers:
@@ -393,7 +381,7 @@ def closed_form_check(
     residual edit (see the module docstring). Two forwards per variant; only
     ``z`` and ``attn_out`` of the chosen layers are kept.
     """
-    tokens = _check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens)
     variants = [_check_variant(v) for v in variants]
     if not variants:
         raise ValueError("no variants given: choose from " + str(list(VARIANTS)))
@@ -498,7 +486,7 @@ def attention_before_after(
     edit (only that layer edited; heads labelled ``"h0 before"``, ``"h0 after"``, ...)."""
     import circuitsvis as cv
 
-    tokens = _check_tokens(model, tokens)
+    tokens = check_tokens(model, tokens)
     _check_variant(variant)
     resolve_layers(model.cfg, layer)
     name = f"blocks.{layer}.attn.hook_pattern"

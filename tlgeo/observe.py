@@ -19,7 +19,7 @@ from .hooks import HookList, site_hooks
 from .perplexity import tokenize_text, token_windows
 from .sites import DECOMPOSITION_SITES, get_site
 
-__all__ = ["corpus_batches", "parallel_profile", "summarize_profile"]
+__all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile"]
 
 STATS = ("alpha", "parallel_ratio", "norm_ratio", "cosine")
 
@@ -39,6 +39,23 @@ def corpus_batches(
     if not windows:
         raise ValueError(f"corpus too short: fewer than {seq_len} tokens ({ids.numel()})")
     return torch.stack(windows)
+
+
+def check_tokens(model, tokens, min_len: int = 1) -> Tensor:
+    """Return ``tokens`` if it is a non-empty ``[batch, pos]`` integer tensor that fits the
+    model's context (at least ``min_len`` positions), else raise a ``ValueError`` saying why."""
+    if isinstance(tokens, str):
+        raise TypeError("pass token ids; cut text with tlgeo.observe.corpus_batches(model, text, seq_len)")
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.numel() == 0:
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")
+    if tokens.dtype.is_floating_point:
+        raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx={model.cfg.n_ctx}")
+    if tokens.shape[1] < min_len:
+        raise ValueError(f"sequences of at least {min_len} tokens are needed, got {tokens.shape[1]}")
+    return tokens
 
 
 def _stats(y: Tensor, ref: Tensor) -> dict[str, Tensor]:
@@ -92,10 +109,7 @@ def parallel_profile(
         raise ValueError(f"site(s) {bad} edit the pattern and have no decomposition to profile")
     if isinstance(tokens, str):
         tokens = corpus_batches(model, tokens, seq_len, max_tokens)
-    if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise ValueError(f"tokens must be a non-empty [batch, pos] tensor, got {tuple(tokens.shape)}")
-    if tokens.shape[1] > model.cfg.n_ctx:
-        raise ValueError(f"sequence length {tokens.shape[1]} exceeds n_ctx={model.cfg.n_ctx}")
+    check_tokens(model, tokens)
 
     records: list = []
     hooks = list(fwd_hooks) + _observer_hooks(model, sites, layers, records)  # observe after edits
