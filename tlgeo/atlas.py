@@ -248,12 +248,13 @@ def _step_audit(ctx: _Ctx) -> None:
 
     cfg, model = ctx.cfg, ctx.model
     tokens = corpus_batches(model, ctx.text, min(cfg.context, 256), 4 * 256 + 8)[:4]
+    # mode "all": every block edited at once, one forward per site (as the edit is used)
     per_layer = ctx.cached("audit_layers", lambda: post_wo_audit(
-        model, tokens, skip_first=cfg.skip_first, log_path=ctx.log("audit")))
+        model, tokens, mode="all", skip_first=cfg.skip_first, log_path=ctx.log("audit")))
     overall = audit_overall(per_layer)
     overall.to_csv(ctx.csv("audit"), index=False)
     ctx.report.section("7. Post-W_O audit (Table 6)",
-                       "At s_par = 0: ||y~ − y||/||y|| (perturbation), its square (energy) and ||y~||/||y|| "
+                       "At s_par = 0, all blocks edited: ||y~ − y||/||y|| (perturbation), its square (energy) and ||y~||/||y|| "
                        "(retained) of the attention output after W_O. Qwen3-0.6B in the paper: residual "
                        "attention 25.15% / 9.32% / 95.01%; exclude-self 49.10% / 25.89% / 83.36%.")
     ctx.report.table(overall, "overall (token-weighted)")
