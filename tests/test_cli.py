@@ -59,3 +59,15 @@ def test_cli_errors(tmp_path, capsys, extra, msg):
 def test_listing_commands(capsys):
     assert main(["sites"]) == 0 and "value_excl_self" in capsys.readouterr().out
     assert main(["models"]) == 0 and "smollm2-135m" in capsys.readouterr().out
+
+
+def test_rerun_with_other_settings_does_not_reuse_rows(tmp_path):
+    """The resume log is keyed by the measurement settings too, not just the edit."""
+    out = tmp_path / "ppl"
+    base = ["run", "--model", "tiny:llama", "--profile-tokens", "256", "--context", "64", "--out", str(out)]
+    assert main(base + ["--tokens", "150"]) == 0
+    first = pd.read_csv(out / "edits.csv")
+    assert main(base + ["--tokens", "250"]) == 0
+    second = pd.read_csv(out / "edits.csv")
+    assert (first["n_tokens"] == 150).all() and (second["n_tokens"] == 250).all()
+    assert len((out / "edits.jsonl").read_text().splitlines()) == 24

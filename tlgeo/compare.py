@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Iterable
 
@@ -13,7 +14,9 @@ from .results import ResultLog
 
 __all__ = ["compare_edits", "removal_edits"]
 
-KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "heads")
+# The edit and the measurement settings: a log written with another text, context or
+# token budget is never mistaken for this run's rows.
+KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "heads", "context", "max_tokens", "text_sha1")
 
 
 def removal_edits(sites: Iterable[str], skip_first: int = 0) -> list[Edit]:
@@ -55,7 +58,10 @@ def compare_edits(
         from tqdm.auto import tqdm
 
         runs = tqdm(runs, desc="edits", unit="run")
+    settings = {"context": context, "max_tokens": max_tokens,
+                "text_sha1": hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]}
     for key, hooks in runs:
+        key = {**key, **settings}
         row = log.get(**key) if log is not None else None
         if row is None:
             res = perplexity(
