@@ -15,29 +15,36 @@ from tlgeo.ruler import (
     prompt_ids,
     string_match_all,
     string_match_part,
+    first_word,
 )
 
 L = 800  # byte tokenizer: RULER templates take 370-650 tokens
 L_LIST = 1000  # cwe/fwe: room for 10 common words seen 5 times
+L_LONG = 1600  # vt with its one-shot example; qa_boolq (a BoolQ passage is up to ~1500 bytes)
+APPROX = ("cwe", "fwe", "qa_boolq")  # lengths hit within a few tokens, not exactly
+
+
+def _length(task):
+    return {"cwe": L_LIST, "fwe": L_LIST, "vt": L_LONG, "qa_boolq": 2000}.get(task, L)
 
 
 @pytest.fixture(scope="module")
 def llama():
-    """Tiny Llama (GQA 4/2 heads, byte tokenizer) with a 1024-token context."""
+    """Tiny Llama (GQA 4/2 heads, byte tokenizer) with a 2048-token context."""
     from tlgeo.models import tiny_model
 
-    return tiny_model("llama", max_position_embeddings=1024)
+    return tiny_model("llama", max_position_embeddings=2048)
 
 
 @pytest.mark.parametrize("haystack", ["synthetic", "corpora"])
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_length_hits_target(llama, task, haystack):
-    length = L_LIST if task in ("cwe", "fwe") else L
+    length = _length(task)
     samples = make_task(task, llama, length, 2, seed=1, haystack=haystack)
     for s in samples:
         n = len(prompt_ids(llama, s.prompt))
         assert n == s.n_tokens <= length
-        if task in ("cwe", "fwe"):
+        if task in APPROX:
             assert length - n <= 8
         else:
             assert n == length
@@ -50,7 +57,7 @@ def test_length_hits_target_bpe(smollm2_tokenizer):
         for s in make_task(task, smollm2_tokenizer, 1024, 2, haystack="corpora"):
             n = len(smollm2_tokenizer(s.prompt, add_special_tokens=False)["input_ids"]) + 1
             assert n == s.n_tokens
-            assert (n == 1024) if task not in ("cwe", "fwe") else (1024 - 8 <= n <= 1024)
+            assert (n == 1024) if task not in APPROX else (1024 - 8 <= n <= 1024)
 
 
 @pytest.fixture(scope="module")
@@ -107,21 +114,43 @@ def test_niah_answers_derivable(llama, task):
         assert len(set(queried)) == (4 if task == "niah_multiquery" else 1)
 
 
-def test_vt_answers_derivable(llama):
-    for s in make_task("vt", llama, L, 3, haystack="synthetic"):
-        value = re.search(r"assigned the value (\d+) in the text", s.prompt).group(1)
+@pytest.mark.parametrize("one_shot", [True, False])
+def test_vt_answers_derivable(llama, one_shot):
+    for s in make_task("vt", llama, L_LONG if one_shot else L, 3, haystack="synthetic", one_shot=one_shot):
+        values = re.findall(r"assigned the value (\d+) in the text", s.prompt)
+        assert len(values) == (2 if one_shot else 1)
+        value = values[-1]
         assign = dict(re.findall(r"VAR ([A-Z]+) = (\d+|VAR [A-Z]+)\.", s.prompt))
+        assert len(assign) == (10 if one_shot else 5)  # the example's chain uses other names
 
         def resolve(x):
             while assign[x].startswith("VAR "):
                 x = assign[x][4:]
             return assign[x]
 
+        if one_shot:  # the example is answered correctly, before the real question
+            example_answer = s.prompt.split("they are: ")[1].split("\n")[0].split()
+            assert example_answer == [v for v in assign if resolve(v) == values[0]]
+            assert s.prompt.index("they are: ") < s.prompt.index(f"VAR {s.answers[0]} =")
         expect = {v for v in assign if resolve(v) == value}
         assert expect == set(s.answers) and len(expect) == 5
         # statements appear in chain order
         order = [s.prompt.index(f"VAR {v} =") for v in s.answers]
         assert order == sorted(order)
+
+
+def test_qa_boolq_gold_passage_and_answer(llama):
+    from tlgeo.ruler import _boolq_items
+
+    items = {q: (p, a) for p, q, a in _boolq_items()}
+    for depth in (0.0, 0.5, 1.0):
+        (s,) = make_task("qa_boolq", llama, 2000, 1, seed=2, depths=depth)
+        question = re.search(r"Question: (.*) Answer \(yes or no\):$", s.prompt).group(1)
+        passage, answer = items[question]
+        assert s.answers == (answer,) and answer in ("yes", "no")
+        docs = re.findall(r"Document \d+:\n(.*?)(?=\n\nDocument \d+:|\n\nAnswer the question)", s.prompt, re.S)
+        assert len(docs) >= 2 and docs.count(passage) == 1
+        assert abs(docs.index(passage) / (len(docs) - 1) - depth) <= 0.5 / (len(docs) - 1) + 1e-9
 
 
 def test_cwe_answers_derivable(llama):
@@ -154,8 +183,12 @@ def test_deterministic_by_seed(llama):
 
 
 def test_errors(llama):
-    with pytest.raises(ValueError, match=r"length 1100 exceeds the model's context of 1024"):
-        make_task("niah_single", llama, 1100, 1)
+    with pytest.raises(ValueError, match=r"length 2100 exceeds the model's context of 2048"):
+        make_task("niah_single", llama, 2100, 1)
+    with pytest.raises(ValueError, match="vt: length 800 leaves"):
+        make_task("vt", llama, 800, 1)  # the one-shot example does not fit
+    with pytest.raises(ValueError, match="unknown option"):
+        make_task("qa_boolq", llama, 2000, 1, one_shot=True)
     with pytest.raises(ValueError, match="unknown RULER task"):
         make_task("qa_1", llama, L, 1)
     with pytest.raises(ValueError, match="unknown haystack"):
@@ -167,7 +200,7 @@ def test_errors(llama):
     with pytest.raises(ValueError, match="empty grid"):
         evaluate_ruler(llama, tasks=[], lengths=(L,))
     with pytest.raises(ValueError, match="exceeds the model's context"):
-        evaluate_ruler(llama, tasks=["niah_single"], lengths=(1020,))
+        evaluate_ruler(llama, tasks=["niah_single"], lengths=(2040,))
 
 
 def test_scoring():
@@ -181,6 +214,7 @@ def test_scoring():
         string_match_all(["a"], [["a"], ["b"]])
     with pytest.raises(ValueError):
         string_match_all([], [])
+    assert first_word(["No, it is not.", "not yes", " Yes", ""], [["no"], ["no"], ["yes"], ["yes"]]) == 50.0
 
 
 def test_generation_kv_cache_and_noop_edit(llama, tokens):
@@ -206,7 +240,7 @@ def test_generation_kv_cache_and_noop_edit(llama, tokens):
 
 def test_evaluate_resumes(llama, tmp_path):
     log = tmp_path / "ruler.jsonl"
-    kw = dict(tasks=["niah_single", "vt"], lengths=(500,), n_samples=2, max_new_tokens=2,
+    kw = dict(tasks=["niah_single", "vt"], lengths=(1000,), n_samples=2, max_new_tokens=2,
               log_path=log, haystack="synthetic")
     df = evaluate_ruler(llama, **kw)
     assert list(df.columns[:6]) == ["label", "task", "length", "n", "haystack", "seed"]

@@ -13,6 +13,7 @@ synthetic task families in spirit, with its templates:
 | ``vt``             | a chain ``VAR A = 12345``, ``VAR B = VAR A``, ...   | every variable of the chain    | all    |
 | ``cwe``            | a numbered word list, 10 words repeated often     | the 10 common words            | all    |
 | ``fwe``            | coded words drawn with a Zipf law (alpha 2)       | the 3 most frequent (rank 1 is '....') | all |
+| ``qa_boolq``       | a BoolQ passage among other BoolQ passages        | yes / no                       | first word |
 
 Haystacks are random contiguous spans of the offline corpora
 (``haystack="corpora"``: Austen, Moby Dick or the Bible, one per sample; or a
@@ -25,7 +26,13 @@ haystack before the needle). Everything is seeded and deterministic.
 
 Scoring follows RULER: ``string_match_all`` (fraction of the references found
 in the output, averaged over samples, in percent) and ``string_match_part``
-(any reference found; RULER's QA tasks, which need data not available here).
+(any reference found). ``vt`` starts with a one-shot example, as RULER's
+(``one_shot=False`` leaves it out). RULER's QA tasks use SQuAD/HotpotQA, which
+are not available offline; ``qa_boolq`` keeps their layout (the gold passage
+among distractor documents, the instruction before and after) with BoolQ's
+passages and yes/no questions, scored by the first word of the output
+(``first_word``; chance is 50%). Its length is hit within a few tokens (the
+last document is cut at a word).
 
 Generation is greedy with the bridge's own ``generate`` and its KV cache, with
 the forward hooks active. With transformers 5.17 (installed here) the cached
@@ -62,6 +69,7 @@ __all__ = [
     "prompt_ids",
     "string_match_all",
     "string_match_part",
+    "first_word",
     "greedy_generate",
     "generate_answers",
     "evaluate_ruler",
@@ -332,20 +340,45 @@ def _niah(kind: str, tok, length, depth, rng, haystack, n_keys=4, n_values=4):
     return prompt, tuple(answers), sentences, depths
 
 
-def _vt(tok, length, depth, rng, haystack, n_hops=4, n_chains=1):
-    names = set()
+_VT_HEAD = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+
+
+def _vt_question(value: str, n_vars: int) -> str:
+    return (
+        f"\nQuestion: Find all variables that are assigned the value {value} in the text above. "
+        f"Answer: According to the chain(s) of variable assignment in the text above, {n_vars} "
+        f"variables are assigned the value {value}, they are:"
+    )
+
+
+def _vt_chains(rng: np.random.Generator, n_hops: int, n_chains: int, taken: set[str] = frozenset()):
+    """``n_chains`` chains of ``n_hops + 1`` fresh 5-letter names, their values and statements."""
+    names: set[str] = set()
     while len(names) < (n_hops + 1) * n_chains:
-        names.add("".join(rng.choice(list(string.ascii_uppercase), 5)))
+        n = "".join(rng.choice(list(string.ascii_uppercase), 5))
+        if n not in taken:
+            names.add(n)
     names = sorted(names)
     rng.shuffle(names)
     values = _numbers(rng, n_chains, digits=5)
-    chains, sentences = [], []
-    for c in range(n_chains):
-        chain = names[c * (n_hops + 1) : (c + 1) * (n_hops + 1)]
-        chains.append(chain)
-        sentences.append([f"VAR {chain[0]} = {values[c]}."] + [
-            f"VAR {chain[i]} = VAR {chain[i - 1]}." for i in range(1, len(chain))
-        ])
+    chains = [names[c * (n_hops + 1) : (c + 1) * (n_hops + 1)] for c in range(n_chains)]
+    sentences = [
+        [f"VAR {ch[0]} = {values[c]}."] + [f"VAR {ch[i]} = VAR {ch[i - 1]}." for i in range(1, len(ch))]
+        for c, ch in enumerate(chains)
+    ]
+    return chains, values, sentences
+
+
+def _vt_example(rng: np.random.Generator, n_hops: int, taken: set[str]) -> str:
+    """RULER's one-shot demonstration: one chain in a short noise haystack, answered."""
+    chains, values, sentences = _vt_chains(rng, n_hops, 1, taken)
+    depths = np.linspace(0.0, 1.0, n_hops + 1, endpoint=False)
+    body = _insert(NOISE.strip(), list(zip(sentences[0], depths)))
+    return _VT_HEAD + body + _vt_question(values[0], n_hops + 1) + " " + " ".join(chains[0]) + "\n\n"
+
+
+def _vt(tok, length, depth, rng, haystack, n_hops=4, n_chains=1, one_shot=True):
+    chains, values, sentences = _vt_chains(rng, n_hops, n_chains)
     # chain statements in order, evenly spread from `depth` to the end (jittered)
     span = 1.0 - depth
     depths_per_chain = []
@@ -354,15 +387,70 @@ def _vt(tok, length, depth, rng, haystack, n_hops=4, n_chains=1):
         jitter = rng.uniform(0, span / (n_hops + 1) * 0.5, size=n_hops + 1) if c else np.zeros(n_hops + 1)
         depths_per_chain.append([float(min(1.0, d + j)) for d, j in zip(base, jitter)])
     needles = [(s, d) for ss, ds in zip(sentences, depths_per_chain) for s, d in zip(ss, ds)]
-    head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-    tail = (
-        f"\nQuestion: Find all variables that are assigned the value {values[0]} in the text above. "
-        f"Answer: According to the chain(s) of variable assignment in the text above, {n_hops + 1} "
-        f"variables are assigned the value {values[0]}, they are:"
-    )
-    render = lambda hay: head + _insert(hay, needles) + tail  # noqa: E731
+    example = _vt_example(rng, n_hops, {n for ch in chains for n in ch}) if one_shot else ""
+    tail = _vt_question(values[0], n_hops + 1)
+    render = lambda hay: example + _VT_HEAD + _insert(hay, needles) + tail  # noqa: E731
     prompt, _ = _fit_haystack(tok, length, render, haystack, rng, "vt")
     return prompt, tuple(chains[0]), [s for s, _ in needles], [d for _, d in needles]
+
+
+# ---- question answering over documents ------------------------------------------------
+
+_QA_INSTRUCTION = (
+    "Answer the question based on the given documents. Only give me the answer and do not output "
+    "any other words."
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _boolq_items() -> tuple[tuple[str, str, str], ...]:
+    """``(passage, question, answer)`` of BoolQ dev (``../shared/data/zeroshot/boolq``)."""
+    import json
+
+    from .zeroshot import zeroshot_dir
+
+    path = zeroshot_dir() / "boolq" / "dev.llmfoundry.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"qa_boolq needs the BoolQ dev file {path}")
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        m = re.match(r"Passage: (.*)\nQuestion: (.*)$", d["query"], re.S)
+        if m:
+            q = m.group(2).strip().rstrip("?")
+            out.append((m.group(1).strip(), q[:1].upper() + q[1:] + "?", d["choices"][d["gold"]]))
+    return tuple(out)
+
+
+def _qa_boolq(tok, length, depth, rng, haystack):
+    """RULER's QA layout on BoolQ: the gold passage among distractor passages, yes/no answer.
+
+    ``haystack`` is not used: the distractors are other BoolQ passages (RULER
+    uses other SQuAD/HotpotQA paragraphs). The gold document goes to the
+    position nearest ``depth``; documents are added until ``length`` is reached.
+    """
+    items = _boolq_items()
+    gold = int(rng.integers(len(items)))
+    passage, question, answer = items[gold]
+    others = [items[i][0] for i in rng.permutation(len(items)) if i != gold]
+
+    def render(n: int, n_words: int = 0) -> str:
+        docs = others[:n] + ([" ".join(others[n].split()[:n_words])] if n_words else [])
+        docs.insert(min(len(docs), int(round(depth * len(docs)))), passage)
+        body = "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(docs))
+        return (
+            f"{_QA_INSTRUCTION}\n\nThe following are given documents.\n\n{body}\n\n"
+            f"{_QA_INSTRUCTION}\n\nQuestion: {question} Answer (yes or no):"
+        )
+
+    _, n = _fit_count(tok, length, render, 0, 4, "qa_boolq")
+    # the last document is cut to the words that still fit (RULER stops at whole documents)
+    prompt, k = _fit_count(tok, length, lambda m: render(n, m), 0, len(others[n].split()), "qa_boolq")
+    n_docs = n + 1 + (k > 0)
+    pos = min(n_docs - 1, int(round(depth * (n_docs - 1))))
+    return prompt, (answer,), [passage], [pos / max(n_docs - 1, 1)]
 
 
 # ---- word-counting tasks ------------------------------------------------------
@@ -506,16 +594,19 @@ TASKS: dict[str, TaskSpec] = {
                  "one key, 4 values", {"n_values": 4}),
         TaskSpec("niah_multiquery", _needle_builder("multiquery"), "string_match_all", 40,
                  "4 keys, all queried", {"n_keys": 4}),
-        TaskSpec("vt", _vt, "string_match_all", 24, "variable tracking: 1 chain of 4 hops",
-                 {"n_hops": 4, "n_chains": 1}),
+        TaskSpec("vt", _vt, "string_match_all", 24,
+                 "variable tracking: 1 chain of 4 hops, after a one-shot example (as RULER)",
+                 {"n_hops": 4, "n_chains": 1, "one_shot": True}),
         TaskSpec("cwe", _cwe, "string_match_all", 48, "common words: top 10 of a numbered list",
                  {"k": 10, "freq_cw": 30, "freq_ucw": 3}),
         TaskSpec("fwe", _fwe, "string_match_all", 24, "frequent coded words (Zipf, alpha 2): top 3",
                  {"alpha": 2.0, "n_answers": 3}),
+        TaskSpec("qa_boolq", _qa_boolq, "first_word", 4,
+                 "QA: a BoolQ passage among distractor passages, yes/no (chance 50%)"),
     ]
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
-_NEEDLE_TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt")
+_NEEDLE_TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "qa_boolq")
 
 
 def make_task(
@@ -613,7 +704,17 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
     ]))
 
 
-METRICS = {"string_match_all": string_match_all, "string_match_part": string_match_part}
+def first_word(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
+    """Mean over samples of whether the output's first word is a reference (case-insensitive), x100.
+
+    For one-word answers such as yes/no, where substring matching would count
+    "no" inside "not" or "know"."""
+    _check(preds, refs)
+    firsts = [(re.findall(r"[a-z0-9]+", p.lower()) or [""])[0] for p in preds]
+    return 100.0 * float(np.mean([f in {r.lower() for r in rs} for f, rs in zip(firsts, refs)]))
+
+
+METRICS = {"string_match_all": string_match_all, "string_match_part": string_match_part, "first_word": first_word}
 
 
 # ---------------------------------------------------------------------------
