@@ -11,6 +11,9 @@ test, 2 windows x 256 in one batch):
   layer   layer_sweep at one late block (default 25) over K scales: 1 unedited pass
           + K passes that start at that block
   bare_k  K + 1 plain forwards
+  zeroshot  evaluate_zeroshot on the first --zs-items items of PIQA, ARC-Easy and
+          WinoGrande (tokenising, batching, log-softmax and scoring included)
+  bare_zs plain forwards of exactly the padded batches the scorer builds
 
 Rounds alternate the order; medians are reported, of wall time and of process
 CPU time (all threads; the steadier number on a shared machine).
@@ -36,6 +39,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--layer", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--zs-items", type=int, default=20)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -69,12 +73,39 @@ def main() -> None:
     def run_layer():
         return layer_sweep(model, ids, "value_excl_self", args.layer, scales, **kw)
 
+    from tlgeo.zeroshot import _prefix_token, encode_pair, evaluate_zeroshot, load_task
+
+    zs_tasks = ("piqa", "arc_easy", "winogrande")
+    prefix = _prefix_token(model, None)
+    zs_batches = []  # the scorer's batches: unique inputs, longest first, 8 per batch, right-padded
+    for task in zs_tasks:
+        uniq = {tuple((c + x)[:-1]) for it in load_task(task, limit=args.zs_items)
+                for c, x in (encode_pair(model.tokenizer, a, b, prefix_token_id=prefix)
+                             for a, b in zip(it.contexts, it.continuations))}
+        order = sorted(uniq, key=len, reverse=True)
+        for i in range(0, len(order), 8):
+            chunk = order[i : i + 8]
+            inp = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
+            for r, u in enumerate(chunk):
+                inp[r, : len(u)] = torch.tensor(u)
+            zs_batches.append(inp)
+
+    def run_bare_zs():
+        with torch.inference_mode():
+            for inp in zs_batches:
+                model(inp)
+
+    def run_zeroshot():
+        return evaluate_zeroshot(model, zs_tasks, limit=args.zs_items)
+
     jobs = {
         "sweep": run_sweep,
         "bare": lambda: run_bare(n_edits + 1),
         "sweep_skip0": run_sweep0,
         "layer": run_layer,
         "bare_k": lambda: run_bare(len(scales) + 1),
+        "zeroshot": run_zeroshot,
+        "bare_zs": run_bare_zs,
     }
     run_bare(1)  # warm up
     times: dict[str, list[float]] = {k: [] for k in jobs}
@@ -109,6 +140,12 @@ def main() -> None:
         "cpu_layer_sweep_s": round(mc["layer"], 3),
         f"cpu_bare_{len(scales) + 1}_forwards_s": round(mc["bare_k"], 3),
         "cpu_layer_sweep_vs_bare": round(mc["layer"] / mc["bare_k"], 3),
+        "zeroshot_items": args.zs_items * len(zs_tasks),
+        "zeroshot_batches": len(zs_batches),
+        "zeroshot_s": round(med["zeroshot"], 3),
+        "bare_zs_s": round(med["bare_zs"], 3),
+        "zeroshot_vs_bare": round(med["zeroshot"] / med["bare_zs"], 3),
+        "cpu_zeroshot_vs_bare": round(mc["zeroshot"] / mc["bare_zs"], 3),
         "rounds_wall": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "rounds_cpu": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
     }
