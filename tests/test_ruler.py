@@ -145,7 +145,7 @@ def test_qa_boolq_gold_passage_and_answer(llama):
     items = {q: (p, a) for p, q, a in _boolq_items()}
     for depth in (0.0, 0.5, 1.0):
         (s,) = make_task("qa_boolq", llama, 2000, 1, seed=2, depths=depth)
-        question = re.search(r"Question: (.*) Answer \(yes or no\):$", s.prompt).group(1)
+        question = re.search(r"Question: (.*)\nAnswer:$", s.prompt).group(1)
         passage, answer = items[question]
         assert s.answers == (answer,) and answer in ("yes", "no")
         docs = re.findall(r"Document \d+:\n(.*?)(?=\n\nDocument \d+:|\n\nAnswer the question)", s.prompt, re.S)

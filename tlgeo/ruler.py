@@ -32,7 +32,9 @@ are not available offline; ``qa_boolq`` keeps their layout (the gold passage
 among distractor documents, the instruction before and after) with BoolQ's
 passages and yes/no questions, scored by the first word of the output
 (``first_word``; chance is 50%). Its length is hit within a few tokens (the
-last document is cut at a word).
+last document is cut at a word). Instruction-tuned models such as
+SmolLM2-Instruct often end their turn at once on this raw (non-chat) prompt;
+an empty answer counts as wrong.
 
 Generation is greedy with the bridge's own ``generate`` and its KV cache, with
 the forward hooks active. With transformers 5.17 (installed here) the cached
@@ -442,7 +444,7 @@ def _qa_boolq(tok, length, depth, rng, haystack):
         body = "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(docs))
         return (
             f"{_QA_INSTRUCTION}\n\nThe following are given documents.\n\n{body}\n\n"
-            f"{_QA_INSTRUCTION}\n\nQuestion: {question} Answer (yes or no):"
+            f"{_QA_INSTRUCTION}\n\nQuestion: {question}\nAnswer:"
         )
 
     _, n = _fit_count(tok, length, render, 0, 4, "qa_boolq")
