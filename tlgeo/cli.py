@@ -1,4 +1,4 @@
-"""Command line: ``tlgeo run | atlas | profile | ppl | sites | models``."""
+"""Command line: ``tlgeo run | atlas | profile | ppl | compress-diag | train | sites | models``."""
 
 from __future__ import annotations
 
@@ -80,6 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--head-texts", type=int, default=None)
     atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids")
 
+    cd = sub.add_parser("compress-diag", help="perpendicular vs parallel error of compressed models (CSV + figure)")
+    cd.add_argument("--model", default="smollm2-135m", help="the dense model")
+    cd.add_argument("--methods", default="awq,wanda,wanda_4_8,wanda_2_4", help="methods under --root (comma list)")
+    cd.add_argument("--root", default=None, help="folder with one compressed model dir per method "
+                    "(default $TLGEO_CACHE/compressed/<model>, as written by scripts/compress.py)")
+    cd.add_argument("--corpus", default="wikitext2", help="held-out text for the prompts")
+    cd.add_argument("--prompts", type=int, default=12, help="number of prompts (windows of the corpus)")
+    cd.add_argument("--seq-len", type=int, default=128)
+    cd.add_argument("--modes", default="local,e2e", help="local (counterfactual), e2e (own hidden states)")
+    cd.add_argument("--ppl", default=None, help="ppl.csv of scripts/compress.py (default <out>/ppl.csv if present)")
+    cd.add_argument("--out", default=None, help="output directory (default results/compression/<model>)")
+    cd.add_argument("--threads", type=int, default=None)
+
+    from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
+    add_train_args(sub.add_parser("train", help="pretrain a model from scratch with parallel suppression"))
     sub.add_parser("sites", help="list the sites")
     sub.add_parser("models", help="list the embedded models")
     return parser
@@ -215,7 +230,52 @@ def cmd_models(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl, "sites": cmd_sites, "models": cmd_models}
+def cmd_compress_diag(args) -> int:
+    import pandas as pd
+    import torch
+
+    from .compression.experiment import run_diagnosis
+    from .compression.llmc import compressed_dir
+    from .data import load_text
+    from .models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    key = Path(args.model).name if Path(args.model).expanduser().is_dir() else args.model.replace(":", "-")
+    root = Path(args.root) if args.root else compressed_dir(key, "x").parent
+    methods = [m for m in args.methods.split(",") if m]
+    if not methods:
+        raise ValueError("no methods given")
+    compressed = {m: root / m for m in methods}
+    missing = [str(p) for p in compressed.values() if not (p / "config.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
+                                "(create them with scripts/compress.py)")
+    text = load_text(args.corpus)
+    out = Path(args.out or Path("results") / "compression" / key)
+    ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
+    ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
+    base = load_model(args.model)
+    frames = run_diagnosis(base, compressed, text, out, n_prompts=args.prompts, seq_len=args.seq_len,
+                           modes=[m for m in args.modes.split(",") if m], ppl=ppl)
+    t = frames["table12"]
+    t = t[(t["ref"] == "delta") & (t["tokens"] == "last")]
+    cols = ["mode", "site", "method", "r_e_perp", "rho_e_perp", "rho_e_par", "share_perp", "share_par", "mean_e_perp"]
+    print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {out}/diag_layers.csv, table12.csv, figure6_*.png")
+    return 0
+
+
+def cmd_train(args) -> int:
+    from .train.cli import run
+
+    return run(args)
+
+
+COMMANDS = {
+    "run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl,
+    "compress-diag": cmd_compress_diag, "train": cmd_train, "sites": cmd_sites, "models": cmd_models,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from .hooks import HookList, resolve_heads, resolve_layers, site_hooks
 from .sites import Site, get_site
 from .value_space import scale_diagonal
 
-__all__ = ["Edit", "edit_hooks", "edit"]
+__all__ = ["Edit", "edit_hooks", "edit", "scale_update"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Edit:
         resolve_layers(cfg, self.layers, self.skip_first)
         head_mask = resolve_heads(cfg, self.site, self.heads)
         if self.site.is_decomposition:
-            fn = _scale_update(self.site, self.s_par, self.s_perp, head_mask)
+            fn = scale_update(self.site, self.s_par, self.s_perp, head_mask)
         else:
             fn = _scale_diagonal(self.s_par, head_mask)
         return site_hooks(model, self.site, fn, self.layers, self.skip_first)
@@ -91,7 +91,9 @@ def _plain(s: Scale):
     return s if not isinstance(s, Tensor) else "tensor"
 
 
-def _scale_update(site: Site, s_par: Scale, s_perp: Scale, head_mask: Tensor | None):
+def scale_update(site: Site, s_par: Scale, s_perp: Scale, head_mask: Tensor | None):
+    """The update callback of :func:`~tlgeo.hooks.site_hooks` that rescales ``site``'s
+    parallel / perpendicular parts (``head_mask``: per-head sites only; ``None`` = all)."""
     noop = is_unit(s_par) and is_unit(s_perp)
 
     def on_target(layer: int, x: Tensor, reads: Mapping[str, Tensor]) -> Tensor:

@@ -1,0 +1,174 @@
+"""Pretraining with parallel suppression (tlgeo.train): the training-time suppression is
+the analysis edit, gradients flow through it, runs resume exactly, bad configs fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tlgeo import Edit, load_model
+from tlgeo.train import (
+    ConfigError, EmptyDataError, ModelSpec, SuppressedLM, Suppression, TrainConfig,
+    build_bridge, build_token_stream, hf_config, load_trained, lr_factor, train,
+)
+
+SPECS = {
+    "gpt": ModelSpec(arch="gpt", d_model=32, n_layers=2, n_heads=4, context=32),
+    "llama": ModelSpec(arch="llama", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, context=32),
+}
+FIXED = {"value_full": "value_full", "attn": "attn", "value_excl_self": "value_excl_self"}
+
+
+@pytest.fixture(scope="module")
+def bridges():
+    return {a: build_bridge(s, seed=0) for a, s in SPECS.items()}
+
+
+@pytest.fixture
+def toks():
+    return torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(1))
+
+
+def tiny_cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(model=SPECS["llama"], data="mobydick", max_data_tokens=20_000,
+                data_dir=str(tmp_path / "data"), seq_len=16, batch_size=4, steps=6, warmup=2,
+                eval_every=3, eval_batches=2, out=str(tmp_path / "run"))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_architectures_are_the_papers():
+    g = hf_config(SPECS["gpt"])
+    assert g.model_type == "starcoder2" and g.tie_word_embeddings and g.use_bias
+    assert g.intermediate_size == 4 * 32 and "gelu" in g.hidden_act
+    l = hf_config(SPECS["llama"])
+    assert l.model_type == "llama" and l.num_key_value_heads == 2 and l.tie_word_embeddings
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+@pytest.mark.parametrize("variant", sorted(FIXED))
+def test_training_forward_is_the_analysis_edit(bridges, toks, arch, variant):
+    bridge = bridges[arch]
+    lm = SuppressedLM(bridge, Suppression(variant, bridge.cfg))
+    with torch.no_grad():
+        trained = lm.logits(toks)
+        analysis = bridge.run_with_hooks(toks, fwd_hooks=Edit(FIXED[variant], s_par=0.0).hooks(bridge))
+        plain = bridge(toks)
+    assert torch.equal(trained, analysis)  # same code, bit for bit
+    assert (trained - plain).abs().max() > 1e-4  # and it does change the forward
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_gate_matches_fixed_edits_and_learns(bridges, toks, arch):
+    bridge = bridges[arch]
+    sup = Suppression("gate", bridge.cfg)
+    lm = SuppressedLM(bridge, sup)
+    with torch.no_grad():  # w = 0, b = 0: g = 0.5 everywhere, i.e. s_par = 0.5
+        half = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.5).hooks(bridge))
+        assert torch.allclose(lm.logits(toks), half, atol=1e-5)
+        sup.gate_b.fill_(40.0)  # g -> 1: full removal
+        full = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0).hooks(bridge))
+        assert torch.allclose(lm.logits(toks), full, atol=1e-5)
+        sup.gate_b.zero_()
+    loss = lm(toks)
+    loss.backward()
+    assert sup.gate_w.grad is not None and sup.gate_w.grad.abs().sum() > 0
+    assert torch.isfinite(sup.gate_w.grad).all() and sup.gate_b.grad.abs().sum() > 0
+    bridge.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_gradients_are_finite_and_flow_through_the_edit(bridges, toks, arch):
+    bridge = bridges[arch]
+    grads = {}
+    for variant in ("none", "value_full"):
+        lm = SuppressedLM(bridge, Suppression(variant, bridge.cfg))
+        bridge.zero_grad(set_to_none=True)
+        lm(toks).backward()
+        params = dict(bridge.named_parameters())
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params.values())
+        grads[variant] = {n: p.grad.clone() for n, p in params.items()}
+    bridge.zero_grad(set_to_none=True)
+    v_name = next(n for n in grads["none"] if "v_proj" in n and n.endswith("weight"))
+    assert not torch.allclose(grads["none"][v_name], grads["value_full"][v_name])
+
+
+def test_lr_schedule_warmup_then_cosine(tmp_path):
+    cfg = tiny_cfg(tmp_path, steps=100, warmup=10, min_lr_ratio=0.1)
+    f = [lr_factor(s, cfg) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert f[10] == pytest.approx(1.0) and all(a >= b for a, b in zip(f[10:], f[11:]))
+    assert f[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_resume_gives_the_identical_loss_trajectory(tmp_path):
+    cfg_a = tiny_cfg(tmp_path, variant="gate", out=str(tmp_path / "a"))
+    full = train(cfg_a, log=lambda *_: None)
+    cfg_b = tiny_cfg(tmp_path, variant="gate", out=str(tmp_path / "b"))
+    part = train(cfg_b, stop_after=3, log=lambda *_: None)
+    assert len(part) == 3 and not (tmp_path / "b" / "model").exists()
+    resumed = train(cfg_b, resume=True, log=lambda *_: None)
+    assert resumed.step.tolist() == list(range(1, 7))
+    for col in ("train_loss", "val_loss", "lr", "grad_norm"):
+        assert resumed[col].fillna(-1).tolist() == full[col].fillna(-1).tolist(), col
+    a, _ = load_trained(tmp_path / "a" / "model")
+    b, sup = load_trained(tmp_path / "b" / "model")
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(p, q), n
+    assert sup.variant == "gate" and sup.gate_b.abs().sum() > 0
+
+
+def test_exported_model_boots_and_reproduces_training_forward(tmp_path, toks):
+    cfg = tiny_cfg(tmp_path, model=SPECS["gpt"], variant="value_full", steps=2, warmup=1, eval_every=2)
+    train(cfg, log=lambda *_: None)
+    bridge = load_model(str(tmp_path / "run" / "model"))  # plain tlgeo.load_model
+    ck = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    from tlgeo.train import make_model
+
+    lm = make_model(cfg)
+    lm.load_state_dict(ck["model"])
+    with torch.no_grad():
+        want = lm.logits(toks)
+        got = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0).hooks(bridge))
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_bad_configs_fail_clearly(tmp_path, bridges):
+    with pytest.raises(ConfigError, match="unknown suppression variant 'v_para'"):
+        tiny_cfg(tmp_path, variant="v_para").validate()
+    with pytest.raises(ConfigError, match="unknown suppression variant"):
+        Suppression("v_para", bridges["gpt"].cfg)
+    with pytest.raises(ConfigError, match="n_heads=4 is not divisible by n_kv_heads=3"):
+        hf_config(ModelSpec(arch="llama", d_model=32, n_heads=4, n_kv_heads=3))
+    with pytest.raises(ConfigError, match="must be divisible by world size 1 x grad_accum 3"):
+        train(tiny_cfg(tmp_path, batch_size=4, grad_accum=3), log=lambda *_: None)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n\n")
+    with pytest.raises(ValueError, match="empty corpus"):
+        build_token_stream(str(empty), tmp_path / "d")
+    short = tmp_path / "short.txt"
+    short.write_text("too short to train on")
+    with pytest.raises(EmptyDataError, match="at least 1024"):
+        build_token_stream(str(short), tmp_path / "d")
+    with pytest.raises(EmptyDataError, match="no data sources"):
+        build_token_stream(" , ", tmp_path / "d")
+
+
+def test_tlgeo_train_command(tmp_path, capsys):
+    from tlgeo.cli import main
+
+    args = ["train", "--arch", "llama", "--d-model", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+            "--context", "32", "--variant", "attn", "--data", "mobydick", "--max-data-tokens", "20000",
+            "--data-dir", str(tmp_path / "data"), "--seq-len", "16", "--batch-size", "4", "--steps", "2",
+            "--warmup", "1", "--eval-every", "2", "--eval-batches", "1", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    assert "final val loss" in capsys.readouterr().out
+    assert json_variant(tmp_path / "r" / "model") == "attn"
+    with pytest.raises(SystemExit):  # argparse rejects an unknown variant
+        main(args + ["--variant", "nope"])
+
+
+def json_variant(d):
+    import json
+
+    return json.loads((d / "suppression.json").read_text())["variant"]

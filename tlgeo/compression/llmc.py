@@ -1,0 +1,298 @@
+"""Compress a Hugging Face model with llmcompressor and save it as a dense model.
+
+Methods (see :data:`METHODS`): ``awq`` (W4A16 asymmetric, group quantisation),
+``wanda`` (50 % unstructured), ``wanda_4_8``, ``wanda_2_4`` (llmcompressor's
+``WandaPruningModifier``), and the direction-aware ``wanda_perp`` /
+``wanda_perp_2_4`` (:class:`tlgeo.compression.perp_wanda.PerpWandaPruningModifier`,
+Wanda's sequential pipeline with a score that targets the perpendicular error).
+
+llmcompressor leaves quantisation parameters attached to the modules; the
+result is written as an ordinary float32 model directory (fake-quantised /
+pruned weights copied into a fresh model, norms rescaled by AWQ's smoothing
+included) that :func:`tlgeo.load_model` boots in the bridge. A
+``tlgeo_compression.json`` manifest next to the weights records the method,
+calibration data, timing and the checks of the sparsity pattern and of the
+quantisation grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "METHODS",
+    "MANIFEST",
+    "UnknownMethodError",
+    "compressed_dir",
+    "calibration_windows",
+    "build_recipe",
+    "compress_model",
+    "nm_pattern_ok",
+    "check_sparsity",
+    "check_quant_grid",
+    "apply_cpu_workaround",
+]
+
+MANIFEST = "tlgeo_compression.json"
+
+# method -> (kind, sparsity, mask_structure)
+METHODS: dict[str, tuple[str, float, str]] = {
+    "awq": ("awq", 0.0, ""),
+    "wanda": ("wanda", 0.5, "0:0"),
+    "wanda_4_8": ("wanda", 0.5, "4:8"),
+    "wanda_2_4": ("wanda", 0.5, "2:4"),
+    "wanda_perp": ("wanda_perp", 0.5, "0:0"),
+    "wanda_perp_2_4": ("wanda_perp", 0.5, "2:4"),
+}
+# Linear layers left alone by every method (the tied embedding / unembedding).
+IGNORE = ["re:.*lm_head"]  # a bare "lm_head" does not match in the pruning modifiers
+
+
+class UnknownMethodError(ValueError):
+    """A compression method name that is not in :data:`METHODS`."""
+
+
+def compressed_dir(model: str, method: str, root: str | os.PathLike | None = None) -> Path:
+    """``<root or $TLGEO_CACHE>/compressed/<model>/<method>`` (never inside the repository)."""
+    from ..models import cache_dir
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(model)).strip("_")
+    return Path(root) if root is not None else cache_dir() / "compressed" / safe / method
+
+
+def apply_cpu_workaround() -> None:
+    """Make llmcompressor's activation cache usable without an accelerator.
+
+    On a CPU-only machine ``IntermediatesCache.pin_memory`` calls
+    ``Tensor.pin_memory()``, which fails with "Cannot access accelerator device"
+    (pinning is only useful for host-to-GPU copies). With CUDA available the
+    original method is kept.
+    """
+    if torch.cuda.is_available():
+        return
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    IntermediatesCache.pin_memory = lambda self, *a, **k: None  # no-op: nothing to pin on CPU
+
+
+def calibration_windows(
+    tokenizer, corpus: str = "wikitext2-valid", n: int = 32, seq_len: int = 128
+) -> list[list[int]]:
+    """``n`` disjoint windows of ``seq_len`` token ids (BOS first when the tokenizer has one).
+
+    The default corpus is the WikiText-2 *validation* split, disjoint from the
+    test text that perplexity and the diagnosis read.
+    """
+    from ..data import load_text
+
+    if n < 1 or seq_len < 2:
+        raise ValueError(f"need n >= 1 and seq_len >= 2, got n={n}, seq_len={seq_len}")
+    bos = tokenizer.bos_token_id
+    body = seq_len - (bos is not None)
+    text = load_text(corpus, max_chars=16 * n * seq_len + 4096)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) < n * body:
+        raise ValueError(f"corpus {corpus!r} has {len(ids)} tokens, fewer than {n} x {body}")
+    return [([bos] if bos is not None else []) + ids[i * body : (i + 1) * body] for i in range(n)]
+
+
+def build_recipe(method: str, group_size: int = 64, perp_lambda: float = 0.0, awq_n_grid: int = 20):
+    """The llmcompressor modifier list for ``method`` (``awq_n_grid``: AWQ's scale-search grid,
+    llmcompressor's default 20)."""
+    if method not in METHODS:
+        raise UnknownMethodError(f"unknown compression method {method!r}; choose from {sorted(METHODS)}")
+    kind, sparsity, mask = METHODS[method]
+    if kind == "awq":
+        from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+        from llmcompressor.modifiers.awq import AWQModifier
+
+        weights = QuantizationArgs(num_bits=4, type="int", strategy="group", group_size=group_size,
+                                   symmetric=False, dynamic=False)
+        scheme = QuantizationScheme(targets=["Linear"], weights=weights)
+        return [AWQModifier(config_groups={"group_0": scheme}, ignore=IGNORE, n_grid=awq_n_grid)]
+    if kind == "wanda":
+        from llmcompressor.modifiers.pruning.wanda import WandaPruningModifier
+
+        return [WandaPruningModifier(sparsity=sparsity, mask_structure=mask, targets=["Linear"], ignore=IGNORE)]
+    from .perp_wanda import PerpWandaPruningModifier
+
+    return [PerpWandaPruningModifier(sparsity=sparsity, mask_structure=mask, targets=["Linear"],
+                                     ignore=IGNORE, perp_lambda=perp_lambda)]
+
+
+def nm_pattern_ok(w: Tensor, n_keep: int, m: int) -> bool:
+    """Whether every row of ``w`` ``[out, in]`` keeps at most ``n_keep`` non-zeros per
+    consecutive group of ``m`` input columns (``in`` divisible by ``m``)."""
+    out, inp = w.shape
+    if inp % m:
+        return False
+    nz = (w.reshape(out, inp // m, m) != 0).sum(-1)
+    return bool((nz <= n_keep).all())
+
+
+def check_sparsity(state: dict[str, Tensor], method: str, names: list[str]) -> dict:
+    """Sparsity of each pruned weight and whether the method's pattern holds.
+
+    Returns ``{"sparsity_min", "sparsity_max", "sparsity_mean", "pattern_ok", "n_weights"}``.
+    """
+    kind, sparsity, mask = METHODS[method]
+    fr = {k: float((state[k] == 0).float().mean()) for k in names}
+    ok = True
+    if mask not in ("", "0:0"):
+        n_prune, m = (int(x) for x in mask.split(":"))
+        ok = all(nm_pattern_ok(state[k], m - n_prune, m) for k in names)
+    else:
+        ok = all(v >= sparsity - 1e-3 for v in fr.values())
+    vals = list(fr.values())
+    return {"sparsity_min": min(vals), "sparsity_max": max(vals), "sparsity_mean": sum(vals) / len(vals),
+            "pattern_ok": bool(ok), "n_weights": len(vals)}
+
+
+def check_quant_grid(w: Tensor, scale: Tensor, zero_point: Tensor, group_size: int, bits: int = 4) -> dict:
+    """Whether ``w`` ``[out, in]`` lies on the asymmetric grid ``(q - zp) * scale``,
+    ``q`` an integer in compressed-tensors' signed range ``[-2**(bits-1), 2**(bits-1) - 1]``
+    (zero point in the same range), per row and group of ``group_size`` columns.
+
+    Returns the largest distance to the grid (in units of ``scale``), whether every
+    ``q`` is in range, and the largest number of distinct values in one group
+    (``<= 2**bits`` on a valid grid).
+    """
+    out, inp = w.shape
+    if inp % group_size:
+        raise ValueError(f"input width {inp} is not a multiple of the group size {group_size}")
+    wg = w.double().reshape(out, inp // group_size, group_size)
+    s = scale.double().reshape(out, inp // group_size, 1)
+    z = zero_point.double().reshape(out, inp // group_size, 1)
+    q = wg / s + z
+    off = (q - q.round()).abs().max().item()
+    qr = q.round()
+    distinct = max(len(torch.unique(g)) for g in wg.reshape(-1, group_size)[:: max(1, out // 8)])
+    return {"grid_max_offset": off, "q_in_range": bool(((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all()),
+            "max_distinct_per_group": int(distinct), "grid_ok": bool(off < 1e-3 and distinct <= 2**bits
+                                                            and ((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all())}
+
+
+def _dense_state(model, method: str) -> tuple[dict[str, Tensor], dict]:
+    """Fake-quantised / pruned float32 weights of an llmcompressor-processed model, plus checks."""
+    state, checks, quantized = {}, {}, []
+    kind = METHODS[method][0]
+    if kind == "awq":
+        from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+
+        for name, mod in model.named_modules():
+            scheme = getattr(mod, "quantization_scheme", None)
+            if scheme is None or scheme.weights is None or not hasattr(mod, "weight_scale"):
+                continue
+            args = scheme.weights
+            w = fake_quantize(mod.weight.data.float(), mod.weight_scale.data.float(),
+                              mod.weight_zero_point.data, args)
+            state[name + ".weight"] = w
+            c = check_quant_grid(w, mod.weight_scale.data.float(), mod.weight_zero_point.data.float(),
+                                 args.group_size, args.num_bits)
+            quantized.append(c)
+        checks = {"n_quantized": len(quantized),
+                  "grid_ok": all(c["grid_ok"] for c in quantized) and bool(quantized),
+                  "q_in_range": all(c["q_in_range"] for c in quantized),
+                  "grid_max_offset": max((c["grid_max_offset"] for c in quantized), default=None),
+                  "max_distinct_per_group": max((c["max_distinct_per_group"] for c in quantized), default=None)}
+    skip = re.compile(r"\.(weight_scale|weight_zero_point|weight_g_idx|weight_global_scale)$")
+    for k, v in model.state_dict().items():
+        if k not in state and not skip.search(k):
+            state[k] = v.detach().float().clone()
+    if kind != "awq":
+        names = [n + ".weight" for n, m in model.named_modules()
+                 if isinstance(m, torch.nn.Linear) and "lm_head" not in n]
+        checks = check_sparsity(state, method, names)
+    emb = [k for k in state if k.endswith("embed_tokens.weight")]
+    # the (tied) embedding / unembedding must come out untouched
+    checks["embedding_sparsity"] = float((state[emb[0]] == 0).float().mean()) if emb else None
+    return state, checks
+
+
+def compress_model(
+    model_dir: str | os.PathLike,
+    method: str,
+    out_dir: str | os.PathLike,
+    *,
+    calib: list[list[int]],
+    group_size: int = 64,
+    perp_lambda: float = 0.0,
+    device: str = "cpu",
+    pipeline: str = "sequential",
+    awq_n_grid: int = 20,
+    extra: dict | None = None,
+) -> dict:
+    """Compress the HF model in ``model_dir`` with ``method`` and save it densely to ``out_dir``.
+
+    ``calib``: calibration token windows (equal lengths). ``device``: ``"cpu"`` or a
+    CUDA device; with ``"auto"`` / several GPUs llmcompressor's sequential pipeline
+    onloads one layer at a time onto the first GPU. Returns the manifest (also
+    written to ``out_dir/tlgeo_compression.json``). Writes atomically: an interrupted
+    run leaves no half-written ``out_dir``. ``pipeline``: llmcompressor's ``"sequential"``
+    (each block calibrated on the outputs of the already compressed blocks before it;
+    needed by AWQ) or ``"basic"`` (one calibration pass of the dense model, then every
+    layer is pruned; several times faster for Wanda on a loaded CPU).
+    """
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if method not in METHODS:
+        raise UnknownMethodError(f"unknown compression method {method!r}; choose from {sorted(METHODS)}")
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
+    from llmcompressor import oneshot
+
+    apply_cpu_workaround()
+    lens = {len(c) for c in calib}
+    if len(lens) != 1:
+        raise ValueError(f"calibration windows must have equal lengths, got {sorted(lens)}")
+    seq_len = lens.pop()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if device != "cpu":
+        hf = hf.to(device) if device != "auto" else hf
+    ds = Dataset.from_dict({"input_ids": calib, "attention_mask": [[1] * seq_len for _ in calib]})
+    t0 = time.perf_counter()
+    oneshot(model=hf, dataset=ds, recipe=build_recipe(method, group_size, perp_lambda, awq_n_grid),
+            num_calibration_samples=len(calib), max_seq_length=seq_len, shuffle_calibration_samples=False,
+            pipeline=pipeline)
+    seconds = time.perf_counter() - t0
+    hf = hf.to("cpu")
+    state, checks = _dense_state(hf, method)
+    del hf
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        dense = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        missing, unexpected = dense.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
+        if missing or unexpected:
+            raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        dense.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        manifest = {"method": method, "kind": METHODS[method][0], "sparsity": METHODS[method][1],
+                    "mask_structure": METHODS[method][2], "group_size": group_size if method == "awq" else None,
+                    "awq_n_grid": awq_n_grid if method == "awq" else None,
+                    "perp_lambda": perp_lambda if METHODS[method][0] == "wanda_perp" else None,
+                    "base": str(model_dir), "n_calib": len(calib), "calib_seq_len": seq_len,
+                    "seconds": seconds, "device": device, "pipeline": pipeline, "checks": checks, **(extra or {})}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest

@@ -1,0 +1,196 @@
+"""A tokenised, memory-mapped token stream with a held-out validation split.
+
+:func:`build_token_stream` tokenises local corpora (``tlgeo.data`` names or text
+files) or a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
+FineWeb-style; needs network) into ``train.bin`` / ``val.bin`` (uint16 or
+uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
+validation, so the splits never overlap. A directory already built with the same
+settings is reused.
+
+:class:`TokenStream` samples training windows deterministically from
+``(seed, step)``: the data position of a run is just its step, so resuming
+reproduces the batches exactly, and rank ``r`` of ``world`` takes rows
+``r::world`` of the step's global batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import torch
+
+__all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids"]
+
+EOS = 257  # byte tokenizer's <|eos|>, written between documents
+
+
+class EmptyDataError(ValueError):
+    """No (or too little) text to train on."""
+
+
+def _byte_lut() -> np.ndarray:
+    """byte value -> id of :func:`tlgeo.models.byte_tokenizer` (its vocabulary is sorted
+    ByteLevel characters, so ids are not byte values)."""
+    from tokenizers import pre_tokenizers
+    # GPT-2's byte -> printable-character map (the ByteLevel alphabet)
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    b2u = dict(zip(bs, map(chr, cs)))
+    order = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    return np.array([order[b2u[b]] for b in range(256)], dtype=np.uint16)
+
+
+_LUT: np.ndarray | None = None
+
+
+def byte_ids(text: str) -> np.ndarray:
+    """Ids of ``text`` under the byte tokenizer (equal to its ``encode``), uint16 ``[n]``."""
+    global _LUT
+    if _LUT is None:
+        _LUT = _byte_lut()
+    return _LUT[np.frombuffer(text.encode("utf-8"), dtype=np.uint8)]
+
+
+def _texts(source: str, max_chars: int | None) -> Iterator[str]:
+    """Documents of one source: a named corpus / file (one text) or a streamed hub dataset."""
+    if source.startswith("hf:"):
+        parts = source[3:].split(":")
+        name, config = parts[0], (parts[1] or None) if len(parts) > 1 else None
+        split = parts[2] if len(parts) > 2 and parts[2] else "train"
+        import datasets
+
+        n = 0
+        for row in datasets.load_dataset(name, config, split=split, streaming=True):
+            t = row.get("text") or ""
+            yield t
+            n += len(t)
+            if max_chars is not None and n >= max_chars:
+                return
+        return
+    from tlgeo.data import load_text
+
+    yield load_text(source, max_chars=max_chars)
+
+
+def _encode(texts: Iterable[str], tokenizer) -> Iterator[np.ndarray]:
+    for t in texts:
+        if not t.strip():
+            continue
+        if tokenizer is None:
+            yield byte_ids(t)
+        else:
+            yield np.asarray(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64)
+
+
+def build_token_stream(
+    sources: str | list[str],
+    out_dir: str | os.PathLike,
+    *,
+    val_frac: float = 0.01,
+    max_tokens: int | None = None,
+    tokenizer=None,
+    min_tokens: int = 1024,
+) -> Path:
+    """Tokenise ``sources`` (comma-separated or a list) into ``out_dir/<key>/{train,val}.bin``.
+
+    ``tokenizer``: ``None`` for the byte tokenizer, else an HF tokenizer;
+    ``max_tokens`` caps each source. Returns the directory (reused when it exists).
+    Raises :class:`EmptyDataError` when a source has fewer than ``min_tokens`` tokens.
+    """
+    srcs = [s.strip() for s in (sources.split(",") if isinstance(sources, str) else sources)]
+    srcs = [s for s in srcs if s]
+    if not srcs:
+        raise EmptyDataError("no data sources given")
+    tok_name = "bytes" if tokenizer is None else getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    key = hashlib.sha1(json.dumps([srcs, val_frac, max_tokens, tok_name]).encode()).hexdigest()[:12]
+    d = Path(out_dir) / key
+    if (d / "meta.json").exists():
+        return d
+    vocab = 258 if tokenizer is None else len(tokenizer)
+    dtype = np.uint16 if vocab < 2**16 else np.uint32
+    eos = EOS if tokenizer is None else tokenizer.eos_token_id
+    train, val, counts = [], [], {}
+    for src in srcs:
+        max_chars = None if max_tokens is None else 4 * max_tokens  # generous: tokens <= chars*4 bytes
+        parts: list[np.ndarray] = []
+        n = 0
+        for ids in _encode(_texts(src, max_chars), tokenizer):
+            parts.extend([ids.astype(dtype), np.array([eos], dtype=dtype)])
+            n += len(ids) + 1
+            if max_tokens is not None and n >= max_tokens:
+                break
+        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        if max_tokens is not None:
+            ids = ids[:max_tokens]
+        if len(ids) < min_tokens:
+            raise EmptyDataError(
+                f"data source {src!r} gave {len(ids)} tokens; at least {min_tokens} are needed"
+            )
+        n_val = max(int(len(ids) * val_frac), 1)
+        train.append(ids[:-n_val])
+        val.append(ids[-n_val:])
+        counts[src] = {"train": len(ids) - n_val, "val": n_val}
+    tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    np.concatenate(train).tofile(tmp / "train.bin")
+    np.concatenate(val).tofile(tmp / "val.bin")
+    meta = {"sources": srcs, "val_frac": val_frac, "max_tokens": max_tokens, "tokenizer": tok_name,
+            "dtype": np.dtype(dtype).name, "vocab_size": vocab, "counts": counts}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    try:
+        os.replace(tmp, d)
+    except OSError:  # built concurrently by another process: keep theirs
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+class TokenStream:
+    """Windows of ``seq_len + 1`` tokens from a built directory (memory-mapped).
+
+    ``batch(step, batch_size)`` is a pure function of ``(seed, step)``;
+    ``val_batches(n, batch_size)`` are fixed, evenly spaced, non-overlapping windows.
+    """
+
+    def __init__(self, directory: str | os.PathLike, seq_len: int, seed: int = 0):
+        d = Path(directory)
+        self.meta = json.loads((d / "meta.json").read_text())
+        dt = np.dtype(self.meta["dtype"])
+        self.train = np.memmap(d / "train.bin", dtype=dt, mode="r")
+        self.val = np.memmap(d / "val.bin", dtype=dt, mode="r")
+        self.seq_len, self.seed = seq_len, seed
+        for name, arr in (("train", self.train), ("validation", self.val)):
+            if len(arr) < seq_len + 2:
+                raise EmptyDataError(
+                    f"the {name} split has {len(arr)} tokens, fewer than one window of {seq_len + 1}"
+                )
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    def batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
+        """Rows ``rank::world`` of step ``step``'s global batch, int64 ``[batch_size/world, seq_len+1]``."""
+        g = np.random.default_rng([self.seed, step])
+        starts = g.integers(0, len(self.train) - self.seq_len - 1, size=batch_size)[rank::world]
+        return torch.from_numpy(np.stack([self.train[s : s + self.seq_len + 1] for s in starts]).astype(np.int64))
+
+    def val_batches(self, n: int, batch_size: int) -> list[torch.Tensor]:
+        """``n`` fixed validation batches (fewer when the split is short)."""
+        w = self.seq_len + 1
+        n_win = min(n * batch_size, len(self.val) // w)
+        stride = len(self.val) // max(n_win, 1)
+        starts = [i * stride for i in range(n_win)]
+        wins = [np.asarray(self.val[s : s + w]).astype(np.int64) for s in starts]
+        return [torch.from_numpy(np.stack(wins[i : i + batch_size])) for i in range(0, n_win, batch_size)]
