@@ -4,7 +4,7 @@ self-contained, and a rerun reuses what is done."""
 import pandas as pd
 import pytest
 
-from tlgeo.atlas import AtlasConfig, STEPS, run_atlas
+from tlgeo.atlas import PAPER, AtlasConfig, STEPS, atlas_summary, run_atlas
 
 
 def tiny_cfg(out):
@@ -33,6 +33,17 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama):
     errors = pd.read_csv(out / "closed_form_errors.csv")
     exact = errors[errors["variant"].isin(["value_full", "value_excl_self"])]
     assert exact["rel_err"].max() < 1e-4  # the closed form reproduces the value-space edit
+
+    # the headline rows are read back from the CSVs
+    summary = atlas_summary(out).set_index(["table", "row", "quantity"])["value"]
+    assert {"ppl", "zeroshot", "audit", "mlp_carrier", "closed_form", "heads"} <= set(summary.index.get_level_values(0))
+    assert summary["ppl", "unedited", "delta_ppl"] == 0.0
+    assert summary["ppl", "attn s_par=0", "ppl"] == pytest.approx(compare.set_index("condition").loc["attn s_par=0", "ppl"])
+    assert summary["closed_form", "value_excl_self", "max abs dlogit"] < 1e-3
+    assert 0 <= summary["heads", "value_excl_self", "share alpha > 0"] <= 1
+    sweeps = pd.read_csv(out / "sweeps.csv").set_index(["site", "axis", "scale"])
+    assert summary["ppl", "mlp s_par=0", "ppl"] == pytest.approx(sweeps.loc[("mlp", "s_par", 0.0), "ppl"])
+    assert all(k[0] in set(summary.index.get_level_values(0)) | {"ruler"} for k in PAPER)
 
     # a rerun loads every finished step: no log grows, the sweep table is the same
     logs = {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")}

@@ -27,7 +27,7 @@ from typing import Callable
 
 import pandas as pd
 
-__all__ = ["AtlasConfig", "STEPS", "run_atlas"]
+__all__ = ["AtlasConfig", "STEPS", "run_atlas", "atlas_summary", "PAPER"]
 
 STEPS = ("profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit")
 
@@ -55,7 +55,7 @@ class AtlasConfig:
     ruler_samples: int = 2
     head_texts: int = 8
     head_len: int = 128
-    head_layers: tuple[int, ...] | None = None  # None: every 4th block after skip_first
+    head_layers: tuple[int, ...] | None = None  # None: every 6th block after skip_first
     n_boot: int = 1000
     n_perm: int = 2000
     mlp_tokens: int = 512
@@ -182,7 +182,7 @@ def _step_compare(ctx: _Ctx) -> None:
 def _head_layers(cfg: AtlasConfig, n_layers: int) -> list[int]:
     if cfg.head_layers is not None:
         return list(cfg.head_layers)
-    return list(range(max(cfg.skip_first, 1), n_layers, 4))
+    return list(range(max(cfg.skip_first, 1), n_layers, 6))
 
 
 def _step_heads(ctx: _Ctx) -> None:
@@ -298,3 +298,79 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         report.save(out / "report.html")  # a partial report after every step
     report.section("Timings").table(pd.DataFrame({"step": list(ctx.timings), "seconds": list(ctx.timings.values())}))
     return report.save(out / "report.html")
+
+
+# The paper's reference numbers for the rows of :func:`atlas_summary` (spec sections 4, 5, 7):
+# zero-shot averages of Qwen3-1.7B (7 tasks), RULER-4k of Llama-3.2-3B, audit and MLP carrier
+# of Qwen3-0.6B. Sweep tolerance: exclude-self stays within 1 PPL point for s_par in [0, 1].
+PAPER = {
+    ("ppl", "value_excl_self s_par=0", "delta_ppl"): "< 1",
+    ("zeroshot", "unedited", "acc"): 61.61,
+    ("zeroshot", "attn s_par=0", "acc"): 59.16,
+    ("zeroshot", "value_full s_par=0", "acc"): 53.41,
+    ("zeroshot", "value_excl_self s_par=0", "acc"): 60.10,
+    ("zeroshot", "diag s_par=0", "acc"): 39.17,
+    ("ruler", "unedited", "score"): 86.91,
+    ("ruler", "value_full s_par=0.5", "score"): 84.81,
+    ("ruler", "value_excl_self s_par=0.5", "score"): 86.69,
+    ("ruler", "value_full s_par=0", "score"): 60.99,
+    ("ruler", "value_excl_self s_par=0", "score"): 75.64,
+    ("audit", "attn", "perturbation %"): 25.15,
+    ("audit", "attn", "energy %"): 9.32,
+    ("audit", "attn", "retained %"): 95.01,
+    ("audit", "value_excl_self", "perturbation %"): 49.10,
+    ("audit", "value_excl_self", "energy %"): 25.89,
+    ("audit", "value_excl_self", "retained %"): 83.36,
+    ("mlp_carrier", "residual mlp", "no_para"): 0.1165,
+    ("mlp_carrier", "residual mlp", "no_perp"): 15.96,
+    ("mlp_carrier", "h vs x", "no_para"): 0.0301,
+    ("mlp_carrier", "h vs x", "no_perp"): 13.42,
+    ("mlp_carrier", "y_g vs h_g", "no_para"): 0.0037,
+    ("mlp_carrier", "y_g vs h_g", "no_perp"): 13.33,
+}
+
+
+def atlas_summary(out: str | Path) -> pd.DataFrame:
+    """The headline numbers of a finished (or partial) atlas directory, one row each.
+
+    Columns ``table, row, quantity, value``: ``ppl`` (PPL and ΔPPL per comparison
+    condition; ``s_perp=0`` rows from the sweep), ``zeroshot`` (mean accuracy, %),
+    ``ruler`` (mean score, %), ``audit`` (%, token mean), ``mlp_carrier`` (Δ mean NLL,
+    nats; carrier rows with the narrow block included), ``closed_form`` (max
+    abs Δlogit), ``heads`` (share of heads with positive mean alpha). Steps without a
+    CSV are left out.
+    """
+    out = Path(out)
+    rows: list[tuple[str, str, str, float]] = []
+
+    def read(name: str) -> pd.DataFrame | None:
+        path = out / f"{name}.csv"
+        return pd.read_csv(path) if path.exists() else None
+
+    if (cmp := read("compare")) is not None:
+        for r in cmp.itertuples():
+            rows += [("ppl", r.condition, "ppl", r.ppl), ("ppl", r.condition, "delta_ppl", r.delta_ppl)]
+            if pd.notna(getattr(r, "zeroshot_acc", float("nan"))):
+                rows.append(("zeroshot", r.condition, "acc", r.zeroshot_acc))
+            if pd.notna(getattr(r, "ruler", float("nan"))):
+                rows.append(("ruler", r.condition, "score", r.ruler))
+    if (sw := read("sweeps")) is not None:
+        for r in sw[(sw["axis"] == "s_par") & (sw["scale"] == 0.0) & sw["site"].isin(["mlp", "block"])].itertuples():
+            rows.append(("ppl", f"{r.site} s_par=0", "ppl", r.ppl))
+        for r in sw[(sw["axis"] == "s_perp") & (sw["scale"] == 0.0)].itertuples():
+            rows.append(("ppl", f"{r.site} s_perp=0", "ppl", r.ppl))
+    if (au := read("audit")) is not None:
+        for r in au.itertuples():
+            for q in ("perturbation", "energy", "retained"):
+                rows.append(("audit", r.site, f"{q} %", 100 * getattr(r, f"{q}_mean")))
+    if (mc := read("mlp_carrier")) is not None:
+        mc = mc[(mc["removal"] != "none") & (mc["narrow"].isin(["-", "include"]))]
+        for r in mc.itertuples():
+            rows.append(("mlp_carrier", r.label, r.removal, r.delta_loss))
+    if (cf := read("closed_form_errors")) is not None:
+        logits = cf[(cf["quantity"] == "logits") & cf["variant"].isin(["value_full", "value_excl_self"])]
+        for variant, g in logits.groupby("variant", sort=False):
+            rows.append(("closed_form", variant, "max abs dlogit", g["max_abs_err"].max()))
+    if (ha := read("heads_alpha")) is not None:
+        rows.append(("heads", "value_excl_self", "share alpha > 0", float((ha["alpha_mean"] > 0).mean())))
+    return pd.DataFrame(rows, columns=["table", "row", "quantity", "value"])
