@@ -34,6 +34,10 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama):
     exact = errors[errors["variant"].isin(["value_full", "value_excl_self"])]
     assert exact["rel_err"].max() < 1e-4  # the closed form reproduces the value-space edit
 
+    timings = pd.read_csv(out / "timings.csv")
+    assert list(timings["step"]) == list(STEPS) and (timings["seconds"] > 0).all()
+    assert timings["peak_rss_mb_so_far"].is_monotonic_increasing and timings["peak_rss_mb_so_far"].iloc[0] > 50
+
     # the headline rows are read back from the CSVs
     summary = atlas_summary(out).set_index(["table", "row", "quantity"])["value"]
     assert {"ppl", "zeroshot", "audit", "mlp_carrier", "closed_form", "heads"} <= set(summary.index.get_level_values(0))

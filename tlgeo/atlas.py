@@ -287,6 +287,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
                 f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
     ctx = _Ctx(cfg, model, text, report)
+    peak_mb: dict[str, float] = {}
     for step in STEPS:
         if step not in cfg.steps:
             continue
@@ -294,10 +295,26 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         print(f"[atlas] {step} ...", flush=True)
         _STEP_FNS[step](ctx)
         ctx.timings[step] = time.perf_counter() - t
-        print(f"[atlas] {step} done in {ctx.timings[step]:.0f} s", flush=True)
+        peak_mb[step] = _peak_rss_mb()
+        print(f"[atlas] {step} done in {ctx.timings[step]:.0f} s (peak RSS so far {peak_mb[step]:.0f} MB)", flush=True)
         report.save(out / "report.html")  # a partial report after every step
-    report.section("Timings").table(pd.DataFrame({"step": list(ctx.timings), "seconds": list(ctx.timings.values())}))
+    timings = pd.DataFrame({"step": list(ctx.timings), "seconds": list(ctx.timings.values()),
+                            "peak_rss_mb_so_far": [peak_mb[k] for k in ctx.timings]})
+    timings.to_csv(out / "timings.csv", index=False)
+    report.section("Timings").table(timings)
     return report.save(out / "report.html")
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB (``nan`` where unknown)."""
+    try:
+        import resource
+        import sys
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss / 2**20 if sys.platform == "darwin" else rss / 1024  # bytes on macOS, KiB on Linux
+    except (ImportError, OSError):
+        return float("nan")
 
 
 # The paper's reference numbers for the rows of :func:`atlas_summary` (spec sections 4, 5, 7):
