@@ -156,11 +156,14 @@ def text_batches(
 def per_text_loss(
     logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b pos"]
 ) -> Float[Tensor, "b"]:
-    """Mean next-token NLL (nats, float32) of each text; ``pos - 1`` tokens scored per text."""
-    nll = F.cross_entropy(
-        logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].to(logits.device).flatten(), reduction="none"
-    )
-    return nll.view(tokens.shape[0], -1).mean(1).cpu()
+    """Mean next-token NLL (nats, float32) of each text; ``pos - 1`` tokens scored per text.
+
+    One text at a time: a row of ``logits`` is contiguous, so no copy of the whole
+    ``[b, pos, vocab]`` tensor is made (it is the largest tensor of a forward)."""
+    tokens = tokens.to(logits.device)
+    return torch.stack([
+        F.cross_entropy(logits[i, :-1].float(), tokens[i, 1:]).float() for i in range(tokens.shape[0])
+    ]).cpu()
 
 
 def _fingerprint(tokens: Tensor) -> str:
@@ -266,6 +269,7 @@ def head_sensitivity(
                     else:
                         out = model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
                     losses.append(per_text_loss(out, inp))
+                    del out  # free the logits before the next forward allocates its own
                     edited[(L, c)].append(losses[-1])
                 if log:
                     log.add({"kind": "edited", "layer": L, **key, "loss": [x.tolist() for x in losses]})

@@ -235,12 +235,9 @@ def _corpus(model, text: str | Tensor, context: int, max_tokens: int | None, bat
 def _nll_sum(logits: Float[Tensor, "b t v"], batch: _Batch) -> tuple[float, int]:
     """Summed NLL (float64) and count of the scored tokens of one batch."""
     inp = batch.tokens.to(logits.device)
-    nll = F.cross_entropy(
-        logits[:, :-1].float().flatten(0, 1), inp[:, 1:].flatten(), reduction="none"
-    ).view(inp.shape[0], -1)
     total, count = 0.0, 0
-    for row, first in enumerate(batch.first):
-        part = nll[row, first - 1 :]
+    for row, first in enumerate(batch.first):  # a row at a time: no copy of the whole logits
+        part = F.cross_entropy(logits[row, first - 1 : -1].float(), inp[row, first:], reduction="none")
         total += part.double().sum().item()
         count += part.numel()
     return total, count
