@@ -395,16 +395,21 @@ def sensitivity_sweep(
     n = model.cfg.n_layers
     if not isinstance(skip_first, int) or not 0 <= skip_first < n:
         raise ValueError(f"skip_first must be an integer in 0..{n - 1}, got {skip_first!r}")
-    edits = [
-        ({"site": p.site, "layer": None, "axis": p.axis, "scale": p.scale, "s_par": p.s_par, "s_perp": p.s_perp},
-         None if p.is_noop else Edit(p.site, p.s_par, p.s_perp, skip_first=skip_first))
-        for p in points
-    ]
+    edits = _point_edits(points, None, skip_first=skip_first)
     base, rows = _run_sweep(
         model, text, edits, start=skip_first, context=context, max_tokens=max_tokens,
         batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": skip_first},
     )
     return _frame(rows, base, COLUMNS)
+
+
+def _point_edits(points, layer: int | None, **edit_kw) -> list[tuple[dict, Edit | None]]:
+    """``(row key, Edit or None for the unedited point)`` per sweep point; ``edit_kw`` go to :class:`Edit`."""
+    return [
+        ({"site": p.site, "layer": layer, "axis": p.axis, "scale": p.scale, "s_par": p.s_par, "s_perp": p.s_perp},
+         None if p.is_noop else Edit(p.site, p.s_par, p.s_perp, **edit_kw))
+        for p in points
+    ]
 
 
 def layer_sweep(
@@ -434,11 +439,7 @@ def layer_sweep(
         raise ValueError(f"layer {layer!r} out of range: the model has {n} layers (0..{n - 1})")
     grid = _grid(scales, "scales")
     points = sweep_points([site], grid if axis == "s_par" else (), grid if axis == "s_perp" else ())
-    edits = [
-        ({"site": p.site, "layer": layer, "axis": p.axis, "scale": p.scale, "s_par": p.s_par, "s_perp": p.s_perp},
-         None if p.is_noop else Edit(p.site, p.s_par, p.s_perp, layers=layer))
-        for p in points
-    ]
+    edits = _point_edits(points, layer, layers=layer)
     base, rows = _run_sweep(
         model, text, edits, start=layer, context=context, max_tokens=max_tokens,
         batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": 0},
