@@ -69,7 +69,8 @@ def resolve_heads(cfg, site: Site, heads: int | Iterable[int] | None) -> Tensor 
 
 def check_hook_names(model, names: Iterable[str]) -> None:
     """Raise ``KeyError`` naming any hook the model does not have."""
-    missing = [n for n in names if n not in model.hook_dict]
+    have = model.hook_dict  # built afresh on each access by TransformerBridge: read it once
+    missing = [n for n in names if n not in have]
     if missing:
         raise KeyError(f"the model has no hook(s) {missing}")
 
@@ -90,11 +91,12 @@ def site_hooks(
     site = get_site(site)
     cfg = model.cfg
     hooks: HookList = []
-    for layer in resolve_layers(cfg, layers, skip_first):
-        roles = site.read_hooks(cfg)
+    chosen = resolve_layers(cfg, layers, skip_first)
+    roles = site.read_hooks(cfg)
+    check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), site.target)])
+    for layer in chosen:
         names = {role: f"blocks.{layer}.{suffix}" for role, suffix in roles}
         target = f"blocks.{layer}.{site.target}"
-        check_hook_names(model, [*names.values(), target])
         stash: dict[str, Tensor] = {}
 
         for role, name in names.items():

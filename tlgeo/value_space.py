@@ -109,20 +109,22 @@ def scale_diagonal(
     q, k = pattern.shape[-2], pattern.shape[-1]
     dt = torch.float64 if pattern.dtype == torch.float64 else torch.float32
     p = pattern.to(dt)
-    self_key = torch.arange(q, device=p.device) + (k - q)  # [q]: key index of each query
-    eye = torch.arange(k, device=p.device)[None, :] == self_key[:, None]  # [q, k]
-    diag = (p * eye).sum(-1, keepdim=True)  # [batch, head, q, 1]
-    off = p.masked_fill(eye, 0.0)
-    mass = off.sum(-1, keepdim=True)
+    diag = torch.diagonal(p, offset=k - q, dim1=-2, dim2=-1).unsqueeze(-1)  # [batch, head, q, 1]
+    # off-diagonal mass as (row sum - diagonal), both in float64: exact enough even
+    # when nearly all the mass is on the diagonal, and two passes over the pattern
+    # (this sum and the rescale below) instead of a masked copy per step
+    mass = (p.sum(-1, keepdim=True, dtype=torch.float64) - diag.double()).clamp_min(0.0)
     if isinstance(scale, Tensor):
         scale = scale.to(dt)
     new_diag = scale * diag
-    new_off = off * ((mass + diag - new_diag) / mass.clamp_min(eps))
-    out = torch.where(eye, new_diag, new_off)
+    factor = ((mass + diag - new_diag) / mass.clamp_min(eps)).to(dt)
     ok = mass > eps
     if keep_first:
+        self_key = torch.arange(q, device=p.device) + (k - q)  # [q]: key index of each query
         ok = ok & (self_key != 0)[:, None]
-    return torch.where(ok, out, p).to(pattern.dtype)
+    out = p * torch.where(ok, factor, 1.0)
+    torch.diagonal(out, offset=k - q, dim1=-2, dim2=-1).copy_(torch.where(ok, new_diag, diag).squeeze(-1))
+    return out.to(pattern.dtype)
 
 
 def remove_diagonal(
