@@ -87,15 +87,23 @@ def test_single_head_edit_changes_only_that_head(llama, tokens):
     assert torch.all(changed[[i for i in range(llama.cfg.n_heads) if i != h]] == 0)
 
 
-def test_start_at_layer_equals_full_forward(tiny, tokens):
-    L = 1
-    hooks = Edit("value_full", 0.0, layers=L, heads=[0]).hooks(tiny)
-    with torch.inference_mode():
-        full = tiny.run_with_hooks(tokens, fwd_hooks=hooks)
-        _, cache = tiny.run_with_cache(tokens, names_filter=lambda n: n == f"blocks.{L}.hook_resid_pre")
-        part = tiny.run_with_hooks(cache[f"blocks.{L}.hook_resid_pre"], start_at_layer=L,
-                                   fwd_hooks=Edit("value_full", 0.0, layers=L, heads=[0]).hooks(tiny))
-    torch.testing.assert_close(part, full, rtol=1e-5, atol=1e-5)
+def test_edited_forwards_start_at_the_layer(llama, texts):
+    """Only the unedited forward per batch (and the one check against a full forward)
+    runs block 0; every edited forward of a layer-2 map starts at block 2."""
+    runs = []
+    handle = llama.blocks[0].original_component.register_forward_hook(lambda *a: runs.append(1))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the start check must pass silently
+            df = head_sensitivity(llama, texts, layers=[2], batch_size=3, **FAST)
+        n_start = len(runs)
+        full = head_sensitivity(llama, texts, layers=[2], batch_size=3, start_at_layer=False, **FAST)
+    finally:
+        handle.remove()
+    n_batches, n_cond = 2, llama.cfg.n_heads + 1  # 6 texts, 3 per batch; each head and "all"
+    assert n_start == n_batches + 1
+    assert len(runs) - n_start == n_batches * (1 + n_cond)
+    np.testing.assert_allclose(df["delta_loss"], full["delta_loss"], rtol=0, atol=1e-5)
 
 
 def test_sensitivity_rows_match_direct_forwards(llama, texts):

@@ -238,6 +238,23 @@ def test_generation_kv_cache_and_noop_edit(llama, tokens):
     assert not torch.allclose(a, b)
 
 
+def test_generation_unembeds_only_the_last_position(llama, tokens):
+    """The prompt's logits are never made, and the tokens are those of a plain greedy
+    loop over full forwards (argmax of the last position, appended each step)."""
+    toks = tokens[:, :12]
+    shapes = []
+    seen = [("unembed.hook_out", lambda x, hook: shapes.append(tuple(x.shape)))]
+    for kv in (True, False):
+        shapes.clear()
+        out = greedy_generate(llama, toks, 4, fwd_hooks=seen, use_kv_cache=kv)
+        assert shapes and all(s[1] == 1 for s in shapes), shapes
+        ref = toks
+        with torch.inference_mode():
+            for _ in range(4):
+                ref = torch.cat([ref, llama(ref)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        assert torch.equal(out, ref[:, toks.shape[1]:])
+
+
 def test_evaluate_resumes(llama, tmp_path):
     log = tmp_path / "ruler.jsonl"
     kw = dict(tasks=["niah_single", "vt"], lengths=(1000,), n_samples=2, max_new_tokens=2,

@@ -40,6 +40,7 @@ from .hooks import HookList, resolve_layers
 from .observe import parallel_profile
 from .perplexity import perplexity, tokenize_text
 from .results import ResultLog
+from .resume import resume_forward
 from .sites import get_site
 from .stats import benjamini_hochberg, paired_test
 
@@ -265,7 +266,7 @@ def head_sensitivity(
                 for c in conditions:
                     e = Edit(s, s_par, layers=L, heads=None if c == ALL else [c])
                     if resid is not None:
-                        out = model.run_with_hooks(resid, start_at_layer=L, fwd_hooks=e.hooks(model))
+                        out = resume_forward(model, resid, L, e.hooks(model))
                     else:
                         out = model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
                     losses.append(per_text_loss(out, inp))
@@ -310,14 +311,14 @@ def _check_start_at_layer(model, inp: Tensor, resid: Tensor, site, s_par: float,
     """Whether an edited forward started at ``layer`` from cached ``resid`` matches a full one."""
     hooks = Edit(site, s_par, layers=layer).hooks(model)
     try:
-        a = model.run_with_hooks(resid, start_at_layer=layer, fwd_hooks=hooks)
+        started = per_text_loss(resume_forward(model, resid, layer, hooks), inp)
     except Exception as err:  # noqa: BLE001 - any failure means: use full forwards
-        warnings.warn(f"start_at_layer failed ({err!r}); using full forwards")
+        warnings.warn(f"starting at block {layer} failed ({err!r}); using full forwards")
         return False
-    b = model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer).hooks(model))
-    diff = (per_text_loss(a, inp) - per_text_loss(b, inp)).abs().max().item()
+    full = per_text_loss(model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer).hooks(model)), inp)
+    diff = (started - full).abs().max().item()
     if diff > 1e-4:
-        warnings.warn(f"start_at_layer={layer} differs from a full forward by {diff:.2e} nats; using full forwards")
+        warnings.warn(f"starting at block {layer} differs from a full forward by {diff:.2e} nats; using full forwards")
         return False
     return True
 

@@ -57,7 +57,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from .results import ResultLog
@@ -734,6 +734,13 @@ def _stop_ids(tokenizer) -> list[int]:
     return sorted(ids)
 
 
+_UNEMBED_IN = "unembed.hook_in"
+
+
+def _last_position(resid: Float[Tensor, "batch pos d_model"], hook) -> Float[Tensor, "batch 1 d_model"]:
+    return resid[:, -1:]
+
+
 def greedy_generate(
     model,
     tokens: Int[Tensor, "batch pos"],
@@ -746,7 +753,10 @@ def greedy_generate(
     """Greedy continuation ``[batch, new]`` of equal-length prompts with ``fwd_hooks`` active.
 
     Uses the bridge's ``generate`` (KV cache on by default); sequences that
-    emit a ``stop_ids`` token are padded with it until all stop.
+    emit a ``stop_ids`` token are padded with it until all stop. Only the last
+    position is unembedded (a hook on ``unembed.hook_in``, after ``fwd_hooks``):
+    the prefill's ``[batch, pos, d_vocab]`` logits, which ``generate`` would
+    compute and drop but for one position, are never made.
     """
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"tokens must be [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
@@ -761,7 +771,10 @@ def greedy_generate(
     if stop_ids:
         kw = dict(stop_at_eos=True, eos_token_id=list(stop_ids))
     device = getattr(model.cfg, "device", None) or "cpu"
-    with torch.inference_mode(), model.hooks(fwd_hooks=list(fwd_hooks)):
+    hooks = list(fwd_hooks)
+    if _UNEMBED_IN in model.hook_dict:
+        hooks.append((_UNEMBED_IN, _last_position))
+    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
         out = model.generate(
             tokens.to(device), max_new_tokens=max_new_tokens, do_sample=False,
             use_past_kv_cache=use_kv_cache, verbose=False, return_type="tokens", **kw,
