@@ -53,6 +53,7 @@ class AtlasConfig:
     ruler_tasks: tuple[str, ...] = ("niah_single", "vt")
     ruler_lengths: tuple[int, ...] = (1024,)
     ruler_samples: int = 2
+    ruler_template: str = "base"  # "chat": the tokenizer's chat template (instruction-tuned models)
     head_texts: int = 8
     head_len: int = 128
     head_layers: tuple[int, ...] | None = None  # None: every 6th block after skip_first
@@ -156,7 +157,8 @@ def _step_compare(ctx: _Ctx) -> None:
         if not lengths or not cfg.ruler_tasks:
             return pd.DataFrame(columns=["condition", "task", "length", "n", "score"])
         frames = [evaluate_ruler(model, cfg.ruler_tasks, lengths, cfg.ruler_samples, fwd_hooks=hooks,
-                                 label=label, seed=cfg.seed, log_path=ctx.log("ruler")).assign(condition=label)
+                                 label=label, seed=cfg.seed, template=cfg.ruler_template,
+                                 log_path=ctx.log("ruler")).assign(condition=label)
                   for label, hooks in conditions]
         return pd.concat(frames, ignore_index=True).drop(columns=["preds"], errors="ignore")
 
@@ -173,7 +175,7 @@ def _step_compare(ctx: _Ctx) -> None:
                        f"Perplexity ({cfg.sweep_tokens} tokens), zero-shot accuracy averaged over "
                        f"{', '.join(cfg.zeroshot_tasks)} (first {cfg.zeroshot_limit} items each, %), and "
                        f"RULER-style score over {', '.join(cfg.ruler_tasks)} at {list(cfg.ruler_lengths)} tokens "
-                       f"({cfg.ruler_samples} samples each, %).")
+                       f"({cfg.ruler_samples} samples each, {cfg.ruler_template} prompts, %).")
     ctx.report.table(table, "edits in blocks %d.." % cfg.skip_first)
     ctx.report.table(zs[["condition", "task", "n", "acc", "acc_norm"]], "zero-shot per task")
     ctx.report.table(rl[[c for c in ("condition", "task", "length", "n", "score") if c in rl]], "long context per task")

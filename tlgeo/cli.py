@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--ruler-tasks", default=None)
     atlas.add_argument("--ruler-lengths", default=None, help="e.g. 1024,2048,4096")
     atlas.add_argument("--ruler-samples", type=int, default=None)
+    atlas.add_argument("--ruler-template", choices=("base", "chat"), default=None,
+                       help="RULER prompts as raw text (base) or in the tokenizer's chat template")
     atlas.add_argument("--head-texts", type=int, default=None)
     atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids")
 
@@ -199,7 +201,7 @@ def cmd_atlas(args) -> int:
         "zeroshot_tasks": None if args.zeroshot_tasks is None else split(args.zeroshot_tasks),
         "zeroshot_limit": args.zeroshot_limit, "ruler_tasks": args.ruler_tasks and split(args.ruler_tasks),
         "ruler_lengths": None if args.ruler_lengths is None else split(args.ruler_lengths, int),
-        "ruler_samples": args.ruler_samples, "head_texts": args.head_texts,
+        "ruler_samples": args.ruler_samples, "ruler_template": args.ruler_template, "head_texts": args.head_texts,
     }
     for k, v in overrides.items():
         if v is not None:

@@ -97,7 +97,9 @@ class Sample:
     ``length``: target length in tokens (BOS included); ``n_tokens``: the
     prompt's actual length (``<= length``); ``depth``: relative depth (0..1) of
     the first queried needle in the haystack (``None`` for ``cwe``/``fwe``);
-    ``needles``: the inserted needle sentences, ``needle_depths`` their depths.
+    ``needles``: the inserted needle sentences, ``needle_depths`` their depths;
+    ``template``: how ``prompt`` is framed (see :func:`make_task`), which also
+    decides whether BOS goes before it (:func:`prompt_ids`).
     """
 
     prompt: str
@@ -111,6 +113,7 @@ class Sample:
     needles: tuple[str, ...] = ()
     needle_depths: tuple[float, ...] = ()
     haystack: str = "synthetic"
+    template: str = "base"
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,23 @@ class TaskSpec:
     options: dict = field(default_factory=dict)
 
 
-class _Tok:
-    """A tokenizer view: ids without special tokens, BOS, context limit."""
+TEMPLATES = ("base", "chat")
+_ANSWER = "\x1e"  # in a task text: where the question ends and the answer prefix starts
 
-    def __init__(self, tokenizer_or_model):
+
+class _Tok:
+    """A tokenizer view: ids without special tokens, BOS, context limit, prompt template.
+
+    ``template="base"``: the task text as it is, after BOS (RULER's ``base``).
+    ``template="chat"``: the question as the user turn of the tokenizer's chat
+    template and the answer prefix as the start of the assistant turn (as
+    RULER formats instruction-tuned models); no extra BOS (the template has its own).
+    """
+
+    def __init__(self, tokenizer_or_model, template: str = "base"):
+        if template not in TEMPLATES:
+            raise ValueError(f"unknown prompt template {template!r}; choose from {TEMPLATES}")
+        self.template = template
         obj = tokenizer_or_model
         if hasattr(obj, "tokenizer") and hasattr(obj, "cfg"):  # a model
             self.tok = obj.tokenizer
@@ -143,10 +159,25 @@ class _Tok:
             raise TypeError(f"expected a tokenizer or a model with .tokenizer, got {type(obj).__name__}")
         if self.tok is None:
             raise ValueError("the model has no tokenizer: RULER prompts need one")
-        self.bos = self.tok.bos_token_id if prepend else None
+        self.bos = self.tok.bos_token_id if prepend and template == "base" else None
+        if template == "chat" and not getattr(self.tok, "chat_template", None):
+            raise ValueError(
+                f"template='chat' needs a tokenizer with a chat template; "
+                f"{getattr(self.tok, 'name_or_path', type(self.tok).__name__)!r} has none (use template='base')"
+            )
+
+    def frame(self, text: str) -> str:
+        """The prompt of a task text: its answer mark replaced by the template's framing."""
+        if _ANSWER not in text:
+            return text
+        question, prefix = text.split(_ANSWER)
+        if self.template == "base":
+            return question + prefix
+        user = [{"role": "user", "content": question.strip()}]
+        return self.tok.apply_chat_template(user, add_generation_prompt=True, tokenize=False) + prefix.lstrip()
 
     def encode(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False, verbose=False)["input_ids"]
+        return self.tok(self.frame(text), add_special_tokens=False, verbose=False)["input_ids"]
 
     def count(self, text: str) -> int:
         return len(self.encode(text)) + (self.bos is not None)
@@ -158,9 +189,10 @@ class _Tok:
         return self.tok.decode(list(ids))
 
 
-def prompt_ids(tokenizer_or_model, prompt: str) -> list[int]:
-    """Token ids of ``prompt`` as evaluated: BOS (when the model prepends one) + text."""
-    return _Tok(tokenizer_or_model).ids(prompt)
+def prompt_ids(tokenizer_or_model, prompt: str, template: str = "base") -> list[int]:
+    """Token ids of ``prompt`` as evaluated: BOS (when the model prepends one and
+    ``template="base"``) + text."""
+    return _Tok(tokenizer_or_model, template).ids(prompt)
 
 
 # ---- haystack sources ------------------------------------------------------
@@ -328,13 +360,13 @@ def _niah(kind: str, tok, length, depth, rng, haystack, n_keys=4, n_values=4):
     if kind == "single" or kind == "multikey":
         q = queried[0]
         tail = (
-            f"\nWhat is the special magic number for {q} mentioned in the provided text? "
+            f"\nWhat is the special magic number for {q} mentioned in the provided text? {_ANSWER}"
             f"The special magic number for {q} mentioned in the provided text is"
         )
     else:
         q = _join(queried)
         tail = (
-            f"\nWhat are all the special magic numbers for {q} mentioned in the provided text? "
+            f"\nWhat are all the special magic numbers for {q} mentioned in the provided text? {_ANSWER}"
             f"The special magic numbers for {q} mentioned in the provided text are"
         )
     render = lambda hay: head + _insert(hay, list(zip(sentences, depths))) + tail  # noqa: E731
@@ -345,9 +377,9 @@ def _niah(kind: str, tok, length, depth, rng, haystack, n_keys=4, n_values=4):
 _VT_HEAD = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
 
 
-def _vt_question(value: str, n_vars: int) -> str:
+def _vt_question(value: str, n_vars: int, mark: str = "") -> str:
     return (
-        f"\nQuestion: Find all variables that are assigned the value {value} in the text above. "
+        f"\nQuestion: Find all variables that are assigned the value {value} in the text above. {mark}"
         f"Answer: According to the chain(s) of variable assignment in the text above, {n_vars} "
         f"variables are assigned the value {value}, they are:"
     )
@@ -390,7 +422,7 @@ def _vt(tok, length, depth, rng, haystack, n_hops=4, n_chains=1, one_shot=True):
         depths_per_chain.append([float(min(1.0, d + j)) for d, j in zip(base, jitter)])
     needles = [(s, d) for ss, ds in zip(sentences, depths_per_chain) for s, d in zip(ss, ds)]
     example = _vt_example(rng, n_hops, {n for ch in chains for n in ch}) if one_shot else ""
-    tail = _vt_question(values[0], n_hops + 1)
+    tail = _vt_question(values[0], n_hops + 1, _ANSWER)
     render = lambda hay: example + _VT_HEAD + _insert(hay, needles) + tail  # noqa: E731
     prompt, _ = _fit_haystack(tok, length, render, haystack, rng, "vt")
     return prompt, tuple(chains[0]), [s for s, _ in needles], [d for _, d in needles]
@@ -444,7 +476,7 @@ def _qa_boolq(tok, length, depth, rng, haystack):
         body = "\n\n".join(f"Document {i + 1}:\n{d}" for i, d in enumerate(docs))
         return (
             f"{_QA_INSTRUCTION}\n\nThe following are given documents.\n\n{body}\n\n"
-            f"{_QA_INSTRUCTION}\n\nQuestion: {question}\nAnswer:"
+            f"{_QA_INSTRUCTION}\n\nQuestion: {question}\n{_ANSWER}Answer:"
         )
 
     _, n = _fit_count(tok, length, render, 0, 4, "qa_boolq")
@@ -512,7 +544,7 @@ def _cwe(tok, length, rng, haystack, k=10, freq_cw=30, freq_ucw=3):
         "Memorize the ones that appear most often.\n"
     )
     tail = (
-        f"\nQuestion: What are the {k} most common words in the above list? "
+        f"\nQuestion: What are the {k} most common words in the above list? {_ANSWER}"
         f"Answer: The top {k} words that appear most often in the list are:"
     )
 
@@ -557,7 +589,7 @@ def _fwe(tok, length, rng, haystack, alpha=2.0, n_answers=3):
     )
     tail = (
         "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. "
-        f"What are the {n_answers} most frequently appeared words in the above coded text? "
+        f"What are the {n_answers} most frequently appeared words in the above coded text? {_ANSWER}"
         f"Answer: According to the coded text above, the {n_answers} most frequently appeared words are:"
     )
     weights = 1.0 / np.arange(1, len(vocab) // 2 + 1) ** alpha
@@ -619,6 +651,7 @@ def make_task(
     seed: int = 0,
     haystack: str = "corpora",
     depths: float | Sequence[float] | None = None,
+    template: str = "base",
     **options,
 ) -> list[Sample]:
     """``n_samples`` prompts of ``task`` with exactly ``length`` tokens (BOS included).
@@ -627,7 +660,10 @@ def make_task(
     ``"synthetic"`` (RULER's noise sentences) or one corpus name. ``depths``:
     needle depth(s) in [0, 1] (one for all samples or one per sample); default
     evenly spread, ``(i + 0.5) / n_samples``. ``options`` override the task's
-    defaults (e.g. ``n_keys``, ``n_hops``, ``k``). Deterministic in ``seed``.
+    defaults (e.g. ``n_keys``, ``n_hops``, ``k``). ``template``: ``"base"``
+    (the raw task text after BOS) or ``"chat"`` (the question in the
+    tokenizer's chat template, the answer prefix opening the assistant turn;
+    the length counts the template's tokens). Deterministic in ``seed``.
     """
     if task not in TASKS:
         raise ValueError(f"unknown RULER task {task!r}; known tasks: {list(TASKS)}")
@@ -637,7 +673,7 @@ def make_task(
         raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
     if not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be a positive integer, got {length!r}")
-    tok = _Tok(tokenizer_or_model)
+    tok = _Tok(tokenizer_or_model, template)
     if tok.n_ctx is not None and length > tok.n_ctx:
         raise ValueError(f"length {length} exceeds the model's context of {tok.n_ctx} tokens")
     spec = TASKS[task]
@@ -668,10 +704,11 @@ def make_task(
         else:
             prompt, answers = spec.build(tok, length, rng, haystack, **opts)
             depth = None
+        prompt = tok.frame(prompt)
         out.append(Sample(
             prompt=prompt, answers=tuple(answers), task=task, length=length, depth=depth,
             n_tokens=tok.count(prompt), metric=spec.metric, max_new_tokens=spec.max_new_tokens,
-            needles=tuple(needles), needle_depths=tuple(nd), haystack=haystack,
+            needles=tuple(needles), needle_depths=tuple(nd), haystack=haystack, template=template,
         ))
     return out
 
@@ -802,7 +839,7 @@ def generate_answers(
 ) -> list[str]:
     """Greedy outputs for ``samples`` (prompts of equal token length batched together)."""
     hooks = list(fwd_hooks)
-    ids = [prompt_ids(model, s.prompt) for s in samples]
+    ids = [prompt_ids(model, s.prompt, s.template) for s in samples]
     stop = _stop_ids(model.tokenizer)
     preds: list[str | None] = [None] * len(samples)
     groups: dict[tuple[int, int], list[int]] = {}
@@ -823,7 +860,7 @@ def generate_answers(
 # Evaluation
 # ---------------------------------------------------------------------------
 
-KEY = ("label", "task", "length", "n", "haystack", "seed")
+KEY = ("label", "task", "length", "n", "haystack", "seed", "template")
 
 
 def evaluate_ruler(
@@ -840,15 +877,16 @@ def evaluate_ruler(
     haystack: str = "corpora",
     batch_size: int = 4,
     use_kv_cache: bool = True,
+    template: str = "base",
     progress: bool = False,
 ) -> pd.DataFrame:
     """RULER score (percent) of ``model`` per (task, length), greedy, with ``fwd_hooks`` active.
 
     Returns one row per (task, length): ``label, task, length, n, score,
-    haystack, seed, n_tokens`` (mean prompt length), ``wall_s``, ``preds``.
+    haystack, seed, template, n_tokens`` (mean prompt length), ``wall_s``, ``preds``.
     With ``log_path`` each (label, task, length) row is stored as soon as it is
     scored and skipped on a rerun (``label`` names the edit). ``max_new_tokens``
-    overrides the per-task defaults.
+    overrides the per-task defaults; ``template``: see :func:`make_task`.
     """
     tasks, lengths = list(tasks), list(lengths)
     if not tasks or not lengths:
@@ -856,6 +894,7 @@ def evaluate_ruler(
     for t in tasks:
         if t not in TASKS:
             raise ValueError(f"unknown RULER task {t!r}; known tasks: {list(TASKS)}")
+    _Tok(model, template)  # an unknown template, or "chat" without a chat template, fails here
     n_ctx = model.cfg.n_ctx
     for L in lengths:
         extra = max_new_tokens if max_new_tokens is not None else max(TASKS[t].max_new_tokens for t in tasks)
@@ -872,11 +911,12 @@ def evaluate_ruler(
 
         grid = tqdm(grid, desc=f"ruler {label}", unit="cell")
     for task, length in grid:
-        key = dict(label=label, task=task, length=length, n=n_samples, haystack=haystack, seed=seed)
+        key = dict(label=label, task=task, length=length, n=n_samples, haystack=haystack, seed=seed,
+                   template=template)
         row = log.get(**key) if log is not None else None
         if row is None:
             t0 = time.perf_counter()
-            samples = make_task(task, model, length, n_samples, seed=seed, haystack=haystack)
+            samples = make_task(task, model, length, n_samples, seed=seed, haystack=haystack, template=template)
             preds = generate_answers(
                 model, samples, fwd_hooks=hooks, max_new_tokens=max_new_tokens,
                 batch_size=batch_size, use_kv_cache=use_kv_cache,
