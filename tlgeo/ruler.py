@@ -34,7 +34,9 @@ passages and yes/no questions, scored by the first word of the output
 (``first_word``; chance is 50%). Its length is hit within a few tokens (the
 last document is cut at a word). Instruction-tuned models such as
 SmolLM2-Instruct often end their turn at once on this raw (non-chat) prompt;
-an empty answer counts as wrong.
+an empty answer counts as wrong. ``template="chat"`` puts every task's question
+in the tokenizer's chat template and opens the assistant turn with the answer
+prefix, as RULER does for instruction-tuned models.
 
 Generation is greedy with the bridge's own ``generate`` and its KV cache, with
 the forward hooks active. With transformers 5.17 (installed here) the cached
