@@ -30,6 +30,11 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama):
         assert (out / f"{name}.csv").exists(), name
     compare = pd.read_csv(out / "compare.csv")
     assert list(compare["condition"]) == ["unedited", "value_excl_self s_par=0", "attn s_par=0"]
+    paired = pd.read_csv(out / "compare_zeroshot_paired.csv").set_index(["condition", "metric"])
+    for cond in ("value_excl_self s_par=0", "attn s_par=0"):  # one task: the paired change is the accuracy change
+        c = compare.set_index("condition")
+        assert paired.loc[(cond, "acc"), "delta"] == pytest.approx(
+            c.loc[cond, "zeroshot_acc"] - c.loc["unedited", "zeroshot_acc"], abs=1e-9)
     errors = pd.read_csv(out / "closed_form_errors.csv")
     exact = errors[errors["variant"].isin(["value_full", "value_excl_self"])]
     assert exact["rel_err"].max() < 1e-4  # the closed form reproduces the value-space edit

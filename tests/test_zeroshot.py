@@ -7,6 +7,7 @@ import torch
 from tlgeo import zeroshot as zs
 from tlgeo.edits import Edit, edit
 from tlgeo.zeroshot import (
+    paired_accuracy_change,
     MCItem, UnknownTaskError, encode_pair, evaluate_zeroshot, load_task, score_items, score_requests,
 )
 
@@ -185,6 +186,25 @@ def test_evaluate_summary_items_and_resume(llama, tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(items2, items)
     with pytest.raises(AssertionError, match="recomputed"):  # another tag is another run
         evaluate_zeroshot(llama, "piqa", data_dir=DATA, limit=2, log_path=log, tag="edited")
+
+
+def _items(correct, correct_norm=None, task="piqa"):
+    n = len(correct)
+    return pd.DataFrame({"task": task, "item": range(n), "correct": correct,
+                         "correct_norm": correct if correct_norm is None else correct_norm})
+
+
+def test_paired_accuracy_change():
+    base = pd.concat([_items([False] * 10), _items([True] * 10, task="arc_easy")], ignore_index=True)
+    flips = [True, True, True] + [False] * 7
+    edited = pd.concat([_items(flips, [False] * 10), _items([True] * 10, task="arc_easy")], ignore_index=True)
+    df = paired_accuracy_change(edited.sample(frac=1, random_state=0), base, n_boot=500, n_perm=500)
+    acc, norm = df.set_index("metric").loc["acc"], df.set_index("metric").loc["acc_norm"]
+    assert acc["delta"] == pytest.approx(100 * 3 / 20) and acc["n"] == 20  # pooled over both tasks
+    assert acc["ci_low"] <= acc["delta"] <= acc["ci_high"] and acc["ci_low"] >= 0
+    assert norm["delta"] == 0 and norm["p"] == 1.0
+    with pytest.raises(ValueError, match="same"):
+        paired_accuracy_change(edited.iloc[1:], base)
 
 
 def test_errors(llama, tmp_path):

@@ -137,7 +137,7 @@ def _label(edit) -> str:
 def _step_compare(ctx: _Ctx) -> None:
     from .compare import compare_edits
     from .ruler import evaluate_ruler
-    from .zeroshot import evaluate_zeroshot
+    from .zeroshot import evaluate_zeroshot, paired_accuracy_change
 
     cfg, model = ctx.cfg, ctx.model
     edits = _compare_edits(cfg)
@@ -162,8 +162,17 @@ def _step_compare(ctx: _Ctx) -> None:
                   for label, hooks in conditions]
         return pd.concat(frames, ignore_index=True).drop(columns=["preds"], errors="ignore")
 
+    def zeroshot_paired() -> pd.DataFrame:  # per-item results come back from the zero-shot log
+        items = {label: evaluate_zeroshot(model, cfg.zeroshot_tasks, limit=cfg.zeroshot_limit, fwd_hooks=hooks,
+                                          tag=label, log_path=ctx.log("zeroshot"), return_items=True)[1]
+                 for label, hooks in conditions}
+        base = items.pop("unedited")
+        return pd.concat([paired_accuracy_change(it, base, seed=cfg.seed).assign(condition=label)
+                          for label, it in items.items()], ignore_index=True)
+
     zs = ctx.cached("compare_zeroshot", zeroshot) if cfg.zeroshot_tasks else pd.DataFrame(
         columns=["condition", "task", "n", "acc", "acc_norm"])
+    zs_paired = ctx.cached("compare_zeroshot_paired", zeroshot_paired) if cfg.zeroshot_tasks else None
     rl = ctx.cached("compare_ruler", ruler)
     ppl = ppl.assign(condition=["unedited"] + [_label(e) for e in edits])
     table = ppl[["condition", "ppl", "delta_ppl"]].merge(
@@ -178,6 +187,10 @@ def _step_compare(ctx: _Ctx) -> None:
                        f"({cfg.ruler_samples} samples each, {cfg.ruler_template} prompts, %).")
     ctx.report.table(table, "edits in blocks %d.." % cfg.skip_first)
     ctx.report.table(zs[["condition", "task", "n", "acc", "acc_norm"]], "zero-shot per task")
+    if zs_paired is not None:
+        ctx.report.table(zs_paired[["condition", "metric", "delta", "ci_low", "ci_high", "p", "n"]],
+                         "zero-shot change vs unedited, same items pooled over tasks (points; 95% bootstrap CI, "
+                         "sign-flip p)")
     ctx.report.table(rl[[c for c in ("condition", "task", "length", "n", "score") if c in rl]], "long context per task")
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "score_items",
     "summarize_items",
     "evaluate_zeroshot",
+    "paired_accuracy_change",
 ]
 
 Hook = tuple[str | Callable, Callable]
@@ -462,3 +463,31 @@ def evaluate_zeroshot(
     if return_items:
         return summary, pd.concat(item_frames, ignore_index=True)
     return summary
+
+
+def paired_accuracy_change(
+    items: pd.DataFrame, base: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 5000, seed: int = 0
+) -> pd.DataFrame:
+    """Accuracy change ``items`` − ``base`` on the same items, pooled over tasks.
+
+    Both frames come from ``evaluate_zeroshot(..., return_items=True)`` (``task,
+    item, correct, correct_norm``). One row per metric (``acc``, ``acc_norm``):
+    ``delta`` in points with a bootstrap ``ci_low``/``ci_high``, the sign-flip
+    ``p`` (:func:`tlgeo.stats.paired_test`, items weighted equally) and ``n``
+    items. Differing item sets raise ``ValueError``.
+    """
+    from .stats import paired_test
+
+    key = ["task", "item"]
+    a, b = items.set_index(key).sort_index(), base.set_index(key).sort_index()
+    if not a.index.equals(b.index):
+        raise ValueError("paired comparison needs the same (task, item) pairs in both frames")
+    if a.empty:
+        raise ValueError("no items to compare")
+    rows = []
+    for metric, col in (("acc", "correct"), ("acc_norm", "correct_norm")):
+        d = a[col].astype(float).to_numpy() - b[col].astype(float).to_numpy()
+        t = paired_test(d, n_boot=n_boot, n_perm=n_perm, seed=seed)
+        rows.append({"metric": metric, "delta": 100 * t.estimate, "ci_low": 100 * t.ci_low,
+                     "ci_high": 100 * t.ci_high, "p": t.p, "n": t.n_texts})
+    return pd.DataFrame(rows)
