@@ -1,6 +1,9 @@
 """tlgeo atlas end to end on a tiny model: every step writes its CSV, the report is
 self-contained, and a rerun reuses what is done."""
 
+import dataclasses
+import json
+
 import pandas as pd
 import pytest
 
@@ -57,9 +60,14 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama):
     # a rerun loads every finished step: no log grows, the sweep table is the same
     logs = {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")}
     sweeps = pd.read_csv(out / "sweeps.csv")
-    run_atlas(cfg, model=llama)
+    run_atlas(dataclasses.replace(cfg, steps=("compare",)), model=llama)
     assert {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")} == logs
     pd.testing.assert_frame_equal(pd.read_csv(out / "sweeps.csv"), sweeps)
+    # the partial rerun adds its own timing rows and keeps the first run's; the steps stay on record
+    again = pd.read_csv(out / "timings.csv")
+    assert list(again["step"]) == list(STEPS) + ["compare"] and again["run"].nunique() <= 2
+    pd.testing.assert_frame_equal(again.iloc[: len(STEPS)], timings)
+    assert json.loads((out / "config.json").read_text())["steps"] == list(STEPS)
 
 
 def test_atlas_errors(tmp_path, llama):

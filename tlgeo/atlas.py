@@ -296,12 +296,17 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         raise ValueError(f"context {cfg.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
     out = cfg.out_dir()
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
+    conf = dataclasses.asdict(cfg)
+    if (out / "config.json").exists():  # a partial rerun: the steps of earlier runs stay on record
+        done = set(json.loads((out / "config.json").read_text()).get("steps", ())) | set(cfg.steps)
+        conf["steps"] = [s for s in STEPS if s in done]
+    (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
     report = Report(f"tlgeo atlas: {cfg.model}")
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
                 f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
     ctx = _Ctx(cfg, model, text, report)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
     peak_mb: dict[str, float] = {}
     for step in STEPS:
         if step not in cfg.steps:
@@ -313,10 +318,12 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         peak_mb[step] = _peak_rss_mb()
         print(f"[atlas] {step} done in {ctx.timings[step]:.0f} s (peak RSS so far {peak_mb[step]:.0f} MB)", flush=True)
         report.save(out / "report.html")  # a partial report after every step
-    timings = pd.DataFrame({"step": list(ctx.timings), "seconds": list(ctx.timings.values()),
+    timings = pd.DataFrame({"run": started, "step": list(ctx.timings), "seconds": list(ctx.timings.values()),
                             "peak_rss_mb_so_far": [peak_mb[k] for k in ctx.timings]})
-    timings.to_csv(out / "timings.csv", index=False)
-    report.section("Timings").table(timings)
+    path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
+    earlier = pd.read_csv(path) if path.exists() else None
+    pd.concat([earlier, timings], ignore_index=True).to_csv(path, index=False)
+    report.section("Timings").table(timings.drop(columns="run"))
     return report.save(out / "report.html")
 
 
