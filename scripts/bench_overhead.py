@@ -28,7 +28,7 @@ MODES = ("bare", "noop", "remove")
 
 
 def hooks_for(model, mode: str):
-    from tlgeo.edits import edit_hooks
+    from tlgeo.hooks.edits import edit_hooks
 
     if mode == "bare":
         return []
@@ -59,7 +59,7 @@ def time_in_hooks(model, tokens, hooks, repeats: int = 3) -> float:
 def make_tokens(model, args) -> torch.Tensor:
     """``[batch, seq]`` real text (WikiText-2 test) cut into windows."""
     from tlgeo.data import load_text
-    from tlgeo.observe import corpus_batches
+    from tlgeo.decomposition.observe import corpus_batches
 
     toks = corpus_batches(model, load_text("wikitext2"), args.seq, max_tokens=args.batch * args.seq + 16)
     return toks[: args.batch]

@@ -45,8 +45,8 @@ def main() -> None:
 
     from tlgeo.data import load_text
     from tlgeo.models import load_model
-    from tlgeo.perplexity import token_windows, tokenize_text
-    from tlgeo.sweeps import SWEEP_SITES, layer_sweep, sensitivity_sweep
+    from tlgeo.evals.perplexity import token_windows, tokenize_text
+    from tlgeo.decomposition.sweeps import SWEEP_SITES, layer_sweep, sensitivity_sweep
 
     model = load_model(args.model)
     bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
@@ -73,7 +73,7 @@ def main() -> None:
     def run_layer():
         return layer_sweep(model, ids, "value_excl_self", args.layer, scales, **kw)
 
-    from tlgeo.zeroshot import _prefix_token, encode_pair, evaluate_zeroshot, load_task
+    from tlgeo.evals.zeroshot import _prefix_token, encode_pair, evaluate_zeroshot, load_task
 
     zs_tasks = ("piqa", "arc_easy", "winogrande")
     prefix = _prefix_token(model, None)

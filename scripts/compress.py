@@ -108,9 +108,9 @@ def main(argv=None) -> int:
     if args.ppl or args.zeroshot_tasks:
         from tlgeo.data import load_text
         from tlgeo.models import load_model
-        from tlgeo.perplexity import perplexity
+        from tlgeo.evals.perplexity import perplexity
         from tlgeo.results import ResultLog
-        from tlgeo.zeroshot import evaluate_zeroshot
+        from tlgeo.evals.zeroshot import evaluate_zeroshot
 
         text = load_text(args.ppl_corpus)
         plog = ResultLog(out / "ppl.jsonl", ("method", "corpus", "tokens", "context"))

@@ -3,16 +3,21 @@
 How much of each attention/MLP update is parallel to the state it updates
 (a rescaling) and how much is perpendicular (a change of direction); edits that
 scale either part, as TransformerLens hooks.
+
+Layers (each imports only those above it in this list; ARCHITECTURE.md):
+``geometry``, ``stats`` (pure math) → ``data``, ``models``, ``results``, ``pipeline``
+→ ``hooks`` → ``evals`` → analyses (``decomposition``, ``compression``, ``train``)
+→ ``report`` → ``cli``.
 """
 
-from .edits import Edit, edit, edit_hooks
-from .geometry import cosine, norm_ratio, parallel_ratio, scale_components, split_parallel
+from .decomposition.observe import parallel_profile, summarize_profile
+from .evals.perplexity import perplexity
+from .evals.zeroshot import evaluate_zeroshot
+from .geometry.parallel import cosine, norm_ratio, parallel_ratio, scale_components, split_parallel
+from .geometry.value_space import expand_kv, remove_diagonal, scale_diagonal, self_message, split_self
+from .hooks.edits import Edit, edit, edit_hooks
+from .hooks.sites import DECOMPOSITION_SITES, SITES, get_site
 from .models import load_model, tiny_model
-from .observe import parallel_profile, summarize_profile
-from .perplexity import perplexity
-from .sites import DECOMPOSITION_SITES, SITES, get_site
-from .value_space import expand_kv, remove_diagonal, scale_diagonal, self_message, split_self
-from .zeroshot import evaluate_zeroshot
 
 __all__ = [
     "Edit", "edit", "edit_hooks",

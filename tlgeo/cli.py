@@ -62,24 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     _edit_args(ppl)
     ppl.add_argument("--context", type=int, default=512)
 
-    atlas = sub.add_parser("atlas", help="the paper's editing experiments on one model, as an HTML report + CSVs")
+    atlas = sub.add_parser("atlas", help="every registered analysis step on one model, as an HTML report + CSVs")
     atlas.add_argument("--model", default="smollm2-135m")
     atlas.add_argument("--corpus", default="wikitext2")
     atlas.add_argument("--out", default=None, help="output directory (default results/atlas-<model>)")
     atlas.add_argument("--threads", type=int, default=None)
     atlas.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(_atlas_steps()))
-    atlas.add_argument("--skip-first", type=int, default=None)
-    atlas.add_argument("--context", type=int, default=None)
-    atlas.add_argument("--tokens", type=int, default=None, help="tokens for sweeps/comparison perplexity")
-    atlas.add_argument("--profile-tokens", type=int, default=None)
-    atlas.add_argument("--zeroshot-tasks", default=None, help="e.g. piqa,arc_easy,arc_challenge,openbookqa,winogrande,boolq")
-    atlas.add_argument("--zeroshot-limit", type=int, default=None)
-    atlas.add_argument("--ruler-tasks", default=None)
-    atlas.add_argument("--ruler-lengths", default=None, help="e.g. 1024,2048,4096")
-    atlas.add_argument("--ruler-samples", type=int, default=None)
-    atlas.add_argument("--ruler-template", choices=("base", "chat"), default=None,
-                       help="RULER prompts as raw text (base) or in the tokenizer's chat template")
-    atlas.add_argument("--head-texts", type=int, default=None)
+    atlas.add_argument("--seed", type=int, default=0)
+    _budget_flags(atlas)
     atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids")
 
     cd = sub.add_parser("compress-diag", help="perpendicular vs parallel error of compressed models (CSV + figure)")
@@ -118,7 +108,7 @@ def _setup(args):
 
 
 def _profile(model, text, out: Path, tokens, seq_len, sites, per_token: bool):
-    from .observe import parallel_profile, summarize_profile
+    from .decomposition.observe import parallel_profile, summarize_profile
 
     df = parallel_profile(model, text, sites=sites, seq_len=seq_len, max_tokens=tokens, progress=True)
     summary = summarize_profile(df)
@@ -135,8 +125,8 @@ def _print_profile(summary) -> None:
 
 
 def cmd_run(args) -> int:
-    from .compare import compare_edits, removal_edits
-    from .sites import DECOMPOSITION_SITES, SITES
+    from .decomposition.compare import compare_edits, removal_edits
+    from .hooks.sites import DECOMPOSITION_SITES, SITES
 
     t0 = time.time()
     model, text, out, tokens = _setup(args)
@@ -164,8 +154,8 @@ def cmd_profile(args) -> int:
 
 
 def cmd_ppl(args) -> int:
-    from .compare import compare_edits
-    from .edits import Edit
+    from .decomposition.compare import compare_edits
+    from .hooks.edits import Edit
 
     heads = _layers(args.heads)
     e = Edit(args.site, args.s_par, args.s_perp, _layers(args.layers), args.skip_first, heads)
@@ -181,42 +171,63 @@ def cmd_ppl(args) -> int:
 
 
 def _atlas_steps():
-    from .atlas import STEPS
+    from .report.registry import load_steps
 
-    return STEPS
+    return tuple(load_steps())
+
+
+def _items(kind: type):
+    """argparse type: a comma-separated list of ``kind`` as a tuple (empty entries dropped)."""
+    def parse(v: str) -> tuple:
+        return tuple(kind(x) for x in v.split(",") if x)
+
+    parse.__name__ = f"comma-separated {kind.__name__} list"
+    return parse
+
+
+def _budget_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per budget field of every registered analysis family (``--<field-name>``)."""
+    from .pipeline import budget_fields
+    from .report.registry import load_steps
+
+    load_steps()
+    for name, (family, f) in budget_fields().items():
+        meta, default = f.metadata, f.default
+        kind = meta.get("item")
+        if isinstance(default, tuple) or kind is not None:
+            kind, metavar = _items(kind or type(default[0])), "LIST"
+            shown = ",".join(map(str, default)) if default is not None else "see help"
+        else:
+            kind, shown = type(default), default
+            metavar = {int: "N", float: "X"}.get(kind, "NAME")
+        p.add_argument(meta.get("flag", "--" + name.replace("_", "-")), dest=f"budget__{name}", type=kind,
+                       default=None, choices=meta.get("choices"), metavar=None if "choices" in meta else metavar,
+                       help=f"{meta.get('help', '')} [{family}; default {shown}]")
 
 
 def cmd_atlas(args) -> int:
     import torch
 
-    from .atlas import AtlasConfig, run_atlas
+    from .report.atlas import AtlasConfig, run_atlas
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out)
-    split = lambda v, f=str: tuple(f(x) for x in v.split(",") if x)  # noqa: E731
-    overrides = {
-        "steps": args.steps and split(args.steps), "skip_first": args.skip_first, "context": args.context,
-        "sweep_tokens": args.tokens, "profile_tokens": args.profile_tokens,
-        "zeroshot_tasks": None if args.zeroshot_tasks is None else split(args.zeroshot_tasks),
-        "zeroshot_limit": args.zeroshot_limit, "ruler_tasks": args.ruler_tasks and split(args.ruler_tasks),
-        "ruler_lengths": None if args.ruler_lengths is None else split(args.ruler_lengths, int),
-        "ruler_samples": args.ruler_samples, "ruler_template": args.ruler_template, "head_texts": args.head_texts,
-    }
-    for k, v in overrides.items():
-        if v is not None:
-            setattr(cfg, k, v)
+    budgets = {k.removeprefix("budget__"): v for k, v in vars(args).items()
+               if k.startswith("budget__") and v is not None}
     if args.full_grids:
-        from .sweeps import S_PAR_GRID, S_PERP_GRID
+        from .decomposition.sweeps import S_PAR_GRID, S_PERP_GRID
 
-        cfg.s_par_grid, cfg.s_perp_grid = S_PAR_GRID, S_PERP_GRID
+        budgets.update(s_par_grid=S_PAR_GRID, s_perp_grid=S_PERP_GRID)
+    steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
+    cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
+                      budgets=budgets)
     path = run_atlas(cfg)
     print(f"wrote {path}")
     return 0
 
 
 def cmd_sites(args) -> int:
-    from .sites import SITES
+    from .hooks.sites import SITES
 
     for s in SITES.values():
         print(f"{s.name:>16}  edits blocks.L.{s.target:<18} {s.description}")

@@ -115,7 +115,7 @@ def check_compatible(base, comp) -> None:
 
 def prompt_windows(model, text: str, n: int = 12, seq_len: int = 128) -> Tensor:
     """``[n, seq_len]`` token ids: BOS (when the tokenizer has one) + consecutive text windows."""
-    from ..perplexity import tokenize_text
+    from ..evals.perplexity import tokenize_text
 
     tok = model.tokenizer if hasattr(model, "tokenizer") and model.tokenizer is not None else None
     if tok is None:

@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..geometry import split_parallel
+from ..geometry.parallel import split_parallel
 
 __all__ = [
     "ERROR_COLUMNS",

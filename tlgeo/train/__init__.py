@@ -1,6 +1,6 @@
 """Pretraining with parallel suppression (spec sections 9-10).
 
-The suppression in training is the analysis :class:`~tlgeo.edits.Edit` (or, for
+The suppression in training is the analysis :class:`~tlgeo.hooks.edits.Edit` (or, for
 the learnable gate, the same update hook with a tensor ``s_par``) applied as
 hooks on a ``TransformerBridge``; checkpoints export as ordinary HF directories
 that :func:`tlgeo.load_model` boots.

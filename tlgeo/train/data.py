@@ -77,7 +77,7 @@ def _texts(source: str, max_chars: int | None) -> Iterator[str]:
             if max_chars is not None and n >= max_chars:
                 return
         return
-    from tlgeo.data import load_text
+    from ..data import load_text
 
     yield load_text(source, max_chars=max_chars)
 

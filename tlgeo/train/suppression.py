@@ -1,4 +1,4 @@
-"""Parallel suppression in training: the analysis :class:`~tlgeo.edits.Edit`, as hooks.
+"""Parallel suppression in training: the analysis :class:`~tlgeo.hooks.edits.Edit`, as hooks.
 
 Variants (``s_par = 0`` applied in every forward, training and evaluation alike):
 
@@ -18,8 +18,8 @@ the unedited model). This is the reference code's effective convention
 (``s_par = 1 - sigmoid(...)``). ``W`` starts at 0 and ``b`` at
 ``gate_bias_init`` (0: half the parallel part removed at initialisation).
 
-Every variant goes through :func:`tlgeo.hooks.site_hooks` and the update
-callback of :mod:`tlgeo.edits`, so training and analysis share one
+Every variant goes through :func:`tlgeo.hooks.adapter.site_hooks` and the update
+callback of :mod:`tlgeo.hooks.edits`, so training and analysis share one
 implementation of the geometry, and gradients flow through it.
 """
 
@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..edits import Edit, scale_update
-from ..hooks import HookList, resolve_layers, site_hooks
-from ..sites import get_site
+from ..hooks.edits import Edit, scale_update
+from ..hooks.adapter import HookList, resolve_layers, site_hooks
+from ..hooks.sites import get_site
 from .config import VARIANTS, ConfigError
 
 __all__ = ["Suppression", "SuppressedLM", "FIXED_SITES"]

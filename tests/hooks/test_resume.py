@@ -1,0 +1,33 @@
+import pytest
+import torch
+
+from tlgeo.hooks.edits import Edit
+from tlgeo.hooks.resume import resume_forward
+
+
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
+    e = Edit("value_excl_self", s_par=0.3, s_perp=0.6, layers=layer)
+    with torch.inference_mode():
+        full = tiny.run_with_hooks(tokens, fwd_hooks=e.hooks(tiny))
+        clean, cache = tiny.run_with_cache(tokens, names_filter=f"blocks.{layer}.hook_resid_pre")
+        resid = cache[f"blocks.{layer}.hook_resid_pre"]
+        fired, ran = [], []
+        probe = [(f"blocks.{layer}.attn.hook_z", lambda z, hook: fired.append(layer))]
+        handle = tiny.blocks[0].original_component.register_forward_hook(lambda *a: ran.append(1))
+        try:
+            out = resume_forward(tiny, resid, layer, e.hooks(tiny) + probe)
+            plain = resume_forward(tiny, resid, layer)
+        finally:
+            handle.remove()
+    torch.testing.assert_close(out, full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(plain, clean, rtol=0, atol=1e-5)
+    assert (out - clean).abs().max() > 1e-4  # the edit did something
+    assert fired == [layer]  # hooks at the start block fire, once
+    assert len(ran) == (2 if layer == 0 else 0)  # earlier blocks are skipped, not run
+    assert not any("forward" in vars(m) for m in tiny.modules())  # nothing left patched
+    with torch.inference_mode():
+        torch.testing.assert_close(tiny(tokens), clean, rtol=0, atol=0)
+    if layer > 0:
+        with pytest.raises(ValueError, match="before block"):
+            resume_forward(tiny, resid, layer, Edit("attn", s_par=0, layers=0).hooks(tiny))

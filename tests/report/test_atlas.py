@@ -1,0 +1,82 @@
+"""tlgeo atlas end to end on a tiny model: every step writes its CSV, the report is
+self-contained, and a rerun reuses what is done."""
+
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+
+from tlgeo.decomposition.atlas import PAPER, atlas_summary
+from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
+
+
+def tiny_cfg(out):
+    return AtlasConfig(model="tiny:llama", out=out, budgets=dict(
+        context=64, profile_tokens=128, sweep_tokens=128,
+        s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,), compare_scales=(0.0,),
+        compare_sites=("value_excl_self", "attn"), zeroshot_tasks=("piqa",), zeroshot_limit=2,
+        ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
+        closed_form_tokens=16,
+    ))
+
+
+def test_atlas_end_to_end_and_resume(tmp_path, llama):
+    cfg = tiny_cfg(tmp_path / "atlas")
+    report = run_atlas(cfg, model=llama)
+    html = report.read_text()
+    for title in ("Figure 1", "Figure 3", "Tables 1, 2, 8", "Figure 7", "Table 10", "Table 5", "Table 6"):
+        assert title in html
+    assert html.count("var CircuitsVis=") == 1 and "unpkg.com" not in html
+    out = tmp_path / "atlas"
+    for name in ("profile_summary", "sweeps", "compare", "heads_sensitivity", "mlp_carrier",
+                 "closed_form_errors", "audit"):
+        assert (out / f"{name}.csv").exists(), name
+    compare = pd.read_csv(out / "compare.csv")
+    assert list(compare["condition"]) == ["unedited", "value_excl_self s_par=0", "attn s_par=0"]
+    paired = pd.read_csv(out / "compare_zeroshot_paired.csv").set_index(["condition", "metric"])
+    for cond in ("value_excl_self s_par=0", "attn s_par=0"):  # one task: the paired change is the accuracy change
+        c = compare.set_index("condition")
+        assert paired.loc[(cond, "acc"), "delta"] == pytest.approx(
+            c.loc[cond, "zeroshot_acc"] - c.loc["unedited", "zeroshot_acc"], abs=1e-9)
+    errors = pd.read_csv(out / "closed_form_errors.csv")
+    exact = errors[errors["variant"].isin(["value_full", "value_excl_self"])]
+    assert exact["rel_err"].max() < 1e-4  # the closed form reproduces the value-space edit
+
+    timings = pd.read_csv(out / "timings.csv")
+    assert list(timings["step"]) == list(STEPS) and (timings["seconds"] > 0).all()
+    assert timings["peak_rss_mb_so_far"].is_monotonic_increasing and timings["peak_rss_mb_so_far"].iloc[0] > 50
+
+    # the headline rows are read back from the CSVs
+    summary = atlas_summary(out).set_index(["table", "row", "quantity"])["value"]
+    assert {"ppl", "zeroshot", "audit", "mlp_carrier", "closed_form", "heads"} <= set(summary.index.get_level_values(0))
+    assert summary["ppl", "unedited", "delta_ppl"] == 0.0
+    assert summary["ppl", "attn s_par=0", "ppl"] == pytest.approx(compare.set_index("condition").loc["attn s_par=0", "ppl"])
+    assert summary["closed_form", "value_excl_self", "max abs dlogit"] < 1e-3
+    assert 0 <= summary["heads", "value_excl_self", "share alpha > 0"] <= 1
+    sweeps = pd.read_csv(out / "sweeps.csv").set_index(["site", "axis", "scale"])
+    assert summary["ppl", "mlp s_par=0", "ppl"] == pytest.approx(sweeps.loc[("mlp", "s_par", 0.0), "ppl"])
+    assert all(k[0] in set(summary.index.get_level_values(0)) | {"ruler"} for k in PAPER)
+
+    # a rerun loads every finished step: no log grows, the sweep table is the same
+    logs = {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")}
+    sweeps = pd.read_csv(out / "sweeps.csv")
+    run_atlas(dataclasses.replace(cfg, steps=("compare",)), model=llama)
+    assert {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")} == logs
+    pd.testing.assert_frame_equal(pd.read_csv(out / "sweeps.csv"), sweeps)
+    # the partial rerun adds its own timing rows and keeps the first run's; the steps stay on record
+    again = pd.read_csv(out / "timings.csv")
+    assert list(again["step"]) == list(STEPS) + ["compare"] and again["run"].nunique() <= 2
+    pd.testing.assert_frame_equal(again.iloc[: len(STEPS)], timings)
+    assert json.loads((out / "config.json").read_text())["steps"] == list(STEPS)
+
+
+def test_atlas_errors(tmp_path, llama):
+    with pytest.raises(ValueError, match="unknown atlas step"):
+        run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("nope",)), model=llama)
+    with pytest.raises(ValueError, match="exceeds the model's n_ctx"):
+        run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"context": 4096}, steps=("profile",)),
+                  model=llama)
+    with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
+        run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
+    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit"}

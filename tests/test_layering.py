@@ -1,0 +1,151 @@
+"""The package's import layers (ARCHITECTURE.md), checked on the source of every module.
+
+A module may import tlgeo code from its own unit (top-level subpackage or
+module) and from units in lower layers, never from a higher layer or from
+another unit of its own layer. Imports inside functions count too. The pure
+math layer imports no model code at all.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
+
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
+    frozenset({"data", "results", "pipeline", "models"}),  # 1 text, result logs, atlas contract, model loading
+    frozenset({"hooks"}),                                  # 2 sites, the hook adapter, edits, resumed forwards
+    frozenset({"evals"}),                                  # 3 perplexity, zero-shot, RULER, lm-eval
+    frozenset({"decomposition", "compression", "train"}),  # 4 the analyses, one package each
+    frozenset({"report"}),                                 # 5 atlas and HTML report
+    frozenset({"cli"}),                                    # 6 the command line
+)
+ROOT_LAYER = 4  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
+
+# third-party code the pure layers must not touch (they know nothing of models or plots)
+MODEL_CODE = ("transformer_lens", "transformers", "accelerate", "datasets", "llmcompressor", "lm_eval",
+              "circuitsvis", "matplotlib", "tlgeo.models")
+NO_MODEL_CODE = {"geometry", "stats", "pipeline"}
+
+
+def layer_of(unit: str) -> int:
+    if unit == "":
+        return ROOT_LAYER
+    for i, units in enumerate(LAYERS):
+        if unit in units:
+            return i
+    raise KeyError(unit)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit_of(module: str) -> str:
+    """``tlgeo.hooks.edits`` -> ``hooks``; ``tlgeo`` -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """``(line, absolute module)`` of every import in ``source``, relative ones resolved."""
+    package = module if is_package else module.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if node.module is None:  # from . import x: x is a submodule, or a name of the package itself
+                out += [(node.lineno, f"{target}.{a.name}" if _is_module(f"{target}.{a.name}") else target)
+                        for a in node.names]
+            else:
+                out.append((node.lineno, target))
+    return out
+
+
+def violations(path: Path, source: str) -> list[str]:
+    module = module_name(path)
+    unit = unit_of(module)
+    try:
+        own = layer_of(unit)
+    except KeyError:
+        return [f"{module}: unit {unit!r} is in no layer; add it to LAYERS here and to ARCHITECTURE.md"]
+    found = []
+    for line, target in imported_modules(source, module, path.name == "__init__.py"):
+        where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+        if unit in NO_MODEL_CODE and target.startswith(MODEL_CODE):
+            found.append(f"{where}: {unit} holds no model code")
+        if not (target == "tlgeo" or target.startswith("tlgeo.")):
+            continue
+        other = unit_of(target)
+        if other == unit:
+            continue
+        if other == "":
+            found.append(f"{where}: only the top level imports from tlgeo/__init__")
+            continue
+        theirs = layer_of(other)
+        if theirs > own:
+            found.append(f"{where}: upward, layer {own} ({unit or 'tlgeo'}) -> layer {theirs} ({other})")
+        elif theirs == own and unit:
+            found.append(f"{where}: sideways, {unit} and {other} share layer {own}")
+    return found
+
+
+def test_every_module_keeps_to_its_layer():
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 40
+    found = [v for f in files for v in violations(f, f.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found)
+
+
+def test_every_unit_is_in_a_layer():
+    units = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()}
+    assert units == set().union(*LAYERS), "every top-level module or subpackage needs a layer"
+
+
+@pytest.mark.parametrize("path, source, problem", [
+    ("geometry/parallel.py", "from ..hooks.edits import Edit", "upward, layer 0 (geometry) -> layer 2 (hooks)"),
+    ("geometry/parallel.py", "def f():\n    import transformer_lens", "geometry holds no model code"),
+    ("stats/resampling.py", "from tlgeo.models import load_model", "stats holds no model code"),
+    ("hooks/edits.py", "from ..decomposition.observe import parallel_profile", "upward"),
+    ("hooks/edits.py", "def f():\n    from ..evals import perplexity", "upward, layer 2 (hooks) -> layer 3"),
+    ("evals/ruler/tasks.py", "from ...report.html import Report", "upward"),
+    ("decomposition/atlas.py", "from ..report import registry", "upward, layer 4 (decomposition) -> layer 5"),
+    ("decomposition/atlas.py", "from ..compression import decompose", "sideways"),
+    ("compression/llmc.py", "from .. import cli", "upward"),
+    ("report/atlas.py", "from ..cli import main", "upward, layer 5 (report) -> layer 6 (cli)"),
+    ("hooks/sites.py", "from .. import Edit", "only the top level"),
+    ("__init__.py", "from .report.atlas import run_atlas", "upward"),
+    ("magnitude/perturb.py", "import torch", "is in no layer"),
+])
+def test_the_check_catches_bad_imports(path, source, problem):
+    found = violations(PACKAGE / path, source)
+    assert any(problem in v for v in found), found
+
+
+@pytest.mark.parametrize("path, source", [
+    ("geometry/parallel.py", "import torch\nfrom .value_space import expand_kv"),
+    ("hooks/edits.py", "from ..geometry.parallel import scaled_delta\nfrom .sites import get_site"),
+    ("decomposition/atlas.py", "from ..pipeline import register_step\nfrom ..evals.ruler import evaluate_ruler"),
+    ("train/loop.py", "from . import distributed as D"),
+    ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run"),
+])
+def test_the_check_allows_downward_imports(path, source):
+    assert violations(PACKAGE / path, source) == []

@@ -1,0 +1,17 @@
+"""Directional decomposition (seed paper 000): the experiments on the parallel/perpendicular split.
+
+* :mod:`.observe`: per-layer/site/token parallel ratios (Figure 1).
+* :mod:`.sweeps`: ΔPPL over ``s_par`` / ``s_perp`` grids, resumable (Figure 3).
+* :mod:`.compare`: perplexity under a list of edits (``tlgeo run``).
+* :mod:`.closed_form`: the attention-diagonal closed form of the value-space edit (Table 5, Figure 4).
+* :mod:`.audit`: post-W_O perturbation / energy / retained norm (Table 6).
+* :mod:`.heads`: per-head alpha and causal sensitivity, patching (Figure 7).
+* :mod:`.mlp_carrier`: which MLP stage carries the parallel part (Table 10).
+* :mod:`.atlas`: this family's steps of ``tlgeo atlas`` and its headline table.
+"""
+
+from .compare import compare_edits, removal_edits
+from .observe import corpus_batches, parallel_profile, plot_profile, summarize_profile
+
+__all__ = ["parallel_profile", "summarize_profile", "plot_profile", "corpus_batches", "compare_edits",
+           "removal_edits"]

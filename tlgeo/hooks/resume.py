@@ -1,0 +1,77 @@
+"""Forwards that start at a block from a cached residual, skipping the blocks before it.
+
+:func:`resume_forward` is what sweeps and head maps use when an edit touches
+only blocks ``>= layer``: the residual entering ``layer`` is cached once from
+the unedited run, and every edited run computes only blocks ``layer..`` and
+the unembedding.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager, nullcontext
+from typing import Iterator
+
+from jaxtyping import Float
+from torch import Tensor
+
+from .adapter import HookList
+
+__all__ = ["resume_forward"]
+
+
+_BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.")
+
+
+@contextmanager
+def _skip_blocks(model, n: int) -> Iterator[None]:
+    """Make blocks ``0..n-1`` pass their input through untouched (their output is
+    discarded anyway when block ``n`` swaps in the injected residual)."""
+
+    def passthrough(*args, **kwargs):
+        return args[0] if args else kwargs["hidden_states"]
+
+    blocks = list(model.blocks)[:n]
+    if any("forward" in vars(b) for b in blocks):
+        raise RuntimeError("blocks already patched: resume_forward calls cannot be nested")
+    try:
+        for b in blocks:
+            # object.__setattr__: the bridge's __setattr__ would forward the
+            # assignment to the wrapped HF layer and patch it for good
+            object.__setattr__(b, "forward", passthrough)  # shadows the bound method
+        yield
+    finally:
+        for b in blocks:
+            vars(b).pop("forward", None)
+
+
+def resume_forward(
+    model,
+    resid: Float[Tensor, "batch pos d_model"],
+    layer: int,
+    fwd_hooks: HookList = (),
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """Logits of the forward that enters block ``layer`` with residual ``resid``.
+
+    ``resid`` is ``blocks.{layer}.hook_resid_pre`` of an earlier run on the same
+    tokens. TransformerBridge's ``start_at_layer`` still *runs* blocks
+    ``0..layer-1`` on the residual and discards their output; here they are
+    skipped, so only blocks ``layer..`` and the unembedding are computed. Hooks
+    must all be at blocks ``>= layer`` (or after the blocks): hooks before would
+    silently not fire, so they raise ``ValueError``.
+    """
+    n = model.cfg.n_layers
+    if not 0 <= layer < n:
+        raise ValueError(f"layer {layer} out of range: the model has {n} layers (0..{n - 1})")
+    if resid.ndim != 3 or resid.shape[-1] != model.cfg.d_model:
+        raise ValueError(f"resid must be [batch, pos, d_model={model.cfg.d_model}], got {tuple(resid.shape)}")
+    hooks = list(fwd_hooks)
+    for name, _ in hooks:
+        if not isinstance(name, str):
+            raise ValueError("resume_forward needs hook names (strings), not filters")
+        m = _BLOCK_HOOK.match(name)
+        if (m and int(m.group(1)) < layer) or name.startswith(("hook_embed", "hook_pos_embed", "embed")):
+            raise ValueError(f"hook {name!r} is before block {layer}: it would not run in a forward resumed there")
+    ctx = model.hooks(fwd_hooks=hooks) if hooks else nullcontext()
+    with ctx, _skip_blocks(model, layer):
+        return model(resid, start_at_layer=layer)

@@ -1,0 +1,129 @@
+"""The contract between the analyses and ``tlgeo atlas``: steps, their budgets, their context.
+
+An analysis package contributes to the atlas from its own ``atlas`` module:
+
+* one *budgets* dataclass (every field a budget with a default and a help text,
+  see :func:`budget`), registered with :func:`register_family`;
+* one function per step, registered with :func:`register_step`: it reads its
+  budgets from ``ctx.budget``, writes its CSVs through ``ctx.cached`` /
+  ``ctx.csv`` and its section of the report through ``ctx.report``.
+
+:mod:`tlgeo.report.atlas` runs what is registered, in registration order, and
+``tlgeo atlas`` makes one flag per budget field, so adding an analysis edits
+neither. This module holds no model and no report code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+__all__ = ["Step", "StepContext", "budget", "register_family", "register_step", "steps", "families",
+           "budget_fields", "make_budgets"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One atlas step: ``run(ctx)`` writes ``csvs`` (names without ``.csv``) and a report section."""
+
+    name: str
+    family: str
+    run: Callable[["StepContext"], None]
+    csvs: tuple[str, ...]
+    description: str
+
+
+_FAMILIES: dict[str, type] = {}
+_STEPS: dict[str, Step] = {}
+
+
+def budget(default: Any, help: str, **meta: Any) -> Any:
+    """A budgets-dataclass field: ``default``, a ``help`` text for its flag, and optional
+    ``item`` (element type of a tuple or of a ``None`` default), ``choices``, ``flag``
+    (the flag's name when it is not ``--<field-name>``)."""
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+def register_family(name: str, budgets: type) -> None:
+    """Register an analysis family and its budgets dataclass (field names unique across families)."""
+    if not dataclasses.is_dataclass(budgets):
+        raise TypeError(f"budgets of {name!r} must be a dataclass, got {budgets!r}")
+    if name in _FAMILIES and _FAMILIES[name] is not budgets:
+        raise ValueError(f"atlas family {name!r} is already registered")
+    taken = {f: fam for f, (fam, _) in budget_fields().items() if fam != name}
+    clash = sorted(f.name for f in dataclasses.fields(budgets) if f.name in taken)
+    if clash:
+        raise ValueError(f"budget name(s) {clash} of {name!r} are already used by {taken[clash[0]]!r}")
+    _FAMILIES[name] = budgets
+
+
+def register_step(name: str, family: str, csvs: tuple[str, ...], description: str):
+    """Decorator: register ``fn(ctx)`` as atlas step ``name`` of a registered ``family``."""
+    if family not in _FAMILIES:
+        raise ValueError(f"register the family {family!r} before its steps")
+
+    def wrap(fn: Callable[[StepContext], None]) -> Callable[[StepContext], None]:
+        old = _STEPS.get(name)
+        if old is not None and old.run.__qualname__ != fn.__qualname__:
+            raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
+        _STEPS[name] = Step(name, family, fn, tuple(csvs), description)
+        return fn
+
+    return wrap
+
+
+def steps() -> dict[str, Step]:
+    """The registered steps, in registration order."""
+    return dict(_STEPS)
+
+
+def families() -> dict[str, type]:
+    return dict(_FAMILIES)
+
+
+def budget_fields() -> dict[str, tuple[str, dataclasses.Field]]:
+    """Every budget field by name: ``(family, field)``."""
+    return {f.name: (fam, f) for fam, cls in _FAMILIES.items() for f in dataclasses.fields(cls)}
+
+
+def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """One budgets instance per family: defaults, with ``overrides`` (by field name) applied."""
+    fields = budget_fields()
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown atlas budget(s) {unknown}; known: {sorted(fields)}")
+    per_family: dict[str, dict[str, Any]] = {fam: {} for fam in _FAMILIES}
+    for k, v in overrides.items():
+        per_family[fields[k][0]][k] = v
+    return {fam: cls(**per_family[fam]) for fam, cls in _FAMILIES.items()}
+
+
+class StepContext:
+    """What a step gets: the run's config, model, text, its family's budgets, the report.
+
+    ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
+    resumable JSON-lines log in the output directory; ``cached(name, compute)``
+    loads ``name.csv`` if an earlier run finished it, else computes and saves it.
+    """
+
+    def __init__(self, cfg, model, text: str, report, budget, out: Path):
+        self.cfg, self.model, self.text, self.report, self.budget = cfg, model, text, report, budget
+        self.out = Path(out)
+
+    def csv(self, name: str) -> Path:
+        return self.out / f"{name}.csv"
+
+    def log(self, name: str) -> Path:
+        return self.out / "logs" / f"{name}.jsonl"
+
+    def cached(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        path = self.csv(name)
+        if path.exists():
+            return pd.read_csv(path)
+        df = compute()
+        df.to_csv(path, index=False)
+        return df
