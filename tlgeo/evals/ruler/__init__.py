@@ -42,12 +42,8 @@ Modules: :mod:`.tasks` (task generation), :mod:`.prompts` (base text or chat
 template), :mod:`.scoring` (string matching), :mod:`.evaluate` (greedy generation
 under hooks and the evaluation grid).
 
-Generation is greedy with the bridge's own ``generate`` and its KV cache, with
-the forward hooks active. With transformers 5.17 (installed here) the cached
-and uncached greedy outputs are identical on SmolLM2, edited or not (value-space
-edits see ``q < k`` queries during cached decoding and handle it; checked by
-:func:`greedy_generate` in the tests); transformers 5.24 was reported to break
-the bridge's cached ``generate``, so ``use_kv_cache=False`` is kept as a switch.
+Generation is greedy under the forward hooks, with the bridge's KV cache
+(:mod:`.evaluate` says when the cache can be trusted).
 """
 
 from .evaluate import KEY, compare_ruler, evaluate_ruler, generate_answers, greedy_generate
