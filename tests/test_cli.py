@@ -36,7 +36,7 @@ def test_ppl_command(tmp_path):
     argv = ["ppl", "--model", "tiny:llama", "--tokens", "200", "--context", "64", "--site", "value_excl_self",
             "--s-par", "0", "--heads", "0,1", "--layers", "1-2", "--out", str(out)]
     assert main(argv) == 0
-    rows = json.loads((out / "ppl.json").read_text())
+    rows = [json.loads(line) for line in (out / "ppl.jsonl").read_text().splitlines()]
     assert [r["site"] for r in rows] == ["none", "value_excl_self"]
     assert rows[1]["heads"] == [0, 1] and rows[1]["layers"] == [1, 2]
 
@@ -68,6 +68,150 @@ def test_rerun_with_other_settings_does_not_reuse_rows(tmp_path):
     assert main(base + ["--tokens", "150"]) == 0
     first = pd.read_csv(out / "edits.csv")
     assert main(base + ["--tokens", "250"]) == 0
-    second = pd.read_csv(out / "edits.csv")
+    both = pd.read_csv(out / "edits.csv")  # the first run's rows are kept, keyed by their settings
+    second = both[both["max_tokens"] == 250]
     assert (first["n_tokens"] == 150).all() and (second["n_tokens"] == 250).all()
+    assert len(both) == 24 and both.loc[both["max_tokens"] == 150, "ppl"].tolist() == first["ppl"].tolist()
     assert len((out / "edits.jsonl").read_text().splitlines()) == 24
+
+
+# ---------------------------------------------------------------------------
+# a newcomer's first day: help, bad values, offline models, Ctrl-C, no overwrite
+# ---------------------------------------------------------------------------
+
+
+def _subparsers():
+    import argparse
+
+    from tlgeo.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def test_every_flag_has_help_and_help_shows_defaults():
+    parser, commands = _subparsers()
+    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "train", "sites", "models"}
+    for name, p in commands.items():
+        for a in p._actions:
+            if a.dest in ("help",):
+                continue
+            assert a.help and "``" not in a.help, f"tlgeo {name} {a.option_strings}: no help text"
+    assert "``" not in parser.format_help()
+    run_help = " ".join(commands["run"].format_help().split())
+    assert "tokens per perplexity window (default: 512)" in run_help
+    assert "skips block 0) (default: 1)" in run_help
+    atlas_help = " ".join(commands["atlas"].format_help().split())
+    assert "--zeroshot-limit N first n items of each zero-shot task [decomposition; default 20" in atlas_help
+    assert "--mlp-tokens" in atlas_help and "--closed-form-tokens" in atlas_help  # every step's budget is a flag
+
+
+def test_version(capsys):
+    import tlgeo
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
+
+
+@pytest.mark.parametrize("argv, flag, msg", [
+    (["ppl", "--site", "attn", "--layers", "abc"], "--layers", "expected indices such as 3,5,10-12"),
+    (["ppl", "--site", "attn", "--heads", "0,-1"], "--heads", "expected indices such as 3,5,10-12"),
+    (["ppl", "--site", "attn", "--tokens", "-5"], "--tokens", "must be a positive integer (0 = all), got '-5'"),
+    (["run", "--context", "0"], "--context", "must be a positive integer"),
+    (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "invalid comma-separated int list value"),
+    (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
+])
+def test_bad_values_name_their_flag(argv, flag, msg, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {flag}: {msg}" in err
+
+
+def test_context_too_long_fails_before_any_progress_bar(tmp_path, capsys):
+    code = main(["run", "--model", "tiny:llama", "--context", "100000", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 2 and "--context 100000 exceeds the model's context of 256 tokens" in captured.err
+    assert "%|" not in captured.err + captured.out and not (tmp_path / "profile_summary.csv").exists()
+
+
+def test_unknown_model_offline_fails_at_once(tmp_path, capsys, monkeypatch):
+    import time
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for name in ("someone/no-such-model", "smollm2_135m"):  # hub-shaped offline; a typo of no known shape
+        t = time.perf_counter()
+        code = main(["ppl", "--model", name, "--site", "attn", "--out", str(tmp_path)])
+        took = time.perf_counter() - t
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and took < 2.0, took
+        assert len(err.splitlines()) == 1 and f"unknown model {name!r}" in err
+        assert "smollm2-135m" in err and "TLGEO_GEMMA=1 bash scripts/setup.sh" in err
+
+
+def test_ctrl_c_prints_one_line(tmp_path, capsys, monkeypatch):
+    import tlgeo.decomposition.compare as compare
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "compare_edits", interrupted)
+    out = tmp_path / "run"
+    code = main(["run", "--model", "tiny:llama", "--tokens", "200", "--profile-tokens", "300", "--context", "64",
+                 "--out", str(out)])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "%|" not in line]
+    assert code == 130 and len(err) == 1, err
+    assert err[0].startswith("tlgeo run: interrupted.") and f"{out}/edits.jsonl" in err[0]
+    assert err[0].endswith("Rerun the same command to resume.")
+
+
+def test_ctrl_c_in_a_real_process(tmp_path):
+    """SIGINT while the atlas sweeps: one line on stderr, no traceback, exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "atlas"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tlgeo.cli", "atlas", "--model", "tiny:llama", "--out", str(out), "--steps",
+         "sweeps", "--full-grids", "--tokens", "20000", "--context", "64"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # as in a terminal: a shell's background jobs (CI) start with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        log = out / "logs" / "sweeps.jsonl"
+        deadline = time.monotonic() + 120
+        while not (log.exists() and log.stat().st_size) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the first sweep point is saved
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = [l for l in err.replace("\r", "\n").splitlines() if l.strip() and "%|" not in l and "it/s" not in l]
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and len(lines) == 1, lines
+    assert lines[0] == f"tlgeo atlas: interrupted. Finished steps' CSVs and logs are in {out}. " \
+                       "Rerun the same command to resume."
+
+
+def test_results_are_appended_by_settings_not_overwritten(tmp_path, capsys):
+    out = tmp_path / "res"
+    prof = ["profile", "--model", "tiny:llama", "--seq-len", "64", "--sites", "attn", "--out", str(out)]
+    assert main(prof + ["--tokens", "128"]) == 0
+    assert main(prof + ["--tokens", "256"]) == 0
+    assert main(prof + ["--tokens", "256"]) == 0  # the same settings again: its rows are replaced, not repeated
+    df = pd.read_csv(out / "profile_summary.csv")
+    assert sorted(df["max_tokens"].unique()) == [128, 256] and len(df) == 2 * 3  # 3 layers per setting
+    ppl = ["ppl", "--model", "tiny:llama", "--tokens", "128", "--context", "64", "--site", "attn", "--out", str(out)]
+    assert main(ppl + ["--s-par", "0"]) == 0
+    assert main(ppl + ["--s-par", "0.5"]) == 0
+    rows = pd.read_csv(out / "ppl.csv")
+    assert sorted(rows.loc[rows["site"] == "attn", "s_par"]) == [0.0, 0.5] and (rows["site"] == "none").sum() == 1
+    printed = capsys.readouterr().out
+    assert "attn: s_par=0.5, s_perp=1 in blocks 1..2 of 0..2, all heads" in printed  # what was edited
+    assert f"{out}/ppl.csv" in printed and f"{out}/ppl.jsonl" in printed  # every file written, with its size

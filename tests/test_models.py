@@ -57,8 +57,9 @@ def test_embedded_model_missing_package(monkeypatch, tmp_path):
 
     spec = models.EMBEDDED_MODELS["gemma3-270m"]
     monkeypatch.setitem(models.EMBEDDED_MODELS, "gemma3-270m", models.EmbeddedModel(spec.name, spec.package, spec.pip_name, missing))
-    with pytest.raises(UnknownModelError, match="needs the package"):
+    with pytest.raises(UnknownModelError, match="needs the package") as e:
         load_model("gemma3-270m")
+    assert "TLGEO_GEMMA=1 bash scripts/setup.sh" in str(e.value)  # and says how to install it
 
 
 @pytest.mark.real
@@ -94,3 +95,14 @@ def test_gemma3_tokenizer_and_bridge(tmp_path):
     ids = torch.randint(10, 20_000, (1, 600), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(m(ids), hf(ids).logits, atol=1e-3, rtol=1e-3)
+
+
+def test_hub_names_fail_at_once_offline_unless_cached(monkeypatch):
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert "owner/name" in models._why_not_from_hub("gpt2 large")  # no known shape: never sent to the hub
+    assert "HF_HUB_OFFLINE is set" in models._why_not_from_hub("someone/some-model")
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: "/cache/config.json")
+    assert models._why_not_from_hub("someone/some-model") is None  # in the local hub cache: it may load

@@ -1,179 +1,76 @@
-"""Command line: ``tlgeo run | atlas | profile | ppl | compress-diag | train | sites | models``."""
+"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | train | sites | models.
+
+Every command checks its arguments before any work, prints what it edits and
+every file it writes, appends results keyed by their settings (a rerun with
+other settings never replaces earlier rows), and on Ctrl-C says in one line
+what is saved; rerunning the same command resumes.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+EDIT_HELP = ("Edits leave the first --skip-first blocks unedited (default 1, as the reference code); "
+             "--layers and --heads narrow them further.")
 
 
-def _layers(s: str | None):
-    if s in (None, "", "all"):
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in every help line that has one worth showing (not None / False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == argparse.SUPPRESS \
+                or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+# ---------------------------------------------------------------------------
+# argument types: a bad value names its flag (argparse adds "argument --x:")
+# ---------------------------------------------------------------------------
+
+
+def _count(allow_zero: bool = False, what: str = "a positive integer"):
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            n = None
+        if n is None or n < 0 or (n == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {v!r}")
+        return n
+
+    parse.__name__ = what
+    return parse
+
+
+_POSITIVE = _count()
+_TOKENS = _count(allow_zero=True, what="a positive integer (0 = all)")
+_NON_NEGATIVE = _count(allow_zero=True, what="a non-negative integer")
+
+
+def _index_list(v: str) -> list[int] | None:
+    """``3,5,10-12`` -> [3, 5, 10, 11, 12]; ``all`` or empty -> None."""
+    if v in ("", "all"):
         return None
     out: list[int] = []
-    for part in s.split(","):
-        if "-" in part:
-            a, b = part.split("-")
-            out += range(int(a), int(b) + 1)
-        else:
-            out.append(int(part))
+    try:
+        for part in v.split(","):
+            if "-" in part:
+                a, b = part.split("-")
+                if int(b) < int(a):
+                    raise ValueError
+                out += range(int(a), int(b) + 1)
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices such as 3,5,10-12 (or all), got {v!r}") from None
     return out
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="embedded name, tiny:<kind>, local dir or hub name")
-    p.add_argument("--corpus", default="wikitext2", help="named corpus (see tlgeo.data.CORPORA), a text file, or hf:<dataset>")
-    p.add_argument("--tokens", type=int, default=2048, help="text tokens to use (0 = all)")
-    p.add_argument("--out", default=None, help="output directory (default results/<model>)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
-
-
-def _edit_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--site", required=True, help="attn, mlp, block, value_full, value_excl_self, diag")
-    p.add_argument("--s-par", type=float, default=1.0)
-    p.add_argument("--s-perp", type=float, default=1.0)
-    p.add_argument("--layers", default=None, help="e.g. 3,5,10-12 (default all)")
-    p.add_argument("--skip-first", type=int, default=0, help="leave the first n blocks unedited")
-    p.add_argument("--heads", default=None, help="query heads, e.g. 0,2 (per-head sites only)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tlgeo", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd")
-
-    run = sub.add_parser("run", help="main job: parallel-ratio profile + PPL under component removal at every site")
-    _common(run)
-    run.add_argument("--context", type=int, default=512)
-    run.add_argument("--profile-tokens", type=int, default=1024)
-    run.add_argument("--skip-first", type=int, default=1, help="leave the first n blocks unedited (reference code: 1)")
-
-    prof = sub.add_parser("profile", help="parallel ratios per layer, site and token")
-    _common(prof)
-    prof.add_argument("--seq-len", type=int, default=256)
-    prof.add_argument("--sites", default="attn,mlp,block,value_full,value_excl_self")
-    prof.add_argument("--per-token", action="store_true", help="also write every token's row (csv.gz)")
-
-    ppl = sub.add_parser("ppl", help="perplexity unedited and under one edit")
-    _common(ppl)
-    _edit_args(ppl)
-    ppl.add_argument("--context", type=int, default=512)
-
-    atlas = sub.add_parser("atlas", help="every registered analysis step on one model, as an HTML report + CSVs")
-    atlas.add_argument("--model", default="smollm2-135m")
-    atlas.add_argument("--corpus", default="wikitext2")
-    atlas.add_argument("--out", default=None, help="output directory (default results/atlas-<model>)")
-    atlas.add_argument("--threads", type=int, default=None)
-    atlas.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(_atlas_steps()))
-    atlas.add_argument("--seed", type=int, default=0)
-    _budget_flags(atlas)
-    atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids")
-
-    cd = sub.add_parser("compress-diag", help="perpendicular vs parallel error of compressed models (CSV + figure)")
-    cd.add_argument("--model", default="smollm2-135m", help="the dense model")
-    cd.add_argument("--methods", default="awq,wanda,wanda_4_8,wanda_2_4", help="methods under --root (comma list)")
-    cd.add_argument("--root", default=None, help="folder with one compressed model dir per method "
-                    "(default $TLGEO_CACHE/compressed/<model>, as written by scripts/compress.py)")
-    cd.add_argument("--corpus", default="wikitext2", help="held-out text for the prompts")
-    cd.add_argument("--prompts", type=int, default=12, help="number of prompts (windows of the corpus)")
-    cd.add_argument("--seq-len", type=int, default=128)
-    cd.add_argument("--modes", default="local,e2e", help="local (counterfactual), e2e (own hidden states)")
-    cd.add_argument("--ppl", default=None, help="ppl.csv of scripts/compress.py (default <out>/ppl.csv if present)")
-    cd.add_argument("--out", default=None, help="output directory (default results/compression/<model>)")
-    cd.add_argument("--threads", type=int, default=None)
-
-    from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
-    add_train_args(sub.add_parser("train", help="pretrain a model from scratch with parallel suppression"))
-    sub.add_parser("sites", help="list the sites")
-    sub.add_parser("models", help="list the embedded models")
-    return parser
-
-
-def _setup(args):
-    import torch
-
-    from .data import load_text
-    from .models import load_model
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    text = load_text(args.corpus)  # fail on a bad corpus before the model loads
-    model = load_model(args.model)
-    out = Path(args.out or Path("results") / args.model.replace("/", "_").replace(":", "-"))
-    out.mkdir(parents=True, exist_ok=True)
-    return model, text, out, (args.tokens or None)
-
-
-def _profile(model, text, out: Path, tokens, seq_len, sites, per_token: bool):
-    from .decomposition.observe import parallel_profile, summarize_profile
-
-    df = parallel_profile(model, text, sites=sites, seq_len=seq_len, max_tokens=tokens, progress=True)
-    summary = summarize_profile(df)
-    summary.to_csv(out / "profile_summary.csv", index=False)
-    if per_token:
-        df.to_csv(out / "profile_tokens.csv.gz", index=False)
-    return summary
-
-
-def _print_profile(summary) -> None:
-    table = summary.pivot(index="layer", columns="site", values="parallel_ratio_median")
-    print("\nmedian parallel ratio |alpha| ||r|| / ||y_perp|| per layer (position 0 left out):")
-    print(table.round(3).to_string())
-
-
-def cmd_run(args) -> int:
-    from .decomposition.compare import compare_edits, removal_edits
-    from .hooks.sites import DECOMPOSITION_SITES, SITES
-
-    t0 = time.time()
-    model, text, out, tokens = _setup(args)
-    summary = _profile(model, text, out, args.profile_tokens, 256, DECOMPOSITION_SITES, False)
-    _print_profile(summary)
-    df = compare_edits(
-        model, text, removal_edits(SITES, skip_first=args.skip_first), context=args.context,
-        max_tokens=tokens, log_path=out / "edits.jsonl", progress=True,
-    )
-    df.to_csv(out / "edits.csv", index=False)
-    cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
-    print(f"\nperplexity on {args.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {args.context}), "
-          f"edits in blocks {args.skip_first}..{model.cfg.n_layers - 1}:")
-    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\nwrote {out}/profile_summary.csv, {out}/edits.csv ({time.time() - t0:.0f} s)")
-    return 0
-
-
-def cmd_profile(args) -> int:
-    model, text, out, tokens = _setup(args)
-    summary = _profile(model, text, out, tokens, args.seq_len, args.sites.split(","), args.per_token)
-    _print_profile(summary)
-    print(f"\nwrote {out}/profile_summary.csv")
-    return 0
-
-
-def cmd_ppl(args) -> int:
-    from .decomposition.compare import compare_edits
-    from .hooks.edits import Edit
-
-    heads = _layers(args.heads)
-    e = Edit(args.site, args.s_par, args.s_perp, _layers(args.layers), args.skip_first, heads)
-    model, text, out, tokens = _setup(args)
-    e.hooks(model)  # validate layers/heads before any long work
-    df = compare_edits(model, text, [e], context=args.context, max_tokens=tokens, progress=True)
-    result = df.to_dict(orient="records")
-    (out / "ppl.json").write_text(json.dumps(result, indent=2, default=str))
-    for r in result:
-        print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} (delta {r['delta_ppl']:+.3f})")
-    print(f"wrote {out}/ppl.json")
-    return 0
-
-
-def _atlas_steps():
-    from .report.registry import load_steps
-
-    return tuple(load_steps())
 
 
 def _items(kind: type):
@@ -183,6 +80,118 @@ def _items(kind: type):
 
     parse.__name__ = f"comma-separated {kind.__name__} list"
     return parse
+
+
+# ---------------------------------------------------------------------------
+# parser
+# ---------------------------------------------------------------------------
+
+
+def _sub(sub, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=description or help, formatter_class=_Formatter)
+
+
+def _model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m",
+                   help="embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash scripts/setup.sh), "
+                        "tiny:llama|neox|gpt2, a local Hugging Face directory, or a hub name owner/name (online)")
+
+
+def _threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_POSITIVE, default=None, help="torch CPU threads (default: all cores)")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    _model_arg(p)
+    p.add_argument("--corpus", default="wikitext2",
+                   help="named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or hf:<dataset>")
+    p.add_argument("--tokens", type=_TOKENS, default=2048, help="text tokens to use (0 = all)")
+    p.add_argument("--out", default=None, help="output directory (default: results/<model>)")
+    _threads_arg(p)
+
+
+def _edit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--site", required=True, help="attn, mlp, block, value_full, value_excl_self or diag (tlgeo sites)")
+    p.add_argument("--s-par", type=float, default=1.0, help="scale of the parallel part (0 removes it)")
+    p.add_argument("--s-perp", type=float, default=1.0, help="scale of the perpendicular part (0 removes it)")
+    p.add_argument("--layers", type=_index_list, default=None, help="blocks to edit, e.g. 3,5,10-12 (default: all)")
+    p.add_argument("--skip-first", type=_NON_NEGATIVE, default=1,
+                   help="leave the first n blocks unedited (the reference code skips block 0)")
+    p.add_argument("--heads", type=_index_list, default=None, help="query heads, e.g. 0,2 (per-head sites only; default: all)")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tlgeo", description=__doc__, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    run = _sub(sub, "run", "main job: parallel-ratio profile + perplexity under component removal at every site",
+               "Profile the parallel ratio per layer and site, then measure perplexity with the parallel "
+               "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP)
+    _common(run)
+    run.add_argument("--context", type=_POSITIVE, default=512, help="tokens per perplexity window")
+    run.add_argument("--profile-tokens", type=_POSITIVE, default=1024, help="tokens profiled")
+    run.add_argument("--skip-first", type=_NON_NEGATIVE, default=1,
+                     help="leave the first n blocks unedited (the reference code skips block 0)")
+
+    prof = _sub(sub, "profile", "parallel ratios per layer, site and token")
+    _common(prof)
+    prof.add_argument("--seq-len", type=_POSITIVE, default=256, help="tokens per profiled window")
+    prof.add_argument("--sites", default="attn,mlp,block,value_full,value_excl_self", help="sites to profile")
+    prof.add_argument("--per-token", action="store_true", help="also write every token's row (csv.gz, large)")
+
+    ppl = _sub(sub, "ppl", "perplexity unedited and under one edit",
+               "Perplexity unedited and under one edit. " + EDIT_HELP)
+    _common(ppl)
+    _edit_args(ppl)
+    ppl.add_argument("--context", type=_POSITIVE, default=512, help="tokens per perplexity window")
+
+    atlas = _sub(sub, "atlas", "every registered analysis step on one model, as an HTML report + CSVs",
+                 "Every registered analysis step on one model: report.html + one CSV per table in --out. "
+                 "Finished steps are reused and unfinished ones resume from their logs, so rerun the same "
+                 "command after an interruption; use a new --out for new budgets. Costs in brackets are "
+                 "rough, for SmolLM2-135M on a 2-core CPU (the defaults take about 8.5 minutes).")
+    _model_arg(atlas)
+    atlas.add_argument("--corpus", default="wikitext2", help="text for perplexity and the token pools")
+    atlas.add_argument("--out", default=None, help="output directory (default: results/atlas-<model>)")
+    _threads_arg(atlas)
+    atlas.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(_atlas_steps())
+                       + " (default: all)")
+    atlas.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    _budget_flags(atlas)
+    atlas.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids (slow)")
+
+    cd = _sub(sub, "compress-diag", "perpendicular vs parallel error of compressed models (CSV + figure)")
+    _model_arg(cd)
+    cd.add_argument("--methods", default="awq,wanda,wanda_4_8,wanda_2_4", help="methods under --root (comma list)")
+    cd.add_argument("--root", default=None, help="folder with one compressed model dir per method "
+                    "(default: $TLGEO_CACHE/compressed/<model>, as written by scripts/compress.py)")
+    cd.add_argument("--corpus", default="wikitext2", help="held-out text for the prompts")
+    cd.add_argument("--prompts", type=_POSITIVE, default=12, help="number of prompts (windows of the corpus)")
+    cd.add_argument("--seq-len", type=_POSITIVE, default=128, help="tokens per prompt")
+    cd.add_argument("--modes", default="local,e2e", help="local (counterfactual), e2e (own hidden states)")
+    cd.add_argument("--ppl", default=None, help="ppl.csv of scripts/compress.py (default: <out>/ppl.csv if present)")
+    cd.add_argument("--out", default=None, help="output directory (default: results/compression/<model>)")
+    _threads_arg(cd)
+
+    from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
+
+    add_train_args(_sub(sub, "train", "pretrain a model from scratch with parallel suppression"))
+    _sub(sub, "sites", "list the sites")
+    _sub(sub, "models", "list the embedded models")
+    return parser
+
+
+def _atlas_steps():
+    from .report.registry import load_steps
+
+    return tuple(load_steps())
 
 
 def _budget_flags(p: argparse.ArgumentParser) -> None:
@@ -196,13 +205,179 @@ def _budget_flags(p: argparse.ArgumentParser) -> None:
         kind = meta.get("item")
         if isinstance(default, tuple) or kind is not None:
             kind, metavar = _items(kind or type(default[0])), "LIST"
-            shown = ",".join(map(str, default)) if default is not None else "see help"
+            shown = ",".join(map(str, default)) if default is not None else None
         else:
             kind, shown = type(default), default
             metavar = {int: "N", float: "X"}.get(kind, "NAME")
+            if kind is int:
+                kind = _NON_NEGATIVE
+        cost = f"; {meta['cost']}" if meta.get("cost") else ""
         p.add_argument(meta.get("flag", "--" + name.replace("_", "-")), dest=f"budget__{name}", type=kind,
                        default=None, choices=meta.get("choices"), metavar=None if "choices" in meta else metavar,
-                       help=f"{meta.get('help', '')} [{family}; default {shown}]")
+                       help=f"{meta.get('help', '')} [{family}{'' if shown is None else f'; default {shown}'}{cost}]")
+
+
+# ---------------------------------------------------------------------------
+# what a command writes
+# ---------------------------------------------------------------------------
+
+
+def _size(path: Path) -> str:
+    n = path.stat().st_size
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _print_written(paths) -> None:
+    paths = [Path(p) for p in paths if Path(p).is_file()]
+    print("wrote:")
+    for p in paths:
+        print(f"  {p}  ({_size(p)})")
+
+
+def _merge_csv(path: Path, df, key: list[str]) -> int:
+    """Append ``df`` to the CSV at ``path``; earlier rows with the same ``key`` are replaced
+    (a rerun with the same settings), rows of other settings are kept. Returns the row count."""
+    import pandas as pd
+
+    if path.exists():
+        old = pd.read_csv(path)
+        if all(k in old.columns for k in key):
+            ids = lambda d: d[key].astype(str).agg("\x1f".join, axis=1)  # noqa: E731
+            old = old[~ids(old).isin(set(ids(df)))]
+            df = pd.concat([old, df], ignore_index=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return len(df)
+
+
+def _out_dir(args, default: Path) -> Path:
+    out = Path(args.out) if args.out else default
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _model_key(name: str) -> str:
+    return name.replace("/", "_").replace(":", "-")
+
+
+def _setup(args):
+    import torch
+
+    from .data import load_text
+    from .models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    text = load_text(args.corpus)  # fail on a bad corpus before the model loads
+    model = load_model(args.model)
+    out = _out_dir(args, Path("results") / _model_key(args.model))
+    return model, text, out, (args.tokens or None)
+
+
+def _check_fits(args, model) -> None:
+    """Window lengths that do not fit the model fail before any work starts."""
+    for flag in ("context", "seq_len"):
+        n = getattr(args, flag, None)
+        if n is not None and n > model.cfg.n_ctx:
+            raise ValueError(f"--{flag.replace('_', '-')} {n} exceeds the model's context of {model.cfg.n_ctx} tokens")
+
+
+def _edited_blocks(model, skip_first: int, layers=None, heads=None) -> str:
+    from .hooks.adapter import resolve_layers
+
+    chosen = resolve_layers(model.cfg, layers, skip_first)
+    spans, start = [], chosen[0]
+    for a, b in zip(chosen, chosen[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}..{a}")
+            start = b
+    text = f"blocks {','.join(spans)} of 0..{model.cfg.n_layers - 1}"
+    return text + (f", heads {','.join(map(str, heads))}" if heads else ", all heads")
+
+
+# ---------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------
+
+
+def _profile(model, text, out: Path, args, tokens, seq_len, sites, per_token: bool):
+    from .decomposition.observe import parallel_profile, summarize_profile
+
+    df = parallel_profile(model, text, sites=sites, seq_len=seq_len, max_tokens=tokens, progress=True)
+    settings = {"corpus": args.corpus, "max_tokens": tokens, "seq_len": seq_len}
+    summary = summarize_profile(df).assign(**settings)
+    _merge_csv(out / "profile_summary.csv", summary, ["corpus", "max_tokens", "seq_len", "site", "layer"])
+    written = [out / "profile_summary.csv"]
+    if per_token:
+        name = f"profile_tokens-{args.corpus}-t{tokens or 'all'}-s{seq_len}.csv.gz".replace("/", "_")
+        df.to_csv(out / name, index=False)
+        written.append(out / name)
+    return summary, written
+
+
+def _print_profile(summary) -> None:
+    table = summary.pivot(index="layer", columns="site", values="parallel_ratio_median")
+    print("\nmedian parallel ratio |alpha| ||r|| / ||y_perp|| per layer (position 0 left out):")
+    print(table.round(3).to_string())
+
+
+def cmd_run(args) -> int:
+    from .decomposition.compare import KEY, compare_edits, removal_edits
+    from .hooks.sites import DECOMPOSITION_SITES, SITES
+
+    t0 = time.time()
+    model, text, out, tokens = _setup(args)
+    _check_fits(args, model)
+    print(f"edits in {_edited_blocks(model, args.skip_first)}")
+    summary, written = _profile(model, text, out, args, args.profile_tokens, 256, DECOMPOSITION_SITES, False)
+    _print_profile(summary)
+    args.saved = f"The profile is in {out}/profile_summary.csv; finished edits are in {out}/edits.jsonl."
+    df = compare_edits(
+        model, text, removal_edits(SITES, skip_first=args.skip_first), context=args.context,
+        max_tokens=tokens, log_path=out / "edits.jsonl", progress=True,
+    )
+    _merge_csv(out / "edits.csv", df.assign(corpus=args.corpus), list(KEY))
+    cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
+    print(f"\nperplexity on {args.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {args.context}), "
+          f"edits in {_edited_blocks(model, args.skip_first)}:")
+    print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    _print_written([*written, out / "edits.csv", out / "edits.jsonl"])
+    print(f"({time.time() - t0:.0f} s; results of other settings in these files are kept, one row each)")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    model, text, out, tokens = _setup(args)
+    _check_fits(args, model)
+    summary, written = _profile(model, text, out, args, tokens, args.seq_len, args.sites.split(","), args.per_token)
+    _print_profile(summary)
+    _print_written(written)
+    return 0
+
+
+def cmd_ppl(args) -> int:
+    from .decomposition.compare import KEY, compare_edits
+    from .hooks.edits import Edit
+
+    e = Edit(args.site, args.s_par, args.s_perp, args.layers, args.skip_first, args.heads)
+    model, text, out, tokens = _setup(args)
+    e.hooks(model)  # validate layers/heads before any long work
+    _check_fits(args, model)
+    print(f"{e.site.name}: s_par={args.s_par:g}, s_perp={args.s_perp:g} in "
+          f"{_edited_blocks(model, args.skip_first, args.layers, args.heads)}")
+    args.saved = f"Finished runs are in {out}/ppl.jsonl."
+    df = compare_edits(model, text, [e], context=args.context, max_tokens=tokens,
+                       log_path=out / "ppl.jsonl", progress=True)
+    _merge_csv(out / "ppl.csv", df.assign(corpus=args.corpus), list(KEY))
+    for r in df.to_dict(orient="records"):
+        print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} (delta {r['delta_ppl']:+.3f})")
+    _print_written([out / "ppl.csv", out / "ppl.jsonl"])
+    return 0
 
 
 def cmd_atlas(args) -> int:
@@ -221,8 +396,13 @@ def cmd_atlas(args) -> int:
     steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
                       budgets=budgets)
+    cfg.family_budgets()  # an unknown budget fails here, before the model loads
+    out = cfg.out_dir()
+    args.saved = f"Finished steps' CSVs and logs are in {out}."
+    print(f"[atlas] edits leave the first {budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
-    print(f"wrote {path}")
+    _print_written(sorted(p for p in out.rglob("*") if p.is_file()))
+    print(f"open {path} in a browser")
     return 0
 
 
@@ -239,6 +419,7 @@ def cmd_models(args) -> int:
 
     for m in EMBEDDED_MODELS.values():
         print(f"{m.name:>14}  from PyPI package {m.pip_name}")
+    print(f"{'':>14}  (gemma3-270m is optional: TLGEO_GEMMA=1 bash scripts/setup.sh)")
     print(f"{'tiny:<kind>':>14}  random test models: {', '.join(TINY_KINDS)}")
     return 0
 
@@ -269,19 +450,22 @@ def cmd_compress_diag(args) -> int:
     ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
     ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
     base = load_model(args.model)
+    args.saved = f"Finished methods are in {out}."
     frames = run_diagnosis(base, compressed, text, out, n_prompts=args.prompts, seq_len=args.seq_len,
                            modes=[m for m in args.modes.split(",") if m], ppl=ppl)
     t = frames["table12"]
     t = t[(t["ref"] == "delta") & (t["tokens"] == "last")]
     cols = ["mode", "site", "method", "r_e_perp", "rho_e_perp", "rho_e_par", "share_perp", "share_par", "mean_e_perp"]
     print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"wrote {out}/diag_layers.csv, table12.csv, figure6_*.png")
+    _print_written(sorted(p for p in out.rglob("*") if p.is_file()))
     return 0
 
 
 def cmd_train(args) -> int:
     from .train.cli import run
 
+    args.saved = f"Checkpoints are in {args.out}."
+    args.rerun = "Rerun it with --resume to continue from the last checkpoint."
     return run(args)
 
 
@@ -299,8 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return COMMANDS[args.cmd](args)
+    except KeyboardInterrupt:
+        saved = getattr(args, "saved", None) or "Nothing was saved yet."
+        rerun = getattr(args, "rerun", "Rerun the same command to resume.")
+        print(f"\ntlgeo {args.cmd}: interrupted. {saved} {rerun}", file=sys.stderr)
+        return 130
     except (ValueError, KeyError, IndexError, FileNotFoundError) as e:
-        print(f"tlgeo {args.cmd}: error: {e}", file=sys.stderr)
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"tlgeo {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
 
 

