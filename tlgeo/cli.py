@@ -347,7 +347,7 @@ def cmd_run(args) -> int:
           f"edits in {_edited_blocks(model, args.skip_first)}:")
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     _print_written([*written, out / "edits.csv", out / "edits.jsonl"])
-    print(f"({time.time() - t0:.0f} s; results of other settings in these files are kept, one row each)")
+    print(f"({time.time() - t0:.0f} s; rows of other settings in these files are kept)")
     return 0
 
 
