@@ -6,13 +6,14 @@ import pandas as pd
 import pytest
 
 from tlgeo import pipeline
-from tlgeo.pipeline import StepContext, budget, make_budgets, register_family, register_step
+from tlgeo.pipeline import Headline, StepContext, budget, make_budgets, register_family, register_step
 
 
 @pytest.fixture
 def empty_registry(monkeypatch):
     monkeypatch.setattr(pipeline, "_FAMILIES", {})
     monkeypatch.setattr(pipeline, "_STEPS", {})
+    monkeypatch.setattr(pipeline, "_HEADLINES", {})
 
 
 @dataclass
@@ -82,3 +83,41 @@ def test_context_caches_csvs(tmp_path):
     assert calls == [1] and ctx.csv("table").exists()
     pd.testing.assert_frame_equal(first, again)
     assert ctx.log("steps") == tmp_path / "logs" / "steps.jsonl"
+
+
+def test_family_headline(empty_registry, tmp_path):
+    def toy_headline(out, budgets):
+        n = int((out / "n.txt").read_text()) if (out / "n.txt").exists() else None
+        if n is None:
+            return Headline()
+        return Headline([f"{n} tokens of {budgets.tokens} done."], ["tiny budget: indication only"] if n < 10 else [])
+
+    register_family("toy", ToyBudgets, headline=toy_headline)
+    register_family("other", OtherBudgets, headline=lambda out, b: [f"{b.samples} samples."])  # a plain list
+    register_family("toy", ToyBudgets, headline=toy_headline)  # a re-import is fine
+    assert list(pipeline.headlines()) == ["toy", "other"]
+    assert not pipeline.family_headline("toy", tmp_path, ToyBudgets())  # nothing done yet: empty
+    (tmp_path / "n.txt").write_text("4")
+    h = pipeline.family_headline("toy", tmp_path, ToyBudgets())
+    assert h.sentences == ["4 tokens of 16 done."] and h.warnings == ["tiny budget: indication only"]
+    assert pipeline.family_headline("other", tmp_path, OtherBudgets()) == Headline(["2 samples."])
+    assert pipeline.family_headline("nope", tmp_path, None) == Headline()
+    with pytest.raises(ValueError, match="already has a headline"):
+        register_family("toy", ToyBudgets, headline=test_family_headline)
+    with pytest.raises(TypeError, match="must be a function"):
+        register_family("third", OtherBudgets, headline="not callable")
+    pipeline._HEADLINES["bad"] = lambda out, b: 3
+    pipeline._FAMILIES["bad"] = OtherBudgets
+    with pytest.raises(TypeError, match="must return a Headline or a list of str"):
+        pipeline.family_headline("bad", tmp_path, None)
+
+
+def test_budget_cost_metadata():
+    f = ToyBudgets.__dataclass_fields__["tokens"]
+    assert "cost" not in f.metadata
+
+    @dataclass
+    class Costly:
+        n: int = budget(3, "items", cost="~1 s per item")
+
+    assert Costly.__dataclass_fields__["n"].metadata == {"help": "items", "cost": "~1 s per item"}

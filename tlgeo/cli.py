@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "Every registered analysis step on one model: report.html + one CSV per table in --out. "
                  "Finished steps are reused and unfinished ones resume from their logs, so rerun the same "
                  "command after an interruption; use a new --out for new budgets. Costs in brackets are "
-                 "rough, for SmolLM2-135M on a 2-core CPU (the defaults take about 8.5 minutes).")
+                 "rough, for SmolLM2-135M on a 2-core CPU (the defaults took 4 to 8.5 minutes).")
     _model_arg(atlas)
     atlas.add_argument("--corpus", default="wikitext2", help="text for perplexity and the token pools")
     atlas.add_argument("--out", default=None, help="output directory (default: results/atlas-<model>)")

@@ -6,7 +6,12 @@ An analysis package contributes to the atlas from its own ``atlas`` module:
   see :func:`budget`), registered with :func:`register_family`;
 * one function per step, registered with :func:`register_step`: it reads its
   budgets from ``ctx.budget``, writes its CSVs through ``ctx.cached`` /
-  ``ctx.csv`` and its section of the report through ``ctx.report``.
+  ``ctx.csv`` and its section of the report through ``ctx.report``;
+* optionally a *headline*, ``register_family(name, budgets, headline=fn)``:
+  ``fn(out_dir, budgets)`` reads the family's CSVs (whichever steps are done)
+  and returns a :class:`Headline` (a few sentences of what the results show,
+  with their numbers, and warnings where a budget is too small to conclude
+  anything). The report opens with it; it is recomputed after every step.
 
 :mod:`tlgeo.report.atlas` runs what is registered, in registration order, and
 ``tlgeo atlas`` makes one flag per budget field, so adding an analysis edits
@@ -22,8 +27,8 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-__all__ = ["Step", "StepContext", "budget", "register_family", "register_step", "steps", "families",
-           "budget_fields", "make_budgets"]
+__all__ = ["Step", "StepContext", "Headline", "budget", "register_family", "register_step", "steps",
+           "families", "headlines", "family_headline", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
@@ -37,28 +42,60 @@ class Step:
     description: str
 
 
+@dataclass
+class Headline:
+    """What a family's results show, for the top of the report.
+
+    ``sentences``: plain sentences with their numbers, computed from the CSVs
+    (the most telling first); ``warnings``: one sentence per budget too small to
+    conclude anything from (e.g. "zero-shot: 5 items per task: indication only").
+    """
+
+    sentences: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.sentences or self.warnings)
+
+
+HeadlineFn = Callable[[Path, Any], "Headline | list[str]"]
+
 _FAMILIES: dict[str, type] = {}
+_HEADLINES: dict[str, HeadlineFn] = {}
 _STEPS: dict[str, Step] = {}
 
 
 def budget(default: Any, help: str, **meta: Any) -> Any:
     """A budgets-dataclass field: ``default``, a ``help`` text for its flag, and optional
     ``item`` (element type of a tuple or of a ``None`` default), ``choices``, ``flag``
-    (the flag's name when it is not ``--<field-name>``)."""
+    (the flag's name when it is not ``--<field-name>``), ``cost`` (rough run time it
+    drives on a reference machine, e.g. ``"~0.15 s per token (SmolLM2-135M, 2-core CPU)"``,
+    shown by ``tlgeo atlas --help``)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
-def register_family(name: str, budgets: type) -> None:
-    """Register an analysis family and its budgets dataclass (field names unique across families)."""
+def register_family(name: str, budgets: type, headline: HeadlineFn | None = None) -> None:
+    """Register an analysis family and its budgets dataclass (field names unique across families).
+
+    ``headline(out_dir, budgets)``, if given, returns the family's :class:`Headline`
+    (or a plain list of sentences) computed from the CSVs in ``out_dir``; it must
+    cope with steps not yet run (their CSVs missing)."""
     if not dataclasses.is_dataclass(budgets):
         raise TypeError(f"budgets of {name!r} must be a dataclass, got {budgets!r}")
     if name in _FAMILIES and _FAMILIES[name] is not budgets:
         raise ValueError(f"atlas family {name!r} is already registered")
+    if headline is not None and not callable(headline):
+        raise TypeError(f"headline of {name!r} must be a function (out_dir, budgets) -> Headline, got {headline!r}")
+    old = _HEADLINES.get(name)
+    if headline is not None and old is not None and old.__qualname__ != headline.__qualname__:
+        raise ValueError(f"atlas family {name!r} already has a headline ({old.__qualname__})")
     taken = {f: fam for f, (fam, _) in budget_fields().items() if fam != name}
     clash = sorted(f.name for f in dataclasses.fields(budgets) if f.name in taken)
     if clash:
         raise ValueError(f"budget name(s) {clash} of {name!r} are already used by {taken[clash[0]]!r}")
     _FAMILIES[name] = budgets
+    if headline is not None:
+        _HEADLINES[name] = headline
 
 
 def register_step(name: str, family: str, csvs: tuple[str, ...], description: str):
@@ -83,6 +120,24 @@ def steps() -> dict[str, Step]:
 
 def families() -> dict[str, type]:
     return dict(_FAMILIES)
+
+
+def headlines() -> dict[str, HeadlineFn]:
+    """The families' headline functions, by family, in registration order."""
+    return {fam: _HEADLINES[fam] for fam in _FAMILIES if fam in _HEADLINES}
+
+
+def family_headline(family: str, out: Path, budgets: Any) -> Headline:
+    """``family``'s :class:`Headline` for the results in ``out`` (empty if it has none)."""
+    fn = _HEADLINES.get(family)
+    if fn is None:
+        return Headline()
+    got = fn(Path(out), budgets)
+    if isinstance(got, Headline):
+        return got
+    if isinstance(got, (list, tuple)) and all(isinstance(x, str) for x in got):
+        return Headline(list(got))
+    raise TypeError(f"headline of {family!r} must return a Headline or a list of str, got {type(got).__name__}")
 
 
 def budget_fields() -> dict[str, tuple[str, dataclasses.Field]]:

@@ -150,6 +150,7 @@ def post_wo_audit(
     skip_first_pos: bool = True,
     batch_size: int = 8,
     log_path: str | os.PathLike | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Per site and edited layer: perturbation, energy and retained norm of ``hook_attn_out``.
 
@@ -158,6 +159,7 @@ def post_wo_audit(
     ratios ``perturbation_pooled, energy_pooled, retained_pooled``, and the raw sums
     (``n, rho_sum, ...``) from which :func:`audit_overall` aggregates exactly. With
     ``log_path``, rows are stored as they finish and not recomputed on a rerun.
+    ``progress``: a bar over the (site, layer group) runs.
     """
     tokens = check_tokens(model, tokens, min_len=2)  # position 0 is left out
     if mode not in MODES:
@@ -177,30 +179,34 @@ def post_wo_audit(
     n_tokens = int(tokens.numel())
     groups = [[l] for l in chosen] if mode == "each" else [chosen]
     rows: list[dict] = []
-    for site in sites:
-        for group in groups:
-            keys = [{"site": site.name, "s_par": s_par, "s_perp": s_perp, "mode": mode, "layer": l,
-                     "n_tokens": n_tokens, "skip_first_pos": skip_first_pos} for l in group]
-            stored = [log.get(**k) if log is not None else None for k in keys]
-            if all(r is not None for r in stored):
-                rows += stored
-                continue
-            edit = Edit(site, s_par=s_par, s_perp=s_perp, layers=tuple(group))
-            totals = {l: dict.fromkeys(_SUMS, 0.0) for l in group}
-            for start in range(0, tokens.shape[0], batch_size):
-                out: dict[int, dict] = {}
-                hooks = _audit_hooks(model, edit, group, out, skip_first_pos)
-                with torch.inference_mode():
-                    model.run_with_hooks(tokens[start : start + batch_size].to(device),
-                                         return_type=None, fwd_hooks=hooks)
-                for l in group:
-                    for k in _SUMS:
-                        totals[l][k] += out[l][k]
-            for key, l in zip(keys, group):
-                row = {**key, **_ratios(totals[l]), **totals[l]}
-                if log is not None and not log.done(**key):
-                    log.add(row)
-                rows.append(row)
+    work = [(site, group) for site in sites for group in groups]
+    if progress:
+        from tqdm.auto import tqdm
+
+        work = tqdm(work, desc="audit", unit="run")
+    for site, group in work:
+        keys = [{"site": site.name, "s_par": s_par, "s_perp": s_perp, "mode": mode, "layer": l,
+                 "n_tokens": n_tokens, "skip_first_pos": skip_first_pos} for l in group]
+        stored = [log.get(**k) if log is not None else None for k in keys]
+        if all(r is not None for r in stored):
+            rows += stored
+            continue
+        edit = Edit(site, s_par=s_par, s_perp=s_perp, layers=tuple(group))
+        totals = {l: dict.fromkeys(_SUMS, 0.0) for l in group}
+        for start in range(0, tokens.shape[0], batch_size):
+            out: dict[int, dict] = {}
+            hooks = _audit_hooks(model, edit, group, out, skip_first_pos)
+            with torch.inference_mode():
+                model.run_with_hooks(tokens[start : start + batch_size].to(device),
+                                     return_type=None, fwd_hooks=hooks)
+            for l in group:
+                for k in _SUMS:
+                    totals[l][k] += out[l][k]
+        for key, l in zip(keys, group):
+            row = {**key, **_ratios(totals[l]), **totals[l]}
+            if log is not None and not log.done(**key):
+                log.add(row)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -372,6 +372,7 @@ def closed_form_check(
     layers: int | Iterable[int] | None = None,
     skip_first: int = 0,
     eps: float = EPS,
+    progress: bool = False,
 ) -> ClosedFormResult:
     """Run each variant twice, as the site's ``Edit(s_par)`` and as the closed-form pattern
     edit, and compare ``hook_z``, ``hook_attn_out`` (every chosen layer) and the logits.
@@ -379,7 +380,7 @@ def closed_form_check(
     For ``value_full`` / ``value_excl_self`` the errors are float rounding; for
     ``attn`` they measure how far the shared-coefficient pattern edit is from the
     residual edit (see the module docstring). Two forwards per variant; only
-    ``z`` and ``attn_out`` of the chosen layers are kept.
+    ``z`` and ``attn_out`` of the chosen layers are kept. ``progress``: a bar over the variants.
     """
     tokens = check_tokens(model, tokens)
     variants = [_check_variant(v) for v in variants]
@@ -390,7 +391,12 @@ def closed_form_check(
     device = getattr(model.cfg, "device", None) or "cpu"
     tokens = tokens.to(device)
     diag_frames, err_rows = [], []
-    for variant in variants:
+    it = variants
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(variants, desc="closed form", unit="variant")
+    for variant in it:
         ref_store: dict = {}
         cf_store: dict = {}
         records: list = []
@@ -444,10 +450,12 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
 
     ``head`` given: one head (the paper's Figure 4 shows one head). A diverging
     colour map centred on 0, shared by both panels; the edited diagonal may be
-    negative. Returns the matplotlib ``Figure``.
+    negative. Integer position ticks. Returns the matplotlib ``Figure``.
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
+
+    from .plotting import WIDTH, integer_ticks, style
 
     d = diag[(diag["variant"] == variant) & (diag["layer"] == layer) & (diag["seq"] == seq)]
     if head is not None:
@@ -461,15 +469,17 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
     lo = float(min(before.values.min(), after.values.min(), -1e-6))
     hi = float(max(before.values.max(), after.values.max(), 1e-6))
     norm = TwoSlopeNorm(vmin=lo, vcenter=0.0, vmax=hi)
-    fig, axes = plt.subplots(2, 1, figsize=(10, 1.2 + 0.45 * len(before) * 2), sharex=True,
-                             constrained_layout=True)
+    fig, axes = plt.subplots(2, 1, figsize=(WIDTH, min(1.6 + 0.45 * len(before) * 2, 9.0)), sharex=True,
+                             layout="constrained")
     for ax, frame, title in ((axes[0], before, "original A_tt"), (axes[1], after, "A_tt + Delta A_tt")):
         im = ax.imshow(frame.values, aspect="auto", cmap="RdBu_r", norm=norm, interpolation="nearest")
         ax.set_yticks(range(len(frame)), [f"h{h}" for h in frame.index])
         ax.set_title(f"{title}  [{frame.values.min():.2f}, {frame.values.max():.2f}]", fontsize=9)
     axes[1].set_xlabel("position t")
+    integer_ticks(axes[1].xaxis)
     fig.colorbar(im, ax=axes, shrink=0.8, label="diagonal weight")
     fig.suptitle(f"closed-form diagonal, {variant}, layer {layer}")
+    style(fig)
     return fig
 
 

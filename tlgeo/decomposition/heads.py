@@ -228,10 +228,11 @@ def head_sensitivity(
     n_tok: list[Tensor] = []
     use_start, checked = start_at_layer, False
     it = list(enumerate(batches))
-    if progress:
+    bar = None
+    if progress:  # one unit per (batch, layer): each is n_heads + 1 edited forwards
         from tqdm.auto import tqdm
 
-        it = tqdm(it, desc="head sensitivity", unit="batch")
+        bar = tqdm(total=len(it) * len(chosen), desc="head sensitivity", unit="layer")
     with torch.inference_mode():
         for bi, toks in it:
             fp = _fingerprint(toks)
@@ -253,9 +254,13 @@ def head_sensitivity(
             base.append(b_loss)
             n_tok.append(torch.full((toks.shape[0],), toks.shape[1] - 1))
             for L in chosen:
+                if bar is not None:
+                    bar.set_postfix_str(f"batch {bi}, layer {L}", refresh=False)
                 if rows.get(L) is not None:
                     for c, v in zip(conditions, rows[L]["loss"]):
                         edited[(L, c)].append(torch.tensor(v))
+                    if bar is not None:
+                        bar.update(1)
                     continue
                 resid = cache[f"blocks.{L}.hook_resid_pre"] if use_start else None
                 if use_start and not checked:  # once, on the first forward that starts at a layer
@@ -274,7 +279,11 @@ def head_sensitivity(
                     edited[(L, c)].append(losses[-1])
                 if log:
                     log.add({"kind": "edited", "layer": L, **key, "loss": [x.tolist() for x in losses]})
+                if bar is not None:
+                    bar.update(1)
             del cache
+    if bar is not None:
+        bar.close()
 
     base_all = torch.cat(base).double().numpy()
     weights = torch.cat(n_tok).double().numpy()
@@ -460,13 +469,18 @@ def selective_removal(
 def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = None, *, q_level: float = 0.05, axes=None):
     """Heatmaps (layer x head): mean ``alpha`` (diverging, centred at 0) and, when given,
     the single-head ``delta_loss`` with cells of ``q < q_level`` marked ``*``.
-    Returns the figure."""
+    Layers and heads are tick-labelled with integers (every layer up to 40 rows,
+    else an integer locator). Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
+    from .plotting import WIDTH, integer_ticks, style
+
     panels = 1 if sensitivity is None else 2
     if axes is None:
-        fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 0.22 * alpha_map["layer"].nunique() + 2.5), squeeze=False)
+        height = min(max(0.2 * alpha_map["layer"].nunique() + 1.8, 3.0), 9.0)
+        fig, axes = plt.subplots(1, panels, figsize=(WIDTH if panels == 2 else WIDTH * 0.55, height),
+                                 squeeze=False, layout="constrained")
         axes = axes[0]
     fig = axes[0].figure
 
@@ -475,8 +489,13 @@ def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = N
         lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0
         lim = lim or 1.0
         im = ax.imshow(vals, cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -lim, lim), aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(grid.shape[1]), grid.columns)
-        ax.set_yticks(range(grid.shape[0]), grid.index)
+        for n, set_ticks, labels, axis in ((grid.shape[1], ax.set_xticks, grid.columns, ax.xaxis),
+                                           (grid.shape[0], ax.set_yticks, grid.index, ax.yaxis)):
+            if n <= 40:
+                set_ticks(range(n), [str(int(v)) for v in labels])
+            else:  # too many to label each: integer positions, labelled with their layer / head
+                integer_ticks(axis)
+                axis.set_major_formatter(lambda x, _pos, _l=list(labels): str(int(_l[int(x)])) if 0 <= int(x) < len(_l) else "")
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(title)
@@ -484,16 +503,16 @@ def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = N
         return vals
 
     a = alpha_map.pivot(index="layer", columns="head", values="alpha_mean")
-    heat(axes[0], a, "mean alpha", f"parallel part per head ({alpha_map['site'].iloc[0]})")
+    heat(axes[0], a, "mean alpha", f"mean alpha per head ({alpha_map['site'].iloc[0]})")
     if sensitivity is not None:
         single = sensitivity[sensitivity["head"] != ALL].copy()
         single["head"] = single["head"].astype(int)
         d = single.pivot(index="layer", columns="head", values="delta_loss")
         q = single.pivot(index="layer", columns="head", values="q")
-        heat(axes[1], d, "delta loss (nats)", "loss change, parallel part removed in one head")
+        heat(axes[1], d, "Δ loss (nats)", "loss change, parallel part removed in one head")
         for i in range(q.shape[0]):
             for j in range(q.shape[1]):
                 if q.iat[i, j] < q_level:
                     axes[1].text(j, i, "*", ha="center", va="center", fontsize=11, color="k")
-    fig.tight_layout()
+    style(fig)
     return fig

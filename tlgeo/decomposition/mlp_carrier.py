@@ -400,6 +400,7 @@ def mlp_carrier_table(
     narrow: Iterable[str] = NARROW,
     batch_size: int = 4,
     log_path: str | os.PathLike | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Table 10: mean-NLL change of No-Para (``s_par=0``) and No-Perp (``s_perp=0``) at the
     residual ``mlp`` site, ``h vs x`` and ``y_g vs h_g``, against the unedited model.
@@ -409,7 +410,7 @@ def mlp_carrier_table(
     the narrow last block); without a narrow block only ``include`` is run. Loss is
     :func:`tlgeo.evals.perplexity.perplexity` on the first ``max_tokens`` tokens of
     ``text`` in windows of ``context``. With ``log_path`` each row is written when
-    measured and reused on a rerun with the same settings.
+    measured and reused on a rerun with the same settings. ``progress``: a bar over the runs.
 
     Returns one row per run (the first is the baseline, ``site == "none"``):
     ``label, site, removal, narrow, s_par, s_perp, layers, skip_first, nll, ppl,
@@ -440,7 +441,12 @@ def mlp_carrier_table(
 
     log = ResultLog(log_path, _KEY) if log_path is not None else None
     rows = []
-    for (site, removal, n, e), hk in zip(runs, hooks):
+    it = list(zip(runs, hooks))
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="mlp carrier", unit="run")
+    for (site, removal, n, e), hk in it:
         key = {
             "site": site, "s_par": 1.0 if e is None else e.s_par,
             "s_perp": 1.0 if e is None else e.s_perp, "layers": list(layers) if e else "none",

@@ -167,17 +167,23 @@ def summarize_profile(df: pd.DataFrame, skip_first_pos: bool = True) -> pd.DataF
 
 def plot_profile(summary: pd.DataFrame, stat: str = "parallel_ratio_median"):
     """Per-layer ``stat`` (a :func:`summarize_profile` column), one line per site,
-    log y axis with a dashed line at 1 (parallel part as large as the perpendicular)."""
+    log y axis with a dashed line at 1 (parallel part as large as the perpendicular).
+    Integer layer ticks; the legend sits right of the axes."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    from .plotting import WIDTH, integer_ticks, legend_outside, plain_log_ticks, site_color, style
+
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.0), layout="constrained")
     for site, g in summary.groupby("site"):
         g = g.sort_values("layer")
-        ax.plot(g["layer"], g[stat], marker="o", ms=3, label=site)
-    ax.axhline(1.0, ls="--", c="grey", lw=1)
+        ax.plot(g["layer"], g[stat], marker="o", ms=3, label=site, color=site_color(site))
+    ax.axhline(1.0, ls="--", c="grey", lw=1, label="1: parallel = perp.")
     ax.set_yscale("log")
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("layer")
     ax.set_ylabel(stat.replace("_", " "))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    ax.grid(alpha=0.3, which="major")
+    integer_ticks(ax.xaxis)
+    legend_outside(fig, title="site")
+    style(fig)
     return fig

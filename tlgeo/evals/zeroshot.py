@@ -309,7 +309,7 @@ def score_requests(
     if progress:
         from tqdm.auto import tqdm
 
-        batches = tqdm(batches, desc="scoring", unit="batch")
+        batches = tqdm(batches, desc="scoring", unit="batch", leave=False)  # nested under a task bar
     pad = getattr(model.tokenizer, "pad_token_id", None) or 0
     device = getattr(model.cfg, "device", None) or "cpu"
     hooks = list(fwd_hooks)
@@ -427,7 +427,12 @@ def evaluate_zeroshot(
     hooks = list(fwd_hooks)
     log = ResultLog(log_path, LOG_KEY) if log_path is not None else None
     rows, item_frames = [], []
-    for task in tasks:
+    task_iter = tasks
+    if progress:  # one bar over the tasks, the scoring batches nested under it
+        from tqdm.auto import tqdm
+
+        task_iter = tqdm(tasks, desc=f"zero-shot {tag}".strip(), unit="task", leave=False)
+    for task in task_iter:
         key = {"task": task, "limit": limit, "tag": tag}
         row = log.get(**key) if log is not None else None
         if row is None:

@@ -6,12 +6,18 @@ step writes its CSVs into the output directory as soon as it is done; a rerun
 loads finished steps and resumes unfinished ones from their JSON-lines logs.
 ``python -c "import tlgeo.report.atlas as a; print(a.STEPS)"`` lists the steps;
 :mod:`tlgeo.decomposition.atlas` describes the directional-decomposition ones.
+
+The report opens with each family's headline (:func:`tlgeo.pipeline.family_headline`),
+recomputed from the CSVs after every step, so the partial report saved after a
+step says what is known so far. Each step prints its start (clock time and
+time since the run began) and its end; the steps show tqdm progress bars.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +27,7 @@ import pandas as pd
 
 from ..data import load_text
 from ..models import load_model
-from ..pipeline import StepContext, make_budgets
+from ..pipeline import StepContext, family_headline, headlines, make_budgets
 from .html import Report
 from .registry import load_steps
 
@@ -77,31 +83,72 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         done = set(json.loads((out / "config.json").read_text()).get("steps", ())) | set(chosen)
         conf["steps"] = [s for s in registered if s in done]
     (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
-    report = Report(f"tlgeo atlas: {cfg.model}")
+    report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
                 f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
-    for name, step in registered.items():
-        if name not in chosen:
-            continue
+    todo = [(name, step) for name, step in registered.items() if name in chosen]
+    t_run = time.perf_counter()
+    print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}, "
+          f"started {time.strftime('%H:%M:%S')}", flush=True)
+    for i, (name, step) in enumerate(todo, 1):
         ctx = StepContext(cfg, model, text, report, budgets[step.family], out)
         t = time.perf_counter()
-        print(f"[atlas] {name} ...", flush=True)
+        print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
+              f"{_duration(t - t_run)} into the run", flush=True)
         step.run(ctx)
         timings[name] = time.perf_counter() - t
         peak_mb[name] = _peak_rss_mb()
-        print(f"[atlas] {name} done in {timings[name]:.0f} s (peak RSS so far {peak_mb[name]:.0f} MB)", flush=True)
-        report.save(out / "report.html")  # a partial report after every step
+        print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
+              f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
+              f"peak RSS so far {peak_mb[name]:.0f} MB)", flush=True)
+        _set_headline(report, budgets, out)
+        report.save(out / "report.html")  # a partial report after every step, headline of what is done
+    print(f"[atlas] all {len(todo)} step(s) done in {_duration(time.perf_counter() - t_run)}; "
+          f"report: {out / 'report.html'}", flush=True)
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
                           "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
     pd.concat([earlier, table], ignore_index=True).to_csv(path, index=False)
-    report.section("Timings").table(table.drop(columns="run"))
+    report.section("Timings").table(
+        table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)"}),
+        f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s) and "
+        f"the process's peak resident memory after it. Every run's rows: {path}.")
+    _set_headline(report, budgets, out)
     return report.save(out / "report.html")
+
+
+def _set_headline(report: Report, budgets: dict[str, Any], out: Path) -> None:
+    """The report's opening block: every family's headline from the CSVs in ``out``.
+
+    A headline that fails is reported in the block (and on stderr) rather than
+    stopping a run whose results are already on disk."""
+    sentences: list[str] = []
+    warnings: list[str] = []
+    for family in headlines():
+        try:
+            h = family_headline(family, out, budgets[family])
+        except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on
+            print(f"[atlas] headline of {family!r} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            sentences.append(f"(The {family} headline could not be computed: {type(e).__name__}: {e}.)")
+            continue
+        sentences += h.sentences
+        warnings += h.warnings
+    report.headline(sentences, warnings)
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``5 min 10 s``, ``1 h 02 min``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _peak_rss_mb() -> float:

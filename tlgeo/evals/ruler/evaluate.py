@@ -105,8 +105,10 @@ def generate_answers(
     max_new_tokens: int | None = None,
     batch_size: int = 4,
     use_kv_cache: bool = True,
+    progress: bool = False,
 ) -> list[str]:
-    """Greedy outputs for ``samples`` (prompts of equal token length batched together)."""
+    """Greedy outputs for ``samples`` (prompts of equal token length batched together);
+    ``progress``: a bar over the samples, batch by batch."""
     hooks = list(fwd_hooks)
     ids = [prompt_ids(model, s.prompt, s.template) for s in samples]
     stop = _stop_ids(model.tokenizer)
@@ -115,6 +117,11 @@ def generate_answers(
     for i, s in enumerate(samples):
         n_new = max_new_tokens if max_new_tokens is not None else s.max_new_tokens
         groups.setdefault((len(ids[i]), n_new), []).append(i)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(samples), desc="generate", unit="sample", leave=False)
     for (_, n_new), idx in groups.items():
         for b in range(0, len(idx), batch_size):
             chunk = idx[b : b + batch_size]
@@ -122,6 +129,10 @@ def generate_answers(
             new = greedy_generate(model, toks, n_new, fwd_hooks=hooks, use_kv_cache=use_kv_cache, stop_ids=stop)
             for i, row in zip(chunk, new.tolist()):
                 preds[i] = _decode_answer(model.tokenizer, row, set(stop))
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
     return preds  # type: ignore[return-value]
 
 
@@ -174,7 +185,7 @@ def evaluate_ruler(
     if progress:
         from tqdm.auto import tqdm
 
-        grid = tqdm(grid, desc=f"ruler {label}", unit="cell")
+        grid = tqdm(grid, desc=f"ruler {label}", unit="cell", leave=False)
     for task, length in grid:
         key = dict(label=label, task=task, length=length, n=n_samples, haystack=haystack, seed=seed,
                    template=template)
@@ -184,7 +195,7 @@ def evaluate_ruler(
             samples = make_task(task, model, length, n_samples, seed=seed, haystack=haystack, template=template)
             preds = generate_answers(
                 model, samples, fwd_hooks=hooks, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, use_kv_cache=use_kv_cache,
+                batch_size=batch_size, use_kv_cache=use_kv_cache, progress=progress,
             )
             score = METRICS[samples[0].metric](preds, [s.answers for s in samples])
             row = {

@@ -1,0 +1,91 @@
+"""The report figures: legends outside the data, integer layer / head / position ticks, page width."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from tlgeo.decomposition.closed_form import closed_form_check, plot_diagonal
+from tlgeo.decomposition.heads import head_alpha_map, plot_head_maps
+from tlgeo.decomposition.observe import plot_profile
+from tlgeo.decomposition.plotting import WIDTH, integer_ticks, site_color
+from tlgeo.decomposition.sweeps import plot_sweep
+
+
+def _ticks_are_integers(axis) -> bool:
+    locs = [v for v in axis.get_majorticklocs() if np.isfinite(v)]
+    return bool(locs) and all(float(v).is_integer() for v in locs)
+
+
+def _legend_clear_of_axes(fig) -> None:
+    fig.canvas.draw()
+    legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert legends, "no legend"
+    renderer = fig.canvas.get_renderer()
+    for leg in legends:
+        box = leg.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), "legend over the data"
+
+
+def _profile_summary(n_layers: int = 7) -> pd.DataFrame:
+    rows = [dict(site=s, layer=l, parallel_ratio_median=0.1 + 0.05 * l + 0.1 * i)
+            for i, s in enumerate(("attn", "mlp", "value_excl_self")) for l in range(n_layers)]
+    return pd.DataFrame(rows)
+
+
+def test_profile_figure():
+    fig = plot_profile(_profile_summary())
+    ax = fig.axes[0]
+    assert _ticks_are_integers(ax.xaxis)  # layers: never 2.5
+    _legend_clear_of_axes(fig)
+    assert fig.get_figwidth() <= WIDTH + 1e-9  # page width, legend included
+    lines = {l.get_label(): l.get_color() for l in ax.lines}
+    assert lines["attn"] == site_color("attn") and lines["mlp"] == site_color("mlp")  # one colour per site
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all("^" not in t for t in labels)  # plain numbers on the log axis, not 10^-1
+    plt.close(fig)
+
+
+def test_sweep_figure_has_one_legend_outside():
+    rows = [dict(site=s, axis=a, scale=x, delta_ppl=d)
+            for s in ("attn", "mlp") for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
+            for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))]
+    fig = plot_sweep(pd.DataFrame(rows))
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["attn", "mlp"]
+    _legend_clear_of_axes(fig)
+    assert fig.get_figwidth() <= WIDTH + 1e-9
+    plt.close(fig)
+
+
+def test_head_and_diagonal_figures_have_integer_ticks(llama, tokens):
+    amap = head_alpha_map(llama, tokens)
+    fig = plot_head_maps(amap)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [str(l) for l in sorted(amap["layer"].unique())]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(h) for h in range(llama.cfg.n_heads)]
+    assert fig.get_figwidth() <= WIDTH + 1e-9
+    plt.close(fig)
+    res = closed_form_check(llama, tokens, 0.0, variants=("value_excl_self",), layers=[1])
+    fig = plot_diagonal(res.diag, "value_excl_self", 1, head=0)
+    assert _ticks_are_integers(fig.axes[1].xaxis)  # positions
+    assert fig.get_figwidth() <= WIDTH + 1e-9
+    plt.close(fig)
+
+
+def test_integer_ticks_helper():
+    fig, ax = plt.subplots()
+    ax.plot([0, 3], [0, 1])
+    integer_ticks(ax.xaxis)
+    fig.canvas.draw()
+    assert _ticks_are_integers(ax.xaxis)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("site", ["value_excl_self", "not_a_site"])
+def test_site_colors_are_stable(site):
+    assert site_color(site) == site_color(site) and site_color(site).startswith("#")

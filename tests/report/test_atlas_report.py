@@ -1,0 +1,170 @@
+"""The atlas report as a reader sees it: a headline computed from the CSVs at the top, tables
+without index columns and with "indication only" where budgets are small, captions, and a
+screenshot in headless Chromium (skipped where no Chromium is installed)."""
+
+import contextlib
+import io
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from tlgeo.decomposition.atlas import DecompositionBudgets, headline
+from tlgeo.report.atlas import run_atlas
+
+from .test_atlas import tiny_cfg
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "screenshot_report.py"
+
+
+@pytest.fixture(scope="module")
+def atlas_run(tmp_path_factory, llama):
+    """A tiny atlas run: its directory and what it printed (stdout, stderr with the progress bars)."""
+    out = tmp_path_factory.mktemp("atlas") / "tiny"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        run_atlas(tiny_cfg(out), model=llama)
+    return out, stdout.getvalue(), stderr.getvalue()
+
+
+@pytest.fixture(scope="module")
+def atlas_dir(atlas_run):
+    return atlas_run[0]
+
+
+def test_every_step_shows_progress(atlas_run):
+    _, stdout, stderr = atlas_run
+    for i, step in enumerate(("profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit"), 1):
+        assert re.search(rf"\[atlas\] step {i}/7 {step} \(.*\): started \d\d:\d\d:\d\d, .* into the run", stdout)
+        assert re.search(rf"\[atlas\] step {i}/7 {step} done in .* at \d\d:\d\d:\d\d", stdout)
+    assert "[atlas] all 7 step(s) done in" in stdout
+    for bar in ("profile", "sweep", "edits", "zero-shot conditions", "zero-shot unedited", "head sensitivity",
+                "mlp carrier", "closed form", "audit"):
+        assert f"{bar}:" in stderr, bar  # a tqdm bar per step, nested bars for conditions > tasks
+
+
+def _tables(html: str) -> list[str]:
+    return re.findall(r"<figure class=\"table\">.*?</figure>", html, flags=re.S)
+
+
+def test_report_opens_with_the_headline(atlas_dir):
+    html = (atlas_dir / "report.html").read_text()
+    top = html.index('class="headline"')
+    assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
+    block = html[top: html.index("</section>", top)]
+    items = re.findall(r"<li>(.*?)</li>", block)
+    h = headline(atlas_dir)
+    assert 4 <= len(h.sentences) <= 8
+    assert [html_unescape(x) for x in items] == h.sentences + h.warnings
+    # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
+    assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
+    assert any(w.startswith("Head sensitivity: 3 texts") for w in h.warnings)
+    assert any(w.startswith("Perplexity: 128 tokens") for w in h.warnings)
+
+
+def html_unescape(s: str) -> str:
+    import html
+
+    return html.unescape(s)
+
+
+def test_headline_is_computed_from_the_csvs(atlas_dir, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(atlas_dir, out)
+    before = headline(out)
+    cheapest = next(s for s in before.sentences if s.startswith("Cheapest parallel removal"))
+    cmp = pd.read_csv(out / "compare.csv")
+    row = cmp.index[cmp["condition"] == "attn s_par=0"][0]
+    cmp.loc[row, "delta_ppl"] = -123.4  # attn becomes the cheapest, by a number no model gives
+    cmp.to_csv(out / "compare.csv", index=False)
+    after = headline(out)
+    changed = next(s for s in after.sentences if s.startswith("Cheapest parallel removal"))
+    assert changed != cheapest and "attn, ΔPPL −123" in changed
+    audit = pd.read_csv(out / "audit.csv")
+    audit.loc[audit["site"] == "value_excl_self", "perturbation_mean"] = 0.0123  # 1.23 %, below the residual edit
+    audit.to_csv(out / "audit.csv", index=False)
+    text = next(s for s in headline(out).sentences if s.startswith("Post-W_O audit"))
+    assert "by 1.23 %" in text and "unlike the paper" in text
+    zs = pd.read_csv(out / "compare_zeroshot.csv").assign(n=60)  # enough items: no zero-shot warning
+    zs.to_csv(out / "compare_zeroshot.csv", index=False)
+    assert not any(w.startswith("Zero-shot") for w in headline(out).warnings)
+    for name in ("compare", "audit", "compare_zeroshot"):  # a step not run: its sentence is left out
+        (out / f"{name}.csv").unlink()
+    left = headline(out).sentences
+    assert not any(s.startswith(("Cheapest", "Post-W_O")) for s in left) and left
+
+
+def test_tables_are_readable(atlas_dir):
+    html = (atlas_dir / "report.html").read_text()
+    tables = _tables(html)
+    assert len(tables) >= 12
+    for t in tables:
+        assert '<div class="scroll"><table>' in t  # wide tables scroll instead of running off the page
+        assert "<figcaption>" in t and t.index("<figcaption>") < t.index("<table>")
+        heads = re.findall(r"<th[^>]*>([^<]*)</th>", t)
+        assert heads and all(h.strip() for h in heads), heads  # no empty (index) column
+        assert not {"index", "level_0", "Unnamed: 0"} & set(heads), heads
+        assert "e+" not in t  # no "1.2e+03" style numbers
+    compare = next(t for t in tables if "paper zero-shot acc %" in t)
+    assert "zero-shot acc % (indication only)" in compare  # 2 items per task: the table says so
+    assert "61.61" in compare  # the paper's numbers as published
+    audit = next(t for t in tables if "paper perturbation %" in t)
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", audit)
+    pct = pd.read_csv(atlas_dir / "audit.csv").set_index("site")["perturbation_mean"] * 100
+    assert f"{pct['attn']:.1f}" in cells  # in % like its caption, not a fraction
+    assert "25.15" in cells and "49.10" in cells
+    closed = next(t for t in tables if "expected" in t and "max_abs_err" in t)
+    assert "exact only along z: expected to fail" in closed and "expected to fail" in closed.split("<table>")[0]
+
+
+def test_captions_say_how_to_read(atlas_dir):
+    html = (atlas_dir / "report.html").read_text()
+    caps = re.findall(r"<figcaption>(.*?)</figcaption>", html, flags=re.S)
+    assert all(len(c) > 40 for c in caps), [c for c in caps if len(c) <= 40]
+    assert any("dashed line at 1" in c for c in caps) and any("white = 0" in c for c in caps)
+
+
+def test_every_costly_budget_has_a_cost():
+    costly = {"profile_tokens", "sweep_tokens", "s_par_grid", "s_perp_grid", "compare_sites", "compare_scales",
+              "zeroshot_tasks", "zeroshot_limit", "ruler_tasks", "ruler_lengths", "ruler_samples", "head_texts",
+              "head_len", "head_layers", "mlp_tokens", "closed_form_tokens"}
+    fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
+    assert costly <= set(fields)
+    for name in costly:
+        assert re.search(r"~[\d.]+ s", fields[name].metadata.get("cost", "")), name
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)")
+def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    res = subprocess.run([sys.executable, str(SCRIPT), str(atlas_dir / "report.html"), str(tmp_path),
+                          "--widths", "1000,700", "--prefix", "atlas"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "runs off the page" not in res.stderr  # nothing wider than the window
+    for width in (1000, 700):
+        path = tmp_path / f"atlas-{width}.png"
+        with Image.open(path) as im:
+            img = np.asarray(im.convert("RGB")).astype(float)
+        h, w, _ = img.shape
+        assert w == width and h > 3000  # the full page, not one window
+        assert img.std() > 20  # not blank: text, tables and figures
+        dark = (img.mean(-1) < 100).mean()
+        assert 0.005 < dark < 0.5, dark
+        top = img[: min(h, 600)]
+        assert (top.mean(-1) < 100).mean() > 0.002  # the title and the headline are at the top
