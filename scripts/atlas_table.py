@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlgeo.decomposition.atlas import PAPER, atlas_summary
+from tlgeo.decomposition.summary import PAPER, atlas_summary
 
 
 def side_by_side(dirs: list[Path]) -> pd.DataFrame:

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
-    frozenset({"data", "results", "pipeline", "models"}),  # 1 text, result logs, atlas contract, model loading
+    frozenset({"data", "results", "pipeline", "models", "plotting"}),  # 1 text, logs, atlas contract, models, figure style
     frozenset({"hooks"}),                                  # 2 sites, the hook adapter, edits, resumed forwards
     frozenset({"evals"}),                                  # 3 perplexity, zero-shot, RULER, lm-eval
     frozenset({"decomposition", "compression", "train"}),  # 4 the analyses, one package each
@@ -28,8 +28,9 @@ ROOT_LAYER = 4  # tlgeo/__init__.py re-exports the public API: up to the analyse
 
 # third-party code the pure layers must not touch (they know nothing of models or plots)
 MODEL_CODE = ("transformer_lens", "transformers", "accelerate", "datasets", "llmcompressor", "lm_eval",
-              "circuitsvis", "matplotlib", "tlgeo.models")
-NO_MODEL_CODE = {"geometry", "stats", "pipeline"}
+              "circuitsvis", "tlgeo.models")
+FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "pipeline")}
+FORBIDDEN["plotting"] = MODEL_CODE  # figures, yes; models, no
 
 
 def layer_of(unit: str) -> int:
@@ -89,7 +90,7 @@ def violations(path: Path, source: str) -> list[str]:
     found = []
     for line, target in imported_modules(source, module, path.name == "__init__.py"):
         where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
-        if unit in NO_MODEL_CODE and target.startswith(MODEL_CODE):
+        if target.startswith(FORBIDDEN.get(unit, ())):
             found.append(f"{where}: {unit} holds no model code")
         if not (target == "tlgeo" or target.startswith("tlgeo.")):
             continue
@@ -125,6 +126,8 @@ def test_every_unit_is_in_a_layer():
     ("geometry/parallel.py", "from ..hooks.edits import Edit", "upward, layer 0 (geometry) -> layer 2 (hooks)"),
     ("geometry/parallel.py", "def f():\n    import transformer_lens", "geometry holds no model code"),
     ("stats/resampling.py", "from tlgeo.models import load_model", "stats holds no model code"),
+    ("geometry/parallel.py", "import matplotlib.pyplot as plt", "geometry holds no model code"),
+    ("plotting.py", "from transformer_lens import HookedTransformer", "plotting holds no model code"),
     ("hooks/edits.py", "from ..decomposition.observe import parallel_profile", "upward"),
     ("hooks/edits.py", "def f():\n    from ..evals import perplexity", "upward, layer 2 (hooks) -> layer 3"),
     ("evals/ruler/tasks.py", "from ...report.html import Report", "upward"),

@@ -4,9 +4,9 @@ How much of each attention/MLP update is parallel to the state it updates
 (a rescaling) and how much is perpendicular (a change of direction); edits that
 scale either part, as TransformerLens hooks.
 
-Layers (each imports only those above it in this list; ARCHITECTURE.md):
-``geometry``, ``stats`` (pure math) → ``data``, ``models``, ``results``, ``pipeline``
-→ ``hooks`` → ``evals`` → analyses (``decomposition``, ``compression``, ``train``)
+Layers (each imports only those before it in this list; ARCHITECTURE.md):
+``geometry``, ``stats`` (pure math) → ``data``, ``models``, ``results``, ``pipeline``,
+``plotting`` → ``hooks`` → ``evals`` → analyses (``decomposition``, ``compression``, ``train``)
 → ``report`` → ``cli``.
 """
 

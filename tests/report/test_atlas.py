@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from tlgeo.decomposition.atlas import PAPER, atlas_summary
+from tlgeo.decomposition.summary import PAPER, atlas_summary
 from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
 
 

@@ -15,7 +15,8 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from tlgeo.decomposition.atlas import DecompositionBudgets, headline
+from tlgeo.decomposition.atlas import DecompositionBudgets
+from tlgeo.decomposition.summary import headline
 from tlgeo.report.atlas import run_atlas
 
 from .test_atlas import tiny_cfg

@@ -7,7 +7,8 @@
 * :mod:`.audit`: post-W_O perturbation / energy / retained norm (Table 6).
 * :mod:`.heads`: per-head alpha and causal sensitivity, patching (Figure 7).
 * :mod:`.mlp_carrier`: which MLP stage carries the parallel part (Table 10).
-* :mod:`.atlas`: this family's steps of ``tlgeo atlas`` and its headline table.
+* :mod:`.atlas`: this family's steps of ``tlgeo atlas`` and their budgets.
+* :mod:`.summary`: the paper's numbers, the headline rows of an atlas directory, the report's headline.
 """
 
 from .compare import compare_edits, removal_edits

@@ -17,38 +17,35 @@ Defaults are sized for a 2-core CPU (minutes, not hours); every budget is a flag
 of ``tlgeo atlas``, and those that drive the run time carry a ``cost`` (measured
 on SmolLM2-135M, 2 threads: ``results/atlas-smollm2-135m/timings.csv``).
 
-:func:`headline` opens the report: a few sentences of what this model shows
-next to the paper (:data:`PAPER`), computed from the CSVs by
-:func:`atlas_summary`, and warnings where a budget is too small to conclude
-anything (those tables also say "indication only").
+The report opens with :func:`tlgeo.decomposition.summary.headline`: a few
+sentences of what this model shows next to the paper, computed from the CSVs,
+and warnings where a budget is too small to conclude anything (those tables
+also say "indication only").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-import json
-import math
 
 import pandas as pd
 
 from ..evals.ruler import evaluate_ruler
 from ..evals.zeroshot import evaluate_zeroshot, paired_accuracy_change
 from ..hooks.edits import Edit
-from ..pipeline import Headline, StepContext, budget, register_family, register_step
+from ..pipeline import StepContext, budget, register_family, register_step
 from .audit import audit_overall, post_wo_audit
 from .closed_form import attention_before_after, closed_form_check, diag_summary, plot_diagonal
 from .compare import compare_edits
 from .heads import head_alpha_map, head_sensitivity, plot_head_maps
 from .mlp_carrier import carrier_table_wide, mlp_carrier_table
 from .observe import corpus_batches, parallel_profile, plot_profile, summarize_profile
+from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, PAPER,
+                      PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL, atlas_summary, headline,
+                      indication_note, paper_value)
 from .sweeps import plot_sweep, sensitivity_sweep
 
-__all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline", "MIN_ZEROSHOT_ITEMS",
-           "MIN_RULER_SAMPLES", "MIN_HEAD_TEXTS", "MIN_PPL_TOKENS"]
+__all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
 
-FAMILY = "decomposition"
 
 
 @dataclass
@@ -105,31 +102,7 @@ class DecompositionBudgets:
             raise ValueError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
 
 
-# Below these budgets a result is an indication only: the headline warns, and the
-# tables that show it say so (in a column header or the caption).
-MIN_ZEROSHOT_ITEMS = 50  # per task
-MIN_RULER_SAMPLES = 10  # per task and length
-MIN_HEAD_TEXTS = 16  # texts of the head sensitivity map
-MIN_PPL_TOKENS = 2048  # tokens of the perplexity comparisons
-
-
-def _indication(n: int | None, minimum: int, unit: str) -> str:
-    """``" (20 items: indication only)"`` when ``n < minimum``, else ``""``."""
-    return f" ({n} {unit}: indication only)" if n is not None and n < minimum else ""
-
-
-def _paper(v) -> str:
-    """A paper number as published (a table column of strings is not re-rounded), "—" if none."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return v if isinstance(v, str) else f"{v:.2f}" if abs(v) >= 1 else f"{v:.4f}"  # the paper's decimals
-
-
-def _headline(out: Path, budgets: "DecompositionBudgets") -> Headline:  # registered below, defined at the end
-    return headline(out, budgets)
-
-
-register_family(FAMILY, DecompositionBudgets, headline=_headline)
+register_family(FAMILY, DecompositionBudgets, headline=headline)
 
 
 @register_step("profile", FAMILY, ("profile_summary",),
@@ -250,11 +223,11 @@ def _step_compare(ctx: StepContext) -> None:
                        f"{PAPER_RULER_MODEL} — other models and budgets, so compare orderings, not values.")
     shown = pd.DataFrame({"condition": table["condition"], "PPL": table["ppl"], "ΔPPL": table["delta_ppl"],
                           "zero-shot acc %" + zs_note: table["zeroshot_acc"],
-                          "paper zero-shot acc %": [_paper(PAPER.get(("zeroshot", c, "acc")))
+                          "paper zero-shot acc %": [paper_value(PAPER.get(("zeroshot", c, "acc")))
                                                     for c in table["condition"]],
                           "zero-shot acc_norm %" + zs_note: table["zeroshot_acc_norm"],
                           "RULER %" + rl_note: table["ruler"],
-                          "paper RULER %": [_paper(PAPER.get(("ruler", c, "score"))) for c in table["condition"]]})
+                          "paper RULER %": [paper_value(PAPER.get(("ruler", c, "score"))) for c in table["condition"]]})
     small = [f"zero-shot on {n_zs} items per task" if zs_small else "",
              f"RULER on {n_rl} samples per task and length" if rl_small else ""]
     ctx.report.table(shown, "One row per condition (site and s_par; unedited first). Lower ΔPPL and higher "
@@ -305,7 +278,7 @@ def _step_heads(ctx: StepContext) -> None:
         model, texts, layers=_head_layers(b, model.cfg.n_layers), n_boot=b.n_boot, n_perm=b.n_perm,
         seed=ctx.cfg.seed, log_path=ctx.log("heads_sensitivity"), progress=True))
     n_texts = int(sens["n_texts"].min()) if len(sens) else len(texts)
-    note = _indication(n_texts, MIN_HEAD_TEXTS, "texts")
+    note = indication_note(n_texts, MIN_HEAD_TEXTS, "texts")
     ctx.report.section("4. Heads (Figure 7)",
                        f"Mean alpha of the exclude-self update per head ({len(texts)} texts of {b.head_len} "
                        "tokens), and the change of loss when its parallel part is removed in one head "
@@ -339,7 +312,7 @@ def _step_mlp(ctx: StepContext) -> None:
     wide = carrier_table_wide(df).reset_index()
     wide.columns.name = None
     for r in ("no_para", "no_perp"):
-        wide[f"paper {r}"] = [_paper(PAPER.get(("mlp_carrier", l, r))) if n in ("-", "include") else "—"
+        wide[f"paper {r}"] = [paper_value(PAPER.get(("mlp_carrier", l, r))) if n in ("-", "include") else "—"
                               for l, n in zip(wide["label"], wide["narrow"])]
     ctx.report.table(wide, "Δ mean NLL (nats) against the unedited model, one row per site (narrow: the last, "
                            "narrower down-projection block edited too, 'include', or left alone, 'skip'). "
@@ -408,7 +381,7 @@ def _step_audit(ctx: StepContext) -> None:
     shown = pd.DataFrame({"site": overall["site"]})
     for q in ("perturbation", "energy", "retained"):
         shown[f"{q} %"] = 100 * overall[f"{q}_mean"]
-        shown[f"paper {q} %"] = [_paper(PAPER.get(("audit", site, f"{q} %"))) for site in overall["site"]]
+        shown[f"paper {q} %"] = [paper_value(PAPER.get(("audit", site, f"{q} %"))) for site in overall["site"]]
     ctx.report.table(shown, f"In % like the paper ({PAPER_SMALL_MODEL}): the token-weighted mean of the per-token "
                             f"ratios over {int(overall['n_layers'].max())} edited blocks, next to the paper's value. "
                             "A larger perturbation for exclude-self than for the residual edit (attn) is the "
@@ -418,309 +391,3 @@ def _step_audit(ctx: StepContext) -> None:
                                                                                         "retained")}})
     ctx.report.table(pooled, "The same ratios pooled (sums over tokens and blocks before dividing, %): "
                              "dominated by the tokens with the largest outputs.")
-
-
-# The paper's reference numbers for the rows of :func:`atlas_summary` (spec sections 4, 5, 7):
-# zero-shot averages of Qwen3-1.7B (7 tasks), RULER-4k of Llama-3.2-3B, audit and MLP carrier
-# of Qwen3-0.6B. Sweep tolerance: exclude-self stays within 1 PPL point for s_par in [0, 1].
-PAPER = {
-    ("ppl", "value_excl_self s_par=0", "delta_ppl"): "< 1",
-    ("zeroshot", "unedited", "acc"): 61.61,
-    ("zeroshot", "attn s_par=0", "acc"): 59.16,
-    ("zeroshot", "value_full s_par=0", "acc"): 53.41,
-    ("zeroshot", "value_excl_self s_par=0", "acc"): 60.10,
-    ("zeroshot", "diag s_par=0", "acc"): 39.17,
-    ("ruler", "unedited", "score"): 86.91,
-    ("ruler", "value_full s_par=0.5", "score"): 84.81,
-    ("ruler", "value_excl_self s_par=0.5", "score"): 86.69,
-    ("ruler", "value_full s_par=0", "score"): 60.99,
-    ("ruler", "value_excl_self s_par=0", "score"): 75.64,
-    ("audit", "attn", "perturbation %"): 25.15,
-    ("audit", "attn", "energy %"): 9.32,
-    ("audit", "attn", "retained %"): 95.01,
-    ("audit", "value_excl_self", "perturbation %"): 49.10,
-    ("audit", "value_excl_self", "energy %"): 25.89,
-    ("audit", "value_excl_self", "retained %"): 83.36,
-    ("mlp_carrier", "residual mlp", "no_para"): 0.1165,
-    ("mlp_carrier", "residual mlp", "no_perp"): 15.96,
-    ("mlp_carrier", "h vs x", "no_para"): 0.0301,
-    ("mlp_carrier", "h vs x", "no_perp"): 13.42,
-    ("mlp_carrier", "y_g vs h_g", "no_para"): 0.0037,
-    ("mlp_carrier", "y_g vs h_g", "no_perp"): 13.33,
-    ("heads", "value_excl_self", "share alpha > 0"): "both signs",
-}
-# The paper's qualitative claims the headline tests against (no numbers to compare):
-PAPER_PROFILE = "the parallel part dominates (median parallel ratio > 1; Figure 1, Qwen3-4B)"
-PAPER_ZEROSHOT_MODEL = "Qwen3-1.7B, 7 tasks"
-PAPER_RULER_MODEL = "Llama-3.2-3B at 4k tokens"
-PAPER_SMALL_MODEL = "Qwen3-0.6B"
-
-
-def atlas_summary(out: str | Path) -> pd.DataFrame:
-    """The headline numbers of a finished (or partial) atlas directory, one row each.
-
-    Columns ``table, row, quantity, value``: ``ppl`` (PPL and ΔPPL per comparison
-    condition; ``s_perp=0`` rows from the sweep), ``zeroshot`` (mean accuracy, %),
-    ``ruler`` (mean score, %), ``audit`` (%, token mean), ``mlp_carrier`` (Δ mean NLL,
-    nats; carrier rows with the narrow block included), ``closed_form`` (max
-    abs Δlogit), ``heads`` (share of heads with positive mean alpha). Steps without a
-    CSV are left out.
-    """
-    out = Path(out)
-    rows: list[tuple[str, str, str, float]] = []
-
-    def read(name: str) -> pd.DataFrame | None:
-        path = out / f"{name}.csv"
-        return pd.read_csv(path) if path.exists() else None
-
-    if (cmp := read("compare")) is not None:
-        for r in cmp.itertuples():
-            rows += [("ppl", r.condition, "ppl", r.ppl), ("ppl", r.condition, "delta_ppl", r.delta_ppl)]
-            if pd.notna(getattr(r, "zeroshot_acc", float("nan"))):
-                rows.append(("zeroshot", r.condition, "acc", r.zeroshot_acc))
-            if pd.notna(getattr(r, "ruler", float("nan"))):
-                rows.append(("ruler", r.condition, "score", r.ruler))
-    if (sw := read("sweeps")) is not None:
-        for r in sw[(sw["axis"] == "s_par") & (sw["scale"] == 0.0) & sw["site"].isin(["mlp", "block"])].itertuples():
-            rows.append(("ppl", f"{r.site} s_par=0", "ppl", r.ppl))
-        for r in sw[(sw["axis"] == "s_perp") & (sw["scale"] == 0.0)].itertuples():
-            rows.append(("ppl", f"{r.site} s_perp=0", "ppl", r.ppl))
-    if (au := read("audit")) is not None:
-        for r in au.itertuples():
-            for q in ("perturbation", "energy", "retained"):
-                rows.append(("audit", r.site, f"{q} %", 100 * getattr(r, f"{q}_mean")))
-    if (mc := read("mlp_carrier")) is not None:
-        mc = mc[(mc["removal"] != "none") & (mc["narrow"].isin(["-", "include"]))]
-        for r in mc.itertuples():
-            rows.append(("mlp_carrier", r.label, r.removal, r.delta_loss))
-    if (cf := read("closed_form_errors")) is not None:
-        logits = cf[(cf["quantity"] == "logits") & cf["variant"].isin(["value_full", "value_excl_self"])]
-        for variant, g in logits.groupby("variant", sort=False):
-            rows.append(("closed_form", variant, "max abs dlogit", g["max_abs_err"].max()))
-    if (ha := read("heads_alpha")) is not None:
-        rows.append(("heads", "value_excl_self", "share alpha > 0", float((ha["alpha_mean"] > 0).mean())))
-    return pd.DataFrame(rows, columns=["table", "row", "quantity", "value"])
-
-
-# --------------------------------------------------------------------------- headline
-
-
-def _num(v: float, digits: int = 3) -> str:
-    """A number for a sentence: ``digits`` significant digits, no exponent between 1e-3 and 1e5
-    (``165``, ``5.18``, ``0.119``), scientific outside (``8.2e8``, ``5e-5``); a true minus sign."""
-    if v is None or not math.isfinite(v):
-        return "n/a"
-    a = abs(v)
-    if a != 0 and (a >= 1e5 or a < 1e-3):
-        mant, exp = f"{v:.{max(digits - 2, 0)}e}".split("e")
-        t = f"{mant}e{int(exp)}"
-    elif a >= 10 ** (digits - 1):
-        t = f"{v:.0f}"
-    else:
-        t = f"{v:.{digits}g}"
-    return t.replace("-", "−")
-
-
-def _signed(v: float, digits: int = 3) -> str:
-    t = _num(v, digits)
-    return t if t.startswith("−") or t == "n/a" or t == "0" else "+" + t
-
-
-def _site_of(condition: str) -> str:
-    return condition.split(" s_par=")[0]
-
-
-def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> Headline:
-    """What the results in ``out`` show against the paper: up to eight sentences, one per
-    step that is done (profile, cheapest removal, exclude-self vs full, downstream,
-    audit, closed form, MLP carrier, heads), and warnings where a budget is below
-    :data:`MIN_ZEROSHOT_ITEMS`, :data:`MIN_RULER_SAMPLES`, :data:`MIN_HEAD_TEXTS` or
-    :data:`MIN_PPL_TOKENS`. Every number is read from the CSVs (the budgets actually
-    used are read there too; ``budgets`` only fills in ``skip_first``)."""
-    out = Path(out)
-    summary = atlas_summary(out)
-    val = {(t, r, q): v for t, r, q, v in summary.itertuples(index=False)}
-
-    def read(name: str) -> pd.DataFrame | None:
-        path = out / f"{name}.csv"
-        return pd.read_csv(path) if path.exists() else None
-
-    conf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
-    corpus = conf.get("corpus", "the corpus")
-    skip = budgets.skip_first if budgets is not None else conf.get("budgets", {}).get(FAMILY, {}).get("skip_first", 1)
-    sentences: list[str] = []
-    warnings: list[str] = []
-
-    # 1. how parallel the updates are
-    if (ps := read("profile_summary")) is not None and len(ps):
-        med = ps.groupby("site", sort=False)["parallel_ratio_median"].median().sort_values()
-        k, n = int((ps["parallel_ratio_median"] > 1).sum()), len(ps)
-        top = ps.loc[ps["parallel_ratio_median"].idxmax()]
-        dominates = k > n / 2
-        sentences.append(
-            f"Parallel part: the per-layer median parallel ratio exceeds 1 in {k} of {n} layer-site pairs "
-            f"(median over layers: " + ", ".join(f"{s} {_num(v, 2)}" for s, v in med.items()) +
-            f"; largest {_num(top['parallel_ratio_median'], 3)} at {top['site']}, layer {int(top['layer'])}); "
-            f"the paper finds that {PAPER_PROFILE}, which this model {'shows' if dominates else 'does not show'}.")
-
-    # 2. the cheapest parallel removal; 3. exclude-self against the paper's tolerance and the full removal
-    cmp = read("compare")
-    if cmp is not None and len(cmp):
-        zero = cmp[cmp["condition"].str.endswith(" s_par=0")].sort_values("delta_ppl")
-        base_ppl = float(cmp.loc[cmp["condition"] == "unedited", "ppl"].iloc[0]) if (
-            cmp["condition"] == "unedited").any() else float("nan")
-        if len(zero):
-            first, rest = zero.iloc[0], zero.iloc[1:]
-            text = (f"Cheapest parallel removal (s_par = 0, blocks {skip}..): {_site_of(first['condition'])}, "
-                    f"ΔPPL {_signed(first['delta_ppl'])} on an unedited PPL of {_num(base_ppl)}")
-            if len(rest):
-                text += "; then " + ", ".join(f"{_site_of(c)} {_signed(d)}" for c, d in
-                                              zip(rest["condition"], rest["delta_ppl"]))
-            sentences.append(text + ".")
-        by = cmp.set_index("condition")["delta_ppl"]
-        scales = sorted({c.split("=")[1] for c in cmp["condition"] if "s_par=" in c}, key=float)
-        es = [(v, by[f"value_excl_self s_par={v}"]) for v in scales if f"value_excl_self s_par={v}" in by]
-        if es:
-            tol = float(str(PAPER[("ppl", "value_excl_self s_par=0", "delta_ppl")]).strip("< "))
-            band = [(v, d) for v, d in es if 0.0 <= float(v) <= 1.0]
-            within = all(d < tol for _, d in band)
-            text = ("Exclude-self removal costs " + " and ".join(f"{_signed(d)} PPL at s_par = {v}" for v, d in es))
-            if band:
-                text += (f", {'within' if within else 'outside'} the paper's band of < {tol:g} PPL point "
-                         "for s_par in [0, 1]")
-            full = [(v, d, by[f"value_full s_par={v}"]) for v, d in es if f"value_full s_par={v}" in by]
-            if full:
-                cheaper = all(d < f for _, d, f in full)
-                text += ("; the full value-space removal costs " +
-                         " and ".join(f"{_signed(f)}" for _, _, f in full) +
-                         (", so exclude-self is the cheaper one, as in the paper" if cheaper else
-                          ", so exclude-self is not cheaper at every scale, unlike the paper"))
-            sentences.append(text + ".")
-
-    # 4. downstream: zero-shot (paired changes) and RULER, each next to the paper
-    zs = read("compare_zeroshot")
-    paired = read("compare_zeroshot_paired")
-    rl = read("compare_ruler")
-    parts = []
-    small = ((zs is not None and len(zs) and int(zs["n"].min()) < MIN_ZEROSHOT_ITEMS)
-             or (rl is not None and len(rl) and int(rl["n"].min()) < MIN_RULER_SAMPLES))
-    p_base = PAPER.get(("zeroshot", "unedited", "acc"))
-    if paired is not None and len(paired):
-        acc = paired[(paired["metric"] == "acc") & paired["condition"].str.endswith(" s_par=0")]
-        if len(acc):
-            def paper_delta(c: str) -> str:
-                pv = PAPER.get(("zeroshot", c, "acc"))
-                return f"; paper {_signed(pv - p_base, 3)}" if pv is not None and p_base is not None else ""
-
-            parts.append(
-                f"zero-shot accuracy change vs unedited over {int(acc['n'].iloc[0])} items, "
-                + ", ".join(f"{_site_of(c)} {_signed(d, 2)} points (CI {_signed(lo, 2)} to {_signed(hi, 2)}"
-                            f"{paper_delta(c)})"
-                            for c, d, lo, hi in zip(acc["condition"], acc["delta"], acc["ci_low"], acc["ci_high"])))
-    conds = [r for (t, r, q) in PAPER if t == "ruler" and ("ruler", r, "score") in val]
-    if conds:
-        parts.append("RULER-style score " + ", ".join(
-            f"{c.replace(' s_par=', ' at ')} {_num(val[('ruler', c, 'score')], 3)} % "
-            f"(paper {PAPER[('ruler', c, 'score')]:.2f})" for c in conds))
-    if parts:
-        sentences.append("Downstream" + (" (indication only at these budgets)" if small else "") + ": "
-                         + "; ".join(parts) + f" — paper models: {PAPER_ZEROSHOT_MODEL} (zero-shot), "
-                         f"{PAPER_RULER_MODEL} (RULER).")
-
-    # 5. the post-W_O audit
-    if ("audit", "value_excl_self", "perturbation %") in val and ("audit", "attn", "perturbation %") in val:
-        e = {q: val[("audit", "value_excl_self", f"{q} %")] for q in ("perturbation", "energy", "retained")}
-        r = {q: val[("audit", "attn", f"{q} %")] for q in ("perturbation", "energy", "retained")}
-        more = e["perturbation"] > r["perturbation"]
-        sentences.append(
-            f"Post-W_O audit (s_par = 0, all blocks): exclude-self removal perturbs the attention output by "
-            f"{_num(e['perturbation'])} % (energy {_num(e['energy'])} %, retained {_num(e['retained'])} %), the "
-            f"residual edit by {_num(r['perturbation'])} % ({_num(r['energy'])} %, {_num(r['retained'])} %); "
-            f"paper ({PAPER_SMALL_MODEL}): {PAPER[('audit', 'value_excl_self', 'perturbation %')]:.2f} % and "
-            f"{PAPER[('audit', 'attn', 'perturbation %')]:.2f} % — exclude-self perturbs "
-            f"{'more, as in the paper' if more else 'less, unlike the paper'}.")
-
-    # 6. the closed form: exact for the value-space variants, exact only along z for attn
-    cf = read("closed_form_errors")
-    if cf is not None and len(cf):
-        exact = cf[cf["variant"].isin(["value_full", "value_excl_self"])]
-        worst = float(exact["rel_err"].max()) if len(exact) else float("nan")
-        logit = {v: val.get(("closed_form", v, "max abs dlogit")) for v in ("value_full", "value_excl_self")}
-        text = ("Closed form: editing only the attention diagonal reproduces the value-space edits " +
-                ("up to float rounding" if worst < 1e-3 else "NOT exactly") +
-                f" (largest relative error {_num(worst, 2)}; max |Δlogit| " +
-                " / ".join(f"{_num(x, 2)} {v.replace('value_', '')}" for v, x in logit.items() if x is not None) + ")")
-        dg = read("closed_form_diag")
-        if dg is not None and (dg["variant"] == "attn").any():
-            a = dg[dg["variant"] == "attn"].iloc[0]
-            along_ok = a["resid_local_par_rel_err_max"] < 1e-3
-            text += (f"; the residual (attn) one-coefficient form is {'exact' if along_ok else 'NOT exact'} along z "
-                     f"(miss along z at most {_num(a['resid_local_par_rel_err_max'], 2)} of ||attn_out||) but "
-                     f"misses by a median {_num(a['resid_local_rel_err_median'], 2)} ||attn_out|| off z, as expected")
-        sentences.append(text + ".")
-
-    # 7. the MLP carrier
-    labels = ("residual mlp", "h vs x", "y_g vs h_g")
-    if all(("mlp_carrier", l, r) in val for l in labels for r in ("no_para", "no_perp")):
-        para = [val[("mlp_carrier", l, "no_para")] for l in labels]
-        perp = [val[("mlp_carrier", l, "no_perp")] for l in labels]
-        carrier = all(q > p for p, q in zip(para, perp))
-
-        def ratio(p: float, q: float) -> str:
-            return f"×{_num(q / p, 2)}" if p > 0 else "n/a"
-
-        paper = [(PAPER[("mlp_carrier", l, "no_para")], PAPER[("mlp_carrier", l, "no_perp")]) for l in labels]
-        sentences.append(
-            "MLP carrier (Δ mean NLL, nats; residual MLP / h vs x / y_g vs h_g): No-Para " +
-            " / ".join(_signed(x) for x in para) + ", No-Perp " + " / ".join(_signed(x) for x in perp) +
-            f" (paper, {PAPER_SMALL_MODEL}: " + " / ".join(f"+{p:g}" for p, _ in paper) + " and " +
-            " / ".join(f"+{q:g}" for _, q in paper) + "); No-Perp is " +
-            " / ".join(ratio(p, q) for p, q in zip(para, perp)) + " No-Para (paper " +
-            " / ".join(ratio(p, q) for p, q in paper) + ")" +
-            (", so the perpendicular part carries the MLP, as in the paper." if carrier else
-             ", so the perpendicular part does not carry the MLP everywhere, unlike the paper."))
-
-    # 8. heads
-    ha, hs = read("heads_alpha"), read("heads_sensitivity")
-    if ha is not None and len(ha):
-        pos, n = int((ha["alpha_mean"] > 0).sum()), len(ha)
-        text = (f"Heads: {_num(100 * pos / n, 3)} % of heads ({pos} of {n}) have a positive mean exclude-self alpha "
-                f"(paper: {PAPER[('heads', 'value_excl_self', 'share alpha > 0')]}"
-                f"{'' if 0 < pos < n and min(pos, n - pos) >= 0.1 * n else '; here almost one sign'})")
-        if hs is not None and len(hs):
-            single = hs[hs["head"].astype(str) != "all"]
-            sig = single[single["q"] < 0.05]
-            big = single.loc[single["delta_loss"].idxmax()]
-            text += (f"; {len(sig)} of {len(single)} single-head removals change the loss at BH q < 0.05 "
-                     f"(largest {_signed(big['delta_loss'], 2)} nats, layer {int(big['layer'])} head {big['head']})")
-        sentences.append(text + ".")
-
-    # warnings: budgets too small to conclude from
-    if zs is not None and len(zs):
-        n = int(zs["n"].min())
-        if n < MIN_ZEROSHOT_ITEMS:
-            tasks = list(dict.fromkeys(zs["task"]))
-            base = zs[zs["condition"] == "unedited"] if "condition" in zs else zs
-            p = float(base["acc"].mean()) if len(base) else 0.5
-            se = 100 * math.sqrt(max(p * (1 - p), 1e-4) / (n * len(tasks)))
-            warnings.append(f"Zero-shot: {n} items per task ({n * len(tasks)} per condition over {len(tasks)} "
-                            f"task{'s' if len(tasks) > 1 else ''}): one item moves a task's accuracy by {100 / n:.0f} points and the mean "
-                            f"accuracy has a standard error of about ±{se:.0f} points — indication only "
-                            f"(use at least {MIN_ZEROSHOT_ITEMS} items per task).")
-    if rl is not None and len(rl):
-        n = int(rl["n"].min())
-        if n < MIN_RULER_SAMPLES:
-            warnings.append(f"RULER-style: {n} sample(s) per task and length: each score moves in steps of "
-                            f"{100 / n:.0f} points — indication only (use at least {MIN_RULER_SAMPLES}).")
-    if hs is not None and len(hs):
-        n = int(hs["n_texts"].min())
-        if n < MIN_HEAD_TEXTS:
-            warnings.append(f"Head sensitivity: {n} texts per head: the sign-flip p of one head cannot fall below "
-                            f"{_num(2.0 ** (1 - n), 2)}, so few single-head effects can pass Benjamini–Hochberg over "
-                            f"{len(hs)} tests — indication only (use at least {MIN_HEAD_TEXTS} texts).")
-    if (cp := read("compare_ppl")) is not None and len(cp):
-        n = int(cp["n_tokens"].iloc[0])
-        if n < MIN_PPL_TOKENS:
-            warnings.append(f"Perplexity: {n} tokens of {corpus}: large ΔPPL differences stand, but differences "
-                            f"of a point or two are an indication only (use at least {MIN_PPL_TOKENS} tokens).")
-    return Headline(sentences, warnings)

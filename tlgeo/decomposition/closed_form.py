@@ -455,7 +455,7 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
-    from .plotting import WIDTH, integer_ticks, style
+    from ..plotting import WIDTH, integer_ticks, style
 
     d = diag[(diag["variant"] == variant) & (diag["layer"] == layer) & (diag["seq"] == seq)]
     if head is not None:

@@ -474,7 +474,7 @@ def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = N
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
-    from .plotting import WIDTH, integer_ticks, style
+    from ..plotting import WIDTH, integer_ticks, style
 
     panels = 1 if sensitivity is None else 2
     if axes is None:

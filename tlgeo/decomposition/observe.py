@@ -171,7 +171,7 @@ def plot_profile(summary: pd.DataFrame, stat: str = "parallel_ratio_median"):
     Integer layer ticks; the legend sits right of the axes."""
     import matplotlib.pyplot as plt
 
-    from .plotting import WIDTH, integer_ticks, legend_outside, plain_log_ticks, site_color, style
+    from ..plotting import WIDTH, integer_ticks, legend_outside, plain_log_ticks, site_color, style
 
     fig, ax = plt.subplots(figsize=(WIDTH, 4.0), layout="constrained")
     for site, g in summary.groupby("site"):

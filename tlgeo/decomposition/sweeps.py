@@ -397,7 +397,7 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
     """
     import matplotlib.pyplot as plt
 
-    from .plotting import WIDTH, legend_outside, site_color, style
+    from ..plotting import WIDTH, legend_outside, site_color, style
 
     need = {"site", "axis", "scale", "delta_ppl"}
     if df.empty or not need <= set(df.columns):

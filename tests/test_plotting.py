@@ -11,7 +11,7 @@ import pytest
 from tlgeo.decomposition.closed_form import closed_form_check, plot_diagonal
 from tlgeo.decomposition.heads import head_alpha_map, plot_head_maps
 from tlgeo.decomposition.observe import plot_profile
-from tlgeo.decomposition.plotting import WIDTH, integer_ticks, site_color
+from tlgeo.plotting import WIDTH, integer_ticks, site_color
 from tlgeo.decomposition.sweeps import plot_sweep
 
 

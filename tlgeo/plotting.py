@@ -1,5 +1,5 @@
-"""Shared figure style of the decomposition plots: page-width sizes, legends outside the
-data, integer layer ticks.
+"""The figure style every analysis shares: page-width sizes, legends outside the data,
+integer layer ticks, one colour per site.
 
 The report embeds figures at 110 dpi in a page about 1000 px wide, so a figure
 :data:`WIDTH` inches wide (legend included) shows at its natural size, with
