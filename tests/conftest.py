@@ -52,3 +52,10 @@ def smollm2():
 def tokens():
     g = torch.Generator().manual_seed(0)
     return torch.randint(0, 256, (2, 24), generator=g)
+
+
+@pytest.fixture
+def sentences():
+    """A few short English sentences (one of a single character) for sentence-level scoring."""
+    return ["The cat sat on the mat.", "A dog ran across the park and barked twice.",
+            "Rain fell.", "Stocks rose sharply on Tuesday after the report.", "x", "We left early."]

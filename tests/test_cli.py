@@ -92,7 +92,7 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "train", "sites", "models"}
+    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "dirmag", "train", "sites", "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -216,3 +216,19 @@ def test_results_are_appended_by_settings_not_overwritten(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "attn: s_par=0.5, s_perp=1 in blocks 1..2 of 0..2, all heads" in printed  # what was edited
     assert f"{out}/ppl.csv" in printed and f"{out}/ppl.jsonl" in printed  # every file written, with its size
+
+
+def test_dirmag_command(tmp_path, capsys):
+    out = tmp_path / "dm"
+    argv = ["dirmag", "--model", "tiny:llama", "--sentences", "4", "--deltas", "0.02,0.1", "--seeds", "2",
+            "--out", str(out)]
+    assert main(argv) == 0
+    df = pd.read_csv(out / "dirmag_damage.csv")
+    assert len(df) == 2 * 2 * 2 and set(df["kind"]) == {"magnitude", "angle"} and (df["layers"] == "[1]").all()
+    printed = capsys.readouterr().out
+    assert "perturbing blocks.L.hook_resid_post in blocks 1 of 0..2" in printed and "ratio_angle_over_magnitude" in printed
+    assert main(argv + ["--relative", "--deltas", "0.5", "--blimp-pairs", "2"]) == 0  # other settings: rows added
+    assert len(pd.read_csv(out / "dirmag_damage.csv")) == 8 + 4
+    blimp = pd.read_csv(out / "dirmag_blimp.csv")
+    assert len(blimp) == 2 * 2 * 7 and set(blimp["n"]) == {2, 12}  # kinds x seeds x (6 paradigms + pooled)
+    assert "BLiMP agreement accuracy" in capsys.readouterr().out

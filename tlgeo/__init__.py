@@ -6,7 +6,7 @@ scale either part, as TransformerLens hooks.
 
 Layers (each imports only those before it in this list; ARCHITECTURE.md):
 ``geometry``, ``stats`` (pure math) → ``data``, ``models``, ``results``, ``pipeline``,
-``plotting`` → ``hooks`` → ``evals`` → analyses (``decomposition``, ``compression``, ``train``)
+``plotting`` → ``hooks`` → ``evals`` → analyses (``decomposition``, ``compression``, ``train``, ``dirmag``)
 → ``report`` → ``cli``.
 """
 

@@ -1,4 +1,4 @@
-"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | train | sites | models.
+"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | dirmag | train | sites | models.
 
 Every command checks its arguments before any work, prints what it edits and
 every file it writes, appends results keyed by their settings (a rerun with
@@ -179,6 +179,30 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--ppl", default=None, help="ppl.csv of scripts/compress.py (default: <out>/ppl.csv if present)")
     cd.add_argument("--out", default=None, help="output directory (default: results/compression/<model>)")
     _threads_arg(cd)
+
+    dm = _sub(sub, "dirmag", "direction vs magnitude: LM damage of L2-matched perturbations",
+              "Move every token state of the middle third of the blocks by delta, along its direction "
+              "(magnitude) or by turning it (angle), and measure the loss damage on the notebook's WikiText "
+              "sentences, per delta and seed (42 + i). Resumes from its log.")
+    _model_arg(dm)
+    dm.add_argument("--sentences", type=_TOKENS, default=0, help="first n of the 281 WikiText sentences (0 = all)")
+    dm.add_argument("--deltas", type=_items(float), default=None,
+                    help="displacements (default: the paper's 1,2,5,10,15,20 and 0.25, 0.5, 1 x the median "
+                         "state norm; with --relative 0.05,0.1,0.25,0.5,1)")
+    dm.add_argument("--relative", action="store_true", help="deltas as fractions of each token's norm")
+    dm.add_argument("--kinds", type=_items(str), default=("magnitude", "angle"), help="magnitude, angle")
+    dm.add_argument("--seeds", type=_POSITIVE, default=5, help="seeds 42, 43, ...")
+    dm.add_argument("--layers", type=_index_list, default=None, help="perturbed blocks (default: the middle third)")
+    dm.add_argument("--mode", choices=("exact", "faithful"), default="exact",
+                    help="exact: every token moves by delta; faithful: the reference notebook's perturbation")
+    dm.add_argument("--flip", choices=("allow", "clip", "grow"), default="allow",
+                    help="magnitude shrinks larger than the norm: flip h (the notebook), stop at 0, or grow instead")
+    dm.add_argument("--max-tokens", type=_POSITIVE, default=64, help="tokens per sentence")
+    dm.add_argument("--blimp-pairs", type=_TOKENS, default=0,
+                    help="also BLiMP agreement accuracy on the first n pairs of each of its 6 paradigms (0 = skip)")
+    dm.add_argument("--batch-size", type=_POSITIVE, default=16, help="sentences per forward (faithful: 1)")
+    dm.add_argument("--out", default=None, help="output directory (default: results/<model>)")
+    _threads_arg(dm)
 
     from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
 
@@ -406,6 +430,47 @@ def cmd_atlas(args) -> int:
     return 0
 
 
+def cmd_dirmag(args) -> int:
+    import torch
+
+    from .dirmag.damage import KEY, damage_table, lm_damage, wikitext_sentences
+    from .hooks.perturb import Perturbation
+    from .models import load_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sentences = wikitext_sentences(args.sentences or None)
+    model = load_model(args.model)
+    layers = Perturbation("angle", 0.0, layers=args.layers).chosen_layers(model.cfg)
+    out = _out_dir(args, Path("results") / _model_key(args.model))
+    print(f"perturbing blocks.L.hook_resid_post in {_edited_blocks(model, 0, layers)}; {len(sentences)} sentences")
+    args.saved = f"Finished runs are in {out}/dirmag_damage.jsonl."
+    df = lm_damage(model, sentences, deltas=args.deltas, kinds=args.kinds, seeds=args.seeds, layers=layers,
+                   mode=args.mode, relative=args.relative, flip=args.flip, max_tokens=args.max_tokens,
+                   batch_size=args.batch_size, log_path=out / "dirmag_damage.jsonl", progress=True)
+    _merge_csv(out / "dirmag_damage.csv", df.assign(model=args.model), list(KEY))
+    table = damage_table(df)
+    print(f"\nloss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {args.seeds} seed(s); "
+          f"median state norm {df['median_norm'].iloc[0]:.1f}; paper: Pythia-410M, layers 8-15:")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    written = [out / "dirmag_damage.csv", out / "dirmag_damage.jsonl"]
+    if args.blimp_pairs:
+        from .dirmag.syntax import KEY as BLIMP_KEY, agreement_pairs, blimp_damage
+
+        args.saved += f" BLiMP runs are in {out}/dirmag_blimp.jsonl."
+        bl = blimp_damage(model, agreement_pairs(args.blimp_pairs), deltas=args.deltas, kinds=args.kinds,
+                          seeds=args.seeds, layers=layers, mode=args.mode, relative=args.relative, flip=args.flip,
+                          batch_size=args.batch_size, log_path=out / "dirmag_blimp.jsonl", progress=True)
+        _merge_csv(out / "dirmag_blimp.csv", bl.assign(model=args.model), [*BLIMP_KEY, "paradigm"])
+        pooled = bl[bl["paradigm"] == "pooled"].groupby(["delta", "kind"])["accuracy"].mean().unstack("kind")
+        print(f"\nBLiMP agreement accuracy (%, pooled over 6 paradigms x {args.blimp_pairs} pairs, mean over "
+              f"seeds; clean {bl['clean_accuracy'][bl['paradigm'] == 'pooled'].iloc[0]:.1f}):")
+        print(pooled.to_string(float_format=lambda v: f"{v:.1f}"))
+        written += [out / "dirmag_blimp.csv", out / "dirmag_blimp.jsonl"]
+    _print_written(written)
+    return 0
+
+
 def cmd_sites(args) -> int:
     from .hooks.sites import SITES
 
@@ -471,7 +536,8 @@ def cmd_train(args) -> int:
 
 COMMANDS = {
     "run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl,
-    "compress-diag": cmd_compress_diag, "train": cmd_train, "sites": cmd_sites, "models": cmd_models,
+    "compress-diag": cmd_compress_diag, "dirmag": cmd_dirmag, "train": cmd_train, "sites": cmd_sites,
+    "models": cmd_models,
 }
 
 

@@ -6,6 +6,8 @@
 * :mod:`.zeroshot`: offline multiple-choice tasks (PIQA, ARC, WinoGrande, ...),
   scored as lm-evaluation-harness does; paired accuracy changes.
 * :mod:`.ruler`: RULER-style long-context tasks: generation, prompts, scoring.
+* :mod:`.sentences`: sentences as padded batches and their NLL (mean or total).
+* :mod:`.blimp`: BLiMP minimal pairs (subject–verb agreement), accuracy with CIs.
 * :mod:`.lm_eval_model`: tlgeo as an lm-evaluation-harness model (``tlgeo``),
   imported on its own (it needs the ``eval`` extra).
 """

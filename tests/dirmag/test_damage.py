@@ -1,0 +1,85 @@
+"""LM damage under L2-matched perturbations, on tiny models and the notebook's sentence set."""
+
+import pytest
+import torch
+
+import tlgeo.dirmag.damage as dm
+from tlgeo.dirmag.damage import damage_table, delta_grid, lm_damage, wikitext_sentences
+from tlgeo.dirmag.engine import sentence_batches, sentence_nll
+from tlgeo.hooks.perturb import Perturbation
+
+
+def test_the_notebooks_sentence_set():
+    s = wikitext_sentences()
+    assert len(s) == 281  # the notebook's count on WikiText-103 test: the same articles
+    assert s[0].startswith("Du Fu 's mother died shortly after he was born")
+    assert all(30 < len(t) < 300 and "." in t and not t.startswith("=") for t in s)
+    assert wikitext_sentences(5) == s[:5]
+
+
+def test_resumed_perturbed_runs_equal_full_forwards(llama, sentences):
+    df = lm_damage(llama, sentences, deltas=[0.0, 0.05], kinds=["magnitude", "angle"], seeds=2, layers=(1, 2),
+                   batch_size=4)
+    assert len(df) == 2 * 2 * 2 and set(df["seed"]) == {42, 43}
+    zero = df[df["delta"] == 0.0]
+    assert (zero["damage"].abs() < 1e-5).all()  # delta 0: no damage (resumed vs full clean forward: rounding)
+    # one row by hand: full forwards with the same hooks, no prefix reuse
+    row = df[(df["kind"] == "angle") & (df["delta"] == 0.05) & (df["seed"] == 43)].iloc[0]
+    pert = Perturbation("angle", 0.05, seed=43, layers=(1, 2))
+    losses = []
+    with torch.inference_mode():
+        for toks, l in sentence_batches(llama, sentences, batch_size=4):
+            losses.append(sentence_nll(llama.run_with_hooks(toks, fwd_hooks=pert.hooks(llama)), toks, l))
+    assert row["loss"] == pytest.approx(float(torch.cat(losses).mean()), abs=1e-5)
+    assert row["damage"] != 0 and row["n_sentences"] == 6 and row["delta_over_norm"] > 0
+
+
+def test_bigger_perturbations_do_more_damage_and_the_table_pairs_the_kinds(llama, sentences):
+    df = lm_damage(llama, sentences, deltas=[0.02, 0.2], seeds=2, batch_size=3)
+    t = damage_table(df).set_index("delta")
+    for kind in ("magnitude", "angle"):
+        assert t.loc[0.2, f"{kind}_damage"] > t.loc[0.02, f"{kind}_damage"]
+    ratio = t["angle_damage"] / (t["magnitude_damage"] + 1e-8)
+    torch.testing.assert_close(torch.tensor(t["ratio_angle_over_magnitude"].values), torch.tensor(ratio.values))
+    assert (t["n_seeds"] == 2).all() and t["paper_angle"].isna().all()  # no paper value at these deltas
+
+
+def test_relative_and_faithful_modes(llama, sentences):
+    rel = lm_damage(llama, sentences[:3], deltas=[0.5], kinds=["magnitude"], seeds=1, relative=True)
+    assert rel["delta_over_norm"].iloc[0] == 0.5 and rel["damage"].iloc[0] != 0
+    faithful = lm_damage(llama, sentences[:3], deltas=[0.05], kinds=["angle"], seeds=1, mode="faithful")
+    assert faithful["mode"].iloc[0] == "faithful" and faithful["damage"].iloc[0] != 0
+
+
+def test_a_rerun_reads_the_log(llama, tmp_path, monkeypatch, sentences):
+    log = tmp_path / "damage.jsonl"
+    kw = dict(deltas=[0.05], seeds=2, batch_size=4, log_path=log)
+    first = lm_damage(llama, sentences, **kw)
+    assert len(log.read_text().splitlines()) == 4
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(dm, "perturbed_scores", boom)
+    again = lm_damage(llama, sentences, **kw)
+    assert again[["kind", "seed", "loss"]].equals(first[["kind", "seed", "loss"]])
+
+
+def test_default_grid_reaches_the_norm():
+    grid = delta_grid(170.0)  # SmolLM2's middle-layer median norm
+    assert set(dm.PAPER_DELTAS) <= set(grid) and max(grid) == 170.0 and 42.5 in grid
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(kinds=["size"]), ValueError, "unknown perturbation kind"),
+    (dict(seeds=0), ValueError, "seeds must be a positive integer"),
+    (dict(deltas=[-1.0]), ValueError, "delta must be"),
+    (dict(deltas=[]), ValueError, "empty delta grid"),
+    (dict(layers=(9,)), IndexError, "out of range"),
+    (dict(mode="rough"), ValueError, "unknown perturbation mode"),
+])
+def test_bad_input(llama, kwargs, exc, match, sentences):
+    with pytest.raises(exc, match=match):
+        lm_damage(llama, sentences, **kwargs)
+    with pytest.raises(ValueError, match="no sentences"):
+        lm_damage(llama, [])

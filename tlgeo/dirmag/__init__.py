@@ -1,0 +1,19 @@
+"""Direction vs magnitude (seed paper 003): L2-matched perturbations of the residual stream.
+
+* :mod:`.engine`: sentences scored clean once, then under each perturbation
+  from the cached prefix below the first perturbed block.
+* :mod:`.damage`: LM damage of magnitude vs angle perturbations per ``delta``
+  and seed on the notebook's WikiText sentences.
+* :mod:`.syntax`: BLiMP subject–verb agreement accuracy under the same perturbations.
+
+The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
+:mod:`tlgeo.geometry.perturb` (the math). Not yet here: causal repair,
+attention entropy, probes, the LayerNorm/RMSNorm pair, the atlas section.
+"""
+
+from .damage import PAPER_DELTAS, damage_table, delta_grid, lm_damage, wikitext_sentences
+from .engine import clean_pass, perturbed_scores, sentence_batches, sentence_nll
+from .syntax import agreement_pairs, blimp_damage
+
+__all__ = ["PAPER_DELTAS", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table", "clean_pass",
+           "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage"]
