@@ -434,20 +434,21 @@ def cmd_dirmag(args) -> int:
     import torch
 
     from .dirmag.damage import KEY, damage_table, lm_damage, wikitext_sentences
-    from .hooks.perturb import Perturbation
+    from .dirmag.engine import SweepGrid
     from .models import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    grid = SweepGrid(kinds=args.kinds, deltas=args.deltas, seeds=args.seeds, layers=args.layers, mode=args.mode,
+                     relative=args.relative, flip=args.flip)  # a bad value fails before the model loads
     sentences = wikitext_sentences(args.sentences or None)
     model = load_model(args.model)
-    layers = Perturbation("angle", 0.0, layers=args.layers).chosen_layers(model.cfg)
+    layers = grid.chosen_layers(model.cfg)
     out = _out_dir(args, Path("results") / _model_key(args.model))
     print(f"perturbing blocks.L.hook_resid_post in {_edited_blocks(model, 0, layers)}; {len(sentences)} sentences")
     args.saved = f"Finished runs are in {out}/dirmag_damage.jsonl."
-    df = lm_damage(model, sentences, deltas=args.deltas, kinds=args.kinds, seeds=args.seeds, layers=layers,
-                   mode=args.mode, relative=args.relative, flip=args.flip, max_tokens=args.max_tokens,
-                   batch_size=args.batch_size, log_path=out / "dirmag_damage.jsonl", progress=True)
+    df = lm_damage(model, sentences, grid, max_tokens=args.max_tokens, batch_size=args.batch_size,
+                   log_path=out / "dirmag_damage.jsonl", progress=True)
     _merge_csv(out / "dirmag_damage.csv", df.assign(model=args.model), list(KEY))
     table = damage_table(df)
     print(f"\nloss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {args.seeds} seed(s); "
@@ -458,9 +459,8 @@ def cmd_dirmag(args) -> int:
         from .dirmag.syntax import KEY as BLIMP_KEY, agreement_pairs, blimp_damage
 
         args.saved += f" BLiMP runs are in {out}/dirmag_blimp.jsonl."
-        bl = blimp_damage(model, agreement_pairs(args.blimp_pairs), deltas=args.deltas, kinds=args.kinds,
-                          seeds=args.seeds, layers=layers, mode=args.mode, relative=args.relative, flip=args.flip,
-                          batch_size=args.batch_size, log_path=out / "dirmag_blimp.jsonl", progress=True)
+        bl = blimp_damage(model, agreement_pairs(args.blimp_pairs), grid, batch_size=args.batch_size,
+                          log_path=out / "dirmag_blimp.jsonl", progress=True)
         _merge_csv(out / "dirmag_blimp.csv", bl.assign(model=args.model), [*BLIMP_KEY, "paradigm"])
         pooled = bl[bl["paradigm"] == "pooled"].groupby(["delta", "kind"])["accuracy"].mean().unstack("kind")
         print(f"\nBLiMP agreement accuracy (%, pooled over 6 paradigms x {args.blimp_pairs} pairs, mean over "

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-import tlgeo.dirmag.damage as dm
-from tlgeo.dirmag.damage import damage_table, delta_grid, lm_damage, wikitext_sentences
+import tlgeo.dirmag.engine as eng
+from tlgeo.dirmag.damage import damage_table, lm_damage, wikitext_sentences
+from tlgeo.dirmag.engine import PAPER_DELTAS, SweepGrid, delta_grid
 from tlgeo.dirmag.engine import sentence_batches, sentence_nll
 from tlgeo.hooks.perturb import Perturbation
 
@@ -18,8 +19,8 @@ def test_the_notebooks_sentence_set():
 
 
 def test_resumed_perturbed_runs_equal_full_forwards(llama, sentences):
-    df = lm_damage(llama, sentences, deltas=[0.0, 0.05], kinds=["magnitude", "angle"], seeds=2, layers=(1, 2),
-                   batch_size=4)
+    df = lm_damage(llama, sentences, SweepGrid(deltas=[0.0, 0.05], kinds=["magnitude", "angle"], seeds=2,
+                                               layers=(1, 2)), batch_size=4)
     assert len(df) == 2 * 2 * 2 and set(df["seed"]) == {42, 43}
     zero = df[df["delta"] == 0.0]
     assert (zero["damage"].abs() < 1e-5).all()  # delta 0: no damage (resumed vs full clean forward: rounding)
@@ -35,7 +36,7 @@ def test_resumed_perturbed_runs_equal_full_forwards(llama, sentences):
 
 
 def test_bigger_perturbations_do_more_damage_and_the_table_pairs_the_kinds(llama, sentences):
-    df = lm_damage(llama, sentences, deltas=[0.02, 0.2], seeds=2, batch_size=3)
+    df = lm_damage(llama, sentences, SweepGrid(deltas=[0.02, 0.2], seeds=2), batch_size=3)
     t = damage_table(df).set_index("delta")
     for kind in ("magnitude", "angle"):
         assert t.loc[0.2, f"{kind}_damage"] > t.loc[0.02, f"{kind}_damage"]
@@ -45,34 +46,35 @@ def test_bigger_perturbations_do_more_damage_and_the_table_pairs_the_kinds(llama
 
 
 def test_relative_and_faithful_modes(llama, sentences):
-    rel = lm_damage(llama, sentences[:3], deltas=[0.5], kinds=["magnitude"], seeds=1, relative=True)
+    rel = lm_damage(llama, sentences[:3], SweepGrid(deltas=[0.5], kinds=["magnitude"], seeds=1, relative=True))
     assert rel["delta_over_norm"].iloc[0] == 0.5 and rel["damage"].iloc[0] != 0
-    faithful = lm_damage(llama, sentences[:3], deltas=[0.05], kinds=["angle"], seeds=1, mode="faithful")
+    faithful = lm_damage(llama, sentences[:3], SweepGrid(deltas=[0.05], kinds=["angle"], seeds=1, mode="faithful"))
     assert faithful["mode"].iloc[0] == "faithful" and faithful["damage"].iloc[0] != 0
 
 
 def test_a_rerun_reads_the_log(llama, tmp_path, monkeypatch, sentences):
     log = tmp_path / "damage.jsonl"
-    kw = dict(deltas=[0.05], seeds=2, batch_size=4, log_path=log)
-    first = lm_damage(llama, sentences, **kw)
+    kw = dict(batch_size=4, log_path=log)
+    first = lm_damage(llama, sentences, SweepGrid(deltas=[0.05], seeds=2), **kw)
     assert len(log.read_text().splitlines()) == 4
 
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(dm, "perturbed_scores", boom)
-    again = lm_damage(llama, sentences, **kw)
+    monkeypatch.setattr(eng, "perturbed_scores", boom)
+    again = lm_damage(llama, sentences, SweepGrid(deltas=[0.05], seeds=2), **kw)
     assert again[["kind", "seed", "loss"]].equals(first[["kind", "seed", "loss"]])
 
 
 def test_default_grid_reaches_the_norm():
     grid = delta_grid(170.0)  # SmolLM2's middle-layer median norm
-    assert set(dm.PAPER_DELTAS) <= set(grid) and max(grid) == 170.0 and 42.5 in grid
+    assert set(PAPER_DELTAS) <= set(grid) and max(grid) == 170.0 and 42.5 in grid
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(kinds=["size"]), ValueError, "unknown perturbation kind"),
     (dict(seeds=0), ValueError, "seeds must be a positive integer"),
+    (dict(flip="mirror"), ValueError, "unknown flip"),
     (dict(deltas=[-1.0]), ValueError, "delta must be"),
     (dict(deltas=[]), ValueError, "empty delta grid"),
     (dict(layers=(9,)), IndexError, "out of range"),
@@ -80,6 +82,6 @@ def test_default_grid_reaches_the_norm():
 ])
 def test_bad_input(llama, kwargs, exc, match, sentences):
     with pytest.raises(exc, match=match):
-        lm_damage(llama, sentences, **kwargs)
+        lm_damage(llama, sentences, SweepGrid(**kwargs))
     with pytest.raises(ValueError, match="no sentences"):
         lm_damage(llama, [])

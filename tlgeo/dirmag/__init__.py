@@ -11,9 +11,10 @@ The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
 attention entropy, probes, the LayerNorm/RMSNorm pair, the atlas section.
 """
 
-from .damage import PAPER_DELTAS, damage_table, delta_grid, lm_damage, wikitext_sentences
-from .engine import clean_pass, perturbed_scores, sentence_batches, sentence_nll
+from .damage import damage_table, lm_damage, wikitext_sentences
+from .engine import (PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches,
+                     sentence_nll)
 from .syntax import agreement_pairs, blimp_damage
 
-__all__ = ["PAPER_DELTAS", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table", "clean_pass",
-           "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage"]
+__all__ = ["PAPER_DELTAS", "SweepGrid", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table",
+           "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage"]

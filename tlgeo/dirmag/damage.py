@@ -19,22 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..data import load_text
-from ..geometry.perturb import check_delta
-from ..hooks.perturb import KINDS, Perturbation
-from ..results import ResultLog
-from .engine import clean_pass, perturbed_scores
+from .engine import PAPER_DELTAS, SweepGrid, clean_pass
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "delta_grid", "check_grid", "lm_damage",
-           "damage_table"]
+__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table"]
 
-PAPER_DELTAS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0)
 # Pythia-410M, layers 8-15 (spec): damage (magnitude, angle) per delta; baseline loss 4.107
 PAPER_DAMAGE = {1.0: (0.009, 0.368), 2.0: (0.042, 0.983), 5.0: (0.700, 3.757), 10.0: (3.262, 7.061),
                 15.0: (4.600, 7.718), 20.0: (5.433, 7.750)}
@@ -49,89 +43,42 @@ def wikitext_sentences(limit: int | None = None, *, corpus: str = "wikitext2", m
     return out[:limit] if limit is not None else out
 
 
-def delta_grid(median_norm: float) -> tuple[float, ...]:
-    """The paper's absolute grid plus deltas of 0.25, 0.5 and 1 x the median state norm, so the
-    sweep reaches ``delta / median ||h|| ~ 1`` whatever the model's scale."""
-    extra = [round(f * median_norm, 3 if median_norm < 10 else 1) for f in (0.25, 0.5, 1.0)]
-    return tuple(sorted({*PAPER_DELTAS, *(e for e in extra if e > 0)}))
-
-
-def check_grid(model, kinds, seeds, layers, mode, flip, deltas):
-    """Validated ``(kinds, layers, deltas)`` of a sweep; every bad value fails before any work."""
-    kinds = list(kinds)
-    bad = [k for k in kinds if k not in KINDS]
-    if bad or not kinds:
-        raise ValueError(f"unknown perturbation kind(s) {bad or kinds}; choose from {KINDS}")
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
-    chosen = Perturbation("angle", 0.0, layers=layers, mode=mode, flip=flip).chosen_layers(model.cfg)
-    if deltas is not None:
-        deltas = [float(check_delta(d)) for d in deltas]
-        if not deltas:
-            raise ValueError("empty delta grid")
-    return kinds, chosen, deltas
-
-
 def lm_damage(
     model,
     sentences: Sequence[str],
+    grid: SweepGrid | None = None,
     *,
-    deltas: Iterable[float] | None = None,
-    kinds: Iterable[str] = KINDS,
-    seeds: int = 5,
-    layers: int | Iterable[int] | None = None,
-    mode: str = "exact",
-    relative: bool = False,
-    flip: str = "allow",
     max_tokens: int = 64,
     batch_size: int = 16,
     log_path: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Loss damage of each perturbation (kind x delta x seed ``42 + i``), one row each.
+    """Loss damage of each perturbation of ``grid`` (default :class:`SweepGrid`), one row each.
 
-    ``deltas=None``: :func:`delta_grid` of the clean median norm (relative: 0.05 ..
-    1 of each norm). ``layers=None``: the middle third of the blocks. Faithful mode
-    scores one sentence per forward, as the notebook (its bisection averages over
-    the tensor's tokens). Columns: the perturbation, ``loss, clean_loss, damage``,
-    ``delta_over_norm`` (delta / median clean ||h|| at the perturbed layers; the
-    fraction itself when ``relative``), ``median_norm``, ``clipped_share`` (states not
-    moved as asked), ``flipped_share`` (magnitude shrinks past 0), ``n_sentences,
-    n_tokens, wall_s``.
+    Faithful mode scores one sentence per forward, as the notebook (its bisection
+    averages over the tensor's tokens). Columns: the perturbation, ``loss,
+    clean_loss, damage``, ``delta_over_norm`` (delta / median clean ||h|| at the
+    perturbed layers; the fraction itself when ``relative``), ``median_norm``,
+    ``clipped_share`` (states not moved as asked), ``flipped_share`` (magnitude
+    shrinks past 0), ``n_sentences, n_tokens, wall_s``.
     """
-    kinds, chosen, deltas = check_grid(model, kinds, seeds, layers, mode, flip, deltas)
-    clean = clean_pass(model, sentences, chosen, max_tokens=max_tokens,
-                       batch_size=1 if mode == "faithful" else batch_size)
-    median_norm = clean.median_norm
-    if deltas is None:
-        deltas = list((0.05, 0.1, 0.25, 0.5, 1.0) if relative else delta_grid(median_norm))
-    settings = {"mode": mode, "flip": flip, "layers": chosen, "n_sentences": int(clean.scores.numel()),
-                "max_tokens": max_tokens, "relative": relative,
+    grid = grid or SweepGrid()
+    clean = clean_pass(model, sentences, grid.chosen_layers(model.cfg), max_tokens=max_tokens,
+                       batch_size=1 if grid.mode == "faithful" else batch_size)
+    base = float(clean.scores.mean())
+    settings = {**grid.settings(model.cfg), "n_sentences": int(clean.scores.numel()), "max_tokens": max_tokens,
                 "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
-    log = ResultLog(log_path, KEY) if log_path is not None else None
-    grid = [(k, d, s) for d in deltas for k in kinds for s in range(seeds)]
-    if progress:
-        from tqdm.auto import tqdm
 
-        grid = tqdm(grid, desc="perturbations", unit="run")
-    rows = []
-    for kind, delta, i in grid:
-        key = {"kind": kind, "delta": delta, "seed": 42 + i, **settings}
-        row = log.get(**key) if log is not None else None
-        if row is None:
-            t0 = time.perf_counter()
-            pert = Perturbation(kind, delta, seed=42 + i, layers=tuple(chosen), mode=mode, relative=relative, flip=flip)
-            stats: list[dict] = []
-            losses = perturbed_scores(model, clean, pert, stats)
-            loss, base = float(losses.mean()), float(clean.scores.mean())
-            row = {**key, "loss": loss, "clean_loss": base, "damage": loss - base,
-                   "delta_over_norm": delta if relative else delta / median_norm, "median_norm": median_norm,
-                   "clipped_share": _share(stats, "n_clipped"), "flipped_share": _share(stats, "n_flipped"),
-                   "n_tokens": clean.n_tokens, "wall_s": time.perf_counter() - t0}
-            if log is not None:
-                log.add(row)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    def measure(losses, stats) -> dict:
+        loss = float(losses.mean())
+        return {"loss": loss, "clean_loss": base, "damage": loss - base, "median_norm": clean.median_norm,
+                "clipped_share": _share(stats, "n_clipped"), "flipped_share": _share(stats, "n_flipped"),
+                "n_tokens": clean.n_tokens}
+
+    df = pd.DataFrame(grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path,
+                               progress=progress))
+    df["delta_over_norm"] = df["delta"] if grid.relative else df["delta"] / clean.median_norm
+    return df
 
 
 def _share(stats: list[dict], what: str) -> float:

@@ -8,23 +8,119 @@ resumes from that residual (:func:`tlgeo.hooks.resume.resume_forward`) under a
 :class:`~tlgeo.hooks.perturb.Perturbation`, so a perturbed pass costs only the
 blocks from the first perturbed one on.
 
-``reduce``: see :func:`tlgeo.evals.sentences.sentence_nll`.
+``reduce``: see :func:`tlgeo.evals.sentences.sentence_nll`. A :class:`SweepGrid`
+names the perturbations of a sweep (kinds x deltas x seeds) and runs them, one
+resumable row each, with what the caller measures from the scores.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from ..evals.sentences import REDUCTIONS, Batch, sentence_batches, sentence_nll
-from ..hooks.perturb import Perturbation
+from ..geometry.perturb import check_delta
+from ..hooks.perturb import KINDS, Perturbation
 from ..hooks.resume import resume_forward
+from ..results import ResultLog
 
-__all__ = ["CleanPass", "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll"]
+__all__ = ["PAPER_DELTAS", "RELATIVE_DELTAS", "SweepGrid", "delta_grid", "CleanPass", "clean_pass",
+           "perturbed_scores", "sentence_batches", "sentence_nll"]
+
+PAPER_DELTAS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0)
+RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+def delta_grid(median_norm: float) -> tuple[float, ...]:
+    """The paper's absolute grid plus deltas of 0.25, 0.5 and 1 x the median state norm, so the
+    sweep reaches ``delta / median ||h|| ~ 1`` whatever the model's scale."""
+    extra = [round(f * median_norm, 3 if median_norm < 10 else 1) for f in (0.25, 0.5, 1.0)]
+    return tuple(sorted({*PAPER_DELTAS, *(e for e in extra if e > 0)}))
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The perturbations of a sweep: ``kinds`` x ``deltas`` x seeds ``42 .. 42 + seeds - 1``.
+
+    ``deltas=None``: :func:`delta_grid` of the clean median norm (``relative``:
+    :data:`RELATIVE_DELTAS`). ``layers=None``: the middle third of the blocks. The
+    rest as :class:`~tlgeo.hooks.perturb.Perturbation`. Bad values fail at once.
+    """
+
+    kinds: tuple[str, ...] = KINDS
+    deltas: tuple[float, ...] | None = None
+    seeds: int = 5
+    layers: int | tuple[int, ...] | None = None
+    mode: str = "exact"
+    relative: bool = False
+    flip: str = "allow"
+
+    def __post_init__(self):
+        kinds = tuple(self.kinds)
+        bad = [k for k in kinds if k not in KINDS]
+        if bad or not kinds:
+            raise ValueError(f"unknown perturbation kind(s) {bad or list(kinds)}; choose from {KINDS}")
+        object.__setattr__(self, "kinds", kinds)
+        if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
+            raise ValueError(f"seeds must be a positive integer, got {self.seeds!r}")
+        if self.deltas is not None:
+            deltas = tuple(float(check_delta(d)) for d in self.deltas)
+            if not deltas:
+                raise ValueError("empty delta grid")
+            object.__setattr__(self, "deltas", deltas)
+        if isinstance(self.layers, Iterable):
+            object.__setattr__(self, "layers", tuple(self.layers))
+        Perturbation("angle", 0.0, layers=self.layers, mode=self.mode, flip=self.flip)  # mode, flip
+
+    def chosen_layers(self, cfg) -> list[int]:
+        return Perturbation("angle", 0.0, layers=self.layers).chosen_layers(cfg)
+
+    def resolved_deltas(self, median_norm: float) -> tuple[float, ...]:
+        if self.deltas is not None:
+            return self.deltas
+        return RELATIVE_DELTAS if self.relative else delta_grid(median_norm)
+
+    def settings(self, cfg) -> dict:
+        """The grid's part of a result row's key (besides kind, delta and seed)."""
+        return {"mode": self.mode, "flip": self.flip, "layers": self.chosen_layers(cfg), "relative": self.relative}
+
+    def run(self, model, clean: "CleanPass", measure: Callable[[Tensor, list[dict]], dict], *, key: Iterable[str],
+            settings: dict, log_path: str | os.PathLike | None = None, progress: bool = False,
+            desc: str = "perturbations") -> list[dict]:
+        """One row per perturbation: its key, then ``measure(scores, stats)``, then ``wall_s``.
+
+        ``scores``: the sentences' NLL under it (:func:`perturbed_scores`); ``stats``: the
+        hooks' per-layer rows. With ``log_path`` each row is stored at once and a rerun
+        reads it back instead (``key``: the log's key columns)."""
+        log = ResultLog(log_path, key) if log_path is not None else None
+        layers = tuple(self.chosen_layers(model.cfg))
+        deltas = self.resolved_deltas(clean.median_norm)
+        grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)]
+        if progress:
+            from tqdm.auto import tqdm
+
+            grid = tqdm(grid, desc=desc, unit="run")
+        rows = []
+        for kind, delta, i in grid:
+            row_key = {"kind": kind, "delta": delta, "seed": 42 + i, **settings}
+            row = log.get(**row_key) if log is not None else None
+            if row is None:
+                t0 = time.perf_counter()
+                pert = Perturbation(kind, delta, seed=42 + i, layers=layers, mode=self.mode, relative=self.relative,
+                                    flip=self.flip)
+                stats: list[dict] = []
+                scores = perturbed_scores(model, clean, pert, stats)
+                row = {**row_key, **measure(scores, stats), "wall_s": time.perf_counter() - t0}
+                if log is not None:
+                    log.add(row)
+            rows.append(row)
+        return rows
 
 
 @dataclass
