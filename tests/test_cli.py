@@ -232,3 +232,7 @@ def test_dirmag_command(tmp_path, capsys):
     blimp = pd.read_csv(out / "dirmag_blimp.csv")
     assert len(blimp) == 2 * 2 * 7 and set(blimp["n"]) == {2, 12}  # kinds x seeds x (6 paradigms + pooled)
     assert "BLiMP agreement accuracy" in capsys.readouterr().out
+    assert main(argv + ["--repair-sentences", "3", "--repair-deltas", "0.05"]) == 0
+    repair = pd.read_csv(out / "dirmag_repair.csv")
+    assert len(repair) == 2 * 2 * 2 and set(repair["repair"]) == {"attn", "norm"}  # kinds x seeds x repairs
+    assert "recovery (%" in capsys.readouterr().out

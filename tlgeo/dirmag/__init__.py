@@ -5,16 +5,19 @@
 * :mod:`.damage`: LM damage of magnitude vs angle perturbations per ``delta``
   and seed on the notebook's WikiText sentences.
 * :mod:`.syntax`: BLiMP subject–verb agreement accuracy under the same perturbations.
+* :mod:`.repair`: causal repair: attention or norm outputs made clean again in perturbed runs.
 
 The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
-:mod:`tlgeo.geometry.perturb` (the math). Not yet here: causal repair,
+:mod:`tlgeo.geometry.perturb` (the math). Not yet here:
 attention entropy, probes, the LayerNorm/RMSNorm pair, the atlas section.
 """
 
 from .damage import damage_table, lm_damage, wikitext_sentences
 from .engine import (PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches,
                      sentence_nll)
+from .repair import causal_repair
 from .syntax import agreement_pairs, blimp_damage
 
 __all__ = ["PAPER_DELTAS", "SweepGrid", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table",
-           "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage"]
+           "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage",
+           "causal_repair"]

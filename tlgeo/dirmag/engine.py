@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -26,6 +26,7 @@ from torch import Tensor
 
 from ..evals.sentences import REDUCTIONS, Batch, sentence_batches, sentence_nll
 from ..geometry.perturb import check_delta
+from ..hooks.adapter import HookList
 from ..hooks.perturb import KINDS, Perturbation
 from ..hooks.resume import resume_forward
 from ..results import ResultLog
@@ -134,6 +135,7 @@ class CleanPass:
     first: int
     layers: list[int]
     reduce: str
+    kept: list[dict[str, Tensor]] = field(default_factory=list)  # per batch: the clean tensors asked for
 
     @property
     def n_tokens(self) -> int:
@@ -141,14 +143,15 @@ class CleanPass:
 
 
 def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: str = "mean", max_tokens: int = 64,
-               batch_size: int = 16, keep_all: bool = False) -> CleanPass:
-    """Run ``sentences`` once; keep what the perturbed runs at ``layers`` need."""
+               batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = ()) -> CleanPass:
+    """Run ``sentences`` once; keep what the perturbed runs at ``layers`` need, and the clean
+    activations of the hooks named in ``keep`` (for repairs; they stay in memory)."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
     batches = sentence_batches(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep_all=keep_all)
     first = min(layers)
-    names = [f"blocks.{first}.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in layers]
-    resid, scores, norms = [], [], []
+    names = [f"blocks.{first}.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in layers] + list(keep)
+    resid, scores, norms, kept = [], [], [], []
     with torch.inference_mode():
         for toks, lengths in batches:
             logits, cache = model.run_with_cache(toks, names_filter=names)
@@ -157,18 +160,27 @@ def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: st
             for l in layers:
                 norms.append(cache[f"blocks.{l}.hook_resid_post"].float().norm(dim=-1).cpu()[real])
             resid.append(cache[names[0]].clone())
+            kept.append({n: cache[n].clone() for n in keep})
             del logits, cache
-    return CleanPass(batches, resid, torch.cat(scores), float(torch.cat(norms).median()), first, list(layers), reduce)
+    return CleanPass(batches, resid, torch.cat(scores), float(torch.cat(norms).median()), first, list(layers), reduce,
+                     kept)
 
 
-def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[dict] | None = None) -> Float[Tensor, "n"]:
+def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[dict] | None = None, *,
+                     hooks: HookList | None = None, extra: Callable[[int], HookList] | None = None
+                     ) -> Float[Tensor, "n"]:
     """Each sentence's NLL (``clean.reduce``) under ``pert``, resumed from the clean prefix.
 
     The hooks are made once for all batches (faithful mode: one noise direction per
-    tensor shape for the whole sentence set, as the notebook within a seed)."""
+    tensor shape for the whole sentence set, as the notebook within a seed); pass
+    ``hooks`` (from ``pert.hooks``) to share them between calls. ``extra(i)`` adds
+    hooks for batch ``i`` after the perturbation's (e.g. a repair from ``clean.kept[i]``)."""
     if min(pert.chosen_layers(model.cfg)) < clean.first:
         raise ValueError(f"the perturbation starts before block {clean.first}, where the clean pass was cut")
-    hooks = pert.hooks(model, stats=stats)
+    hooks = pert.hooks(model, stats=stats) if hooks is None else hooks
+    out = []
     with torch.inference_mode():
-        return torch.cat([sentence_nll(resume_forward(model, resid, clean.first, hooks), toks, lengths, clean.reduce)
-                          for resid, (toks, lengths) in zip(clean.resid, clean.batches)])
+        for i, (resid, (toks, lengths)) in enumerate(zip(clean.resid, clean.batches)):
+            batch_hooks = list(hooks) + (list(extra(i)) if extra is not None else [])
+            out.append(sentence_nll(resume_forward(model, resid, clean.first, batch_hooks), toks, lengths, clean.reduce))
+    return torch.cat(out)

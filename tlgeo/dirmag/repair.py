@@ -1,0 +1,106 @@
+"""Causal repair: how much of a perturbation's damage comes back when one component is made clean again.
+
+At a chosen ``delta``, the perturbed run is repeated with, in every perturbed
+block, the attention output (``attn`` repair: ``blocks.L.hook_attn_out``) or the
+outputs of the block's two norms (``norm`` repair: ``blocks.L.ln1.hook_out`` and
+``blocks.L.ln2.hook_out``: LayerNorm in GPT-NeoX/OPT-style models, the input and
+post-attention RMSNorms in Llama-style ones; Gemma's extra pre/post-feed-forward
+norms are not among them) replaced by their clean values. Recovery is
+``(L_unrepaired - L_repaired) / (L_unrepaired - L_base)`` on the mean sentence
+loss. The paper, Pythia-410M at delta = 5: attention repair recovers 28.4 % of
+the angle damage vs 15.2 % of the magnitude damage; norm repair 29.9 % of
+magnitude vs 13.7 % of angle.
+
+In exact mode the repaired and unrepaired runs get the same perturbation (the
+same seed, layer and shapes). Faithful mode keeps the notebook's behaviour: the
+noise direction is shared, but magnitude signs are redrawn at every forward, so
+the two runs see different signs. The clean activations being replaced stay in
+memory (``sentences x 64 x d_model x 4 bytes`` per hook and layer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Sequence
+
+import pandas as pd
+
+from ..hooks.perturb import Perturbation
+from ..results import ResultLog
+from .engine import SweepGrid, clean_pass, perturbed_scores
+
+__all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
+
+REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
+PAPER_RECOVERY = {("attn", "angle"): 28.4, ("attn", "magnitude"): 15.2, ("norm", "magnitude"): 29.9,
+                  ("norm", "angle"): 13.7}  # %, Pythia-410M, delta = 5
+KEY = ("kind", "delta", "seed", "repair", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
+
+
+def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:
+    """Hooks that replace ``repair``'s tensors in ``layers`` by their clean values from ``clean``."""
+    if repair not in REPAIRS:
+        raise ValueError(f"unknown repair {repair!r}; choose from {sorted(REPAIRS)}")
+
+    def put(name):
+        return lambda x, hook: clean[name].to(x.dtype)
+
+    return [(n, put(n)) for n in (f"blocks.{l}.{h}" for l in layers for h in REPAIRS[repair])]
+
+
+def causal_repair(
+    model,
+    sentences: Sequence[str],
+    grid: SweepGrid | None = None,
+    *,
+    repairs: Sequence[str] = ("attn", "norm"),
+    max_tokens: int = 64,
+    batch_size: int = 16,
+    log_path: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Recovery of each repair for each perturbation of ``grid`` (default: delta 5, 5 seeds).
+
+    One row per (kind, delta, seed, repair): ``clean_loss, unrepaired_loss,
+    repaired_loss, recovery`` (%, ``nan`` where the perturbation does no damage),
+    and the paper's recovery at delta = 5.
+    """
+    grid = grid or SweepGrid(deltas=(5.0,))
+    bad = [r for r in repairs if r not in REPAIRS]
+    if bad or not repairs:
+        raise ValueError(f"unknown repair(s) {bad or list(repairs)}; choose from {sorted(REPAIRS)}")
+    layers = grid.chosen_layers(model.cfg)
+    keep = sorted({f"blocks.{l}.{h}" for l in layers for r in repairs for h in REPAIRS[r]})
+    clean = clean_pass(model, sentences, layers, max_tokens=max_tokens, keep=keep,
+                       batch_size=1 if grid.mode == "faithful" else batch_size)
+    base = float(clean.scores.mean())
+    settings = {**grid.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
+                "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
+    log = ResultLog(log_path, KEY) if log_path is not None else None
+    todo = [(k, d, i) for d in grid.resolved_deltas(clean.median_norm) for k in grid.kinds for i in range(grid.seeds)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        todo = tqdm(todo, desc="repairs", unit="perturbation")
+    rows = []
+    for kind, delta, i in todo:
+        keys = {r: {"kind": kind, "delta": delta, "seed": 42 + i, "repair": r, **settings} for r in repairs}
+        if log is not None and all(log.done(**k) for k in keys.values()):
+            rows += [log.get(**k) for k in keys.values()]
+            continue
+        pert = Perturbation(kind, delta, seed=42 + i, layers=tuple(layers), mode=grid.mode, relative=grid.relative,
+                            flip=grid.flip)
+        hooks = pert.hooks(model)  # shared by the unrepaired and the repaired runs
+        unrepaired = float(perturbed_scores(model, clean, pert, hooks=hooks).mean())
+        for r in repairs:
+            repaired = float(perturbed_scores(model, clean, pert, hooks=hooks,
+                                              extra=lambda b, r=r: repair_hooks(r, layers, clean.kept[b])).mean())
+            damage = unrepaired - base
+            row = {**keys[r], "clean_loss": base, "unrepaired_loss": unrepaired, "repaired_loss": repaired,
+                   "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
+                   "paper_recovery": PAPER_RECOVERY.get((r, kind)) if delta == 5.0 and not grid.relative else None}
+            if log is not None and not log.done(**keys[r]):
+                log.add(row)
+            rows.append(row)
+    return pd.DataFrame(rows)
