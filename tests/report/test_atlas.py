@@ -17,7 +17,7 @@ def tiny_cfg(out):
         s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,), compare_scales=(0.0,),
         compare_sites=("value_excl_self", "attn"), zeroshot_tasks=("piqa",), zeroshot_limit=2,
         ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
-        closed_form_tokens=16,
+        closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1,
     ))
 
 
@@ -79,4 +79,4 @@ def test_atlas_errors(tmp_path, llama):
                   model=llama)
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
-    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit"}
+    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag_damage"}

@@ -17,7 +17,8 @@ import pytest
 
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
-from tlgeo.report.atlas import run_atlas
+from tlgeo.dirmag.atlas import headline as dirmag_headline
+from tlgeo.report.atlas import STEPS, run_atlas
 
 from .test_atlas import tiny_cfg
 
@@ -42,12 +43,13 @@ def atlas_dir(atlas_run):
 
 def test_every_step_shows_progress(atlas_run):
     _, stdout, stderr = atlas_run
-    for i, step in enumerate(("profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit"), 1):
-        assert re.search(rf"\[atlas\] step {i}/7 {step} \(.*\): started \d\d:\d\d:\d\d, .* into the run", stdout)
-        assert re.search(rf"\[atlas\] step {i}/7 {step} done in .* at \d\d:\d\d:\d\d", stdout)
-    assert "[atlas] all 7 step(s) done in" in stdout
+    n = len(STEPS)
+    for i, step in enumerate(STEPS, 1):
+        assert re.search(rf"\[atlas\] step {i}/{n} {step} \(.*\): started \d\d:\d\d:\d\d, .* into the run", stdout)
+        assert re.search(rf"\[atlas\] step {i}/{n} {step} done in .* at \d\d:\d\d:\d\d", stdout)
+    assert f"[atlas] all {n} step(s) done in" in stdout
     for bar in ("profile", "sweep", "edits", "zero-shot conditions", "zero-shot unedited", "head sensitivity",
-                "mlp carrier", "closed form", "audit"):
+                "mlp carrier", "closed form", "audit", "perturbations"):
         assert f"{bar}:" in stderr, bar  # a tqdm bar per step, nested bars for conditions > tasks
 
 
@@ -61,9 +63,9 @@ def test_report_opens_with_the_headline(atlas_dir):
     assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
     block = html[top: html.index("</section>", top)]
     items = re.findall(r"<li>(.*?)</li>", block)
-    h = headline(atlas_dir)
-    assert 4 <= len(h.sentences) <= 8
-    assert [html_unescape(x) for x in items] == h.sentences + h.warnings
+    h, dm = headline(atlas_dir), dirmag_headline(atlas_dir)
+    assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 1  # one more sentence per further analysis
+    assert [html_unescape(x) for x in items] == h.sentences + dm.sentences + h.warnings + dm.warnings
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
     assert any(w.startswith("Head sensitivity: 3 texts") for w in h.warnings)

@@ -27,7 +27,7 @@ import pandas as pd
 from ..data import load_text
 from .engine import PAPER_DELTAS, SweepGrid, clean_pass
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table"]
+__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table", "plot_damage"]
 
 # Pythia-410M, layers 8-15 (spec): damage (magnitude, angle) per delta; baseline loss 4.107
 PAPER_DAMAGE = {1.0: (0.009, 0.368), 2.0: (0.042, 0.983), 5.0: (0.700, 3.757), 10.0: (3.262, 7.061),
@@ -104,3 +104,35 @@ def damage_table(df: pd.DataFrame) -> pd.DataFrame:
     out["paper_magnitude"] = [paper.get(d, (np.nan, np.nan))[0] for d in out.index]
     out["paper_angle"] = [paper.get(d, (np.nan, np.nan))[1] for d in out.index]
     return out.reset_index()
+
+
+def plot_damage(table: pd.DataFrame):
+    """Loss damage against ``delta / median ||h||`` (log x), one line per kind with the seed sd as
+    error bars, and the paper's Pythia-410M points (at its absolute deltas) where ``table`` has them."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import WIDTH, legend_outside, style
+
+    if table.empty:
+        raise ValueError("plot_damage needs a non-empty damage_table")
+    fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.8), layout="constrained")
+    colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
+    for kind, colour in colours.items():
+        if f"{kind}_damage" in table:
+            ax.errorbar(table["delta_over_norm"], table[f"{kind}_damage"], yerr=table[f"{kind}_sd"], marker="o",
+                        ms=4, capsize=2, color=colour, label=kind)
+            paper = table.dropna(subset=[f"paper_{kind}"])
+            if len(paper):
+                ax.plot(paper["delta_over_norm"], paper[f"paper_{kind}"], ls=":", marker="x", color=colour,
+                        label=f"{kind} (paper)")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=0.01)  # damage can be ~0 or slightly negative at small delta
+    lows = [table[c].min() for c in ("magnitude_damage", "angle_damage") if c in table]
+    if min(lows) >= 0:
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel("delta / median ||h||  (log)")
+    ax.set_ylabel("loss damage (nats)")
+    ax.grid(alpha=0.3)
+    legend_outside(fig, title="perturbation")
+    style(fig)
+    return fig

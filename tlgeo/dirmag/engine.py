@@ -38,20 +38,22 @@ PAPER_DELTAS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0)
 RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-def delta_grid(median_norm: float) -> tuple[float, ...]:
+def delta_grid(median_norm: float, absolute: Iterable[float] = PAPER_DELTAS,
+               norm_fractions: Iterable[float] = (0.25, 0.5, 1.0)) -> tuple[float, ...]:
     """The paper's absolute grid plus deltas of 0.25, 0.5 and 1 x the median state norm, so the
     sweep reaches ``delta / median ||h|| ~ 1`` whatever the model's scale."""
-    extra = [round(f * median_norm, 3 if median_norm < 10 else 1) for f in (0.25, 0.5, 1.0)]
-    return tuple(sorted({*PAPER_DELTAS, *(e for e in extra if e > 0)}))
+    extra = [round(f * median_norm, 3 if median_norm < 10 else 1) for f in norm_fractions]
+    return tuple(sorted({*(float(a) for a in absolute), *(e for e in extra if e > 0)}))
 
 
 @dataclass(frozen=True)
 class SweepGrid:
     """The perturbations of a sweep: ``kinds`` x ``deltas`` x seeds ``42 .. 42 + seeds - 1``.
 
-    ``deltas=None``: :func:`delta_grid` of the clean median norm (``relative``:
-    :data:`RELATIVE_DELTAS`). ``layers=None``: the middle third of the blocks. The
-    rest as :class:`~tlgeo.hooks.perturb.Perturbation`. Bad values fail at once.
+    ``deltas=None``: :func:`delta_grid` of the clean median norm, i.e. ``absolute``
+    and ``norm_fractions`` x that norm (``relative``: :data:`RELATIVE_DELTAS`).
+    ``layers=None``: the middle third of the blocks. The rest as
+    :class:`~tlgeo.hooks.perturb.Perturbation`. Bad values fail at once.
     """
 
     kinds: tuple[str, ...] = KINDS
@@ -61,6 +63,8 @@ class SweepGrid:
     mode: str = "exact"
     relative: bool = False
     flip: str = "allow"
+    absolute: tuple[float, ...] = PAPER_DELTAS
+    norm_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
 
     def __post_init__(self):
         kinds = tuple(self.kinds)
@@ -77,6 +81,8 @@ class SweepGrid:
             object.__setattr__(self, "deltas", deltas)
         if isinstance(self.layers, Iterable):
             object.__setattr__(self, "layers", tuple(self.layers))
+        for name in ("absolute", "norm_fractions"):
+            object.__setattr__(self, name, tuple(float(check_delta(d)) for d in getattr(self, name)))
         Perturbation("angle", 0.0, layers=self.layers, mode=self.mode, flip=self.flip)  # mode, flip
 
     def chosen_layers(self, cfg) -> list[int]:
@@ -85,7 +91,7 @@ class SweepGrid:
     def resolved_deltas(self, median_norm: float) -> tuple[float, ...]:
         if self.deltas is not None:
             return self.deltas
-        return RELATIVE_DELTAS if self.relative else delta_grid(median_norm)
+        return RELATIVE_DELTAS if self.relative else delta_grid(median_norm, self.absolute, self.norm_fractions)
 
     def settings(self, cfg) -> dict:
         """The grid's part of a result row's key (besides kind, delta and seed)."""

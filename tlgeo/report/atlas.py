@@ -129,7 +129,9 @@ def _set_headline(report: Report, budgets: dict[str, Any], out: Path) -> None:
     stopping a run whose results are already on disk."""
     sentences: list[str] = []
     warnings: list[str] = []
-    for family in headlines():
+    # the families' headlines in report order (that of their steps)
+    order = list(dict.fromkeys(step.family for step in load_steps().values()))
+    for family in [f for f in order if f in headlines()]:
         try:
             h = family_headline(family, out, budgets[family])
         except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on

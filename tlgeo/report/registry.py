@@ -15,11 +15,17 @@ __all__ = ["ANALYSES", "load_steps"]
 
 ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition.atlas",
+    "tlgeo.dirmag.atlas",
 )
 
 
 def load_steps() -> dict[str, pipeline.Step]:
-    """Import every contributing module and return the registered steps, in order."""
+    """Import every contributing module and return the registered steps in report order:
+    by the position of their module in :data:`ANALYSES`, then as each module registered
+    them (whatever order the modules happened to be imported in)."""
     for module in ANALYSES:
         importlib.import_module(module)
-    return pipeline.steps()
+    rank = {m: i for i, m in enumerate(ANALYSES)}
+    steps = list(pipeline.steps().items())
+    steps.sort(key=lambda kv: rank.get(kv[1].run.__module__, len(rank)))  # stable: keeps each module's order
+    return dict(steps)
