@@ -236,3 +236,5 @@ def test_dirmag_command(tmp_path, capsys):
     repair = pd.read_csv(out / "dirmag_repair.csv")
     assert len(repair) == 2 * 2 * 2 and set(repair["repair"]) == {"attn", "norm"}  # kinds x seeds x repairs
     assert "recovery (%" in capsys.readouterr().out
+    assert main(argv + ["--entropy-sentences", "3", "--repair-deltas", "0.05"]) == 0
+    assert len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out

@@ -7,6 +7,8 @@ query ``i`` at key ``i + k - q``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -318,3 +320,18 @@ def test_low_precision_comes_back_in_dtype(dtype):
     want = remove_diagonal(p.float()).to(dtype)
     torch.testing.assert_close(out, want, rtol=0, atol=0)
     assert scale_diagonal(p, 0.5).dtype == dtype
+
+
+def test_pattern_entropy_uniform_one_hot_and_zeros():
+    from tlgeo.geometry.value_space import pattern_entropy
+
+    q = 4
+    uniform = torch.full((1, 1, 1, q), 1 / q, dtype=torch.float64)
+    onehot = torch.zeros(1, 1, 1, q, dtype=torch.float64)
+    onehot[..., 2] = 1
+    causal = torch.tril(torch.ones(3, 3, dtype=torch.float64))
+    causal = (causal / causal.sum(-1, keepdim=True))[None, None]  # row t: uniform over t + 1 keys, zeros after
+    assert pattern_entropy(uniform).item() == pytest.approx(math.log(q))
+    assert pattern_entropy(onehot).item() == 0.0  # 0 log 0 = 0, no NaN
+    torch.testing.assert_close(pattern_entropy(causal)[0, 0], torch.log(torch.arange(1, 4, dtype=torch.float64)))
+    assert pattern_entropy(uniform.to(torch.bfloat16)).dtype == torch.float32

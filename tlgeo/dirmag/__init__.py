@@ -6,18 +6,21 @@
   and seed on the notebook's WikiText sentences.
 * :mod:`.syntax`: BLiMP subject–verb agreement accuracy under the same perturbations.
 * :mod:`.repair`: causal repair: attention or norm outputs made clean again in perturbed runs.
+* :mod:`.entropy`: attention entropy, clean vs perturbed.
+* :mod:`.atlas`: the ``dirmag_damage`` step of ``tlgeo atlas``.
 
 The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
-:mod:`tlgeo.geometry.perturb` (the math). Not yet here:
-attention entropy, probes, the LayerNorm/RMSNorm pair, the atlas section.
+:mod:`tlgeo.geometry.perturb` (the math). Not yet here: probes, the
+LayerNorm/RMSNorm pair, the notebook.
 """
 
 from .damage import damage_table, lm_damage, wikitext_sentences
 from .engine import (PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches,
                      sentence_nll)
+from .entropy import attention_entropy
 from .repair import causal_repair
 from .syntax import agreement_pairs, blimp_damage
 
 __all__ = ["PAPER_DELTAS", "SweepGrid", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table",
            "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage",
-           "causal_repair"]
+           "causal_repair", "attention_entropy"]

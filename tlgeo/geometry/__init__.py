@@ -15,7 +15,8 @@ from .parallel import (
     scale_components, scaled_delta, split_parallel,
 )
 from .value_space import (
-    expand_kv, group_heads, kv_head_index, remove_diagonal, scale_diagonal, self_message, self_weights,
+    expand_kv, group_heads, kv_head_index, pattern_entropy, remove_diagonal, scale_diagonal, self_message,
+    self_weights,
     split_self,
 )
 
@@ -23,5 +24,5 @@ __all__ = [
     "EPS", "Split", "Scale", "check_scale", "compute_dtype", "split_parallel", "scaled_delta", "is_unit",
     "scale_components", "parallel_ratio", "norm_ratio", "cosine",
     "kv_head_index", "expand_kv", "group_heads", "self_weights", "self_message", "split_self",
-    "scale_diagonal", "remove_diagonal",
+    "scale_diagonal", "remove_diagonal", "pattern_entropy",
 ]

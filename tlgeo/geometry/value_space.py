@@ -16,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 __all__ = [
+    "pattern_entropy",
     "kv_head_index",
     "expand_kv",
     "group_heads",
@@ -132,3 +133,10 @@ def remove_diagonal(
 ) -> Float[Tensor, "batch head q k"]:
     """Set ``A_tt = 0`` and renormalise each row over the other keys (row 0 kept)."""
     return scale_diagonal(pattern, 0.0, keep_first)
+
+
+def pattern_entropy(pattern: Float[Tensor, "batch head q k"]) -> Float[Tensor, "batch head q"]:
+    """Entropy ``-sum_k A log A`` (nats) of each query's attention row, ``0 log 0 = 0``; float32
+    (float64 for float64 input)."""
+    a = pattern.to(torch.float64 if pattern.dtype == torch.float64 else torch.float32)
+    return -torch.where(a > 0, a * torch.log(a.clamp_min(torch.finfo(a.dtype).tiny)), torch.zeros_like(a)).sum(-1)
