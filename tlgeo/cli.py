@@ -480,7 +480,7 @@ def cmd_dirmag(args) -> int:
         args.saved += f" Repair runs are in {out}/dirmag_repair.jsonl."
         rp = causal_repair(model, sentences[: args.repair_sentences], replace(grid, deltas=args.repair_deltas),
                            batch_size=args.batch_size, log_path=out / "dirmag_repair.jsonl", progress=True)
-        _merge_csv(out / "dirmag_repair.csv", rp.assign(model=args.model), list(REPAIR_KEY))
+        _merge_csv(out / "dirmag_repair.csv", rp.assign(model=args.model), [*REPAIR_KEY, "repair"])
         summary = rp.groupby(["delta", "repair", "kind"])["recovery"].agg(["mean", "std"]).unstack("kind")
         print(f"\nrecovery (%, mean and sd over seeds; {args.repair_sentences} sentences; paper at delta 5: attention "
               "28.4 angle / 15.2 magnitude, norms 13.7 angle / 29.9 magnitude):")

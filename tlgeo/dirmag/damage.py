@@ -17,7 +17,6 @@ row is written as it is measured and a rerun skips it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Sequence
 
@@ -25,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import load_text
-from .engine import PAPER_DELTAS, SweepGrid, clean_pass
+from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 
 __all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table", "plot_damage"]
 
@@ -63,14 +62,13 @@ def lm_damage(
     shrinks past 0), ``n_sentences, n_tokens, wall_s``.
     """
     grid = grid or SweepGrid()
-    clean = clean_pass(model, sentences, grid.chosen_layers(model.cfg), max_tokens=max_tokens,
-                       batch_size=1 if grid.mode == "faithful" else batch_size)
+    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size)
+    settings["max_tokens"] = max_tokens
     base = float(clean.scores.mean())
-    settings = {**grid.settings(model.cfg), "n_sentences": int(clean.scores.numel()), "max_tokens": max_tokens,
-                "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
 
-    def measure(losses, stats) -> dict:
-        loss = float(losses.mean())
+    def measure(pert) -> dict:
+        stats: list[dict] = []
+        loss = float(perturbed_scores(model, clean, pert, stats).mean())
         return {"loss": loss, "clean_loss": base, "damage": loss - base, "median_norm": clean.median_norm,
                 "clipped_share": _share(stats, "n_clipped"), "flipped_share": _share(stats, "n_flipped"),
                 "n_tokens": clean.n_tokens}

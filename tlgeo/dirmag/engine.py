@@ -15,6 +15,7 @@ resumable row each, with what the caller measures from the scores.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -97,14 +98,14 @@ class SweepGrid:
         """The grid's part of a result row's key (besides kind, delta and seed)."""
         return {"mode": self.mode, "flip": self.flip, "layers": self.chosen_layers(cfg), "relative": self.relative}
 
-    def run(self, model, clean: "CleanPass", measure: Callable[[Tensor, list[dict]], dict], *, key: Iterable[str],
+    def run(self, model, clean: "CleanPass", measure: Callable[[Perturbation], dict], *, key: Iterable[str],
             settings: dict, log_path: str | os.PathLike | None = None, progress: bool = False,
             desc: str = "perturbations") -> list[dict]:
-        """One row per perturbation: its key, then ``measure(scores, stats)``, then ``wall_s``.
+        """One row per perturbation: its key, then ``measure(perturbation)``, then ``wall_s``.
 
-        ``scores``: the sentences' NLL under it (:func:`perturbed_scores`); ``stats``: the
-        hooks' per-layer rows. With ``log_path`` each row is stored at once and a rerun
-        reads it back instead (``key``: the log's key columns)."""
+        ``measure`` scores the clean pass's sentences under the perturbation (e.g. with
+        :func:`perturbed_scores`) and returns the row's values. With ``log_path`` each row is
+        stored at once and a rerun reads it back instead (``key``: the log's key columns)."""
         log = ResultLog(log_path, key) if log_path is not None else None
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
@@ -121,13 +122,21 @@ class SweepGrid:
                 t0 = time.perf_counter()
                 pert = Perturbation(kind, delta, seed=42 + i, layers=layers, mode=self.mode, relative=self.relative,
                                     flip=self.flip)
-                stats: list[dict] = []
-                scores = perturbed_scores(model, clean, pert, stats)
-                row = {**row_key, **measure(scores, stats), "wall_s": time.perf_counter() - t0}
+                row = {**row_key, **measure(pert), "wall_s": time.perf_counter() - t0}
                 if log is not None:
                     log.add(row)
             rows.append(row)
         return rows
+
+    def sweep(self, model, sentences: Sequence[str], *, reduce: str = "mean", max_tokens: int = 64,
+              batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = ()) -> tuple["CleanPass", dict]:
+        """The clean pass of ``sentences`` for this grid, and the settings part of its rows' keys
+        (the grid's, the sentence count and a hash of the sentences)."""
+        clean = clean_pass(model, sentences, self.chosen_layers(model.cfg), reduce=reduce, max_tokens=max_tokens,
+                           batch_size=1 if self.mode == "faithful" else batch_size, keep_all=keep_all, keep=keep)
+        settings = {**self.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
+                    "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
+        return clean, settings
 
 
 @dataclass

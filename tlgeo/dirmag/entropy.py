@@ -11,7 +11,6 @@ angle +0.129, magnitude +0.025.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Sequence
 
@@ -19,9 +18,7 @@ import pandas as pd
 import torch
 
 from ..geometry.value_space import pattern_entropy
-from ..hooks.perturb import Perturbation
-from ..results import ResultLog
-from .engine import SweepGrid, clean_pass, perturbed_scores
+from .engine import SweepGrid, perturbed_scores
 
 __all__ = ["PAPER_ENTROPY", "entropy_hooks", "attention_entropy"]
 
@@ -60,9 +57,7 @@ def attention_entropy(
     mean per layer, a list) and the paper's shift at delta = 5.
     """
     grid = grid or SweepGrid(deltas=(5.0,))
-    layers = grid.chosen_layers(model.cfg)
-    clean = clean_pass(model, sentences, layers, max_tokens=max_tokens,
-                       batch_size=1 if grid.mode == "faithful" else batch_size)
+    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size)
     n_real = float(sum(int(l.sum()) for _, l in clean.batches))
     everything = list(range(model.cfg.n_layers))
     totals: dict[int, torch.Tensor] = {}
@@ -72,31 +67,14 @@ def attention_entropy(
     clean_layer = {l: float(totals[l].mean()) / n_real for l in everything}
     clean_mean = sum(clean_layer.values()) / len(everything)
     after = everything[clean.first:]
-    settings = {**grid.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
-                "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
 
-    rows = []
-    log = ResultLog(log_path, KEY) if log_path is not None else None
-    todo = [(k, d, i) for d in grid.resolved_deltas(clean.median_norm) for k in grid.kinds for i in range(grid.seeds)]
-    if progress:
-        from tqdm.auto import tqdm
+    def measure(pert) -> dict:
+        got: dict[int, torch.Tensor] = {}
+        perturbed_scores(model, clean, pert, extra=lambda b: entropy_hooks(after, clean.batches[b][1], got))
+        per_layer = [clean_layer[l] if l < clean.first else float(got[l].mean()) / n_real for l in everything]
+        mean = sum(per_layer) / len(per_layer)
+        return {"entropy": mean, "clean_entropy": clean_mean, "shift": mean - clean_mean, "per_layer": per_layer,
+                "paper_shift": PAPER_ENTROPY.get(pert.kind) if float(pert.delta) == 5.0 and not grid.relative else None}
 
-        todo = tqdm(todo, desc="attention entropy", unit="run")
-    for kind, delta, i in todo:
-        key = {"kind": kind, "delta": delta, "seed": 42 + i, **settings}
-        row = log.get(**key) if log is not None else None
-        if row is None:
-            pert = Perturbation(kind, delta, seed=42 + i, layers=tuple(layers), mode=grid.mode,
-                                relative=grid.relative, flip=grid.flip)
-            got: dict[int, torch.Tensor] = {}
-            perturbed_scores(model, clean, pert,
-                             extra=lambda b: entropy_hooks(after, clean.batches[b][1], got))
-            per_layer = [clean_layer[l] if l < clean.first else float(got[l].mean()) / n_real for l in everything]
-            mean = sum(per_layer) / len(per_layer)
-            row = {**key, "entropy": mean, "clean_entropy": clean_mean, "shift": mean - clean_mean,
-                   "per_layer": per_layer,
-                   "paper_shift": PAPER_ENTROPY.get(kind) if delta == 5.0 and not grid.relative else None}
-            if log is not None:
-                log.add(row)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path,
+                                 progress=progress, desc="attention entropy"))

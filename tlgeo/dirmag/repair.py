@@ -20,22 +20,19 @@ memory (``sentences x 64 x d_model x 4 bytes`` per hook and layer).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Sequence
 
 import pandas as pd
 
-from ..hooks.perturb import Perturbation
-from ..results import ResultLog
-from .engine import SweepGrid, clean_pass, perturbed_scores
+from .engine import SweepGrid, perturbed_scores
 
 __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
 
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
 PAPER_RECOVERY = {("attn", "angle"): 28.4, ("attn", "magnitude"): 15.2, ("norm", "magnitude"): 29.9,
                   ("norm", "angle"): 13.7}  # %, Pythia-410M, delta = 5
-KEY = ("kind", "delta", "seed", "repair", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
+KEY = ("kind", "delta", "seed", "repairs", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
 
 
 def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:
@@ -72,35 +69,24 @@ def causal_repair(
         raise ValueError(f"unknown repair(s) {bad or list(repairs)}; choose from {sorted(REPAIRS)}")
     layers = grid.chosen_layers(model.cfg)
     keep = sorted({f"blocks.{l}.{h}" for l in layers for r in repairs for h in REPAIRS[r]})
-    clean = clean_pass(model, sentences, layers, max_tokens=max_tokens, keep=keep,
-                       batch_size=1 if grid.mode == "faithful" else batch_size)
+    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep=keep)
+    settings["repairs"] = list(repairs)
     base = float(clean.scores.mean())
-    settings = {**grid.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
-                "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
-    log = ResultLog(log_path, KEY) if log_path is not None else None
-    todo = [(k, d, i) for d in grid.resolved_deltas(clean.median_norm) for k in grid.kinds for i in range(grid.seeds)]
-    if progress:
-        from tqdm.auto import tqdm
 
-        todo = tqdm(todo, desc="repairs", unit="perturbation")
-    rows = []
-    for kind, delta, i in todo:
-        keys = {r: {"kind": kind, "delta": delta, "seed": 42 + i, "repair": r, **settings} for r in repairs}
-        if log is not None and all(log.done(**k) for k in keys.values()):
-            rows += [log.get(**k) for k in keys.values()]
-            continue
-        pert = Perturbation(kind, delta, seed=42 + i, layers=tuple(layers), mode=grid.mode, relative=grid.relative,
-                            flip=grid.flip)
+    def measure(pert) -> dict:
         hooks = pert.hooks(model)  # shared by the unrepaired and the repaired runs
         unrepaired = float(perturbed_scores(model, clean, pert, hooks=hooks).mean())
+        damage = unrepaired - base
+        out = []
         for r in repairs:
             repaired = float(perturbed_scores(model, clean, pert, hooks=hooks,
                                               extra=lambda b, r=r: repair_hooks(r, layers, clean.kept[b])).mean())
-            damage = unrepaired - base
-            row = {**keys[r], "clean_loss": base, "unrepaired_loss": unrepaired, "repaired_loss": repaired,
-                   "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
-                   "paper_recovery": PAPER_RECOVERY.get((r, kind)) if delta == 5.0 and not grid.relative else None}
-            if log is not None and not log.done(**keys[r]):
-                log.add(row)
-            rows.append(row)
-    return pd.DataFrame(rows)
+            out.append({"repair": r, "clean_loss": base, "unrepaired_loss": unrepaired, "repaired_loss": repaired,
+                        "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
+                        "paper_recovery": (PAPER_RECOVERY.get((r, pert.kind))
+                                           if float(pert.delta) == 5.0 and not grid.relative else None)})
+        return {"rows": out}
+
+    runs = grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress,
+                    desc="repairs")
+    return pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in runs for row in r["rows"]])

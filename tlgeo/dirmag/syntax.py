@@ -10,19 +10,18 @@ Pythia-410M, 200 items, clean 89.5 %; at delta = 5 magnitude 69.1 % vs angle
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Iterable, Sequence
 
 import pandas as pd
 
 from ..evals.blimp import AGREEMENT, MinimalPair, accuracy_rows, load_blimp, pair_correct
-from .engine import SweepGrid, clean_pass
+from .engine import SweepGrid, perturbed_scores
 
 __all__ = ["PAPER_BLIMP", "agreement_pairs", "blimp_damage"]
 
 PAPER_BLIMP = {0.0: (89.5, 89.5), 5.0: (69.1, 87.9), 10.0: (56.0, 77.1), 15.0: (53.5, 67.4)}  # (magnitude, angle)
-KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_pairs", "pairs_sha1")
+KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "text_sha1")
 
 
 def agreement_pairs(limit: int | None = None, paradigms: Iterable[str] = AGREEMENT) -> list[MinimalPair]:
@@ -49,18 +48,15 @@ def blimp_damage(
     if not pairs:
         raise ValueError("no minimal pairs to score")
     grid = grid or SweepGrid()
-    sentences = [p.good for p in pairs] + [p.bad for p in pairs]
-    clean = clean_pass(model, sentences, grid.chosen_layers(model.cfg), reduce="sum", max_tokens=10**6,
-                       keep_all=True, batch_size=1 if grid.mode == "faithful" else batch_size)
+    clean, settings = grid.sweep(model, [p.good for p in pairs] + [p.bad for p in pairs], reduce="sum",
+                                 max_tokens=10**6, batch_size=batch_size, keep_all=True)
     n, names = len(pairs), [p.paradigm for p in pairs]
     base = accuracy_rows(pair_correct(clean.scores[:n], clean.scores[n:]), names, n_boot=n_boot)
     base_acc = dict(zip(base["paradigm"], base["accuracy"]))
-    settings = {**grid.settings(model.cfg), "n_pairs": n,
-                "pairs_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
 
-    def measure(scores, stats) -> dict:
-        acc = accuracy_rows(pair_correct(scores[:n], scores[n:]), names, n_boot=n_boot)
-        return {"rows": acc.to_dict(orient="records")}
+    def measure(pert) -> dict:
+        scores = perturbed_scores(model, clean, pert)
+        return {"rows": accuracy_rows(pair_correct(scores[:n], scores[n:]), names, n_boot=n_boot).to_dict("records")}
 
     runs = grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress,
                     desc="BLiMP perturbations")
