@@ -17,7 +17,7 @@ import time
 import torch
 
 from tlgeo.dirmag.damage import lm_damage, wikitext_sentences
-from tlgeo.dirmag.engine import sentence_batches, sentence_nll
+from tlgeo.dirmag.engine import SweepGrid, sentence_batches, sentence_nll
 from tlgeo.models import load_model
 
 
@@ -32,7 +32,7 @@ def bare(model, batches, n: int) -> float:
 
 def sweep(model, sentences, deltas, seeds, batch_size) -> float:
     t = time.perf_counter()
-    lm_damage(model, sentences, deltas=deltas, seeds=seeds, batch_size=batch_size)
+    lm_damage(model, sentences, SweepGrid(deltas=deltas, seeds=seeds), batch_size=batch_size)
     return time.perf_counter() - t
 
 

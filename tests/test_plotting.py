@@ -89,3 +89,10 @@ def test_integer_ticks_helper():
 @pytest.mark.parametrize("site", ["value_excl_self", "not_a_site"])
 def test_site_colors_are_stable(site):
     assert site_color(site) == site_color(site) and site_color(site).startswith("#")
+
+
+def test_known_sites_get_distinct_colours():
+    from tlgeo.hooks.sites import SITES
+
+    colours = [site_color(s) for s in SITES]
+    assert len(set(colours)) == len(colours)  # no two sites share a line colour

@@ -435,10 +435,24 @@ def cmd_atlas(args) -> int:
     return 0
 
 
+def _dirmag_part(args, out: Path, written: list, name: str, run, key: list[str], summary, title) -> None:
+    """One measurement of ``tlgeo dirmag``: ``run(log_path)`` (resumable), its rows merged into
+    ``dirmag_<name>.csv`` by ``key``, ``summary(df)`` printed under ``title(df)``."""
+    log, csv = out / f"dirmag_{name}.jsonl", out / f"dirmag_{name}.csv"
+    args.saved = (getattr(args, "saved", "") + f" Finished {name} runs are in {log}.").strip()
+    df = run(log)
+    _merge_csv(csv, df.assign(model=args.model), key)
+    print(f"\n{title(df)}:")
+    print(summary(df).to_string(float_format=lambda v: f"{v:.4g}"))
+    written += [csv, log]
+
+
 def cmd_dirmag(args) -> int:
+    from dataclasses import replace
+
     import torch
 
-    from .dirmag.damage import KEY, damage_table, lm_damage, wikitext_sentences
+    from .dirmag import damage, entropy, repair, syntax
     from .dirmag.engine import SweepGrid
     from .models import load_model
 
@@ -446,60 +460,43 @@ def cmd_dirmag(args) -> int:
         torch.set_num_threads(args.threads)
     grid = SweepGrid(kinds=args.kinds, deltas=args.deltas, seeds=args.seeds, layers=args.layers, mode=args.mode,
                      relative=args.relative, flip=args.flip)  # a bad value fails before the model loads
-    sentences = wikitext_sentences(args.sentences or None)
+    sentences = damage.wikitext_sentences(args.sentences or None)
     model = load_model(args.model)
     layers = grid.chosen_layers(model.cfg)
     out = _out_dir(args, Path("results") / _model_key(args.model))
     print(f"perturbing blocks.L.hook_resid_post in {_edited_blocks(model, 0, layers)}; {len(sentences)} sentences")
-    args.saved = f"Finished runs are in {out}/dirmag_damage.jsonl."
-    df = lm_damage(model, sentences, grid, max_tokens=args.max_tokens, batch_size=args.batch_size,
-                   log_path=out / "dirmag_damage.jsonl", progress=True)
-    _merge_csv(out / "dirmag_damage.csv", df.assign(model=args.model), list(KEY))
-    table = damage_table(df)
-    print(f"\nloss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {args.seeds} seed(s); "
-          f"median state norm {df['median_norm'].iloc[0]:.1f}; paper: Pythia-410M, layers 8-15:")
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    written = [out / "dirmag_damage.csv", out / "dirmag_damage.jsonl"]
+    kw = dict(batch_size=args.batch_size, progress=True)
+    by_kind = lambda col: (lambda df: df.groupby(["delta", "kind"])[col].agg(["mean", "std"]).unstack("kind"))  # noqa: E731
+    written: list = []
+    _dirmag_part(args, out, written, "damage",
+                 lambda log: damage.lm_damage(model, sentences, grid, max_tokens=args.max_tokens, log_path=log, **kw),
+                 list(damage.KEY), lambda df: damage.damage_table(df).set_index("delta"),
+                 lambda df: f"loss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {args.seeds} "
+                            f"seed(s); median state norm {df['median_norm'].iloc[0]:.1f}; paper: Pythia-410M, layers 8-15")
     if args.blimp_pairs:
-        from .dirmag.syntax import KEY as BLIMP_KEY, agreement_pairs, blimp_damage
-
-        args.saved += f" BLiMP runs are in {out}/dirmag_blimp.jsonl."
-        bl = blimp_damage(model, agreement_pairs(args.blimp_pairs), grid, batch_size=args.batch_size,
-                          log_path=out / "dirmag_blimp.jsonl", progress=True)
-        _merge_csv(out / "dirmag_blimp.csv", bl.assign(model=args.model), [*BLIMP_KEY, "paradigm"])
-        pooled = bl[bl["paradigm"] == "pooled"].groupby(["delta", "kind"])["accuracy"].mean().unstack("kind")
-        print(f"\nBLiMP agreement accuracy (%, pooled over 6 paradigms x {args.blimp_pairs} pairs, mean over "
-              f"seeds; clean {bl['clean_accuracy'][bl['paradigm'] == 'pooled'].iloc[0]:.1f}):")
-        print(pooled.to_string(float_format=lambda v: f"{v:.1f}"))
-        written += [out / "dirmag_blimp.csv", out / "dirmag_blimp.jsonl"]
+        _dirmag_part(args, out, written, "blimp",
+                     lambda log: syntax.blimp_damage(model, syntax.agreement_pairs(args.blimp_pairs), grid,
+                                                     log_path=log, **kw),
+                     [*syntax.KEY, "paradigm"], lambda df: by_kind("accuracy")(df[df["paradigm"] == "pooled"]),
+                     lambda df: f"BLiMP agreement accuracy (%, pooled over 6 paradigms x {args.blimp_pairs} pairs; "
+                                f"clean {df.loc[df['paradigm'] == 'pooled', 'clean_accuracy'].iloc[0]:.1f})")
+    small = replace(grid, deltas=args.repair_deltas)
     if args.repair_sentences:
-        from dataclasses import replace
-
-        from .dirmag.repair import KEY as REPAIR_KEY, causal_repair
-
-        args.saved += f" Repair runs are in {out}/dirmag_repair.jsonl."
-        rp = causal_repair(model, sentences[: args.repair_sentences], replace(grid, deltas=args.repair_deltas),
-                           batch_size=args.batch_size, log_path=out / "dirmag_repair.jsonl", progress=True)
-        _merge_csv(out / "dirmag_repair.csv", rp.assign(model=args.model), [*REPAIR_KEY, "repair"])
-        summary = rp.groupby(["delta", "repair", "kind"])["recovery"].agg(["mean", "std"]).unstack("kind")
-        print(f"\nrecovery (%, mean and sd over seeds; {args.repair_sentences} sentences; paper at delta 5: attention "
-              "28.4 angle / 15.2 magnitude, norms 13.7 angle / 29.9 magnitude):")
-        print(summary.to_string(float_format=lambda v: f"{v:.1f}"))
-        written += [out / "dirmag_repair.csv", out / "dirmag_repair.jsonl"]
+        _dirmag_part(args, out, written, "repair",
+                     lambda log: repair.causal_repair(model, sentences[: args.repair_sentences], small,
+                                                      log_path=log, **kw),
+                     [*repair.KEY, "repair"],
+                     lambda df: df.groupby(["delta", "repair", "kind"])["recovery"].agg(["mean", "std"]).unstack("kind"),
+                     lambda df: f"recovery (%, {args.repair_sentences} sentences; paper at delta 5: attention 28.4 "
+                                "angle / 15.2 magnitude, norms 13.7 angle / 29.9 magnitude)")
     if args.entropy_sentences:
-        from dataclasses import replace
-
-        from .dirmag.entropy import KEY as ENTROPY_KEY, attention_entropy
-
-        args.saved += f" Entropy runs are in {out}/dirmag_entropy.jsonl."
-        en = attention_entropy(model, sentences[: args.entropy_sentences], replace(grid, deltas=args.repair_deltas),
-                               batch_size=args.batch_size, log_path=out / "dirmag_entropy.jsonl", progress=True)
-        _merge_csv(out / "dirmag_entropy.csv", en.assign(model=args.model), list(ENTROPY_KEY))
-        shift = en.groupby(["delta", "kind"])["shift"].agg(["mean", "std"]).unstack("kind")
-        print(f"\nattention entropy shift (nats, perturbed - clean {en['clean_entropy'].iloc[0]:.3f}; mean over all "
-              "layers, heads and positions; paper at delta 5: clean 1.031, angle +0.129, magnitude +0.025):")
-        print(shift.to_string(float_format=lambda v: f"{v:.4f}"))
-        written += [out / "dirmag_entropy.csv", out / "dirmag_entropy.jsonl"]
+        _dirmag_part(args, out, written, "entropy",
+                     lambda log: entropy.attention_entropy(model, sentences[: args.entropy_sentences], small,
+                                                           log_path=log, **kw),
+                     list(entropy.KEY), by_kind("shift"),
+                     lambda df: f"attention entropy shift (nats, perturbed - clean {df['clean_entropy'].iloc[0]:.3f}, "
+                                "mean over all layers, heads and positions; paper at delta 5: clean 1.031, angle "
+                                "+0.129, magnitude +0.025)")
     _print_written(written)
     return 0
 

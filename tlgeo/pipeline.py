@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 __all__ = ["Step", "StepContext", "Headline", "budget", "register_family", "register_step", "steps",
-           "families", "headlines", "family_headline", "budget_fields", "make_budgets"]
+           "headlines", "family_headline", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,6 @@ def register_step(name: str, family: str, csvs: tuple[str, ...], description: st
 def steps() -> dict[str, Step]:
     """The registered steps, in registration order."""
     return dict(_STEPS)
-
-
-def families() -> dict[str, type]:
-    return dict(_FAMILIES)
 
 
 def headlines() -> dict[str, HeadlineFn]:

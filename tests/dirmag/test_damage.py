@@ -85,3 +85,17 @@ def test_bad_input(llama, kwargs, exc, match, sentences):
         lm_damage(llama, sentences, SweepGrid(**kwargs))
     with pytest.raises(ValueError, match="no sentences"):
         lm_damage(llama, [])
+
+
+def test_the_benchmark_script_runs(tmp_path):
+    """scripts/bench_dirmag.py on a tiny model: it prints a ratio per round and their median."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_dirmag.py"
+    out = subprocess.run([sys.executable, str(script), "--model", "tiny:llama", "--sentences", "4", "--deltas", "0.05",
+                          "--seeds", "1", "--rounds", "1", "--batch-size", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "round 1:" in out.stdout and "median ratio" in out.stdout

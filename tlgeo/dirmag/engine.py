@@ -129,11 +129,13 @@ class SweepGrid:
         return rows
 
     def sweep(self, model, sentences: Sequence[str], *, reduce: str = "mean", max_tokens: int = 64,
-              batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = ()) -> tuple["CleanPass", dict]:
-        """The clean pass of ``sentences`` for this grid, and the settings part of its rows' keys
-        (the grid's, the sentence count and a hash of the sentences)."""
+              batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = (),
+              extra: "BatchHooks | None" = None) -> tuple["CleanPass", dict]:
+        """The clean pass of ``sentences`` for this grid (:func:`clean_pass`), and the settings part
+        of its rows' keys (the grid's, the sentence count and a hash of the sentences)."""
         clean = clean_pass(model, sentences, self.chosen_layers(model.cfg), reduce=reduce, max_tokens=max_tokens,
-                           batch_size=1 if self.mode == "faithful" else batch_size, keep_all=keep_all, keep=keep)
+                           batch_size=1 if self.mode == "faithful" else batch_size, keep_all=keep_all, keep=keep,
+                           extra=extra)
         settings = {**self.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
                     "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
         return clean, settings
@@ -157,10 +159,15 @@ class CleanPass:
         return int(sum(int(l.sum()) for _, l in self.batches))
 
 
+BatchHooks = Callable[[int, Batch], HookList]  # (batch index, (tokens, lengths)) -> hooks for that batch
+
+
 def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: str = "mean", max_tokens: int = 64,
-               batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = ()) -> CleanPass:
+               batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = (),
+               extra: BatchHooks | None = None) -> CleanPass:
     """Run ``sentences`` once; keep what the perturbed runs at ``layers`` need, and the clean
-    activations of the hooks named in ``keep`` (for repairs; they stay in memory)."""
+    activations of the hooks named in ``keep`` (for repairs; they stay in memory). ``extra(i,
+    batch)``: hooks to run in batch ``i``'s clean forward too (e.g. observers)."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
     batches = sentence_batches(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep_all=keep_all)
@@ -168,8 +175,9 @@ def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: st
     names = [f"blocks.{first}.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in layers] + list(keep)
     resid, scores, norms, kept = [], [], [], []
     with torch.inference_mode():
-        for toks, lengths in batches:
-            logits, cache = model.run_with_cache(toks, names_filter=names)
+        for i, (toks, lengths) in enumerate(batches):
+            with model.hooks(fwd_hooks=list(extra(i, (toks, lengths))) if extra is not None else []):
+                logits, cache = model.run_with_cache(toks, names_filter=names)
             scores.append(sentence_nll(logits, toks, lengths, reduce))
             real = torch.arange(toks.shape[1])[None, :] < lengths[:, None]
             for l in layers:
@@ -182,13 +190,12 @@ def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: st
 
 
 def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[dict] | None = None, *,
-                     hooks: HookList | None = None, extra: Callable[[int], HookList] | None = None
-                     ) -> Float[Tensor, "n"]:
+                     hooks: HookList | None = None, extra: BatchHooks | None = None) -> Float[Tensor, "n"]:
     """Each sentence's NLL (``clean.reduce``) under ``pert``, resumed from the clean prefix.
 
     The hooks are made once for all batches (faithful mode: one noise direction per
     tensor shape for the whole sentence set, as the notebook within a seed); pass
-    ``hooks`` (from ``pert.hooks``) to share them between calls. ``extra(i)`` adds
+    ``hooks`` (from ``pert.hooks``) to share them between calls. ``extra(i, batch)`` adds
     hooks for batch ``i`` after the perturbation's (e.g. a repair from ``clean.kept[i]``)."""
     if min(pert.chosen_layers(model.cfg)) < clean.first:
         raise ValueError(f"the perturbation starts before block {clean.first}, where the clean pass was cut")
@@ -196,6 +203,6 @@ def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[di
     out = []
     with torch.inference_mode():
         for i, (resid, (toks, lengths)) in enumerate(zip(clean.resid, clean.batches)):
-            batch_hooks = list(hooks) + (list(extra(i)) if extra is not None else [])
+            batch_hooks = list(hooks) + (list(extra(i, (toks, lengths))) if extra is not None else [])
             out.append(sentence_nll(resume_forward(model, resid, clean.first, batch_hooks), toks, lengths, clean.reduce))
     return torch.cat(out)

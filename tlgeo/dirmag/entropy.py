@@ -57,20 +57,18 @@ def attention_entropy(
     mean per layer, a list) and the paper's shift at delta = 5.
     """
     grid = grid or SweepGrid(deltas=(5.0,))
-    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size)
-    n_real = float(sum(int(l.sum()) for _, l in clean.batches))
     everything = list(range(model.cfg.n_layers))
-    totals: dict[int, torch.Tensor] = {}
-    with torch.inference_mode():
-        for toks, lengths in clean.batches:
-            model.run_with_hooks(toks, fwd_hooks=entropy_hooks(everything, lengths, totals))
+    totals: dict[int, torch.Tensor] = {}  # the clean entropies, recorded in the clean pass itself
+    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size,
+                                 extra=lambda i, batch: entropy_hooks(everything, batch[1], totals))
+    n_real = float(clean.n_tokens)
     clean_layer = {l: float(totals[l].mean()) / n_real for l in everything}
     clean_mean = sum(clean_layer.values()) / len(everything)
     after = everything[clean.first:]
 
     def measure(pert) -> dict:
         got: dict[int, torch.Tensor] = {}
-        perturbed_scores(model, clean, pert, extra=lambda b: entropy_hooks(after, clean.batches[b][1], got))
+        perturbed_scores(model, clean, pert, extra=lambda i, batch: entropy_hooks(after, batch[1], got))
         per_layer = [clean_layer[l] if l < clean.first else float(got[l].mean()) / n_real for l in everything]
         mean = sum(per_layer) / len(per_layer)
         return {"entropy": mean, "clean_entropy": clean_mean, "shift": mean - clean_mean, "per_layer": per_layer,

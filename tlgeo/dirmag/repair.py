@@ -80,7 +80,7 @@ def causal_repair(
         out = []
         for r in repairs:
             repaired = float(perturbed_scores(model, clean, pert, hooks=hooks,
-                                              extra=lambda b, r=r: repair_hooks(r, layers, clean.kept[b])).mean())
+                                              extra=lambda i, _, r=r: repair_hooks(r, layers, clean.kept[i])).mean())
             out.append({"repair": r, "clean_loss": base, "unrepaired_loss": unrepaired, "repaired_loss": repaired,
                         "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
                         "paper_recovery": (PAPER_RECOVERY.get((r, pert.kind))

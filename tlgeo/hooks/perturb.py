@@ -89,12 +89,6 @@ class Perturbation:
     def chosen_layers(self, cfg) -> list[int]:
         return resolve_layers(cfg, middle_third(cfg.n_layers) if self.layers is None else self.layers)
 
-    def describe(self) -> dict:
-        """Plain values for DataFrames and JSON (``layers`` resolved by :meth:`chosen_layers`)."""
-        return {"kind": self.kind, "delta": float(self.delta), "seed": self.seed, "mode": self.mode,
-                "relative": self.relative, "flip": self.flip, "site": self.target_site().name,
-                "layers": "middle" if self.layers is None else list(self.layers)}
-
     def hooks(self, model, stats: list[dict] | None = None) -> HookList:
         """TransformerLens ``(name, fn)`` pairs; ``stats`` (optional) gets one row per layer and
         forward: ``layer, n_tokens, median_norm, mean_displacement, n_clipped`` (tokens not moved as

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..data import load_text
 from ..models import load_model
-from ..pipeline import StepContext, family_headline, headlines, make_budgets
+from ..pipeline import StepContext, family_headline, make_budgets
 from .html import Report
 from .registry import load_steps
 
@@ -91,6 +91,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     todo = [(name, step) for name, step in registered.items() if name in chosen]
+    families = list(dict.fromkeys(step.family for step in registered.values()))  # report order
     t_run = time.perf_counter()
     print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}, "
           f"started {time.strftime('%H:%M:%S')}", flush=True)
@@ -102,10 +103,11 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         step.run(ctx)
         timings[name] = time.perf_counter() - t
         peak_mb[name] = _peak_rss_mb()
+        wrote = [f"{c}.csv" for c in step.csvs if ctx.csv(c).exists()]
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
-              f"peak RSS so far {peak_mb[name]:.0f} MB)", flush=True)
-        _set_headline(report, budgets, out)
+              f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
+        _set_headline(report, budgets, out, families)
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
     print(f"[atlas] all {len(todo)} step(s) done in {_duration(time.perf_counter() - t_run)}; "
           f"report: {out / 'report.html'}", flush=True)
@@ -118,20 +120,18 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)"}),
         f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s) and "
         f"the process's peak resident memory after it. Every run's rows: {path}.")
-    _set_headline(report, budgets, out)
+    _set_headline(report, budgets, out, families)
     return report.save(out / "report.html")
 
 
-def _set_headline(report: Report, budgets: dict[str, Any], out: Path) -> None:
-    """The report's opening block: every family's headline from the CSVs in ``out``.
+def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: list[str]) -> None:
+    """The report's opening block: each family's headline (in ``families`` order) from the CSVs in ``out``.
 
     A headline that fails is reported in the block (and on stderr) rather than
     stopping a run whose results are already on disk."""
     sentences: list[str] = []
     warnings: list[str] = []
-    # the families' headlines in report order (that of their steps)
-    order = list(dict.fromkeys(step.family for step in load_steps().values()))
-    for family in [f for f in order if f in headlines()]:
+    for family in families:
         try:
             h = family_headline(family, out, budgets[family])
         except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on
