@@ -238,3 +238,16 @@ def test_dirmag_command(tmp_path, capsys):
     assert "recovery (%" in capsys.readouterr().out
     assert main(argv + ["--entropy-sentences", "3", "--repair-deltas", "0.05"]) == 0
     assert len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out
+
+
+def test_dirmag_probes_command(tmp_path, capsys):
+    out = tmp_path / "dm"
+    argv = ["dirmag", "--model", "tiny:llama", "--sentences", "2", "--deltas", "0.1", "--seeds", "1",
+            "--probe-sentences", "6", "--probe-layers", "0,2", "--out", str(out)]
+    assert main(argv) == 0
+    probes = pd.read_csv(out / "dirmag_probes.csv")
+    assert len(probes) == 2 * 2 * 3 and set(probes["layer"]) == {0, 2} and (probes["train_sentences"] == 6).all()
+    printed = capsys.readouterr().out
+    assert "probes (UPOS accuracy %" in printed and "dirmag_probes.jsonl" not in printed  # nothing resumable to list
+    assert main(argv) == 0  # the same settings again: rows replaced, not added
+    assert len(pd.read_csv(out / "dirmag_probes.csv")) == 12

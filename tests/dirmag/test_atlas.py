@@ -6,8 +6,9 @@ from tlgeo.dirmag.atlas import DirmagBudgets, headline
 from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
 
 
-def test_the_step_is_registered_after_the_decomposition_ones():
-    assert STEPS[-1] == "dirmag_damage" and STEPS.index("audit") < STEPS.index("dirmag_damage")
+def test_the_steps_are_registered_after_the_decomposition_ones():
+    assert list(STEPS[-3:]) == ["dirmag_damage", "dirmag_blimp", "dirmag_probes"]
+    assert STEPS.index("audit") < STEPS.index("dirmag_damage")
 
 
 def test_step_writes_its_csv_section_and_headline(tmp_path, llama):
@@ -21,6 +22,25 @@ def test_step_writes_its_csv_section_and_headline(tmp_path, llama):
     assert "Direction vs magnitude (seed paper 003)" in html and "indication only" in html.lower()
     h = headline(out, DirmagBudgets())
     assert h.sentences[0].startswith("Direction vs magnitude: at delta 0.02") and h.warnings
+
+
+def test_blimp_and_probe_steps(tmp_path, llama):
+    out = tmp_path / "atlas"
+    budgets = dict(dirmag_seeds=1, dirmag_deltas=(0.05,), dirmag_norm_fractions=(), dirmag_blimp_pairs=2,
+                   dirmag_probe_sentences=6, dirmag_probe_layers=2)
+    html = run_atlas(AtlasConfig(model="tiny:llama", out=out, steps=("dirmag_blimp", "dirmag_probes"),
+                                 budgets=budgets), model=llama).read_text()
+    blimp = pd.read_csv(out / "dirmag_blimp.csv")
+    assert len(blimp) == 2 * 7 and set(blimp["n"]) == {2, 12}  # kinds x (6 paradigms + pooled)
+    probes = pd.read_csv(out / "dirmag_probes.csv")
+    assert set(probes["layer"]) == {0, 2} and len(probes) == 2 * 2 * 3
+    assert "subject–verb agreement" in html and "what linear probes read" in html
+    assert "Probes: the best part-of-speech accuracy" in " ".join(headline(out).sentences)
+    assert html.count("<img") >= 2
+    skipped = tmp_path / "skipped"
+    run_atlas(AtlasConfig(model="tiny:llama", out=skipped, steps=("dirmag_blimp", "dirmag_probes"),
+                          budgets={**budgets, "dirmag_blimp_pairs": 0, "dirmag_probe_sentences": 0}), model=llama)
+    assert not (skipped / "dirmag_blimp.csv").exists() and not (skipped / "dirmag_probes.csv").exists()
 
 
 def test_the_headline_follows_the_csv(tmp_path):

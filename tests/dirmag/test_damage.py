@@ -95,7 +95,29 @@ def test_the_benchmark_script_runs(tmp_path):
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "bench_dirmag.py"
     out = subprocess.run([sys.executable, str(script), "--model", "tiny:llama", "--sentences", "4", "--deltas", "0.05",
-                          "--seeds", "1", "--rounds", "1", "--batch-size", "2"],
+                          "--seeds", "1", "--rounds", "1", "--batch-size", "2", "--blimp-pairs", "1"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "round 1:" in out.stdout and "median ratio" in out.stdout
+    assert "round 1 loss:" in out.stdout and "round 1 blimp:" in out.stdout
+    for part in ("loss", "blimp", "all"):
+        assert f"median ratio {part}:" in out.stdout
+
+
+def test_token_damage_matches_the_sentence_loss_and_renders(llama, sentences):
+    from tlgeo.dirmag.damage import token_damage, token_damage_view
+
+    text = sentences[1]
+    perts = [Perturbation("magnitude", 0.5), Perturbation("angle", 0.5)]
+    t = token_damage(llama, text, perts)
+    assert list(t.columns) == ["position", "token", "clean_nll", "magnitude_change", "angle_change"]
+    (toks, lengths), = sentence_batches(llama, [text])
+    with torch.no_grad():
+        clean = float(sentence_nll(llama(toks), toks, lengths)[0])
+    assert t["clean_nll"].mean() == pytest.approx(clean, rel=1e-5)
+    assert t["angle_change"].abs().sum() > 0
+    zero = token_damage(llama, text, [Perturbation("angle", 0.0)])
+    assert (zero["angle_change"] == 0).all()  # delta 0 is the identity
+    html = str(token_damage_view(t, "angle"))
+    assert "ColoredTokens" in html
+    with pytest.raises(ValueError, match="no 'flip_change' column"):
+        token_damage_view(t, "flip")

@@ -2,11 +2,13 @@
 
 import math
 
+import pandas as pd
+
 import pytest
 import torch
 
 from tlgeo.dirmag.engine import SweepGrid, sentence_batches, sentence_nll
-from tlgeo.dirmag.repair import causal_repair, repair_hooks
+from tlgeo.dirmag.repair import causal_repair, plot_repair, repair_hooks
 from tlgeo.hooks.perturb import Perturbation
 
 
@@ -48,5 +50,9 @@ def test_a_rerun_reads_the_log_and_bad_repairs_fail(llama, sentences, tmp_path):
     again = causal_repair(llama, sentences, grid, log_path=log)
     assert again["repaired_loss"].tolist() == first["repaired_loss"].tolist()
     assert len(log.read_text().splitlines()) == 1
+    fig = plot_repair(pd.concat([first, first.assign(delta=5.0, relative=False)]))
+    assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["delta 0.05", "delta 5"]
+    assert any(l.get_label() == "paper (Pythia-410M)" for l in fig.axes[1].get_lines())  # only at delta 5
+    assert not any(l.get_label() == "paper (Pythia-410M)" for l in fig.axes[0].get_lines())
     with pytest.raises(ValueError, match="unknown repair"):
         causal_repair(llama, sentences, grid, repairs=("mlp",))

@@ -4,7 +4,7 @@ import pytest
 
 import tlgeo.dirmag.engine as eng
 from tlgeo.dirmag.engine import SweepGrid
-from tlgeo.dirmag.syntax import agreement_pairs, blimp_damage
+from tlgeo.dirmag.syntax import agreement_pairs, blimp_damage, plot_blimp
 from tlgeo.evals.blimp import AGREEMENT, evaluate_blimp
 
 
@@ -17,6 +17,10 @@ def test_no_perturbation_no_drop_and_a_clean_accuracy_that_matches_the_eval(llam
     got = df.drop_duplicates("paradigm").set_index("paradigm")["clean_accuracy"]
     assert got.to_dict() == pytest.approx(clean.to_dict())
     assert set(df["seed"]) == {42, 43} and df["delta_over_norm"].max() > 0
+    fig = plot_blimp(df)
+    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"magnitude", "angle", "clean", "chance"}
+    with pytest.raises(ValueError, match="no rows for paradigm 'other'"):
+        plot_blimp(df, "other")
 
 
 def test_a_rerun_reads_the_log(llama, tmp_path, monkeypatch):

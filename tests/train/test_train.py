@@ -172,3 +172,48 @@ def json_variant(d):
     import json
 
     return json.loads((d / "suppression.json").read_text())["variant"]
+
+
+def _small_bpe(tmp_path) -> str:
+    """A real BPE tokenizer (400 tokens) trained on Moby Dick, saved as an HF directory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tlgeo.data import load_text
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([load_text("mobydick", max_chars=50_000)], trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    d = tmp_path / "bpe"
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>").save_pretrained(d)
+    return str(d)
+
+
+def test_training_with_a_bpe_tokenizer(tmp_path):
+    from tlgeo.train import TokenStream, load_tokenizer
+
+    bpe = _small_bpe(tmp_path)
+    tok = load_tokenizer(bpe)
+    cfg = tiny_cfg(tmp_path, tokenizer=bpe, steps=2, warmup=1, eval_every=2)
+    log = train(cfg, log=lambda *_: None)
+    assert log["val_loss"].notna().any()
+    bridge = load_model(str(tmp_path / "run" / "model"))
+    assert bridge.cfg.d_vocab == len(tok) == 400  # the vocabulary follows the tokenizer, not ModelSpec's 258
+    text = "Call me Ishmael."
+    plain = dict(add_special_tokens=False)
+    assert bridge.tokenizer(text, **plain)["input_ids"] == tok(text, **plain)["input_ids"]  # exported with the run
+    assert TrainConfig.load(tmp_path / "run" / "config.json").model.vocab_size == 400
+    (data,) = [p for p in (tmp_path / "data").iterdir() if p.is_dir()]
+    stream = TokenStream(data, 16, bos=tok.bos_token_id)
+    assert (stream.batch(0, 4)[:, 0] == tok.bos_token_id).all()  # every window starts as to_tokens does
+    assert (TokenStream(data, 16).batch(0, 4)[:, 0] != tok.bos_token_id).any()
+    assert int(stream.batch(0, 4).max()) < 400
+
+
+def test_unknown_tokenizer_fails_clearly(tmp_path):
+    from tlgeo.train import load_tokenizer
+
+    with pytest.raises(ValueError, match="no tokenizer files"):
+        load_tokenizer(str(tmp_path))

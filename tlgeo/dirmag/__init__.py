@@ -7,20 +7,23 @@
 * :mod:`.syntax`: BLiMP subject–verb agreement accuracy under the same perturbations.
 * :mod:`.repair`: causal repair: attention or norm outputs made clean again in perturbed runs.
 * :mod:`.entropy`: attention entropy, clean vs perturbed.
-* :mod:`.atlas`: the ``dirmag_damage`` step of ``tlgeo atlas``.
+* :mod:`.probes`: part-of-speech and depth probes on the direction vs the magnitude.
+* :mod:`.atlas`: the ``dirmag_damage``, ``dirmag_blimp`` and ``dirmag_probes`` steps of ``tlgeo atlas``.
 
 The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
-:mod:`tlgeo.geometry.perturb` (the math). Not yet here: probes, the
-LayerNorm/RMSNorm pair, the notebook.
+:mod:`tlgeo.geometry.perturb` (the math). The matched LayerNorm / RMSNorm pair
+is trained by ``scripts/train_norm_pair.py``; ``notebooks/06_direction_magnitude.ipynb``
+walks through every measurement.
 """
 
 from .damage import damage_table, lm_damage, wikitext_sentences
 from .engine import (PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches,
                      sentence_nll)
 from .entropy import attention_entropy
+from .probes import direction_magnitude_probes
 from .repair import causal_repair
 from .syntax import agreement_pairs, blimp_damage
 
 __all__ = ["PAPER_DELTAS", "SweepGrid", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table",
            "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage",
-           "causal_repair", "attention_entropy"]
+           "causal_repair", "attention_entropy", "direction_magnitude_probes"]

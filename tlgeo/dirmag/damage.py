@@ -26,7 +26,8 @@ import pandas as pd
 from ..data import load_text
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table", "plot_damage"]
+__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table", "plot_damage",
+           "token_damage", "token_damage_view"]
 
 # Pythia-410M, layers 8-15 (spec): damage (magnitude, angle) per delta; baseline loss 4.107
 PAPER_DAMAGE = {1.0: (0.009, 0.368), 2.0: (0.042, 0.983), 5.0: (0.700, 3.757), 10.0: (3.262, 7.061),
@@ -134,3 +135,39 @@ def plot_damage(table: pd.DataFrame):
     legend_outside(fig, title="perturbation")
     style(fig)
     return fig
+
+
+def token_damage(model, text: str, perturbations, *, max_tokens: int = 64) -> pd.DataFrame:
+    """Per-token loss change of one text under each perturbation (full forwards, no cache).
+
+    ``perturbations``: :class:`tlgeo.hooks.perturb.Perturbation` objects. One row per
+    predicted token: ``position, token, clean_nll`` and ``<kind>_change`` (perturbed − clean
+    NLL of that token) per perturbation kind."""
+    import torch
+    import torch.nn.functional as F
+
+    toks = model.to_tokens(text)[:, :max_tokens]
+    if toks.shape[1] < 2:
+        raise ValueError(f"text {text!r} has fewer than 2 tokens: nothing to predict")
+
+    def nll(hooks) -> np.ndarray:
+        with torch.inference_mode():
+            logits = model.run_with_hooks(toks, fwd_hooks=hooks) if hooks else model(toks)
+        return F.cross_entropy(logits[0, :-1].float(), toks[0, 1:].to(logits.device), reduction="none").cpu().numpy()
+
+    clean = nll([])
+    names = model.to_str_tokens(toks[0])[1:]
+    out = pd.DataFrame({"position": np.arange(1, toks.shape[1]), "token": names, "clean_nll": clean})
+    for p in perturbations:
+        out[f"{p.kind}_change"] = nll(p.hooks(model)) - clean
+    return out
+
+
+def token_damage_view(table: pd.DataFrame, kind: str):
+    """circuitsvis ``colored_tokens`` of ``<kind>_change`` (nats per token) from :func:`token_damage`."""
+    import circuitsvis as cv
+
+    col = f"{kind}_change"
+    if col not in table:
+        raise ValueError(f"no {col!r} column; the table has {[c for c in table if c.endswith('_change')]}")
+    return cv.tokens.colored_tokens(tokens=[str(t) for t in table["token"]], values=table[col].astype(float).tolist())

@@ -1,8 +1,12 @@
-"""Pure statistics (numpy only): bootstrap CIs, sign-flip tests, Benjamini–Hochberg.
+"""Pure statistics (numpy, scikit-learn; no models): bootstrap CIs, sign-flip tests,
+Benjamini–Hochberg, linear probes.
 
 * :mod:`.resampling`: paired differences per text, token-weighted.
+* :mod:`.probes`: probes on the direction vs the magnitude of states.
 """
 
+from .probes import FEATURES, ProbeScore, fit_probe, probe_features
 from .resampling import PairedTest, benjamini_hochberg, bootstrap_ci, paired_test, sign_flip_pvalue, weighted_mean
 
-__all__ = ["weighted_mean", "bootstrap_ci", "sign_flip_pvalue", "benjamini_hochberg", "paired_test", "PairedTest"]
+__all__ = ["weighted_mean", "bootstrap_ci", "sign_flip_pvalue", "benjamini_hochberg", "paired_test", "PairedTest",
+           "FEATURES", "ProbeScore", "fit_probe", "probe_features"]

@@ -9,12 +9,12 @@ that :func:`tlgeo.load_model` boots.
 from .config import ARCHS, VARIANTS, ConfigError, ModelSpec, TrainConfig, hf_config
 from .data import EmptyDataError, TokenStream, build_token_stream
 from .loop import lr_factor, make_model, train
-from .model import build_bridge, export_hf, load_trained
+from .model import build_bridge, export_hf, load_tokenizer, load_trained
 from .suppression import SuppressedLM, Suppression
 
 __all__ = [
     "ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config",
     "EmptyDataError", "TokenStream", "build_token_stream",
-    "train", "lr_factor", "make_model", "build_bridge", "export_hf", "load_trained",
+    "train", "lr_factor", "make_model", "build_bridge", "export_hf", "load_tokenizer", "load_trained",
     "SuppressedLM", "Suppression",
 ]

@@ -45,6 +45,9 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="initial gate bias (sigmoid(0) = 0.5: half the parallel part removed)")
     g = p.add_argument_group("data")
     g.add_argument("--data", default=d.data, help="comma-separated corpora / text files / hf:<dataset>[:<config>[:<split>]]")
+    g.add_argument("--tokenizer", default=d.tokenizer,
+                   help="bytes, or a model whose tokenizer to train with (smollm2-135m, an HF directory); "
+                        "the vocabulary follows it")
     g.add_argument("--data-dir", default=d.data_dir, help="token stream cache (memory-mapped)")
     g.add_argument("--val-frac", type=float, default=d.val_frac, help="share of the tokens held out for validation")
     g.add_argument("--max-data-tokens", type=int, default=None, help="cap per source")
@@ -65,7 +68,7 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     spec = ModelSpec(arch=a.arch, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
                      n_kv_heads=a.kv_heads, d_mlp=a.d_mlp, context=a.context)
-    keys = ("variant", "skip_first", "gate_site", "gate_bias_init", "data", "data_dir", "val_frac",
+    keys = ("variant", "skip_first", "gate_site", "gate_bias_init", "data", "tokenizer", "data_dir", "val_frac",
             "max_data_tokens", "seq_len", "batch_size", "grad_accum", "steps", "warmup", "eval_every",
             "eval_batches", "save_every", "seed", "threads", "lr", "min_lr_ratio", "weight_decay",
             "clip", "device", "dtype", "dist", "out", "tensorboard", "wandb")

@@ -104,6 +104,9 @@ class TrainConfig:
     gate_site: str = "value_full"
     gate_bias_init: float = 0.0  # sigmoid(0) = 0.5: half the parallel part removed at init
     data: str = "austen,mobydick,bible"
+    # "bytes" (vocab 258) or a model whose tokenizer is used: an embedded name such as
+    # "smollm2-135m" or an HF directory; the model's vocab_size follows the tokenizer
+    tokenizer: str = "bytes"
     data_dir: str = "checkpoints/data"  # token stream cache (memmaps)
     val_frac: float = 0.01
     max_data_tokens: int | None = None

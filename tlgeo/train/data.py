@@ -161,9 +161,13 @@ class TokenStream:
 
     ``batch(step, batch_size)`` is a pure function of ``(seed, step)``;
     ``val_batches(n, batch_size)`` are fixed, evenly spaced, non-overlapping windows.
+    ``bos``: when given, every window's first token is replaced by it (a model whose
+    tokenizer prepends BOS then always sees BOS at position 0, in training as in use).
     """
 
-    def __init__(self, directory: str | os.PathLike, seq_len: int, seed: int = 0):
+    def __init__(self, directory: str | os.PathLike, seq_len: int, seed: int = 0,
+                 bos: int | None = None):
+        self.bos = bos
         d = Path(directory)
         self.meta = json.loads((d / "meta.json").read_text())
         dt = np.dtype(self.meta["dtype"])
@@ -184,7 +188,13 @@ class TokenStream:
         """Rows ``rank::world`` of step ``step``'s global batch, int64 ``[batch_size/world, seq_len+1]``."""
         g = np.random.default_rng([self.seed, step])
         starts = g.integers(0, len(self.train) - self.seq_len - 1, size=batch_size)[rank::world]
-        return torch.from_numpy(np.stack([self.train[s : s + self.seq_len + 1] for s in starts]).astype(np.int64))
+        return self._with_bos(np.stack([self.train[s : s + self.seq_len + 1] for s in starts]))
+
+    def _with_bos(self, windows: np.ndarray) -> torch.Tensor:
+        out = torch.from_numpy(windows.astype(np.int64))
+        if self.bos is not None:
+            out[:, 0] = self.bos
+        return out
 
     def val_batches(self, n: int, batch_size: int) -> list[torch.Tensor]:
         """``n`` fixed validation batches (fewer when the split is short)."""
@@ -192,5 +202,5 @@ class TokenStream:
         n_win = min(n * batch_size, len(self.val) // w)
         stride = len(self.val) // max(n_win, 1)
         starts = [i * stride for i in range(n_win)]
-        wins = [np.asarray(self.val[s : s + w]).astype(np.int64) for s in starts]
-        return [torch.from_numpy(np.stack(wins[i : i + batch_size])) for i in range(0, n_win, batch_size)]
+        wins = [np.asarray(self.val[s : s + w]) for s in starts]
+        return [self._with_bos(np.stack(wins[i : i + batch_size])) for i in range(0, n_win, batch_size)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import math
 import os
 import random
@@ -28,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 from . import distributed as D
 from .config import ConfigError, TrainConfig
 from .data import TokenStream, build_token_stream
-from .model import build_bridge, export_hf, hf_names
+from .model import build_bridge, export_hf, hf_names, load_tokenizer, special_ids
 from .suppression import SuppressedLM, Suppression
 
 __all__ = ["train", "lr_factor", "make_model", "LOG_COLUMNS"]
@@ -46,9 +47,9 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def make_model(cfg: TrainConfig) -> SuppressedLM:
+def make_model(cfg: TrainConfig, tokenizer=None) -> SuppressedLM:
     """The bridge of ``cfg.model`` (seeded init) with ``cfg.variant`` attached."""
-    bridge = build_bridge(cfg.model, cfg.seed)
+    bridge = build_bridge(cfg.model, cfg.seed, tokenizer=tokenizer)
     sup = Suppression(cfg.variant, bridge.cfg, skip_first=cfg.skip_first, gate_site=cfg.gate_site,
                       gate_bias_init=cfg.gate_bias_init)
     return SuppressedLM(bridge, sup)
@@ -120,9 +121,15 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     ``on_end(model, info)`` is called on every rank before the process group is
     torn down (tests use it to compare ranks)."""
     cfg.validate()
+    tokenizer, stream_tokenizer, bos = load_tokenizer(cfg.tokenizer), None, None
+    if cfg.tokenizer != "bytes":
+        # the model's vocabulary is the tokenizer's; every window starts with BOS, as
+        # every evaluation through the bridge (to_tokens prepends it) will
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(tokenizer)))
+        stream_tokenizer, bos = tokenizer, special_ids(tokenizer)[0]
     # built before the process group exists: transformers' save_pretrained (used to boot
     # the bridge from a temporary directory) writes nothing on ranks other than 0
-    lm = make_model(cfg)
+    lm = make_model(cfg, tokenizer)
     info = D.setup(cfg.dist, cfg.device)
     if info.device.type == "cpu" and cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -137,12 +144,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     if info.main:
         out.mkdir(parents=True, exist_ok=True)
         data_dir = build_token_stream(cfg.data, cfg.data_dir, val_frac=cfg.val_frac,
-                                      max_tokens=cfg.max_data_tokens)
+                                      max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer)
     D.barrier(info)
     if not info.main:
         data_dir = build_token_stream(cfg.data, cfg.data_dir, val_frac=cfg.val_frac,
-                                      max_tokens=cfg.max_data_tokens)
-    stream = TokenStream(data_dir, cfg.seq_len, cfg.seed)
+                                      max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer)
+    stream = TokenStream(data_dir, cfg.seq_len, cfg.seed, bos=bos)
     if stream.vocab_size > cfg.model.vocab_size:
         raise ConfigError(f"the data's vocabulary ({stream.vocab_size}) exceeds the model's "
                           f"vocab_size ({cfg.model.vocab_size})")
@@ -239,7 +246,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         msd = get_model_state_dict(model, options=_FULL)
         if info.main:
             gate = {k.split("suppression.", 1)[1]: v for k, v in msd.items() if k.startswith("suppression.")}
-            export_hf(msd, names, cfg.model, out / "model", lm.suppression.describe(), gate or None)
+            export_hf(msd, names, cfg.model, out / "model", lm.suppression.describe(), gate or None,
+                      tokenizer=tokenizer)
         D.barrier(info)
     if on_end is not None:
         on_end(model, info)

@@ -12,23 +12,50 @@ from torch import nn
 
 from .config import ModelSpec, hf_config
 
-__all__ = ["build_bridge", "hf_names", "export_hf", "load_trained"]
+__all__ = ["build_bridge", "hf_names", "export_hf", "load_trained", "load_tokenizer", "special_ids"]
 
 
-def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.float32):
-    """A randomly initialised model of ``spec`` (HF init, seeded) booted as a ``TransformerBridge``."""
+def load_tokenizer(name: str = "bytes"):
+    """The tokenizer a run trains with: ``"bytes"`` (tlgeo's byte tokenizer), an embedded
+    model's name (``"smollm2-135m"``: its BPE tokenizer) or an HF directory."""
+    from ..models import EMBEDDED_MODELS, byte_tokenizer, embedded_model_dir
+
+    if name == "bytes":
+        return byte_tokenizer()
+    from transformers import AutoTokenizer
+
+    where = embedded_model_dir(name) if name in EMBEDDED_MODELS else Path(name)
+    if not (Path(where) / "tokenizer_config.json").exists() and not (Path(where) / "tokenizer.json").exists():
+        raise ValueError(f"tokenizer {name!r}: no tokenizer files in {where} (use 'bytes', "
+                         f"an embedded model {sorted(EMBEDDED_MODELS)} or an HF directory)")
+    return AutoTokenizer.from_pretrained(str(where))
+
+
+def special_ids(tokenizer) -> tuple[int, int]:
+    """``(bos, eos)`` ids of ``tokenizer`` (bos falls back to eos when it has none)."""
+    eos = tokenizer.eos_token_id
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
+    return int(bos), int(eos)
+
+
+def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.float32, tokenizer=None):
+    """A randomly initialised model of ``spec`` (HF init, seeded) booted as a ``TransformerBridge``.
+
+    ``tokenizer``: saved with the model (default: the byte tokenizer)."""
     from transformers import AutoModelForCausalLM
 
     from ..models import _boot, byte_tokenizer
 
-    cfg = hf_config(spec)
+    tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
+    bos, eos = special_ids(tokenizer)
+    cfg = hf_config(spec, bos_token_id=bos, eos_token_id=eos)
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
         with tempfile.TemporaryDirectory(prefix="tlgeo-train-") as d:
             hf.save_pretrained(d)
-            byte_tokenizer().save_pretrained(d)
+            tokenizer.save_pretrained(d)
             bridge = _boot(d, "cpu", dtype)
     bridge.train()
     return bridge
@@ -46,16 +73,20 @@ def hf_names(module: nn.Module, bridge) -> dict[str, str]:
 
 
 def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: ModelSpec,
-              out: str | Path, suppression: dict, gate_state: dict | None = None) -> Path:
-    """Write an ordinary HF model directory (config, safetensors, byte tokenizer) plus
-    ``suppression.json`` (and ``gate.safetensors`` for the gate) from a full state dict."""
+              out: str | Path, suppression: dict, gate_state: dict | None = None,
+              tokenizer=None) -> Path:
+    """Write an ordinary HF model directory (config, safetensors, the tokenizer; default
+    the byte tokenizer) plus ``suppression.json`` (and ``gate.safetensors`` for the gate)
+    from a full state dict."""
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
     from ..models import byte_tokenizer
 
     out = Path(out)
-    hf = AutoModelForCausalLM.from_config(hf_config(spec))
+    tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
+    bos, eos = special_ids(tokenizer)
+    hf = AutoModelForCausalLM.from_config(hf_config(spec, bos_token_id=bos, eos_token_id=eos))
     sd = {names[k]: v for k, v in state.items() if k in names}
     missing, unexpected = hf.load_state_dict(sd, strict=False)
     missing = [m for m in missing if m != "lm_head.weight"]  # tied to the embedding
@@ -63,7 +94,7 @@ def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: Model
         raise RuntimeError(f"export: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()
     hf.save_pretrained(out)
-    byte_tokenizer().save_pretrained(out)
+    tokenizer.save_pretrained(out)
     (out / "suppression.json").write_text(json.dumps(suppression, indent=2))
     if gate_state:
         save_file({k: v.contiguous() for k, v in gate_state.items()}, str(out / "gate.safetensors"))

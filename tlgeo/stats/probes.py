@@ -1,0 +1,114 @@
+"""Linear probes on the direction vs the magnitude of states (scikit-learn; no models).
+
+:func:`probe_features` splits states ``h`` into the features a probe sees:
+``direction`` (``h / ||h||``, the norm removed), ``magnitude`` (``||h||`` alone)
+or ``both`` (the direction and the norm). :func:`fit_probe` trains a standardised
+multinomial logistic regression (``task="classify"``) or ridge regression
+(``"regress"``) on one split, scores it on another against the majority class /
+the training mean, and gives a percentile bootstrap CI that resamples *groups*
+(sentences) of the held-out split, since the words of one sentence are not
+independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["FEATURES", "TASKS", "ProbeScore", "probe_features", "fit_probe"]
+
+FEATURES = ("direction", "magnitude", "both")
+TASKS = ("classify", "regress")
+
+
+@dataclass(frozen=True)
+class ProbeScore:
+    """Held-out accuracy (classify, 0..1) or R² (regress) of a probe and of its baseline."""
+
+    score: float
+    ci_low: float
+    ci_high: float
+    baseline: float
+    n_train: int
+    n_test: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def probe_features(h: np.ndarray, kind: str) -> np.ndarray:
+    """Features ``[n, d]`` (direction), ``[n, 1]`` (magnitude) or ``[n, d + 1]`` (both) of states
+    ``h [n, d]``, float64. A zero state has direction 0 (no NaN)."""
+    if kind not in FEATURES:
+        raise ValueError(f"unknown probe features {kind!r}; choose from {FEATURES}")
+    h = np.asarray(h, dtype=np.float64)
+    if h.ndim != 2:
+        raise ValueError(f"states must be [n, d], got shape {h.shape}")
+    norm = np.linalg.norm(h, axis=1, keepdims=True)
+    if kind == "magnitude":
+        return norm
+    direction = np.divide(h, norm, out=np.zeros_like(h), where=norm > 0)
+    return direction if kind == "direction" else np.hstack([direction, norm])
+
+
+def _estimator(task: str, seed: int, max_iter: int):
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if task == "classify":
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=max_iter, random_state=seed))
+    return make_pipeline(StandardScaler(), Ridge(alpha=1.0))
+
+
+def _score(task: str, y: np.ndarray, pred: np.ndarray) -> float:
+    if task == "classify":
+        return float(np.mean(y == pred))
+    from sklearn.metrics import r2_score
+
+    return float(r2_score(y, pred))
+
+
+def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, *,
+              task: str = "classify", groups: np.ndarray | None = None, n_boot: int = 1000, seed: int = 0,
+              max_iter: int = 500) -> ProbeScore:
+    """Train on ``(x_train, y_train)``, score on ``(x_test, y_test)``.
+
+    ``groups [n_test]``: the bootstrap resamples these units (default: each test item)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown probe task {task!r}; choose from {TASKS}")
+    x_train, x_test = np.asarray(x_train, dtype=np.float64), np.asarray(x_test, dtype=np.float64)
+    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
+    if len(x_train) < 2 or len(x_test) < 1:
+        raise ValueError(f"a probe needs >= 2 training and >= 1 test items, got {len(x_train)} and {len(x_test)}")
+    if len(x_train) != len(y_train) or len(x_test) != len(y_test):
+        raise ValueError("features and labels differ in length")
+    if task == "classify" and len(np.unique(y_train)) < 2:
+        raise ValueError("the training labels have a single class: nothing to classify")
+    est = _estimator(task, seed, max_iter)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lbfgs convergence at max_iter: the score says how good it is
+        est.fit(x_train, y_train)
+    pred = est.predict(x_test)
+    if task == "classify":
+        values, counts = np.unique(y_train, return_counts=True)
+        base_pred = np.full(len(y_test), values[np.argmax(counts)])
+    else:
+        base_pred = np.full(len(y_test), float(np.mean(y_train)))
+    groups = np.arange(len(y_test)) if groups is None else np.asarray(groups)
+    if len(groups) != len(y_test):
+        raise ValueError(f"groups has {len(groups)} entries for {len(y_test)} test items")
+    units = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = np.concatenate([units[i] for i in rng.integers(0, len(units), len(units))])
+        if task == "regress" and np.ptp(y_test[idx]) == 0:
+            continue  # R² is undefined on a constant resample
+        boots.append(_score(task, y_test[idx], pred[idx]))
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan))
+    return ProbeScore(score=_score(task, y_test, pred), ci_low=float(lo), ci_high=float(hi),
+                      baseline=_score(task, y_test, base_pred), n_train=len(y_train), n_test=len(y_test))
