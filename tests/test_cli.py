@@ -251,3 +251,12 @@ def test_dirmag_probes_command(tmp_path, capsys):
     assert "probes (UPOS accuracy %" in printed and "dirmag_probes.jsonl" not in printed  # nothing resumable to list
     assert main(argv) == 0  # the same settings again: rows replaced, not added
     assert len(pd.read_csv(out / "dirmag_probes.csv")) == 12
+
+
+def test_dirmag_grid_parts(tmp_path):
+    out = tmp_path / "dm"
+    assert main(["dirmag", "--model", "tiny:llama", "--sentences", "2", "--seeds", "1", "--absolute-deltas", "0.1",
+                 "--norm-fractions", "0.5", "--out", str(out)]) == 0
+    df = pd.read_csv(out / "dirmag_damage.csv")
+    assert 0.1 in set(df["delta"]) and df["delta"].nunique() == 2
+    assert df.loc[df["delta"] != 0.1, "delta_over_norm"].round(2).eq(0.5).all()

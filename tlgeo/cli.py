@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--deltas", type=_items(float), default=None,
                     help="displacements (default: the paper's 1,2,5,10,15,20 and 0.25, 0.5, 1 x the median "
                          "state norm; with --relative 0.05,0.1,0.25,0.5,1)")
+    dm.add_argument("--absolute-deltas", type=_items(float), default=None,
+                    help="without --deltas: the absolute part of the grid (default: the paper's 1,2,5,10,15,20; "
+                         "'' for none)")
+    dm.add_argument("--norm-fractions", type=_items(float), default=None,
+                    help="without --deltas: deltas as fractions of the clean median state norm (default 0.25,0.5,1)")
     dm.add_argument("--relative", action="store_true", help="deltas as fractions of each token's norm")
     dm.add_argument("--kinds", type=_items(str), default=("magnitude", "angle"), help="magnitude, angle")
     dm.add_argument("--seeds", type=_POSITIVE, default=5, help="seeds 42, 43, ...")
@@ -464,7 +469,9 @@ def cmd_dirmag(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     grid = SweepGrid(kinds=args.kinds, deltas=args.deltas, seeds=args.seeds, layers=args.layers, mode=args.mode,
-                     relative=args.relative, flip=args.flip)  # a bad value fails before the model loads
+                     relative=args.relative, flip=args.flip,
+                     **{k: getattr(args, a) for k, a in (("absolute", "absolute_deltas"), ("norm_fractions",
+                        "norm_fractions")) if getattr(args, a) is not None})  # a bad value fails before the model loads
     sentences = damage.wikitext_sentences(args.sentences or None)
     model = load_model(args.model)
     layers = grid.chosen_layers(model.cfg)

@@ -8,12 +8,19 @@ in float32 or float64 whatever the input dtype; each is tested on float64 tensor
   ``scaled_delta``) and the ratios built on them.
 * :mod:`.value_space`: attention's value aggregation: the self message
   ``A_tt v_t``, GQA head expansion, diagonal scaling of a pattern.
+* :mod:`.perturb`: L2-matched magnitude and angle perturbations.
+* :mod:`.neighbours`: exact chunked kNN of token states (leave-one-out, same-sequence exclusion).
+* :mod:`.local_maps`: local tokenwise maps ``T(x) = A x`` fitted on a neighbourhood (four classes).
+* :mod:`.tokenwise`: the geometry of a tokenwise approximation of a layer's update.
 """
 
 from .parallel import (
     EPS, Scale, Split, check_scale, compute_dtype, cosine, is_unit, norm_ratio, parallel_ratio,
     scale_components, scaled_delta, split_parallel,
 )
+from .local_maps import LOCAL_MAPS, fit_local, global_linear, local_matrix, tokenwise_fit
+from .neighbours import knn
+from .tokenwise import UpdateGeometry, dominant_basis, update_geometry
 from .value_space import (
     expand_kv, group_heads, kv_head_index, pattern_entropy, remove_diagonal, scale_diagonal, self_message,
     self_weights,
@@ -25,4 +32,6 @@ __all__ = [
     "scale_components", "parallel_ratio", "norm_ratio", "cosine",
     "kv_head_index", "expand_kv", "group_heads", "self_weights", "self_message", "split_self",
     "scale_diagonal", "remove_diagonal", "pattern_entropy",
+    "knn", "LOCAL_MAPS", "fit_local", "local_matrix", "global_linear", "tokenwise_fit",
+    "UpdateGeometry", "dominant_basis", "update_geometry",
 ]

@@ -1,0 +1,94 @@
+"""Local tokenwise maps: exact recovery of a known map of each class, completion outside the
+neighbours' span, and a cross-token map that no tokenwise class can fit (float64)."""
+
+import pytest
+import torch
+
+from tlgeo.geometry.local_maps import LOCAL_MAPS, fit_local, global_linear, local_matrix, tokenwise_fit
+from tlgeo.geometry.neighbours import knn
+
+G = torch.Generator().manual_seed(0)
+D = 6
+
+
+def _randn(*shape):
+    return torch.randn(*shape, generator=G, dtype=torch.float64)
+
+
+def _orthogonal(d):
+    q, _ = torch.linalg.qr(_randn(d, d))
+    return q
+
+
+KNOWN = {  # a map A of each class (rows: T(q) = q A)
+    "diag_psd": torch.diag(torch.rand(D, generator=G, dtype=torch.float64) * 2),
+    "linear": torch.eye(D, dtype=torch.float64) + 0.3 * _randn(D, D),
+    "lowrank": torch.eye(D, dtype=torch.float64) + _randn(D, 2) @ _randn(2, D) * 0.4,
+    "orthogonal": 1.7 * _orthogonal(D),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KNOWN))
+def test_a_known_map_of_each_class_is_recovered(kind):
+    a = KNOWN[kind]
+    x = _randn(5, 20, D)  # 5 neighbourhoods of k = 20 > d
+    q = _randn(5, 3, D)
+    params = {"rank": 2, "ridge": 1e-12} if kind == "lowrank" else {"ridge": 1e-12} if kind == "linear" else {}
+    got = fit_local(kind, x, x @ a, q, **params)
+    torch.testing.assert_close(got, q @ a, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(local_matrix(kind, x, x @ a, **params)[0], a, rtol=1e-6, atol=1e-6)
+
+
+def test_every_class_recovers_the_identity():
+    x = _randn(3, 4, D)  # k < d as well
+    q = _randn(3, 2, D)
+    for kind in LOCAL_MAPS:
+        torch.testing.assert_close(fit_local(kind, x, x.clone(), q), q, rtol=1e-6, atol=1e-6)
+
+
+def test_completion_outside_the_neighbours_span():
+    # neighbours span the first 2 coordinates; the query lies along the last one
+    x = torch.zeros(1, 3, D, dtype=torch.float64)
+    x[0, :, :2] = _randn(3, 2)
+    y = 2.0 * x
+    q = torch.zeros(1, 1, D, dtype=torch.float64)
+    q[0, 0, -1] = 1.0
+    for kind in ("linear", "lowrank", "diag_psd"):
+        torch.testing.assert_close(fit_local(kind, x, y, q), q)  # identity off the span
+    torch.testing.assert_close(fit_local("orthogonal", x, y, q), 2.0 * q)  # s Q with Q = I off the span
+    inside = torch.zeros(1, 1, D, dtype=torch.float64)
+    inside[0, 0, :2] = torch.tensor([0.3, -0.8])
+    for kind in LOCAL_MAPS:
+        torch.testing.assert_close(fit_local(kind, x, y, inside, **({"rank": 2} if kind == "lowrank" else {})),
+                                   2.0 * inside, rtol=1e-6, atol=1e-6)
+
+
+def test_pool_fit_recovers_a_tokenwise_map_and_not_a_cross_token_one():
+    h = _randn(400, D)
+    _, nb = knn(h, 30)
+    a = KNOWN["linear"]
+    exact = tokenwise_fit("linear", h, h @ a, nb)
+    torch.testing.assert_close(exact, h @ a, rtol=1e-6, atol=1e-6)
+    partner = torch.randperm(400, generator=G)
+    cross = h + h[partner]  # each output depends on another token's state
+    approx = tokenwise_fit("linear", h, cross, nb)
+    rel = (cross - approx).norm(dim=-1) / (cross - h).norm(dim=-1)
+    assert rel.median() > 0.5
+
+
+def test_global_linear():
+    x = _randn(200, D)
+    a = KNOWN["linear"]
+    torch.testing.assert_close(global_linear(x, x @ a), a, rtol=1e-6, atol=1e-6)
+
+
+def test_bad_input():
+    x = _randn(2, 4, D)
+    with pytest.raises(ValueError, match="unknown local map class 'mlp2'"):
+        fit_local("mlp2", x, x, x)
+    with pytest.raises(ValueError, match="shapes must be"):
+        fit_local("linear", x, x[:, :2], x)
+    with pytest.raises(ValueError, match="rank must be positive"):
+        fit_local("lowrank", x, x, x, rank=0)
+    with pytest.raises(ValueError, match=r"neighbours must be \[n, k\]"):
+        tokenwise_fit("linear", x[0], x[0], torch.zeros(3, 2, dtype=torch.long))

@@ -1,0 +1,53 @@
+"""Chunked exact kNN: equal to brute force, leave-one-out, same-sequence exclusion, clear errors."""
+
+import pytest
+import torch
+
+from tlgeo.geometry.neighbours import knn, max_neighbours
+
+
+def _pool(n=300, d=12, seed=0):
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_chunked_equals_brute_force():
+    x = _pool()
+    d, i = knn(x, 7, chunk=37)
+    full = torch.cdist(x, x)
+    full.fill_diagonal_(float("inf"))
+    want_d, want_i = full.topk(7, largest=False)
+    assert torch.equal(i, want_i)
+    torch.testing.assert_close(d, want_d, rtol=1e-9, atol=1e-9)
+    d1, i1 = knn(x, 7, chunk=10_000)
+    assert torch.equal(i1, i) and (d[:, 1:] >= d[:, :-1]).all()  # nearest first
+
+
+def test_leave_one_out_and_same_sequence_exclusion():
+    x = _pool(60, 4)
+    x[1] = x[0]  # a duplicate: distance 0, but never the query itself
+    _, i = knn(x, 3)
+    assert not (i == torch.arange(60)[:, None]).any()
+    assert i[0, 0] == 1 and i[1, 0] == 0
+    groups = torch.arange(60) // 10
+    _, ig = knn(x, 5, groups=groups, exclude_group=True)
+    assert not (groups[ig] == groups[:, None]).any()
+    _, iq = knn(x, 3, queries=torch.tensor([5, 7]))
+    assert torch.equal(iq, i[[5, 7]])
+
+
+def test_bad_input():
+    x = _pool(20, 3)
+    groups = torch.arange(20) // 5
+    assert max_neighbours(20) == 19 and max_neighbours(20, groups, True) == 15
+    with pytest.raises(ValueError, match="k=20 neighbours asked, but a query has at most 19"):
+        knn(x, 20)
+    with pytest.raises(ValueError, match="at most 15 in a pool of 20 outside its own sequence"):
+        knn(x, 16, groups=groups, exclude_group=True)
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        knn(x, 0)
+    with pytest.raises(ValueError, match="single sequence"):
+        knn(x, 2, groups=torch.zeros(20, dtype=torch.long), exclude_group=True)
+    with pytest.raises(ValueError, match="needs groups"):
+        knn(x, 2, exclude_group=True)
+    with pytest.raises(ValueError, match=r"must be \[n, d\]"):
+        knn(x[0], 2)

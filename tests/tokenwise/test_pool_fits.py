@@ -1,0 +1,97 @@
+"""State pools (bridge and plain HF models, resumable) and per-layer tokenwise fits, on tiny models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tlgeo.tokenwise import CLASSES, StatePool, collect_pool, layer_geometry, layer_list, neighbours
+
+
+def _windows(n=6, seq=12, vocab=200, seed=0):
+    return torch.randint(1, vocab, (n, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def test_bridge_pool_holds_the_residual_stream(tmp_path, llama):
+    w = _windows()
+    pool = collect_pool(llama, w, tmp_path / "p", dtype="float32", batch_size=4)
+    assert pool.n_layers == llama.cfg.n_layers and pool.n_tokens == 6 * 11  # BOS position left out
+    _, cache = llama.run_with_cache(w[:1])
+    for l, name in [(0, "blocks.0.hook_resid_pre"), (2, "blocks.1.hook_resid_post")]:
+        np.testing.assert_allclose(pool.states(l)[:11], cache[name][0, 1:].numpy(), rtol=1e-5, atol=1e-5)
+    assert list(pool.window[:12]) == [0] * 11 + [1] and list(pool.position[:3]) == [1, 2, 3]
+    with pytest.raises(ValueError, match="out of range"):
+        pool.pair(pool.n_layers)
+
+
+def test_plain_hf_model_pool_uses_its_layer_list(tmp_path):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    assert len(layer_list(model)) == 2
+    w = _windows(n=3, seq=8)
+    pool = collect_pool(model, w, tmp_path / "hf", dtype="float32")
+    out = model(input_ids=w, output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(pool.states(0)[:7], out[0][0, 1:].detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pool.states(1)[:7], out[1][0, 1:].detach().numpy(), rtol=1e-5, atol=1e-5)
+    # the last state is the last layer's own output, before the final norm (hidden_states[-1] is after it)
+    assert not np.allclose(pool.states(2)[:7], out[2][0, 1:].detach().numpy(), atol=1e-3)
+
+
+def test_collection_resumes_and_refuses_other_settings(tmp_path, llama, monkeypatch):
+    import tlgeo.tokenwise.pool as P
+
+    w = _windows()
+    d = tmp_path / "p"
+    calls = []
+    real = P._states_bridge
+
+    def flaky(model, tokens):
+        calls.append(len(tokens))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(model, tokens)
+
+    monkeypatch.setattr(P, "_states_bridge", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        collect_pool(llama, w, d, batch_size=2)
+    with pytest.raises(ValueError, match="incomplete"):
+        StatePool.open(d)
+    monkeypatch.setattr(P, "_states_bridge", real)
+    pool = collect_pool(llama, w, d, batch_size=2)
+    fresh = collect_pool(llama, w, tmp_path / "fresh", batch_size=2)
+    np.testing.assert_array_equal(pool.states(1), fresh.states(1))
+    with pytest.raises(ValueError, match="other settings"):
+        collect_pool(llama, _windows(seed=1), d)
+
+
+def test_layer_geometry_table(tmp_path, llama):
+    pool = collect_pool(llama, _windows(n=8, seq=16), tmp_path / "p", dtype="float32")
+    df = layer_geometry(pool, [0, 1], k=12)
+    assert len(df) == 2 * len(CLASSES) and set(df["class"]) == set(CLASSES)
+    assert df["cos_update"].between(-1, 1).all() and (df["rel_error"] >= 0).all()
+    nb = neighbours(pool, 0, 12)
+    assert not (torch.from_numpy(pool.window)[nb] == torch.from_numpy(pool.window)[:, None]).any()
+    assert any(p.name.startswith("neighbours_l0_k12") for p in pool.directory.iterdir())  # cached
+
+
+def test_a_state_space_model_through_plain_module_hooks(tmp_path):
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(0)
+    model = MambaForCausalLM(MambaConfig(vocab_size=200, hidden_size=32, state_size=4, num_hidden_layers=2,
+                                         expand=2, conv_kernel=4)).eval()
+    w = _windows(n=4, seq=10)
+    pool = collect_pool(model, w, tmp_path / "mamba", dtype="float32")
+    assert pool.n_layers == 2 and pool.d_model == 32
+    out = model(input_ids=w, output_hidden_states=True).hidden_states  # Mamba's: block outputs, then norm_f
+    np.testing.assert_allclose(pool.states(1)[:9], out[0][0, 1:].detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pool.states(2)[:9], out[1][0, 1:].detach().numpy(), rtol=1e-4, atol=1e-5)
+    emb = model.backbone.embeddings(w[:1])[0, 1:].detach().numpy()
+    np.testing.assert_allclose(pool.states(0)[:9], emb, rtol=1e-5, atol=1e-6)
+    df = layer_geometry(pool, [1], classes=("diag_psd", "linear"), k=8)
+    assert len(df) == 2 and np.isfinite(df["rel_error"]).all()

@@ -1,0 +1,74 @@
+"""Exact k-nearest neighbours of token states, chunked and memory-bounded (torch only).
+
+:func:`knn` ranks squared Euclidean distances ``||a||² + ||b||² - 2 a·b`` one
+block of ``chunk`` queries at a time (``chunk x N`` distances in memory, never
+``N x N``), leave-one-out (a query is never its own neighbour) and, with
+``groups``, optionally excluding every token of the query's own group (its
+sequence), so that a local fit cannot borrow the query's context.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .parallel import compute_dtype
+
+__all__ = ["knn", "max_neighbours"]
+
+
+def max_neighbours(n: int, groups: Int[Tensor, "n"] | None = None, exclude_group: bool = False) -> int:
+    """The largest ``k`` every query can have: ``n - 1``, or ``n`` minus the largest group."""
+    if exclude_group:
+        if groups is None:
+            raise ValueError("exclude_group needs groups (the sequence of each token)")
+        return n - int(torch.bincount(groups - groups.min()).max())
+    return n - 1
+
+
+def knn(
+    x: Float[Tensor, "n d"],
+    k: int,
+    *,
+    queries: Int[Tensor, "q"] | None = None,
+    groups: Int[Tensor, "n"] | None = None,
+    exclude_group: bool = False,
+    chunk: int = 1024,
+) -> tuple[Float[Tensor, "q k"], Int[Tensor, "q k"]]:
+    """``(distances, indices)`` of the ``k`` nearest pool points of each query, nearest first.
+
+    ``queries``: indices into ``x`` (default: every point). The query itself is
+    always excluded; ``exclude_group`` also excludes the points with the query's
+    ``groups`` value. Distances are Euclidean, in float32 (float64 for float64 input).
+    """
+    if x.ndim != 2:
+        raise ValueError(f"the pool must be [n, d], got shape {tuple(x.shape)}")
+    n = x.shape[0]
+    if groups is not None and groups.shape != (n,):
+        raise ValueError(f"groups must have one entry per pool point ({n}), got shape {tuple(groups.shape)}")
+    if exclude_group and groups is not None and int(groups.unique().numel()) < 2:
+        raise ValueError("exclude_group with a pool of a single sequence leaves no neighbour")
+    limit = max_neighbours(n, groups, exclude_group)
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if k > limit:
+        raise ValueError(f"k={k} neighbours asked, but a query has at most {limit} in a pool of {n}"
+                         + (" outside its own sequence" if exclude_group else ""))
+    if chunk < 1:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    dt = compute_dtype(x)
+    xp = x.to(dt)
+    sq = (xp * xp).sum(-1)
+    q_idx = torch.arange(n, device=x.device) if queries is None else queries.to(x.device)
+    dists, idxs = [], []
+    for s in range(0, len(q_idx), chunk):
+        qi = q_idx[s : s + chunk]
+        d2 = sq[qi, None] + sq[None, :] - 2 * xp[qi] @ xp.T  # [c, n]
+        d2[torch.arange(len(qi), device=x.device), qi] = float("inf")
+        if exclude_group:
+            d2[groups[qi, None] == groups[None, :]] = float("inf")
+        val, ind = torch.topk(d2, k, dim=1, largest=False)
+        dists.append(val.clamp_min(0).sqrt())
+        idxs.append(ind)
+    return torch.cat(dists), torch.cat(idxs)

@@ -1,0 +1,17 @@
+"""Tokenwise layer maps (seed paper 002): local kNN fits of ``h_{l+1} ≈ A(x) x`` and what they leave.
+
+* :mod:`.pool`: token states ``h_0 .. h_L`` over a corpus, collected once (bridge or plain
+  Hugging Face model), memory-mapped on disk, resumable.
+* :mod:`.fits`: neighbours per layer (cached), the local map classes and a global linear
+  baseline, and the per-layer geometry of the residual.
+
+The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
+:mod:`tlgeo.geometry.tokenwise`. Not yet here: the small-MLP class, the Jacobian ground
+truth, patching KL with Spearman(error, KL), the command line, notebook and atlas section.
+"""
+
+from .fits import CLASSES, layer_geometry, neighbours, tokenwise_outputs
+from .pool import StatePool, collect_pool, layer_list
+
+__all__ = ["StatePool", "collect_pool", "layer_list", "CLASSES", "neighbours", "tokenwise_outputs",
+           "layer_geometry"]

@@ -1,0 +1,173 @@
+"""A pool of token states at every layer, collected once and memory-mapped on disk.
+
+:func:`collect_pool` runs a model over token windows and stores, for every
+layer map ``l = 0 .. L-1``, the states entering it, ``h_l``, and leaving it,
+``h_{l+1}``: ``states_<l>.npy`` holds ``h_l`` for ``l = 0 .. L`` (``float16`` by
+default, ``float32`` on request), plus each token's window and position. Later
+steps read layers through :class:`StatePool` without rerunning the model.
+
+Any causal LM whose blocks it can hook:
+
+* a TransformerBridge: ``blocks.0.hook_resid_pre`` and ``blocks.l.hook_resid_post``;
+* a plain Hugging Face model (e.g. transformers' Mamba, where TransformerLens has
+  no bridge): forward hooks on its list of layers (``model.layers``,
+  ``backbone.layers``, ``transformer.h``, ``gpt_neox.layers``, ...): the input of
+  the first and the output of each, before any final norm.
+
+Collection writes window by window and records how many windows are done, so an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["StatePool", "collect_pool", "layer_list"]
+
+_LAYER_PATHS = ("model.layers", "backbone.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
+                "layers", "h")
+
+
+def layer_list(model) -> nn.ModuleList:
+    """The list of blocks of a plain HF causal LM (``ValueError`` when none is found)."""
+    for path in _LAYER_PATHS:
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList) and len(obj):
+            return obj
+    raise ValueError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(_LAYER_PATHS)})")
+
+
+def _is_bridge(model) -> bool:
+    return hasattr(model, "run_with_cache") and hasattr(model, "blocks")
+
+
+def _states_bridge(model, tokens: torch.Tensor) -> list[torch.Tensor]:
+    n = model.cfg.n_layers
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n)]
+    _, cache = model.run_with_cache(tokens, names_filter=lambda x: x in names, return_type=None)
+    return [cache[name] for name in names]
+
+
+def _states_hf(model, tokens: torch.Tensor) -> list[torch.Tensor]:
+    layers = layer_list(model)
+    got: dict[int, torch.Tensor] = {}
+
+    def pre(_, args, kwargs):
+        got[0] = (args[0] if args else kwargs["hidden_states"]).detach()
+
+    def post(i):
+        def fn(_, args, output):
+            got[i + 1] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
+        return fn
+
+    handles = [layers[0].register_forward_pre_hook(pre, with_kwargs=True)]
+    handles += [layer.register_forward_hook(post(i)) for i, layer in enumerate(layers)]
+    try:
+        model(input_ids=tokens.to(next(model.parameters()).device))
+    finally:
+        for h in handles:
+            h.remove()
+    return [got[i] for i in range(len(layers) + 1)]
+
+
+def n_layer_maps(model) -> int:
+    return model.cfg.n_layers if _is_bridge(model) else len(layer_list(model))
+
+
+@dataclass
+class StatePool:
+    """States ``h_0 .. h_L`` of ``n_tokens`` tokens, read from ``directory`` (memory-mapped)."""
+
+    directory: Path
+    n_tokens: int
+    d_model: int
+    n_layers: int  # layer maps; states 0..n_layers
+    dtype: str
+    window: np.ndarray  # [n_tokens] the token's window (sequence)
+    position: np.ndarray  # [n_tokens]
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "StatePool":
+        d = Path(directory)
+        meta = json.loads((d / "meta.json").read_text())
+        if meta["done_windows"] < meta["n_windows"]:
+            raise ValueError(f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
+                             "run collect_pool again to finish it")
+        idx = np.load(d / "index.npy")
+        return cls(d, int(meta["n_tokens"]), int(meta["d_model"]), int(meta["n_layers"]), meta["dtype"],
+                   idx[0], idx[1])
+
+    def states(self, l: int) -> np.ndarray:
+        """``h_l`` of every token, ``[n_tokens, d_model]`` (memory-mapped, read-only)."""
+        if not 0 <= l <= self.n_layers:
+            raise ValueError(f"state {l} out of range: the pool has states 0..{self.n_layers}")
+        return np.load(self.directory / f"states_{l}.npy", mmap_mode="r")
+
+    def pair(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h_layer, h_layer+1)`` as float32 tensors, for layer map ``layer``."""
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer {layer} out of range: the pool has layer maps 0..{self.n_layers - 1}")
+        return (torch.from_numpy(np.array(self.states(layer), dtype=np.float32)),
+                torch.from_numpy(np.array(self.states(layer + 1), dtype=np.float32)))
+
+
+def collect_pool(model, windows: torch.Tensor, out_dir: str | Path, *, dtype: str = "float16", batch_size: int = 8,
+                 skip_first: int = 1, progress: bool = False) -> StatePool:
+    """Collect the states of every token of ``windows [n_windows, seq_len]`` at every layer.
+
+    ``skip_first``: leading positions of each window left out (default 1: BOS, whose
+    states are outliers). A directory holding the same settings is resumed or reused."""
+    if dtype not in ("float16", "float32"):
+        raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
+    if windows.ndim != 2 or windows.shape[1] <= skip_first:
+        raise ValueError(f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, "
+                         f"got shape {tuple(windows.shape)}")
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    n_win, seq = windows.shape
+    per = seq - skip_first
+    n_tok = n_win * per
+    n_maps = n_layer_maps(model)
+    d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
+    settings = {"n_windows": n_win, "seq_len": seq, "skip_first": skip_first, "dtype": dtype, "n_tokens": n_tok,
+                "n_layers": n_maps, "d_model": d_model,
+                "tokens_sum": int(windows.sum()), "tokens_head": windows[0, :8].tolist()}
+    meta_path = d / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    if meta is not None and {k: meta.get(k) for k in settings} != settings:
+        raise ValueError(f"{d} holds a pool of other settings; use another directory")
+    files = [d / f"states_{l}.npy" for l in range(n_maps + 1)]
+    if meta is None:
+        for f in files:
+            np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
+        np.save(d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
+        meta = {**settings, "done_windows": 0}
+        meta_path.write_text(json.dumps(meta))
+    mm = [np.load(f, mmap_mode="r+") for f in files]
+    it = range(meta["done_windows"], n_win, batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="collecting states", leave=False)
+    for s in it:
+        batch = windows[s : s + batch_size]
+        with torch.inference_mode():
+            states = _states_bridge(model, batch) if _is_bridge(model) else _states_hf(model, batch)
+        rows = slice(s * per, (s + len(batch)) * per)
+        for l, h in enumerate(states):
+            mm[l][rows] = h[:, skip_first:].reshape(-1, d_model).float().cpu().numpy().astype(dtype)
+        for m in mm:
+            m.flush()
+        meta["done_windows"] = s + len(batch)
+        meta_path.write_text(json.dumps(meta))
+    return StatePool.open(d)
