@@ -95,3 +95,35 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
     np.testing.assert_allclose(pool.states(0)[:9], emb, rtol=1e-5, atol=1e-6)
     df = layer_geometry(pool, [1], classes=("diag_psd", "linear"), k=8)
     assert len(df) == 2 and np.isfinite(df["rel_error"]).all()
+
+
+def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_path, llama):
+    from tlgeo.tokenwise.patching import patch_kl
+
+    w = _windows(n=4, seq=10)
+    pool = collect_pool(llama, w, tmp_path / "p", dtype="float32")
+    idx = np.array([0, 5, 12, 30])
+    clean = {l: torch.from_numpy(np.array(pool.states(l + 1)[idx])) for l in range(pool.n_layers)}
+    df = patch_kl(llama, pool, idx, clean, batch_size=3)
+    assert len(df) == 4 * pool.n_layers and df["kl_following"].max() < 1e-5  # the clean state: nothing changes
+    g = torch.Generator().manual_seed(0)
+    noise = {1: clean[1] + torch.randn(clean[1].shape, generator=g)}
+    got = patch_kl(llama, pool, idx, noise, batch_size=3).set_index("index")
+    for j, i in enumerate(idx):  # the same patch as a full forward
+        win, pos = int(pool.window[i]), int(pool.position[i])
+
+        def put(h, hook, j=j, pos=pos):
+            h = h.clone()
+            h[0, pos] = noise[1][j]
+            return h
+
+        with torch.no_grad():
+            ref = torch.log_softmax(llama(w[win : win + 1])[0], -1)
+            pat = torch.log_softmax(llama.run_with_hooks(w[win : win + 1], fwd_hooks=[
+                ("blocks.1.hook_resid_post", put)])[0], -1)
+        kl = (ref.exp() * (ref - pat)).sum(-1)
+        assert got.loc[i, "kl"] == pytest.approx(float(kl[pos]), rel=1e-4, abs=1e-6)
+        assert got.loc[i, "kl_following"] == pytest.approx(float(kl[pos:].sum()), rel=1e-4, abs=1e-6)
+        assert float(kl[:pos].abs().max() if pos else 0) < 1e-6  # earlier positions cannot change
+    with pytest.raises(ValueError, match="out of range"):
+        patch_kl(llama, pool, idx, {9: clean[0]})

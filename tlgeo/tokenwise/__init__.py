@@ -4,14 +4,18 @@
   Hugging Face model), memory-mapped on disk, resumable.
 * :mod:`.fits`: neighbours per layer (cached), the local map classes and a global linear
   baseline, and the per-layer geometry of the residual.
+* :mod:`.patching`: KL of the next-token distribution when one token's ``h_{l+1}`` is
+  replaced by its tokenwise approximation, resumed from the cached residual.
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
 :mod:`tlgeo.geometry.tokenwise`. Not yet here: the small-MLP class, the Jacobian ground
-truth, patching KL with Spearman(error, KL), the command line, notebook and atlas section.
+truth, Spearman(error, KL) with CIs, the faiss option and the benchmark, the command line,
+notebook and atlas section.
 """
 
 from .fits import CLASSES, layer_geometry, neighbours, tokenwise_outputs
+from .patching import patch_kl
 from .pool import StatePool, collect_pool, layer_list
 
 __all__ = ["StatePool", "collect_pool", "layer_list", "CLASSES", "neighbours", "tokenwise_outputs",
-           "layer_geometry"]
+           "layer_geometry", "patch_kl"]

@@ -96,6 +96,11 @@ class StatePool:
     window: np.ndarray  # [n_tokens] the token's window (sequence)
     position: np.ndarray  # [n_tokens]
 
+    @property
+    def windows(self) -> torch.Tensor:
+        """The token windows the states came from, ``[n_windows, seq_len]``."""
+        return torch.from_numpy(np.load(self.directory / "tokens.npy"))
+
     @classmethod
     def open(cls, directory: str | Path) -> "StatePool":
         d = Path(directory)
@@ -151,6 +156,7 @@ def collect_pool(model, windows: torch.Tensor, out_dir: str | Path, *, dtype: st
         for f in files:
             np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
         np.save(d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
+        np.save(d / "tokens.npy", windows.cpu().numpy())
         meta = {**settings, "done_windows": 0}
         meta_path.write_text(json.dumps(meta))
     mm = [np.load(f, mmap_mode="r+") for f in files]

@@ -1,0 +1,73 @@
+"""What a tokenwise approximation does to the output: patch one token's state, measure the KL.
+
+For pool tokens ``i`` (window ``w``, position ``p``) and, per layer map ``l``, a
+replacement ``T(h_l)[i]``: the run on window ``w`` with ``h_{l+1}[p]`` replaced
+(``blocks.l.hook_resid_post``, one patched token per row) gives
+``KL(p_clean || p_patched)`` of the next-token distribution at ``p`` and summed
+over ``p`` and the positions after it (the ones before cannot change). One
+clean forward per batch of rows caches ``blocks.l.hook_resid_pre`` of every
+layer and the clean log-probabilities; each patched run resumes at block ``l``
+(:func:`tlgeo.hooks.resume.resume_forward`), so it costs blocks ``l..`` only.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..hooks.resume import resume_forward
+from .pool import StatePool
+
+__all__ = ["patch_kl"]
+
+
+def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[int, torch.Tensor], *,
+             batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
+    """KL of patching each pool token ``indices[j]`` to ``replacements[l][j]`` at every layer ``l`` given.
+
+    Columns: ``index, layer, window, position, kl`` (at the patched position, nats) and
+    ``kl_following`` (summed over it and the later positions)."""
+    indices = np.asarray(indices)
+    n_layers = model.cfg.n_layers
+    for l, rep in replacements.items():
+        if not 0 <= l < n_layers:
+            raise ValueError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
+        if rep.shape != (len(indices), model.cfg.d_model):
+            raise ValueError(f"replacements[{l}] must be [{len(indices)}, {model.cfg.d_model}], got {tuple(rep.shape)}")
+    windows = pool.windows
+    layers = sorted(replacements)
+    names = [f"blocks.{l}.hook_resid_pre" for l in layers]
+    rows = []
+    starts = range(0, len(indices), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="patching", leave=False)
+    for s in starts:
+        idx = indices[s : s + batch_size]
+        win, pos = pool.window[idx], torch.as_tensor(pool.position[idx])
+        toks = windows[torch.as_tensor(win)]
+        b = torch.arange(len(idx))
+        with torch.inference_mode():
+            logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
+            clean = torch.log_softmax(logits.float(), -1)
+            after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
+            for l, name in zip(layers, names):
+                rep = replacements[l][s : s + batch_size].to(cache[name].dtype)
+
+                def patch(h, hook, rep=rep):
+                    h = h.clone()
+                    h[b, pos] = rep.to(h.device)
+                    return h
+
+                patched = torch.log_softmax(resume_forward(model, cache[name], l, [
+                    (f"blocks.{l}.hook_resid_post", patch)]).float(), -1)
+                kl = (clean.exp() * (clean - patched)).sum(-1).clamp_min(0)  # [B, T]
+                for j in range(len(idx)):
+                    rows.append({"index": int(idx[j]), "layer": l, "window": int(win[j]), "position": int(pos[j]),
+                                 "kl": float(kl[j, pos[j]]), "kl_following": float(kl[j][after[j]].sum())})
+            del cache
+    return pd.DataFrame(rows)
