@@ -180,10 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--out", default=None, help="output directory (default: results/compression/<model>)")
     _threads_arg(cd)
 
-    dm = _sub(sub, "dirmag", "direction vs magnitude: LM damage of L2-matched perturbations",
+    dm = _sub(sub, "dirmag", "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes",
               "Move every token state of the middle third of the blocks by delta, along its direction "
               "(magnitude) or by turning it (angle), and measure the loss damage on the notebook's WikiText "
-              "sentences, per delta and seed (42 + i). Resumes from its log.")
+              "sentences, per delta and seed (42 + i); optionally BLiMP agreement, causal repair and attention "
+              "entropy under the same perturbations, and probes of the direction vs the norm. Resumes from its logs.")
     _model_arg(dm)
     dm.add_argument("--sentences", type=_TOKENS, default=0, help="first n of the 281 WikiText sentences (0 = all)")
     dm.add_argument("--deltas", type=_items(float), default=None,
