@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -127,3 +128,27 @@ def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_
         assert float(kl[:pos].abs().max() if pos else 0) < 1e-6  # earlier positions cannot change
     with pytest.raises(ValueError, match="out of range"):
         patch_kl(llama, pool, idx, {9: clean[0]})
+
+
+def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
+    import tlgeo.tokenwise.analysis as A
+
+    pool = collect_pool(llama, _windows(n=8, seq=16), tmp_path / "p", dtype="float32")
+    kw = dict(layers=[0, 2], classes=("diag_psd", "linear", "global"), k=10, n_patch=24, n_boot=50,
+              log_path=tmp_path / "log.jsonl")
+    res = A.tokenwise_analysis(llama, pool, **kw)
+    assert len(res.geometry) == 2 * 3 and len(res.tokens) == 2 * 3 * 24
+    assert len(res.correlation) == 2 * 3 * 2 and res.correlation["spearman"].between(-1, 1).all()
+    assert (res.tokens["kl"] >= 0).all() and (res.tokens["kl_following"] >= res.tokens["kl"] - 1e-9).all()
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(A, "patch_kl", boom)
+    monkeypatch.setattr(A, "tokenwise_outputs", boom)
+    again = A.tokenwise_analysis(llama, pool, **kw)  # everything from the log
+    pd.testing.assert_frame_equal(again.correlation, res.correlation)
+    with pytest.raises(ValueError, match="unknown map class"):
+        A.tokenwise_analysis(llama, pool, classes=("mlp9",))
+    with pytest.raises(ValueError, match="out of range"):
+        A.tokenwise_analysis(llama, pool, layers=[7])

@@ -6,16 +6,19 @@
   baseline, and the per-layer geometry of the residual.
 * :mod:`.patching`: KL of the next-token distribution when one token's ``h_{l+1}`` is
   replaced by its tokenwise approximation, resumed from the cached residual.
+* :mod:`.analysis`: all of it for one model, resumable: geometry per (layer, class),
+  patching KL of a token subset, Spearman(error, KL) with CIs.
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
 :mod:`tlgeo.geometry.tokenwise`. Not yet here: the small-MLP class, the Jacobian ground
-truth, Spearman(error, KL) with CIs, the faiss option and the benchmark, the command line,
-notebook and atlas section.
+truth, the faiss option and the benchmark, the command line, notebook, figures and atlas
+section, and measurements on real models.
 """
 
+from .analysis import TokenwiseResult, tokenwise_analysis
 from .fits import CLASSES, layer_geometry, neighbours, tokenwise_outputs
 from .patching import patch_kl
 from .pool import StatePool, collect_pool, layer_list
 
 __all__ = ["StatePool", "collect_pool", "layer_list", "CLASSES", "neighbours", "tokenwise_outputs",
-           "layer_geometry", "patch_kl"]
+           "layer_geometry", "patch_kl", "tokenwise_analysis", "TokenwiseResult"]
