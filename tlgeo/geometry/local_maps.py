@@ -82,8 +82,13 @@ def lowrank(x: Batch, y: Batch, q: Queries, rank: int = 8, ridge: float = 1e-6) 
         raise ValueError(f"rank must be positive, got {rank}")
     x, y, q = _cast(x, y, q)
     upd_q, fitted = _ridge_update(x, y, q, ridge)
-    _, _, vh = torch.linalg.svd(fitted, full_matrices=False)
-    v = vh[:, :rank].transpose(1, 2)  # [b, d, r]
+    # top right singular vectors of fitted [b, k, d] from its k x k Gram matrix (k << d)
+    evals, evecs = torch.linalg.eigh(fitted @ fitted.transpose(1, 2))  # ascending
+    r = min(rank, evals.shape[-1])
+    top, u = evals[:, -r:].clamp_min(0), evecs[:, :, -r:]
+    keep = top > top[:, -1:] * torch.finfo(x.dtype).eps * 10  # drop null directions (rank < r)
+    v = fitted.transpose(1, 2) @ u / top.sqrt().clamp_min(torch.finfo(x.dtype).tiny)[:, None, :]  # [b, d, r]
+    v = v * keep[:, None, :]
     return q + (upd_q @ v) @ v.transpose(1, 2)
 
 
