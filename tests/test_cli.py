@@ -92,7 +92,8 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "dirmag", "train", "sites", "models"}
+    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "dirmag", "tokenwise", "train", "sites",
+                             "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -260,3 +261,20 @@ def test_dirmag_grid_parts(tmp_path):
     df = pd.read_csv(out / "dirmag_damage.csv")
     assert 0.1 in set(df["delta"]) and df["delta"].nunique() == 2
     assert df.loc[df["delta"] != 0.1, "delta_over_norm"].round(2).eq(0.5).all()
+
+
+def test_tokenwise_command(tmp_path, capsys):
+    out = tmp_path / "tw"
+    argv = ["tokenwise", "--model", "tiny:llama", "--tokens", "200", "--seq-len", "21", "--classes",
+            "diag_psd,linear", "--k", "8", "--patch-tokens", "12", "--out", str(out)]
+    assert main(argv) == 0
+    geo = pd.read_csv(out / "tokenwise_geometry.csv")
+    assert len(geo) == 3 * 2 and set(geo["class"]) == {"diag_psd", "linear"} and (geo["n_tokens"] == 200).all()
+    corr = pd.read_csv(out / "tokenwise_correlation.csv")
+    assert len(corr) == 3 * 2 * 2
+    printed = capsys.readouterr().out
+    assert "median ||r|| / ||Delta_full||" in printed and "Spearman(error, KL" in printed
+    assert main(argv) == 0  # again: from the pool and the log, rows replaced
+    assert len(pd.read_csv(out / "tokenwise_geometry.csv")) == 6
+    assert main(argv[:-2] + ["--classes", "mlp9", "--out", str(out)]) == 2
+    assert "unknown map class(es) ['mlp9']" in capsys.readouterr().err

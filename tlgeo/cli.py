@@ -1,4 +1,4 @@
-"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | dirmag | train | sites | models.
+"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | dirmag | tokenwise | train | sites | models.
 
 Every command checks its arguments before any work, prints what it edits and
 every file it writes, appends results keyed by their settings (a rerun with
@@ -219,6 +219,27 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--batch-size", type=_POSITIVE, default=16, help="sentences per forward (faithful: 1)")
     dm.add_argument("--out", default=None, help="output directory (default: results/<model>)")
     _threads_arg(dm)
+
+    tw = _sub(sub, "tokenwise", "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave",
+              "Collect every layer's token states over a corpus once (memory-mapped), fit local tokenwise maps "
+              "on each token's nearest neighbours, measure the geometry of the residual per layer and class, and "
+              "the KL of patching one token's state with its approximation, with Spearman(error, KL). Resumable.")
+    _model_arg(tw)
+    tw.add_argument("--corpus", default="wikitext2", help="text to collect states from")
+    tw.add_argument("--tokens", type=_POSITIVE, default=4096, help="tokens in the pool (the paper: 10^4-10^5)")
+    tw.add_argument("--seq-len", type=_POSITIVE, default=128, help="tokens per window")
+    tw.add_argument("--layers", type=_index_list, default=None, help="layer maps to fit (default: all)")
+    tw.add_argument("--classes", type=_items(str), default=None,
+                    help="diag_psd, lowrank, orthogonal, linear, global (default: all)")
+    tw.add_argument("--k", type=_POSITIVE, default=32, help="neighbours per local fit")
+    tw.add_argument("--rank", type=_POSITIVE, default=8, help="rank of the lowrank class")
+    tw.add_argument("--same-sequence", action="store_true",
+                    help="allow neighbours from the token's own window (default: excluded, so the fit stays tokenwise)")
+    tw.add_argument("--patch-tokens", type=_POSITIVE, default=256, help="tokens patched per layer and class for the KL")
+    tw.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="pool storage")
+    tw.add_argument("--batch-size", type=_POSITIVE, default=16, help="windows per forward")
+    tw.add_argument("--out", default=None, help="output directory (default: results/<model>)")
+    _threads_arg(tw)
 
     from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
 
@@ -527,6 +548,53 @@ def cmd_dirmag(args) -> int:
     return 0
 
 
+def cmd_tokenwise(args) -> int:
+    import torch
+
+    from .data import load_text
+    from .evals.perplexity import corpus_batches
+    from .models import load_model
+    from .tokenwise import CLASSES, collect_pool, tokenwise_analysis
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    classes = tuple(args.classes or CLASSES)
+    bad = [c for c in classes if c not in CLASSES]
+    if bad:
+        raise ValueError(f"unknown map class(es) {bad}; choose from {CLASSES}")
+    text = load_text(args.corpus)
+    model = load_model(args.model)
+    _check_fits(args, model)
+    out = _out_dir(args, Path("results") / _model_key(args.model))
+    windows = corpus_batches(model, text, args.seq_len, args.tokens + args.seq_len)
+    windows = windows[: max(1, -(-args.tokens // (args.seq_len - 1)))]
+    pool_dir = out / f"tokenwise_pool-{args.corpus}-t{args.tokens}-s{args.seq_len}-{args.dtype}".replace("/", "_")
+    args.saved = f"The state pool is in {pool_dir}; finished fits are in {out}/tokenwise.jsonl."
+    print(f"collecting {len(windows)} windows x {args.seq_len} tokens at every layer into {pool_dir}")
+    pool = collect_pool(model, windows, pool_dir, dtype=args.dtype, batch_size=args.batch_size, progress=True)
+    res = tokenwise_analysis(model, pool, layers=args.layers, classes=classes, k=args.k, rank=args.rank,
+                             exclude_sequence=not args.same_sequence, n_patch=min(args.patch_tokens, pool.n_tokens),
+                             batch_size=args.batch_size, log_path=out / "tokenwise.jsonl", progress=True)
+    settings = {"model": args.model, "corpus": args.corpus, "seq_len": args.seq_len}
+    key = ["model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "n_patch", "seed"]
+    _merge_csv(out / "tokenwise_geometry.csv", res.geometry.assign(**settings), key + ["layer", "class"])
+    meta = res.geometry[["k", "exclude_sequence", "rank", "n_patch", "seed", "n_tokens"]].iloc[0].to_dict()
+    _merge_csv(out / "tokenwise_correlation.csv", res.correlation.assign(**settings, **meta),
+               key + ["layer", "class", "target"])
+    res.tokens.assign(**settings, **meta).to_csv(out / "tokenwise_tokens.csv.gz", index=False)
+    g = res.geometry
+    for col, what in (("rel_error", "median ||r|| / ||Delta_full||"), ("cos_update", "median cos(Delta_full, Delta_tok)"),
+                      ("share_angle_above_60", "share of tokens whose residual is > 60 deg from Delta_tok")):
+        print(f"\n{what} ({pool.n_tokens} tokens, k={args.k}):")
+        print(g.pivot(index="layer", columns="class", values=col).round(3).to_string())
+    c = res.correlation[res.correlation["target"] == "kl"]
+    print(f"\nSpearman(error, KL at the patched token), {res.geometry['n_patch'].iloc[0]} tokens (paper: 0.7-0.95):")
+    print(c.pivot(index="layer", columns="class", values="spearman").round(3).to_string())
+    _print_written([out / "tokenwise_geometry.csv", out / "tokenwise_correlation.csv",
+                    out / "tokenwise_tokens.csv.gz", out / "tokenwise.jsonl"])
+    return 0
+
+
 def cmd_sites(args) -> int:
     from .hooks.sites import SITES
 
@@ -592,7 +660,7 @@ def cmd_train(args) -> int:
 
 COMMANDS = {
     "run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl,
-    "compress-diag": cmd_compress_diag, "dirmag": cmd_dirmag, "train": cmd_train, "sites": cmd_sites,
+    "compress-diag": cmd_compress_diag, "dirmag": cmd_dirmag, "tokenwise": cmd_tokenwise, "train": cmd_train, "sites": cmd_sites,
     "models": cmd_models,
 }
 

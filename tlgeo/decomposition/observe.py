@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..geometry.parallel import compute_dtype, cosine, norm_ratio, parallel_ratio, split_parallel
 from ..hooks.adapter import HookList, site_hooks
-from ..evals.perplexity import tokenize_text, token_windows
+from ..evals.perplexity import corpus_batches
 from ..hooks.sites import DECOMPOSITION_SITES, get_site
 
 __all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile", "plot_profile"]
@@ -24,28 +24,11 @@ __all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_prof
 STATS = ("alpha", "parallel_ratio", "norm_ratio", "cosine")
 
 
-def corpus_batches(
-    model, text: str, seq_len: int = 256, max_tokens: int | None = None
-) -> Int[Tensor, "n seq"]:
-    """Cut ``text`` into disjoint windows of ``seq_len`` tokens (BOS first when the model
-    prepends one); the ragged tail is dropped. ``[n_windows, seq_len]``."""
-    if seq_len > model.cfg.n_ctx:
-        raise ValueError(f"seq_len {seq_len} exceeds the model's context n_ctx={model.cfg.n_ctx}")
-    if not text or not text.strip():
-        raise ValueError("empty corpus: no text to profile")
-    ids = tokenize_text(model, text, max_tokens)
-    bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
-    windows = [w for w, _ in token_windows(ids, seq_len, bos_token_id=bos) if w.numel() == seq_len]
-    if not windows:
-        raise ValueError(f"corpus too short: fewer than {seq_len} tokens ({ids.numel()})")
-    return torch.stack(windows)
-
-
 def check_tokens(model, tokens, min_len: int = 1) -> Tensor:
     """Return ``tokens`` if it is a non-empty ``[batch, pos]`` integer tensor that fits the
     model's context (at least ``min_len`` positions), else raise a ``ValueError`` saying why."""
     if isinstance(tokens, str):
-        raise TypeError("pass token ids; cut text with tlgeo.decomposition.observe.corpus_batches(model, text, seq_len)")
+        raise TypeError("pass token ids; cut text with tlgeo.evals.perplexity.corpus_batches(model, text, seq_len)")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.numel() == 0:
         shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         raise ValueError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")

@@ -14,8 +14,10 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
 
-__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "perplexity"]
+__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "corpus_batches", "perplexity"]
 
 Hook = tuple[str | Callable, Callable]
 
@@ -105,6 +107,23 @@ def tokenize_text(model, text: str, max_tokens: int | None = None) -> torch.Tens
             break
         n_chars *= 2
     return torch.tensor(ids[:max_tokens], dtype=torch.long)
+
+
+def corpus_batches(
+    model, text: str, seq_len: int = 256, max_tokens: int | None = None
+) -> Int[Tensor, "n seq"]:
+    """Cut ``text`` into disjoint windows of ``seq_len`` tokens (BOS first when the model
+    prepends one); the ragged tail is dropped. ``[n_windows, seq_len]``."""
+    if seq_len > model.cfg.n_ctx:
+        raise ValueError(f"seq_len {seq_len} exceeds the model's context n_ctx={model.cfg.n_ctx}")
+    if not text or not text.strip():
+        raise ValueError("empty corpus: no text to cut into windows")
+    ids = tokenize_text(model, text, max_tokens)
+    bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
+    windows = [w for w, _ in token_windows(ids, seq_len, bos_token_id=bos) if w.numel() == seq_len]
+    if not windows:
+        raise ValueError(f"corpus too short: fewer than {seq_len} tokens ({ids.numel()})")
+    return torch.stack(windows)
 
 
 def _batches(windows: Sequence[tuple[torch.Tensor, int]], batch_size: int) -> Iterable[list[int]]:
