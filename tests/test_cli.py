@@ -1,6 +1,7 @@
 """The tlgeo command on a tiny model: outputs, resume, clear errors."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -239,6 +240,18 @@ def test_dirmag_command(tmp_path, capsys):
     assert "recovery (%" in capsys.readouterr().out
     assert main(argv + ["--entropy-sentences", "3", "--repair-deltas", "0.05"]) == 0
     assert len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "dirmag_table.py"
+    table = subprocess.run([sys.executable, str(script), f"tiny={out}"], capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr[-2000:]
+    lines = table.stdout.splitlines()
+    assert lines[0] == "| quantity | tiny | paper |" and all(l.count("|") == 4 for l in lines)
+    rows = {l.split(" | ")[0].lstrip("| "): l.split(" | ")[1] for l in lines[2:]}
+    assert float(rows["median state norm"]) > 0 and float(rows["clean loss"]) > 0
+    assert "BLiMP clean (%)" not in rows  # BLiMP ran at relative deltas only: not comparable, left out
+    assert "entropy shift at delta 5: angle / magnitude" not in rows  # the entropy ran at delta 0.05 only
 
 
 def test_dirmag_probes_command(tmp_path, capsys):
