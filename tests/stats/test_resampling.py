@@ -145,3 +145,17 @@ def test_paired_test_fields():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_group_resamples_draw_whole_groups():
+    from tlgeo.stats.resampling import group_resamples
+
+    groups = np.array([0, 0, 1, 1, 1, 2])
+    draws = list(group_resamples(groups, 50, seed=3))
+    assert len(draws) == 50
+    for idx in draws:
+        counts = np.bincount(groups[idx], minlength=3)
+        assert all(c % size == 0 for c, size in zip(counts, (2, 3, 1)))  # never part of a group
+        assert sum(c // size for c, size in zip(counts, (2, 3, 1))) == 3  # as many groups as there are
+    again = list(group_resamples(groups, 50, seed=3))
+    assert all(np.array_equal(a, b) for a, b in zip(draws, again))

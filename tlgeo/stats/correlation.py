@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .resampling import group_resamples
+
 __all__ = ["Correlation", "spearman_ci"]
 
 
@@ -36,11 +38,8 @@ def spearman_ci(x, y, *, groups=None, n_boot: int = 1000, seed: int = 0, level: 
     groups = np.arange(len(x)) if groups is None else np.asarray(groups)
     if groups.shape != x.shape:
         raise ValueError(f"groups has {len(groups)} entries for {len(x)} items")
-    units = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-    rng = np.random.default_rng(seed)
     boots = []
-    for _ in range(n_boot):
-        idx = np.concatenate([units[i] for i in rng.integers(0, len(units), len(units))])
+    for idx in group_resamples(groups, n_boot, seed):
         if np.ptp(x[idx]) > 0 and np.ptp(y[idx]) > 0:
             boots.append(spearmanr(x[idx], y[idx]).statistic)
     a = (1 - level) / 2

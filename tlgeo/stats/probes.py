@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .resampling import group_resamples
+
 __all__ = ["FEATURES", "TASKS", "ProbeScore", "probe_features", "fit_probe"]
 
 FEATURES = ("direction", "magnitude", "both")
@@ -101,11 +103,8 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
     groups = np.arange(len(y_test)) if groups is None else np.asarray(groups)
     if len(groups) != len(y_test):
         raise ValueError(f"groups has {len(groups)} entries for {len(y_test)} test items")
-    units = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-    rng = np.random.default_rng(seed)
     boots = []
-    for _ in range(n_boot):
-        idx = np.concatenate([units[i] for i in rng.integers(0, len(units), len(units))])
+    for idx in group_resamples(groups, n_boot, seed):
         if task == "regress" and np.ptp(y_test[idx]) == 0:
             continue  # R² is undefined on a constant resample
         boots.append(_score(task, y_test[idx], pred[idx]))

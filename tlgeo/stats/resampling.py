@@ -26,6 +26,7 @@ import numpy as np
 __all__ = [
     "weighted_mean",
     "bootstrap_ci",
+    "group_resamples",
     "sign_flip_pvalue",
     "benjamini_hochberg",
     "paired_test",
@@ -93,6 +94,16 @@ def bootstrap_ci(
     tail = (1 - level) / 2
     low, high = np.quantile(stats, [tail, 1 - tail])
     return float(low), float(high)
+
+
+def group_resamples(groups, n_boot: int, seed=0):
+    """``n_boot`` index arrays, each a bootstrap resample of whole groups (``groups [n]``: the
+    unit of each item; every item its own unit when all values differ), drawn with replacement."""
+    groups = np.asarray(groups)
+    units = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    rng = _rng(seed)
+    for _ in range(n_boot):
+        yield np.concatenate([units[i] for i in rng.integers(0, len(units), len(units))])
 
 
 def sign_flip_pvalue(diffs, weights=None, *, n_perm: int = 10000, seed=0) -> float:
