@@ -148,6 +148,12 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     monkeypatch.setattr(A, "tokenwise_outputs", boom)
     again = A.tokenwise_analysis(llama, pool, **kw)  # everything from the log
     pd.testing.assert_frame_equal(again.correlation, res.correlation)
+    from tlgeo.tokenwise.plots import plot_error_vs_kl, plot_layer_geometry, plot_residual_angles
+
+    assert len(plot_layer_geometry(res.geometry).axes) == 3
+    fig = plot_error_vs_kl(res.tokens, res.correlation, layer=2)
+    assert any("rho" in t.get_text() for t in fig.legends[0].get_texts())
+    assert plot_residual_angles(res.tokens).axes[0].get_xlim()[1] >= 180
     with pytest.raises(ValueError, match="unknown map class"):
         A.tokenwise_analysis(llama, pool, classes=("mlp9",))
     with pytest.raises(ValueError, match="out of range"):

@@ -6,12 +6,13 @@
   baseline, and the per-layer geometry of the residual.
 * :mod:`.patching`: KL of the next-token distribution when one token's ``h_{l+1}`` is
   replaced by its tokenwise approximation, resumed from the cached residual.
+* :mod:`.plots`: error and alignment per layer and class, residual angles, error vs KL.
 * :mod:`.analysis`: all of it for one model, resumable: geometry per (layer, class),
   patching KL of a token subset, Spearman(error, KL) with CIs.
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
 :mod:`tlgeo.geometry.tokenwise`. Not yet here: the small-MLP class, the Jacobian ground
-truth, the faiss option and the benchmark, the command line, notebook, figures and atlas
+truth, the faiss option and the benchmark, the notebook and atlas
 section, and measurements on real models.
 """
 
