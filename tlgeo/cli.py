@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--seq-len", type=_POSITIVE, default=128, help="tokens per window")
     tw.add_argument("--layers", type=_index_list, default=None, help="layer maps to fit (default: all)")
     tw.add_argument("--classes", type=_items(str), default=None,
-                    help="diag_psd, lowrank, orthogonal, linear, global (default: all)")
+                    help="diag_psd, lowrank, orthogonal, linear, global, mlp (default: all)")
     tw.add_argument("--k", type=_POSITIVE, default=32, help="neighbours per local fit")
     tw.add_argument("--rank", type=_POSITIVE, default=8, help="rank of the lowrank class")
     tw.add_argument("--same-sequence", action="store_true",

@@ -158,3 +158,26 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
         A.tokenwise_analysis(llama, pool, classes=("mlp9",))
     with pytest.raises(ValueError, match="out of range"):
         A.tokenwise_analysis(llama, pool, layers=[7])
+
+
+def test_pool_classes_are_cross_fitted_and_the_mlp_learns_a_nonlinear_tokenwise_map():
+    from tlgeo.tokenwise.fits import cross_fit, fit_mlp
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 4, generator=g)
+    y = x + torch.tanh(x) ** 2  # tokenwise, and even: no linear map explains any of the update
+    windows = np.repeat(np.arange(100), 20)
+    mlp = cross_fit(lambda a, b: fit_mlp(a, b, hidden=64, epochs=40, batch_size=64, lr=3e-3, seed=0), x, y, windows)
+    err = lambda t: float(((y - t).norm(dim=-1) / (y - x).norm(dim=-1)).median())  # noqa: E731
+    lin = cross_fit(lambda a, b: (lambda q, m=torch.linalg.lstsq(a, b).solution: q @ m), x, y, windows)
+    assert err(lin) > 0.9 and err(mlp) < 0.4
+    seen = []
+
+    def spy(a, b):
+        seen.append(len(a))
+        return lambda q: q
+
+    cross_fit(spy, x, y, windows)
+    assert seen == [1000, 1000]  # each fold is predicted by a map fitted on the other half
+    with pytest.raises(ValueError, match="at least two windows"):
+        cross_fit(spy, x, y, np.zeros(2000, dtype=int))

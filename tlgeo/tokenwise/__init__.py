@@ -11,7 +11,7 @@
   patching KL of a token subset, Spearman(error, KL) with CIs.
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
-:mod:`tlgeo.geometry.tokenwise`. Not yet here: the small-MLP class, the Jacobian ground
+:mod:`tlgeo.geometry.tokenwise`. Not yet here: the Jacobian ground
 truth, the faiss option and the benchmark, the notebook and atlas
 section, and measurements on real models.
 """

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..geometry.tokenwise import update_geometry
+from ..geometry.local_maps import fit_local
 from ..results import ResultLog
 from ..stats.correlation import spearman_ci
-from .fits import ANGLE_THRESHOLD, CLASSES, neighbours, tokenwise_outputs
+from .fits import CLASSES, POOL_CLASSES, geometry_row, local_params, neighbours, tokenwise_outputs
 from .patching import patch_kl
 from .pool import StatePool
 
@@ -46,14 +46,11 @@ class TokenwiseResult:
 def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, **kw) -> torch.Tensor:
     """``T(h_layer)`` of the subset tokens only (their neighbours come from the cache)."""
     h_in, h_out = pool.pair(layer)
-    if kind == "global":
-        return tokenwise_outputs(pool, layer, kind, ridge=kw["ridge"])[subset]
+    if kind in POOL_CLASSES:
+        return tokenwise_outputs(pool, layer, kind, ridge=kw["ridge"])[torch.as_tensor(subset)]
     nb = neighbours(pool, layer, kw["k"], exclude_sequence=kw["exclude_sequence"])[subset]
-    params = {"rank": kw["rank"], "ridge": kw["ridge"]} if kind == "lowrank" else \
-        {"ridge": kw["ridge"]} if kind == "linear" else {}
-    from ..geometry.local_maps import fit_local
-
-    return fit_local(kind, h_in[nb], h_out[nb], h_in[torch.as_tensor(subset), None], **params)[:, 0].float()
+    return fit_local(kind, h_in[nb], h_out[nb], h_in[torch.as_tensor(subset), None],
+                     **local_params(kind, kw["rank"], kw["ridge"]))[:, 0].float()
 
 
 def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None = None,
@@ -89,13 +86,8 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
         row = log.get(**key) if log else None
         if row is None:
             h_in, h_out = pool.pair(l)
-            t = tokenwise_outputs(pool, l, c, **kw)
-            g = update_geometry(h_in, h_out, t, energy=energy)
-            row = {**key, "cos_update": float(g.cos_update.median()), "cos_update_mean": float(g.cos_update.mean()),
-                   "rel_error": float(g.rel_error.median()), "residual_angle": float(g.residual_angle.median()),
-                   "share_angle_above_60": float((g.residual_angle > ANGLE_THRESHOLD).float().mean()),
-                   "residual_energy": float(g.residual_energy.median()), "dominant_rank": g.rank,
-                   "subset_error": g.rel_error[torch.as_tensor(subset)].tolist(),
+            summary, g = geometry_row(h_in, h_out, tokenwise_outputs(pool, l, c, **kw), energy)
+            row = {**key, **summary, "subset_error": g.rel_error[torch.as_tensor(subset)].tolist(),
                    "subset_angle": g.residual_angle[torch.as_tensor(subset)].tolist()}
             if log:
                 log.add(row)

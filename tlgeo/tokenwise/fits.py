@@ -6,8 +6,12 @@ also no token of its own window) are found once and cached in the pool's
 directory; each local class (:data:`tlgeo.geometry.local_maps.LOCAL_MAPS`) is
 fitted on each token's neighbourhood and applied to the token
 (:func:`tlgeo.geometry.local_maps.tokenwise_fit`), and the ``global`` baseline is
-one ridge linear map for the whole pool. :func:`layer_geometry` returns one row
-per (layer, class) from :func:`tlgeo.geometry.tokenwise.update_geometry`.
+one ridge linear map for the whole pool, ``mlp`` one small residual MLP
+(``x + MLP(x)``) for the whole pool. The two pool-wide classes are cross-fitted:
+the windows are split in two folds by parity, and each fold is predicted by the
+map fitted on the other, so no token is fitted on itself or its own sequence.
+:func:`layer_geometry` returns one row per (layer, class) from
+:func:`tlgeo.geometry.tokenwise.update_geometry`.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from ..geometry.neighbours import knn
 from ..geometry.tokenwise import update_geometry
 from .pool import StatePool
 
-__all__ = ["CLASSES", "neighbours", "tokenwise_outputs", "layer_geometry"]
+__all__ = ["CLASSES", "POOL_CLASSES", "neighbours", "fit_mlp", "cross_fit", "tokenwise_outputs", "local_params",
+           "geometry_row",
+           "layer_geometry"]
 
-CLASSES = (*LOCAL_MAPS, "global")
+POOL_CLASSES = ("global", "mlp")  # one map per layer for the whole pool
+CLASSES = (*LOCAL_MAPS, *POOL_CLASSES)
 ANGLE_THRESHOLD = 60.0  # degrees: the paper's "large angular deviation"
 
 
@@ -43,17 +50,67 @@ def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = 
     return idx
 
 
+def fit_mlp(x: torch.Tensor, y: torch.Tensor, *, hidden: int = 256, epochs: int = 10, batch_size: int = 256,
+            lr: float = 1e-3, seed: int = 0):
+    """A small residual MLP ``q -> q + MLP(q)`` fitted to ``y ≈ x + MLP(x)`` (Adam, mean squared
+    error on states scaled by their median norm). Returns the map."""
+    from torch import nn
+
+    g = torch.Generator().manual_seed(seed)
+    scale = float(x.norm(dim=-1).median().clamp_min(1e-12))
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(x.shape[1], hidden), nn.GELU(), nn.Linear(hidden, x.shape[1]))
+    nn.init.zeros_(net[2].weight)
+    nn.init.zeros_(net[2].bias)  # starts as the identity map
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    xs, rs = x / scale, (y - x) / scale
+    with torch.enable_grad():
+        for _ in range(epochs):
+            for idx in torch.randperm(len(x), generator=g).split(batch_size):
+                loss = ((net(xs[idx]) - rs[idx]) ** 2).sum(-1).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    net.eval()
+
+    def apply(q: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return q + net(q / scale) * scale
+
+    return apply
+
+
+def cross_fit(fit, h_in: torch.Tensor, h_out: torch.Tensor, windows: np.ndarray, folds: int = 2) -> torch.Tensor:
+    """Out-of-fold predictions: tokens of windows ``w % folds == f`` mapped by ``fit(x, y)`` trained
+    on the other folds."""
+    fold = torch.from_numpy(np.asarray(windows) % folds)
+    if len(fold.unique()) < 2:
+        raise ValueError("cross-fitting needs tokens from at least two windows")
+    out = torch.empty_like(h_in)
+    for f in fold.unique():
+        test = fold == f
+        out[test] = fit(h_in[~test], h_out[~test])(h_in[test]).to(out.dtype)
+    return out
+
+
 def tokenwise_outputs(pool: StatePool, layer: int, kind: str, *, k: int = 32, exclude_sequence: bool = True,
-                      rank: int = 8, ridge: float = 1e-3, chunk: int = 256) -> torch.Tensor:
+                      rank: int = 8, ridge: float = 1e-3, chunk: int = 256, mlp_epochs: int = 10) -> torch.Tensor:
     """``T(h_layer)`` of every token under class ``kind`` (float32 ``[n_tokens, d_model]``)."""
     if kind not in CLASSES:
         raise ValueError(f"unknown map class {kind!r}; choose from {CLASSES}")
     h_in, h_out = pool.pair(layer)
     if kind == "global":
-        return h_in @ global_linear(h_in, h_out, ridge=ridge).float()
+        return cross_fit(lambda x, y: (lambda q, a=global_linear(x, y, ridge=ridge).float(): q @ a),
+                         h_in, h_out, pool.window)
+    if kind == "mlp":
+        return cross_fit(lambda x, y: fit_mlp(x, y, epochs=mlp_epochs), h_in, h_out, pool.window)
     nb = neighbours(pool, layer, k, exclude_sequence=exclude_sequence)
-    params = {"rank": rank, "ridge": ridge} if kind == "lowrank" else {"ridge": ridge} if kind == "linear" else {}
-    return tokenwise_fit(kind, h_in, h_out, nb, chunk=chunk, **params).float()
+    return tokenwise_fit(kind, h_in, h_out, nb, chunk=chunk, **local_params(kind, rank, ridge)).float()
+
+
+def local_params(kind: str, rank: int, ridge: float) -> dict:
+    """The keyword arguments local class ``kind`` takes."""
+    return {"rank": rank, "ridge": ridge} if kind == "lowrank" else {"ridge": ridge} if kind == "linear" else {}
 
 
 def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes: Sequence[str] = CLASSES, *,
@@ -68,11 +125,17 @@ def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes
         h_in, h_out = pool.pair(l)
         for kind in classes:
             t = tokenwise_outputs(pool, l, kind, k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge)
-            g = update_geometry(h_in, h_out, t, energy=energy)
+            row, _ = geometry_row(h_in, h_out, t, energy)
             rows.append({"layer": l, "class": kind, "k": k, "exclude_sequence": exclude_sequence,
-                         "n_tokens": pool.n_tokens, "cos_update": float(g.cos_update.median()),
-                         "cos_update_mean": float(g.cos_update.mean()), "rel_error": float(g.rel_error.median()),
-                         "residual_angle": float(g.residual_angle.median()),
-                         "share_angle_above_60": float((g.residual_angle > ANGLE_THRESHOLD).float().mean()),
-                         "residual_energy": float(g.residual_energy.median()), "dominant_rank": g.rank})
+                         "n_tokens": pool.n_tokens, **row})
     return pd.DataFrame(rows)
+
+
+def geometry_row(h_in: torch.Tensor, h_out: torch.Tensor, t_out: torch.Tensor, energy: float = 0.9):
+    """``(summary, per_token)``: the medians of :func:`update_geometry` over tokens (and the share of
+    residual angles above 60°), and the per-token :class:`UpdateGeometry` itself."""
+    g = update_geometry(h_in, h_out, t_out, energy=energy)
+    return {"cos_update": float(g.cos_update.median()), "cos_update_mean": float(g.cos_update.mean()),
+            "rel_error": float(g.rel_error.median()), "residual_angle": float(g.residual_angle.median()),
+            "share_angle_above_60": float((g.residual_angle > ANGLE_THRESHOLD).float().mean()),
+            "residual_energy": float(g.residual_energy.median()), "dominant_rank": g.rank}, g
