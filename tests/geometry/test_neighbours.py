@@ -51,3 +51,16 @@ def test_bad_input():
         knn(x, 2, exclude_group=True)
     with pytest.raises(ValueError, match=r"must be \[n, d\]"):
         knn(x[0], 2)
+
+
+def test_faiss_backend_gives_the_same_neighbours():
+    pytest.importorskip("faiss")
+    x = _pool(400, 16).float()
+    groups = torch.arange(400) // 20
+    for kw in ({}, {"groups": groups, "exclude_group": True}):
+        d_t, i_t = knn(x, 9, chunk=64, **kw)
+        d_f, i_f = knn(x, 9, chunk=64, backend="faiss", **kw)
+        assert (i_t == i_f).float().mean() > 0.999  # float32 ties aside
+        torch.testing.assert_close(d_f, d_t.float(), rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="unknown kNN backend"):
+        knn(x, 3, backend="annoy")

@@ -5,6 +5,10 @@ block of ``chunk`` queries at a time (``chunk x N`` distances in memory, never
 ``N x N``), leave-one-out (a query is never its own neighbour) and, with
 ``groups``, optionally excluding every token of the query's own group (its
 sequence), so that a local fit cannot borrow the query's context.
+
+``backend="faiss"`` runs the same exact search with faiss-cpu (``IndexFlatL2``,
+an optional extra: ``pip install faiss-cpu``); it asks faiss for enough extra
+neighbours to drop the excluded ones and returns the same result.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def knn(
     groups: Int[Tensor, "n"] | None = None,
     exclude_group: bool = False,
     chunk: int = 1024,
+    backend: str = "torch",
 ) -> tuple[Float[Tensor, "q k"], Int[Tensor, "q k"]]:
     """``(distances, indices)`` of the ``k`` nearest pool points of each query, nearest first.
 
@@ -57,6 +62,10 @@ def knn(
                          + (" outside its own sequence" if exclude_group else ""))
     if chunk < 1:
         raise ValueError(f"chunk must be positive, got {chunk}")
+    if backend == "faiss":
+        return _knn_faiss(x, k, queries, groups if exclude_group else None, chunk)
+    if backend != "torch":
+        raise ValueError(f"unknown kNN backend {backend!r}; choose torch or faiss")
     dt = compute_dtype(x)
     xp = x.to(dt)
     sq = (xp * xp).sum(-1)
@@ -72,3 +81,31 @@ def knn(
         dists.append(val.clamp_min(0).sqrt())
         idxs.append(ind)
     return torch.cat(dists), torch.cat(idxs)
+
+
+def _knn_faiss(x: Tensor, k: int, queries: Tensor | None, groups: Tensor | None, chunk: int):
+    """Exact kNN with faiss ``IndexFlatL2`` (float32), the query (and its group) removed."""
+    try:
+        import faiss
+    except ImportError as e:
+        raise ImportError("backend='faiss' needs faiss-cpu (pip install faiss-cpu)") from e
+    import numpy as np
+
+    xs = np.ascontiguousarray(x.detach().float().cpu().numpy())
+    index = faiss.IndexFlatL2(xs.shape[1])
+    index.add(xs)
+    q_idx = np.arange(len(xs)) if queries is None else queries.cpu().numpy()
+    g = None if groups is None else groups.cpu().numpy()
+    extra = 1 + (int(np.bincount(g - g.min()).max()) if g is not None else 0)
+    dists, idxs = [], []
+    for s in range(0, len(q_idx), chunk):
+        qi = q_idx[s : s + chunk]
+        d2, ind = index.search(xs[qi], min(k + extra, len(xs)))
+        bad = ind == qi[:, None]
+        if g is not None:
+            bad |= g[ind] == g[qi][:, None]
+        d2 = np.where(bad, np.inf, d2)
+        order = np.argsort(d2, axis=1, kind="stable")[:, :k]
+        dists.append(np.sqrt(np.maximum(np.take_along_axis(d2, order, 1), 0)))
+        idxs.append(np.take_along_axis(ind, order, 1))
+    return torch.from_numpy(np.concatenate(dists)), torch.from_numpy(np.concatenate(idxs)).long()

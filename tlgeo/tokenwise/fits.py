@@ -37,15 +37,16 @@ CLASSES = (*LOCAL_MAPS, *POOL_CLASSES)
 ANGLE_THRESHOLD = 60.0  # degrees: the paper's "large angular deviation"
 
 
-def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = True,
-               chunk: int = 1024) -> torch.Tensor:
-    """``[n_tokens, k]`` neighbour indices of every token in ``h_layer`` (cached in the pool's directory)."""
+def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = True, chunk: int = 1024,
+               backend: str = "torch") -> torch.Tensor:
+    """``[n_tokens, k]`` neighbour indices of every token in ``h_layer`` (cached in the pool's directory;
+    ``backend``: ``torch`` or ``faiss``, the same exact search)."""
     path = Path(pool.directory) / f"neighbours_l{layer}_k{k}_{'xseq' if exclude_sequence else 'loo'}.npy"
     if path.exists():
         return torch.from_numpy(np.load(path))
     h, _ = pool.pair(layer)
     groups = torch.from_numpy(pool.window)
-    _, idx = knn(h, k, groups=groups, exclude_group=exclude_sequence, chunk=chunk)
+    _, idx = knn(h, k, groups=groups, exclude_group=exclude_sequence, chunk=chunk, backend=backend)
     np.save(path, idx.numpy())
     return idx
 
