@@ -14,7 +14,7 @@
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
 :mod:`tlgeo.geometry.tokenwise`. Not yet here: the benchmark, the
-notebook and atlas section, and measurements on real models.
+atlas section, and measurements on real models. ``notebooks/08_tokenwise.ipynb`` walks through it.
 """
 
 from .analysis import TokenwiseResult, tokenwise_analysis
