@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--repair-sentences", type=_TOKENS, default=0,
                     help="also causal repair (attention / norm outputs made clean) on the first n sentences (0 = skip)")
     dm.add_argument("--repair-deltas", type=_items(float), default=(5.0,), help="deltas of the repair and entropy runs")
+    dm.add_argument("--repair-layers", type=_index_list, default=None,
+                    help="blocks whose attention / norm outputs are made clean (default: the perturbed ones, as the "
+                         "paper; with one perturbed block, give the blocks after it)")
     dm.add_argument("--entropy-sentences", type=_TOKENS, default=0,
                     help="also the attention entropy, clean vs perturbed, on the first n sentences (0 = skip)")
     dm.add_argument("--probe-sentences", type=_TOKENS, default=0,
@@ -306,6 +309,9 @@ def _merge_csv(path: Path, df, key: list[str]) -> int:
 
     if path.exists():
         old = pd.read_csv(path)
+        for k in key:  # a key column added since: the old rows are other settings, kept
+            if k not in old.columns and k in df.columns:
+                old[k] = "(not recorded)"
         if all(k in old.columns for k in key):
             ids = lambda d: d[key].astype(str).agg("\x1f".join, axis=1)  # noqa: E731
             old = old[~ids(old).isin(set(ids(df)))]
@@ -518,6 +524,7 @@ def cmd_dirmag(args) -> int:
     if args.repair_sentences:
         _dirmag_part(args, out, written, "repair",
                      lambda log: repair.causal_repair(model, sentences[: args.repair_sentences], small,
+                                                      repair_layers=args.repair_layers,
                                                       log_path=log, **kw),
                      [*repair.KEY, "repair"],
                      lambda df: df.groupby(["delta", "repair", "kind"])["recovery"].agg(["mean", "std"]).unstack("kind"),

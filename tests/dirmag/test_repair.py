@@ -56,3 +56,17 @@ def test_a_rerun_reads_the_log_and_bad_repairs_fail(llama, sentences, tmp_path):
     assert not any(l.get_label() == "paper (Pythia-410M)" for l in fig.axes[0].get_lines())
     with pytest.raises(ValueError, match="unknown repair"):
         causal_repair(llama, sentences, grid, repairs=("mlp",))
+
+
+def test_repair_layers_after_a_single_perturbed_block(llama, sentences):
+    grid = SweepGrid(deltas=[0.5], kinds=["angle"], seeds=1)  # tiny llama: block 1 perturbed
+    with pytest.warns(UserWarning, match="restores nothing"):
+        same = causal_repair(llama, sentences, grid)
+    assert (same["repaired_loss"] == same["unrepaired_loss"]).all()  # block 1's own parts precede its output
+    after = causal_repair(llama, sentences, grid, repair_layers=[2])
+    assert (after["repaired_loss"] != after["unrepaired_loss"]).all()
+    assert all(list(v) == [2] for v in after["repair_layers"])
+    with pytest.raises(ValueError, match="out of range"):
+        causal_repair(llama, sentences, grid, repair_layers=[5])
+    with pytest.raises(ValueError, match="no perturbation reaches them"):
+        causal_repair(llama, sentences, grid, repair_layers=[0, 1])

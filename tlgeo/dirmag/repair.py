@@ -11,6 +11,11 @@ loss. The paper, Pythia-410M at delta = 5: attention repair recovers 28.4 % of
 the angle damage vs 15.2 % of the magnitude damage; norm repair 29.9 % of
 magnitude vs 13.7 % of angle.
 
+The repaired blocks are the perturbed ones by default, as in the paper; a block
+whose own output is perturbed is repaired only through the perturbations of the
+blocks before it, so with a single perturbed block nothing can be repaired there
+(``repair_layers``: e.g. the blocks after the perturbed ones).
+
 In exact mode the repaired and unrepaired runs get the same perturbation (the
 same seed, layer and shapes). Faithful mode keeps the notebook's behaviour: the
 noise direction is shared, but magnitude signs are redrawn at every forward, so
@@ -32,7 +37,8 @@ __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair", "plot_r
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
 PAPER_RECOVERY = {("attn", "angle"): 28.4, ("attn", "magnitude"): 15.2, ("norm", "magnitude"): 29.9,
                   ("norm", "angle"): 13.7}  # %, Pythia-410M, delta = 5
-KEY = ("kind", "delta", "seed", "repairs", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
+KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "layers", "relative", "n_sentences",
+       "text_sha1")
 
 
 def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:
@@ -52,6 +58,7 @@ def causal_repair(
     grid: SweepGrid | None = None,
     *,
     repairs: Sequence[str] = ("attn", "norm"),
+    repair_layers: Sequence[int] | None = None,
     max_tokens: int = 64,
     batch_size: int = 16,
     log_path: str | os.PathLike | None = None,
@@ -67,10 +74,23 @@ def causal_repair(
     bad = [r for r in repairs if r not in REPAIRS]
     if bad or not repairs:
         raise ValueError(f"unknown repair(s) {bad or list(repairs)}; choose from {sorted(REPAIRS)}")
-    layers = grid.chosen_layers(model.cfg)
+    perturbed = grid.chosen_layers(model.cfg)
+    layers = perturbed if repair_layers is None else sorted(set(repair_layers))
+    bad = [l for l in layers if not 0 <= l < model.cfg.n_layers]
+    if bad or not layers:
+        raise ValueError(f"repair layers {bad or layers} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+    if repair_layers is None and max(layers) <= min(perturbed):
+        import warnings
+
+        warnings.warn(f"one perturbed block ({min(perturbed)}): repairing its own attention and norms restores "
+                      "nothing; pass repair_layers (e.g. the blocks after it)", stacklevel=2)
+    elif max(layers) <= min(perturbed):
+        raise ValueError(f"repair layers {layers} are all at or before the first perturbed block {min(perturbed)}: "
+                         "no perturbation reaches them")
     keep = sorted({f"blocks.{l}.{h}" for l in layers for r in repairs for h in REPAIRS[r]})
     clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep=keep)
     settings["repairs"] = list(repairs)
+    settings["repair_layers"] = list(layers)
     base = float(clean.scores.mean())
 
     def measure(pert) -> dict:
