@@ -13,6 +13,7 @@ the best probe scores. Missing measurements print as "—".
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,8 @@ def column(d: Path) -> dict[str, str]:
     dmg = _read(d, "damage")
     if dmg is not None:
         t = damage_table(dmg)
+        layers = json.loads(str(dmg["layers"].iloc[0]))
+        out["perturbed blocks"] = f"{min(layers)}..{max(layers)}"
         norm = float(dmg["median_norm"].iloc[0])
         out["median state norm"] = f"{norm:.1f}"
         out["clean loss"] = f"{dmg['clean_loss'].iloc[0]:.3f}"
@@ -75,7 +78,17 @@ def column(d: Path) -> dict[str, str]:
                 g = p[p["delta"] == dl].groupby("kind")["accuracy"].mean()
                 out[f"BLiMP at delta {label}: magnitude / angle"] = f"{g['magnitude']:.1f} / {g['angle']:.1f}"
     rp = _read(d, "repair")
+    if rp is not None and "repair_layers" in rp:
+        # a single perturbed block repaired through its own parts restores nothing: leave those rows out
+        single = rp["layers"].astype(str).map(lambda v: len(json.loads(v)) == 1)
+        moot = single & rp["repair_layers"].astype(str).isin(["(not recorded)", *rp["layers"].astype(str)])
+        rp = rp[~moot] if (~moot).any() else None
+    elif rp is not None and rp["layers"].astype(str).map(lambda v: len(json.loads(v)) == 1).all():
+        rp = None
     if rp is not None:
+        blocks = json.loads(str(rp["repair_layers"].iloc[0])) if "repair_layers" in rp and \
+            str(rp["repair_layers"].iloc[0]).startswith("[") else json.loads(str(rp["layers"].iloc[0]))
+        out["repaired blocks"] = f"{min(blocks)}..{max(blocks)}"
         norm = float(dmg["median_norm"].iloc[0]) if dmg is not None else np.nan
         for label, delta in (("5", 5.0), ("0.5 x norm", 0.5 * norm)):
             dl = _nearest(rp["delta"], delta)

@@ -291,3 +291,11 @@ def test_tokenwise_command(tmp_path, capsys):
     assert len(pd.read_csv(out / "tokenwise_geometry.csv")) == 6
     assert main(argv[:-2] + ["--classes", "mlp9", "--out", str(out)]) == 2
     assert "unknown map class(es) ['mlp9']" in capsys.readouterr().err
+
+
+def test_dirmag_on_held_out_corpus_sentences(tmp_path):
+    out = tmp_path / "dm"
+    base = ["dirmag", "--model", "tiny:llama", "--sentences", "3", "--seeds", "1", "--deltas", "0.1", "--out", str(out)]
+    assert main(base) == 0 and main(base + ["--sentence-corpus", "mobydick,bible"]) == 0
+    df = pd.read_csv(out / "dirmag_damage.csv")
+    assert len(df) == 2 * 2 and df["text_sha1"].nunique() == 2 and set(df["n_sentences"]) == {3}

@@ -187,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
               "entropy under the same perturbations, and probes of the direction vs the norm. Resumes from its logs.")
     _model_arg(dm)
     dm.add_argument("--sentences", type=_TOKENS, default=0, help="first n of the 281 WikiText sentences (0 = all)")
+    dm.add_argument("--sentence-corpus", default=None,
+                    help="take the sentences from the last --sentence-tail of this corpus instead of WikiText "
+                         "(e.g. austen,mobydick,bible: held out by tlgeo train)")
+    dm.add_argument("--sentence-tail", type=float, default=0.01, help="share of each corpus read (its end)")
     dm.add_argument("--deltas", type=_items(float), default=None,
                     help="displacements (default: the paper's 1,2,5,10,15,20 and 0.25, 0.5, 1 x the median "
                          "state norm; with --relative 0.05,0.1,0.25,0.5,1)")
@@ -500,7 +504,11 @@ def cmd_dirmag(args) -> int:
                      relative=args.relative, flip=args.flip,
                      **{k: getattr(args, a) for k, a in (("absolute", "absolute_deltas"), ("norm_fractions",
                         "norm_fractions")) if getattr(args, a) is not None})  # a bad value fails before the model loads
-    sentences = damage.wikitext_sentences(args.sentences or None)
+    if args.sentence_corpus:
+        sentences = [t for c in args.sentence_corpus.split(",") if c
+                     for t in damage.corpus_sentences(c, tail_frac=args.sentence_tail)][: args.sentences or None]
+    else:
+        sentences = damage.wikitext_sentences(args.sentences or None)
     model = load_model(args.model)
     layers = grid.chosen_layers(model.cfg)
     out = _out_dir(args, Path("results") / _model_key(args.model))

@@ -121,3 +121,17 @@ def test_token_damage_matches_the_sentence_loss_and_renders(llama, sentences):
     assert "ColoredTokens" in html
     with pytest.raises(ValueError, match="no 'flip_change' column"):
         token_damage_view(t, "flip")
+
+
+def test_held_out_corpus_sentences():
+    from tlgeo.data import load_text
+    from tlgeo.dirmag.damage import corpus_sentences
+
+    s = corpus_sentences("mobydick")
+    text = " ".join(load_text("mobydick").split())
+    cut = int(len(" ".join(load_text("mobydick")[: int(len(load_text("mobydick")) * 0.99)].split())))
+    assert s and all(30 < len(t) < 300 for t in s)
+    assert all(text.rfind(t) >= cut - 300 for t in s)  # from the held-out tail only
+    assert len(corpus_sentences("mobydick", tail_frac=0.05)) > len(s)
+    with pytest.raises(ValueError, match="tail_frac"):
+        corpus_sentences("mobydick", tail_frac=0)

@@ -26,13 +26,32 @@ import pandas as pd
 from ..data import load_text
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "lm_damage", "damage_table", "plot_damage",
+__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table", "plot_damage",
            "token_damage", "token_damage_view"]
 
 # Pythia-410M, layers 8-15 (spec): damage (magnitude, angle) per delta; baseline loss 4.107
 PAPER_DAMAGE = {1.0: (0.009, 0.368), 2.0: (0.042, 0.983), 5.0: (0.700, 3.757), 10.0: (3.262, 7.061),
                 15.0: (4.600, 7.718), 20.0: (5.433, 7.750)}
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1")
+
+
+def corpus_sentences(corpus: str, limit: int | None = None, *, tail_frac: float = 0.01, min_chars: int = 30,
+                     max_chars: int = 300) -> list[str]:
+    """Sentences of the last ``tail_frac`` of a corpus (``tlgeo.data`` name or file): its
+    whitespace-normalised text split after '.', '!' or '?', kept when ``min_chars < len < max_chars``.
+
+    ``tlgeo.train`` holds out the last 1 % of each source for validation, so the default tail is
+    text a model trained here has not seen (up to the char/token difference at the boundary)."""
+    import re
+
+    if not 0 < tail_frac <= 1:
+        raise ValueError(f"tail_frac must be in (0, 1], got {tail_frac}")
+    text = load_text(corpus)
+    tail = " ".join(text[int(len(text) * (1 - tail_frac)):].split())
+    out = [t for t in re.split(r"(?<=[.!?])\s+", tail)[1:] if min_chars < len(t) < max_chars]  # [0]: cut mid-way
+    if not out:
+        raise ValueError(f"no sentences of {min_chars}-{max_chars} characters in the last {tail_frac:g} of {corpus!r}")
+    return out[:limit] if limit is not None else out
 
 
 def wikitext_sentences(limit: int | None = None, *, corpus: str = "wikitext2", min_chars: int = 30,
