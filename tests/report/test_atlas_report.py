@@ -64,7 +64,7 @@ def test_report_opens_with_the_headline(atlas_dir):
     block = html[top: html.index("</section>", top)]
     items = re.findall(r"<li>(.*?)</li>", block)
     h, dm = headline(atlas_dir), dirmag_headline(atlas_dir)
-    assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 1  # one more sentence per further analysis
+    assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
     assert [html_unescape(x) for x in items] == h.sentences + dm.sentences + h.warnings + dm.warnings
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)

@@ -8,7 +8,7 @@
 * ``dirmag_probes``: part-of-speech and depth probes on the direction vs the
   magnitude of the states (UD English EWT).
 
-With the defaults the three add about 90 s on SmolLM2 on a 2-core CPU.
+With the defaults the three add about 80 s on SmolLM2 on a 2-core CPU.
 ``tlgeo dirmag`` runs the full sweep, the repairs and the attention entropy.
 """
 
@@ -38,8 +38,8 @@ class DirmagBudgets:
 
     dirmag_sentences: int = budget(64, "WikiText sentences scored per perturbation (the notebook: 281)",
                                    cost="~0.05 s per sentence and perturbation (SmolLM2, resumed at block 10)")
-    dirmag_seeds: int = budget(3, "perturbation seeds 42, 43, ... (the notebook: 5)",
-                               cost="~20 s per seed at the defaults")
+    dirmag_seeds: int = budget(2, "perturbation seeds 42, 43, ... (the notebook: 5)",
+                               cost="~30 s per seed at the defaults (damage and BLiMP)")
     dirmag_deltas: tuple[float, ...] = budget((5.0,), "absolute deltas (the paper's grid: 1,2,5,10,15,20)", item=float,
                                               cost="~6 s per delta and seed at 64 sentences")
     dirmag_norm_fractions: tuple[float, ...] = budget((0.25, 1.0), "deltas as fractions of the median state norm",
@@ -48,10 +48,10 @@ class DirmagBudgets:
                               choices=("exact", "faithful"))
     dirmag_blimp_pairs: int = budget(8, "BLiMP pairs per agreement paradigm (6 paradigms) under the perturbations "
                                         "(0: skip)", cost="~1.5 s per pair at the defaults")
-    dirmag_probe_sentences: int = budget(100, "UD EWT sentences of each split for the direction/magnitude probes "
-                                              "(0: skip)", cost="~0.1 s per sentence (SmolLM2)")
-    dirmag_probe_layers: int = budget(5, "probed blocks, evenly spaced from the first to the last",
-                                      cost="~2 s per block at 100 sentences")
+    dirmag_probe_sentences: int = budget(80, "UD EWT sentences of each split for the direction/magnitude probes "
+                                             "(0: skip)", cost="~0.1 s per sentence (SmolLM2)")
+    dirmag_probe_layers: int = budget(4, "probed blocks, evenly spaced from the first to the last",
+                                      cost="~3 s per block at 80 sentences")
 
     def grid(self) -> SweepGrid:
         return SweepGrid(seeds=self.dirmag_seeds, mode=self.dirmag_mode, absolute=self.dirmag_deltas,
