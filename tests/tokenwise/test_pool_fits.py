@@ -141,6 +141,13 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     assert len(res.correlation) == 2 * 3 * 2 and res.correlation["spearman"].between(-1, 1).all()
     assert (res.tokens["kl"] >= 0).all() and (res.tokens["kl_following"] >= res.tokens["kl"] - 1e-9).all()
 
+    import json
+
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    (tmp_path / "geo.jsonl").write_text("\n".join(l for l in lines if json.loads(l)["stage"] == "geometry") + "\n")
+    resumed = A.tokenwise_analysis(llama, pool, **{**kw, "log_path": tmp_path / "geo.jsonl"})  # patching redone
+    pd.testing.assert_frame_equal(resumed.tokens, res.tokens)  # from subset fits recomputed alone
+
     def boom(*a, **k):
         raise AssertionError("recomputed")
 

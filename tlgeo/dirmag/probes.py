@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..evals.sentences import sentence_batches
 from ..evals.treebank import TreebankSentence, first_subtokens
 from ..stats.probes import FEATURES, fit_probe, probe_features
 
@@ -74,14 +75,11 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
         raise ValueError("no word of these sentences could be aligned to the model's tokens")
     out = {l: [] for l in layers}
     upos, depth, sent = [], [], []
-    pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
+    batches = sentence_batches(model, [s.text for s in kept], max_tokens=max_tokens, batch_size=batch_size,
+                               keep_all=True)  # the same to_tokens rows first_subtokens aligned to
     with torch.inference_mode():
-        for i in range(0, len(kept), batch_size):
+        for i, (toks, _) in zip(range(0, len(kept), batch_size), batches):
             chunk, pchunk = kept[i : i + batch_size], positions[i : i + batch_size]
-            rows = [model.to_tokens(s.text)[0, :max_tokens].cpu() for s in chunk]
-            toks = torch.full((len(rows), max(r.numel() for r in rows)), pad, dtype=torch.long)
-            for j, r in enumerate(rows):
-                toks[j, : r.numel()] = r
             _, cache = model.run_with_cache(toks, names_filter=lambda n: n in names, return_type=None)
             b_idx = [j for j, pos in enumerate(pchunk) for p in pos if p is not None]
             t_idx = [p for pos in pchunk for p in pos if p is not None]

@@ -44,7 +44,8 @@ class TokenwiseResult:
 
 
 def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, **kw) -> torch.Tensor:
-    """``T(h_layer)`` of the subset tokens only (their neighbours come from the cache)."""
+    """``T(h_layer)`` of the subset tokens only (their neighbours come from the cache): for a
+    patching stage resumed after the geometry stage was read from the log."""
     h_in, h_out = pool.pair(layer)
     if kind in POOL_CLASSES:
         return tokenwise_outputs(pool, layer, kind, ridge=kw["ridge"])[torch.as_tensor(subset)]
@@ -75,6 +76,7 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
     kw = dict(k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge)
 
     geo_rows = []
+    fitted: dict[tuple[int, str], torch.Tensor] = {}  # subset outputs fitted in this call, reused for patching
     todo = [(l, c) for l in layers for c in classes]
     it = todo
     if progress:
@@ -86,7 +88,9 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
         row = log.get(**key) if log else None
         if row is None:
             h_in, h_out = pool.pair(l)
-            summary, g = geometry_row(h_in, h_out, tokenwise_outputs(pool, l, c, **kw), energy)
+            t = tokenwise_outputs(pool, l, c, **kw)
+            fitted[(l, c)] = t[torch.as_tensor(subset)]
+            summary, g = geometry_row(h_in, h_out, t, energy)
             row = {**key, **summary, "subset_error": g.rel_error[torch.as_tensor(subset)].tolist(),
                    "subset_angle": g.residual_angle[torch.as_tensor(subset)].tolist()}
             if log:
@@ -98,7 +102,8 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
         key = {"stage": "patching", "layer": -1, "class": c, **settings}
         row = log.get(**key) if log else None
         if row is None:
-            reps = {l: _subset_outputs(pool, l, c, subset, **kw) for l in layers}
+            reps = {l: fitted.pop((l, c), None) for l in layers}
+            reps = {l: r if r is not None else _subset_outputs(pool, l, c, subset, **kw) for l, r in reps.items()}
             df = patch_kl(model, pool, subset, reps, batch_size=batch_size, progress=progress)
             row = {**key, "kl": df["kl"].tolist(), "kl_following": df["kl_following"].tolist(),
                    "layers": df["layer"].tolist(), "index": df["index"].tolist()}

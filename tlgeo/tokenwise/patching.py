@@ -54,6 +54,7 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
         with torch.inference_mode():
             logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
             clean = torch.log_softmax(logits.float(), -1)
+            p_clean = clean.exp()  # once per batch, shared by every layer
             after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
             for l, name in zip(layers, names):
                 rep = replacements[l][s : s + batch_size].to(cache[name].dtype)
@@ -65,7 +66,7 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
 
                 patched = torch.log_softmax(resume_forward(model, cache[name], l, [
                     (f"blocks.{l}.hook_resid_post", patch)]).float(), -1)
-                kl = (clean.exp() * (clean - patched)).sum(-1).clamp_min(0)  # [B, T]
+                kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0)  # [B, T]
                 for j in range(len(idx)):
                     rows.append({"index": int(idx[j]), "layer": l, "window": int(win[j]), "position": int(pos[j]),
                                  "kl": float(kl[j, pos[j]]), "kl_following": float(kl[j][after[j]].sum())})
