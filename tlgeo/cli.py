@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--same-sequence", action="store_true",
                     help="allow neighbours from the token's own window (default: excluded, so the fit stays tokenwise)")
     tw.add_argument("--patch-tokens", type=_POSITIVE, default=256, help="tokens patched per layer and class for the KL")
+    tw.add_argument("--patch-layers", type=_index_list, default=None,
+                    help="layer maps patched for the KL (default: every fitted layer)")
+    tw.add_argument("--fit-workers", type=_POSITIVE, default=2,
+                    help="chunks of local fits run side by side (their small factorizations use one core each)")
     tw.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="pool storage")
     tw.add_argument("--batch-size", type=_POSITIVE, default=16, help="windows per forward")
     tw.add_argument("--out", default=None, help="output directory (default: results/<model>)")
@@ -589,7 +593,8 @@ def cmd_tokenwise(args) -> int:
     pool = collect_pool(model, windows, pool_dir, dtype=args.dtype, batch_size=args.batch_size, progress=True)
     res = tokenwise_analysis(model, pool, layers=args.layers, classes=classes, k=args.k, rank=args.rank,
                              exclude_sequence=not args.same_sequence, n_patch=min(args.patch_tokens, pool.n_tokens),
-                             batch_size=args.batch_size, log_path=out / "tokenwise.jsonl", progress=True)
+                             batch_size=args.batch_size, log_path=out / "tokenwise.jsonl", progress=True,
+                             threads=args.fit_workers, patch_layers=args.patch_layers)
     settings = {"model": args.model, "corpus": args.corpus, "seq_len": args.seq_len}
     key = ["model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "n_patch", "seed"]
     _merge_csv(out / "tokenwise_geometry.csv", res.geometry.assign(**settings), key + ["layer", "class"])

@@ -7,7 +7,7 @@ from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
 
 
 def test_the_steps_are_registered_after_the_decomposition_ones():
-    assert list(STEPS[-3:]) == ["dirmag_damage", "dirmag_blimp", "dirmag_probes"]
+    assert list(STEPS[STEPS.index("dirmag_damage"):][:3]) == ["dirmag_damage", "dirmag_blimp", "dirmag_probes"]
     assert STEPS.index("audit") < STEPS.index("dirmag_damage")
 
 

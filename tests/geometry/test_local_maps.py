@@ -92,3 +92,49 @@ def test_bad_input():
         fit_local("lowrank", x, x, x, rank=0)
     with pytest.raises(ValueError, match=r"neighbours must be \[n, k\]"):
         tokenwise_fit("linear", x[0], x[0], torch.zeros(3, 2, dtype=torch.long))
+
+
+def test_orthogonal_fast_path_equals_the_svd_reference(monkeypatch):
+    """k x k polar factor (2k <= d) against the Householder-QR + SVD reference, also on rank-deficient
+    neighbourhoods, which the fast path hands to the reference."""
+    from tlgeo.geometry import local_maps as lm
+
+    d, k = 40, 8
+    base = 3 * _randn(6, 1, d)
+    x = base + 0.5 * _randn(6, k, d)
+    y = x @ (torch.eye(d, dtype=torch.float64) + 0.2 * _randn(d, d)) + 0.1 * _randn(6, k, d)
+    q = base + 0.5 * _randn(6, 2, d)
+    x[0, 1], y[0, 1] = x[0, 0], y[0, 0]  # a duplicate neighbour: rank-deficient
+    calls = []
+    ref = lm._orthogonal_svd
+    monkeypatch.setattr(lm, "_orthogonal_svd", lambda *a: calls.append(len(a[0])) or ref(*a))
+    got = lm.orthogonal(x, y, q)
+    assert calls == [1]  # only the rank-deficient neighbourhood fell back
+    torch.testing.assert_close(got, ref(x, y, q), rtol=1e-6, atol=1e-6)  # the reference: polar(C + 1e-10 I)
+    # exact data y = s x Q: recovered on the neighbours' span
+    qt = 1.3 * _orthogonal(d)
+    inside = torch.randn(6, 3, k, generator=G, dtype=torch.float64) @ x
+    torch.testing.assert_close(lm.orthogonal(x[1:], x[1:] @ qt, inside[1:]), inside[1:] @ qt, rtol=1e-8, atol=1e-8)
+
+
+def test_fit_locals_and_threads_give_the_class_by_class_results():
+    from tlgeo.geometry.local_maps import fit_locals, tokenwise_fits
+
+    d = 24
+    h = _randn(90, d)
+    out = h @ (torch.eye(d, dtype=torch.float64) + 0.2 * _randn(d, d)) + 0.05 * torch.tanh(h.roll(1, 0))
+    _, nb = knn(h, 6)
+    kinds = list(LOCAL_MAPS)
+    together = fit_locals(kinds, h[nb[:10]], out[nb[:10]], h[:10, None], rank=3, ridge=1e-4)
+    for kind in kinds:
+        params = {"rank": 3, "ridge": 1e-4} if kind == "lowrank" else {"ridge": 1e-4} if kind == "linear" else {}
+        torch.testing.assert_close(together[kind], fit_local(kind, h[nb[:10]], out[nb[:10]], h[:10, None], **params))
+    one = tokenwise_fits(kinds, h, out, nb, chunk=16, rank=3, ridge=1e-4)
+    two = tokenwise_fits(kinds, h, out, nb, chunk=16, threads=2, rank=3, ridge=1e-4)
+    for kind in kinds:
+        torch.testing.assert_close(one[kind], two[kind], rtol=0, atol=0)
+        torch.testing.assert_close(one[kind], tokenwise_fit(kind, h, out, nb, chunk=7,
+                                                            **({"rank": 3, "ridge": 1e-4} if kind == "lowrank" else
+                                                               {"ridge": 1e-4} if kind == "linear" else {})))
+    with pytest.raises(ValueError, match="unknown local map class 'mlp'"):
+        tokenwise_fits(["linear", "mlp"], h, out, nb)

@@ -64,3 +64,12 @@ def test_faiss_backend_gives_the_same_neighbours():
         torch.testing.assert_close(d_f, d_t.float(), rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match="unknown kNN backend"):
         knn(x, 3, backend="annoy")
+
+
+def test_same_sequence_exclusion_with_unordered_uneven_groups():
+    x = _pool(90, 5)
+    groups = torch.randint(0, 7, (90,), generator=torch.Generator().manual_seed(1)) + 3  # not contiguous, not 0-based
+    _, i = knn(x, 4, groups=groups, exclude_group=True, chunk=13)
+    full = torch.cdist(x, x)
+    full[groups[:, None] == groups[None, :]] = float("inf")
+    assert torch.equal(i, full.topk(4, largest=False).indices)

@@ -96,6 +96,18 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
     np.testing.assert_allclose(pool.states(0)[:9], emb, rtol=1e-5, atol=1e-6)
     df = layer_geometry(pool, [1], classes=("diag_psd", "linear"), k=8)
     assert len(df) == 2 and np.isfinite(df["rel_error"]).all()
+    # patching through a forward hook on the layer: the clean state changes nothing, a patch of
+    # position p changes nothing before p, and the whole analysis runs
+    from tlgeo.tokenwise import tokenwise_analysis
+    from tlgeo.tokenwise.patching import patch_kl
+
+    idx = np.array([3, 12, 25])
+    clean = {1: torch.from_numpy(np.array(pool.states(2)[idx]))}
+    assert patch_kl(model, pool, idx, clean)["kl_following"].max() < 1e-6
+    got = patch_kl(model, pool, idx, {1: clean[1] + 1.0})
+    assert (got["kl"] > 1e-6).all() and (got["kl_following"] >= got["kl"] - 1e-9).all()
+    res = tokenwise_analysis(model, pool, layers=[0, 1], classes=("linear",), k=8, n_patch=6, n_boot=50)
+    assert len(res.tokens) == 12 and np.isfinite(res.tokens["kl"]).all()
 
 
 def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_path, llama):
@@ -151,8 +163,16 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
+    one = A.tokenwise_analysis(llama, pool, **kw, patch_layers=[2])  # geometry from the log, patching anew
+    assert set(one.tokens["layer"]) == {2} and set(one.correlation["layer"]) == {2}
+    pd.testing.assert_frame_equal(one.tokens.reset_index(drop=True),
+                                  res.tokens[res.tokens["layer"] == 2].reset_index(drop=True), check_like=True)
+    with pytest.raises(ValueError, match="subset of the fitted layers"):
+        A.tokenwise_analysis(llama, pool, **kw, patch_layers=[1])
+
     monkeypatch.setattr(A, "patch_kl", boom)
     monkeypatch.setattr(A, "tokenwise_outputs", boom)
+    monkeypatch.setattr(A, "layer_outputs", boom)
     again = A.tokenwise_analysis(llama, pool, **kw)  # everything from the log
     pd.testing.assert_frame_equal(again.correlation, res.correlation)
     from tlgeo.tokenwise.plots import plot_error_vs_kl, plot_layer_geometry, plot_residual_angles

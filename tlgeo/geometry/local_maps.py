@@ -24,7 +24,7 @@ neighbours' span:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from jaxtyping import Float
@@ -32,8 +32,8 @@ from torch import Tensor
 
 from .parallel import compute_dtype
 
-__all__ = ["LOCAL_MAPS", "fit_local", "local_matrix", "diag_psd", "linear", "lowrank", "orthogonal",
-           "global_linear", "tokenwise_fit"]
+__all__ = ["LOCAL_MAPS", "fit_local", "fit_locals", "local_matrix", "diag_psd", "linear", "lowrank", "orthogonal",
+           "global_linear", "tokenwise_fit", "tokenwise_fits"]
 
 Batch = Float[Tensor, "b k d"]
 Queries = Float[Tensor, "b m d"]
@@ -60,9 +60,10 @@ def _ridge_update(x: Batch, y: Batch, q: Queries, ridge: float) -> tuple[Queries
     b, k, d = x.shape
     lam = ridge * (x * x).sum((1, 2)) / k  # [b]: scale-free
     if k <= d:
-        g = x @ x.transpose(1, 2) + lam[:, None, None] * torch.eye(k, dtype=x.dtype, device=x.device)
-        w_q = torch.linalg.solve(g, x @ q.transpose(1, 2))  # [b, k, m]
-        w_x = torch.linalg.solve(g, x @ x.transpose(1, 2))  # [b, k, k]
+        gram = x @ x.transpose(1, 2)
+        g = gram + lam[:, None, None] * torch.eye(k, dtype=x.dtype, device=x.device)
+        w = torch.linalg.solve(g, torch.cat([x @ q.transpose(1, 2), gram], 2))  # [b, k, m + k]
+        w_q, w_x = w[:, :, : q.shape[1]], w[:, :, q.shape[1] :]
         return w_q.transpose(1, 2) @ r, w_x.transpose(1, 2) @ r
     a = x.transpose(1, 2) @ x + lam[:, None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
     m = torch.linalg.solve(a, x.transpose(1, 2) @ r)  # [b, d, d]
@@ -81,20 +82,101 @@ def lowrank(x: Batch, y: Batch, q: Queries, rank: int = 8, ridge: float = 1e-6) 
     if rank < 1:
         raise ValueError(f"rank must be positive, got {rank}")
     x, y, q = _cast(x, y, q)
-    upd_q, fitted = _ridge_update(x, y, q, ridge)
+    return _reduce_rank(q, *_ridge_update(x, y, q, ridge), rank)
+
+
+def _reduce_rank(q: Queries, upd_q: Queries, fitted: Batch, rank: int) -> Queries:
+    """``q + upd_q V Vᵀ``: the ridge update kept on the top ``rank`` right singular directions ``V``
+    of the fitted update ``fitted [b, k, d]``."""
     # top right singular vectors of fitted [b, k, d] from its k x k Gram matrix (k << d)
     evals, evecs = torch.linalg.eigh(fitted @ fitted.transpose(1, 2))  # ascending
     r = min(rank, evals.shape[-1])
     top, u = evals[:, -r:].clamp_min(0), evecs[:, :, -r:]
-    keep = top > top[:, -1:] * torch.finfo(x.dtype).eps * 10  # drop null directions (rank < r)
-    v = fitted.transpose(1, 2) @ u / top.sqrt().clamp_min(torch.finfo(x.dtype).tiny)[:, None, :]  # [b, d, r]
+    keep = top > top[:, -1:] * torch.finfo(q.dtype).eps * 10  # drop null directions (rank < r)
+    v = fitted.transpose(1, 2) @ u / top.sqrt().clamp_min(torch.finfo(q.dtype).tiny)[:, None, :]  # [b, d, r]
     v = v * keep[:, None, :]
     return q + (upd_q @ v) @ v.transpose(1, 2)
 
 
 def orthogonal(x: Batch, y: Batch, q: Queries) -> Queries:
-    """Scaled Procrustes ``s Q``: ``Q`` orthogonal in the span of the neighbourhood, identity outside."""
+    """Scaled Procrustes ``s Q``: ``Q`` orthogonal in the span of the neighbourhood, identity outside.
+
+    In an orthonormal basis of the joint span whose first ``k`` rows span the inputs (Cholesky-QR,
+    twice), the cross-covariance has only ``k`` non-zero rows ``C_t``, so the polar factor is
+    ``k x k`` work: its first rows are ``(C_t C_tᵀ)^{-1/2} C_t``, the rest the orthonormal rows closest
+    to the identity's (:func:`_orthogonal_fast`). Neighbourhoods where that is ill-posed
+    (numerically rank-deficient, e.g. repeated states, or ``2k > d``) go to :func:`_orthogonal_svd`,
+    which gives the same map where both apply."""
     x, y, q = _cast(x, y, q)
+    if 2 * x.shape[1] > x.shape[2]:
+        return _orthogonal_svd(x, y, q)
+    out = torch.empty_like(q)
+    todo = torch.arange(x.shape[0], device=x.device)
+    got, ok = _orthogonal_fast(x, y, q)
+    out[todo[ok]] = got
+    bad = todo[~ok]
+    if len(bad):
+        out[bad] = _orthogonal_svd(x[bad], y[bad], q[bad])
+    return out
+
+
+def _orthogonal_fast(x: Batch, y: Batch, q: Queries) -> tuple[Queries, Tensor]:
+    """:func:`orthogonal` for the well-posed neighbourhoods: ``(T(q) [b', m, d] of those, which they
+    are [b])``. A failed check masks a neighbourhood (its values replaced by harmless ones); when
+    most fail the first check (repeated states, as in embeddings), the rest runs on the others only."""
+    b, k, d = x.shape
+    eps = torch.finfo(x.dtype).eps
+    tiny = torch.finfo(torch.float64).tiny
+    keep = torch.arange(b, device=x.device)
+    upd = y - x  # [x; y - x] spans what [x; y] does, better conditioned when the update is small
+    gxu = x @ upd.transpose(1, 2)
+    gram = torch.cat([torch.cat([x @ x.transpose(1, 2), gxu], 2),
+                      torch.cat([gxu.transpose(1, 2), upd @ upd.transpose(1, 2)], 2)], 1)  # z zᵀ
+    l1, info = torch.linalg.cholesky_ex(gram)
+    ok = info == 0
+    if int(ok.sum()) < b // 2:
+        keep, x, upd, q, l1, ok = keep[ok], x[ok], upd[ok], q[ok], l1[ok], ok[ok]
+    n = len(x)
+    z = torch.cat([x, upd], 1)  # [n, 2k, d]
+    eye = torch.eye(2 * k, dtype=x.dtype, device=x.device).expand(n, 2 * k, 2 * k)
+    l1 = torch.where(ok[:, None, None], l1, eye)
+    inv1 = torch.linalg.solve_triangular(l1, eye, upper=False)
+    q1 = inv1 @ z
+    l2, info = torch.linalg.cholesky_ex(q1 @ q1.transpose(1, 2))  # second pass: orthonormal to rounding
+    ok &= (info == 0) & ((torch.diagonal(l2, dim1=1, dim2=2) - 1).abs().amax(1) < 0.5)
+    l2 = torch.where(ok[:, None, None], l2, eye)
+    inv = torch.linalg.solve_triangular(l2, eye, upper=False) @ inv1  # basis = inv @ z, orthonormal rows
+    lz = l1 @ l2  # z = lz @ basis: x = [L11, 0] basis, y - x = [L21, L22] basis
+    yc = lz[:, k:, :] + torch.nn.functional.pad(lz[:, :k, :k], (0, k))  # y = [L11 + L21, L22] basis
+    # the k x k algebra in float64: it squares the coordinates' condition number
+    ct = (lz[:, :k, :k].transpose(1, 2) @ yc).double()  # [n, k, 2k]
+    ev, vec = torch.linalg.eigh(ct @ ct.transpose(1, 2))
+    # singular values of C below the reference's regularisation (1e-2 sqrt(eps) of the largest) are
+    # directions it leaves free: those neighbourhoods go to the reference
+    ok &= ev[:, 0] > 1e-4 * eps * ev[:, -1].clamp_min(tiny)
+    ev = ev.clamp_min(tiny)
+    top = (vec * ev[:, None, :] ** -0.5) @ vec.transpose(1, 2) @ ct  # [n, k, 2k], orthonormal rows
+    top = top.to(x.dtype)
+    t2 = top[:, :, k:]
+    free = torch.cat([torch.zeros_like(t2), torch.eye(k, dtype=x.dtype).expand(n, k, k)], 2) - t2.transpose(1, 2) @ top
+    # the rows closest to [0, I] orthogonal to top's: (free freeᵀ)^{-1/2} free, free freeᵀ = I - t2ᵀ t2,
+    # in the input's precision: its eigenvalues are cos² of angles the map turns the inputs' span by
+    ev2, vec2 = torch.linalg.eigh(torch.eye(k, dtype=x.dtype) - t2.transpose(1, 2) @ t2)
+    ok &= ev2[:, 0] > 1e3 * eps
+    ev2 = ev2.clamp_min(1e3 * eps)
+    bottom = (vec2 * ev2[:, None, :] ** -0.5) @ vec2.transpose(1, 2) @ free
+    omega = torch.cat([top, bottom], 1)  # [n, 2k, 2k]
+    scale = (ev.sqrt().sum(1) / (x * x).sum((1, 2)).double().clamp_min(tiny)).to(x.dtype)
+    qc = (q @ z.transpose(1, 2)) @ inv.transpose(1, 2)  # [n, m, 2k]
+    out = scale[:, None, None] * (q + ((qc @ (omega - eye)) @ inv) @ z)
+    mask = torch.zeros(b, dtype=torch.bool, device=x.device)
+    mask[keep[ok]] = True
+    return out[ok], mask
+
+
+def _orthogonal_svd(x: Batch, y: Batch, q: Queries) -> Queries:
+    """:func:`orthogonal` by a Householder QR of the joint span and an SVD of its ``2k x 2k``
+    cross-covariance (robust to rank deficiency; the fast path's fallback and reference)."""
     b, k, d = x.shape
     basis, _ = torch.linalg.qr(torch.cat([x, y], 1).transpose(1, 2))  # [b, d, min(d, 2k)]
     xc, yc = x @ basis, y @ basis
@@ -117,14 +199,43 @@ LOCAL_MAPS: dict[str, Callable[..., Tensor]] = {
 }
 
 
-def fit_local(kind: str, x: Batch, y: Batch, q: Queries, **params) -> Queries:
-    """``T(q)`` for the local map of class ``kind`` fitted on ``(x, y)``; ``params``: ``rank``, ``ridge``."""
-    if kind not in LOCAL_MAPS:
-        raise ValueError(f"unknown local map class {kind!r}; choose from {sorted(LOCAL_MAPS)}")
+def _check(kinds: Sequence[str], x: Tensor, y: Tensor, q: Tensor) -> None:
+    bad = [c for c in kinds if c not in LOCAL_MAPS]
+    if bad or not kinds:
+        raise ValueError(f"unknown local map class {', '.join(map(repr, bad)) or 'list (empty)'}; "
+                         f"choose from {sorted(LOCAL_MAPS)}")
     if x.ndim != 3 or x.shape != y.shape or q.ndim != 3 or q.shape[0] != x.shape[0] or q.shape[2] != x.shape[2]:
         raise ValueError(f"shapes must be x, y [b, k, d] and q [b, m, d]; got {tuple(x.shape)}, "
                          f"{tuple(y.shape)}, {tuple(q.shape)}")
+
+
+def fit_local(kind: str, x: Batch, y: Batch, q: Queries, **params) -> Queries:
+    """``T(q)`` for the local map of class ``kind`` fitted on ``(x, y)``; ``params``: ``rank``, ``ridge``."""
+    if not isinstance(kind, str):
+        raise ValueError(f"kind must be one class name, got {kind!r}; use fit_locals for several")
+    _check([kind], x, y, q)
     return LOCAL_MAPS[kind](x, y, q, **params)
+
+
+def fit_locals(kinds: Sequence[str], x: Batch, y: Batch, q: Queries, *, rank: int = 8,
+               ridge: float = 1e-6) -> dict[str, Queries]:
+    """``{kind: T(q)}`` for several classes on the same neighbourhoods: ``linear`` and ``lowrank``
+    share one ridge solve; the same results as :func:`fit_local` class by class."""
+    _check(kinds, x, y, q)
+    if rank < 1:
+        raise ValueError(f"rank must be positive, got {rank}")
+    x, y, q = _cast(x, y, q)
+    out: dict[str, Tensor] = {}
+    if "linear" in kinds or "lowrank" in kinds:
+        upd_q, fitted = _ridge_update(x, y, q, ridge)
+        if "linear" in kinds:
+            out["linear"] = q + upd_q
+        if "lowrank" in kinds:
+            out["lowrank"] = _reduce_rank(q, upd_q, fitted, rank)
+    for kind in kinds:
+        if kind not in out:
+            out[kind] = LOCAL_MAPS[kind](x, y, q)
+    return {kind: out[kind] for kind in kinds}
 
 
 def local_matrix(kind: str, x: Batch, y: Batch, **params) -> Float[Tensor, "b d d"]:
@@ -146,15 +257,42 @@ def global_linear(x: Float[Tensor, "n d"], y: Float[Tensor, "n d"], ridge: float
 
 
 def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], neighbours: Tensor, *,
-                  chunk: int = 256, **params) -> Float[Tensor, "n d"]:
+                  chunk: int = 128, **params) -> Float[Tensor, "n d"]:
     """``T(h_in[i])`` for every token ``i``, each map fitted on its ``neighbours[i] [k]`` (indices
     into the pool, the token itself excluded), ``chunk`` tokens at a time."""
+    if not isinstance(kind, str):
+        raise ValueError(f"kind must be one class name, got {kind!r}; use tokenwise_fits for several")
+    return tokenwise_fits([kind], h_in, h_out, neighbours, chunk=chunk, **params)[kind]
+
+
+def tokenwise_fits(kinds: Sequence[str], h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"],
+                   neighbours: Tensor, *, chunk: int = 128, threads: int = 1, **params) -> dict[str, Float[Tensor, "n d"]]:
+    """:func:`tokenwise_fit` for several classes at once: each chunk's neighbourhoods are gathered
+    once for all of them (:func:`fit_locals`); ``threads`` chunks run side by side, each on one
+    core (the batched small factorizations of ``lowrank`` and ``orthogonal`` use one core each)."""
     if h_in.shape != h_out.shape or h_in.ndim != 2:
         raise ValueError(f"h_in and h_out must both be [n, d], got {tuple(h_in.shape)} and {tuple(h_out.shape)}")
     if neighbours.ndim != 2 or neighbours.shape[0] != h_in.shape[0]:
         raise ValueError(f"neighbours must be [n, k] with n = {h_in.shape[0]}, got {tuple(neighbours.shape)}")
-    out = []
-    for s in range(0, h_in.shape[0], chunk):
+    if chunk < 1 or threads < 1:
+        raise ValueError(f"chunk and threads must be positive, got {chunk} and {threads}")
+    starts = range(0, h_in.shape[0], chunk)
+
+    def one(s: int) -> dict[str, Tensor]:
         nb = neighbours[s : s + chunk]
-        out.append(fit_local(kind, h_in[nb], h_out[nb], h_in[s : s + chunk, None], **params)[:, 0])
-    return torch.cat(out)
+        got = fit_locals(kinds, h_in[nb], h_out[nb], h_in[s : s + chunk, None], **params)
+        return {kind: t[:, 0] for kind, t in got.items()}
+
+    if threads == 1:
+        parts = [one(s) for s in starts]
+    else:  # each worker single-threaded: the batched small factorizations run one per core
+        from concurrent.futures import ThreadPoolExecutor
+
+        intra = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads) as ex:
+                parts = list(ex.map(one, starts))
+        finally:
+            torch.set_num_threads(intra)
+    return {kind: torch.cat([p[kind] for p in parts]) for kind in kinds}

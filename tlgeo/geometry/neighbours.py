@@ -70,17 +70,34 @@ def knn(
     xp = x.to(dt)
     sq = (xp * xp).sum(-1)
     q_idx = torch.arange(n, device=x.device) if queries is None else queries.to(x.device)
+    members = _group_members(groups) if exclude_group else None
     dists, idxs = [], []
     for s in range(0, len(q_idx), chunk):
         qi = q_idx[s : s + chunk]
-        d2 = sq[qi, None] + sq[None, :] - 2 * xp[qi] @ xp.T  # [c, n]
-        d2[torch.arange(len(qi), device=x.device), qi] = float("inf")
-        if exclude_group:
-            d2[groups[qi, None] == groups[None, :]] = float("inf")
+        rows = torch.arange(len(qi), device=x.device)
+        # ||b||² - 2 a·b ranks the pool like the squared distance (||a||² is the same along a row)
+        d2 = torch.addmm(sq[None, :], xp[qi], xp.T, alpha=-2)  # [c, n]
+        d2[rows, qi] = float("inf")
+        if members is not None:
+            m = members[groups[qi] - groups.min()]  # [c, largest group], padded with the query itself
+            m = torch.where(m < 0, qi[:, None], m)
+            d2.scatter_(1, m, float("inf"))
         val, ind = torch.topk(d2, k, dim=1, largest=False)
-        dists.append(val.clamp_min(0).sqrt())
+        dists.append((val + sq[qi, None]).clamp_min(0).sqrt())
         idxs.append(ind)
     return torch.cat(dists), torch.cat(idxs)
+
+
+def _group_members(groups: Tensor) -> Tensor:
+    """``[n_groups, largest group]`` pool indices of each group's members, padded with -1."""
+    g = groups - groups.min()
+    order = torch.argsort(g, stable=True)
+    counts = torch.bincount(g)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(len(g), device=g.device) - starts[g[order]]
+    out = torch.full((len(counts), int(counts.max())), -1, dtype=torch.long, device=g.device)
+    out[g[order], rank] = order
+    return out
 
 
 def _knn_faiss(x: Tensor, k: int, queries: Tensor | None, groups: Tensor | None, chunk: int):

@@ -16,6 +16,7 @@ __all__ = ["ANALYSES", "load_steps"]
 ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition.atlas",
     "tlgeo.dirmag.atlas",
+    "tlgeo.tokenwise.atlas",
 )
 
 

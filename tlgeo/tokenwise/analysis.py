@@ -25,7 +25,7 @@ import torch
 from ..geometry.local_maps import fit_local
 from ..results import ResultLog
 from ..stats.correlation import spearman_ci
-from .fits import CLASSES, POOL_CLASSES, geometry_row, local_params, neighbours, tokenwise_outputs
+from .fits import CLASSES, POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
 from .patching import patch_kl
 from .pool import StatePool
 
@@ -58,8 +58,11 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
                        classes: Sequence[str] = CLASSES, k: int = 32, exclude_sequence: bool = True, rank: int = 8,
                        ridge: float = 1e-3, energy: float = 0.9, n_patch: int = 256, seed: int = 0,
                        batch_size: int = 16, n_boot: int = 1000, log_path: str | os.PathLike | None = None,
-                       progress: bool = False) -> TokenwiseResult:
-    """Geometry, patching KL and Spearman(error, KL) for ``layers`` (default all) and ``classes``."""
+                       progress: bool = False, threads: int = 1,
+                       patch_layers: Iterable[int] | None = None) -> TokenwiseResult:
+    """Geometry, patching KL and Spearman(error, KL) for ``layers`` (default all) and ``classes``;
+    ``patch_layers``: the layers patched for the KL (default: all of ``layers``); ``threads``:
+    chunks of local fits side by side."""
     bad = [c for c in classes if c not in CLASSES]
     if bad or not classes:
         raise ValueError(f"unknown map class(es) {bad or list(classes)}; choose from {CLASSES}")
@@ -67,42 +70,47 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
     out_of_range = [l for l in layers if not 0 <= l < pool.n_layers]
     if out_of_range:
         raise ValueError(f"layers {out_of_range} out of range: the pool has layer maps 0..{pool.n_layers - 1}")
+    patch_layers = layers if patch_layers is None else sorted(set(patch_layers))
+    if not patch_layers or not set(patch_layers) <= set(layers):
+        raise ValueError(f"patch_layers {patch_layers} must be a non-empty subset of the fitted layers {layers}")
     if n_patch < 3 or n_patch > pool.n_tokens:
         raise ValueError(f"n_patch must be between 3 and the pool's {pool.n_tokens} tokens, got {n_patch}")
     subset = np.sort(np.random.default_rng(seed).choice(pool.n_tokens, n_patch, replace=False))
     settings = {"k": k, "exclude_sequence": exclude_sequence, "rank": rank, "ridge": ridge, "energy": energy,
                 "n_patch": n_patch, "seed": seed, "n_tokens": pool.n_tokens}
-    log = ResultLog(log_path, key=("stage", "layer", "class", *settings)) if log_path else None
+    log = ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers")) if log_path else None
     kw = dict(k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge)
 
     geo_rows = []
     fitted: dict[tuple[int, str], torch.Tensor] = {}  # subset outputs fitted in this call, reused for patching
-    todo = [(l, c) for l in layers for c in classes]
-    it = todo
+    it = layers
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(todo, desc="tokenwise fits", leave=False)
-    for l, c in it:
-        key = {"stage": "geometry", "layer": l, "class": c, **settings}
-        row = log.get(**key) if log else None
-        if row is None:
+        it = tqdm(layers, desc="tokenwise fits", leave=False)
+    sub = torch.as_tensor(subset)
+    for l in it:
+        keys = {c: {"stage": "geometry", "layer": l, "class": c, **settings, "patch_layers": None} for c in classes}
+        rows = {c: log.get(**keys[c]) if log else None for c in classes}
+        todo = [c for c in classes if rows[c] is None]
+        if todo:
             h_in, h_out = pool.pair(l)
-            t = tokenwise_outputs(pool, l, c, **kw)
-            fitted[(l, c)] = t[torch.as_tensor(subset)]
-            summary, g = geometry_row(h_in, h_out, t, energy)
-            row = {**key, **summary, "subset_error": g.rel_error[torch.as_tensor(subset)].tolist(),
-                   "subset_angle": g.residual_angle[torch.as_tensor(subset)].tolist()}
-            if log:
-                log.add(row)
-        geo_rows.append(row)
+            outs = layer_outputs(pool, l, todo, threads=threads, **kw)
+            for c, t in outs.items():
+                fitted[(l, c)] = t[sub]
+                summary, g = geometry_row(h_in, h_out, t, energy)
+                rows[c] = {**keys[c], **summary, "subset_error": g.rel_error[sub].tolist(),
+                           "subset_angle": g.residual_angle[sub].tolist()}
+                if log:
+                    log.add(rows[c])
+        geo_rows += [rows[c] for c in classes]
 
     token_rows = []
     for c in classes:
-        key = {"stage": "patching", "layer": -1, "class": c, **settings}
+        key = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patch_layers}
         row = log.get(**key) if log else None
         if row is None:
-            reps = {l: fitted.pop((l, c), None) for l in layers}
+            reps = {l: fitted.pop((l, c), None) for l in patch_layers}
             reps = {l: r if r is not None else _subset_outputs(pool, l, c, subset, **kw) for l, r in reps.items()}
             df = patch_kl(model, pool, subset, reps, batch_size=batch_size, progress=progress)
             row = {**key, "kl": df["kl"].tolist(), "kl_following": df["kl_following"].tolist(),
@@ -124,6 +132,7 @@ def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None =
             s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=n_boot, seed=seed)
             corr.append({"layer": l, "class": c, "target": target, "spearman": s.rho, "ci_low": s.ci_low,
                          "ci_high": s.ci_high, "n": s.n})
-    geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 != "stage"}
+    hidden = ("stage", "patch_layers")
+    geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden}
                              for r in geo_rows])
     return TokenwiseResult(geometry, tokens, pd.DataFrame(corr))

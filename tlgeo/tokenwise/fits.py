@@ -23,14 +23,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..geometry.local_maps import LOCAL_MAPS, global_linear, tokenwise_fit
+from ..geometry.local_maps import LOCAL_MAPS, global_linear, tokenwise_fits
 from ..geometry.neighbours import knn
 from ..geometry.tokenwise import update_geometry
 from .pool import StatePool
 
-__all__ = ["CLASSES", "POOL_CLASSES", "neighbours", "fit_mlp", "cross_fit", "tokenwise_outputs", "local_params",
-           "geometry_row",
-           "layer_geometry"]
+__all__ = ["CLASSES", "POOL_CLASSES", "neighbours", "fit_mlp", "cross_fit", "tokenwise_outputs", "layer_outputs",
+           "local_params", "geometry_row", "layer_geometry"]
 
 POOL_CLASSES = ("global", "mlp")  # one map per layer for the whole pool
 CLASSES = (*LOCAL_MAPS, *POOL_CLASSES)
@@ -95,18 +94,34 @@ def cross_fit(fit, h_in: torch.Tensor, h_out: torch.Tensor, windows: np.ndarray,
 
 
 def tokenwise_outputs(pool: StatePool, layer: int, kind: str, *, k: int = 32, exclude_sequence: bool = True,
-                      rank: int = 8, ridge: float = 1e-3, chunk: int = 256, mlp_epochs: int = 10) -> torch.Tensor:
+                      rank: int = 8, ridge: float = 1e-3, chunk: int = 128, mlp_epochs: int = 10,
+                      threads: int = 1) -> torch.Tensor:
     """``T(h_layer)`` of every token under class ``kind`` (float32 ``[n_tokens, d_model]``)."""
-    if kind not in CLASSES:
-        raise ValueError(f"unknown map class {kind!r}; choose from {CLASSES}")
+    return layer_outputs(pool, layer, [kind], k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge,
+                         chunk=chunk, mlp_epochs=mlp_epochs, threads=threads)[kind]
+
+
+def layer_outputs(pool: StatePool, layer: int, kinds: Sequence[str], *, k: int = 32, exclude_sequence: bool = True,
+                  rank: int = 8, ridge: float = 1e-3, chunk: int = 128, mlp_epochs: int = 10,
+                  threads: int = 1) -> dict[str, torch.Tensor]:
+    """``{kind: T(h_layer)}`` for several classes of one layer map: the local ones share each
+    token's gathered neighbourhood (:func:`tlgeo.geometry.local_maps.tokenwise_fits`)."""
+    bad = [c for c in kinds if c not in CLASSES]
+    if bad or not kinds:
+        raise ValueError(f"unknown map class {', '.join(map(repr, bad)) or 'list (empty)'}; choose from {CLASSES}")
     h_in, h_out = pool.pair(layer)
-    if kind == "global":
-        return cross_fit(lambda x, y: (lambda q, a=global_linear(x, y, ridge=ridge).float(): q @ a),
-                         h_in, h_out, pool.window)
-    if kind == "mlp":
-        return cross_fit(lambda x, y: fit_mlp(x, y, epochs=mlp_epochs), h_in, h_out, pool.window)
-    nb = neighbours(pool, layer, k, exclude_sequence=exclude_sequence)
-    return tokenwise_fit(kind, h_in, h_out, nb, chunk=chunk, **local_params(kind, rank, ridge)).float()
+    out: dict[str, torch.Tensor] = {}
+    if "global" in kinds:
+        out["global"] = cross_fit(lambda x, y: (lambda q, a=global_linear(x, y, ridge=ridge).float(): q @ a),
+                                  h_in, h_out, pool.window)
+    if "mlp" in kinds:
+        out["mlp"] = cross_fit(lambda x, y: fit_mlp(x, y, epochs=mlp_epochs), h_in, h_out, pool.window)
+    local = [c for c in kinds if c in LOCAL_MAPS]
+    if local:
+        nb = neighbours(pool, layer, k, exclude_sequence=exclude_sequence)
+        got = tokenwise_fits(local, h_in, h_out, nb, chunk=chunk, threads=threads, rank=rank, ridge=ridge)
+        out.update({c: t.float() for c, t in got.items()})
+    return {c: out[c] for c in kinds}
 
 
 def local_params(kind: str, rank: int, ridge: float) -> dict:
@@ -116,7 +131,7 @@ def local_params(kind: str, rank: int, ridge: float) -> dict:
 
 def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes: Sequence[str] = CLASSES, *,
                    k: int = 32, exclude_sequence: bool = True, rank: int = 8, ridge: float = 1e-3,
-                   energy: float = 0.9) -> pd.DataFrame:
+                   energy: float = 0.9, threads: int = 1) -> pd.DataFrame:
     """One row per (layer, class): medians over tokens of ``cos_update``, ``rel_error``,
     ``residual_angle`` and ``residual_energy``, the share of residual angles above 60°,
     the dominant subspace's rank."""
@@ -124,8 +139,9 @@ def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes
     rows = []
     for l in layers:
         h_in, h_out = pool.pair(l)
-        for kind in classes:
-            t = tokenwise_outputs(pool, l, kind, k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge)
+        outs = layer_outputs(pool, l, classes, k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge,
+                             threads=threads)
+        for kind, t in outs.items():
             row, _ = geometry_row(h_in, h_out, t, energy)
             rows.append({"layer": l, "class": kind, "k": k, "exclude_sequence": exclude_sequence,
                          "n_tokens": pool.n_tokens, **row})

@@ -8,6 +8,9 @@ over ``p`` and the positions after it (the ones before cannot change). One
 clean forward per batch of rows caches ``blocks.l.hook_resid_pre`` of every
 layer and the clean log-probabilities; each patched run resumes at block ``l``
 (:func:`tlgeo.hooks.resume.resume_forward`), so it costs blocks ``l..`` only.
+
+A plain Hugging Face model (e.g. Mamba) is patched with a forward hook on its
+layer ``l`` (:func:`tlgeo.tokenwise.pool.layer_list`) in whole forwards.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pandas as pd
 import torch
 
 from ..hooks.resume import resume_forward
-from .pool import StatePool
+from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 
 __all__ = ["patch_kl"]
 
@@ -31,12 +34,13 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
     Columns: ``index, layer, window, position, kl`` (at the patched position, nats) and
     ``kl_following`` (summed over it and the later positions)."""
     indices = np.asarray(indices)
-    n_layers = model.cfg.n_layers
+    n_layers = n_layer_maps(model)
+    d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
     for l, rep in replacements.items():
         if not 0 <= l < n_layers:
             raise ValueError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
-        if rep.shape != (len(indices), model.cfg.d_model):
-            raise ValueError(f"replacements[{l}] must be [{len(indices)}, {model.cfg.d_model}], got {tuple(rep.shape)}")
+        if rep.shape != (len(indices), d_model):
+            raise ValueError(f"replacements[{l}] must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
     windows = pool.windows
     layers = sorted(replacements)
     names = [f"blocks.{l}.hook_resid_pre" for l in layers]
@@ -52,23 +56,44 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
         toks = windows[torch.as_tensor(win)]
         b = torch.arange(len(idx))
         with torch.inference_mode():
-            logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
+            if _is_bridge(model):
+                logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
+            else:
+                logits, cache = model(input_ids=toks.to(next(model.parameters()).device)).logits, None
             clean = torch.log_softmax(logits.float(), -1)
             p_clean = clean.exp()  # once per batch, shared by every layer
             after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
-            for l, name in zip(layers, names):
-                rep = replacements[l][s : s + batch_size].to(cache[name].dtype)
-
-                def patch(h, hook, rep=rep):
-                    h = h.clone()
-                    h[b, pos] = rep.to(h.device)
-                    return h
-
-                patched = torch.log_softmax(resume_forward(model, cache[name], l, [
-                    (f"blocks.{l}.hook_resid_post", patch)]).float(), -1)
+            for l in layers:
+                rep = replacements[l][s : s + batch_size]
+                patched = torch.log_softmax(_patched_logits(model, toks, cache, l, b, pos, rep).float(), -1)
                 kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0)  # [B, T]
                 for j in range(len(idx)):
                     rows.append({"index": int(idx[j]), "layer": l, "window": int(win[j]), "position": int(pos[j]),
                                  "kl": float(kl[j, pos[j]]), "kl_following": float(kl[j][after[j]].sum())})
             del cache
     return pd.DataFrame(rows)
+
+
+def _patched_logits(model, toks: torch.Tensor, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
+                    rep: torch.Tensor) -> torch.Tensor:
+    """Logits with the output of layer map ``layer`` at ``(rows[j], pos[j])`` set to ``rep[j]``."""
+
+    def put(h: torch.Tensor) -> torch.Tensor:
+        h = h.clone()
+        h[rows, pos] = rep.to(h.device, h.dtype)
+        return h
+
+    if cache is not None:  # a bridge: resumed at block ``layer`` from the cached residual
+        resid = cache[f"blocks.{layer}.hook_resid_pre"]
+        return resume_forward(model, resid, layer, [(f"blocks.{layer}.hook_resid_post", lambda h, hook: put(h))])
+
+    def hook(_, args, output):
+        if isinstance(output, (tuple, list)):
+            return (put(output[0]), *output[1:])
+        return put(output)
+
+    handle = layer_list(model)[layer].register_forward_hook(hook)
+    try:
+        return model(input_ids=toks.to(next(model.parameters()).device)).logits
+    finally:
+        handle.remove()
