@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -98,12 +97,21 @@ def memory_child(directory: str, layer: int, backend: str, chunk: int) -> None:
     pool = StatePool.open(directory)
     h = torch.from_numpy(np.array(pool.states(layer), dtype=np.float32))
     groups = torch.from_numpy(pool.window)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # the peak RSS of this process from here on (ru_maxrss would include the parent's at fork time)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_kib("VmRSS")
     t = time.perf_counter()
     knn(h, 32, groups=groups, exclude_group=True, chunk=chunk, backend=backend)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     print(json.dumps({"n": pool.n_tokens, "before_mib": before / 1024, "peak_mib": peak / 1024,
                       "seconds": time.perf_counter() - t}))
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def memory(pools, chunk: int) -> None:
@@ -134,13 +142,14 @@ def patching(model, pool, n_patch: int, batch_size: int, rounds: int) -> None:
     def resumed():
         patch_kl(model, pool, idx, reps, batch_size=batch_size)
 
-    def full():  # the same patched runs, each a whole forward, and the same KLs
+    def full():  # the same patched runs, each a whole forward, and the same KLs (positions >= the patch)
         for s in range(0, len(idx), batch_size):
             j = idx[s : s + batch_size]
             toks, pos = windows[torch.as_tensor(pool.window[j])], torch.as_tensor(pool.position[j])
             b = torch.arange(len(j))
+            sel = torch.arange(toks.shape[1])[None, :] >= pos[:, None]
             with torch.inference_mode():
-                clean = torch.log_softmax(model(toks).float(), -1)
+                clean = torch.log_softmax(model(toks)[sel].float(), -1)
                 for l in layers:
                     rep = reps[l][s : s + batch_size]
 
@@ -150,7 +159,7 @@ def patching(model, pool, n_patch: int, batch_size: int, rounds: int) -> None:
                         return h
 
                     out = torch.log_softmax(model.run_with_hooks(
-                        toks, fwd_hooks=[(f"blocks.{l}.hook_resid_post", patch)]).float(), -1)
+                        toks, fwd_hooks=[(f"blocks.{l}.hook_resid_post", patch)])[sel].float(), -1)
                     (clean.exp() * (clean - out)).sum(-1)
 
     print(f"\npatching {n_patch} tokens x {len(layers)} layers (windows of {windows.shape[1]}, batch {batch_size}):")

@@ -93,8 +93,8 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "dirmag", "tokenwise", "train", "sites",
-                             "models"}
+    assert set(commands) == {"run", "profile", "ppl", "atlas", "compress-diag", "dirmag", "tokenwise", "pdsf", "train",
+                             "sites", "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -291,6 +291,23 @@ def test_tokenwise_command(tmp_path, capsys):
     assert len(pd.read_csv(out / "tokenwise_geometry.csv")) == 6
     assert main(argv[:-2] + ["--classes", "mlp9", "--out", str(out)]) == 2
     assert "unknown map class(es) ['mlp9']" in capsys.readouterr().err
+
+
+def test_pdsf_command(tmp_path, capsys):
+    out = tmp_path / "pdsf"
+    argv = ["pdsf", "--model", "tiny:llama", "--layers", "0,3", "--per-group", "1", "--new-tokens", "3",
+            "--conditions", "D,random", "--bos", "no", "--out", str(out)]
+    assert main(argv) == 0
+    layers = pd.read_csv(out / "pdsf_layers.csv")
+    assert list(layers["layer"]) == [0, 3] and (layers["n_prompts"] == 224).all() and not layers["bos"].any()
+    s = pd.read_csv(out / "pdsf_generation_summary.csv")
+    assert list(s["condition"]) == ["D", "random"] and (s["n"] == 12).all()
+    printed = capsys.readouterr().out
+    assert "224 specA prompts (raw, BOS off)" in printed and "immediate divergence D 64 %" in printed
+    assert main(argv) == 0  # again: generation from the log, rows replaced
+    assert len(pd.read_csv(out / "pdsf_layers.csv")) == 2
+    assert main(argv[:-2] + ["--conditions", "P", "--out", str(out)]) == 2
+    assert "unknown subspace(s) ['P']" in capsys.readouterr().err
 
 
 def test_dirmag_on_held_out_corpus_sentences(tmp_path):

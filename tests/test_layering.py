@@ -20,7 +20,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"data", "results", "pipeline", "models", "plotting"}),  # 1 text, logs, atlas contract, models, figure style
     frozenset({"hooks"}),                                  # 2 sites, the hook adapter, edits, resumed forwards
     frozenset({"evals"}),                                  # 3 perplexity, zero-shot, RULER, lm-eval
-    frozenset({"decomposition", "compression", "train", "dirmag", "tokenwise"}),  # 4 the analyses, one package each
+    frozenset({"decomposition", "compression", "train", "dirmag", "tokenwise", "pdsf"}),  # 4 the analyses, one package each
     frozenset({"report"}),                                 # 5 atlas and HTML report
     frozenset({"cli"}),                                    # 6 the command line
 )

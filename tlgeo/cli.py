@@ -1,4 +1,4 @@
-"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | dirmag | tokenwise | train | sites | models.
+"""Command line: tlgeo run | atlas | profile | ppl | compress-diag | dirmag | tokenwise | pdsf | train | sites | models.
 
 Every command checks its arguments before any work, prints what it edits and
 every file it writes, appends results keyed by their settings (a rerun with
@@ -251,6 +251,36 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--batch-size", type=_POSITIVE, default=16, help="windows per forward")
     tw.add_argument("--out", default=None, help="output directory (default: results/<model>)")
     _threads_arg(tw)
+
+    pd_ = _sub(sub, "pdsf", "prediction-anchored subspaces: P, D, S, F of the residual stream (seed paper 001)",
+               "Split each prompt's last-token state into its prediction direction P (unembedding of the argmax "
+               "token), PCA subspaces D and S around it and the complement F, at every layer of a prompt set "
+               "(the paper's SpecA by default): ranks, energies, participation ratios, manifold complexity, group "
+               "discrimination; then rotate D, S, the top of F or a random subspace persistently while generating "
+               "SpecB continuations and measure when they diverge. Resumable.")
+    _model_arg(pd_)
+    pd_.add_argument("--prompts", choices=("specA", "specB", "diverse"), default="specA", help="prompt set of the geometry")
+    pd_.add_argument("--template", choices=("raw", "chat"), default="raw",
+                     help="raw text (the authors, for models they do not template) or the tokenizer's chat template")
+    pd_.add_argument("--bos", choices=("auto", "yes", "no"), default="auto",
+                     help="prepend BOS (auto: as the model's to_tokens; the authors' plain HF load of SmolLM2: no)")
+    pd_.add_argument("--mode", choices=("exact", "faithful"), default="exact",
+                     help="exact: parts orthogonal per state; faithful: the authors' shared bases")
+    pd_.add_argument("--fold-norm", action="store_true", help="fold the final norm's scale into u_hat")
+    pd_.add_argument("--k-d", type=_POSITIVE, default=None, help="rank of D (default: round(PR) in [2, 12])")
+    pd_.add_argument("--k-s", type=_POSITIVE, default=None, help="rank of S (default: round(PR) in [4, 16])")
+    pd_.add_argument("--layers", type=_index_list, default=None, help="states 0..L to analyse (default: all)")
+    pd_.add_argument("--no-complexity", action="store_true", help="skip curvature ratio, local PR and TwoNN")
+    pd_.add_argument("--generate", choices=("specB", "diverse", "none"), default="specB",
+                     help="prompt set of the persistent rotations (none: geometry only)")
+    pd_.add_argument("--per-group", type=_POSITIVE, default=None, help="prompts per group of the generation set")
+    pd_.add_argument("--conditions", type=_items(str), default=None, help="D, S, F_top, random (default: all)")
+    pd_.add_argument("--new-tokens", type=_POSITIVE, default=64, help="tokens generated per prompt")
+    pd_.add_argument("--edit-layer", type=_POSITIVE, default=None, help="state edited (default: int(0.7 L))")
+    pd_.add_argument("--rotation", choices=("haar", "qr"), default="haar", help="haar, or the authors' QR")
+    pd_.add_argument("--batch-size", type=_POSITIVE, default=16, help="prompts per forward")
+    pd_.add_argument("--out", default=None, help="output directory (default: results/pdsf-<model>)")
+    _threads_arg(pd_)
 
     from .train.cli import add_train_args  # tlgeo train: pretraining with parallel suppression
 
@@ -615,6 +645,57 @@ def cmd_tokenwise(args) -> int:
     return 0
 
 
+def cmd_pdsf(args) -> int:
+    import torch
+
+    from .models import load_model
+    from .pdsf import CONDITIONS, load_prompt_set, pdsf_states, run_generation, run_geometry
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    conditions = tuple(args.conditions or CONDITIONS)
+    bad = [c for c in conditions if c not in CONDITIONS]
+    if bad:
+        raise ValueError(f"unknown subspace(s) {bad}; choose from {CONDITIONS}")
+    bos = None if args.bos == "auto" else args.bos == "yes"
+    model = load_model(args.model)
+    out = _out_dir(args, Path("results") / f"pdsf-{_model_key(args.model)}")
+    args.saved = f"Finished conditions are in {out}/pdsf_generation.jsonl."
+    enc = dict(template=args.template, bos=bos, fold_norm=args.fold_norm, batch_size=args.batch_size)
+    st = pdsf_states(model, load_prompt_set(args.prompts), **enc)
+    print(f"{len(st.prompts)} {args.prompts} prompts ({st.encoding.template}, BOS {'on' if st.encoding.bos else 'off'}); "
+          f"geometry at {st.states.n_layers + 1} states")
+    g = run_geometry(model, st, mode=args.mode, k_D=args.k_d, k_S=args.k_s, layers=args.layers,
+                     complexity=not args.no_complexity)
+    key = ["prompt_set", "template", "bos", "fold_norm", "mode", "layer"]
+    _merge_csv(out / "pdsf_layers.csv", g.layers.assign(model=args.model), ["model", *key])
+    _merge_csv(out / "pdsf_parts.csv", g.parts.assign(model=args.model), ["model", *key, "part"])
+    cols = ["layer", "k_D", "k_S", "pr_D", "pr_S", "interface_dim", "energy_P", "energy_D", "energy_S", "energy_F",
+            "angle_u_top_axis"]
+    print(g.layers[cols].round(3).to_string(index=False))
+    written = [out / "pdsf_layers.csv", out / "pdsf_parts.csv"]
+    if args.generate != "none":
+        gen_set = load_prompt_set(args.generate)
+        if args.per_group:
+            gen_set = gen_set.take(args.per_group)
+        gst = pdsf_states(model, gen_set, **enc)
+        df, summary = run_generation(model, gst, conditions=conditions, mode=args.mode, layer=args.edit_layer,
+                                     max_new_tokens=args.new_tokens, rotation=args.rotation,
+                                     batch_size=args.batch_size, log_path=out / "pdsf_generation.jsonl", progress=True)
+        df.drop(columns=["kl_steps"], errors="ignore").assign(model=args.model).to_csv(
+            out / "pdsf_generation.csv.gz", index=False)
+        _merge_csv(out / "pdsf_generation_summary.csv", summary.assign(model=args.model, mode=args.mode,
+                                                                         rotation=args.rotation),
+                   ["model", "prompt_set", "mode", "rotation", "layer", "condition"])
+        print(f"\npersistent rotations at state {int(summary['layer'].iloc[0])} on {len(gen_set)} {args.generate} "
+              f"prompts, {args.new_tokens} tokens (paper: immediate divergence D 64 %, S 28 %, F-top 23 %, random "
+              "4.5 %; mean first divergence 1.17 / 5.63 / 6.52):")
+        print(summary.round(3).to_string(index=False))
+        written += [out / "pdsf_generation.csv.gz", out / "pdsf_generation_summary.csv", out / "pdsf_generation.jsonl"]
+    _print_written(written)
+    return 0
+
+
 def cmd_sites(args) -> int:
     from .hooks.sites import SITES
 
@@ -680,7 +761,7 @@ def cmd_train(args) -> int:
 
 COMMANDS = {
     "run": cmd_run, "atlas": cmd_atlas, "profile": cmd_profile, "ppl": cmd_ppl,
-    "compress-diag": cmd_compress_diag, "dirmag": cmd_dirmag, "tokenwise": cmd_tokenwise, "train": cmd_train, "sites": cmd_sites,
+    "compress-diag": cmd_compress_diag, "dirmag": cmd_dirmag, "tokenwise": cmd_tokenwise, "pdsf": cmd_pdsf, "train": cmd_train, "sites": cmd_sites,
     "models": cmd_models,
 }
 

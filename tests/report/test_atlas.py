@@ -19,6 +19,7 @@ def tiny_cfg(out):
         ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
         closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1,
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
+        pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
     ))
 
 
@@ -81,4 +82,4 @@ def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
     assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag_damage",
-                          "dirmag_blimp", "dirmag_probes", "tokenwise"}
+                          "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf"}

@@ -18,6 +18,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
+from tlgeo.pdsf.atlas import headline as pdsf_headline
 from tlgeo.tokenwise.atlas import headline as tokenwise_headline
 from tlgeo.report.atlas import STEPS, run_atlas
 
@@ -64,11 +65,12 @@ def test_report_opens_with_the_headline(atlas_dir):
     assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
     block = html[top: html.index("</section>", top)]
     items = re.findall(r"<li>(.*?)</li>", block)
-    h, dm, tw = headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir)
+    h, dm, tw, pd_ = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
+                      pdsf_headline(atlas_dir))
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
-    assert len(tw.sentences) == 2  # tokenwise: geometry, Spearman
-    assert [html_unescape(x) for x in items] == (h.sentences + dm.sentences + tw.sentences + h.warnings
-                                                 + dm.warnings + tw.warnings)
+    assert len(tw.sentences) == 2 and len(pd_.sentences) == 2  # tokenwise: geometry, Spearman; PDSF: geometry, rotations
+    assert [html_unescape(x) for x in items] == (h.sentences + dm.sentences + tw.sentences + pd_.sentences
+                                                 + h.warnings + dm.warnings + tw.warnings + pd_.warnings)
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
     assert any(w.startswith("Head sensitivity: 3 texts") for w in h.warnings)

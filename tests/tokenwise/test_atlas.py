@@ -7,7 +7,7 @@ from tlgeo.tokenwise.atlas import TokenwiseBudgets, headline, patched_layers
 
 
 def test_the_step_comes_after_the_direction_magnitude_ones():
-    assert STEPS[-1] == "tokenwise" and STEPS.index("dirmag_probes") < STEPS.index("tokenwise")
+    assert STEPS.index("dirmag_probes") < STEPS.index("tokenwise") < STEPS.index("pdsf")
 
 
 def test_patched_layers_are_evenly_spaced():

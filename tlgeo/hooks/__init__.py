@@ -11,15 +11,18 @@
   parts at a site), :func:`~.edits.edit` (a context manager).
 * :mod:`.resume`: :func:`~.resume.resume_forward`, a forward that starts at
   block L from a cached residual.
+* :mod:`.subspace`: :class:`~.subspace.SubspaceEdit`, rotations (or scalings, replacements)
+  inside a subspace at a block's output, per batch row, for generation loops.
 """
 
 from .adapter import HookList, check_hook_names, resolve_heads, resolve_layers, site_hooks
 from .edits import Edit, edit, edit_hooks, scale_update
 from .resume import resume_forward
+from .subspace import SubspaceEdit, subspace_edit
 from .sites import DECOMPOSITION_SITES, SITES, Site, UnknownSiteError, Update, get_site
 
 __all__ = [
     "Site", "Update", "SITES", "DECOMPOSITION_SITES", "get_site", "UnknownSiteError",
     "HookList", "site_hooks", "resolve_layers", "resolve_heads", "check_hook_names",
-    "Edit", "edit", "edit_hooks", "scale_update", "resume_forward",
+    "Edit", "edit", "edit_hooks", "scale_update", "resume_forward", "SubspaceEdit", "subspace_edit",
 ]

@@ -17,6 +17,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition.atlas",
     "tlgeo.dirmag.atlas",
     "tlgeo.tokenwise.atlas",
+    "tlgeo.pdsf.atlas",
 )
 
 

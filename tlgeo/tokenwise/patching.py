@@ -50,28 +50,75 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc="patching", leave=False)
+    final = f"blocks.{n_layers - 1}.hook_resid_post"
     for s in starts:
         idx = indices[s : s + batch_size]
         win, pos = pool.window[idx], torch.as_tensor(pool.position[idx])
         toks = windows[torch.as_tensor(win)]
         b = torch.arange(len(idx))
+        after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
+        seg = after.sum(1)  # per row: the patched position and the ones after it, in order
         with torch.inference_mode():
             if _is_bridge(model):
-                logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
+                logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names or n == final)
+                readout = _readout_matches(model, cache[final], logits)
             else:
-                logits, cache = model(input_ids=toks.to(next(model.parameters()).device)).logits, None
-            clean = torch.log_softmax(logits.float(), -1)
+                logits, cache, readout = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
+            sel = after.to(logits.device)
+            clean = torch.log_softmax(logits[sel].float(), -1) if readout else torch.log_softmax(logits.float(), -1)
             p_clean = clean.exp()  # once per batch, shared by every layer
-            after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
             for l in layers:
                 rep = replacements[l][s : s + batch_size]
-                patched = torch.log_softmax(_patched_logits(model, toks, cache, l, b, pos, rep).float(), -1)
-                kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0)  # [B, T]
+                if readout:  # only the positions that can change go through the unembedding
+                    h = _patched_final(model, cache, l, final, b, pos, rep)
+                    out = model.unembed(model.ln_final(h[sel][None]))[0]
+                    kl = (p_clean * (clean - torch.log_softmax(out.float(), -1))).sum(-1).clamp_min(0).cpu()
+                    per_row = torch.split(kl, seg.tolist())
+                    firsts, sums = [float(r[0]) for r in per_row], [float(r.sum()) for r in per_row]
+                else:
+                    patched = torch.log_softmax(_patched_logits(model, toks, cache, l, b, pos, rep).float(), -1)
+                    kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0).cpu()  # [B, T]
+                    firsts = [float(kl[j, pos[j]]) for j in range(len(idx))]
+                    sums = [float(kl[j][after[j]].sum()) for j in range(len(idx))]
                 for j in range(len(idx)):
                     rows.append({"index": int(idx[j]), "layer": l, "window": int(win[j]), "position": int(pos[j]),
-                                 "kl": float(kl[j, pos[j]]), "kl_following": float(kl[j][after[j]].sum())})
+                                 "kl": firsts[j], "kl_following": sums[j]})
             del cache
     return pd.DataFrame(rows)
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a forward once the last block's output is in hand."""
+
+
+def _readout_matches(model, final: torch.Tensor, logits: torch.Tensor) -> bool:
+    """Whether ``unembed(ln_final(h))`` of the last block's output gives the model's logits (then the
+    patched runs can stop before the unembedding and read out only the positions that can change)."""
+    got = model.unembed(model.ln_final(final[:, -1:]))
+    return bool(torch.allclose(got.float(), logits[:, -1:].float(), rtol=1e-3, atol=1e-3))
+
+
+def _patched_final(model, cache, layer: int, final: str, rows: torch.Tensor, pos: torch.Tensor,
+                   rep: torch.Tensor) -> torch.Tensor:
+    """The last block's output ``[B, T, d]`` with layer map ``layer``'s output at ``(rows[j], pos[j])``
+    set to ``rep[j]``, resumed at block ``layer``; the unembedding is never run."""
+    got = {}
+
+    def put(h, hook):
+        h = h.clone()
+        h[rows, pos] = rep.to(h.device, h.dtype)
+        return h
+
+    def grab(h, hook):
+        got["h"] = h
+        raise _Stop
+
+    hooks = [(f"blocks.{layer}.hook_resid_post", put), (final, grab)]
+    try:
+        resume_forward(model, cache[f"blocks.{layer}.hook_resid_pre"], layer, hooks)
+    except _Stop:
+        pass
+    return got["h"]
 
 
 def _patched_logits(model, toks: torch.Tensor, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,

@@ -1,0 +1,28 @@
+"""The PDSF atlas step on a tiny model: its CSVs, sections and headline, and the reuse of its CSVs."""
+
+import pandas as pd
+
+from tlgeo.pdsf.atlas import PDSFBudgets, headline
+from tlgeo.report.atlas import AtlasConfig, run_atlas
+
+
+def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch):
+    out = tmp_path / "atlas"
+    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("pdsf",),
+                      budgets=dict(pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3))
+    html = run_atlas(cfg, model=llama).read_text()
+    layers = pd.read_csv(out / "pdsf_layers.csv")
+    assert len(layers) == llama.cfg.n_layers + 1 and (layers["n_prompts"] == 28).all()
+    s = pd.read_csv(out / "pdsf_generation_summary.csv")
+    assert list(s["condition"]) == ["D", "S", "F_top", "random"] and (s["n"] == 12).all()
+    assert "Prediction-anchored subspaces (seed paper 001)" in html and "persistent rotations" in html
+    h = headline(out, PDSFBudgets())
+    assert h.sentences[0].startswith("PDSF (28 SpecA prompts)") and "immediate divergence" in h.sentences[1]
+    assert any("indication only" in w for w in h.warnings)
+
+    import tlgeo.pdsf.atlas as A
+
+    boom = lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun"))  # noqa: E731
+    monkeypatch.setattr(A, "run_geometry", boom)
+    monkeypatch.setattr(A, "run_generation", boom)
+    run_atlas(cfg, model=llama)  # the CSVs are reused

@@ -1,0 +1,143 @@
+"""PDSF on a tiny model: prompt sets and encodings, states from one forward per batch, the geometry
+tables, the subspace edit as a hook (once per forward, removed after an exception, identity no-op),
+persistent rotations with and without the KV cache, divergence steps, bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tlgeo.hooks.subspace import SubspaceEdit
+from tlgeo.pdsf import (
+    condition_bases, divergence_step, divergence_summary, encode_prompts, greedy_continuations,
+    last_token_states, load_prompt_set, pdsf_states, persistent_rotations, run_generation, run_geometry,
+)
+from tlgeo.pdsf.prompts import PromptSet
+
+
+def _tiny_set(n_groups=3, per=6):
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    texts, groups = [], []
+    for g in range(n_groups):
+        for v in range(per):
+            texts.append(f"{words[g]} {words[(g + v) % 6]} {'x' * (v + 1)} {g}{v}")
+            groups.append(f"g{g}")
+    return PromptSet("tiny", texts, groups, [f"p{i}" for i in range(len(texts))])
+
+
+def test_the_papers_prompt_sets_load():
+    a, b, d = load_prompt_set("specA"), load_prompt_set("specB"), load_prompt_set("diverse")
+    assert len(a) == 224 and len(set(a.groups)) == 14 and len(a.answers) == 224
+    assert len(b) == 96 and len(set(b.groups)) == 12 and len(d) == 84 and len(set(d.groups)) == 8
+    assert len(a.take(2)) == 28 and a.take(2).groups[:2] == [a.groups[0]] * 2
+    with pytest.raises(ValueError, match="unknown prompt set"):
+        load_prompt_set("specC")
+
+
+def test_encoding_records_bos_and_template(llama):
+    toks, enc = encode_prompts(llama, ["hello world"], bos=True)
+    assert toks[0][0] == llama.tokenizer.bos_token_id and enc.as_dict() == {"template": "raw", "bos": True}
+    plain, enc2 = encode_prompts(llama, ["hello world"], bos=False)
+    assert len(plain[0]) == len(toks[0]) - 1 and not enc2.bos
+    with pytest.raises(ValueError, match="chat template"):
+        encode_prompts(llama, ["hi"], template="chat")
+    with pytest.raises(ValueError, match="empty prompt set"):
+        encode_prompts(llama, [])
+
+
+def test_states_of_a_right_padded_batch_equal_single_prompt_runs(llama):
+    toks, _ = encode_prompts(llama, ["a b c d e f", "a", "hello there"], bos=True)
+    ps = last_token_states(llama, toks, batch_size=3)
+    assert ps.states.shape == (llama.cfg.n_layers + 1, 3, llama.cfg.d_model)
+    for i, t in enumerate(toks):
+        logits, cache = llama.run_with_cache(t[None])
+        torch.testing.assert_close(ps.states[-1, i], cache[f"blocks.{llama.cfg.n_layers - 1}.hook_resid_post"][0, -1])
+        torch.testing.assert_close(ps.states[0, i], cache["blocks.0.hook_resid_pre"][0, -1])
+        assert ps.predicted[i] == logits[0, -1].argmax() and ps.lens[-1, i] == ps.predicted[i]
+
+
+def test_geometry_tables(llama):
+    st = pdsf_states(llama, _tiny_set(), bos=True)
+    g = run_geometry(llama, st, k_D=2, k_S=3, layers=[0, 2, 3])
+    assert list(g.layers["layer"]) == [0, 2, 3] and (g.layers["k_D"] == 2).all() and (g.layers["k_S"] == 3).all()
+    e = g.layers[[f"energy_{p}" for p in "PDSF"]].sum(1)
+    np.testing.assert_allclose(e, 1, atol=1e-9)  # exact mode: orthogonal parts
+    assert (g.layers["interface_dim"] == 1 + g.layers["pr_D"] + g.layers["pr_S"]).all()
+    assert len(g.parts) == 3 * 4 and g.parts["silhouette"].between(-1, 1).all()
+    assert set(g.parts.columns) >= {"curvature_ratio", "twonn", "gap_cohens_d", "readout_cos", "logit_share"}
+    p = g.parts[g.parts["part"] == "P"]
+    np.testing.assert_allclose(p["logit_share"], 1, atol=1e-6) if not st.fold_norm else None
+    assert g.layers["bos"].all() and (g.layers["template"] == "raw").all() and (g.layers["d_model"] == 64).all()
+    with pytest.raises(ValueError, match="out of range"):
+        run_geometry(llama, st, layers=[9])
+
+
+def test_subspace_edit_hook_once_per_forward_identity_and_exceptions(llama, tokens):
+    b, d = tokens.shape[0], llama.cfg.d_model
+    basis = torch.linalg.qr(torch.randn(d, 4, dtype=torch.float64)).Q.float()[None].expand(b, -1, -1)
+    ident = SubspaceEdit(1, basis, rotation=torch.eye(4).expand(b, 4, 4))
+    clean = llama(tokens)
+    assert torch.equal(llama.run_with_hooks(tokens, fwd_hooks=ident.hooks(llama)), clean)
+    calls = []
+    e = SubspaceEdit(1, basis, rotation=torch.linalg.qr(torch.randn(4, 4)).Q.expand(b, 4, 4))
+    name, fn = e.hooks(llama)[0]
+    counted = lambda h, hook: (calls.append(1), fn(h, hook))[1]  # noqa: E731
+    out = llama.run_with_hooks(tokens, fwd_hooks=[(name, counted)])
+    assert len(calls) == 1 and not torch.allclose(out[:, -1], clean[:, -1])
+    torch.testing.assert_close(out[:, :-1], clean[:, :-1])  # only the last position, causally
+    with pytest.raises(RuntimeError, match="boom"):
+        with llama.hooks(fwd_hooks=[(name, lambda h, hook: (_ for _ in ()).throw(RuntimeError("boom")))]):
+            llama(tokens)
+    assert torch.equal(llama(tokens), clean)  # nothing left behind
+    with pytest.raises(ValueError, match="exactly one of"):
+        SubspaceEdit(1, basis)
+    with pytest.raises(ValueError, match="out of range"):
+        SubspaceEdit(7, basis, factor=0.5).hooks(llama)
+
+
+def test_persistent_rotation_with_and_without_the_kv_cache(llama):
+    ps_ = _tiny_set(2, 4)
+    st = pdsf_states(llama, ps_, bos=True)
+    cb = condition_bases(st.states.states[2], st.u, ("D", "random"), k_D=3, k_S=2)
+    assert cb.rank("D") == 3 and cb.rank("random") == 3
+    assert (torch.einsum("nd,ndk->nk", st.u.double(), cb.bases["D"]).abs().max() < 1e-10)  # exact: D ⟂ own u
+    from tlgeo.pdsf.interventions import _edit_fn
+
+    fn = _edit_fn(cb, "D", 2, 42, "haar")
+    cached = greedy_continuations(llama, st.tokens, 6, batch_size=3, edit=fn)
+    loop = greedy_continuations(llama, st.tokens, 6, batch_size=3, edit=fn, use_cache=False)
+    assert torch.equal(cached, loop)
+    base = greedy_continuations(llama, st.tokens, 6, batch_size=8)
+    assert torch.equal(base, greedy_continuations(llama, st.tokens, 6, batch_size=8, use_cache=False))
+    df, gens = persistent_rotations(llama, st.tokens, ps_.groups, st.states.states[2], st.u, layer=2,
+                                    conditions=("D", "S"), max_new_tokens=6, batch_size=3)
+    assert len(df) == 2 * 8 and set(df["condition"]) == {"D", "S"} and (df["kl_first"] >= 0).all()
+    assert (df["kl_mean"] > 1e-6).all()  # the rotation does change the predictions
+    s = divergence_summary(df)
+    assert list(s["condition"]) == ["D", "S"] and s["unchanged_pct"].between(0, 100).all()
+    with pytest.raises(ValueError, match="unknown subspace 'P'"):
+        condition_bases(st.states.states[2], st.u, ("P",))
+
+
+def test_divergence_step_on_constructed_sequences():
+    t = torch.tensor
+    assert divergence_step(t([1, 2, 3]), t([1, 2, 3])) is None
+    assert divergence_step(t([1, 2, 3]), t([9, 2, 3])) == 0
+    assert divergence_step(t([1, 2, 3]), t([1, 2, 4])) == 2
+    assert divergence_step(t([1, 2, 3]), t([1, 2])) == 2  # a prefix: the shorter length
+    df = pd.DataFrame({"condition": "D", "rank": 3, "identical": [True, False, False], "immediate": [False, True, False],
+                       "divergence_step": [None, 0, 4], "frame_shift": [False, True, False]})
+    s = divergence_summary(df).iloc[0]
+    assert s["immediate_pct"] == 50 and s["mean_first_divergence"] == 2 and s["unchanged_pct"] == pytest.approx(100 / 3)
+
+
+def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypatch):
+    st = pdsf_states(llama, _tiny_set(2, 4), bos=True)
+    kw = dict(conditions=("D", "random"), layer=2, max_new_tokens=4, batch_size=4, log_path=tmp_path / "g.jsonl")
+    df, summary = run_generation(llama, st, **kw)
+    assert len(df) == 16 and len(summary) == 2
+    import tlgeo.pdsf.analysis as A
+
+    monkeypatch.setattr(A, "persistent_rotations", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun")))
+    again, _ = run_generation(llama, st, **kw)
+    pd.testing.assert_frame_equal(again, df)

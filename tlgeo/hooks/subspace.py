@@ -1,0 +1,97 @@
+"""Edits of the residual stream inside a subspace, as TransformerLens hooks at ``blocks.L.hook_resid_post``.
+
+A :class:`SubspaceEdit` holds *what* to do to each row of a batch (a basis per row
+``[b, d, k]``, and a rotation ``[b, k, k]``, an attenuation factor or replacement
+coordinates); :meth:`SubspaceEdit.hooks` says *where*: block ``layer``'s output,
+at the last position of every forward (``positions="last"``: with the KV cache of
+a generation loop that is the prompt's last token in the prefill, then each new
+token) or at every position from ``start`` on (``positions="from"``: the same edit
+in a loop that recomputes the whole sequence). The coordinates are those of the
+state with its own prediction direction ``u`` projected out, so P is never moved.
+The identity rotation (or factor 1) returns the tensor unchanged.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+from .adapter import HookList
+
+__all__ = ["SubspaceEdit", "subspace_edit"]
+
+
+@dataclass
+class SubspaceEdit:
+    """Rotate (``rotation [b, k, k]``), scale (``factor``) or replace (``target [b, k]`` coordinates,
+    ``weight``) the coordinates of each row's state inside ``basis [b, d, k]`` at ``blocks.{layer}``."""
+
+    layer: int
+    basis: Tensor
+    u: Tensor | None = None
+    rotation: Tensor | None = None
+    factor: float | None = None
+    target: Tensor | None = None
+    weight: float = 1.0
+    positions: str = "last"
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.rotation, self.factor, self.target)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of rotation, factor or target")
+        if self.basis.ndim != 3:
+            raise ValueError(f"basis must be [batch, d, k], got shape {tuple(self.basis.shape)}")
+        b, _, k = self.basis.shape
+        if self.rotation is not None and self.rotation.shape != (b, k, k):
+            raise ValueError(f"rotation must be [{b}, {k}, {k}], got {tuple(self.rotation.shape)}")
+        if self.target is not None and self.target.shape != (b, k):
+            raise ValueError(f"target must be [{b}, {k}], got {tuple(self.target.shape)}")
+        if self.positions not in ("last", "from"):
+            raise ValueError(f"positions must be 'last' or 'from', got {self.positions!r}")
+
+    def delta(self, h: Tensor) -> Tensor:
+        """The change of states ``h [b, ..., d]`` (float32/64, zero for a no-op edit)."""
+        dt = torch.float64 if h.dtype == torch.float64 else torch.float32
+        x = h.to(dt)
+        b_ = self.basis.to(device=h.device, dtype=dt)
+        view = (slice(None),) + (None,) * (x.ndim - 2)
+        if self.u is not None:
+            u = self.u.to(device=h.device, dtype=dt)[view]
+            x = x - (x * u).sum(-1, keepdim=True) * u
+        c = torch.einsum("b...d,bdk->b...k", x, b_)
+        if self.rotation is not None:
+            new = torch.einsum("b...k,bkj->b...j", c, self.rotation.to(device=h.device, dtype=dt))
+        elif self.factor is not None:
+            new = c * self.factor
+        else:
+            new = c + self.weight * (self.target.to(device=h.device, dtype=dt)[view] - c)
+        return torch.einsum("b...k,bdk->b...d", new - c, b_)
+
+    def hooks(self, model=None) -> HookList:
+        """``[(blocks.{layer}.hook_resid_post, fn)]`` for ``run_with_hooks`` / ``model.hooks``."""
+        if model is not None and not 0 <= self.layer < model.cfg.n_layers:
+            raise ValueError(f"layer {self.layer} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+
+        def fn(h: Tensor, hook) -> Tensor:
+            if h.shape[0] != self.basis.shape[0]:
+                raise ValueError(f"the edit holds {self.basis.shape[0]} rows, the batch has {h.shape[0]}")
+            h = h.clone()
+            if self.positions == "last":
+                h[:, -1] = h[:, -1] + self.delta(h[:, -1]).to(h.dtype)
+            else:
+                h[:, self.start:] = h[:, self.start:] + self.delta(h[:, self.start:]).to(h.dtype)
+            return h
+
+        return [(f"blocks.{self.layer}.hook_resid_post", fn)]
+
+
+@contextmanager
+def subspace_edit(model, edit: SubspaceEdit) -> Iterator[None]:
+    """Attach ``edit`` for the duration of the block (removed on exit, also after an exception)."""
+    with model.hooks(fwd_hooks=edit.hooks(model)):
+        yield

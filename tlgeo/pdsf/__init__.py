@@ -1,0 +1,27 @@
+"""Prediction-anchored subspaces (PDSF, seed paper 001): the prediction interface, its geometry,
+and persistent rotations during generation.
+
+* :mod:`.prompts`: the paper's prompt sets (``<data>/pdsf_prompts``) and how they are encoded;
+* :mod:`.states`: last-token states at every layer, prediction directions;
+* :mod:`.geometry`: per layer and part: ranks, energies, participation ratios, angles, readout,
+  manifold complexity, group discrimination;
+* :mod:`.generation`: batched greedy continuations with the KV cache, divergence, KL;
+* :mod:`.interventions`: rotations inside D, S, the top of F or a random subspace;
+* :mod:`.analysis`: one model's resumable analysis.
+
+The math is in :mod:`tlgeo.geometry.subspaces`, :mod:`tlgeo.geometry.rotation`,
+:mod:`tlgeo.geometry.manifold` and :mod:`tlgeo.stats.discrimination`; the hook in
+:mod:`tlgeo.hooks.subspace`.
+"""
+
+from .analysis import PDSFStates, pdsf_states, run_generation, run_geometry
+from .generation import divergence_step, greedy_continuations, teacher_forced_kl
+from .geometry import PDSFGeometry, pdsf_geometry
+from .interventions import CONDITIONS, condition_bases, default_layer, divergence_summary, persistent_rotations
+from .prompts import PROMPT_SETS, PromptSet, encode_prompts, load_prompt_set
+from .states import PromptStates, directions, final_norm_scale, last_token_states
+
+__all__ = ["PDSFStates", "pdsf_states", "run_generation", "run_geometry", "divergence_step", "greedy_continuations",
+           "teacher_forced_kl", "PDSFGeometry", "pdsf_geometry", "CONDITIONS", "condition_bases", "default_layer",
+           "divergence_summary", "persistent_rotations", "PROMPT_SETS", "PromptSet", "encode_prompts",
+           "load_prompt_set", "PromptStates", "directions", "final_norm_scale", "last_token_states"]

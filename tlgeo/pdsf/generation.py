@@ -1,0 +1,102 @@
+"""Greedy continuations, batched with the KV cache, with or without a subspace edit, and how they diverge.
+
+* :func:`greedy_continuations`: ``max_new_tokens`` greedy tokens of every prompt, batches
+  left-padded (so the last position is every prompt's last token), the bridge's ``generate``
+  with its KV cache; ``edit(rows, prompt_len)`` returns the :class:`~tlgeo.hooks.subspace.SubspaceEdit`
+  of a batch, applied at the last position of every forward (persistent: the edited past
+  stays in the cache). ``use_cache=False`` runs the same edit in a loop that recomputes the
+  whole sequence, the edit at every position from the prompt's last token on (the check).
+* :func:`divergence_step`: the first generated position where two continuations differ.
+* :func:`teacher_forced_kl`: ``KL(p_clean || p_edited)`` at each step along the unedited
+  continuation, the edit at every position from the prompt's last token on.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..hooks.subspace import SubspaceEdit
+
+__all__ = ["left_pad", "greedy_continuations", "divergence_step", "teacher_forced_kl"]
+
+EditFn = Callable[[np.ndarray, int], SubspaceEdit | None]
+
+
+def left_pad(model, prompts: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """``(tokens, attention_mask)`` ``[b, T]``, left-padded."""
+    pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
+    t = max(len(p) for p in prompts)
+    toks = torch.full((len(prompts), t), pad, dtype=torch.long)
+    mask = torch.zeros(len(prompts), t, dtype=torch.long)
+    for j, p in enumerate(prompts):
+        toks[j, t - len(p):] = p
+        mask[j, t - len(p):] = 1
+    return toks, mask
+
+
+def greedy_continuations(model, prompts: Sequence[Tensor], max_new_tokens: int = 64, *, batch_size: int = 16,
+                         edit: EditFn | None = None, use_cache: bool = True) -> Tensor:
+    """``[n, max_new_tokens]`` greedy continuation tokens (no stop at EOS)."""
+    if not prompts:
+        raise ValueError("an empty prompt set")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    device = next(model.parameters()).device
+    out = []
+    for s in range(0, len(prompts), batch_size):
+        rows = np.arange(s, min(s + batch_size, len(prompts)))
+        toks, mask = left_pad(model, [prompts[i] for i in rows])
+        e = edit(rows, toks.shape[1]) if edit is not None else None
+        if e is not None and not use_cache:
+            e = SubspaceEdit(**{**e.__dict__, "positions": "from", "start": toks.shape[1] - 1})
+        hooks = e.hooks(model) if e is not None else []
+        with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+            if use_cache:
+                gen = model.generate(toks.to(device), max_new_tokens=max_new_tokens, do_sample=False,
+                                     stop_at_eos=False, use_past_kv_cache=True, attention_mask=mask.to(device),
+                                     return_type="tokens", verbose=False)[:, toks.shape[1]:]
+            else:
+                seq, m = toks.to(device), mask.to(device)
+                for _ in range(max_new_tokens):
+                    nxt = model(seq, attention_mask=m)[:, -1].argmax(-1, keepdim=True)
+                    seq, m = torch.cat([seq, nxt], 1), torch.cat([m, torch.ones_like(nxt)], 1)
+                gen = seq[:, toks.shape[1]:]
+        out.append(gen.cpu())
+    return torch.cat(out)
+
+
+def divergence_step(base: Tensor, edited: Tensor) -> int | None:
+    """The first position where two token sequences differ (the shorter length when one is a
+    prefix of the other, ``None`` when they are equal)."""
+    n = min(len(base), len(edited))
+    diff = (base[:n] != edited[:n]).nonzero()
+    if len(diff):
+        return int(diff[0])
+    return None if len(base) == len(edited) else n
+
+
+def teacher_forced_kl(model, prompts: Sequence[Tensor], continuations: Tensor, edit: EditFn, *,
+                      batch_size: int = 16) -> Tensor:
+    """``[n, steps]``: ``KL(p_clean || p_edited)`` (nats) of each generated token's distribution,
+    both given the unedited continuation so far."""
+    device = next(model.parameters()).device
+    out = []
+    steps = continuations.shape[1]
+    for s in range(0, len(prompts), batch_size):
+        rows = np.arange(s, min(s + batch_size, len(prompts)))
+        toks, mask = left_pad(model, [prompts[i] for i in rows])
+        t = toks.shape[1]
+        seq = torch.cat([toks, continuations[rows]], 1).to(device)
+        m = torch.cat([mask, torch.ones(len(rows), steps, dtype=torch.long)], 1).to(device)
+        e = edit(rows, t)
+        with torch.inference_mode():
+            clean = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
+            e = SubspaceEdit(**{**e.__dict__, "positions": "from", "start": t - 1})
+            with model.hooks(fwd_hooks=e.hooks(model)):
+                edited = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
+        out.append((clean.exp() * (clean - edited)).sum(-1).clamp_min(0).cpu())
+    return torch.cat(out)

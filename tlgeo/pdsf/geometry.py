@@ -1,0 +1,114 @@
+"""PDSF geometry of a prompt set at every layer: ranks, energies, participation ratios, the angle of
+the prediction direction to the principal axes, readout alignment, manifold complexity and group
+discrimination of each part.
+
+:func:`pdsf_geometry` takes the last-token states of the prompts
+(:class:`tlgeo.pdsf.states.PromptStates`) and their prediction directions, fits D and S per
+layer over the prompt set (:func:`tlgeo.geometry.subspaces.fit_pdsf`) and returns two tidy
+tables: one row per layer, one row per (layer, part). Coordinates of each part: P its
+coefficient ``h·u``; D and S in their bases; F in its top ``f_axes`` principal axes (the
+authors: 50, at most ``n - 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..geometry.manifold import curvature_ratio, local_global_pr, twonn_dimension
+from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pca_basis, split_pdsf, \
+    subspace_participation
+from ..stats.discrimination import cosine_gap_test, silhouette
+from .states import PromptStates
+
+__all__ = ["PDSFGeometry", "pdsf_geometry", "part_coordinates"]
+
+
+@dataclass
+class PDSFGeometry:
+    """``layers``: one row per layer; ``parts``: one row per (layer, part)."""
+
+    layers: pd.DataFrame
+    parts: pd.DataFrame
+
+
+def part_coordinates(parts: dict[str, torch.Tensor], u: torch.Tensor, basis, f_axes: int = 50) -> dict[str, torch.Tensor]:
+    """Each part's coordinates ``[n, k]``: P as ``h·u``, D and S in their bases, F in its top
+    principal axes (``min(f_axes, n - 1)``)."""
+    n = parts["P"].shape[0]
+    f_basis, _ = pca_basis(parts["F"], min(f_axes, n - 1, parts["F"].shape[1]), center=True)
+    return {"P": (parts["P"] * u.to(parts["P"].dtype)).sum(-1, keepdim=True), "D": parts["D"] @ basis.D.to(parts["D"].dtype),
+            "S": parts["S"] @ basis.S.to(parts["S"].dtype), "F": parts["F"] @ f_basis}
+
+
+def pdsf_geometry(ps: PromptStates, u: torch.Tensor, groups: Sequence[str], *, w_u: torch.Tensor | None = None,
+                  norm_scale: torch.Tensor | None = None, layers: Iterable[int] | None = None,
+                  k_D: int | None = None, k_S: int | None = None, mode: str = "exact", center: bool = True,
+                  knn_k: int = 8, f_axes: int = 50, n_shuffles: int = 20, seed: int = 0,
+                  complexity: bool = True) -> PDSFGeometry:
+    """PDSF geometry at ``layers`` (default: every state 0..L). ``w_u [d, vocab]`` (and the final
+    norm's ``norm_scale``) add the readout alignment: the cosine of each part's logit vector
+    ``W_Uᵀ(g ⊙ part)`` with the whole state's, and each part's share of the predicted token's logit."""
+    n = ps.states.shape[1]
+    if len(groups) != n:
+        raise ValueError(f"{len(groups)} group labels for {n} prompts")
+    if u.shape != ps.states.shape[1:]:
+        raise ValueError(f"prediction directions must be [{n}, {ps.states.shape[2]}], got {tuple(u.shape)}")
+    layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
+    bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
+    labels = np.asarray(groups)
+    u64 = u.double()
+    g = None if norm_scale is None else norm_scale.double()
+    layer_rows, part_rows = [], []
+    for l in layers:
+        h = ps.states[l].double()
+        basis = fit_pdsf(h, u64, k_D=k_D, k_S=k_S, center=center, mode=mode)
+        parts = split_pdsf(h, u64, basis)
+        energy = energy_shares(parts)
+        coords = part_coordinates(parts, u64, basis, f_axes)
+        axes, _ = pca_basis(h, basis.k_D, center=True)
+        ang = axis_angles(u64, axes)
+        pr = {p: subspace_participation(coords[p]) for p in PARTS}
+        row = {"layer": l, "k_D": basis.k_D, "k_S": basis.k_S, "pr_D": pr["D"], "pr_S": pr["S"], "pr_F": pr["F"],
+               "interface_dim": 1 + pr["D"] + pr["S"],
+               "angle_u_top_axis": float(ang[:, 0].mean()), "angle_u_nearest_axis": float(ang.min(1).values.mean()),
+               **{f"energy_{p}": float(energy[p].mean()) for p in PARTS}}
+        readout = _readout(parts, h, u64, w_u, g, ps.predicted) if w_u is not None else {}
+        layer_rows.append(row)
+        for p in PARTS:
+            x = coords[p]
+            prow = {"layer": l, "part": p, "dim": int(x.shape[1]), "energy": float(energy[p].mean()),
+                    "pr": pr[p], **readout.get(p, {})}
+            if complexity:
+                local, glob = local_global_pr(x, k=knn_k) if x.shape[1] > 1 else (1.0, 1.0)
+                prow.update(curvature_ratio=curvature_ratio(x, k=knn_k), local_pr=local, global_pr=glob,
+                            twonn=twonn_dimension(x) if x.shape[1] > 1 else 1.0)
+            if len(set(groups)) > 1:
+                t = cosine_gap_test(x.numpy(), labels, n_shuffles=n_shuffles, seed=seed, center=False)
+                prow.update(silhouette=silhouette(x.numpy(), labels, "cosine" if x.shape[1] > 1 else "euclidean"),
+                            cosine_gap=t.gap, gap_cohens_d=t.cohens_d, gap_p=t.p_value)
+            part_rows.append(prow)
+    return PDSFGeometry(pd.DataFrame(layer_rows), pd.DataFrame(part_rows))
+
+
+def _readout(parts, h, u, w_u, g, predicted) -> dict[str, dict[str, float]]:
+    """Per part: mean cosine of its logit vector with the state's, and mean share of the predicted
+    token's (norm-folded) logit."""
+    w = w_u.float()  # float32: the logit vectors span the vocabulary (262k for Gemma)
+    scale = torch.ones(h.shape[1]) if g is None else g.float()
+    full = (h.float() * scale) @ w  # [n, vocab]
+    col = w_u[:, predicted].T.double() * scale.double()  # [n, d]: the predicted token's folded readout
+    total = (h * col).sum(-1)
+    out = {}
+    for p, x in parts.items():
+        lx = (x.float() * scale) @ w
+        cos = (lx * full).sum(-1) / (lx.norm(dim=-1) * full.norm(dim=-1)).clamp_min(1e-30)
+        share = (x * col).sum(-1) / torch.where(total.abs() > 0, total, torch.ones_like(total))
+        out[p] = {"readout_cos": float(cos.mean()), "logit_share": float(share.median())}
+    return out

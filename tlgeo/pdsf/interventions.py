@@ -1,0 +1,181 @@
+"""Rotations inside D, S, the top of F, or a random subspace: in one forward, and persistently during generation.
+
+Bases are fitted at one state index ``s`` (the authors: ``int(0.7 L)``) on the prompts'
+last-token states, and the edit acts on the output of block ``s - 1`` (which is ``h_s``).
+
+Conditions (:data:`CONDITIONS`):
+
+* ``D``, ``S``: the PDSF subspaces (ranks as fitted);
+* ``F_top``: the top principal axes of the F parts over the prompts, rank ``round(PR)``
+  clipped to ``[2, 64]`` and ``n - 1`` (the authors' F-topK);
+* ``random``: a random subspace of D's rank (seed 42, shared), the authors' control.
+
+``mode="exact"``: each prompt's D, S and F-top bases with its own prediction direction
+(and the earlier parts) projected out, so nothing else moves; ``"faithful"``: the shared
+bases, coordinates of the P-removed state. Each prompt ``i`` gets its own rotation of seed
+``seed + i``, the same at every step (Haar-uniform, or the authors' QR with ``rotation="qr"``).
+
+:func:`persistent_rotations` generates the unedited and edited greedy continuations
+(KV cache, the edit at the position being generated) and returns one row per
+(condition, prompt): divergence step, immediate divergence, the teacher-forced KL per step,
+and the frame-shift proxy (:func:`frame_shifts`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from ..geometry.rotation import random_basis, rotation
+from ..geometry.subspaces import PDSFBasis, fit_pdsf, own_bases, pca_basis, split_pdsf
+from ..hooks.subspace import SubspaceEdit
+from .generation import divergence_step, greedy_continuations, teacher_forced_kl
+
+__all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "persistent_rotations", "frame_shifts",
+           "default_layer", "divergence_summary"]
+
+CONDITIONS = ("D", "S", "F_top", "random")
+F_BOUNDS = (2, 64)
+
+
+def default_layer(n_layers: int, fraction: float = 0.7) -> int:
+    """The state index the authors intervene at: ``int(fraction * L)`` (at least 1)."""
+    return max(1, min(n_layers, int(fraction * n_layers)))
+
+
+class ConditionBases:
+    """Per-prompt bases ``[n, d, k]`` of each condition, and the fitted PDSF basis."""
+
+    def __init__(self, bases: dict[str, Tensor], pdsf: PDSFBasis, u: Tensor, mode: str):
+        self.bases, self.pdsf, self.u, self.mode = bases, pdsf, u, mode
+
+    def rank(self, condition: str) -> int:
+        return self.bases[condition].shape[2]
+
+
+def _orth_against(basis: Tensor, others: Tensor) -> Tensor:
+    """Per row: ``basis [d, k]`` with the columns of ``others [n, d, m]`` projected out, re-orthonormalised."""
+    b = basis[None].expand(others.shape[0], *basis.shape)
+    b = b - others @ (others.transpose(1, 2) @ b)
+    q, _ = torch.linalg.qr(b)
+    return q
+
+
+def condition_bases(h: Tensor, u: Tensor, conditions: Sequence[str] = CONDITIONS, *, mode: str = "exact",
+                    k_D: int | None = None, k_S: int | None = None, seed: int = 42) -> ConditionBases:
+    """The bases of ``conditions`` for prompts with states ``h [n, d]`` and directions ``u [n, d]``."""
+    bad = [c for c in conditions if c not in CONDITIONS]
+    if bad or not conditions:
+        raise ValueError(f"unknown subspace {', '.join(map(repr, bad)) or '(none)'}; choose from {CONDITIONS}")
+    h, u = h.double(), u.double()
+    n, d = h.shape
+    basis = fit_pdsf(h, u, k_D=k_D, k_S=k_S, mode=mode)
+    parts = split_pdsf(h, u, basis)
+    if mode == "exact":
+        d_own, s_own = own_bases(u, basis)
+    else:
+        d_own, s_own = basis.D[None].expand(n, -1, -1), basis.S[None].expand(n, -1, -1)
+    out: dict[str, Tensor] = {}
+    for c in conditions:
+        if c == "D":
+            out[c] = d_own
+        elif c == "S":
+            out[c] = s_own
+        elif c == "F_top":
+            f_basis, _ = pca_basis(parts["F"], None, bounds=(F_BOUNDS[0], min(F_BOUNDS[1], n - 1)))
+            if mode == "exact":
+                out[c] = _orth_against(f_basis, torch.cat([u[:, :, None], d_own, s_own], 2))
+            else:
+                out[c] = f_basis[None].expand(n, -1, -1)
+        else:
+            out[c] = random_basis(d, basis.k_D, seed)[None].expand(n, -1, -1)
+    return ConditionBases(out, basis, u, mode)
+
+
+def _edit_fn(cb: ConditionBases, condition: str, layer: int, seed: int, kind: str):
+    rots = {}
+
+    def fn(rows: np.ndarray, prompt_len: int) -> SubspaceEdit:
+        b = cb.bases[condition][torch.as_tensor(rows)]
+        k = b.shape[2]
+        for i in rows:
+            if int(i) not in rots:
+                rots[int(i)] = rotation(k, seed + int(i), kind)
+        r = torch.stack([rots[int(i)] for i in rows])
+        u = None if condition == "random" else cb.u[torch.as_tensor(rows)]  # the authors' control: the full h
+        return SubspaceEdit(layer - 1, b.float(), u=None if u is None else u.float(), rotation=r.float())
+
+    return fn
+
+
+def frame_shifts(texts_base: Sequence[str], texts_edit: Sequence[str], groups: Sequence[str]) -> np.ndarray:
+    """The frame-shift proxy: an edited continuation is shifted when its TF-IDF vector (word
+    unigrams and bigrams, fitted on the unedited continuations) is closer by cosine to another
+    group's centroid of unedited continuations than to its own group's. Lexical only: it sees
+    a change of topic or register, not of meaning."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    groups = np.asarray(groups)
+    try:
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b").fit(list(texts_base))
+    except ValueError:  # no word at all in the continuations (e.g. a tiny random model): none is shifted
+        return np.zeros(len(texts_edit), dtype=bool)
+    base = vec.transform(list(texts_base)).toarray()
+    names = np.unique(groups)
+    cent = np.stack([base[groups == g].mean(0) for g in names])
+    cent /= np.linalg.norm(cent, axis=1, keepdims=True).clip(1e-12)
+    e = vec.transform(list(texts_edit)).toarray()
+    e /= np.linalg.norm(e, axis=1, keepdims=True).clip(1e-12)
+    nearest = names[(e @ cent.T).argmax(1)]
+    return nearest != groups
+
+
+def persistent_rotations(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tensor, u: Tensor, *,
+                         layer: int, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
+                         max_new_tokens: int = 64, batch_size: int = 16, seed: int = 42, rotation_kind: str = "haar",
+                         kl: bool = True, baseline: Tensor | None = None) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+    """One row per (condition, prompt), and the continuations (``"base"`` and each condition)."""
+    if not 1 <= layer <= model.cfg.n_layers:
+        raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
+    if len(prompts) != len(groups) or h.shape[0] != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
+    cb = condition_bases(h, u, conditions, mode=mode, seed=seed)
+    base = baseline if baseline is not None else greedy_continuations(model, prompts, max_new_tokens,
+                                                                      batch_size=batch_size)
+    tok = model.tokenizer
+    base_text = [tok.decode(t) for t in base]
+    rows, gens = [], {"base": base}
+    for c in conditions:
+        fn = _edit_fn(cb, c, layer, seed, rotation_kind)
+        gen = greedy_continuations(model, prompts, max_new_tokens, batch_size=batch_size, edit=fn)
+        gens[c] = gen
+        shifted = frame_shifts(base_text, [tok.decode(t) for t in gen], groups)
+        kls = teacher_forced_kl(model, prompts, base, fn, batch_size=batch_size) if kl else None
+        for i in range(len(prompts)):
+            step = divergence_step(base[i], gen[i])
+            rows.append({"condition": c, "prompt": i, "group": groups[i], "rank": cb.rank(c), "layer": layer,
+                         "divergence_step": step, "identical": step is None, "immediate": step == 0,
+                         "frame_shift": bool(shifted[i]),
+                         **({"kl_first": float(kls[i, 0]), "kl_mean": float(kls[i].mean()),
+                             "kl_steps": kls[i].tolist()} if kls is not None else {})})
+    return pd.DataFrame(rows), gens
+
+
+def divergence_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per condition: immediate-divergence rate and mean / median first divergence over the prompts
+    whose continuation changed (the authors' convention), the share unchanged, frame shifts, KL."""
+    out = []
+    for c, g in df.groupby("condition", sort=False):
+        changed = g[~g["identical"]]
+        out.append({"condition": c, "rank": int(g["rank"].iloc[0]), "n": len(g),
+                    "unchanged_pct": 100 * g["identical"].mean(),
+                    "immediate_pct": 100 * changed["immediate"].mean() if len(changed) else 0.0,
+                    "mean_first_divergence": changed["divergence_step"].mean() if len(changed) else float("nan"),
+                    "median_first_divergence": changed["divergence_step"].median() if len(changed) else float("nan"),
+                    "frame_shift_pct": 100 * g["frame_shift"].mean(),
+                    **({"kl_first": g["kl_first"].mean(), "kl_mean": g["kl_mean"].mean()} if "kl_first" in g else {})})
+    return pd.DataFrame(out)

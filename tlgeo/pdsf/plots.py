@@ -1,0 +1,97 @@
+"""Figures of the PDSF analysis: energy and PR per layer, the complexity gradient, discrimination per
+part, divergence steps per condition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..geometry.subspaces import PARTS
+
+__all__ = ["plot_energy_pr", "plot_complexity", "plot_discrimination", "plot_divergence", "COLORS"]
+
+COLORS = {"P": "#d62728", "D": "#1f77b4", "S": "#2ca02c", "F": "#7f7f7f", "F_top": "#9467bd", "random": "#8c564b"}
+
+
+def _need(df: pd.DataFrame, cols, what: str) -> None:
+    if df is None or df.empty or any(c not in df.columns for c in cols):
+        raise ValueError(f"{what} needs a non-empty table with columns {list(cols)}")
+
+
+def plot_energy_pr(layers: pd.DataFrame):
+    """Mean energy share of P, D, S, F per layer (left) and the PR of D and S with the interface
+    dimension ``1 + PR_D + PR_S`` and the ranks (right)."""
+    import matplotlib.pyplot as plt
+
+    _need(layers, ["layer", "energy_P", "pr_D", "pr_S", "interface_dim"], "plot_energy_pr")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    bottom = np.zeros(len(layers))
+    for p in PARTS:
+        a.bar(layers["layer"], layers[f"energy_{p}"], bottom=bottom, color=COLORS[p], label=p, width=0.85)
+        bottom += layers[f"energy_{p}"].to_numpy()
+    a.set(xlabel="layer (state after n blocks)", ylabel="share of ||h||²", ylim=(0, 1.02), title="energy per part")
+    a.legend(ncol=4, fontsize=8, loc="lower right")
+    b.plot(layers["layer"], layers["interface_dim"], "k-", label="1 + PR_D + PR_S")
+    b.plot(layers["layer"], layers["pr_D"], color=COLORS["D"], label="PR_D")
+    b.plot(layers["layer"], layers["pr_S"], color=COLORS["S"], label="PR_S")
+    b.plot(layers["layer"], layers["k_D"], ":", color=COLORS["D"], label="k_D")
+    b.plot(layers["layer"], layers["k_S"], ":", color=COLORS["S"], label="k_S")
+    b.set(xlabel="layer", ylabel="dimension", title="interface dimension")
+    b.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_complexity(parts: pd.DataFrame):
+    """Curvature ratio (mean 8-NN / mean pairwise distance) and TwoNN dimension per part and layer:
+    the paper's gradient from a folded D to a flat F."""
+    import matplotlib.pyplot as plt
+
+    _need(parts, ["layer", "part", "curvature_ratio", "twonn"], "plot_complexity")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, col, label in zip(axes, ("curvature_ratio", "twonn"), ("curvature ratio (low: folded)", "TwoNN dimension")):
+        for p in PARTS:
+            g = parts[parts["part"] == p]
+            ax.plot(g["layer"], g[col], color=COLORS[p], label=p, marker=".")
+        ax.set(xlabel="layer", ylabel=label)
+    axes[0].legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_discrimination(parts: pd.DataFrame):
+    """Silhouette of the prompt groups and Cohen's d of the within-minus-between cosine gap against
+    label shuffles, per part and layer (below 0: anti-discriminative)."""
+    import matplotlib.pyplot as plt
+
+    _need(parts, ["layer", "part", "silhouette", "gap_cohens_d"], "plot_discrimination")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, col, label in zip(axes, ("silhouette", "gap_cohens_d"), ("silhouette (cosine)", "cosine gap, Cohen's d vs shuffles")):
+        for p in PARTS:
+            g = parts[parts["part"] == p]
+            ax.plot(g["layer"], g[col], color=COLORS[p], label=p, marker=".")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set(xlabel="layer", ylabel=label)
+    axes[0].legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_divergence(df: pd.DataFrame, max_step: int | None = None):
+    """Histogram of the first divergent generated token per condition (unchanged continuations in
+    the last bin, marked)."""
+    import matplotlib.pyplot as plt
+
+    _need(df, ["condition", "divergence_step", "identical"], "plot_divergence")
+    top = int(max_step or (df["divergence_step"].max() if df["divergence_step"].notna().any() else 1)) + 1
+    conds = list(dict.fromkeys(df["condition"]))
+    fig, axes = plt.subplots(1, len(conds), figsize=(2.6 * len(conds), 2.8), sharey=True, squeeze=False)
+    for ax, c in zip(axes[0], conds):
+        g = df[df["condition"] == c]
+        steps = g["divergence_step"].fillna(top).clip(upper=top).astype(int)
+        ax.hist(steps, bins=np.arange(top + 2) - 0.5, color=COLORS.get(c, "#333333"))
+        ax.set(title=f"{c} (rank {int(g['rank'].iloc[0])})", xlabel="first divergent token")
+        ax.axvline(top - 0.5, color="k", lw=0.5, ls=":")
+    axes[0][0].set_ylabel("prompts")
+    fig.tight_layout()
+    return fig
