@@ -267,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--mode", choices=("exact", "faithful"), default="exact",
                      help="exact: parts orthogonal per state; faithful: the authors' shared bases")
     pd_.add_argument("--fold-norm", action="store_true", help="fold the final norm's scale into u_hat")
+    pd_.add_argument("--prediction", choices=("final", "lens"), default="final",
+                     help="u_hat of the model's final argmax (the authors) or of each layer's logit-lens argmax")
     pd_.add_argument("--k-d", type=_POSITIVE, default=None, help="rank of D (default: round(PR) in [2, 12])")
     pd_.add_argument("--k-s", type=_POSITIVE, default=None, help="rank of S (default: round(PR) in [4, 16])")
     pd_.add_argument("--layers", type=_index_list, default=None, help="states 0..L to analyse (default: all)")
@@ -666,8 +668,8 @@ def cmd_pdsf(args) -> int:
     print(f"{len(st.prompts)} {args.prompts} prompts ({st.encoding.template}, BOS {'on' if st.encoding.bos else 'off'}); "
           f"geometry at {st.states.n_layers + 1} states")
     g = run_geometry(model, st, mode=args.mode, k_D=args.k_d, k_S=args.k_s, layers=args.layers,
-                     complexity=not args.no_complexity)
-    key = ["prompt_set", "template", "bos", "fold_norm", "mode", "layer"]
+                     complexity=not args.no_complexity, prediction=args.prediction)
+    key = ["prompt_set", "template", "bos", "fold_norm", "mode", "prediction", "layer"]
     _merge_csv(out / "pdsf_layers.csv", g.layers.assign(model=args.model), ["model", *key])
     _merge_csv(out / "pdsf_parts.csv", g.parts.assign(model=args.model), ["model", *key, "part"])
     cols = ["layer", "k_D", "k_S", "pr_D", "pr_S", "interface_dim", "energy_P", "energy_D", "energy_S", "energy_F",

@@ -138,3 +138,19 @@ def test_fit_locals_and_threads_give_the_class_by_class_results():
                                                                {"ridge": 1e-4} if kind == "linear" else {})))
     with pytest.raises(ValueError, match="unknown local map class 'mlp'"):
         tokenwise_fits(["linear", "mlp"], h, out, nb)
+
+
+def test_orthogonal_survives_nearly_repeated_float32_neighbours():
+    """A Gram matrix singular up to rounding can pass float32 Cholesky; the result must stay finite
+    and match the reference (the states of repeated tokens at layer 0 do this)."""
+    from tlgeo.geometry import local_maps as lm
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 8, 64, generator=g)
+    x[:, 1] = x[:, 0] + 1e-7 * torch.randn(16, 64, generator=g)
+    x[:, 2] = x[:, 0]
+    y = x + 0.1 * torch.randn(16, 8, 64, generator=g)
+    q = x[:, :1] + 0.01 * torch.randn(16, 1, 64, generator=g)
+    got = lm.orthogonal(x, y, q)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, lm._orthogonal_svd(x, y, q), rtol=1e-3, atol=1e-3)

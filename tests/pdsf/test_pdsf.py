@@ -64,12 +64,20 @@ def test_geometry_tables(llama):
     np.testing.assert_allclose(e, 1, atol=1e-9)  # exact mode: orthogonal parts
     assert (g.layers["interface_dim"] == 1 + g.layers["pr_D"] + g.layers["pr_S"]).all()
     assert len(g.parts) == 3 * 4 and g.parts["silhouette"].between(-1, 1).all()
+    assert g.layers["group_angle_D"].between(0, 90).all()
     assert set(g.parts.columns) >= {"curvature_ratio", "twonn", "gap_cohens_d", "readout_cos", "logit_share"}
     p = g.parts[g.parts["part"] == "P"]
     np.testing.assert_allclose(p["logit_share"], 1, atol=1e-6) if not st.fold_norm else None
     assert g.layers["bos"].all() and (g.layers["template"] == "raw").all() and (g.layers["d_model"] == 64).all()
     with pytest.raises(ValueError, match="out of range"):
         run_geometry(llama, st, layers=[9])
+    lens = run_geometry(llama, st, k_D=2, k_S=3, layers=[1, 3], prediction="lens", complexity=False)
+    final = g.layers.set_index("layer").loc[3]
+    assert (lens.layers["prediction"] == "lens").all()
+    # at the last state the logit lens is the model's own prediction: the same table row
+    np.testing.assert_allclose(lens.layers.set_index("layer").loc[3, "energy_P"], final["energy_P"], rtol=1e-6)
+    with pytest.raises(ValueError, match="prediction must be"):
+        run_geometry(llama, st, prediction="argmax")
 
 
 def test_subspace_edit_hook_once_per_forward_identity_and_exceptions(llama, tokens):
@@ -141,3 +149,32 @@ def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypat
     monkeypatch.setattr(A, "persistent_rotations", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun")))
     again, _ = run_generation(llama, st, **kw)
     pd.testing.assert_frame_equal(again, df)
+
+
+@pytest.mark.real
+def test_smollm2_specA_states_decompose_exactly(smollm2):
+    """On the real model: the final state's logit lens is the model's prediction, and the exact split
+    of real states is orthogonal and complete."""
+    from tlgeo.geometry.subspaces import fit_pdsf, split_pdsf
+
+    st = pdsf_states(smollm2, load_prompt_set("specA").take(2))
+    assert torch.equal(st.states.lens[-1], st.states.predicted)
+    h, u = st.states.states[20].double(), st.u.double()
+    parts = split_pdsf(h, u, fit_pdsf(h, u))
+    torch.testing.assert_close(sum(parts.values()), h)
+    rel = (parts["D"] * parts["F"]).sum(-1).abs() / (h * h).sum(-1)
+    assert rel.max() < 1e-10
+
+
+def test_plots_draw_and_refuse_empty_tables(llama):
+    from tlgeo.pdsf.plots import plot_complexity, plot_discrimination, plot_divergence, plot_energy_pr
+
+    st = pdsf_states(llama, _tiny_set(), bos=True)
+    g = run_geometry(llama, st, k_D=2, k_S=2)
+    assert len(plot_energy_pr(g.layers).axes) == 2
+    assert len(plot_complexity(g.parts).axes) == 2 and len(plot_discrimination(g.parts).axes) == 2
+    df = pd.DataFrame({"condition": ["D", "D", "S"], "divergence_step": [0, None, 3], "identical": [False, True, False],
+                       "rank": [2, 2, 3]})
+    assert len(plot_divergence(df).axes) == 2
+    with pytest.raises(ValueError, match="needs a non-empty table"):
+        plot_energy_pr(pd.DataFrame())

@@ -150,7 +150,11 @@ def _orthogonal_fast(x: Batch, y: Batch, q: Queries) -> tuple[Queries, Tensor]:
     yc = lz[:, k:, :] + torch.nn.functional.pad(lz[:, :k, :k], (0, k))  # y = [L11 + L21, L22] basis
     # the k x k algebra in float64: it squares the coordinates' condition number
     ct = (lz[:, :k, :k].transpose(1, 2) @ yc).double()  # [n, k, 2k]
-    ev, vec = torch.linalg.eigh(ct @ ct.transpose(1, 2))
+    gram_t = ct @ ct.transpose(1, 2)
+    finite = torch.isfinite(gram_t).all(-1).all(-1)  # a Cholesky that "succeeded" on a singular Gram
+    ok &= finite
+    eye_k = torch.eye(k, dtype=ct.dtype, device=ct.device)
+    ev, vec = torch.linalg.eigh(torch.where(finite[:, None, None], gram_t, eye_k))
     # singular values of C below the reference's regularisation (1e-2 sqrt(eps) of the largest) are
     # directions it leaves free: those neighbourhoods go to the reference
     ok &= ev[:, 0] > 1e-4 * eps * ev[:, -1].clamp_min(tiny)
@@ -161,7 +165,10 @@ def _orthogonal_fast(x: Batch, y: Batch, q: Queries) -> tuple[Queries, Tensor]:
     free = torch.cat([torch.zeros_like(t2), torch.eye(k, dtype=x.dtype).expand(n, k, k)], 2) - t2.transpose(1, 2) @ top
     # the rows closest to [0, I] orthogonal to top's: (free freeᵀ)^{-1/2} free, free freeᵀ = I - t2ᵀ t2,
     # in the input's precision: its eigenvalues are cos² of angles the map turns the inputs' span by
-    ev2, vec2 = torch.linalg.eigh(torch.eye(k, dtype=x.dtype) - t2.transpose(1, 2) @ t2)
+    m2 = torch.eye(k, dtype=x.dtype, device=x.device) - t2.transpose(1, 2) @ t2
+    finite = torch.isfinite(m2).all(-1).all(-1)
+    ok &= finite
+    ev2, vec2 = torch.linalg.eigh(torch.where(finite[:, None, None], m2, eye_k.to(x.dtype)))
     ok &= ev2[:, 0] > 1e3 * eps
     ev2 = ev2.clamp_min(1e3 * eps)
     bottom = (vec2 * ev2[:, None, :] ** -0.5) @ vec2.transpose(1, 2) @ free

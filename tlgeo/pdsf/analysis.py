@@ -52,12 +52,19 @@ def pdsf_states(model, prompts: PromptSet, *, template: str = "raw", bos: bool |
 
 
 def run_geometry(model, st: PDSFStates, *, mode: str = "exact", k_D: int | None = None, k_S: int | None = None,
-                 layers: Sequence[int] | None = None, complexity: bool = True, seed: int = 0) -> PDSFGeometry:
-    """The geometry tables, each row carrying the encoding settings and the model's width."""
-    g = pdsf_geometry(st.states, st.u, st.prompts.groups, w_u=model.W_U.detach().float().cpu(),
+                 layers: Sequence[int] | None = None, complexity: bool = True, seed: int = 0,
+                 prediction: str = "final") -> PDSFGeometry:
+    """The geometry tables, each row carrying the encoding settings and the model's width.
+    ``prediction``: ``final`` (the model's argmax, the authors') or ``lens`` (each state's own
+    logit-lens argmax through the final norm and the unembedding)."""
+    if prediction not in ("final", "lens"):
+        raise ValueError(f"prediction must be 'final' or 'lens', got {prediction!r}")
+    u = st.u if prediction == "final" else torch.stack(
+        [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
+    g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=model.W_U.detach().float().cpu(),
                       norm_scale=final_norm_scale(model), layers=layers, k_D=k_D, k_S=k_S, mode=mode,
                       complexity=complexity, seed=seed)
-    meta = {**st.settings(), "mode": mode, "d_model": model.cfg.d_model}
+    meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
     return PDSFGeometry(g.layers.assign(**meta), g.parts.assign(**meta))
 
 

@@ -22,7 +22,7 @@ import torch
 from ..geometry.manifold import curvature_ratio, local_global_pr, twonn_dimension
 from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pca_basis, split_pdsf, \
     subspace_participation
-from ..stats.discrimination import cosine_gap_test, silhouette
+from ..stats.discrimination import cosine_gap_test, group_angles, silhouette
 from .states import PromptStates
 
 __all__ = ["PDSFGeometry", "pdsf_geometry", "part_coordinates"]
@@ -30,7 +30,8 @@ __all__ = ["PDSFGeometry", "pdsf_geometry", "part_coordinates"]
 
 @dataclass
 class PDSFGeometry:
-    """``layers``: one row per layer; ``parts``: one row per (layer, part)."""
+    """``layers``: one row per layer (with ``group_angle_D``: the mean principal angle between the prompt
+    groups' own D subspaces); ``parts``: one row per (layer, part)."""
 
     layers: pd.DataFrame
     parts: pd.DataFrame
@@ -50,24 +51,26 @@ def pdsf_geometry(ps: PromptStates, u: torch.Tensor, groups: Sequence[str], *, w
                   k_D: int | None = None, k_S: int | None = None, mode: str = "exact", center: bool = True,
                   knn_k: int = 8, f_axes: int = 50, n_shuffles: int = 20, seed: int = 0,
                   complexity: bool = True) -> PDSFGeometry:
-    """PDSF geometry at ``layers`` (default: every state 0..L). ``w_u [d, vocab]`` (and the final
+    """PDSF geometry at ``layers`` (default: every state 0..L); ``u`` one direction per prompt, or one
+    per prompt and state (the logit lens: ``[L + 1, n, d]``). ``w_u [d, vocab]`` (and the final
     norm's ``norm_scale``) add the readout alignment: the cosine of each part's logit vector
     ``W_Uᵀ(g ⊙ part)`` with the whole state's, and each part's share of the predicted token's logit."""
     n = ps.states.shape[1]
     if len(groups) != n:
         raise ValueError(f"{len(groups)} group labels for {n} prompts")
-    if u.shape != ps.states.shape[1:]:
-        raise ValueError(f"prediction directions must be [{n}, {ps.states.shape[2]}], got {tuple(u.shape)}")
+    if u.shape != ps.states.shape[1:] and u.shape != ps.states.shape:
+        raise ValueError(f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
+                         f"{tuple(ps.states.shape)}), got {tuple(u.shape)}")
     layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
     bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
     if bad:
         raise ValueError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
     labels = np.asarray(groups)
-    u64 = u.double()
     g = None if norm_scale is None else norm_scale.double()
     layer_rows, part_rows = [], []
     for l in layers:
         h = ps.states[l].double()
+        u64 = (u[l] if u.ndim == 3 else u).double()
         basis = fit_pdsf(h, u64, k_D=k_D, k_S=k_S, center=center, mode=mode)
         parts = split_pdsf(h, u64, basis)
         energy = energy_shares(parts)
@@ -79,7 +82,9 @@ def pdsf_geometry(ps: PromptStates, u: torch.Tensor, groups: Sequence[str], *, w
                "interface_dim": 1 + pr["D"] + pr["S"],
                "angle_u_top_axis": float(ang[:, 0].mean()), "angle_u_nearest_axis": float(ang.min(1).values.mean()),
                **{f"energy_{p}": float(energy[p].mean()) for p in PARTS}}
-        readout = _readout(parts, h, u64, w_u, g, ps.predicted) if w_u is not None else {}
+        tokens = ps.lens[l] if u.ndim == 3 else ps.predicted
+        readout = _readout(parts, h, u64, w_u, g, tokens) if w_u is not None else {}
+        row["group_angle_D"] = _mean_group_angle(coords["D"].numpy(), labels)
         layer_rows.append(row)
         for p in PARTS:
             x = coords[p]
@@ -95,6 +100,18 @@ def pdsf_geometry(ps: PromptStates, u: torch.Tensor, groups: Sequence[str], *, w
                             cosine_gap=t.gap, gap_cohens_d=t.cohens_d, gap_p=t.p_value)
             part_rows.append(prow)
     return PDSFGeometry(pd.DataFrame(layer_rows), pd.DataFrame(part_rows))
+
+
+def _mean_group_angle(x: np.ndarray, labels: np.ndarray, k: int = 2) -> float:
+    """Mean principal angle (degrees) between the top-``k`` PCA subspaces of the groups' D coordinates,
+    over all pairs of groups (NaN when groups are too small)."""
+    names = np.unique(labels)
+    k = min(k, x.shape[1])
+    sets = [x[labels == g] for g in names]
+    if len(sets) < 2 or min(len(s) for s in sets) <= k:
+        return float("nan")
+    angles = [group_angles(sets[i], sets[j], k=k).mean() for i in range(len(sets)) for j in range(i + 1, len(sets))]
+    return float(np.mean(angles))
 
 
 def _readout(parts, h, u, w_u, g, predicted) -> dict[str, dict[str, float]]:

@@ -42,39 +42,36 @@ def plot_energy_pr(layers: pd.DataFrame):
     return fig
 
 
-def plot_complexity(parts: pd.DataFrame):
-    """Curvature ratio (mean 8-NN / mean pairwise distance) and TwoNN dimension per part and layer:
-    the paper's gradient from a folded D to a flat F."""
+def _per_part(parts: pd.DataFrame, panels: dict[str, str], zero_line: bool):
+    """One panel per column of ``panels`` (column -> axis label), a line per part over layers."""
     import matplotlib.pyplot as plt
 
-    _need(parts, ["layer", "part", "curvature_ratio", "twonn"], "plot_complexity")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for ax, col, label in zip(axes, ("curvature_ratio", "twonn"), ("curvature ratio (low: folded)", "TwoNN dimension")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.4), squeeze=False)
+    for ax, (col, label) in zip(axes[0], panels.items()):
         for p in PARTS:
             g = parts[parts["part"] == p]
             ax.plot(g["layer"], g[col], color=COLORS[p], label=p, marker=".")
+        if zero_line:
+            ax.axhline(0, color="k", lw=0.6)
         ax.set(xlabel="layer", ylabel=label)
-    axes[0].legend(ncol=4, fontsize=8)
+    axes[0][0].legend(ncol=4, fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_complexity(parts: pd.DataFrame):
+    """Curvature ratio (mean 8-NN / mean pairwise distance) and TwoNN dimension per part and layer:
+    the paper's gradient from a folded D to a flat F."""
+    _need(parts, ["layer", "part", "curvature_ratio", "twonn"], "plot_complexity")
+    return _per_part(parts, {"curvature_ratio": "curvature ratio (low: folded)", "twonn": "TwoNN dimension"}, False)
 
 
 def plot_discrimination(parts: pd.DataFrame):
     """Silhouette of the prompt groups and Cohen's d of the within-minus-between cosine gap against
     label shuffles, per part and layer (below 0: anti-discriminative)."""
-    import matplotlib.pyplot as plt
-
     _need(parts, ["layer", "part", "silhouette", "gap_cohens_d"], "plot_discrimination")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for ax, col, label in zip(axes, ("silhouette", "gap_cohens_d"), ("silhouette (cosine)", "cosine gap, Cohen's d vs shuffles")):
-        for p in PARTS:
-            g = parts[parts["part"] == p]
-            ax.plot(g["layer"], g[col], color=COLORS[p], label=p, marker=".")
-        ax.axhline(0, color="k", lw=0.6)
-        ax.set(xlabel="layer", ylabel=label)
-    axes[0].legend(ncol=4, fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _per_part(parts, {"silhouette": "silhouette (cosine)", "gap_cohens_d": "cosine gap, Cohen's d vs shuffles"},
+                     True)
 
 
 def plot_divergence(df: pd.DataFrame, max_step: int | None = None):

@@ -1,0 +1,71 @@
+"""The PDSF results of several models side by side with the paper's numbers, as a Markdown table.
+
+    .venv/bin/python scripts/pdsf_table.py NAME=DIR [NAME=DIR ...]
+
+Each ``DIR`` holds a ``tlgeo pdsf`` run (``pdsf_layers.csv``, ``pdsf_parts.csv``,
+``pdsf_generation_summary.csv``). Geometry rows are ranges or medians over layers (SpecA);
+generation rows are per condition (SpecB).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+PAPER = {
+    "width d_model": "2,048–12,288 (7B–120B)",
+    "k_D over layers": "4–8 (instruction-tuned; base 2–18)",
+    "interface dimension 1 + PR_D + PR_S": "< 20",
+    "energy share of P / F (median over layers)": "—",
+    "angle of û to the top principal axis": "almost orthogonal",
+    "curvature ratio D / S / F (median over layers)": "complexity falls from D (folded) to F (flat): the ratio rises",
+    "silhouette D / S / F (median over layers)": "F anti-discriminative",
+    "immediate divergence D / S / F-top / random": "64.0 / 28.2 / 23.1 / 4.5 %",
+    "mean first divergence D / S / F-top / random": "1.17 / 5.63 / 6.52 / —",
+    "ranks D / S / F-top / random at the edited state": "adaptive",
+}
+
+
+def column(d: Path) -> dict[str, str]:
+    g = pd.read_csv(d / "pdsf_layers.csv")
+    p = pd.read_csv(d / "pdsf_parts.csv")
+    med = lambda col: p.groupby("part")[col].median()  # noqa: E731
+    cr, sil = med("curvature_ratio"), med("silhouette")
+    out = {"width d_model": f"{int(g['d_model'].iloc[0]):,}",
+           "k_D over layers": f"{g['k_D'].min()}–{g['k_D'].max()}",
+           "interface dimension 1 + PR_D + PR_S": f"{g['interface_dim'].min():.1f}–{g['interface_dim'].max():.1f}",
+           "energy share of P / F (median over layers)": f"{100 * g['energy_P'].median():.1f} / "
+                                                         f"{100 * g['energy_F'].median():.0f} %",
+           "angle of û to the top principal axis": f"{g['angle_u_top_axis'].min():.0f}–{g['angle_u_top_axis'].max():.0f}°",
+           "curvature ratio D / S / F (median over layers)": f"{cr['D']:.2f} / {cr['S']:.2f} / {cr['F']:.2f}",
+           "silhouette D / S / F (median over layers)": f"{sil['D']:+.2f} / {sil['S']:+.2f} / {sil['F']:+.2f}"}
+    sp = d / "pdsf_generation_summary.csv"
+    if sp.exists():
+        s = pd.read_csv(sp).set_index("condition")
+        conds = [c for c in ("D", "S", "F_top", "random") if c in s.index]
+        out["immediate divergence D / S / F-top / random"] = " / ".join(f"{s.loc[c, 'immediate_pct']:.1f}" for c in conds) + " %"
+        out["mean first divergence D / S / F-top / random"] = " / ".join(f"{s.loc[c, 'mean_first_divergence']:.2f}" for c in conds)
+        out["ranks D / S / F-top / random at the edited state"] = " / ".join(str(int(s.loc[c, "rank"])) for c in conds) + \
+            f" (state {int(s['layer'].iloc[0])}, {int(s['n'].iloc[0])} prompts)"
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="NAME=DIR")
+    a = p.parse_args()
+    cols = {}
+    for r in a.runs:
+        name, _, d = r.partition("=")
+        cols[name] = column(Path(d))
+    names = list(cols)
+    print("| | " + " | ".join(names) + " | paper |")
+    print("|---|" + "---|" * (len(names) + 1))
+    for row, paper in PAPER.items():
+        print(f"| {row} | " + " | ".join(cols[n].get(row, "—") for n in names) + f" | {paper} |")
+
+
+if __name__ == "__main__":
+    main()
