@@ -20,7 +20,7 @@ import torch
 
 from tlgeo.models import load_model
 from tlgeo.pdsf import CONDITIONS, condition_bases, greedy_continuations, load_prompt_set, pdsf_states, run_geometry
-from tlgeo.pdsf.interventions import _edit_fn, default_layer
+from tlgeo.pdsf.interventions import default_layer, rotation_edit
 
 
 def main() -> None:
@@ -65,7 +65,7 @@ def main() -> None:
     totals = {"edited": 0.0, "unedited": 0.0}
     for r in range(a.rounds):
         for c in CONDITIONS:
-            fn = _edit_fn(cb, c, layer, 42, "haar")
+            fn = rotation_edit(cb, c, layer, 42, "haar")
             runs = [("edited", fn), ("unedited", None)]
             for name, e in (runs if (r + CONDITIONS.index(c)) % 2 == 0 else runs[::-1]):
                 t = time.perf_counter()

@@ -109,9 +109,9 @@ def test_persistent_rotation_with_and_without_the_kv_cache(llama):
     cb = condition_bases(st.states.states[2], st.u, ("D", "random"), k_D=3, k_S=2)
     assert cb.rank("D") == 3 and cb.rank("random") == 3
     assert (torch.einsum("nd,ndk->nk", st.u.double(), cb.bases["D"]).abs().max() < 1e-10)  # exact: D ⟂ own u
-    from tlgeo.pdsf.interventions import _edit_fn
+    from tlgeo.pdsf.interventions import rotation_edit
 
-    fn = _edit_fn(cb, "D", 2, 42, "haar")
+    fn = rotation_edit(cb, "D", 2, 42, "haar")
     cached = greedy_continuations(llama, st.tokens, 6, batch_size=3, edit=fn)
     loop = greedy_continuations(llama, st.tokens, 6, batch_size=3, edit=fn, use_cache=False)
     assert torch.equal(cached, loop)

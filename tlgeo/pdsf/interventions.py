@@ -35,8 +35,8 @@ from ..geometry.subspaces import PDSFBasis, fit_pdsf, own_bases, pca_basis, spli
 from ..hooks.subspace import SubspaceEdit
 from .generation import divergence_step, greedy_continuations, teacher_forced_kl
 
-__all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "persistent_rotations", "frame_shifts",
-           "default_layer", "divergence_summary"]
+__all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "rotation_edit", "persistent_rotations",
+           "frame_shifts", "default_layer", "divergence_summary"]
 
 CONDITIONS = ("D", "S", "F_top", "random")
 F_BOUNDS = (2, 64)
@@ -96,7 +96,10 @@ def condition_bases(h: Tensor, u: Tensor, conditions: Sequence[str] = CONDITIONS
     return ConditionBases(out, basis, u, mode)
 
 
-def _edit_fn(cb: ConditionBases, condition: str, layer: int, seed: int, kind: str):
+def rotation_edit(cb: ConditionBases, condition: str, layer: int, seed: int = 42, kind: str = "haar"):
+    """``edit(rows, prompt_len)`` for :func:`~tlgeo.pdsf.generation.greedy_continuations`: prompt ``i``'s
+    coordinates in ``condition``'s basis rotated by its own rotation (seed ``seed + i``) at state
+    ``layer``, i.e. the output of block ``layer - 1``."""
     rots = {}
 
     def fn(rows: np.ndarray, prompt_len: int) -> SubspaceEdit:
@@ -150,7 +153,7 @@ def persistent_rotations(model, prompts: Sequence[Tensor], groups: Sequence[str]
     base_text = [tok.decode(t) for t in base]
     rows, gens = [], {"base": base}
     for c in conditions:
-        fn = _edit_fn(cb, c, layer, seed, rotation_kind)
+        fn = rotation_edit(cb, c, layer, seed, rotation_kind)
         gen = greedy_continuations(model, prompts, max_new_tokens, batch_size=batch_size, edit=fn)
         gens[c] = gen
         shifted = frame_shifts(base_text, [tok.decode(t) for t in gen], groups)
