@@ -121,3 +121,25 @@ def test_budget_cost_metadata():
         n: int = budget(3, "items", cost="~1 s per item")
 
     assert Costly.__dataclass_fields__["n"].metadata == {"help": "items", "cost": "~1 s per item"}
+
+
+def test_cached_tables_compute_once_and_check_their_count(tmp_path):
+    import pandas as pd
+
+    from tlgeo.pipeline import StepContext
+
+    ctx = StepContext(None, None, "", None, None, tmp_path)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return pd.DataFrame({"a": [1]}), pd.DataFrame({"b": [2, 3]})
+
+    a, b = ctx.cached_tables(("t1", "t2"), compute)
+    a2, b2 = ctx.cached_tables(("t1", "t2"), compute)
+    assert len(calls) == 1 and b2["b"].tolist() == [2, 3] and a2.equals(a)
+    (tmp_path / "t2.csv").unlink()  # one table missing: both recomputed
+    ctx.cached_tables(("t1", "t2"), compute)
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="returned 2 tables for 1 names"):
+        ctx.cached_tables(("t3",), compute)

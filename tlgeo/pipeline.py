@@ -158,7 +158,8 @@ class StepContext:
 
     ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
     resumable JSON-lines log in the output directory; ``cached(name, compute)``
-    loads ``name.csv`` if an earlier run finished it, else computes and saves it.
+    loads ``name.csv`` if an earlier run finished it, else computes and saves it;
+    ``cached_tables(names, compute)`` does the same for several tables computed together.
     """
 
     def __init__(self, cfg, model, text: str, report, budget, out: Path):
@@ -172,9 +173,17 @@ class StepContext:
         return self.out / "logs" / f"{name}.jsonl"
 
     def cached(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-        path = self.csv(name)
-        if path.exists():
-            return pd.read_csv(path)
-        df = compute()
-        df.to_csv(path, index=False)
-        return df
+        return self.cached_tables((name,), lambda: (compute(),))[0]
+
+    def cached_tables(self, names: tuple[str, ...],
+                      compute: Callable[[], tuple[pd.DataFrame, ...]]) -> tuple[pd.DataFrame, ...]:
+        """``names.csv`` if an earlier run wrote all of them, else ``compute()`` (one table per name), saved."""
+        paths = [self.csv(n) for n in names]
+        if all(p.exists() for p in paths):
+            return tuple(pd.read_csv(p) for p in paths)
+        dfs = tuple(compute())
+        if len(dfs) != len(names):
+            raise ValueError(f"compute returned {len(dfs)} tables for {len(names)} names {list(names)}")
+        for df, path in zip(dfs, paths):
+            df.to_csv(path, index=False)
+        return dfs

@@ -63,21 +63,18 @@ def headline(out: Path, budgets: PDSFBudgets | None = None) -> Headline:
 register_family(FAMILY, PDSFBudgets, headline=headline)
 
 
-@register_step("pdsf", FAMILY, ("pdsf_layers", "pdsf_parts", "pdsf_generation_summary"),
+@register_step("pdsf", FAMILY, ("pdsf_layers", "pdsf_parts", "pdsf_generation_summary", "pdsf_generation"),
                "prediction-anchored subspaces: P, D, S, F at every layer; persistent rotations (seed paper 001)")
 def _step_pdsf(ctx: StepContext) -> None:
     b = ctx.budget
     if not b.pdsf_geometry_per_group:
         return
-    layers_p, parts_p = ctx.csv("pdsf_layers"), ctx.csv("pdsf_parts")
-    if layers_p.exists() and parts_p.exists():
-        layers, parts = pd.read_csv(layers_p), pd.read_csv(parts_p)
-    else:
-        st = pdsf_states(ctx.model, load_prompt_set("specA").take(b.pdsf_geometry_per_group))
-        g = run_geometry(ctx.model, st, mode=b.pdsf_mode)
-        layers, parts = g.layers, g.parts
-        layers.to_csv(layers_p, index=False)
-        parts.to_csv(parts_p, index=False)
+    def geometry():
+        g = run_geometry(ctx.model, pdsf_states(ctx.model, load_prompt_set("specA").take(b.pdsf_geometry_per_group)),
+                         mode=b.pdsf_mode)
+        return g.layers, g.parts
+
+    layers, parts = ctx.cached_tables(("pdsf_layers", "pdsf_parts"), geometry)
     ctx.report.section(
         "10. Prediction-anchored subspaces (seed paper 001)",
         f"Each of {int(layers['n_prompts'].iloc[0])} SpecA prompts' last-token state split into P (on the unit "
@@ -95,15 +92,13 @@ def _step_pdsf(ctx: StepContext) -> None:
                                                   "label shuffles.")
     if not b.pdsf_generation_per_group:
         return
-    sum_p, gen_p = ctx.csv("pdsf_generation_summary"), ctx.out / "pdsf_generation.csv.gz"
-    if sum_p.exists() and gen_p.exists():
-        summary, df = pd.read_csv(sum_p), pd.read_csv(gen_p)
-    else:
+    def generation():
         gst = pdsf_states(ctx.model, load_prompt_set("specB").take(b.pdsf_generation_per_group))
         df, summary = run_generation(ctx.model, gst, mode=b.pdsf_mode, max_new_tokens=b.pdsf_new_tokens,
                                      log_path=ctx.log("pdsf_generation"), progress=True)
-        df.drop(columns=["kl_steps"]).to_csv(gen_p, index=False)
-        summary.to_csv(sum_p, index=False)
+        return summary, df.drop(columns=["kl_steps"])
+
+    summary, df = ctx.cached_tables(("pdsf_generation_summary", "pdsf_generation"), generation)
     ctx.report.section(
         "10b. PDSF: persistent rotations during generation",
         f"{int(summary['n'].iloc[0])} SpecB prompts, {b.pdsf_new_tokens} greedy tokens each; at state "

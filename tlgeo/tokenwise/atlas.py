@@ -89,22 +89,20 @@ def _step_tokenwise(ctx: StepContext) -> None:
     b = ctx.budget
     if not b.tokenwise_tokens:
         return
-    paths = {name: ctx.csv(name) for name in ("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens")}
-    if all(p.exists() for p in paths.values()):
-        geometry, corr, tokens = (pd.read_csv(p) for p in paths.values())
-    else:
+
+    def compute():
         seq = b.tokenwise_seq_len
         windows = corpus_batches(ctx.model, ctx.text, seq, b.tokenwise_tokens + 4 * seq)
         windows = windows[: max(2, -(-b.tokenwise_tokens // (seq - 1)))]
         pool = collect_pool(ctx.model, windows, ctx.out / "tokenwise_pool", progress=True)
-        n_maps = n_layer_maps(ctx.model)
         res = tokenwise_analysis(ctx.model, pool, classes=b.tokenwise_classes, k=b.tokenwise_k,
                                  n_patch=min(b.tokenwise_patch_tokens, pool.n_tokens),
-                                 patch_layers=patched_layers(n_maps, b.tokenwise_patch_layers), n_boot=500,
-                                 log_path=ctx.log("tokenwise"), progress=True, threads=2)
-        geometry, corr, tokens = res.geometry, res.correlation, res.tokens
-        for (name, path), df in zip(paths.items(), (geometry, corr, tokens)):
-            df.to_csv(path, index=False)
+                                 patch_layers=patched_layers(n_layer_maps(ctx.model), b.tokenwise_patch_layers),
+                                 n_boot=500, log_path=ctx.log("tokenwise"), progress=True, threads=2)
+        return res.geometry, res.correlation, res.tokens
+
+    geometry, corr, tokens = ctx.cached_tables(("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens"),
+                                               compute)
     n_tok, k = int(geometry["n_tokens"].iloc[0]), int(geometry["k"].iloc[0])
     ctx.report.section(
         "9. Tokenwise layer maps (seed paper 002)",
