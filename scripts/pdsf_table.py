@@ -2,9 +2,10 @@
 
     .venv/bin/python scripts/pdsf_table.py NAME=DIR [NAME=DIR ...]
 
-Each ``DIR`` holds a ``tlgeo pdsf`` run (``pdsf_layers.csv``, ``pdsf_parts.csv``,
-``pdsf_generation_summary.csv``). Geometry rows are ranges or medians over layers (SpecA);
-generation rows are per condition (SpecB).
+Each ``DIR`` holds a ``tlgeo pdsf`` run (``pdsf_layers.csv``, ``pdsf_parts.csv``, and where they
+were run ``pdsf_single_pass_summary.csv``, ``pdsf_generation_summary.csv``, ``pdsf_dynamics.csv``).
+Geometry rows are ranges or medians over layers (SpecA, ``--mode``, the final prediction);
+single-pass rows are mean KL per condition (SpecA); generation rows are per condition (SpecB).
 """
 
 from __future__ import annotations
@@ -25,12 +26,27 @@ PAPER = {
     "immediate divergence D / S / F-top / random": "64.0 / 28.2 / 23.1 / 4.5 %",
     "mean first divergence D / S / F-top / random": "1.17 / 5.63 / 6.52 / —",
     "ranks D / S / F-top / random at the edited state": "adaptive",
+    "F-dynamic: immediate divergence, mean first divergence, rank": "—",
+    "single pass, KL (nats): F-transplant / F-mix / D-rot / F-att / S-rot / random-rot":
+        "5.63 / 2.85 / 0.052 / 0.047 / 0.038 / —",
+    "single pass: angle left at the last state, D-rot / S-rot / F-mix": "—",
+    "static share of F during generation (range over layers)": "F splits into static and dynamic parts",
 }
+SINGLE = ("F_transplant", "F_mix", "D_rotate", "F_attenuate", "S_rotate", "random_rotate")
 
 
-def column(d: Path) -> dict[str, str]:
-    g = pd.read_csv(d / "pdsf_layers.csv")
-    p = pd.read_csv(d / "pdsf_parts.csv")
+def _pick(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """The rows of one mode and the final prediction (other settings may share the file)."""
+    if "mode" in df.columns:
+        df = df[df["mode"] == mode]
+    if "prediction" in df.columns:
+        df = df[df["prediction"] == "final"]
+    return df
+
+
+def column(d: Path, mode: str = "exact") -> dict[str, str]:
+    g = _pick(pd.read_csv(d / "pdsf_layers.csv"), mode)
+    p = _pick(pd.read_csv(d / "pdsf_parts.csv"), mode)
     med = lambda col: p.groupby("part")[col].median()  # noqa: E731
     cr, sil = med("curvature_ratio"), med("silhouette")
     out = {"width d_model": f"{int(g['d_model'].iloc[0]):,}",
@@ -49,17 +65,37 @@ def column(d: Path) -> dict[str, str]:
         out["mean first divergence D / S / F-top / random"] = " / ".join(f"{s.loc[c, 'mean_first_divergence']:.2f}" for c in conds)
         out["ranks D / S / F-top / random at the edited state"] = " / ".join(str(int(s.loc[c, "rank"])) for c in conds) + \
             f" (state {int(s['layer'].iloc[0])}, {int(s['n'].iloc[0])} prompts)"
+        if "F_dynamic" in s.index:
+            r = s.loc["F_dynamic"]
+            out["F-dynamic: immediate divergence, mean first divergence, rank"] = \
+                f"{r['immediate_pct']:.1f} %, {r['mean_first_divergence']:.2f}, {int(r['rank'])}"
+    sp = d / "pdsf_single_pass_summary.csv"
+    if sp.exists():
+        s = _pick(pd.read_csv(sp), mode).set_index("condition")
+        conds = [c for c in SINGLE if c in s.index]
+        out["single pass, KL (nats): F-transplant / F-mix / D-rot / F-att / S-rot / random-rot"] = \
+            " / ".join(f"{s.loc[c, 'kl_mean']:.3g}" for c in conds) + f" (state {int(s['layer'].iloc[0])})"
+        out["single pass: angle left at the last state, D-rot / S-rot / F-mix"] = " / ".join(
+            f"{s.loc[c, 'angle_final']:.0f}°" for c in ("D_rotate", "S_rotate", "F_mix") if c in s.index) + \
+            " (at the edit: " + " / ".join(f"{s.loc[c, 'angle_at_edit']:.0f}°" for c in ("D_rotate", "S_rotate", "F_mix")
+                                          if c in s.index) + ")"
+    dy = d / "pdsf_dynamics.csv"
+    if dy.exists():
+        t = _pick(pd.read_csv(dy), mode)
+        out["static share of F during generation (range over layers)"] = \
+            f"{t['static_share'].min():.2f}–{t['static_share'].max():.2f} (median {t['static_share'].median():.2f})"
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="NAME=DIR")
+    p.add_argument("--mode", default="exact", choices=("exact", "faithful"))
     a = p.parse_args()
     cols = {}
     for r in a.runs:
         name, _, d = r.partition("=")
-        cols[name] = column(Path(d))
+        cols[name] = column(Path(d), a.mode)
     names = list(cols)
     print("| | " + " | ".join(names) + " | paper |")
     print("|---|" + "---|" * (len(names) + 1))

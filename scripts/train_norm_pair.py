@@ -3,6 +3,8 @@
 
     python scripts/train_norm_pair.py                 # ~55 min on 2 CPU cores
     python scripts/train_norm_pair.py --steps 20      # a smoke run
+    python scripts/train_norm_pair.py --d-model 128 --archs llama \
+        --checkpoints checkpoints/norm_pair_d128 --out results/norm_pair_d128   # another width
 
 Two models that differ only in their architecture family: ``gpt`` (biased
 LayerNorm, GELU MLP) and ``llama`` (RMSNorm, SwiGLU MLP), with the same width,
@@ -42,7 +44,7 @@ def pair_configs(a: argparse.Namespace) -> list[TrainConfig]:
             save_every=max(a.steps // 7, 1), seed=a.seed, threads=a.threads,
             out=str(Path(a.checkpoints) / arch),
         )
-        for arch in ARCHS
+        for arch in a.archs
     ]
 
 
@@ -61,9 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", default="smollm2-135m")
     p.add_argument("--data", default="austen,mobydick,bible")
     p.add_argument("--blimp-limit", type=int, default=500, help="pairs per BLiMP paradigm")
+    p.add_argument("--archs", type=lambda v: tuple(x for x in v.split(",") if x), default=ARCHS,
+                   help="which of gpt,llama to train")
     p.add_argument("--checkpoints", default="checkpoints/norm_pair")
     p.add_argument("--out", default="results/norm_pair")
     a = p.parse_args(argv)
+    if not a.archs or any(x not in ARCHS for x in a.archs):
+        p.error(f"--archs must name some of {','.join(ARCHS)}, got {','.join(a.archs) or '(none)'}")
 
     from tlgeo.evals.blimp import evaluate_blimp
     from tlgeo.train import load_trained

@@ -256,8 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
                "Split each prompt's last-token state into its prediction direction P (unembedding of the argmax "
                "token), PCA subspaces D and S around it and the complement F, at every layer of a prompt set "
                "(the paper's SpecA by default): ranks, energies, participation ratios, manifold complexity, group "
-               "discrimination; then rotate D, S, the top of F or a random subspace persistently while generating "
-               "SpecB continuations and measure when they diverge. Resumable.")
+               "discrimination; single-pass edits of D, S and F at the last prompt token (KL, the angle left at "
+               "later layers); then rotate D, S, the top of F, its dynamic part or a random subspace persistently "
+               "while generating SpecB continuations, measure when they diverge, and split F along the unedited "
+               "continuations into its static and dynamic parts. Resumable.")
     _model_arg(pd_)
     pd_.add_argument("--prompts", choices=("specA", "specB", "diverse"), default="specA", help="prompt set of the geometry")
     pd_.add_argument("--template", choices=("raw", "chat"), default="raw",
@@ -273,10 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--k-s", type=_POSITIVE, default=None, help="rank of S (default: round(PR) in [4, 16])")
     pd_.add_argument("--layers", type=_index_list, default=None, help="states 0..L to analyse (default: all)")
     pd_.add_argument("--no-complexity", action="store_true", help="skip curvature ratio, local PR and TwoNN")
+    pd_.add_argument("--single-pass", type=_items(str), default=None,
+                     help="single-pass edits on the geometry prompts: D_rotate, S_rotate, random_rotate, D_attenuate, "
+                          "S_attenuate, F_attenuate, F_transplant, F_mix, or none (default: all but D/S_attenuate)")
+    pd_.add_argument("--single-pass-layer", type=_POSITIVE, default=None,
+                     help="state of the single-pass edits (default: the authors' max(1, int(0.15 L)))")
+    pd_.add_argument("--alpha", type=float, default=0.5, help="attenuation: the part scaled by 1 - alpha")
+    pd_.add_argument("--repeats", type=_POSITIVE, default=3, help="rotations / mixes per prompt (the authors: 3)")
     pd_.add_argument("--generate", choices=("specB", "diverse", "none"), default="specB",
                      help="prompt set of the persistent rotations (none: geometry only)")
     pd_.add_argument("--per-group", type=_POSITIVE, default=None, help="prompts per group of the generation set")
-    pd_.add_argument("--conditions", type=_items(str), default=None, help="D, S, F_top, random (default: all)")
+    pd_.add_argument("--conditions", type=_items(str), default=None,
+                     help="D, S, F_top, F_dynamic, random (default: all)")
     pd_.add_argument("--new-tokens", type=_POSITIVE, default=64, help="tokens generated per prompt")
     pd_.add_argument("--edit-layer", type=_POSITIVE, default=None, help="state edited (default: int(0.7 L))")
     pd_.add_argument("--rotation", choices=("haar", "qr"), default="haar", help="haar, or the authors' QR")
@@ -357,7 +367,7 @@ def _merge_csv(path: Path, df, key: list[str]) -> int:
             old = old[~ids(old).isin(set(ids(df)))]
             df = pd.concat([old, df], ignore_index=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    df.to_csv(tmp, index=False)
+    df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
     tmp.replace(path)
     return len(df)
 
@@ -651,7 +661,8 @@ def cmd_pdsf(args) -> int:
     import torch
 
     from .models import load_model
-    from .pdsf import CONDITIONS, load_prompt_set, pdsf_states, run_generation, run_geometry
+    from .pdsf import (CONDITIONS, DEFAULT_SINGLE_PASS, load_prompt_set, pdsf_states, run_generation, run_geometry,
+                       run_single_pass)
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -676,24 +687,47 @@ def cmd_pdsf(args) -> int:
             "angle_u_top_axis"]
     print(g.layers[cols].round(3).to_string(index=False))
     written = [out / "pdsf_layers.csv", out / "pdsf_parts.csv"]
+    single = tuple(args.single_pass or DEFAULT_SINGLE_PASS)
+    if single != ("none",):
+        sp = run_single_pass(model, st, conditions=single, mode=args.mode, layer=args.single_pass_layer,
+                             alpha=args.alpha, repeats=args.repeats, rotation=args.rotation, batch_size=args.batch_size)
+        skey = ["model", "prompt_set", "template", "bos", "fold_norm", "mode", "layer", "alpha", "repeats", "rotation",
+                "condition"]
+        _merge_csv(out / "pdsf_single_pass.csv.gz", sp.rows.assign(model=args.model, layer=sp.summary["layer"].iloc[0]),
+                   [*skey, "prompt", "repeat"])
+        _merge_csv(out / "pdsf_single_pass_angles.csv", sp.angles.assign(model=args.model), [*skey, "state"])
+        _merge_csv(out / "pdsf_single_pass_summary.csv", sp.summary.assign(model=args.model), skey)
+        print(f"\nsingle-pass edits at state {int(sp.summary['layer'].iloc[0])} of the last prompt token (paper, KL "
+              "nats: F-transplant 5.63, F-mix 2.85, D-rotation 0.052, F-attenuate 0.047, S-rotation 0.038):")
+        print(sp.summary[["condition", "rank", "n_prompts", "kl_mean", "kl_sem", "kl_median", "flip_pct",
+                          "angle_at_edit", "angle_final"]].round(4).to_string(index=False))
+        written += [out / "pdsf_single_pass.csv.gz", out / "pdsf_single_pass_angles.csv",
+                    out / "pdsf_single_pass_summary.csv"]
     if args.generate != "none":
         gen_set = load_prompt_set(args.generate)
         if args.per_group:
             gen_set = gen_set.take(args.per_group)
         gst = pdsf_states(model, gen_set, **enc)
-        df, summary = run_generation(model, gst, conditions=conditions, mode=args.mode, layer=args.edit_layer,
-                                     max_new_tokens=args.new_tokens, rotation=args.rotation,
-                                     batch_size=args.batch_size, log_path=out / "pdsf_generation.jsonl", progress=True)
-        df.drop(columns=["kl_steps"], errors="ignore").assign(model=args.model).to_csv(
+        res = run_generation(model, gst, conditions=conditions, mode=args.mode, layer=args.edit_layer,
+                             max_new_tokens=args.new_tokens, rotation=args.rotation,
+                             batch_size=args.batch_size, log_path=out / "pdsf_generation.jsonl", progress=True)
+        res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=args.model).to_csv(
             out / "pdsf_generation.csv.gz", index=False)
-        _merge_csv(out / "pdsf_generation_summary.csv", summary.assign(model=args.model, mode=args.mode,
-                                                                         rotation=args.rotation),
+        _merge_csv(out / "pdsf_generation_summary.csv", res.summary.assign(model=args.model, mode=args.mode,
+                                                                             rotation=args.rotation),
                    ["model", "prompt_set", "mode", "rotation", "layer", "condition"])
-        print(f"\npersistent rotations at state {int(summary['layer'].iloc[0])} on {len(gen_set)} {args.generate} "
+        dkey = ["model", "prompt_set", "template", "bos", "fold_norm", "mode", "anchor", "max_new_tokens", "layer"]
+        _merge_csv(out / "pdsf_dynamics.csv", res.dynamics.assign(model=args.model), dkey)
+        _merge_csv(out / "pdsf_dynamics_steps.csv", res.steps.assign(model=args.model), [*dkey, "step"])
+        print(f"\npersistent rotations at state {int(res.summary['layer'].iloc[0])} on {len(gen_set)} {args.generate} "
               f"prompts, {args.new_tokens} tokens (paper: immediate divergence D 64 %, S 28 %, F-top 23 %, random "
               "4.5 %; mean first divergence 1.17 / 5.63 / 6.52):")
-        print(summary.round(3).to_string(index=False))
-        written += [out / "pdsf_generation.csv.gz", out / "pdsf_generation_summary.csv", out / "pdsf_generation.jsonl"]
+        print(res.summary.round(3).to_string(index=False))
+        print("\nF along the unedited continuations: static share (of mean ||F_t||²), F's share of the state, PR of "
+              "the dynamic part:")
+        print(res.dynamics[["layer", "static_share", "f_share_of_state", "dynamic_pr"]].round(3).to_string(index=False))
+        written += [out / "pdsf_generation.csv.gz", out / "pdsf_generation_summary.csv", out / "pdsf_generation.jsonl",
+                    out / "pdsf_dynamics.csv", out / "pdsf_dynamics_steps.csv"]
     _print_written(written)
     return 0
 

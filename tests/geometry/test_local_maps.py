@@ -95,26 +95,32 @@ def test_bad_input():
 
 
 def test_orthogonal_fast_path_equals_the_svd_reference(monkeypatch):
-    """k x k polar factor (2k <= d) against the Householder-QR + SVD reference, also on rank-deficient
-    neighbourhoods, which the fast path hands to the reference."""
+    """k x k polar factor (2k <= d) against the Householder-QR + SVD reference, also on neighbourhoods
+    with repeated inputs (merged, still the fast path) and on rank-deficient ones it hands over."""
     from tlgeo.geometry import local_maps as lm
 
     d, k = 40, 8
-    base = 3 * _randn(6, 1, d)
-    x = base + 0.5 * _randn(6, k, d)
-    y = x @ (torch.eye(d, dtype=torch.float64) + 0.2 * _randn(d, d)) + 0.1 * _randn(6, k, d)
-    q = base + 0.5 * _randn(6, 2, d)
-    x[0, 1], y[0, 1] = x[0, 0], y[0, 0]  # a duplicate neighbour: rank-deficient
+    base = 3 * _randn(7, 1, d)
+    x = base + 0.5 * _randn(7, k, d)
+    y = x @ (torch.eye(d, dtype=torch.float64) + 0.2 * _randn(d, d)) + 0.1 * _randn(7, k, d)
+    q = base + 0.5 * _randn(7, 2, d)
+    x[0, 2] = x[0, 0]  # a repeated input with another output
+    x[1, 1], x[1, 3], x[1, 6] = x[1, 5], x[1, 5], x[1, 0]  # two groups
+    x[2, 4] = x[2, 0] + x[2, 1]  # rank-deficient without repeats
     calls = []
     ref = lm._orthogonal_svd
     monkeypatch.setattr(lm, "_orthogonal_svd", lambda *a: calls.append(len(a[0])) or ref(*a))
     got = lm.orthogonal(x, y, q)
-    assert calls == [1]  # only the rank-deficient neighbourhood fell back
+    assert calls == [1]  # only the neighbourhood that is rank-deficient without repeats fell back
     torch.testing.assert_close(got, ref(x, y, q), rtol=1e-6, atol=1e-6)  # the reference: polar(C + 1e-10 I)
+    x[:, :] = x[:, :1]  # every input the same
+    torch.testing.assert_close(lm.orthogonal(x, y, q), ref(x, y, q), rtol=1e-6, atol=1e-6)
+    assert calls == [1]  # all on the fast path
     # exact data y = s x Q: recovered on the neighbours' span
+    x = base + 0.5 * _randn(7, k, d)
     qt = 1.3 * _orthogonal(d)
-    inside = torch.randn(6, 3, k, generator=G, dtype=torch.float64) @ x
-    torch.testing.assert_close(lm.orthogonal(x[1:], x[1:] @ qt, inside[1:]), inside[1:] @ qt, rtol=1e-8, atol=1e-8)
+    inside = torch.randn(7, 3, k, generator=G, dtype=torch.float64) @ x
+    torch.testing.assert_close(lm.orthogonal(x, x @ qt, inside), inside @ qt, rtol=1e-8, atol=1e-8)
 
 
 def test_fit_locals_and_threads_give_the_class_by_class_results():
@@ -154,3 +160,22 @@ def test_orthogonal_survives_nearly_repeated_float32_neighbours():
     got = lm.orthogonal(x, y, q)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, lm._orthogonal_svd(x, y, q), rtol=1e-3, atol=1e-3)
+
+
+def test_orthogonal_on_float32_inputs_matches_the_float64_reference():
+    """The fast path accumulates in float64: on float32 neighbourhoods whose map turns the inputs'
+    span by nearly 90 degrees (a random rotation in 64 dimensions), and on repeated inputs, it
+    agrees with the reference run in float64 on the same numbers."""
+    from tlgeo.geometry import local_maps as lm
+
+    g = torch.Generator().manual_seed(5)
+    d, k = 64, 8
+    x = torch.randn(32, k, d, generator=g)
+    x[:8, 3] = x[:8, 0]
+    rot = torch.linalg.qr(torch.randn(d, d, generator=g))[0]
+    y = 1.1 * x @ rot + 0.05 * torch.randn(32, k, d, generator=g)
+    q = x[:, :2] + 0.1 * torch.randn(32, 2, d, generator=g)
+    got = lm.orthogonal(x, y, q).double()
+    ref = lm._orthogonal_svd(x.double(), y.double(), q.double())
+    change = (ref - q.double()).norm(dim=-1)
+    assert ((got - ref).norm(dim=-1) / change).max() < 1e-5

@@ -17,7 +17,11 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
     assert list(s["condition"]) == ["D", "S", "F_top", "random"] and (s["n"] == 12).all()
     assert "Prediction-anchored subspaces (seed paper 001)" in html and "persistent rotations" in html
     h = headline(out, PDSFBudgets())
-    assert h.sentences[0].startswith("PDSF (28 SpecA prompts)") and "immediate divergence" in h.sentences[1]
+    assert h.sentences[0].startswith("PDSF (28 SpecA prompts)") and "immediate divergence" in h.sentences[2]
+    assert h.sentences[1].startswith("Single-pass edits at state 1, next-token KL (nats): F_mix")
+    sp = pd.read_csv(out / "pdsf_single_pass_summary.csv")
+    assert (sp["n_prompts"] == 14).all() and len(sp) == 6
+    assert "single-pass edits at the last prompt token" in html and "per prompt the static part is F" in html
     assert any("indication only" in w for w in h.warnings)
 
     import tlgeo.pdsf.atlas as A
@@ -25,4 +29,5 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
     boom = lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun"))  # noqa: E731
     monkeypatch.setattr(A, "run_geometry", boom)
     monkeypatch.setattr(A, "run_generation", boom)
+    monkeypatch.setattr(A, "run_single_pass", boom)
     run_atlas(cfg, model=llama)  # the CSVs are reused

@@ -124,6 +124,9 @@ def test_persistent_rotation_with_and_without_the_kv_cache(llama):
                                     conditions=("D", "S"), max_new_tokens=6, batch_size=3)
     assert len(df) == 2 * 8 and set(df["condition"]) == {"D", "S"} and (df["kl_first"] >= 0).all()
     assert (df["kl_mean"] > 1e-6).all()  # the rotation does change the predictions
+    alone, _ = persistent_rotations(llama, st.tokens, ps_.groups, st.states.states[2], st.u, layer=2,
+                                    conditions=("S",), max_new_tokens=6, batch_size=3)
+    np.testing.assert_allclose(alone["kl_mean"], df[df.condition == "S"]["kl_mean"], rtol=1e-6)  # cached clean KL
     s = divergence_summary(df)
     assert list(s["condition"]) == ["D", "S"] and s["unchanged_pct"].between(0, 100).all()
     with pytest.raises(ValueError, match="unknown subspace 'P'"):
@@ -145,13 +148,17 @@ def test_divergence_step_on_constructed_sequences():
 def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypatch):
     st = pdsf_states(llama, _tiny_set(2, 4), bos=True)
     kw = dict(conditions=("D", "random"), layer=2, max_new_tokens=4, batch_size=4, log_path=tmp_path / "g.jsonl")
-    df, summary = run_generation(llama, st, **kw)
-    assert len(df) == 16 and len(summary) == 2
+    res = run_generation(llama, st, **kw)
+    assert len(res.rows) == 16 and len(res.summary) == 2
+    assert list(res.dynamics["layer"]) == list(range(1, llama.cfg.n_layers + 1)) and len(res.steps) == 4 * llama.cfg.n_layers
     import tlgeo.pdsf.analysis as A
 
-    monkeypatch.setattr(A, "persistent_rotations", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun")))
-    again, _ = run_generation(llama, st, **kw)
-    pd.testing.assert_frame_equal(again, df)
+    stop = lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun"))  # noqa: E731
+    monkeypatch.setattr(A, "persistent_rotations", stop)
+    monkeypatch.setattr(A, "f_dynamics", stop)
+    again = run_generation(llama, st, **kw)
+    pd.testing.assert_frame_equal(again.rows, res.rows)
+    pd.testing.assert_frame_equal(again.dynamics, res.dynamics)
 
 
 @pytest.mark.real
@@ -181,3 +188,20 @@ def test_plots_draw_and_refuse_empty_tables(llama):
     assert len(plot_divergence(df).axes) == 2
     with pytest.raises(ValueError, match="needs a non-empty table"):
         plot_energy_pr(pd.DataFrame())
+
+
+def test_frame_shift_proxy_and_its_base_rate():
+    from tlgeo.pdsf.interventions import frame_shift_base_rate, frame_shifts
+
+    texts = ["the cat sat on the mat", "a cat and a mat", "the cat purrs on a mat",
+             "stocks fell in the market", "the market and stocks", "bonds and stocks rose"]
+    groups = ["pets"] * 3 + ["money"] * 3
+    assert frame_shift_base_rate(texts, groups) == 0.0
+    assert frame_shift_base_rate(texts, ["pets", "pets", "money", "money", "money", "pets"]) >= 2 / 6  # mislabelled
+    shifted = frame_shifts(texts, ["stocks in the market"] + texts[1:], groups)
+    assert shifted.tolist() == [True] + [False] * 5
+    # prompt 0's own unedited text is left out of its group's centroid: a copy of it is not "in frame" for free
+    assert frame_shifts(texts, texts, groups).tolist() == [False] * 6
+    assert frame_shift_base_rate(["", ""], ["a", "b"]) == 0.0  # no words: nothing to flag
+    with pytest.raises(ValueError, match="must match"):
+        frame_shifts(texts, texts[:2], groups)

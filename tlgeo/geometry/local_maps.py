@@ -62,7 +62,9 @@ def _ridge_update(x: Batch, y: Batch, q: Queries, ridge: float) -> tuple[Queries
     if k <= d:
         gram = x @ x.transpose(1, 2)
         g = gram + lam[:, None, None] * torch.eye(k, dtype=x.dtype, device=x.device)
-        w = torch.linalg.solve(g, torch.cat([x @ q.transpose(1, 2), gram], 2))  # [b, k, m + k]
+        rhs = torch.cat([x @ q.transpose(1, 2), gram], 2)  # [b, k, m + k]
+        chol, info = torch.linalg.cholesky_ex(g)  # g is positive definite unless lam is 0 and x rank-deficient
+        w = torch.cholesky_solve(rhs, chol) if not bool(info.any()) else torch.linalg.solve(g, rhs)
         w_q, w_x = w[:, :, : q.shape[1]], w[:, :, q.shape[1] :]
         return w_q.transpose(1, 2) @ r, w_x.transpose(1, 2) @ r
     a = x.transpose(1, 2) @ x + lam[:, None, None] * torch.eye(d, dtype=x.dtype, device=x.device)
@@ -104,9 +106,12 @@ def orthogonal(x: Batch, y: Batch, q: Queries) -> Queries:
     In an orthonormal basis of the joint span whose first ``k`` rows span the inputs (Cholesky-QR,
     twice), the cross-covariance has only ``k`` non-zero rows ``C_t``, so the polar factor is
     ``k x k`` work: its first rows are ``(C_t C_tᵀ)^{-1/2} C_t``, the rest the orthonormal rows closest
-    to the identity's (:func:`_orthogonal_fast`). Neighbourhoods where that is ill-posed
-    (numerically rank-deficient, e.g. repeated states, or ``2k > d``) go to :func:`_orthogonal_svd`,
-    which gives the same map where both apply."""
+    to the identity's (:func:`_orthogonal_fast`), accumulated in float64. Repeated inputs (the
+    states of repeated tokens at layer 0) are merged first, which leaves the map unchanged
+    (:func:`_merge_repeats`). Neighbourhoods where that is still ill-posed (numerically
+    rank-deficient, or ``2k > d``) go to :func:`_orthogonal_svd`, which gives the same map where
+    both apply (on float32 inputs the fast path is the closer of the two to the reference run in
+    float64)."""
     x, y, q = _cast(x, y, q)
     if 2 * x.shape[1] > x.shape[2]:
         return _orthogonal_svd(x, y, q)
@@ -123,62 +128,112 @@ def orthogonal(x: Batch, y: Batch, q: Queries) -> Queries:
 def _orthogonal_fast(x: Batch, y: Batch, q: Queries) -> tuple[Queries, Tensor]:
     """:func:`orthogonal` for the well-posed neighbourhoods: ``(T(q) [b', m, d] of those, which they
     are [b])``. A failed check masks a neighbourhood (its values replaced by harmless ones); when
-    most fail the first check (repeated states, as in embeddings), the rest runs on the others only."""
+    most fail the first check (repeated states, as in embeddings), the rest runs on the others only.
+
+    The basis is ``B = L⁻¹ z`` for ``z = [x; y - x]`` and ``L`` the Cholesky factor of ``z zᵀ``
+    accumulated in float64 (exact for float32 inputs), never formed: ``B`` is orthonormal to about
+    ``κ(z)² · 1e-16``, and neighbourhoods with ``κ(z)`` above ~1e4 (by ``L``'s pivots) go to the
+    reference. Everything after the Gram matrix is ``2k x 2k`` algebra."""
     b, k, d = x.shape
+    f64 = torch.float64
     eps = torch.finfo(x.dtype).eps
-    tiny = torch.finfo(torch.float64).tiny
+    tiny = torch.finfo(f64).tiny
     keep = torch.arange(b, device=x.device)
-    upd = y - x  # [x; y - x] spans what [x; y] does, better conditioned when the update is small
-    gxu = x @ upd.transpose(1, 2)
-    gram = torch.cat([torch.cat([x @ x.transpose(1, 2), gxu], 2),
-                      torch.cat([gxu.transpose(1, 2), upd @ upd.transpose(1, 2)], 2)], 1)  # z zᵀ
-    l1, info = torch.linalg.cholesky_ex(gram)
-    ok = info == 0
+    # [x; y - x] spans what [x; y] does, better conditioned when the update is small
+    x64, u64 = x.to(f64), (y - x).to(f64)
+    gxu = x64 @ u64.transpose(1, 2)
+    gxx = x64 @ x64.transpose(1, 2)
+    gram = torch.cat([torch.cat([gxx, gxu], 2), torch.cat([gxu.transpose(1, 2), u64 @ u64.transpose(1, 2)], 2)], 1)
+    x_sq = torch.diagonal(gxx, dim1=1, dim2=2).sum(1)  # ||x||², repeated rows counted each time
+    merge, phantom = _merge_repeats(gxx)
+    if merge is not None:  # the Gram of the merged rows, a unit-free stand-in for each merged-away slot
+        unit = (x_sq / k)[:, None].expand(b, k) * phantom
+        gram = merge @ gram @ merge.transpose(1, 2) + torch.diag_embed(torch.cat([unit, unit], 1))
+    lz, info = torch.linalg.cholesky_ex(gram)
+    pivots = torch.diagonal(lz, dim1=1, dim2=2)
+    ok = (info == 0) & (pivots.amin(1) > 1e-4 * pivots.amax(1))
     if int(ok.sum()) < b // 2:
-        keep, x, upd, q, l1, ok = keep[ok], x[ok], upd[ok], q[ok], l1[ok], ok[ok]
-    n = len(x)
-    z = torch.cat([x, upd], 1)  # [n, 2k, d]
-    eye = torch.eye(2 * k, dtype=x.dtype, device=x.device).expand(n, 2 * k, 2 * k)
-    l1 = torch.where(ok[:, None, None], l1, eye)
-    inv1 = torch.linalg.solve_triangular(l1, eye, upper=False)
-    q1 = inv1 @ z
-    l2, info = torch.linalg.cholesky_ex(q1 @ q1.transpose(1, 2))  # second pass: orthonormal to rounding
-    ok &= (info == 0) & ((torch.diagonal(l2, dim1=1, dim2=2) - 1).abs().amax(1) < 0.5)
-    l2 = torch.where(ok[:, None, None], l2, eye)
-    inv = torch.linalg.solve_triangular(l2, eye, upper=False) @ inv1  # basis = inv @ z, orthonormal rows
-    lz = l1 @ l2  # z = lz @ basis: x = [L11, 0] basis, y - x = [L21, L22] basis
-    yc = lz[:, k:, :] + torch.nn.functional.pad(lz[:, :k, :k], (0, k))  # y = [L11 + L21, L22] basis
-    # the k x k algebra in float64: it squares the coordinates' condition number
-    ct = (lz[:, :k, :k].transpose(1, 2) @ yc).double()  # [n, k, 2k]
+        keep, x64, u64, q, lz, x_sq, ok = keep[ok], x64[ok], u64[ok], q[ok], lz[ok], x_sq[ok], ok[ok]
+        if merge is not None:
+            merge, unit = merge[keep], unit[keep]
+    n = len(lz)
+    eye = torch.eye(2 * k, dtype=f64, device=x.device)
+    lz = torch.where(ok[:, None, None], lz, eye)  # z = lz @ B: x = [L11, 0] B, y - x = [L21, L22] B
+    l11 = lz[:, :k, :k]
+    yc = lz[:, k:, :] + torch.nn.functional.pad(l11, (0, k))  # y = [L11 + L21, L22] B
+    ct = l11.transpose(1, 2) @ yc  # [n, k, 2k]: the cross-covariance's non-zero rows
     gram_t = ct @ ct.transpose(1, 2)
     finite = torch.isfinite(gram_t).all(-1).all(-1)  # a Cholesky that "succeeded" on a singular Gram
     ok &= finite
-    eye_k = torch.eye(k, dtype=ct.dtype, device=ct.device)
+    eye_k = torch.eye(k, dtype=f64, device=x.device)
     ev, vec = torch.linalg.eigh(torch.where(finite[:, None, None], gram_t, eye_k))
-    # singular values of C below the reference's regularisation (1e-2 sqrt(eps) of the largest) are
+    # singular values of C below about the reference's regularisation (1e-2 sqrt(eps) of its norm) are
     # directions it leaves free: those neighbourhoods go to the reference
     ok &= ev[:, 0] > 1e-4 * eps * ev[:, -1].clamp_min(tiny)
     ev = ev.clamp_min(tiny)
     top = (vec * ev[:, None, :] ** -0.5) @ vec.transpose(1, 2) @ ct  # [n, k, 2k], orthonormal rows
-    top = top.to(x.dtype)
     t2 = top[:, :, k:]
-    free = torch.cat([torch.zeros_like(t2), torch.eye(k, dtype=x.dtype).expand(n, k, k)], 2) - t2.transpose(1, 2) @ top
-    # the rows closest to [0, I] orthogonal to top's: (free freeᵀ)^{-1/2} free, free freeᵀ = I - t2ᵀ t2,
-    # in the input's precision: its eigenvalues are cos² of angles the map turns the inputs' span by
-    m2 = torch.eye(k, dtype=x.dtype, device=x.device) - t2.transpose(1, 2) @ t2
+    # the rows closest to [0, I] orthogonal to top's: m2^{-1/2} ([0, I] - t2ᵀ top), m2 = I - t2ᵀ t2;
+    # its eigenvalues are cos² of the angles the map turns the inputs' span by (to ~1e-13 here):
+    # turns within ~0.002° of 90° leave the completion ill-posed and go to the reference
+    m2 = eye_k - t2.transpose(1, 2) @ t2
     finite = torch.isfinite(m2).all(-1).all(-1)
     ok &= finite
-    ev2, vec2 = torch.linalg.eigh(torch.where(finite[:, None, None], m2, eye_k.to(x.dtype)))
-    ok &= ev2[:, 0] > 1e3 * eps
-    ev2 = ev2.clamp_min(1e3 * eps)
-    bottom = (vec2 * ev2[:, None, :] ** -0.5) @ vec2.transpose(1, 2) @ free
-    omega = torch.cat([top, bottom], 1)  # [n, 2k, 2k]
-    scale = (ev.sqrt().sum(1) / (x * x).sum((1, 2)).double().clamp_min(tiny)).to(x.dtype)
-    qc = (q @ z.transpose(1, 2)) @ inv.transpose(1, 2)  # [n, m, 2k]
-    out = scale[:, None, None] * (q + ((qc @ (omega - eye)) @ inv) @ z)
+    ev2, vec2 = torch.linalg.eigh(torch.where(finite[:, None, None], m2, eye_k))
+    ok &= ev2[:, 0] > 1e-9
+    isqrt = (vec2 * ev2.clamp_min(1e-9)[:, None, :] ** -0.5) @ vec2.transpose(1, 2)
+    bottom = torch.cat([-(isqrt @ t2.transpose(1, 2)) @ top[:, :, :k], isqrt @ m2], 2)
+    turn = torch.cat([top, bottom], 1) - eye  # Ω - I in the basis B, [n, 2k, 2k]
+    sigma = ev.sqrt().sum(1)
+    if merge is not None:  # each stand-in pair adds a singular value sqrt(2) unit, decoupled from the rest
+        sigma = sigma - 2**0.5 * unit.sum(1)
+    scale = sigma / x_sq.clamp_min(tiny)  # tr Σ / ||x||²
+    # T(q) = s (q + q Bᵀ (Ω - I) B) with B = L⁻¹ z: two triangular solves against q zᵀ
+    q64 = q.to(f64)
+    zq = torch.cat([x64 @ q64.transpose(1, 2), u64 @ q64.transpose(1, 2)], 1)  # z qᵀ [n, 2k, m]
+    if merge is not None:
+        zq = merge @ zq
+    qc = torch.linalg.solve_triangular(lz, zq, upper=False)  # B qᵀ
+    coef = torch.linalg.solve_triangular(lz.transpose(1, 2), turn.transpose(1, 2) @ qc, upper=True).transpose(1, 2)
+    if merge is not None:
+        coef = coef @ merge
+    out = scale[:, None, None] * (q64 + coef[:, :, :k] @ x64 + coef[:, :, k:] @ u64)
     mask = torch.zeros(b, dtype=torch.bool, device=x.device)
     mask[keep[ok]] = True
-    return out[ok], mask
+    return out[ok].to(x.dtype), mask
+
+
+def _merge_repeats(gxx: Float[Tensor, "b k k"]) -> tuple[Tensor | None, Tensor]:
+    """Repeated inputs (rows equal to 1e-6 relative, from their float64 Gram ``gxx``) as one row each:
+    ``(T [b, 2k, 2k] with [x'; y' - x'] = T [x; y - x], which slots were merged away [b, k])``, or
+    ``(None, ...)`` when nothing repeats.
+
+    A group of ``m`` equal inputs ``x`` with outputs ``y_i`` becomes ``x' = sqrt(m) x`` and
+    ``y' = Σ y_i / sqrt(m)``: the same cross-covariance ``Σ x yᵀ`` and ``||x||²``, and a joint span
+    that lacks only directions orthogonal to every input, on which the Procrustes map is the
+    identity either way; so the map is the one of the unmerged neighbourhood."""
+    b, k, _ = gxx.shape
+    sq = torch.diagonal(gxx, dim1=1, dim2=2)
+    pair = sq[:, :, None] + sq[:, None, :]
+    same = pair - 2 * gxx <= 1e-12 * pair  # ||x_i - x_j||² small against ||x_i||² + ||x_j||²
+    slot = torch.arange(k, device=gxx.device)
+    rep = same.to(torch.int8).argmax(2)  # the first row each row equals (itself if none before)
+    if bool((rep == slot).all()):
+        return None, torch.zeros(b, k, dtype=gxx.dtype, device=gxx.device)
+    for _ in range(k):  # chains of near-equal rows end at a row that represents itself
+        nxt = rep.gather(1, rep)
+        if bool((nxt == rep).all()):
+            break
+        rep = nxt
+    member = (rep[:, None, :] == slot[None, :, None]).to(gxx.dtype)  # [b, group j, row i]
+    count = member.sum(2)  # rows in group j (0: merged away)
+    lead = (count > 0).to(gxx.dtype)
+    mx = torch.diag_embed(count.sqrt())  # x' = mx x
+    my = member / count.clamp_min(1).sqrt()[:, :, None]  # y' = my y
+    zero = torch.zeros_like(mx)
+    # y' - x' = my (x + (y - x)) - mx x
+    merge = torch.cat([torch.cat([mx, zero], 2), torch.cat([my - mx, my], 2)], 1)
+    return merge, 1 - lead
 
 
 def _orthogonal_svd(x: Batch, y: Batch, q: Queries) -> Queries:
@@ -192,7 +247,8 @@ def _orthogonal_svd(x: Batch, y: Batch, q: Queries) -> Queries:
     # the polar factor of c + eps I: the Procrustes solution, and among the equally good ones
     # (directions the neighbourhood leaves free) the closest to the identity
     rel = 1e-2 * torch.finfo(x.dtype).eps ** 0.5  # 1.5e-10 (float64), 3.5e-6 (float32)
-    eps = rel * torch.linalg.matrix_norm(c, ord=2).clamp_min(torch.finfo(x.dtype).tiny)
+    # of the Frobenius norm (within sqrt(k) of the largest singular value; a second SVD costs a fifth)
+    eps = rel * torch.linalg.matrix_norm(c).clamp_min(torch.finfo(x.dtype).tiny)
     u, _, vh = torch.linalg.svd(c + eps[:, None, None] * eye)
     omega = u @ vh  # xc @ omega ≈ yc
     scale = (omega * c).sum((1, 2)) / (xc * xc).sum((1, 2)).clamp_min(torch.finfo(x.dtype).tiny)  # [b]
@@ -264,7 +320,7 @@ def global_linear(x: Float[Tensor, "n d"], y: Float[Tensor, "n d"], ridge: float
 
 
 def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], neighbours: Tensor, *,
-                  chunk: int = 128, **params) -> Float[Tensor, "n d"]:
+                  chunk: int = 64, **params) -> Float[Tensor, "n d"]:
     """``T(h_in[i])`` for every token ``i``, each map fitted on its ``neighbours[i] [k]`` (indices
     into the pool, the token itself excluded), ``chunk`` tokens at a time."""
     if not isinstance(kind, str):
@@ -273,7 +329,7 @@ def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n
 
 
 def tokenwise_fits(kinds: Sequence[str], h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"],
-                   neighbours: Tensor, *, chunk: int = 128, threads: int = 1, **params) -> dict[str, Float[Tensor, "n d"]]:
+                   neighbours: Tensor, *, chunk: int = 64, threads: int = 1, **params) -> dict[str, Float[Tensor, "n d"]]:
     """:func:`tokenwise_fit` for several classes at once: each chunk's neighbourhoods are gathered
     once for all of them (:func:`fit_locals`); ``threads`` chunks run side by side, each on one
     core (the batched small factorizations of ``lowrank`` and ``orthogonal`` use one core each)."""

@@ -7,11 +7,18 @@ A subspace is an orthonormal basis ``B [d, k]`` (columns). Each edit changes onl
 * :func:`attenuate_in_subspace`: ``c -> a c``;
 * :func:`replace_in_subspace`: ``c -> (1 - w) c + w c_other`` (``w = 1``: a transplant).
 
+Edits of the complement of several subspaces (F, outside P, D and S) act on
+``f = h - Σ B_i B_iᵀ h`` (:func:`complement_part`): scale it, replace it by another state's
+(rescaled to ``||f||``), or mix its coordinates by a :func:`signed_permutation` (the authors'
+F-mix); the replaced or mixed vector is projected back onto the complement when asked.
+
 Rotations: :func:`haar_rotation` (Haar-uniform on SO(k), ``scipy.stats.special_ortho_group``) or
 :func:`qr_rotation`, the authors' QR of a Gaussian matrix with no sign fix (not Haar-uniform).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -21,7 +28,7 @@ from torch import Tensor
 from .parallel import compute_dtype
 
 __all__ = ["haar_rotation", "qr_rotation", "rotation", "rotate_in_subspace", "attenuate_in_subspace",
-           "replace_in_subspace", "random_basis"]
+           "replace_in_subspace", "random_basis", "signed_permutation", "complement_part", "edit_complement"]
 
 
 def haar_rotation(k: int, seed: int) -> Float[Tensor, "k k"]:
@@ -93,3 +100,49 @@ def replace_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], 
     c, b, dt = _coords(h, basis)
     c_other = other.to(dt) @ b
     return (h.to(dt) + weight * (c_other - c) @ b.T).to(h.dtype)
+
+
+def signed_permutation(d: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``(perm [d], signs [d])``: a seeded permutation of the coordinates and random ±1 signs
+    (``mixed = signs * f[perm]``), the authors' F-mix."""
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.permutation(d)), torch.from_numpy(rng.choice([-1.0, 1.0], size=d))
+
+
+def complement_part(h: Float[Tensor, "b ... d"], bases: Sequence[Float[Tensor, "b d k"]]) -> Float[Tensor, "b ... d"]:
+    """``h - Σ_i B_i B_iᵀ h`` per row ``b`` (the orthogonal complement of the subspaces when they are
+    mutually orthogonal; the authors' F, ``h - P - D - S`` with each part projected separately,
+    when they are not)."""
+    out = h
+    for b in bases:
+        b = b.to(h.dtype)
+        c = torch.einsum("b...d,bdk->b...k", h, b)
+        out = out - torch.einsum("b...k,bdk->b...d", c, b)
+    return out
+
+
+def edit_complement(h: Float[Tensor, "b ... d"], bases: Sequence[Float[Tensor, "b d k"]], *,
+                    factor: float | None = None, donor: Float[Tensor, "b d"] | None = None,
+                    mix: tuple[Tensor, Tensor] | None = None, project: bool = True) -> Float[Tensor, "b ... d"]:
+    """The change of ``h`` when its complement part ``f`` (:func:`complement_part`) becomes
+    ``factor f``, or ``donor`` (row ``b``'s), or ``signs * f[perm]`` (``mix = (perm [b, d], signs [b, d])``);
+    a donor or mixed vector is projected onto the complement (``project``) and rescaled to ``||f||``
+    (zero where either is zero). Exactly zero for ``factor = 1``."""
+    if sum(x is not None for x in (factor, donor, mix)) != 1:
+        raise ValueError("give exactly one of factor, donor or mix")
+    f = complement_part(h, bases)
+    if factor is not None:
+        return (factor - 1.0) * f
+    view = (slice(None),) + (None,) * (h.ndim - 2)
+    if donor is not None:
+        new = donor.to(h.dtype)[view].expand_as(f)
+    else:
+        perm, signs = mix
+        idx = perm.to(h.device)[view].expand(f.shape)
+        new = f.gather(-1, idx) * signs.to(device=h.device, dtype=h.dtype)[view]
+    if project:
+        new = complement_part(new, bases)
+    tiny = torch.finfo(h.dtype).tiny
+    norm_f, norm_new = f.norm(dim=-1, keepdim=True), new.norm(dim=-1, keepdim=True)
+    new = torch.where(norm_new > 0, new * (norm_f / norm_new.clamp_min(tiny)), torch.zeros_like(new))
+    return new - f

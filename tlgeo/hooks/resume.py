@@ -3,7 +3,9 @@
 :func:`resume_forward` is what sweeps and head maps use when an edit touches
 only blocks ``>= layer``: the residual entering ``layer`` is cached once from
 the unedited run, and every edited run computes only blocks ``layer..`` and
-the unembedding.
+the unembedding. :class:`StopForward` ends a forward from a hook once what it needs is in
+hand, and :func:`readout` computes the logits of chosen positions of the last block's
+output only (:func:`readout_matches` checks that this is what the model computes).
 """
 
 from __future__ import annotations
@@ -12,12 +14,31 @@ import re
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
+import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from .adapter import HookList
 
-__all__ = ["resume_forward"]
+__all__ = ["resume_forward", "StopForward", "readout", "readout_matches"]
+
+
+class StopForward(Exception):
+    """Raised by a hook to end a forward once what it needs is in hand (catch it around the call)."""
+
+
+def readout(model, final: Float[Tensor, "... d"]) -> Tensor:
+    """``unembed(ln_final(h))`` of states of the last block's output (any leading shape)."""
+    shape = final.shape
+    h = final.reshape(1, -1, shape[-1])
+    return model.unembed(model.ln_final(h)).reshape(*shape[:-1], -1)
+
+
+def readout_matches(model, final: Tensor, logits: Tensor) -> bool:
+    """Whether :func:`readout` of the last block's output ``[B, T, d]`` gives the model's logits at the
+    last position (then a run can stop before the unembedding and read out only what it needs)."""
+    got = readout(model, final[:, -1])
+    return bool(torch.allclose(got.float(), logits[:, -1].float(), rtol=1e-3, atol=1e-3))
 
 
 _BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.")

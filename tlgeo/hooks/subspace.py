@@ -9,6 +9,10 @@ token) or at every position from ``start`` on (``positions="from"``: the same ed
 in a loop that recomputes the whole sequence). The coordinates are those of the
 state with its own prediction direction ``u`` projected out, so P is never moved.
 The identity rotation (or factor 1) returns the tensor unchanged.
+
+A :class:`ComplementEdit` acts on what lies outside several subspaces (F, outside
+``u``, D and S): scale it, transplant another prompt's, or mix its coordinates
+(:func:`tlgeo.geometry.rotation.edit_complement`), at the same places.
 """
 
 from __future__ import annotations
@@ -20,13 +24,50 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from ..geometry.rotation import edit_complement
 from .adapter import HookList
 
-__all__ = ["SubspaceEdit", "subspace_edit"]
+__all__ = ["SubspaceEdit", "ComplementEdit", "subspace_edit"]
+
+
+class _ResidualEdit:
+    """Where an edit of ``blocks.{layer}.hook_resid_post`` acts: ``positions`` ``last`` or ``from`` ``start``;
+    subclasses say what it does (:meth:`delta` of the states at those positions)."""
+
+    layer: int
+    positions: str
+    start: int
+
+    def rows(self) -> int:
+        raise NotImplementedError
+
+    def delta(self, h: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _check_positions(self) -> None:
+        if self.positions not in ("last", "from"):
+            raise ValueError(f"positions must be 'last' or 'from', got {self.positions!r}")
+
+    def hooks(self, model=None) -> HookList:
+        """``[(blocks.{layer}.hook_resid_post, fn)]`` for ``run_with_hooks`` / ``model.hooks``."""
+        if model is not None and not 0 <= self.layer < model.cfg.n_layers:
+            raise ValueError(f"layer {self.layer} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+
+        def fn(h: Tensor, hook) -> Tensor:
+            if h.shape[0] != self.rows():
+                raise ValueError(f"the edit holds {self.rows()} rows, the batch has {h.shape[0]}")
+            h = h.clone()
+            if self.positions == "last":
+                h[:, -1] = h[:, -1] + self.delta(h[:, -1]).to(h.dtype)
+            else:
+                h[:, self.start:] = h[:, self.start:] + self.delta(h[:, self.start:]).to(h.dtype)
+            return h
+
+        return [(f"blocks.{self.layer}.hook_resid_post", fn)]
 
 
 @dataclass
-class SubspaceEdit:
+class SubspaceEdit(_ResidualEdit):
     """Rotate (``rotation [b, k, k]``), scale (``factor``) or replace (``target [b, k]`` coordinates,
     ``weight``) the coordinates of each row's state inside ``basis [b, d, k]`` at ``blocks.{layer}``."""
 
@@ -51,8 +92,10 @@ class SubspaceEdit:
             raise ValueError(f"rotation must be [{b}, {k}, {k}], got {tuple(self.rotation.shape)}")
         if self.target is not None and self.target.shape != (b, k):
             raise ValueError(f"target must be [{b}, {k}], got {tuple(self.target.shape)}")
-        if self.positions not in ("last", "from"):
-            raise ValueError(f"positions must be 'last' or 'from', got {self.positions!r}")
+        self._check_positions()
+
+    def rows(self) -> int:
+        return self.basis.shape[0]
 
     def delta(self, h: Tensor) -> Tensor:
         """The change of states ``h [b, ..., d]`` (float32/64, zero for a no-op edit)."""
@@ -72,26 +115,48 @@ class SubspaceEdit:
             new = c + self.weight * (self.target.to(device=h.device, dtype=dt)[view] - c)
         return torch.einsum("b...k,bdk->b...d", new - c, b_)
 
-    def hooks(self, model=None) -> HookList:
-        """``[(blocks.{layer}.hook_resid_post, fn)]`` for ``run_with_hooks`` / ``model.hooks``."""
-        if model is not None and not 0 <= self.layer < model.cfg.n_layers:
-            raise ValueError(f"layer {self.layer} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+@dataclass
+class ComplementEdit(_ResidualEdit):
+    """Scale (``factor``), transplant (``donor [b, d]``) or mix (``mix = (perm [b, d], signs [b, d])``) the
+    part of each row's state outside ``bases`` (each ``[b, d, k_i]``; the prediction direction as a
+    ``[b, d, 1]`` basis) at ``blocks.{layer}``; ``project``: keep a donor or mixed vector inside the
+    complement (exact), or not (the authors')."""
 
-        def fn(h: Tensor, hook) -> Tensor:
-            if h.shape[0] != self.basis.shape[0]:
-                raise ValueError(f"the edit holds {self.basis.shape[0]} rows, the batch has {h.shape[0]}")
-            h = h.clone()
-            if self.positions == "last":
-                h[:, -1] = h[:, -1] + self.delta(h[:, -1]).to(h.dtype)
-            else:
-                h[:, self.start:] = h[:, self.start:] + self.delta(h[:, self.start:]).to(h.dtype)
-            return h
+    layer: int
+    bases: tuple[Tensor, ...]
+    factor: float | None = None
+    donor: Tensor | None = None
+    mix: tuple[Tensor, Tensor] | None = None
+    project: bool = True
+    positions: str = "last"
+    start: int = 0
 
-        return [(f"blocks.{self.layer}.hook_resid_post", fn)]
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.factor, self.donor, self.mix)) != 1:
+            raise ValueError("give exactly one of factor, donor or mix")
+        if not self.bases or any(b.ndim != 3 or b.shape[:2] != self.bases[0].shape[:2] for b in self.bases):
+            raise ValueError("bases must be one or more [batch, d, k] tensors of the same batch and width")
+        b, d = self.bases[0].shape[:2]
+        if self.donor is not None and self.donor.shape != (b, d):
+            raise ValueError(f"donor must be [{b}, {d}], got {tuple(self.donor.shape)}")
+        if self.mix is not None and any(m.shape != (b, d) for m in self.mix):
+            raise ValueError(f"mix must be (perm, signs), each [{b}, {d}]")
+        self._check_positions()
+
+    def rows(self) -> int:
+        return self.bases[0].shape[0]
+
+    def delta(self, h: Tensor) -> Tensor:
+        """The change of states ``h [b, ..., d]`` (float32/64, zero for ``factor = 1``)."""
+        dt = torch.float64 if h.dtype == torch.float64 else torch.float32
+        bases = [b.to(device=h.device, dtype=dt) for b in self.bases]
+        return edit_complement(h.to(dt), bases, factor=self.factor,
+                               donor=None if self.donor is None else self.donor.to(h.device),
+                               mix=self.mix, project=self.project)
 
 
 @contextmanager
-def subspace_edit(model, edit: SubspaceEdit) -> Iterator[None]:
+def subspace_edit(model, edit: SubspaceEdit | ComplementEdit) -> Iterator[None]:
     """Attach ``edit`` for the duration of the block (removed on exit, also after an exception)."""
     with model.hooks(fwd_hooks=edit.hooks(model)):
         yield

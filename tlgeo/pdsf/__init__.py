@@ -6,7 +6,10 @@ and persistent rotations during generation.
 * :mod:`.geometry`: per layer and part: ranks, energies, participation ratios, angles, readout,
   manifold complexity, group discrimination;
 * :mod:`.generation`: batched greedy continuations with the KV cache, divergence, KL;
-* :mod:`.interventions`: rotations inside D, S, the top of F or a random subspace;
+* :mod:`.single_pass`: one edit at the last prompt token (rotate, attenuate, transplant, mix);
+* :mod:`.interventions`: persistent rotations inside D, S, the top of F, its dynamic part or a
+  random subspace;
+* :mod:`.dynamics`: the static and dynamic parts of F along the generated continuations;
 * :mod:`.analysis`: one model's resumable analysis.
 
 The math is in :mod:`tlgeo.geometry.subspaces`, :mod:`tlgeo.geometry.rotation`,
@@ -14,14 +17,18 @@ The math is in :mod:`tlgeo.geometry.subspaces`, :mod:`tlgeo.geometry.rotation`,
 :mod:`tlgeo.hooks.subspace`.
 """
 
-from .analysis import PDSFStates, pdsf_states, run_generation, run_geometry
+from .analysis import GenerationResult, PDSFStates, SinglePassResult, pdsf_states, run_generation, run_geometry, run_single_pass
+from .dynamics import FDynamics, dynamic_basis, f_dynamics
 from .generation import divergence_step, greedy_continuations, teacher_forced_kl
 from .geometry import PDSFGeometry, pdsf_geometry
 from .interventions import CONDITIONS, condition_bases, default_layer, divergence_summary, persistent_rotations
 from .prompts import PROMPT_SETS, PromptSet, encode_prompts, load_prompt_set
+from .single_pass import DEFAULT_SINGLE_PASS, SINGLE_PASS, next_group_donors, single_pass, single_pass_layer, single_pass_summary
 from .states import PromptStates, directions, final_norm_scale, last_token_states
 
-__all__ = ["PDSFStates", "pdsf_states", "run_generation", "run_geometry", "divergence_step", "greedy_continuations",
+__all__ = ["GenerationResult", "SinglePassResult", "run_single_pass", "FDynamics", "dynamic_basis", "f_dynamics",
+           "DEFAULT_SINGLE_PASS", "SINGLE_PASS", "next_group_donors", "single_pass", "single_pass_layer",
+           "single_pass_summary", "PDSFStates", "pdsf_states", "run_generation", "run_geometry", "divergence_step", "greedy_continuations",
            "teacher_forced_kl", "PDSFGeometry", "pdsf_geometry", "CONDITIONS", "condition_bases", "default_layer",
            "divergence_summary", "persistent_rotations", "PROMPT_SETS", "PromptSet", "encode_prompts",
            "load_prompt_set", "PromptStates", "directions", "final_norm_scale", "last_token_states"]

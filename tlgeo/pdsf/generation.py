@@ -13,17 +13,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..hooks.subspace import SubspaceEdit
+from ..hooks.subspace import ComplementEdit, SubspaceEdit
 
 __all__ = ["left_pad", "greedy_continuations", "divergence_step", "teacher_forced_kl"]
 
-EditFn = Callable[[np.ndarray, int], SubspaceEdit | None]
+EditFn = Callable[[np.ndarray, int], SubspaceEdit | ComplementEdit | None]
 
 
 def left_pad(model, prompts: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
@@ -52,7 +53,7 @@ def greedy_continuations(model, prompts: Sequence[Tensor], max_new_tokens: int =
         toks, mask = left_pad(model, [prompts[i] for i in rows])
         e = edit(rows, toks.shape[1]) if edit is not None else None
         if e is not None and not use_cache:
-            e = SubspaceEdit(**{**e.__dict__, "positions": "from", "start": toks.shape[1] - 1})
+            e = replace(e, positions="from", start=toks.shape[1] - 1)
         hooks = e.hooks(model) if e is not None else []
         with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
             if use_cache:
@@ -80,9 +81,10 @@ def divergence_step(base: Tensor, edited: Tensor) -> int | None:
 
 
 def teacher_forced_kl(model, prompts: Sequence[Tensor], continuations: Tensor, edit: EditFn, *,
-                      batch_size: int = 16) -> Tensor:
+                      batch_size: int = 16, clean_cache: dict | None = None) -> Tensor:
     """``[n, steps]``: ``KL(p_clean || p_edited)`` (nats) of each generated token's distribution,
-    both given the unedited continuation so far."""
+    both given the unedited continuation so far. ``clean_cache``: a dict that keeps the clean
+    log-probabilities per batch for the next call with the same prompts and continuations."""
     device = next(model.parameters()).device
     out = []
     steps = continuations.shape[1]
@@ -94,8 +96,12 @@ def teacher_forced_kl(model, prompts: Sequence[Tensor], continuations: Tensor, e
         m = torch.cat([mask, torch.ones(len(rows), steps, dtype=torch.long)], 1).to(device)
         e = edit(rows, t)
         with torch.inference_mode():
-            clean = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
-            e = SubspaceEdit(**{**e.__dict__, "positions": "from", "start": t - 1})
+            clean = clean_cache.get(s) if clean_cache is not None else None
+            if clean is None:
+                clean = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
+                if clean_cache is not None:
+                    clean_cache[s] = clean
+            e = replace(e, positions="from", start=t - 1)
             with model.hooks(fwd_hooks=e.hooks(model)):
                 edited = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
         out.append((clean.exp() * (clean - edited)).sum(-1).clamp_min(0).cpu())

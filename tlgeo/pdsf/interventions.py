@@ -8,6 +8,10 @@ Conditions (:data:`CONDITIONS`):
 * ``D``, ``S``: the PDSF subspaces (ranks as fitted);
 * ``F_top``: the top principal axes of the F parts over the prompts, rank ``round(PR)``
   clipped to ``[2, 64]`` and ``n - 1`` (the authors' F-topK);
+* ``F_dynamic``: the dynamic subspace of F along the unedited continuations
+  (:func:`tlgeo.pdsf.dynamics.f_dynamics`, the authors' F-dynamic; they rotate it with one
+  rotation shared by all prompts and without the KV cache, so only the current position is
+  edited: here it is edited like the others);
 * ``random``: a random subspace of D's rank (seed 42, shared), the authors' control.
 
 ``mode="exact"``: each prompt's D, S and F-top bases with its own prediction direction
@@ -36,9 +40,9 @@ from ..hooks.subspace import SubspaceEdit
 from .generation import divergence_step, greedy_continuations, teacher_forced_kl
 
 __all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "rotation_edit", "persistent_rotations",
-           "frame_shifts", "default_layer", "divergence_summary"]
+           "frame_shifts", "frame_shift_base_rate", "default_layer", "divergence_summary"]
 
-CONDITIONS = ("D", "S", "F_top", "random")
+CONDITIONS = ("D", "S", "F_top", "F_dynamic", "random")
 F_BOUNDS = (2, 64)
 
 
@@ -66,11 +70,15 @@ def _orth_against(basis: Tensor, others: Tensor) -> Tensor:
 
 
 def condition_bases(h: Tensor, u: Tensor, conditions: Sequence[str] = CONDITIONS, *, mode: str = "exact",
-                    k_D: int | None = None, k_S: int | None = None, seed: int = 42) -> ConditionBases:
-    """The bases of ``conditions`` for prompts with states ``h [n, d]`` and directions ``u [n, d]``."""
+                    k_D: int | None = None, k_S: int | None = None, seed: int = 42,
+                    f_dynamic: Tensor | None = None) -> ConditionBases:
+    """The bases of ``conditions`` for prompts with states ``h [n, d]`` and directions ``u [n, d]``;
+    ``F_dynamic`` needs its basis ``f_dynamic [d, k]`` (:func:`tlgeo.pdsf.dynamics.f_dynamics`)."""
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad or not conditions:
         raise ValueError(f"unknown subspace {', '.join(map(repr, bad)) or '(none)'}; choose from {CONDITIONS}")
+    if "F_dynamic" in conditions and f_dynamic is None:
+        raise ValueError("the F_dynamic condition needs the dynamic basis of F (f_dynamic, from f_dynamics)")
     h, u = h.double(), u.double()
     n, d = h.shape
     basis = fit_pdsf(h, u, k_D=k_D, k_S=k_S, mode=mode)
@@ -85,8 +93,11 @@ def condition_bases(h: Tensor, u: Tensor, conditions: Sequence[str] = CONDITIONS
             out[c] = d_own
         elif c == "S":
             out[c] = s_own
-        elif c == "F_top":
-            f_basis, _ = pca_basis(parts["F"], None, bounds=(F_BOUNDS[0], min(F_BOUNDS[1], n - 1)))
+        elif c in ("F_top", "F_dynamic"):
+            if c == "F_top":
+                f_basis, _ = pca_basis(parts["F"], None, bounds=(F_BOUNDS[0], min(F_BOUNDS[1], n - 1)))
+            else:
+                f_basis = f_dynamic.double()
             if mode == "exact":
                 out[c] = _orth_against(f_basis, torch.cat([u[:, :, None], d_own, s_own], 2))
             else:
@@ -115,38 +126,65 @@ def rotation_edit(cb: ConditionBases, condition: str, layer: int, seed: int = 42
     return fn
 
 
-def frame_shifts(texts_base: Sequence[str], texts_edit: Sequence[str], groups: Sequence[str]) -> np.ndarray:
-    """The frame-shift proxy: an edited continuation is shifted when its TF-IDF vector (word
-    unigrams and bigrams, fitted on the unedited continuations) is closer by cosine to another
-    group's centroid of unedited continuations than to its own group's. Lexical only: it sees
-    a change of topic or register, not of meaning."""
+def _tfidf(texts_base: Sequence[str]):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    groups = np.asarray(groups)
     try:
-        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b").fit(list(texts_base))
-    except ValueError:  # no word at all in the continuations (e.g. a tiny random model): none is shifted
+        return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b").fit(list(texts_base))
+    except ValueError:  # no word at all in the continuations (e.g. a tiny random model)
+        return None
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-12)
+
+
+def frame_shifts(texts_base: Sequence[str], texts_edit: Sequence[str], groups: Sequence[str]) -> np.ndarray:
+    """The frame-shift proxy: edited continuation ``i`` is shifted when its TF-IDF vector (word
+    unigrams and bigrams, fitted on the unedited continuations) is closer by cosine to another
+    group's centroid of unedited continuations than to its own group's, prompt ``i``'s own
+    unedited continuation left out (it shares the edited one's text up to the divergence).
+    Lexical only: it sees a change of topic or register, not of meaning.
+    ``frame_shifts(base, base, groups)`` is its base rate: how often it fires with no edit."""
+    groups = np.asarray(groups)
+    if len(texts_edit) != len(texts_base) or len(groups) != len(texts_base):
+        raise ValueError(f"{len(texts_base)} unedited and {len(texts_edit)} edited continuations and "
+                         f"{len(groups)} groups must match")
+    vec = _tfidf(texts_base)
+    if vec is None:  # none is shifted
         return np.zeros(len(texts_edit), dtype=bool)
     base = vec.transform(list(texts_base)).toarray()
-    names = np.unique(groups)
-    cent = np.stack([base[groups == g].mean(0) for g in names])
-    cent /= np.linalg.norm(cent, axis=1, keepdims=True).clip(1e-12)
-    e = vec.transform(list(texts_edit)).toarray()
-    e /= np.linalg.norm(e, axis=1, keepdims=True).clip(1e-12)
-    nearest = names[(e @ cent.T).argmax(1)]
-    return nearest != groups
+    names = list(np.unique(groups))
+    sums = {g: base[groups == g].sum(0) for g in names}
+    counts = {g: int((groups == g).sum()) for g in names}
+    e = _unit_rows(vec.transform(list(texts_edit)).toarray())
+    out = np.zeros(len(texts_edit), dtype=bool)
+    for i, g in enumerate(groups):
+        cents = [(sums[h] - base[i]) / max(counts[h] - 1, 1) if h == g else sums[h] / counts[h] for h in names]
+        out[i] = names[int((e[i] @ _unit_rows(np.stack(cents)).T).argmax())] != g
+    return out
+
+
+def frame_shift_base_rate(texts_base: Sequence[str], groups: Sequence[str]) -> float:
+    """The share of unedited continuations :func:`frame_shifts` flags (each against its group's
+    other continuations): the proxy's rate with no edit at all."""
+    return float(frame_shifts(texts_base, texts_base, groups).mean())
 
 
 def persistent_rotations(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tensor, u: Tensor, *,
                          layer: int, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
                          max_new_tokens: int = 64, batch_size: int = 16, seed: int = 42, rotation_kind: str = "haar",
-                         kl: bool = True, baseline: Tensor | None = None) -> tuple[pd.DataFrame, dict[str, Tensor]]:
-    """One row per (condition, prompt), and the continuations (``"base"`` and each condition)."""
+                         kl: bool = True, baseline: Tensor | None = None,
+                         f_dynamic: Tensor | None = None,
+                         kl_cache: dict | None = None) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+    """One row per (condition, prompt), and the continuations (``"base"`` and each condition);
+    ``F_dynamic`` needs ``f_dynamic`` (and so the unedited continuations it was fitted on);
+    ``kl_cache``: the clean teacher-forced log-probabilities, kept across calls (a dict)."""
     if not 1 <= layer <= model.cfg.n_layers:
         raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
     if len(prompts) != len(groups) or h.shape[0] != len(prompts):
         raise ValueError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
-    cb = condition_bases(h, u, conditions, mode=mode, seed=seed)
+    cb = condition_bases(h, u, conditions, mode=mode, seed=seed, f_dynamic=f_dynamic)
     base = baseline if baseline is not None else greedy_continuations(model, prompts, max_new_tokens,
                                                                       batch_size=batch_size)
     tok = model.tokenizer
@@ -157,7 +195,9 @@ def persistent_rotations(model, prompts: Sequence[Tensor], groups: Sequence[str]
         gen = greedy_continuations(model, prompts, max_new_tokens, batch_size=batch_size, edit=fn)
         gens[c] = gen
         shifted = frame_shifts(base_text, [tok.decode(t) for t in gen], groups)
-        kls = teacher_forced_kl(model, prompts, base, fn, batch_size=batch_size) if kl else None
+        if kl_cache is None and len(conditions) > 1:
+            kl_cache = {}
+        kls = teacher_forced_kl(model, prompts, base, fn, batch_size=batch_size, clean_cache=kl_cache) if kl else None
         for i in range(len(prompts)):
             step = divergence_step(base[i], gen[i])
             rows.append({"condition": c, "prompt": i, "group": groups[i], "rank": cb.rank(c), "layer": layer,

@@ -1,5 +1,6 @@
 """Figures of the PDSF analysis: energy and PR per layer, the complexity gradient, discrimination per
-part, divergence steps per condition."""
+part, single-pass KL and the angle left at later layers, divergence steps per condition, and
+the static/dynamic split of F during generation."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import pandas as pd
 
 from ..geometry.subspaces import PARTS
 
-__all__ = ["plot_energy_pr", "plot_complexity", "plot_discrimination", "plot_divergence", "COLORS"]
+__all__ = ["plot_energy_pr", "plot_complexity", "plot_discrimination", "plot_single_pass", "plot_divergence",
+           "plot_f_dynamics", "COLORS"]
 
-COLORS = {"P": "#d62728", "D": "#1f77b4", "S": "#2ca02c", "F": "#7f7f7f", "F_top": "#9467bd", "random": "#8c564b"}
+COLORS = {"P": "#d62728", "D": "#1f77b4", "S": "#2ca02c", "F": "#7f7f7f", "F_top": "#9467bd", "F_dynamic": "#e377c2",
+          "random": "#8c564b"}
+
+
+def _color(condition: str) -> str:
+    """The colour of a condition's subspace (``D_rotate`` -> D's)."""
+    return COLORS.get(condition, COLORS.get(condition.split("_")[0], "#333333"))
 
 
 def _need(df: pd.DataFrame, cols, what: str) -> None:
@@ -86,9 +94,56 @@ def plot_divergence(df: pd.DataFrame, max_step: int | None = None):
     for ax, c in zip(axes[0], conds):
         g = df[df["condition"] == c]
         steps = g["divergence_step"].fillna(top).clip(upper=top).astype(int)
-        ax.hist(steps, bins=np.arange(top + 2) - 0.5, color=COLORS.get(c, "#333333"))
+        ax.hist(steps, bins=np.arange(top + 2) - 0.5, color=_color(c))
         ax.set(title=f"{c} (rank {int(g['rank'].iloc[0])})", xlabel="first divergent token")
         ax.axvline(top - 0.5, color="k", lw=0.5, ls=":")
     axes[0][0].set_ylabel("prompts")
+    fig.tight_layout()
+    return fig
+
+
+def plot_single_pass(summary: pd.DataFrame, angles: pd.DataFrame):
+    """Mean KL of the next token per single-pass condition with its standard error (left, log
+    scale), and the mean angle between the clean and the edited part at each later state (right:
+    how much of the edit the later layers undo)."""
+    import matplotlib.pyplot as plt
+
+    _need(summary, ["condition", "kl_mean", "kl_sem"], "plot_single_pass")
+    _need(angles, ["condition", "state", "angle_mean"], "plot_single_pass")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    conds = list(summary["condition"])
+    a.bar(range(len(conds)), summary["kl_mean"].clip(lower=1e-6), yerr=summary["kl_sem"].fillna(0),
+          color=[_color(c) for c in conds], capsize=3)
+    a.set_xticks(range(len(conds)), conds, rotation=30, ha="right", fontsize=8)
+    a.set(yscale="log", ylabel="KL(clean || edited), nats", title="next-token KL")
+    for c in conds:
+        g = angles[angles["condition"] == c]
+        b.plot(g["state"], g["angle_mean"], marker=".", color=_color(c), ls="--" if "F" in c else "-", label=c)
+    b.set(xlabel="state (after n blocks)", ylabel="angle, clean vs edited part (deg)", title="what later layers keep")
+    b.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_f_dynamics(dynamics: pd.DataFrame, steps: pd.DataFrame, layers=None):
+    """Along the unedited continuations: the static share of F's energy and F's share of the
+    state per layer (left), and ``cos(F_t, F_0)`` per step at a few layers (right)."""
+    import matplotlib.pyplot as plt
+
+    _need(dynamics, ["layer", "static_share", "f_share_of_state"], "plot_f_dynamics")
+    _need(steps, ["layer", "step", "cos_to_first"], "plot_f_dynamics")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    a.plot(dynamics["layer"], dynamics["static_share"], "k-", marker=".", label="static share of F (mean over steps)")
+    a.plot(dynamics["layer"], 1 - dynamics["static_share"], "k:", label="dynamic share")
+    a.plot(dynamics["layer"], dynamics["f_share_of_state"], color=COLORS["F"], marker=".", label="F share of ||h||²")
+    a.set(xlabel="layer", ylabel="share", ylim=(0, 1.02), title="F during generation")
+    a.legend(fontsize=8)
+    all_layers = sorted(steps["layer"].unique())
+    pick = layers or [all_layers[i] for i in np.unique(np.linspace(0, len(all_layers) - 1, 4).round().astype(int))]
+    for l in pick:
+        g = steps[steps["layer"] == l]
+        b.plot(g["step"], g["cos_to_first"], label=f"layer {l}")
+    b.set(xlabel="generated step", ylabel="cos(F_t, F_0)", title="F against its first step")
+    b.legend(fontsize=8)
     fig.tight_layout()
     return fig

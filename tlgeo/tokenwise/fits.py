@@ -94,7 +94,7 @@ def cross_fit(fit, h_in: torch.Tensor, h_out: torch.Tensor, windows: np.ndarray,
 
 
 def tokenwise_outputs(pool: StatePool, layer: int, kind: str, *, k: int = 32, exclude_sequence: bool = True,
-                      rank: int = 8, ridge: float = 1e-3, chunk: int = 128, mlp_epochs: int = 10,
+                      rank: int = 8, ridge: float = 1e-3, chunk: int = 64, mlp_epochs: int = 10,
                       threads: int = 1) -> torch.Tensor:
     """``T(h_layer)`` of every token under class ``kind`` (float32 ``[n_tokens, d_model]``)."""
     return layer_outputs(pool, layer, [kind], k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge,
@@ -102,7 +102,7 @@ def tokenwise_outputs(pool: StatePool, layer: int, kind: str, *, k: int = 32, ex
 
 
 def layer_outputs(pool: StatePool, layer: int, kinds: Sequence[str], *, k: int = 32, exclude_sequence: bool = True,
-                  rank: int = 8, ridge: float = 1e-3, chunk: int = 128, mlp_epochs: int = 10,
+                  rank: int = 8, ridge: float = 1e-3, chunk: int = 64, mlp_epochs: int = 10,
                   threads: int = 1) -> dict[str, torch.Tensor]:
     """``{kind: T(h_layer)}`` for several classes of one layer map: the local ones share each
     token's gathered neighbourhood (:func:`tlgeo.geometry.local_maps.tokenwise_fits`)."""

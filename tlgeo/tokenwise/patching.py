@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..hooks.resume import resume_forward
+from ..hooks.resume import StopForward, readout, readout_matches, resume_forward
 from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 
 __all__ = ["patch_kl"]
@@ -61,17 +61,17 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
         with torch.inference_mode():
             if _is_bridge(model):
                 logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names or n == final)
-                readout = _readout_matches(model, cache[final], logits)
+                fast = readout_matches(model, cache[final], logits)
             else:
-                logits, cache, readout = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
+                logits, cache, fast = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
             sel = after.to(logits.device)
-            clean = torch.log_softmax(logits[sel].float(), -1) if readout else torch.log_softmax(logits.float(), -1)
+            clean = torch.log_softmax(logits[sel].float(), -1) if fast else torch.log_softmax(logits.float(), -1)
             p_clean = clean.exp()  # once per batch, shared by every layer
             for l in layers:
                 rep = replacements[l][s : s + batch_size]
-                if readout:  # only the positions that can change go through the unembedding
+                if fast:  # only the positions that can change go through the unembedding
                     h = _patched_final(model, cache, l, final, b, pos, rep)
-                    out = model.unembed(model.ln_final(h[sel][None]))[0]
+                    out = readout(model, h[sel])
                     kl = (p_clean * (clean - torch.log_softmax(out.float(), -1))).sum(-1).clamp_min(0).cpu()
                     per_row = torch.split(kl, seg.tolist())
                     firsts, sums = [float(r[0]) for r in per_row], [float(r.sum()) for r in per_row]
@@ -87,17 +87,6 @@ def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[
     return pd.DataFrame(rows)
 
 
-class _Stop(Exception):
-    """Raised by a hook to end a forward once the last block's output is in hand."""
-
-
-def _readout_matches(model, final: torch.Tensor, logits: torch.Tensor) -> bool:
-    """Whether ``unembed(ln_final(h))`` of the last block's output gives the model's logits (then the
-    patched runs can stop before the unembedding and read out only the positions that can change)."""
-    got = model.unembed(model.ln_final(final[:, -1:]))
-    return bool(torch.allclose(got.float(), logits[:, -1:].float(), rtol=1e-3, atol=1e-3))
-
-
 def _patched_final(model, cache, layer: int, final: str, rows: torch.Tensor, pos: torch.Tensor,
                    rep: torch.Tensor) -> torch.Tensor:
     """The last block's output ``[B, T, d]`` with layer map ``layer``'s output at ``(rows[j], pos[j])``
@@ -111,12 +100,12 @@ def _patched_final(model, cache, layer: int, final: str, rows: torch.Tensor, pos
 
     def grab(h, hook):
         got["h"] = h
-        raise _Stop
+        raise StopForward
 
     hooks = [(f"blocks.{layer}.hook_resid_post", put), (final, grab)]
     try:
         resume_forward(model, cache[f"blocks.{layer}.hook_resid_pre"], layer, hooks)
-    except _Stop:
+    except StopForward:
         pass
     return got["h"]
 
