@@ -296,7 +296,8 @@ def test_tokenwise_command(tmp_path, capsys):
 def test_pdsf_command(tmp_path, capsys):
     out = tmp_path / "pdsf"
     argv = ["pdsf", "--model", "tiny:llama", "--layers", "0,3", "--per-group", "1", "--new-tokens", "3",
-            "--conditions", "D,random", "--bos", "no", "--out", str(out)]
+            "--conditions", "D,random", "--bos", "no", "--single-pass", "F_attenuate,D_rotate", "--repeats", "1",
+            "--out", str(out)]
     assert main(argv) == 0
     layers = pd.read_csv(out / "pdsf_layers.csv")
     assert list(layers["layer"]) == [0, 3] and (layers["n_prompts"] == 224).all() and not layers["bos"].any()
@@ -306,6 +307,12 @@ def test_pdsf_command(tmp_path, capsys):
     assert "224 specA prompts (raw, BOS off)" in printed and "immediate divergence D 64 %" in printed
     assert main(argv) == 0  # again: generation from the log, rows replaced
     assert len(pd.read_csv(out / "pdsf_layers.csv")) == 2
+    assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 2 and len(pd.read_csv(out / "pdsf_generation.csv.gz")) == 24
+    sp = pd.read_csv(out / "pdsf_single_pass_summary.csv")
+    assert sorted(sp["condition"]) == ["D_rotate", "F_attenuate"] and len(pd.read_csv(out / "pdsf_single_pass.csv.gz")) == 448
+    assert list(pd.read_csv(out / "pdsf_dynamics.csv")["layer"]) == [1, 2, 3]
+    assert main(argv[:-2] + ["--mode", "faithful", "--out", str(out)]) == 0  # another setting: kept beside
+    assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 4 and len(pd.read_csv(out / "pdsf_single_pass_summary.csv")) == 4
     assert main(argv[:-2] + ["--conditions", "P", "--out", str(out)]) == 2
     assert "unknown subspace(s) ['P']" in capsys.readouterr().err
 

@@ -711,11 +711,11 @@ def cmd_pdsf(args) -> int:
         res = run_generation(model, gst, conditions=conditions, mode=args.mode, layer=args.edit_layer,
                              max_new_tokens=args.new_tokens, rotation=args.rotation,
                              batch_size=args.batch_size, log_path=out / "pdsf_generation.jsonl", progress=True)
-        res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=args.model).to_csv(
-            out / "pdsf_generation.csv.gz", index=False)
-        _merge_csv(out / "pdsf_generation_summary.csv", res.summary.assign(model=args.model, mode=args.mode,
-                                                                             rotation=args.rotation),
-                   ["model", "prompt_set", "mode", "rotation", "layer", "condition"])
+        gkey = ["model", "prompt_set", "template", "bos", "fold_norm", "mode", "rotation", "seed", "max_new_tokens",
+                "layer", "condition"]
+        _merge_csv(out / "pdsf_generation.csv.gz", res.rows.drop(columns=["kl_steps"], errors="ignore").assign(
+            model=args.model, layer=res.summary["layer"].iloc[0]), [*gkey, "prompt"])
+        _merge_csv(out / "pdsf_generation_summary.csv", res.summary.assign(model=args.model), gkey)
         dkey = ["model", "prompt_set", "template", "bos", "fold_norm", "mode", "anchor", "max_new_tokens", "layer"]
         _merge_csv(out / "pdsf_dynamics.csv", res.dynamics.assign(model=args.model), dkey)
         _merge_csv(out / "pdsf_dynamics_steps.csv", res.steps.assign(model=args.model), [*dkey, "step"])

@@ -68,7 +68,7 @@ def test_report_opens_with_the_headline(atlas_dir):
     h, dm, tw, pd_ = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
                       pdsf_headline(atlas_dir))
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
-    assert len(tw.sentences) == 2 and len(pd_.sentences) == 2  # tokenwise: geometry, Spearman; PDSF: geometry, rotations
+    assert len(tw.sentences) == 2 and len(pd_.sentences) == 3  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
     assert [html_unescape(x) for x in items] == (h.sentences + dm.sentences + tw.sentences + pd_.sentences
                                                  + h.warnings + dm.warnings + tw.warnings + pd_.warnings)
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged

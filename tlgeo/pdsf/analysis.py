@@ -176,7 +176,6 @@ def run_generation(model, st: PDSFStates, *, conditions: Sequence[str] = CONDITI
     df = pd.concat(frames, ignore_index=True).assign(**{k: v for k, v in settings.items() if k != "layer"})
     meta = {k: v for k, v in settings.items() if k not in ("layer", "mode")}
     base_rate = frame_shift_base_rate(base_text, st.prompts.groups)
-    summary = divergence_summary(df).assign(layer=layer, prompt_set=st.prompts.name,
-                                            frame_shift_base_pct=100 * base_rate)
+    summary = divergence_summary(df).assign(**settings, frame_shift_base_pct=100 * base_rate)
     return GenerationResult(df, summary,
                             pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta))

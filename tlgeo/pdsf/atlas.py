@@ -135,7 +135,9 @@ def _single_pass_section(ctx: StepContext) -> None:
                       "Left: KL(clean || edited) of the next token. Right: the angle between the clean and the "
                       "edited part at each later state (0: the edit is gone).")
     ctx.report.table(sp_summary[["condition", "rank", "n_prompts", "kl_mean", "kl_sem", "flip_pct",
-                                 "angle_at_edit", "angle_final"]], "Single-pass edits.", digits=3)
+                                 "angle_at_edit", "angle_final"]],
+                     "Single-pass edits: mean KL with its standard error over prompts, the share whose argmax "
+                     "changed, and the mean angle of the edited part at the edit and at the last state.", digits=3)
 
 
 def _generation_section(ctx: StepContext) -> None:

@@ -203,6 +203,8 @@ def single_pass(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tens
         lp_clean, h_clean = _last_states(model, toks, mask, names, [], bool(stop))
         if stop is None:  # the first clean forward is a full one: can the others skip most of the unembedding?
             stop = _readout_is_exact(model, lp_clean, h_clean[-1])
+            if stop:  # the clean and edited runs of a batch read out the same way (a no-op edit: KL 0 exactly)
+                lp_clean, h_clean = _last_states(model, toks, mask, names, [], True)
         for cond in conditions:
             which, op = cond.split("_")
             which_part = "F" if which == "F" else which
