@@ -276,8 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     pd_.add_argument("--layers", type=_index_list, default=None, help="states 0..L to analyse (default: all)")
     pd_.add_argument("--no-complexity", action="store_true", help="skip curvature ratio, local PR and TwoNN")
     pd_.add_argument("--single-pass", type=_items(str), default=None,
-                     help="single-pass edits on the geometry prompts: D_rotate, S_rotate, random_rotate, D_attenuate, "
-                          "S_attenuate, F_attenuate, F_transplant, F_mix, or none (default: all but D/S_attenuate)")
+                     help="single-pass edits on the geometry prompts: D_rotate, S_rotate, F_top_rotate, random_rotate, "
+                          "D_attenuate, S_attenuate, F_attenuate, F_transplant, F_mix, or none (default: all but "
+                          "D/S_attenuate)")
     pd_.add_argument("--single-pass-layer", type=_POSITIVE, default=None,
                      help="state of the single-pass edits (default: the authors' max(1, int(0.15 L)))")
     pd_.add_argument("--alpha", type=float, default=0.5, help="attenuation: the part scaled by 1 - alpha")

@@ -18,7 +18,7 @@ def test_pdsf_notebook_tiny(tmp_path):
     assert "tiny:llama: 42 specA prompts in 14 groups, 4 states of width 64" in out
     assert re.search(r"interface dimension 1 \+ PR_D \+ PR_S: [0-9.]+ to [0-9.]+", out)
     assert len(re.findall(r"immediate divergence \d+ %, mean first divergence", out)) == 5  # one per condition
-    assert len(re.findall(r"single pass \w+: KL [0-9.]+ nats", out)) == 6
+    assert len(re.findall(r"single pass \w+: KL [0-9.]+ nats", out)) == 7
     assert re.search(r"static share of F: [0-9.]+ to [0-9.]+ over layers", out)
     assert sum(1 for _ in iter_outputs(nb, "image/png")) >= 6
     assert sum(1 for _ in iter_outputs(nb, "text/html")) >= 1  # the colored tokens

@@ -20,7 +20,7 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
     assert h.sentences[0].startswith("PDSF (28 SpecA prompts)") and "immediate divergence" in h.sentences[2]
     assert h.sentences[1].startswith("Single-pass edits at state 1, next-token KL (nats): F_mix")
     sp = pd.read_csv(out / "pdsf_single_pass_summary.csv")
-    assert (sp["n_prompts"] == 14).all() and len(sp) == 6
+    assert (sp["n_prompts"] == 14).all() and len(sp) == 7
     assert "single-pass edits at the last prompt token" in html and "per prompt the static part is F" in html
     assert any("indication only" in w for w in h.warnings)
 

@@ -87,7 +87,7 @@ def test_single_pass_conditions_on_a_tiny_model(llama):
     assert len(rows) == sum(reps.values()) * len(ps) and (rows["kl"] >= 0).all()
     s = res.summary.set_index("condition")
     assert set(s.index) == set(SINGLE_PASS) and (s["n_prompts"] == len(ps)).all()
-    assert (s.loc[["D_rotate", "S_rotate", "F_mix", "F_transplant"], "angle_at_edit"] > 1).all()
+    assert (s.loc[["D_rotate", "S_rotate", "F_top_rotate", "F_mix", "F_transplant"], "angle_at_edit"] > 1).all()
     assert s.loc["F_attenuate", "angle_at_edit"] < 1e-3  # scaling keeps the direction of F
     assert (s["kl_mean"] > 0).all()
     ang = res.angles

@@ -127,8 +127,8 @@ def _single_pass_section(ctx: StepContext) -> None:
     ctx.report.section(
         "10a. PDSF: single-pass edits at the last prompt token",
         f"{int(sp_summary['n_prompts'].iloc[0])} SpecA prompts; at state {int(sp_summary['layer'].iloc[0])} "
-        "(the authors' max(1, int(0.15 L))) one edit of the last prompt token: D, S or a random subspace of D's "
-        "rank rotated (Haar), F scaled by 0.5, mixed (signed permutation) or replaced by another group's prompt's "
+        "(the authors' max(1, int(0.15 L))) one edit of the last prompt token: D, S, the top of F or a random "
+        "subspace of D's rank rotated (Haar), F scaled by 0.5, mixed (signed permutation) or replaced by another group's prompt's "
         "F at the same norm. The paper (KL, nats): F-transplant 5.63, F-mix 2.85, D-rotation 0.052, F-attenuate "
         "0.047, S-rotation 0.038.")
     ctx.report.figure(plot_single_pass(sp_summary, sp_angles),

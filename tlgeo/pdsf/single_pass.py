@@ -6,10 +6,10 @@ prompt's last token), against one clean forward per batch; the forwards stop at 
 and only the last position goes through the unembedding (checked once against the model's
 logits). Conditions (:data:`SINGLE_PASS`):
 
-* ``D_rotate``, ``S_rotate``, ``random_rotate``: the coordinates inside D, S or a random
-  subspace of D's rank (the authors' control, on the whole state) rotated by a seeded
-  rotation, ``repeats`` rotations per prompt (seed ``seed + r n + i`` for repeat ``r`` of
-  prompt ``i``);
+* ``D_rotate``, ``S_rotate``, ``F_top_rotate``, ``random_rotate``: the coordinates inside D,
+  S, the top principal axes of F (as in the persistent ``F_top``) or a random subspace of
+  D's rank (the authors' control, on the whole state) rotated by a seeded rotation,
+  ``repeats`` rotations per prompt (seed ``seed + r n + i`` for repeat ``r`` of prompt ``i``);
 * ``D_attenuate``, ``S_attenuate``, ``F_attenuate``: the part scaled by ``1 - alpha``;
 * ``F_transplant``: F replaced by a donor prompt's F, rescaled to the recipient's ``||F||``;
   the donor is the prompt at the same place in the next group (the authors pair groups of
@@ -47,9 +47,9 @@ from .interventions import condition_bases
 __all__ = ["SINGLE_PASS", "DEFAULT_SINGLE_PASS", "single_pass_layer", "next_group_donors", "single_pass",
            "single_pass_summary"]
 
-SINGLE_PASS = ("D_rotate", "S_rotate", "random_rotate", "D_attenuate", "S_attenuate", "F_attenuate",
-               "F_transplant", "F_mix")
-DEFAULT_SINGLE_PASS = ("D_rotate", "S_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant")
+SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "D_attenuate", "S_attenuate",
+               "F_attenuate", "F_transplant", "F_mix")
+DEFAULT_SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant")
 
 
 def single_pass_layer(n_layers: int, fraction: float = 0.15) -> int:
@@ -82,8 +82,9 @@ class _Parts:
     """The per-prompt bases of one run and the part of a state that each condition edits."""
 
     def __init__(self, h: Tensor, u: Tensor, mode: str, seed: int):
-        cb = condition_bases(h, u, ("D", "S", "random"), mode=mode, seed=seed)
-        self.D, self.S, self.random = cb.bases["D"], cb.bases["S"], cb.bases["random"]
+        cb = condition_bases(h, u, ("D", "S", "F_top", "random"), mode=mode, seed=seed)
+        self.bases = {"D": cb.bases["D"], "S": cb.bases["S"], "F_top": cb.bases["F_top"], "random": cb.bases["random"]}
+        self.D, self.S = self.bases["D"], self.bases["S"]
         self.u = _unit(u.double())
         self.k_D, self.k_S = cb.pdsf.k_D, cb.pdsf.k_S
 
@@ -95,16 +96,14 @@ class _Parts:
         """The component of states ``x [b, d]`` (float64) that condition subspace ``which`` edits."""
         if which == "F":
             return complement_part(x[:, None], self.kept(rows))[:, 0]
-        if which == "random":
-            b = self.random[rows]
-        else:
-            b = self.D[rows] if which == "D" else self.S[rows]
+        b = self.bases[which][rows]
+        if which != "random":  # coordinates of the state with its own P removed, as the edits take them
             u = self.u[rows]
             x = x - (x * u).sum(-1, keepdim=True) * u
         return (b @ (b.transpose(1, 2) @ x[:, :, None]))[:, :, 0]
 
     def rank(self, which: str) -> int:
-        return {"D": self.k_D, "S": self.k_S, "random": self.random.shape[2]}.get(which, -1)
+        return self.bases[which].shape[2] if which in self.bases else -1
 
 
 def _angle(a: Tensor, b: Tensor) -> Tensor:
@@ -119,9 +118,9 @@ def _angle(a: Tensor, b: Tensor) -> Tensor:
 
 def _edit(cond: str, parts: _Parts, rows: Tensor, repeat: int, *, layer: int, alpha: float, f_donor: Tensor,
           n: int, d: int, seed: int, rotation_kind: str, mode: str):
-    which, op = cond.split("_")
+    which, op = cond.rsplit("_", 1)
     if op == "rotate":
-        basis = {"D": parts.D, "S": parts.S, "random": parts.random}[which][rows]
+        basis = parts.bases[which][rows]
         k = basis.shape[2]
         rot = torch.stack([rotation(k, seed + repeat * n + int(i), rotation_kind) for i in rows])
         u = None if which == "random" else parts.u[rows].float()
@@ -206,8 +205,7 @@ def single_pass(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tens
             if stop:  # the clean and edited runs of a batch read out the same way (a no-op edit: KL 0 exactly)
                 lp_clean, h_clean = _last_states(model, toks, mask, names, [], True)
         for cond in conditions:
-            which, op = cond.split("_")
-            which_part = "F" if which == "F" else which
+            which_part, op = cond.rsplit("_", 1)
             for r in range(repeats if op in ("rotate", "mix") else 1):
                 e = _edit(cond, parts, rows, r, layer=layer, alpha=alpha, f_donor=f_donor, n=n, d=d, seed=seed,
                           rotation_kind=rotation_kind, mode=mode)
