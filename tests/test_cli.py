@@ -315,6 +315,9 @@ def test_pdsf_command(tmp_path, capsys):
     assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 4 and len(pd.read_csv(out / "pdsf_single_pass_summary.csv")) == 4
     assert main(argv[:-2] + ["--conditions", "P", "--out", str(out)]) == 2
     assert "unknown subspace(s) ['P']" in capsys.readouterr().err
+    assert main(argv[:-2] + ["--single-pass", "P_rotate", "--out", str(tmp_path / "bad")]) == 2
+    assert "unknown single-pass condition(s) ['P_rotate']" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "pdsf_layers.csv").exists()  # refused before any work
 
 
 def test_dirmag_on_held_out_corpus_sentences(tmp_path):

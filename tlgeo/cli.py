@@ -353,6 +353,14 @@ def _print_written(paths) -> None:
         print(f"  {p}  ({_size(p)})")
 
 
+def _known(items, allowed, what: str) -> tuple:
+    """``items`` as a tuple, or a ValueError naming those not in ``allowed``."""
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise ValueError(f"unknown {what} {bad}; choose from {tuple(allowed)}")
+    return tuple(items)
+
+
 def _merge_csv(path: Path, df, key: list[str]) -> int:
     """Append ``df`` to the CSV at ``path``; earlier rows with the same ``key`` are replaced
     (a rerun with the same settings), rows of other settings are kept. Returns the row count."""
@@ -620,10 +628,7 @@ def cmd_tokenwise(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    classes = tuple(args.classes or CLASSES)
-    bad = [c for c in classes if c not in CLASSES]
-    if bad:
-        raise ValueError(f"unknown map class(es) {bad}; choose from {CLASSES}")
+    classes = _known(args.classes or CLASSES, CLASSES, "map class(es)")
     text = load_text(args.corpus)
     model = load_model(args.model)
     _check_fits(args, model)
@@ -662,15 +667,15 @@ def cmd_pdsf(args) -> int:
     import torch
 
     from .models import load_model
-    from .pdsf import (CONDITIONS, DEFAULT_SINGLE_PASS, load_prompt_set, pdsf_states, run_generation, run_geometry,
-                       run_single_pass)
+    from .pdsf import (CONDITIONS, DEFAULT_SINGLE_PASS, SINGLE_PASS, load_prompt_set, pdsf_states, run_generation,
+                       run_geometry, run_single_pass)
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    conditions = tuple(args.conditions or CONDITIONS)
-    bad = [c for c in conditions if c not in CONDITIONS]
-    if bad:
-        raise ValueError(f"unknown subspace(s) {bad}; choose from {CONDITIONS}")
+    conditions = _known(args.conditions or CONDITIONS, CONDITIONS, "subspace(s)")
+    single = tuple(args.single_pass or DEFAULT_SINGLE_PASS)
+    if single != ("none",):  # checked before the geometry runs
+        single = _known(single, SINGLE_PASS, "single-pass condition(s)")
     bos = None if args.bos == "auto" else args.bos == "yes"
     model = load_model(args.model)
     out = _out_dir(args, Path("results") / f"pdsf-{_model_key(args.model)}")
@@ -688,7 +693,6 @@ def cmd_pdsf(args) -> int:
             "angle_u_top_axis"]
     print(g.layers[cols].round(3).to_string(index=False))
     written = [out / "pdsf_layers.csv", out / "pdsf_parts.csv"]
-    single = tuple(args.single_pass or DEFAULT_SINGLE_PASS)
     if single != ("none",):
         sp = run_single_pass(model, st, conditions=single, mode=args.mode, layer=args.single_pass_layer,
                              alpha=args.alpha, repeats=args.repeats, rotation=args.rotation, batch_size=args.batch_size)

@@ -84,13 +84,12 @@ class _Parts:
     def __init__(self, h: Tensor, u: Tensor, mode: str, seed: int):
         cb = condition_bases(h, u, ("D", "S", "F_top", "random"), mode=mode, seed=seed)
         self.bases = {"D": cb.bases["D"], "S": cb.bases["S"], "F_top": cb.bases["F_top"], "random": cb.bases["random"]}
-        self.D, self.S = self.bases["D"], self.bases["S"]
         self.u = _unit(u.double())
         self.k_D, self.k_S = cb.pdsf.k_D, cb.pdsf.k_S
 
     def kept(self, rows: Tensor) -> tuple[Tensor, ...]:
         """The bases F is the complement of, for ``rows``: ``u`` as ``[b, d, 1]``, D, S."""
-        return self.u[rows][:, :, None], self.D[rows], self.S[rows]
+        return self.u[rows][:, :, None], self.bases["D"][rows], self.bases["S"][rows]
 
     def part(self, which: str, x: Tensor, rows: Tensor) -> Tensor:
         """The component of states ``x [b, d]`` (float64) that condition subspace ``which`` edits."""
@@ -126,7 +125,7 @@ def _edit(cond: str, parts: _Parts, rows: Tensor, repeat: int, *, layer: int, al
         u = None if which == "random" else parts.u[rows].float()
         return SubspaceEdit(layer - 1, basis.float(), u=u, rotation=rot.float())
     if op == "attenuate" and which != "F":
-        basis = parts.D[rows] if which == "D" else parts.S[rows]
+        basis = parts.bases[which][rows]
         return SubspaceEdit(layer - 1, basis.float(), u=parts.u[rows].float(), factor=1.0 - alpha)
     kept = tuple(b.float() for b in parts.kept(rows))
     project = mode == "exact"
