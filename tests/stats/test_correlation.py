@@ -36,3 +36,44 @@ def test_bad_input():
     with pytest.raises(ValueError, match="finite"):
         spearman_ci([1, 2, np.nan], [1, 2, 3])
     assert np.isnan(spearman_ci([1, 1, 1], [1, 2, 3], n_boot=10).rho)  # constant: undefined, not an error
+
+
+def test_steiger_z_is_calibrated_under_the_null():
+    """Two predictors equally correlated with y (and with each other): |Z| > 1.96 about 5 % of the time."""
+    from scipy.stats import pearsonr
+
+    from tlgeo.stats import steiger_z
+
+    rng = np.random.default_rng(0)
+    n, hits, sims = 40, 0, 2000
+    for _ in range(sims):
+        y = rng.standard_normal(n)
+        shared = rng.standard_normal(n)
+        a = 0.6 * y + 0.5 * shared + 0.6 * rng.standard_normal(n)
+        b = 0.6 * y + 0.5 * shared + 0.6 * rng.standard_normal(n)
+        z, p = steiger_z(pearsonr(a, y)[0], pearsonr(b, y)[0], pearsonr(a, b)[0], n)
+        hits += p < 0.05
+    assert 0.03 < hits / sims < 0.07
+    # a real difference is found, in the right direction
+    y = rng.standard_normal(60)
+    z, p = steiger_z(0.9, 0.5, 0.5, 60)
+    assert z > 0 and p < 1e-4
+    with pytest.raises(ValueError, match="at least 4"):
+        steiger_z(0.5, 0.4, 0.3, 3)
+
+
+def test_compare_correlations():
+    from tlgeo.stats import compare_correlations
+
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal(30)
+    good, bad = y + 0.1 * rng.standard_normal(30), y + 1.5 * rng.standard_normal(30)
+    r = compare_correlations(good, bad, y, n_boot=500)
+    assert r.rho_a > r.rho_b and r.diff == pytest.approx(r.rho_a - r.rho_b)
+    assert r.ci_low > 0 and r.p_boot < 0.05 and r.p_steiger < 0.05 and r.n == 30
+    same = compare_correlations(good, good, y, n_boot=200)
+    assert same.diff == 0 and same.ci_low == same.ci_high == 0
+    with pytest.raises(ValueError, match="one length"):
+        compare_correlations(good, bad[:5], y)
+    with pytest.raises(ValueError, match="method"):
+        compare_correlations(good, bad, y, method="kendall")

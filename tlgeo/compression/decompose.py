@@ -24,6 +24,7 @@ __all__ = [
     "summarize_layers",
     "across_layer_stats",
     "perp_wanda_score",
+    "mixed_error_energy",
 ]
 
 # Per-prompt columns: ratios to ||Delta_base|| (e, e_par, e_perp; *_z relative to z) and shares of ||e||.
@@ -148,3 +149,27 @@ def perp_wanda_score(
     if uu_xx is not None:
         energy = energy - (1.0 - perp_lambda) * uu_xx.to(W.dtype)
     return W.abs() * energy.clamp_min(0).sqrt()
+
+
+def mixed_error_energy(
+    ref: Float[Tensor, "... d"],
+    out: Float[Tensor, "... d"],
+    lam: float = 0.0,
+) -> tuple[Tensor, int]:
+    """Summed ``||e_perp||^2 + lam ||e_par||^2`` of ``e = out - ref`` split relative to ``ref``
+    (per vector), and the number of elements of ``ref`` (for a mean like ``mse_loss``'s).
+
+    ``lam = 1`` is the squared L2 error; ``lam = 0`` only the perpendicular part
+    (``lam > 1`` weights the parallel part more: a control). A
+    zero-norm reference has no direction: its whole error counts as perpendicular.
+    Computed in float32 (float64 for float64 inputs).
+    """
+    if not 0.0 <= lam < float("inf"):
+        raise ValueError(f"lam must be finite and >= 0, got {lam}")
+    if ref.shape != out.shape:
+        raise ValueError(f"reference {tuple(ref.shape)} and output {tuple(out.shape)} differ in shape")
+    dt = torch.float64 if torch.float64 in (ref.dtype, out.dtype) else torch.float32
+    r, e = ref.to(dt), out.to(dt) - ref.to(dt)
+    n2 = r.pow(2).sum(-1)
+    par2 = torch.where(n2 > 0, (e * r).sum(-1).pow(2) / n2.clamp_min(torch.finfo(dt).tiny), torch.zeros_like(n2))
+    return (e.pow(2).sum(-1) - (1.0 - lam) * par2).sum(), ref.numel()

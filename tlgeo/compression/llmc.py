@@ -1,10 +1,10 @@
 """Compress a Hugging Face model with llmcompressor and save it as a dense model.
 
-Methods (see :data:`METHODS`): ``awq`` (W4A16 asymmetric, group quantisation),
-``wanda`` (50 % unstructured), ``wanda_4_8``, ``wanda_2_4`` (llmcompressor's
-``WandaPruningModifier``), and the direction-aware ``wanda_perp`` /
-``wanda_perp_2_4`` (:class:`tlgeo.compression.perp_wanda.PerpWandaPruningModifier`,
-Wanda's sequential pipeline with a score that targets the perpendicular error).
+Method names follow :mod:`tlgeo.compression.methods` (``awq``, ``awq_perp_l0.25``,
+``rtn_w3g64``, ``wanda_s70``, ``wanda_2_4``, ``sgpt_perp``, ``owl``, ``perpalloc``, ...):
+AWQ / round-to-nearest W<bits>A16 asymmetric group quantisation, Wanda, SparseGPT,
+and the direction-aware subclasses of their modifiers (:mod:`.perp_awq`,
+:mod:`.perp_wanda`, :mod:`.perp_sparsegpt`) and per-layer allocations (:mod:`.allocation`).
 
 llmcompressor leaves quantisation parameters attached to the modules; the
 result is written as an ordinary float32 model directory (fake-quantised /
@@ -28,13 +28,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from .methods import MethodSpec, UnknownMethodError, parse_method
+
 __all__ = [
-    "METHODS",
     "MANIFEST",
     "UnknownMethodError",
     "compressed_dir",
     "calibration_windows",
     "build_recipe",
+    "layer_outlier_ratios",
     "compress_model",
     "nm_pattern_ok",
     "check_sparsity",
@@ -44,21 +46,8 @@ __all__ = [
 
 MANIFEST = "tlgeo_compression.json"
 
-# method -> (kind, sparsity, mask_structure)
-METHODS: dict[str, tuple[str, float, str]] = {
-    "awq": ("awq", 0.0, ""),
-    "wanda": ("wanda", 0.5, "0:0"),
-    "wanda_4_8": ("wanda", 0.5, "4:8"),
-    "wanda_2_4": ("wanda", 0.5, "2:4"),
-    "wanda_perp": ("wanda_perp", 0.5, "0:0"),
-    "wanda_perp_2_4": ("wanda_perp", 0.5, "2:4"),
-}
 # Linear layers left alone by every method (the tied embedding / unembedding).
 IGNORE = ["re:.*lm_head"]  # a bare "lm_head" does not match in the pruning modifiers
-
-
-class UnknownMethodError(ValueError):
-    """A compression method name that is not in :data:`METHODS`."""
 
 
 def compressed_dir(model: str, method: str, root: str | os.PathLike | None = None) -> Path:
@@ -105,28 +94,92 @@ def calibration_windows(
     return [([bos] if bos is not None else []) + ids[i * body : (i + 1) * body] for i in range(n)]
 
 
-def build_recipe(method: str, group_size: int = 64, perp_lambda: float = 0.0, awq_n_grid: int = 20):
+def _spec(method: str | MethodSpec, group_size: int = 64, perp_lambda: float = 0.0) -> MethodSpec:
+    return method if isinstance(method, MethodSpec) else parse_method(method, group_size, perp_lambda)
+
+
+def build_recipe(
+    method: str | MethodSpec,
+    group_size: int = 64,
+    perp_lambda: float = 0.0,
+    awq_n_grid: int = 20,
+    *,
+    layer_sparsity: list[float] | None = None,
+    layer_class: str | None = None,
+    refit_iters: int = 30,
+    max_iso_increase: float = 0.0,
+):
     """The llmcompressor modifier list for ``method`` (``awq_n_grid``: AWQ's scale-search grid,
-    llmcompressor's default 20)."""
-    if method not in METHODS:
-        raise UnknownMethodError(f"unknown compression method {method!r}; choose from {sorted(METHODS)}")
-    kind, sparsity, mask = METHODS[method]
-    if kind == "awq":
+    llmcompressor's default 20). ``owl`` / ``perpalloc`` need ``layer_sparsity`` (one per
+    decoder layer, of class ``layer_class``)."""
+    spec = _spec(method, group_size, perp_lambda)
+    if spec.quantizes:
         from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
-        from llmcompressor.modifiers.awq import AWQModifier
+        from llmcompressor.modifiers.quantization import QuantizationModifier
 
-        weights = QuantizationArgs(num_bits=4, type="int", strategy="group", group_size=group_size,
+        weights = QuantizationArgs(num_bits=spec.bits, type="int", strategy="group", group_size=spec.group_size,
                                    symmetric=False, dynamic=False)
-        scheme = QuantizationScheme(targets=["Linear"], weights=weights)
-        return [AWQModifier(config_groups={"group_0": scheme}, ignore=IGNORE, n_grid=awq_n_grid)]
-    if kind == "wanda":
-        from llmcompressor.modifiers.pruning.wanda import WandaPruningModifier
+        quant = QuantizationModifier(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
+                                     ignore=IGNORE)
+        if spec.family == "rtn":
+            return [quant]
+        if spec.perp:
+            from .perp_awq import PerpAWQModifier
 
-        return [WandaPruningModifier(sparsity=sparsity, mask_structure=mask, targets=["Linear"], ignore=IGNORE)]
-    from .perp_wanda import PerpWandaPruningModifier
+            return [PerpAWQModifier(n_grid=awq_n_grid, perp_lambda=spec.lam), quant]
+        from llmcompressor.modifiers.transform.awq import AWQModifier
 
-    return [PerpWandaPruningModifier(sparsity=sparsity, mask_structure=mask, targets=["Linear"],
-                                     ignore=IGNORE, perp_lambda=perp_lambda)]
+        return [AWQModifier(n_grid=awq_n_grid), quant]
+    prune = dict(sparsity=spec.sparsity, mask_structure=spec.mask_structure, targets=["Linear"], ignore=IGNORE)
+    if spec.family in ("owl", "perpalloc"):
+        if layer_sparsity is None or layer_class is None:
+            raise ValueError(f"{spec.name!r} needs per-layer sparsities and the decoder layer class")
+        prune.update(sparsity=[float(x) for x in layer_sparsity], targets=[layer_class])
+    if spec.family == "sgpt":
+        if spec.perp:
+            from .perp_sparsegpt import PerpSparseGPTModifier
+
+            return [PerpSparseGPTModifier(**prune, perp_lambda=spec.lam, refit_iters=refit_iters,
+                                          max_iso_increase=max_iso_increase)]
+        from llmcompressor.modifiers.pruning.sparsegpt import SparseGPTModifier
+
+        return [SparseGPTModifier(**prune)]
+    if spec.perp:
+        from .perp_wanda import PerpWandaPruningModifier
+
+        return [PerpWandaPruningModifier(**prune, perp_lambda=spec.lam)]
+    from llmcompressor.modifiers.pruning.wanda import WandaPruningModifier
+
+    return [WandaPruningModifier(**prune)]
+
+
+@torch.no_grad()
+def layer_outlier_ratios(hf: torch.nn.Module, calib: list[list[int]], m: float = 5.0, batch: int = 8) -> list[float]:
+    """OWL's outlier ratio (:func:`tlgeo.compression.allocation.outlier_ratio`) of every
+    decoder layer of the dense ``hf`` on the calibration windows: Wanda scores
+    ``|W_ij| ||X_j||`` with ``||X_j||`` over all calibration tokens."""
+    from .allocation import outlier_ratio
+    from .counterfactual import _layers
+
+    layers = _layers(hf)
+    sq: dict[torch.nn.Module, Tensor] = {}
+    hooks = []
+    for layer in layers:
+        for mod in layer.modules():
+            if isinstance(mod, torch.nn.Linear):
+                def pre(mod, args):
+                    x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+                    sq[mod] = sq.get(mod, 0) + x.pow(2).sum(0)
+                hooks.append(mod.register_forward_pre_hook(pre))
+    try:
+        dev = next(hf.parameters()).device
+        for i in range(0, len(calib), batch):
+            hf(input_ids=torch.tensor(calib[i:i + batch], device=dev), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return [outlier_ratio([mod.weight.detach().float().abs() * sq[mod].sqrt()[None, :]
+                           for mod in layer.modules() if isinstance(mod, torch.nn.Linear)], m) for layer in layers]
 
 
 def nm_pattern_ok(w: Tensor, n_keep: int, m: int) -> bool:
@@ -139,19 +192,23 @@ def nm_pattern_ok(w: Tensor, n_keep: int, m: int) -> bool:
     return bool((nz <= n_keep).all())
 
 
-def check_sparsity(state: dict[str, Tensor], method: str, names: list[str]) -> dict:
-    """Sparsity of each pruned weight and whether the method's pattern holds.
+def check_sparsity(state: dict[str, Tensor], spec: MethodSpec, names: list[str],
+                   layer_sparsity: list[float] | None = None) -> dict:
+    """Sparsity of each pruned weight and whether the method's pattern holds (N:M per
+    group of M; otherwise at least the layer's sparsity, less one weight per row: Wanda
+    prunes ``floor(sparsity * in)`` per row).
 
     Returns ``{"sparsity_min", "sparsity_max", "sparsity_mean", "pattern_ok", "n_weights"}``.
     """
-    kind, sparsity, mask = METHODS[method]
     fr = {k: float((state[k] == 0).float().mean()) for k in names}
-    ok = True
-    if mask not in ("", "0:0"):
-        n_prune, m = (int(x) for x in mask.split(":"))
+    if spec.mask_structure not in ("", "0:0"):
+        n_prune, m = (int(x) for x in spec.mask_structure.split(":"))
         ok = all(nm_pattern_ok(state[k], m - n_prune, m) for k in names)
     else:
-        ok = all(v >= sparsity - 1e-3 for v in fr.values())
+        def target(k):
+            hit = re.search(r"layers\.(\d+)\.", k)
+            return layer_sparsity[int(hit.group(1))] if layer_sparsity is not None and hit else spec.sparsity
+        ok = all(v >= target(k) - 1.0 / state[k].shape[1] - 1e-6 for k, v in fr.items())
     vals = list(fr.values())
     return {"sparsity_min": min(vals), "sparsity_max": max(vals), "sparsity_mean": sum(vals) / len(vals),
             "pattern_ok": bool(ok), "n_weights": len(vals)}
@@ -181,11 +238,10 @@ def check_quant_grid(w: Tensor, scale: Tensor, zero_point: Tensor, group_size: i
                                                             and ((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all())}
 
 
-def _dense_state(model, method: str) -> tuple[dict[str, Tensor], dict]:
+def _dense_state(model, spec: MethodSpec, layer_sparsity: list[float] | None = None) -> tuple[dict[str, Tensor], dict]:
     """Fake-quantised / pruned float32 weights of an llmcompressor-processed model, plus checks."""
     state, checks, quantized = {}, {}, []
-    kind = METHODS[method][0]
-    if kind == "awq":
+    if spec.quantizes:
         from compressed_tensors.quantization.lifecycle.forward import fake_quantize
 
         for name, mod in model.named_modules():
@@ -208,10 +264,10 @@ def _dense_state(model, method: str) -> tuple[dict[str, Tensor], dict]:
     for k, v in model.state_dict().items():
         if k not in state and not skip.search(k):
             state[k] = v.detach().float().clone()
-    if kind != "awq":
+    if not spec.quantizes:
         names = [n + ".weight" for n, m in model.named_modules()
                  if isinstance(m, torch.nn.Linear) and "lm_head" not in n]
-        checks = check_sparsity(state, method, names)
+        checks = check_sparsity(state, spec, names, layer_sparsity)
     emb = [k for k in state if k.endswith("embed_tokens.weight")]
     # the (tied) embedding / unembedding must come out untouched
     checks["embedding_sparsity"] = float((state[emb[0]] == 0).float().mean()) if emb else None
@@ -220,7 +276,7 @@ def _dense_state(model, method: str) -> tuple[dict[str, Tensor], dict]:
 
 def compress_model(
     model_dir: str | os.PathLike,
-    method: str,
+    method: str | MethodSpec,
     out_dir: str | os.PathLike,
     *,
     calib: list[list[int]],
@@ -229,6 +285,11 @@ def compress_model(
     device: str = "cpu",
     pipeline: str = "sequential",
     awq_n_grid: int = 20,
+    sensitivity: list[float] | None = None,
+    alloc_spread: float = 0.08,
+    owl_m: float = 5.0,
+    refit_iters: int = 30,
+    max_iso_increase: float = 0.0,
     extra: dict | None = None,
 ) -> dict:
     """Compress the HF model in ``model_dir`` with ``method`` and save it densely to ``out_dir``.
@@ -241,15 +302,25 @@ def compress_model(
     (each block calibrated on the outputs of the already compressed blocks before it;
     needed by AWQ) or ``"basic"`` (one calibration pass of the dense model, then every
     layer is pruned; several times faster for Wanda on a loaded CPU).
+
+    Per-layer allocations (``owl``, ``perpalloc``) spread the sparsity by ``alloc_spread``
+    (OWL's lambda) around the target: ``owl`` from the dense model's outlier ratios
+    (``owl_m``, OWL's M), ``perpalloc`` from ``sensitivity`` (one number per layer, e.g.
+    :func:`tlgeo.compression.allocation.perp_sensitivity` of a uniform model's diagnosis).
+    The time to compute the OWL ratios is part of ``seconds``.
     """
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if method not in METHODS:
-        raise UnknownMethodError(f"unknown compression method {method!r}; choose from {sorted(METHODS)}")
+    from .allocation import allocate_sparsity
+    from .counterfactual import _layers
+
+    spec = _spec(method, group_size, perp_lambda)
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
+    if spec.family == "perpalloc" and sensitivity is None:
+        raise ValueError(f"{spec.name!r} needs the per-layer sensitivity of a uniformly pruned model")
     from llmcompressor import oneshot
 
     apply_cpu_workaround()
@@ -261,14 +332,24 @@ def compress_model(
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if device != "cpu":
         hf = hf.to(device) if device != "auto" else hf
+    n_layers = len(_layers(hf))
     ds = Dataset.from_dict({"input_ids": calib, "attention_mask": [[1] * seq_len for _ in calib]})
     t0 = time.perf_counter()
-    oneshot(model=hf, dataset=ds, recipe=build_recipe(method, group_size, perp_lambda, awq_n_grid),
-            num_calibration_samples=len(calib), max_seq_length=seq_len, shuffle_calibration_samples=False,
-            pipeline=pipeline)
+    layer_sparsity, scores = None, None
+    if spec.family in ("owl", "perpalloc"):
+        scores = layer_outlier_ratios(hf, calib, owl_m) if spec.family == "owl" else [float(x) for x in sensitivity]
+        if len(scores) != n_layers:
+            raise ValueError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
+        layer_sparsity = allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist()
+    recipe = build_recipe(spec, group_size, perp_lambda, awq_n_grid, layer_sparsity=layer_sparsity,
+                          layer_class=type(_layers(hf)[0]).__name__, refit_iters=refit_iters,
+                          max_iso_increase=max_iso_increase)
+    oneshot(model=hf, dataset=ds, recipe=recipe, num_calibration_samples=len(calib), max_seq_length=seq_len,
+            shuffle_calibration_samples=False, pipeline=pipeline)
     seconds = time.perf_counter() - t0
+    refit = [row for mod in recipe for row in getattr(mod, "refit_log", [])]
     hf = hf.to("cpu")
-    state, checks = _dense_state(hf, method)
+    state, checks = _dense_state(hf, spec, layer_sparsity)
     del hf
 
     out_dir = Path(out_dir)
@@ -282,10 +363,14 @@ def compress_model(
             raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
         dense.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        manifest = {"method": method, "kind": METHODS[method][0], "sparsity": METHODS[method][1],
-                    "mask_structure": METHODS[method][2], "group_size": group_size if method == "awq" else None,
-                    "awq_n_grid": awq_n_grid if method == "awq" else None,
-                    "perp_lambda": perp_lambda if METHODS[method][0] == "wanda_perp" else None,
+        manifest = {"method": spec.name, "kind": spec.kind, "spec": spec.to_dict(), "sparsity": spec.sparsity,
+                    "mask_structure": spec.mask_structure, "bits": spec.bits, "group_size": spec.group_size,
+                    "awq_n_grid": awq_n_grid if spec.family == "awq" else None,
+                    "perp_lambda": spec.lam if spec.perp else None,
+                    "layer_sparsity": layer_sparsity, "allocation_scores": scores,
+                    "alloc_spread": alloc_spread if layer_sparsity is not None else None,
+                    "refit_iters": refit_iters if refit else None,
+                    "max_iso_increase": max_iso_increase if refit else None, "refit": refit or None,
                     "base": str(model_dir), "n_calib": len(calib), "calib_seq_len": seq_len,
                     "seconds": seconds, "device": device, "pipeline": pipeline, "checks": checks, **(extra or {})}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))

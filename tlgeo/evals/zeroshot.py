@@ -63,6 +63,7 @@ __all__ = [
     "score_items",
     "summarize_items",
     "evaluate_zeroshot",
+    "logged_items",
     "paired_accuracy_change",
 ]
 
@@ -392,6 +393,28 @@ def summarize_items(items: pd.DataFrame) -> dict:
 ITEM_COLUMNS = ("gold", "logprobs", "n_tokens", "lengths", "pred", "pred_norm", "n_truncated")
 
 
+def _item_frame(task: str, row: dict) -> pd.DataFrame:
+    it = pd.DataFrame(row["items"])
+    it.insert(0, "item", range(len(it)))
+    it.insert(0, "task", task)
+    it["correct"] = it["pred"] == it["gold"]
+    it["correct_norm"] = it["pred_norm"] == it["gold"]
+    return it
+
+
+def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], limit: int | None) -> pd.DataFrame:
+    """The per-item frame of :func:`evaluate_zeroshot` (``return_items``) read back from its
+    log, without a model; ``KeyError`` names a task that is not logged for ``tag``."""
+    log = ResultLog(log_path, LOG_KEY)
+    frames = []
+    for task in tasks:
+        row = log.get(task=task, limit=limit, tag=tag)
+        if row is None:
+            raise KeyError(f"no zero-shot log of {task!r} (limit {limit}) for {tag!r} in {log_path}")
+        frames.append(_item_frame(task, row))
+    return pd.concat(frames, ignore_index=True)
+
+
 def evaluate_zeroshot(
     model,
     tasks: str | Sequence[str] = DEFAULT_TASKS,
@@ -456,12 +479,7 @@ def evaluate_zeroshot(
                 log.add(row)
         rows.append({k: v for k, v in row.items() if k != "items"})
         if return_items:
-            it = pd.DataFrame(row["items"])
-            it.insert(0, "item", range(len(it)))
-            it.insert(0, "task", task)
-            it["correct"] = it["pred"] == it["gold"]
-            it["correct_norm"] = it["pred_norm"] == it["gold"]
-            item_frames.append(it)
+            item_frames.append(_item_frame(task, row))
     summary = pd.DataFrame(rows)
     cols = ["task", "n", "acc", "acc_norm", "stderr", "acc_norm_stderr", "n_truncated", "seconds", "limit", "tag", "seed"]
     summary = summary[[c for c in cols if c in summary.columns]]

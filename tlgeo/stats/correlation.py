@@ -1,8 +1,15 @@
-"""Rank correlation with a bootstrap CI (scipy; no models).
+"""Rank correlation with a bootstrap CI, and the difference of two dependent
+correlations (scipy; no models).
 
 :func:`spearman_ci` gives Spearman's rho of ``x`` and ``y`` (``scipy.stats.spearmanr``)
 and a percentile bootstrap CI that resamples items, or *groups* of items (e.g.
 the tokens of one sequence) when ``groups`` is given.
+
+:func:`compare_correlations` asks whether predictor ``a`` or ``b`` correlates more
+with the same ``y`` on the same items (overlapping dependent correlations):
+Steiger's (1980) Z on Fisher-transformed coefficients, with the correlation of
+``a`` and ``b`` in its covariance term, and a paired bootstrap of
+``rho(a, y) - rho(b, y)``.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import numpy as np
 
 from .resampling import group_resamples
 
-__all__ = ["Correlation", "spearman_ci"]
+__all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z"]
 
 
 class Correlation(NamedTuple):
@@ -45,3 +52,65 @@ def spearman_ci(x, y, *, groups=None, n_boot: int = 1000, seed: int = 0, level: 
     a = (1 - level) / 2
     lo, hi = (np.quantile(boots, [a, 1 - a]) if boots else (np.nan, np.nan))
     return Correlation(rho, float(lo), float(hi), len(x))
+
+
+
+class CorrelationDifference(NamedTuple):
+    rho_a: float
+    rho_b: float
+    diff: float  # rho_a - rho_b
+    ci_low: float  # percentile bootstrap CI of diff (items resampled)
+    ci_high: float
+    p_boot: float  # two-sided: twice the smaller share of bootstrap diffs on either side of 0
+    z: float  # Steiger's Z
+    p_steiger: float
+    n: int
+
+
+def steiger_z(r_ay: float, r_by: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Steiger's (1980, eq. 14) Z and two-sided p for ``H0: r_ay = r_by`` (shared ``y``)."""
+    from scipy.stats import norm
+
+    if n < 4:
+        raise ValueError(f"Steiger's test needs at least 4 items, got {n}")
+    rs = [max(min(float(r), 1 - 1e-12), -1 + 1e-12) for r in (r_ay, r_by)]
+    rbar = (rs[0] + rs[1]) / 2
+    psi = r_ab * (1 - 2 * rbar**2) - 0.5 * rbar**2 * (1 - 2 * rbar**2 - r_ab**2)
+    c = psi / (1 - rbar**2) ** 2
+    z = (np.arctanh(rs[0]) - np.arctanh(rs[1])) * np.sqrt((n - 3) / max(2 - 2 * c, 1e-12))
+    return float(z), float(2 * norm.sf(abs(z)))
+
+
+def compare_correlations(a, b, y, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95,
+                         method: str = "spearman") -> CorrelationDifference:
+    """Whether ``a`` or ``b`` correlates more with ``y`` (``method``: ``spearman`` or ``pearson``)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    a, b, y = (np.asarray(v, dtype=float) for v in (a, b, y))
+    if not (a.shape == b.shape == y.shape) or a.ndim != 1:
+        raise ValueError(f"a, b and y must be 1-d of one length, got {a.shape}, {b.shape}, {y.shape}")
+    if len(a) < 4:
+        raise ValueError(f"comparing correlations needs at least 4 items, got {len(a)}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(y).all()):
+        raise ValueError("a, b and y must be finite")
+    if method not in ("spearman", "pearson"):
+        raise ValueError(f"method must be 'spearman' or 'pearson', got {method!r}")
+    corr = (lambda u, v: spearmanr(u, v).statistic) if method == "spearman" else (lambda u, v: pearsonr(u, v)[0])
+
+    def rho(u, v):
+        return float(corr(u, v)) if np.ptp(u) > 0 and np.ptp(v) > 0 else float("nan")
+
+    ra, rb, rab = rho(a, y), rho(b, y), rho(a, b)
+    z, p = steiger_z(ra, rb, rab, len(a)) if np.isfinite([ra, rb, rab]).all() else (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(a), len(a))
+        d = rho(a[i], y[i]) - rho(b[i], y[i])
+        if np.isfinite(d):
+            diffs.append(d)
+    diffs = np.asarray(diffs)
+    q = (1 - level) / 2
+    lo, hi = (np.quantile(diffs, [q, 1 - q]) if len(diffs) else (np.nan, np.nan))
+    p_boot = float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))) if len(diffs) else float("nan")
+    return CorrelationDifference(ra, rb, ra - rb, float(lo), float(hi), p_boot, z, p, len(a))
