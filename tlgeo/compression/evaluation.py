@@ -155,7 +155,7 @@ def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str =
     import matplotlib.pyplot as plt
     from scipy.stats import spearmanr
 
-    from ..plotting import WIDTH, style
+    from ..plotting import WIDTH, legend_outside, style
 
     q = quality.set_index("method")
     if target == "log_ppl":
@@ -167,7 +167,7 @@ def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str =
     y = y.reindex(t.index)
     fams = [m.split("_")[0] for m in t.index]
     colors = dict(zip(dict.fromkeys(fams), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.0), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.0), sharey=True, layout="constrained")
     for ax, (name, col) in zip(axes, PREDICTORS.items()):
         x = t[col].to_numpy(float)
         for fam in colors:
@@ -178,7 +178,6 @@ def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str =
         ax.set_title(f"||{name}|| / ||Delta||: rho {rho:.2f}", fontsize=9)
         ax.set_xlabel(f"mean over layers ({mode}, {site})", fontsize=8)
     axes[0].set_ylabel(ylabel, fontsize=8)
-    axes[-1].legend(fontsize=7, loc="lower right")
+    legend_outside(fig, title="family")
     style(fig)
-    fig.tight_layout()
     return fig

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ._lazy import lazy_classes
 from .decompose import mixed_error_energy
 
 __all__ = ["PerpAWQModifier"]
@@ -46,9 +47,4 @@ def _make_modifier_class():
     return PerpAWQModifier
 
 
-def __getattr__(name):  # built lazily so that importing tlgeo does not import llmcompressor
-    if name == "PerpAWQModifier":
-        cls = _make_modifier_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)
+__getattr__ = lazy_classes(globals(), PerpAWQModifier=_make_modifier_class)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ._lazy import lazy_classes
 from .perp_wanda import OUTPUT_LINEARS
 from .reconstruct import perp_refit
 
@@ -75,9 +76,4 @@ def _make_modifier_class():
     return PerpSparseGPTModifier
 
 
-def __getattr__(name):  # built lazily so that importing tlgeo does not import llmcompressor
-    if name == "PerpSparseGPTModifier":
-        cls = _make_modifier_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)
+__getattr__ = lazy_classes(globals(), PerpSparseGPTModifier=_make_modifier_class)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._lazy import lazy_classes
 from .decompose import perp_wanda_score
 
 __all__ = ["PerpWandaPruningModifier", "OUTPUT_LINEARS"]
@@ -99,9 +100,4 @@ def _mask_from_score(score: Tensor, sparsity: float, prune_n: int, prune_m: int)
     return mask
 
 
-def __getattr__(name):  # built lazily so that importing tlgeo does not import llmcompressor
-    if name == "PerpWandaPruningModifier":
-        cls = _make_modifier_class()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(name)
+__getattr__ = lazy_classes(globals(), PerpWandaPruningModifier=_make_modifier_class)
