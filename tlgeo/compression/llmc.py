@@ -106,7 +106,7 @@ def build_recipe(
     *,
     layer_sparsity: list[float] | None = None,
     layer_class: str | None = None,
-    refit_iters: int = 30,
+    refit_iters: int = 12,
     max_iso_increase: float = 0.0,
 ):
     """The llmcompressor modifier list for ``method`` (``awq_n_grid``: AWQ's scale-search grid,
@@ -288,7 +288,7 @@ def compress_model(
     sensitivity: list[float] | None = None,
     alloc_spread: float = 0.08,
     owl_m: float = 5.0,
-    refit_iters: int = 30,
+    refit_iters: int = 12,
     max_iso_increase: float = 0.0,
     extra: dict | None = None,
 ) -> dict:

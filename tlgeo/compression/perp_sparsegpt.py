@@ -29,7 +29,7 @@ def _make_modifier_class():
         """SparseGPTModifier whose residual-writing layers are refit for ``||e_perp||``."""
 
         perp_lambda: float = 0.0
-        refit_iters: int = 30
+        refit_iters: int = 12
         max_iso_increase: float = 0.0
         output_linears: tuple[str, ...] = OUTPUT_LINEARS
         _xy: dict = PrivateAttr(default_factory=dict)
