@@ -316,3 +316,9 @@ def test_quality_table_and_prediction_test():
     fig = plot_prediction(pd.DataFrame(rows), q.reset_index(), site="attn", target="acc_drop")
     assert len(fig.axes) == 3 and "rho 1.00" in fig.axes[1].get_title()  # e_perp: the damage itself
     assert len(fig.axes[0].collections) == 2  # two families: wanda and rtn
+
+
+def test_canonical_names():
+    assert parse_method("wanda_s50").canonical == "wanda" and parse_method("awq_w4g64").canonical == "awq"
+    assert parse_method("sgpt_perp_l0.5_2_4").canonical == "sgpt_perp_l0.5_2_4"
+    assert parse_method("rtn_w3g192").canonical == "rtn_w3g192" and parse_method("owl_s70").canonical == "owl_s70"

@@ -27,22 +27,6 @@ __all__ = ["baseline_of", "quality_table", "prediction_test", "plot_prediction",
 PREDICTORS = {"e": "mean_e", "e_perp": "mean_e_perp", "e_par": "mean_e_par"}
 
 
-def _canonical(name: str) -> str:
-    """``wanda_s50`` and ``wanda`` are one model: drop default options from a name."""
-    spec = parse_method(name)
-    parts = [spec.family] + (["perp"] if spec.perp else [])
-    if spec.perp and spec.lam:
-        parts.append(f"l{spec.lam:g}")
-    if spec.quantizes:
-        if (spec.bits, spec.group_size) != (4, 64):
-            parts.append(f"w{spec.bits}g{spec.group_size}")
-    elif spec.mask_structure != "0:0":
-        parts.append(spec.mask_structure.replace(":", "_"))
-    elif abs(spec.sparsity - 0.5) > 1e-9:
-        parts.append(f"s{100 * spec.sparsity:g}")
-    return "_".join(parts)
-
-
 def baseline_of(method: str, available: set[str] | None = None) -> str:
     """The isotropic llmcompressor method of the same strength, or ``"base"`` (dense) for
     an isotropic method or when that baseline is not in ``available``."""
@@ -52,11 +36,11 @@ def baseline_of(method: str, available: set[str] | None = None) -> str:
     if not spec.perp and spec.family not in ("owl", "perpalloc"):
         return "base"
     family = "wanda" if spec.family in ("owl", "perpalloc") else spec.family
-    rest = _canonical(method).split("_")[1:]
+    rest = spec.canonical.split("_")[1:]
     rest = [p for p in rest if p != "perp" and not p.startswith("l")]
     name = "_".join([family, *rest])
     if available is not None:
-        names = {_canonical(m): m for m in available if m != "base"}
+        names = {parse_method(m).canonical: m for m in available if m != "base"}
         return names.get(name, "base")
     return name
 

@@ -332,7 +332,8 @@ def compress_model(
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if device != "cpu":
         hf = hf.to(device) if device != "auto" else hf
-    n_layers = len(_layers(hf))
+    decoder_layers = _layers(hf)
+    n_layers = len(decoder_layers)
     ds = Dataset.from_dict({"input_ids": calib, "attention_mask": [[1] * seq_len for _ in calib]})
     t0 = time.perf_counter()
     layer_sparsity, scores = None, None
@@ -342,7 +343,7 @@ def compress_model(
             raise ValueError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
         layer_sparsity = allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist()
     recipe = build_recipe(spec, group_size, perp_lambda, awq_n_grid, layer_sparsity=layer_sparsity,
-                          layer_class=type(_layers(hf)[0]).__name__, refit_iters=refit_iters,
+                          layer_class=type(decoder_layers[0]).__name__, refit_iters=refit_iters,
                           max_iso_increase=max_iso_increase)
     oneshot(model=hf, dataset=ds, recipe=recipe, num_calibration_samples=len(calib), max_seq_length=seq_len,
             shuffle_calibration_samples=False, pipeline=pipeline)

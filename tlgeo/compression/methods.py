@@ -62,6 +62,21 @@ class MethodSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def canonical(self) -> str:
+        """The name without default options (``wanda_s50`` and ``wanda`` are one model)."""
+        parts = [self.family] + (["perp"] if self.perp else [])
+        if self.perp and self.lam:
+            parts.append(f"l{self.lam:g}")
+        if self.quantizes:
+            if (self.bits, self.group_size) != (4, 64):
+                parts.append(f"w{self.bits}g{self.group_size}")
+        elif self.mask_structure != "0:0":
+            parts.append(self.mask_structure.replace(":", "_"))
+        elif abs(self.sparsity - 0.5) > 1e-9:
+            parts.append(f"s{100 * self.sparsity:g}")
+        return "_".join(parts)
+
 
 _OPT = re.compile(r"^(?:(perp)|l(\d*\.?\d+)|w(\d+)g(\d+)|s(\d+(?:\.\d+)?)|(\d+)_(\d+))$")
 

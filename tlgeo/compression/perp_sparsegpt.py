@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ._lazy import lazy_classes
-from .perp_wanda import OUTPUT_LINEARS
+from .perp_wanda import OUTPUT_LINEARS, writes_residual
 from .reconstruct import perp_refit
 
 __all__ = ["PerpSparseGPTModifier"]
@@ -40,7 +40,7 @@ def _make_modifier_class():
             return list(self._refit_log)
 
         def _is_output(self, module) -> bool:
-            return self._module_names.get(module, "").rstrip(".").rsplit(".", 1)[-1] in self.output_linears
+            return writes_residual(self._module_names.get(module, ""), self.output_linears)
 
         def calibrate_module(self, module, args, _output):
             super().calibrate_module(module, args, _output)

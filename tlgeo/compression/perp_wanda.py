@@ -26,9 +26,15 @@ from torch import Tensor
 from ._lazy import lazy_classes
 from .decompose import perp_wanda_score
 
-__all__ = ["PerpWandaPruningModifier", "OUTPUT_LINEARS"]
+__all__ = ["PerpWandaPruningModifier", "OUTPUT_LINEARS", "writes_residual"]
 
 OUTPUT_LINEARS = ("o_proj", "down_proj", "dense", "dense_4h_to_h", "c_proj", "out_proj", "fc2")
+
+
+def writes_residual(module_name: str, output_linears: tuple[str, ...] = OUTPUT_LINEARS) -> bool:
+    """Whether the linear layer ``module_name`` (llmcompressor's names end with ".") writes a
+    residual update: its last name component is one of ``output_linears``."""
+    return module_name.rstrip(".").rsplit(".", 1)[-1] in output_linears
 
 
 def _make_modifier_class():
@@ -44,8 +50,7 @@ def _make_modifier_class():
         _uu_xx: dict = PrivateAttr(default_factory=dict)
 
         def _is_output(self, module) -> bool:
-            name = self._module_names.get(module, "").rstrip(".")  # llmcompressor's names end with "."
-            return name.rsplit(".", 1)[-1] in self.output_linears
+            return writes_residual(self._module_names.get(module, ""), self.output_linears)
 
         def calibrate_module(self, module, args, _output):
             n_before = self._num_samples.get(module, 0)
