@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlgeo.decomposition.summary import PAPER, atlas_summary
+from tlgeo.decomposition.paper import PAPER
+from tlgeo.decomposition.summary import atlas_summary
 
 
 def side_by_side(dirs: list[Path]) -> pd.DataFrame:

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tlgeo.compression.llmc import calibration_windows, compress_model  # noqa: E402
+from tlgeo.compression.llmc import calibration_windows, compress_model, quiet_llmcompressor  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -35,12 +35,14 @@ def main(argv=None) -> int:
     ap.add_argument("--lam", type=float, default=0.5, help="lambda of the sgpt_perp refit")
     ap.add_argument("--pairs", default="awq,sgpt,wanda")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--verbose", action="store_true", help="llmcompressor's INFO log (default: its warnings only)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    quiet_llmcompressor(args.verbose)
     from transformers import AutoTokenizer
 
-    from scripts.compress import base_dir  # the same model resolution as the compression script
     from tlgeo.compression.allocation import perp_sensitivity
+    from tlgeo.compression.compress import base_dir  # the same model resolution as tlgeo compress
     from tlgeo.compression.counterfactual import diagnose, prompt_windows
     from tlgeo.compression.decompose import summarize_layers
     from tlgeo.data import load_text

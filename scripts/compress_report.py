@@ -4,7 +4,7 @@
     .venv/bin/python scripts/compress_report.py --out results/compression-objectives/smollm2-135m \
         --tasks piqa,arc_easy,winogrande --limit 300
 
-Reads from ``--out`` what ``scripts/compress.py`` (``ppl.csv``, ``zeroshot.jsonl``,
+Reads from ``--out`` what ``tlgeo compress`` (``ppl.csv``, ``zeroshot.jsonl``,
 ``compress_log.jsonl``) and ``tlgeo compress-diag`` (``table12.csv``) wrote there, and writes
 ``quality.csv`` (method, PPL, pooled zero-shot accuracy, paired change against the
 method's llmcompressor baseline with a bootstrap CI, compression seconds),

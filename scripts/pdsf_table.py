@@ -15,24 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-PAPER = {
-    "width d_model": "2,048–12,288 (7B–120B)",
-    "k_D over layers": "4–8 (instruction-tuned; base 2–18)",
-    "interface dimension 1 + PR_D + PR_S": "< 20",
-    "participation ratio inside F (median over layers)": "F grows with d_model",
-    "energy share of P / F (median over layers)": "—",
-    "angle of û to the top principal axis": "almost orthogonal",
-    "curvature ratio D / S / F (median over layers)": "complexity falls from D (folded) to F (flat): the ratio rises",
-    "silhouette D / S / F (median over layers)": "F anti-discriminative",
-    "immediate divergence D / S / F-top / random": "64.0 / 28.2 / 23.1 / 4.5 %",
-    "mean first divergence D / S / F-top / random": "1.17 / 5.63 / 6.52 / —",
-    "ranks D / S / F-top / random at the edited state": "adaptive",
-    "F-dynamic: immediate divergence, mean first divergence, rank": "—",
-    "single pass, KL (nats): F-transplant / F-mix / D-rot / F-att / S-rot / random-rot":
-        "5.63 / 2.85 / 0.052 / 0.047 / 0.038 / —",
-    "single pass: angle left at the last state, D-rot / S-rot / F-mix": "—",
-    "static share of F during generation (range over layers)": "F splits into static and dynamic parts",
-}
+from tlgeo.pdsf.paper import PAPER_TABLE
+
+PAPER = PAPER_TABLE  # the paper's column (tlgeo/pdsf/paper.py)
 SINGLE = ("F_transplant", "F_mix", "D_rotate", "F_attenuate", "S_rotate", "random_rotate")
 
 

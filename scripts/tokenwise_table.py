@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-PAPER = {"rel. error (median over layers)": "—", "cos(Δ_full, Δ_tok)": "≈ 1",
-         "residual > 60° from Δ_tok": "many tokens", "middle third / rest, rel. error": "> 1 (middle layers worst)",
-         "lowest-error class": "—", "Spearman(error, KL), median [range]": "often > 0.7, up to 0.95",
-         "tokens, k, patched per layer": "—"}
+from tlgeo.tokenwise.paper import TABLE as PAPER  # the paper's column, by row
 
 
 def column(directory: Path, kind: str) -> dict[str, str]:

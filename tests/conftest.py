@@ -4,7 +4,9 @@ import warnings
 import pytest
 import torch
 
-torch.set_num_threads(int(os.environ.get("TLGEO_TEST_THREADS", "2")))
+# the cores shared by the pytest-xdist workers (make test runs two), unless TLGEO_TEST_THREADS says
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(int(os.environ.get("TLGEO_TEST_THREADS", max(1, (os.cpu_count() or 2) // _WORKERS))))
 warnings.filterwarnings("ignore")
 
 

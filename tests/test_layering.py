@@ -13,23 +13,26 @@ from pathlib import Path
 
 import pytest
 
+from tlgeo.report.registry import ANALYSES  # noqa: E402  (imports only the contract)
+
 PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
-    frozenset({"data", "results", "pipeline", "models", "plotting"}),  # 1 text, logs, atlas contract, models, figure style
-    frozenset({"hooks"}),                                  # 2 sites, the hook adapter, edits, resumed forwards
-    frozenset({"evals"}),                                  # 3 perplexity, zero-shot, RULER, lm-eval
-    frozenset({"decomposition", "compression", "train", "dirmag", "tokenwise", "pdsf"}),  # 4 the analyses, one package each
-    frozenset({"report"}),                                 # 5 atlas and HTML report
-    frozenset({"cli"}),                                    # 6 the command line
+    frozenset({"data", "results", "cliargs", "plotting"}),  # 1 text, logs and CSV merges, shared CLI arguments, figure style
+    frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
+    frozenset({"hooks"}),                                  # 3 sites, the hook adapter, edits, resumed forwards
+    frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
+    frozenset(p.split(".")[1] for p in ANALYSES),         # 5 the analyses: the registry's packages
+    frozenset({"report"}),                                 # 6 atlas and HTML report
+    frozenset({"cli"}),                                    # 7 the command line
 )
-ROOT_LAYER = 4  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
+ROOT_LAYER = 5  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
 
 # third-party code the pure layers must not touch (they know nothing of models or plots)
 MODEL_CODE = ("transformer_lens", "transformers", "accelerate", "datasets", "llmcompressor", "lm_eval",
               "circuitsvis", "tlgeo.models")
-FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "pipeline")}
+FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "analysis", "cliargs")}
 FORBIDDEN["plotting"] = MODEL_CODE  # figures, yes; models, no
 
 
@@ -123,18 +126,18 @@ def test_every_unit_is_in_a_layer():
 
 
 @pytest.mark.parametrize("path, source, problem", [
-    ("geometry/parallel.py", "from ..hooks.edits import Edit", "upward, layer 0 (geometry) -> layer 2 (hooks)"),
+    ("geometry/parallel.py", "from ..hooks.edits import Edit", "upward, layer 0 (geometry) -> layer 3 (hooks)"),
     ("geometry/parallel.py", "def f():\n    import transformer_lens", "geometry holds no model code"),
     ("stats/resampling.py", "from tlgeo.models import load_model", "stats holds no model code"),
     ("geometry/parallel.py", "import matplotlib.pyplot as plt", "geometry holds no model code"),
     ("plotting.py", "from transformer_lens import HookedTransformer", "plotting holds no model code"),
     ("hooks/edits.py", "from ..decomposition.observe import parallel_profile", "upward"),
-    ("hooks/edits.py", "def f():\n    from ..evals import perplexity", "upward, layer 2 (hooks) -> layer 3"),
+    ("hooks/edits.py", "def f():\n    from ..evals import perplexity", "upward, layer 3 (hooks) -> layer 4"),
     ("evals/ruler/tasks.py", "from ...report.html import Report", "upward"),
-    ("decomposition/atlas.py", "from ..report import registry", "upward, layer 4 (decomposition) -> layer 5"),
+    ("decomposition/atlas.py", "from ..report import registry", "upward, layer 5 (decomposition) -> layer 6"),
     ("decomposition/atlas.py", "from ..compression import decompose", "sideways"),
     ("compression/llmc.py", "from .. import cli", "upward"),
-    ("report/atlas.py", "from ..cli import main", "upward, layer 5 (report) -> layer 6 (cli)"),
+    ("report/atlas.py", "from ..cli import main", "upward, layer 6 (report) -> layer 7 (cli)"),
     ("hooks/sites.py", "from .. import Edit", "only report and cli may import from tlgeo/__init__"),
     ("__init__.py", "from .report.atlas import run_atlas", "upward"),
     ("magnitude/perturb.py", "import torch", "is in no layer"),
@@ -147,7 +150,7 @@ def test_the_check_catches_bad_imports(path, source, problem):
 @pytest.mark.parametrize("path, source", [
     ("geometry/parallel.py", "import torch\nfrom .value_space import expand_kv"),
     ("hooks/edits.py", "from ..geometry.parallel import scaled_delta\nfrom .sites import get_site"),
-    ("decomposition/atlas.py", "from ..pipeline import register_step\nfrom ..evals.ruler import evaluate_ruler"),
+    ("decomposition/atlas.py", "from ..analysis import register_step\nfrom ..evals.ruler import evaluate_ruler"),
     ("train/loop.py", "from . import distributed as D"),
     ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run\nfrom . import __version__"),
 ])

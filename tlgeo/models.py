@@ -29,14 +29,21 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlparse
 
 import torch
 
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge as Model
+else:
+    Model = Any  # a TransformerBridge (what load_model returns); the name types every public `model` parameter
+
 __all__ = [
     "EMBEDDED_MODELS",
     "UnknownModelError",
+    "model_label",
+    "Model",
     "cache_dir",
     "embedded_model_dir",
     "load_model",
@@ -121,7 +128,14 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         if hf.config.model_type.startswith("gemma"):
             _gemma_unigram_to_bpe(tmp / "tokenizer.json")
         del hf
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process converted it meanwhile (parallel test workers): keep theirs
+            if not (out / "config.json").exists():
+                raise
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         import shutil
 
@@ -214,6 +228,17 @@ def load_model(
     a Hugging Face hub name. Embedded models are converted once
     (~20 s for SmolLM2) into :func:`cache_dir`; later loads take about a second.
     """
+    model = _load_model(name, device, dtype)
+    model.tlgeo_name = str(name)
+    return model
+
+
+def model_label(model) -> str:
+    """The name a model was loaded by (``smollm2-135m``, ``tiny:llama``, a directory), for result rows."""
+    return getattr(model, "tlgeo_name", None) or str(getattr(model.cfg, "model_name", "model"))
+
+
+def _load_model(name, device, dtype):
     if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
         raise UnknownModelError(f"model name must be a non-empty string, got {name!r}")
     name = str(name)

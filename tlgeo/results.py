@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-__all__ = ["ResultLog"]
+__all__ = ["ResultLog", "merge_csv"]
 
 
 class ResultLog:
@@ -70,3 +70,25 @@ class ResultLog:
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)
+
+
+def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> int:
+    """Merge ``df`` into the CSV at ``path`` (gzip for ``.gz``) atomically: earlier rows with the
+    same ``key`` values are replaced (a rerun with the same settings), rows of other settings
+    are kept. A key column the old file lacks marks its rows as other settings. Returns the
+    row count."""
+    path, key = Path(path), list(key)
+    if path.exists():
+        old = pd.read_csv(path)
+        for k in key:
+            if k not in old.columns and k in df.columns:
+                old[k] = "(not recorded)"
+        if all(k in old.columns for k in key) and all(k in df.columns for k in key):
+            ids = lambda d: d[key].astype(str).agg("\x1f".join, axis=1)  # noqa: E731
+            old = old[~ids(old).isin(set(ids(df)))]
+            df = pd.concat([old, df], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
+    os.replace(tmp, path)
+    return len(df)

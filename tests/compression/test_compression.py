@@ -1,5 +1,5 @@
 """Compression diagnosis: pure decomposition, local counterfactual on exactly-known
-compressions, bad inputs, llmcompressor on a tiny model, CLI."""
+compressions, bad inputs, llmcompressor on a tiny model (the commands: test_cli.py)."""
 
 from __future__ import annotations
 
@@ -246,40 +246,3 @@ def test_quant_grid_check():
     assert not bad["grid_ok"]
     with pytest.raises(ValueError, match="multiple of the group size"):
         check_quant_grid(w.view(4, 16), scale, zp, group_size=5)
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
-    import shutil
-
-    from tlgeo.cli import main
-
-    root = tmp_path / "root"
-    from transformers import AutoModelForCausalLM
-
-    comp = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    with torch.no_grad():
-        comp.model.layers[1].self_attn.o_proj.weight[:, ::2] = 0
-    comp.save_pretrained(root / "zero_cols")
-    for f in tiny_dir.iterdir():
-        if f.name.startswith(("tokenizer", "special")):
-            shutil.copy(f, root / "zero_cols" / f.name)
-    shutil.copytree(tiny_dir, root / "same")
-    out = tmp_path / "out"
-    pd.DataFrame({"method": ["same", "zero_cols"], "ppl": [10.0, 12.0]}).to_csv(tmp_path / "ppl.csv", index=False)
-    args = ["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
-            "--prompts", "3", "--seq-len", "32", "--out", str(out), "--ppl", str(tmp_path / "ppl.csv")]
-    assert main(args) == 0
-    for f in ("diag_prompts.csv.gz", "diag_layers.csv", "table12.csv", "ppl_prediction.csv",
-              "figure6_local.png", "figure6_e2e.png", "timing.csv"):
-        assert (out / f).is_file(), f
-    t = pd.read_csv(out / "table12.csv")
-    assert set(t["method"]) == {"same", "zero_cols"} and set(t["ref"]) == {"delta", "z"}
-    assert (t[t["method"] == "same"]["mean_e"] == 0).all()
-    # resume: nothing recomputed
-    assert main(args) == 0
-    assert "diagnosis of 0 method(s)" in capsys.readouterr().out
-    assert main(["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "gone"]) == 2
-    assert "compressed model directory missing" in capsys.readouterr().err

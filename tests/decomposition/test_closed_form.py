@@ -208,3 +208,21 @@ def test_closed_form_smollm2(smollm2):
     tokens = smollm2.to_tokens("The capital of France is Paris, and the capital of Italy is Rome.")
     res = closed_form_check(smollm2, tokens, 0.0, variants=("value_full", "value_excl_self"))
     assert (res.errors["rel_err"] < 1e-4).all(), res.summary()
+
+
+def test_s_par_is_checked_once(llama, tokens, monkeypatch):
+    """closed_form_check checks s_par where it enters, not again in the hooks at every layer."""
+    import tlgeo.decomposition.closed_form as cf
+
+    calls = []
+    real = cf.check_scale
+    monkeypatch.setattr(cf, "check_scale", lambda s, name="scale": calls.append(name) or real(s, name))
+    cf.closed_form_check(llama, tokens, 0.0, variants=("value_full", "attn"))
+    assert calls == ["s_par"]
+    calls.clear()
+    scale = cf.ParallelScale(torch.tensor(0.5))
+    assert calls == ["s_par"]
+    torch.testing.assert_close(cf.diag_delta(torch.ones(2), torch.ones(2), scale), torch.tensor(-0.5))
+    assert calls == ["s_par"]  # a ParallelScale is not checked again
+    with pytest.raises(ValueError, match="s_par"):
+        cf.ParallelScale(torch.tensor(float("nan")))

@@ -1,14 +1,25 @@
-"""Compression diagnosis: perpendicular vs parallel error of compressed layers.
+"""Compression diagnosis: how much of a compressed model's error changes the direction of each
+update (perpendicular) rather than its size (parallel), and direction-aware compression objectives.
 
+* :mod:`.config` -- ``DiagConfig`` (the diagnosis: methods, root, corpus, prompts, seq_len, modes,
+  optional on-the-fly compression) and ``CompressConfig`` (``tlgeo compress``);
+* :mod:`.analysis` -- the diagnosis on the analysis contract: ``run(model, DiagConfig) -> DiagResult``
+  (``diag_prompts.csv.gz``, ``diag_layers.csv``, ``table12.csv``, ``timing.csv``), one work unit per
+  compressed method, registered as ``compression`` (``tlgeo compress-diag``);
+* :mod:`.compress` -- ``tlgeo compress``: compress the methods (reused only when made with the same
+  settings), perplexity and zero-shot of each; on-the-fly compression of a loaded model;
+* :mod:`.cli` -- the commands ``compress-diag`` and ``compress``; :mod:`.paper` -- the paper's Table 12 claims;
 * :mod:`.decompose` -- pure functions: error energies relative to ``Delta_base`` / ``z``,
   per-prompt ratios, per-layer summaries, the across-layer statistics (Table 12),
   and the direction-aware Wanda score;
 * :mod:`.counterfactual` -- local-counterfactual and end-to-end runners on a dense and
   a compressed model (tidy DataFrames), and the per-layer figure (Figure 6);
+* :mod:`.experiment` -- the summary tables and figures of per-prompt rows, the PPL prediction
+  table, and ``run_diagnosis`` (the same diagnosis for in-memory models: the notebook's);
 * :mod:`.methods` -- method names (``awq_perp_l0.5``, ``sgpt_2_4``, ``owl_s70``, ...) parsed into specs;
 * :mod:`.llmc` -- compress with llmcompressor (AWQ, RTN, Wanda, SparseGPT, N:M, per-layer
   allocations, the direction-aware subclasses) into dense model directories, with checks
-  of sparsity pattern and quantisation grid;
+  of sparsity pattern and quantisation grid; its log kept at WARNING;
 * direction-aware objectives, one file each: :mod:`.perp_awq` (AWQ's scale search scored
   by the perpendicular error), :mod:`.perp_wanda` (a per-weight perpendicular score),
   :mod:`.perp_sparsegpt` (SparseGPT's mask, residual-writing layers refit for the

@@ -287,7 +287,7 @@ def _load(model_or_dir):
         p = Path(model_or_dir).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(
-                f"compressed model directory {str(p)!r} does not exist (create it with scripts/compress.py)")
+                f"compressed model directory {str(p)!r} does not exist (create it with tlgeo compress)")
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"{str(p)!r} has no config.json: not a Hugging Face model directory")
         from ..models import load_model
@@ -328,7 +328,7 @@ def diagnose(
             if not (p / "config.json").is_file():
                 raise FileNotFoundError(
                     f"compressed model for {m!r}: directory {str(p)!r} does not exist or has no config.json "
-                    "(create it with scripts/compress.py)")
+                    "(create it with tlgeo compress)")
     hb = hf_model(base)
     batches = [tokens[i : i + batch_size] for i in range(0, len(tokens), batch_size)]
     frames = []

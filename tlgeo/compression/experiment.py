@@ -1,13 +1,16 @@
-"""The compression-diagnosis experiment: tables and figure from compressed model directories.
+"""The compression-diagnosis tables and figures from per-prompt rows, and :func:`run_diagnosis`.
 
-:func:`run_diagnosis` is what ``tlgeo compress-diag`` runs. Outputs in ``out``:
+``tlgeo compress-diag`` runs :func:`tlgeo.compression.analysis.run` (the analysis contract);
+:func:`run_diagnosis` is the same diagnosis for models given as objects or directories (the
+notebook's entry point). Both derive the tables with :func:`summary_tables` and draw the
+figures with :func:`save_figures`. :func:`run_diagnosis`'s outputs in ``out``:
 
 * ``diag_prompts.csv.gz`` -- per (method, mode, site, layer, tokens, prompt) ratios, appended per method
   (a rerun skips methods already there);
 * ``diag_layers.csv`` -- mean and SD over prompts per layer (Figure 6's data);
 * ``table12.csv`` -- across-layer statistics per method, mode, site, tokens, reference;
 * ``ppl_prediction.csv`` -- across methods, correlation of log PPL with the mean error,
-  its perpendicular and its parallel part (when ``ppl.csv`` from ``scripts/compress.py`` is given);
+  its perpendicular and its parallel part (when ``ppl.csv`` from ``tlgeo compress`` is given);
 * ``figure6_<mode>.png`` -- per-layer curves per method;
 * ``timing.csv`` -- wall seconds of the diagnosis per method.
 """
@@ -25,7 +28,7 @@ import pandas as pd
 from .counterfactual import diagnose, plot_layers, prompt_windows
 from .decompose import across_layer_stats, summarize_layers
 
-__all__ = ["run_diagnosis", "ppl_prediction"]
+__all__ = ["run_diagnosis", "ppl_prediction", "summary_tables", "save_figures"]
 
 
 def ppl_prediction(table: pd.DataFrame, ppl: pd.DataFrame) -> pd.DataFrame:
@@ -46,6 +49,33 @@ def ppl_prediction(table: pd.DataFrame, ppl: pd.DataFrame) -> pd.DataFrame:
             row[f"spearman_ppl_{col[5:]}"] = float(stats.spearmanr(x, y)[0]) if ok else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def summary_tables(prompts: pd.DataFrame, methods: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(layers, table12)`` of per-prompt rows: :func:`summarize_layers` (Figure 6's data) and
+    :func:`across_layer_stats` relative to ``Delta_base`` and to ``z`` (Table 12), methods in the
+    order of ``methods``."""
+    order = {m: i for i, m in enumerate(methods)}
+    by_method = lambda s: s.map(order) if s.name == "method" else s  # noqa: E731
+    layers = summarize_layers(prompts)
+    layers = layers.sort_values(["method", "mode", "site", "tokens", "layer"], key=by_method)
+    table = pd.concat([across_layer_stats(layers, "delta"), across_layer_stats(layers, "z")], ignore_index=True)
+    table = table.sort_values(["ref", "mode", "site", "tokens", "method"], key=by_method)
+    return layers, table
+
+
+def save_figures(layers: pd.DataFrame, modes: Iterable[str], out: str | os.PathLike) -> list[Path]:
+    """Figure 6 per mode (``figure6_<mode>.png``, all tokens) in ``out``; returns the files."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    for mode in modes:
+        fig = plot_layers(layers, mode=mode, tokens="all")
+        path = Path(out) / f"figure6_{mode}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def run_diagnosis(
@@ -94,12 +124,8 @@ def run_diagnosis(
     if progress:
         print(f"diagnosis of {len(compressed) - len(done)} method(s): {time.perf_counter() - t0:.1f} s", flush=True)
     prompts = old[old["method"].isin(list(compressed))].drop(columns=["n_prompts_cfg", "seq_len_cfg"])
-    layers = summarize_layers(prompts)
-    order = {m: i for i, m in enumerate(compressed)}
-    layers = layers.sort_values(["method", "mode", "site", "tokens", "layer"], key=lambda s: s.map(order) if s.name == "method" else s)
+    layers, table = summary_tables(prompts, compressed)
     layers.to_csv(out / "diag_layers.csv", index=False)
-    table = pd.concat([across_layer_stats(layers, "delta"), across_layer_stats(layers, "z")], ignore_index=True)
-    table = table.sort_values(["ref", "mode", "site", "tokens", "method"], key=lambda s: s.map(order) if s.name == "method" else s)
     table.to_csv(out / "table12.csv", index=False)
     frames = {"prompts": prompts, "layers": layers, "table12": table}
     if ppl is not None and len(ppl):
@@ -107,10 +133,5 @@ def run_diagnosis(
         pred.to_csv(out / "ppl_prediction.csv", index=False)
         frames["ppl_prediction"] = pred
     if figure:
-        import matplotlib.pyplot as plt
-
-        for mode in modes:
-            fig = plot_layers(layers, mode=mode, tokens="all")
-            fig.savefig(out / f"figure6_{mode}.png", dpi=110)
-            plt.close(fig)
+        save_figures(layers, modes, out)
     return frames

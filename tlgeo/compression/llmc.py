@@ -42,6 +42,7 @@ __all__ = [
     "check_sparsity",
     "check_quant_grid",
     "apply_cpu_workaround",
+    "quiet_llmcompressor",
 ]
 
 MANIFEST = "tlgeo_compression.json"
@@ -71,6 +72,26 @@ def apply_cpu_workaround() -> None:
     from llmcompressor.pipelines.cache import IntermediatesCache
 
     IntermediatesCache.pin_memory = lambda self, *a, **k: None  # no-op: nothing to pin on CPU
+
+
+def quiet_llmcompressor(verbose: bool = False) -> None:
+    """llmcompressor's console log (loguru, INFO and per-layer METRIC lines by default: hundreds
+    of lines per model) at WARNING, on stderr, unless ``verbose`` (its INFO default, on stdout).
+    The ``LLM_COMPRESSOR_LOG_*`` environment variables still win, as in llmcompressor."""
+    import sys
+
+    from llmcompressor.logger import LoggerConfig, configure_logger
+
+    if verbose:
+        configure_logger(LoggerConfig(console_log_level="INFO"))
+        return
+    configure_logger(LoggerConfig(console_log_level=None))  # its handlers removed, none added
+    if os.getenv("LLM_COMPRESSOR_LOG_LEVEL") is not None or os.getenv("LLM_COMPRESSOR_LOG_DISABLED") is not None:
+        return
+    from loguru import logger
+
+    logger.add(sys.stderr, level="WARNING", format="llmcompressor {level}: {message}",
+               filter=lambda r: r["level"].name != "METRIC")
 
 
 def calibration_windows(

@@ -32,30 +32,38 @@ import pandas as pd
 from ..evals.ruler import evaluate_ruler
 from ..evals.zeroshot import evaluate_zeroshot, paired_accuracy_change
 from ..hooks.edits import Edit
-from ..pipeline import StepContext, budget, register_family, register_step
+from ..models import Model
+from ..analysis import StepContext, atlas_budgets, budget, register_family, register_step
 from .audit import audit_overall, post_wo_audit
 from .closed_form import attention_before_after, closed_form_check, diag_summary, plot_diagonal
 from .compare import compare_edits
+from .config import DecompositionConfig
 from .heads import head_alpha_map, head_sensitivity, plot_head_maps
 from .mlp_carrier import carrier_table_wide, mlp_carrier_table
 from .observe import corpus_batches, parallel_profile, plot_profile, summarize_profile
-from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, PAPER,
-                      PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL, atlas_summary, headline,
-                      indication_note, paper_value)
+from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
+from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
+                      headline, indication_note, paper_value)
 from .sweeps import plot_sweep, sensitivity_sweep
 
 __all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
 
 
+# The budgets that are fields of the main job's config (same meaning there; the atlas defaults
+# are smaller): skip_first, context, profile_tokens. The rest are the atlas's own: the sweep and
+# comparison grids, the zero-shot / RULER / heads / MLP / closed-form sizes have no config field
+# (the steps that use them are not part of ``tlgeo run``). ``sweep_tokens`` is not ``tokens`` of
+# the config either: it sizes every sweep point and comparison condition (its cost says so), and 0
+# is not "all" there.
+_ConfigBudgets = atlas_budgets(DecompositionConfig, "", ("skip_first", "context", "profile_tokens"))
+
 
 @dataclass
-class DecompositionBudgets:
-    """Budgets of the directional-decomposition steps (tokens, tasks, lengths, resamples)."""
+class DecompositionBudgets(_ConfigBudgets):
+    """Budgets of the directional-decomposition steps (tokens, tasks, lengths, resamples);
+    ``config()`` gives the :class:`~.config.DecompositionConfig` of ``skip_first``, ``context``
+    and ``profile_tokens``."""
 
-    skip_first: int = budget(1, "leave the first n blocks unedited (the reference code: 1)")
-    context: int = budget(256, "tokens per window for perplexity, sweeps and the MLP carrier")
-    profile_tokens: int = budget(512, "tokens profiled (profile step)",
-                                 cost="~0.006 s per token (3 s at 512)")
     sweep_tokens: int = budget(512, "tokens scored per sweep point and comparison condition", flag="--tokens",
                                cost="~0.18 s per token: sweeps ~0.15 (78 s at 512), compare perplexity ~0.03")
     s_par_grid: tuple[float, ...] = budget((-1.0, 0.0, 0.5, 1.5, 3.0), "s_par values swept", item=float,
@@ -96,7 +104,7 @@ class DecompositionBudgets:
     closed_form_tokens: int = budget(64, "tokens of the closed-form check",
                                      cost="~0.04 s per token (2.6 s at 64)")
 
-    def check(self, model) -> None:
+    def check(self, model: Model) -> None:
         """Fail before any work when a budget does not fit ``model``."""
         if self.context > model.cfg.n_ctx:
             raise ValueError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
@@ -116,7 +124,7 @@ def _step_profile(ctx: StepContext) -> None:
                        "Per layer and site: the median over tokens of the parallel ratio |alpha| ||r|| / ||y_perp|| "
                        "of the update y against its reference r (position 0, the attention sink, left out). A ratio "
                        "above 1 means the update is mostly a rescaling of its reference; the paper's Figure 1 "
-                       "(Qwen3-4B) has the parallel part dominating.")
+                       f"({PAPER_PROFILE_MODEL}) has the parallel part dominating.")
     ctx.report.figure(plot_profile(summary),
                       f"Median parallel ratio per layer (x, integer block index) for each site (one line each, "
                       f"log y axis), {b.profile_tokens} tokens. Points above the dashed line at 1 are layers where "
@@ -317,7 +325,7 @@ def _step_mlp(ctx: StepContext) -> None:
     ctx.report.table(wide, "Δ mean NLL (nats) against the unedited model, one row per site (narrow: the last, "
                            "narrower down-projection block edited too, 'include', or left alone, 'skip'). "
                            "The perpendicular part carries the MLP when No-Perp is far larger than No-Para. "
-                           "Paper: Qwen3-0.6B.")
+                           f"Paper: {PAPER_SMALL_MODEL}.")
 
 
 _CF_EXPECTED = {"value_full": "exact (float rounding)", "value_excl_self": "exact (float rounding)",
@@ -363,6 +371,11 @@ def _step_closed_form(ctx: StepContext) -> None:
                            "(pick a head to view; only the diagonal differs).")
 
 
+def _paper_audit(site: str) -> str:
+    """``25.15% / 9.32% / 95.01%``: the paper's perturbation / energy / retained of ``site``."""
+    return " / ".join(f"{PAPER[('audit', site, f'{q} %')]:.2f}%" for q in ("perturbation", "energy", "retained"))
+
+
 @register_step("audit", FAMILY, ("audit_layers", "audit"),
                "post-W_O perturbation / energy / retained norm (Table 6)")
 def _step_audit(ctx: StepContext) -> None:
@@ -376,8 +389,8 @@ def _step_audit(ctx: StepContext) -> None:
     ctx.report.section("7. Post-W_O audit (Table 6)",
                        "At s_par = 0, all blocks edited: ||y~ − y||/||y|| (perturbation), its square (energy) and "
                        "||y~||/||y|| (retained) of the attention output after W_O, per token, averaged over tokens "
-                       "and blocks. Qwen3-0.6B in the paper: residual attention 25.15% / 9.32% / 95.01%; "
-                       "exclude-self 49.10% / 25.89% / 83.36%.")
+                       f"and blocks. {PAPER_SMALL_MODEL} in the paper: residual attention {_paper_audit('attn')}; "
+                       f"exclude-self {_paper_audit('value_excl_self')}.")
     shown = pd.DataFrame({"site": overall["site"]})
     for q in ("perturbation", "energy", "retained"):
         shown[f"{q} %"] = 100 * overall[f"{q}_mean"]

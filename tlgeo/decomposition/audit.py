@@ -49,6 +49,7 @@ from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
 from ..results import ResultLog
 from ..hooks.sites import get_site
+from ..models import Model
 
 __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 
@@ -138,7 +139,7 @@ def _audit_hooks(model, edit: Edit, layers: list[int], out: dict, skip_first_pos
 
 
 def post_wo_audit(
-    model,
+    model: Model,
     tokens: Int[Tensor, "batch pos"],
     *,
     sites: Iterable[str] = AUDIT_SITES,

@@ -40,27 +40,34 @@ of ``Delta B m = y_hat - y`` (rank-1 or not).
 Layout: pure tensor functions (no model) <- :func:`closed_form_hooks` (a pattern
 edit through :func:`tlgeo.hooks.adapter.site_hooks`) <- :func:`closed_form_check` (the
 numerical proof on a model, tidy DataFrames) and the figures.
+
+``s_par`` is checked once, where it enters: every public function takes a number, a tensor
+or a :class:`ParallelScale` (checked when it was made, not again); :func:`closed_form_check`
+and :func:`closed_form_hooks` make one and hand it down, so the hooks do not re-check it at
+every layer of every forward.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
 import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..hooks.edits import Edit
 from ..geometry.parallel import EPS, Scale, check_scale, compute_dtype
-from ..hooks.adapter import HookList, resolve_layers, site_hooks
-from .observe import check_tokens
-from ..hooks.sites import Site
 from ..geometry.value_space import expand_kv, self_weights
+from ..hooks.adapter import HookList, resolve_layers, site_hooks
+from ..hooks.edits import Edit
+from ..hooks.sites import Site
+from ..models import Model
+from .observe import check_tokens
 
 __all__ = [
     "VARIANTS",
+    "ParallelScale",
     "diag_delta",
     "value_diag_delta",
     "project_values",
@@ -89,15 +96,38 @@ def _check_variant(variant: str) -> str:
     return variant
 
 
+@dataclass(frozen=True)
+class ParallelScale:
+    """``s_par``, checked once when made: a finite number, or a tensor with finite entries."""
+
+    value: Scale
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", check_scale(self.value, "s_par"))
+
+
+SPar = Union[Scale, ParallelScale]  # what the public functions take as s_par
+
+
+def _scale(s_par: SPar) -> ParallelScale:
+    """``s_par`` as a :class:`ParallelScale`: one already made as it is, anything else checked now."""
+    return s_par if isinstance(s_par, ParallelScale) else ParallelScale(s_par)
+
+
+def _s_par(s_par: SPar) -> Scale:
+    """The checked value of ``s_par`` (see :func:`_scale`)."""
+    return _scale(s_par).value
+
+
 def diag_delta(
-    y: Float[Tensor, "... d"], v_self: Float[Tensor, "... d"], s_par: Scale, eps: float = EPS
+    y: Float[Tensor, "... d"], v_self: Float[Tensor, "... d"], s_par: SPar, eps: float = EPS
 ) -> Float[Tensor, "..."]:
     """``(s_par - 1) <y, v_self> / max(||v_self||^2, eps)`` in float32/64.
 
     Adding this to ``A_tt`` adds ``(s_par - 1) alpha v_self`` to the aggregate:
     the parallel edit of ``y`` relative to ``v_self`` (``s_perp = 1``).
     """
-    s_par = check_scale(s_par, "s_par")
+    s_par = _s_par(s_par)
     dt = compute_dtype(y, v_self)
     y, v = y.to(dt), v_self.to(dt)
     if isinstance(s_par, Tensor):
@@ -113,7 +143,7 @@ def _self_values(v: Tensor, q: int, n_heads: int) -> Tensor:
 def value_diag_delta(
     pattern: Float[Tensor, "batch head q k"],
     v: Float[Tensor, "batch k kv d_head"],
-    s_par: Scale,
+    s_par: SPar,
     exclude_self: bool = False,
     eps: float = EPS,
 ) -> Float[Tensor, "batch q head"]:
@@ -132,7 +162,7 @@ def value_diag_delta(
     v_self = _self_values(vv, q, n_heads)
     if exclude_self:
         o = o - self_weights(p).unsqueeze(-1) * v_self
-    return diag_delta(o, v_self, s_par, eps)
+    return diag_delta(o, v_self, s_par, eps)  # s_par is checked there, once
 
 
 def project_values(
@@ -147,7 +177,7 @@ def residual_diag_delta(
     attn_out: Float[Tensor, "batch q d_model"],
     z: Float[Tensor, "batch q d_model"],
     wo_v: Float[Tensor, "batch q d_model"],
-    s_par: Scale,
+    s_par: SPar,
     eps: float = EPS,
 ) -> Float[Tensor, "batch q"]:
     """``(s_par - 1) <attn_out, z> / <W_O v_t, z>``: one ``Delta A_tt`` per token for all heads.
@@ -156,7 +186,7 @@ def residual_diag_delta(
     ``W_O v_t`` is parallel to ``z``). The denominator's magnitude is clamped at
     ``eps`` with its sign kept (a zero denominator counts as positive).
     """
-    s_par = check_scale(s_par, "s_par")
+    s_par = _s_par(s_par)
     dt = compute_dtype(attn_out, z, wo_v)
     a, zz, w = attn_out.to(dt), z.to(dt), wo_v.to(dt)
     num = (a * zz).sum(-1)
@@ -192,7 +222,7 @@ def min_frobenius_update(
     y: Float[Tensor, "... d_y"],
     r: Float[Tensor, "... d_y"],
     m: Float[Tensor, "... d_m"],
-    s_par: Scale,
+    s_par: SPar,
     eps: float = EPS,
 ) -> Float[Tensor, "... d_y d_m"]:
     """``Delta B* = (s_par - 1) (y.r) / (||m||^2 ||r||^2) r m^T`` (squared norms clamped at ``eps``).
@@ -202,7 +232,7 @@ def min_frobenius_update(
     ``(s_par - 1) alpha r``, and ``Delta B*`` has the least Frobenius norm of all
     ``Delta B`` with that property.
     """
-    s_par = check_scale(s_par, "s_par")
+    s_par = _s_par(s_par)
     dt = compute_dtype(y, r, m)
     y, r, m = y.to(dt), r.to(dt), m.to(dt)
     if isinstance(s_par, Tensor):
@@ -229,15 +259,15 @@ _CF_SITES = {
 }
 
 
-def _attn_params(model, layer: int) -> tuple[Tensor, Tensor | None]:
+def _attn_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
     attn = model.blocks[layer].attn
     return attn.W_O, getattr(attn, "b_O", None)
 
 
 def closed_form_hooks(
-    model,
+    model: Model,
     variant: str,
-    s_par: Scale,
+    s_par: SPar,
     *,
     layers: int | Iterable[int] | None = None,
     skip_first: int = 0,
@@ -255,7 +285,8 @@ def closed_form_hooks(
     and ``local_par_rel_err``, the component of that difference along ``z`` over ``||attn_out||``.
     """
     _check_variant(variant)
-    s_par = check_scale(s_par, "s_par")
+    scale = _scale(s_par)  # s_par checked once, here
+    s_par = scale.value
     n_heads = model.cfg.n_heads
 
     def on_pattern(layer: int, pattern: Tensor, reads: Mapping[str, Tensor]) -> Tensor:
@@ -273,7 +304,7 @@ def closed_form_hooks(
                 attn_out = attn_out + b_O.to(attn_out.dtype)
             wo_v = project_values(_self_values(vv, q, n_heads), W_O)
             zq = z[:, z.shape[1] - q :].to(attn_out.dtype)
-            delta_tok = residual_diag_delta(attn_out, zq, wo_v, s_par, eps)  # [b, q]
+            delta_tok = residual_diag_delta(attn_out, zq, wo_v, scale, eps)  # [b, q]
             delta = delta_tok.unsqueeze(-1).expand(-1, -1, n_heads)
             if record is not None:
                 alpha = (attn_out * zq).sum(-1) / (zq * zq).sum(-1).clamp_min(eps)
@@ -284,7 +315,7 @@ def closed_form_hooks(
                 along_z = (diff * zq).sum(-1) / zq.norm(dim=-1).clamp_min(eps)
                 info["local_par_rel_err"] = (along_z.abs() / size).float().cpu()
         else:
-            delta = value_diag_delta(pattern, v, s_par, variant == "value_excl_self", eps)
+            delta = value_diag_delta(pattern, v, scale, variant == "value_excl_self", eps)
         if record is not None:
             info["a_self"] = self_weights(pattern).float().cpu()
             info["delta"] = delta.float().cpu()
@@ -364,9 +395,9 @@ def _diag_frame(variant: str, records: list) -> pd.DataFrame:
 
 
 def closed_form_check(
-    model,
+    model: Model,
     tokens: Int[Tensor, "batch pos"],
-    s_par: float = 0.0,
+    s_par: float | ParallelScale = 0.0,
     *,
     variants: Iterable[str] = VARIANTS,
     layers: int | Iterable[int] | None = None,
@@ -386,7 +417,7 @@ def closed_form_check(
     variants = [_check_variant(v) for v in variants]
     if not variants:
         raise ValueError("no variants given: choose from " + str(list(VARIANTS)))
-    s_par = check_scale(s_par, "s_par")
+    scale = _scale(s_par)  # s_par checked once, here
     chosen = resolve_layers(model.cfg, layers, skip_first)
     device = getattr(model.cfg, "device", None) or "cpu"
     tokens = tokens.to(device)
@@ -400,8 +431,8 @@ def closed_form_check(
         ref_store: dict = {}
         cf_store: dict = {}
         records: list = []
-        edit_hooks = Edit(variant, s_par=s_par, layers=tuple(chosen)).hooks(model)
-        cf_hooks = closed_form_hooks(model, variant, s_par, layers=chosen, record=records, eps=eps)
+        edit_hooks = Edit(variant, s_par=scale.value, layers=tuple(chosen)).hooks(model)
+        cf_hooks = closed_form_hooks(model, variant, scale, layers=chosen, record=records, eps=eps)
         with torch.inference_mode():
             ref_logits = model.run_with_hooks(tokens, fwd_hooks=edit_hooks + _capture_hooks(chosen, ref_store))
             cf_logits = model.run_with_hooks(tokens, fwd_hooks=cf_hooks + _capture_hooks(chosen, cf_store))
@@ -484,7 +515,7 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
 
 
 def attention_before_after(
-    model,
+    model: Model,
     tokens: Int[Tensor, "batch pos"],
     layer: int,
     variant: str = "value_excl_self",

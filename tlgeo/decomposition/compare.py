@@ -11,6 +11,7 @@ import pandas as pd
 from ..hooks.edits import Edit
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
+from ..models import Model
 
 __all__ = ["compare_edits", "removal_edits"]
 
@@ -32,7 +33,7 @@ def removal_edits(sites: Iterable[str], skip_first: int = 0) -> list[Edit]:
 
 
 def compare_edits(
-    model,
+    model: Model,
     text: str,
     edits: Iterable[Edit],
     *,

@@ -43,6 +43,7 @@ from ..results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import get_site
 from ..stats.resampling import benjamini_hochberg, paired_test
+from ..models import Model
 
 __all__ = [
     "head_alpha_map",
@@ -66,7 +67,7 @@ ALL = "all"
 
 
 def head_alpha_map(
-    model,
+    model: Model,
     tokens: Int[Tensor, "batch pos"] | str,
     site: str = "value_excl_self",
     *,
@@ -109,7 +110,7 @@ def head_alpha_map(
 
 
 def text_batches(
-    model,
+    model: Model,
     texts: Int[Tensor, "n pos"] | Sequence[str] | Sequence[Tensor],
     *,
     max_len: int | None = 512,
@@ -177,7 +178,7 @@ def _fingerprint(tokens: Tensor) -> str:
 
 
 def head_sensitivity(
-    model,
+    model: Model,
     texts_or_token_batches,
     site: str = "value_excl_self",
     layers: int | Iterable[int] | None = None,
@@ -356,7 +357,7 @@ def head_patch_hook(
     return (f"blocks.{layer}.attn.hook_z", patch)
 
 
-def patched_hooks(model, edits: Edit | Iterable[Edit], patches: Iterable[tuple[str, callable]]) -> HookList:
+def patched_hooks(model: Model, edits: Edit | Iterable[Edit], patches: Iterable[tuple[str, callable]]) -> HookList:
     """Edit hooks first, then patch hooks (the documented order, see the module docstring)."""
     edits = [edits] if isinstance(edits, Edit) else list(edits)
     return [h for e in edits for h in e.hooks(model)] + list(patches)
@@ -399,7 +400,7 @@ def head_edits(site: str, heads: Mapping[int, Sequence[int]], s_par: float = 0.0
 
 
 def selective_removal(
-    model,
+    model: Model,
     text: str | Tensor,
     sensitivity: pd.DataFrame,
     threshold: float | None = None,

@@ -60,6 +60,7 @@ from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hoo
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
 from ..hooks.sites import Site, Update
+from ..models import Model
 
 __all__ = [
     "NARROW",
@@ -242,7 +243,7 @@ def scale_output(
 # ---------------------------------------------------------------- model adapters
 
 
-def mlp_out_weights(model, layer: int) -> tuple[Float[Tensor, "d_mlp d_model"], Tensor | None]:
+def mlp_out_weights(model: Model, layer: int) -> tuple[Float[Tensor, "d_mlp d_model"], Tensor | None]:
     """``(W_out [d_mlp, d_model], b_out [d_model] or None)`` of block ``layer``'s MLP, as the
     bridge exposes them (``model.blocks[L].mlp.W_out`` / ``.b_out``)."""
     (layer,) = resolve_layers(model.cfg, layer)
@@ -264,7 +265,7 @@ def mlp_out_weights(model, layer: int) -> tuple[Float[Tensor, "d_mlp d_model"], 
 
 
 def carrier_reconstruction(
-    model, tokens: Int[Tensor, "batch pos"], layers: Iterable[int] | None = None
+    model: Model, tokens: Int[Tensor, "batch pos"], layers: Iterable[int] | None = None
 ) -> pd.DataFrame:
     """Per block: ``max |h @ W_out + b_out - mlp_out|`` (``max_abs_err``) and the same
     divided by ``max |mlp_out|`` (``rel_err``), with ``h = mlp.hook_post`` — checks the
@@ -350,7 +351,7 @@ class CarrierEdit:
     def is_noop(self) -> bool:
         return is_unit(self.s_par) and is_unit(self.s_perp)
 
-    def hooks(self, model) -> HookList:
+    def hooks(self, model: Model) -> HookList:
         """``(hook_name, fn)`` pairs for ``model``; validates the layers first."""
         resolve_layers(model.cfg, self.layers, self.skip_first)
         site = CARRIER_SITES[self.site]
@@ -390,7 +391,7 @@ _KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "narrow", "context", 
 
 
 def mlp_carrier_table(
-    model,
+    model: Model,
     text: str,
     max_tokens: int | None = 2048,
     context: int = 512,

@@ -18,13 +18,14 @@ from ..geometry.parallel import compute_dtype, cosine, norm_ratio, parallel_rati
 from ..hooks.adapter import HookList, site_hooks
 from ..evals.perplexity import corpus_batches
 from ..hooks.sites import DECOMPOSITION_SITES, get_site
+from ..models import Model
 
 __all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile", "plot_profile"]
 
 STATS = ("alpha", "parallel_ratio", "norm_ratio", "cosine")
 
 
-def check_tokens(model, tokens, min_len: int = 1) -> Tensor:
+def check_tokens(model: Model, tokens, min_len: int = 1) -> Tensor:
     """Return ``tokens`` if it is a non-empty ``[batch, pos]`` integer tensor that fits the
     model's context (at least ``min_len`` positions), else raise a ``ValueError`` saying why."""
     if isinstance(tokens, str):
@@ -67,7 +68,7 @@ def _observer_hooks(model, sites: Sequence[str], layers, records: list) -> HookL
 
 
 def parallel_profile(
-    model,
+    model: Model,
     tokens: Int[Tensor, "batch pos"] | str,
     *,
     sites: Iterable[str] = DECOMPOSITION_SITES,

@@ -1,9 +1,9 @@
 """What a directional-decomposition atlas directory shows, next to the paper.
 
-:data:`PAPER` holds the paper's reference numbers; :func:`atlas_summary` reads
-the headline rows back from an atlas directory's CSVs; :func:`headline` turns
-them into the sentences and warnings that open the report. Below the ``MIN_*``
-budgets a result is an indication only. Reads CSVs, runs no model.
+:func:`atlas_summary` reads the headline rows back from an atlas directory's CSVs;
+:func:`headline` turns them into the sentences and warnings that open the report,
+next to the paper's numbers (:mod:`.paper`; ``PAPER`` is re-exported here). Below
+the ``MIN_*`` budgets a result is an indication only. Reads CSVs, runs no model.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..pipeline import Headline
+from ..analysis import Headline
+from .paper import PAPER, PAPER_PROFILE, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 
 if TYPE_CHECKING:
     from .atlas import DecompositionBudgets
@@ -46,40 +47,6 @@ def paper_value(v) -> str:
     return v if isinstance(v, str) else f"{v:.2f}" if abs(v) >= 1 else f"{v:.4f}"  # the paper's decimals
 
 
-# The paper's reference numbers for the rows of :func:`atlas_summary` (spec sections 4, 5, 7):
-# zero-shot averages of Qwen3-1.7B (7 tasks), RULER-4k of Llama-3.2-3B, audit and MLP carrier
-# of Qwen3-0.6B. Sweep tolerance: exclude-self stays within 1 PPL point for s_par in [0, 1].
-PAPER = {
-    ("ppl", "value_excl_self s_par=0", "delta_ppl"): "< 1",
-    ("zeroshot", "unedited", "acc"): 61.61,
-    ("zeroshot", "attn s_par=0", "acc"): 59.16,
-    ("zeroshot", "value_full s_par=0", "acc"): 53.41,
-    ("zeroshot", "value_excl_self s_par=0", "acc"): 60.10,
-    ("zeroshot", "diag s_par=0", "acc"): 39.17,
-    ("ruler", "unedited", "score"): 86.91,
-    ("ruler", "value_full s_par=0.5", "score"): 84.81,
-    ("ruler", "value_excl_self s_par=0.5", "score"): 86.69,
-    ("ruler", "value_full s_par=0", "score"): 60.99,
-    ("ruler", "value_excl_self s_par=0", "score"): 75.64,
-    ("audit", "attn", "perturbation %"): 25.15,
-    ("audit", "attn", "energy %"): 9.32,
-    ("audit", "attn", "retained %"): 95.01,
-    ("audit", "value_excl_self", "perturbation %"): 49.10,
-    ("audit", "value_excl_self", "energy %"): 25.89,
-    ("audit", "value_excl_self", "retained %"): 83.36,
-    ("mlp_carrier", "residual mlp", "no_para"): 0.1165,
-    ("mlp_carrier", "residual mlp", "no_perp"): 15.96,
-    ("mlp_carrier", "h vs x", "no_para"): 0.0301,
-    ("mlp_carrier", "h vs x", "no_perp"): 13.42,
-    ("mlp_carrier", "y_g vs h_g", "no_para"): 0.0037,
-    ("mlp_carrier", "y_g vs h_g", "no_perp"): 13.33,
-    ("heads", "value_excl_self", "share alpha > 0"): "both signs",
-}
-# The paper's qualitative claims the headline tests against (no numbers to compare):
-PAPER_PROFILE = "the parallel part dominates (median parallel ratio > 1; Figure 1, Qwen3-4B)"
-PAPER_ZEROSHOT_MODEL = "Qwen3-1.7B, 7 tasks"
-PAPER_RULER_MODEL = "Llama-3.2-3B at 4k tokens"
-PAPER_SMALL_MODEL = "Qwen3-0.6B"
 
 
 def atlas_summary(out: str | Path) -> pd.DataFrame:

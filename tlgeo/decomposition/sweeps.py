@@ -38,6 +38,8 @@ from ..evals.perplexity import token_windows, tokenize_text
 from ..results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import UnknownSiteError, get_site
+from ..models import Model
+from .paper import S_PAR_GRID, S_PERP_GRID  # the paper's full grids (Figure 3)
 
 __all__ = [
     "S_PAR_GRID",
@@ -50,8 +52,6 @@ __all__ = [
     "plot_sweep",
 ]
 
-S_PAR_GRID: tuple[float, ...] = (-1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3)
-S_PERP_GRID: tuple[float, ...] = (0, 0.25, 0.5, 0.75, 1, 1.25, 1.5)
 SWEEP_SITES: tuple[str, ...] = ("value_excl_self", "value_full", "attn", "mlp", "block", "diag")
 
 KEY = ("site", "layer", "s_par", "s_perp", "skip_first", "context", "max_tokens", "corpus", "model")
@@ -306,7 +306,7 @@ def _frame(rows: list[dict], base: dict, columns: list[str]) -> pd.DataFrame:
 
 
 def sensitivity_sweep(
-    model,
+    model: Model,
     text: str | Tensor,
     *,
     sites: Sequence[str] = SWEEP_SITES,
@@ -351,7 +351,7 @@ def _point_edits(points, layer: int | None, **edit_kw) -> list[tuple[dict, Edit 
 
 
 def layer_sweep(
-    model,
+    model: Model,
     text: str | Tensor,
     site: str,
     layer: int,

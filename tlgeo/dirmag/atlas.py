@@ -15,47 +15,27 @@ With the defaults the three add about 80 s on SmolLM2 on a 2-core CPU.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from ..pipeline import Headline, StepContext, budget, register_family, register_step
+from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
 from .damage import damage_table, lm_damage, plot_damage, wikitext_sentences
-from .engine import SweepGrid
+from .config import DirmagConfig
 from .probes import default_probe_layers, direction_magnitude_probes, plot_probes
+from .paper import FULL_SEEDS, FULL_SENTENCES, PAPER_PROBES, PAPER_RATIOS
 from .syntax import agreement_pairs, blimp_damage, plot_blimp
 
 __all__ = ["FAMILY", "DirmagBudgets", "headline"]
 
 FAMILY = "dirmag"
-FULL_SENTENCES, FULL_SEEDS = 281, 5  # the notebook's budget; below it the step is an indication only
 
 
-@dataclass
-class DirmagBudgets:
-    """Budgets of the direction-vs-magnitude step."""
-
-    dirmag_sentences: int = budget(64, "WikiText sentences scored per perturbation (the notebook: 281)",
-                                   cost="~0.05 s per sentence and perturbation (SmolLM2, resumed at block 10)")
-    dirmag_seeds: int = budget(2, "perturbation seeds 42, 43, ... (the notebook: 5)",
-                               cost="~30 s per seed at the defaults (damage and BLiMP)")
-    dirmag_deltas: tuple[float, ...] = budget((5.0,), "absolute deltas (the paper's grid: 1,2,5,10,15,20)", item=float,
-                                              cost="~6 s per delta and seed at 64 sentences")
-    dirmag_norm_fractions: tuple[float, ...] = budget((0.25, 1.0), "deltas as fractions of the median state norm",
-                                                      item=float, cost="~6 s per fraction and seed at 64 sentences")
-    dirmag_mode: str = budget("exact", "exact: every token moves by delta; faithful: the authors' notebook",
-                              choices=("exact", "faithful"))
-    dirmag_blimp_pairs: int = budget(8, "BLiMP pairs per agreement paradigm (6 paradigms) under the perturbations "
-                                        "(0: skip)", cost="~1.5 s per pair at the defaults")
-    dirmag_probe_sentences: int = budget(80, "UD EWT sentences of each split for the direction/magnitude probes "
-                                             "(0: skip)", cost="~0.1 s per sentence (SmolLM2)")
-    dirmag_probe_layers: int = budget(4, "probed blocks, evenly spaced from the first to the last",
-                                      cost="~3 s per block at 80 sentences")
-
-    def grid(self) -> SweepGrid:
-        return SweepGrid(seeds=self.dirmag_seeds, mode=self.dirmag_mode, absolute=self.dirmag_deltas,
-                         norm_fractions=self.dirmag_norm_fractions)
+DirmagBudgets = atlas_budgets(
+    DirmagConfig, "dirmag_", ("sentences", "seeds", "absolute_deltas", "norm_fractions", "mode", "blimp_pairs",
+                              "probe_sentences", "probe_layer_count"),
+    rename={"absolute_deltas": "deltas", "probe_layer_count": "probe_layers"})
+DirmagBudgets.grid = lambda self: self.config().grid()  # the perturbation grid of the damage and BLiMP steps
 
 
 def _table(out: Path) -> pd.DataFrame | None:
@@ -73,8 +53,7 @@ def _damage_headline(path: Path) -> Headline:
         f"norm) the angle perturbation does {ratio(lo)} the loss damage of the magnitude one "
         f"({lo['angle_damage']:.3g} vs {lo['magnitude_damage']:.3g} nats); at delta {hi['delta']:g} "
         f"({100 * hi['delta_over_norm']:.0f} %) {ratio(hi)} ({hi['angle_damage']:.3g} vs {hi['magnitude_damage']:.3g}). "
-        "The paper: 42.9x at delta 1 and 5.4x at 5 in LayerNorm Pythia-410M, reversed (0.2x at delta 1-2) in "
-        "RMSNorm TinyLlama."]
+        f"The paper: {PAPER_RATIOS}."]
     warnings = []
     n, seeds = int(df["n_sentences"].iloc[0]), int(df["seed"].nunique())
     if n < FULL_SENTENCES or seeds < FULL_SEEDS:
@@ -93,8 +72,8 @@ def headline(out: Path, budgets: DirmagBudgets | None = None) -> Headline:
         best = up.groupby("features")["score"].max()
         h = Headline(list(h.sentences) + [
             f"Probes: the best part-of-speech accuracy from the direction h/||h|| is {best['direction']:.1f} %, from "
-            f"the norm ||h|| {best['magnitude']:.1f} % (majority tag {up['baseline'].iloc[0]:.1f} %; the paper: 81.6 "
-            "vs 29.7 %)."], list(h.warnings))
+            f"the norm ||h|| {best['magnitude']:.1f} % (majority tag {up['baseline'].iloc[0]:.1f} %; the paper: "
+            f"{PAPER_PROBES[('upos', 'direction')]} vs {PAPER_PROBES[('upos', 'magnitude')]} %)."], list(h.warnings))
     return h
 
 
@@ -177,7 +156,8 @@ def _step_probes(ctx: StepContext) -> None:
         f"blocks {', '.join(map(str, layers))}, trained on {b.dirmag_probe_sentences} UD English EWT dev sentences "
         f"({int(df['n_train'].iloc[0])} words) and scored on as many test sentences. Best POS accuracy: direction "
         f"{best.get('direction', float('nan')):.1f} %, magnitude {best.get('magnitude', float('nan')):.1f} % (majority "
-        f"tag {up['baseline'].iloc[0]:.1f} %). The paper (Pythia-410M): 81.6 vs 29.7 %, and the magnitude carries "
+        f"tag {up['baseline'].iloc[0]:.1f} %). The paper (Pythia-410M): {PAPER_PROBES[('upos', 'direction')]} vs "
+        f"{PAPER_PROBES[('upos', 'magnitude')]} %, and the magnitude carries "
         "parse depth.")
     ctx.report.figure(plot_probes(df), "Held-out probe score per block with a bootstrap CI over test sentences; "
                                        "dashed: the majority tag / the training mean.")

@@ -25,13 +25,11 @@ import pandas as pd
 
 from ..data import load_text
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
+from .paper import PAPER_DAMAGE
 
 __all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table", "plot_damage",
            "token_damage", "token_damage_view"]
 
-# Pythia-410M, layers 8-15 (spec): damage (magnitude, angle) per delta; baseline loss 4.107
-PAPER_DAMAGE = {1.0: (0.009, 0.368), 2.0: (0.042, 0.983), 5.0: (0.700, 3.757), 10.0: (3.262, 7.061),
-                15.0: (4.600, 7.718), 20.0: (5.433, 7.750)}
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1")
 
 

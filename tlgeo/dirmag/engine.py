@@ -31,11 +31,11 @@ from ..hooks.adapter import HookList
 from ..hooks.perturb import KINDS, Perturbation
 from ..hooks.resume import resume_forward
 from ..results import ResultLog
+from .paper import PAPER_DELTAS
 
 __all__ = ["PAPER_DELTAS", "RELATIVE_DELTAS", "SweepGrid", "delta_grid", "CleanPass", "clean_pass",
            "perturbed_scores", "sentence_batches", "sentence_nll"]
 
-PAPER_DELTAS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0)
 RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 
 
@@ -53,7 +53,8 @@ class SweepGrid:
 
     ``deltas=None``: :func:`delta_grid` of the clean median norm, i.e. ``absolute``
     and ``norm_fractions`` x that norm (``relative``: :data:`RELATIVE_DELTAS`).
-    ``layers=None``: the middle third of the blocks. The rest as
+    ``layers=None``: the middle third of the blocks. ``only``: the (kind, seed) work units to
+    run, the rest of the grid left out (for a split run that is merged later). The rest as
     :class:`~tlgeo.hooks.perturb.Perturbation`. Bad values fail at once.
     """
 
@@ -66,6 +67,7 @@ class SweepGrid:
     flip: str = "allow"
     absolute: tuple[float, ...] = PAPER_DELTAS
     norm_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
+    only: tuple[tuple[str, int], ...] | None = None  # work units: the (kind, seed) pairs to run (None: all)
 
     def __post_init__(self):
         kinds = tuple(self.kinds)
@@ -73,6 +75,8 @@ class SweepGrid:
         if bad or not kinds:
             raise ValueError(f"unknown perturbation kind(s) {bad or list(kinds)}; choose from {KINDS}")
         object.__setattr__(self, "kinds", kinds)
+        if self.only is not None:
+            object.__setattr__(self, "only", tuple((str(k), int(i)) for k, i in self.only))
         if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
             raise ValueError(f"seeds must be a positive integer, got {self.seeds!r}")
         if self.deltas is not None:
@@ -109,7 +113,8 @@ class SweepGrid:
         log = ResultLog(log_path, key) if log_path is not None else None
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
-        grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)]
+        grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)
+                if self.only is None or (k, 42 + i) in self.only]
         if progress:
             from tqdm.auto import tqdm
 

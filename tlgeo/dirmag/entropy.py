@@ -19,10 +19,10 @@ import torch
 
 from ..geometry.value_space import pattern_entropy
 from .engine import SweepGrid, perturbed_scores
+from .paper import PAPER_ENTROPY
 
 __all__ = ["PAPER_ENTROPY", "entropy_hooks", "attention_entropy"]
 
-PAPER_ENTROPY = {"clean": 1.031, "angle": 0.129, "magnitude": 0.025}  # shifts at delta = 5
 KEY = ("kind", "delta", "seed", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
 
 

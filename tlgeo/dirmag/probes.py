@@ -22,11 +22,11 @@ import torch
 from ..evals.sentences import sentence_batches
 from ..evals.treebank import TreebankSentence, first_subtokens
 from ..stats.probes import FEATURES, fit_probe, probe_features
+from .paper import PAPER_PROBES
 
 __all__ = ["PAPER_PROBES", "PROBE_TASKS", "WordStates", "word_states", "default_probe_layers",
            "direction_magnitude_probes", "plot_probes"]
 
-PAPER_PROBES = {("upos", "direction"): 81.6, ("upos", "magnitude"): 29.7}  # accuracy %, Pythia-410M
 PROBE_TASKS = {"upos": "classify", "depth": "regress"}
 KEY = ("layer", "task", "features", "train_sentences", "test_sentences")
 

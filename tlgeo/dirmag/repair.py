@@ -31,12 +31,11 @@ from typing import Sequence
 import pandas as pd
 
 from .engine import SweepGrid, perturbed_scores
+from .paper import PAPER_RECOVERY
 
 __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair", "plot_repair"]
 
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
-PAPER_RECOVERY = {("attn", "angle"): 28.4, ("attn", "magnitude"): 15.2, ("norm", "magnitude"): 29.9,
-                  ("norm", "angle"): 13.7}  # %, Pythia-410M, delta = 5
 KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "layers", "relative", "n_sentences",
        "text_sha1")
 

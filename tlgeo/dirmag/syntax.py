@@ -17,10 +17,10 @@ import pandas as pd
 
 from ..evals.blimp import AGREEMENT, MinimalPair, accuracy_rows, load_blimp, pair_correct
 from .engine import SweepGrid, perturbed_scores
+from .paper import PAPER_BLIMP
 
 __all__ = ["PAPER_BLIMP", "agreement_pairs", "blimp_damage", "plot_blimp"]
 
-PAPER_BLIMP = {0.0: (89.5, 89.5), 5.0: (69.1, 87.9), 10.0: (56.0, 77.1), 15.0: (53.5, 67.4)}  # (magnitude, angle)
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "text_sha1")
 
 

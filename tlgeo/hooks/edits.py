@@ -28,6 +28,7 @@ from ..geometry.parallel import Scale, is_unit, check_scale, scaled_delta
 from .adapter import HookList, resolve_heads, resolve_layers, site_hooks
 from .sites import Site, get_site
 from ..geometry.value_space import scale_diagonal
+from .intervention import intervene
 
 __all__ = ["Edit", "edit_hooks", "edit", "scale_update"]
 
@@ -156,6 +157,5 @@ def edit(model, *edits: Edit | str, **kwargs) -> Iterator[object]:
         edits = (Edit(edits[0], **kwargs),)
     elif kwargs:
         raise TypeError("pass keyword arguments only with a single site name")
-    hooks: HookList = [h for e in edits for h in e.hooks(model)]
-    with model.hooks(fwd_hooks=hooks):
+    with intervene(model, *edits):
         yield model

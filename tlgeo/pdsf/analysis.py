@@ -1,10 +1,25 @@
-"""The PDSF analysis of one model: the geometry of a prompt set at every layer, and persistent
-rotations during generation; each records how the prompts were encoded.
+"""The PDSF analysis of one model, on the analysis contract: ``run(model, PDSFConfig(...)) ->
+PDSFResult``: the geometry of a prompt set at every layer, single-pass edits at the last prompt
+token, and persistent rotations during generation; each table records how the prompts were
+encoded.
+
+Work units (:func:`units`): ``("geometry",)`` (one unit: D and S are fitted across the
+prompts), ``("single_pass", condition)`` per single-pass condition and ``("generation",
+condition)`` per rotated subspace. Every random draw is seeded by ``seed``, the prompt and the
+repeat, never by the other conditions of the call, so a run over some units followed by
+:meth:`PDSFResult.merge` equals a run over all of them. The unedited continuations, and the
+static/dynamic split of F along them (the ``dynamics`` tables), are what every generation
+condition starts from: each generation unit brings them (the same rows; merging keeps one copy).
+With ``out`` each stage's tables are merged into ``out`` as soon as it is done; every stage
+logs what it finished to a JSON-lines log in ``log`` (default ``out``): ``pdsf_geometry.jsonl``,
+``pdsf_single_pass.jsonl`` (per condition) and ``pdsf_generation.jsonl`` (per condition), so
+an interrupted run resumes.
 
 * :func:`pdsf_states`: encode a prompt set, collect its last-token states and prediction
   directions (one forward per batch);
-* :func:`run_geometry`: :func:`tlgeo.pdsf.geometry.pdsf_geometry` on them;
-* :func:`run_single_pass`: :func:`tlgeo.pdsf.single_pass.single_pass` (one forward per edit);
+* :func:`run_geometry`: :func:`tlgeo.pdsf.geometry.pdsf_geometry` on them, resumable;
+* :func:`run_single_pass`: :func:`tlgeo.pdsf.single_pass.single_pass` (one forward per edit),
+  resumable condition by condition;
 * :func:`run_generation`: :func:`tlgeo.pdsf.interventions.persistent_rotations`, one condition
   at a time, each finished condition (and the unedited continuations, and the static/dynamic
   split of F along them, :func:`tlgeo.pdsf.dynamics.f_dynamics`) a line of the resume log.
@@ -14,33 +29,42 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, ClassVar, Sequence
 
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
+from ..analysis import Analysis, Result, Table, register_analysis
+from ..models import Model, model_label
 from ..results import ResultLog
+from .config import PDSFConfig
 from .dynamics import f_dynamics
 from .geometry import PDSFGeometry, pdsf_geometry
 from .interventions import (CONDITIONS, default_layer, divergence_summary, frame_shift_base_rate, frame_shifts,
                             persistent_rotations)
-from .single_pass import DEFAULT_SINGLE_PASS, single_pass, single_pass_layer, single_pass_summary
+from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_pass_layer, single_pass_summary
 from .prompts import Encoding, PromptSet, encode_prompts
 from .states import PromptStates, directions, final_norm_scale, last_token_states
 
 KL_CACHE_BYTES = 2 * 2**30
 
 __all__ = ["PDSFStates", "pdsf_states", "run_geometry", "run_single_pass", "SinglePassResult", "run_generation",
-           "GenerationResult"]
+           "GenerationResult", "PDSFResult", "units", "run", "stage_states", "LOGS"]
+
+LOGS = {"geometry": "pdsf_geometry.jsonl", "single_pass": "pdsf_single_pass.jsonl",
+        "generation": "pdsf_generation.jsonl"}  # the resume log of each stage, in ``log``
 
 
 @dataclass
 class PDSFStates:
     prompts: PromptSet
-    tokens: list[torch.Tensor]
+    tokens: list[Int[Tensor, "pos"]]
     encoding: Encoding
     states: PromptStates
-    u: torch.Tensor
+    u: Float[Tensor, "n d"]
     fold_norm: bool
 
     def settings(self) -> dict:
@@ -48,7 +72,7 @@ class PDSFStates:
                 "fold_norm": self.fold_norm}
 
 
-def pdsf_states(model, prompts: PromptSet, *, template: str = "raw", bos: bool | None = None,
+def pdsf_states(model: Model, prompts: PromptSet, *, template: str = "raw", bos: bool | None = None,
                 fold_norm: bool = False, batch_size: int = 16) -> PDSFStates:
     """Encode ``prompts``, collect their last-token states, and the prediction direction of each
     prompt's final argmax token (raw unembedding, or with the final norm's scale folded in)."""
@@ -59,21 +83,40 @@ def pdsf_states(model, prompts: PromptSet, *, template: str = "raw", bos: bool |
     return PDSFStates(prompts, tokens, enc, ps, directions(model, ps.predicted, fold_norm=fold_norm), fold_norm)
 
 
-def run_geometry(model, st: PDSFStates, *, mode: str = "exact", k_D: int | None = None, k_S: int | None = None,
-                 layers: Sequence[int] | None = None, complexity: bool = True, seed: int = 0,
-                 prediction: str = "final") -> PDSFGeometry:
+def _frame(records: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame.from_records(records)
+
+
+def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int | None = None,
+                 k_S: int | None = None, layers: Sequence[int] | None = None, complexity: bool = True, seed: int = 0,
+                 prediction: str = "final", log_path: str | os.PathLike | None = None,
+                 progress: bool = False) -> PDSFGeometry:
     """The geometry tables, each row carrying the encoding settings and the model's width.
     ``prediction``: ``final`` (the model's argmax, the authors') or ``lens`` (each state's own
-    logit-lens argmax through the final norm and the unembedding)."""
+    logit-lens argmax through the final norm and the unembedding). With ``log_path`` the tables
+    are a line of that JSON-lines log, read back by a rerun with the same settings."""
     if prediction not in ("final", "lens"):
         raise ValueError(f"prediction must be 'final' or 'lens', got {prediction!r}")
-    u = st.u if prediction == "final" else torch.stack(
-        [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
-    g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=model.W_U.detach().float().cpu(),
-                      norm_scale=final_norm_scale(model), layers=layers, k_D=k_D, k_S=k_S, mode=mode,
-                      complexity=complexity, seed=seed)
     meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
-    return PDSFGeometry(g.layers.assign(**meta), g.parts.assign(**meta))
+    key = {"stage": "geometry", "model": model_label(model), **meta, "k_D": k_D, "k_S": k_S,
+           "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed}
+    log = ResultLog(log_path, key=tuple(key)) if log_path else None
+    row = log.get(**key) if log else None
+    if row is not None:
+        if progress:
+            print(f"geometry: read back from {log_path}")
+    else:
+        u = st.u if prediction == "final" else torch.stack(
+            [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
+        g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=model.W_U.detach().float().cpu(),
+                          norm_scale=final_norm_scale(model), layers=layers, k_D=k_D, k_S=k_S, mode=mode,
+                          complexity=complexity, seed=seed)
+        # the tables as records (a JSON line), read back the same way whether fresh or resumed
+        row = {**key, "tables": {"layers": g.layers.assign(**meta).to_dict("records"),
+                                 "parts": g.parts.assign(**meta).to_dict("records")}}
+        if log:
+            log.add(row)
+    return PDSFGeometry(_frame(row["tables"]["layers"]), _frame(row["tables"]["parts"]))
 
 
 @dataclass
@@ -86,19 +129,40 @@ class SinglePassResult:
     summary: pd.DataFrame
 
 
-def run_single_pass(model, st: PDSFStates, *, conditions: Sequence[str] = DEFAULT_SINGLE_PASS, mode: str = "exact",
-                    layer: int | None = None, alpha: float = 0.5, repeats: int = 3, rotation: str = "haar",
-                    seed: int = 42, batch_size: int = 16) -> SinglePassResult:
+def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
+                    mode: str = "exact", layer: int | None = None, alpha: float = 0.5, repeats: int = 3,
+                    rotation: str = "haar", seed: int = 42, batch_size: int = 16,
+                    log_path: str | os.PathLike | None = None, progress: bool = False) -> SinglePassResult:
     """Single-pass edits at state ``layer`` (default the authors' ``max(1, int(0.15 L))``) of the
-    prompts' last token, every table carrying the settings."""
+    prompts' last token, every table carrying the settings. With ``log_path`` each finished
+    condition is a line of that JSON-lines log, and a rerun with the same settings runs only the
+    conditions it lacks."""
     layer = single_pass_layer(model.cfg.n_layers) if layer is None else layer
     if not 1 <= layer <= model.cfg.n_layers:
         raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
-    rows, angles = single_pass(model, st.tokens, st.prompts.groups, st.states.states[layer], st.u, layer=layer,
-                               conditions=conditions, mode=mode, alpha=alpha, repeats=repeats, seed=seed,
-                               rotation_kind=rotation, batch_size=batch_size)
+    conditions = list(conditions)
     meta = {**st.settings(), "mode": mode, "layer": layer, "alpha": alpha, "repeats": repeats, "rotation": rotation,
             "seed": seed}
+    key = {"model": model_label(model), **meta}
+    log = ResultLog(log_path, key=("condition", *key)) if log_path else None
+    done = {c: row for c in conditions if log and (row := log.get(condition=c, **key)) is not None}
+    todo = [c for c in conditions if c not in done]
+    if progress and done:
+        print(f"single pass: {', '.join(done)} read back from {log_path}" + (f"; running {', '.join(todo)}" if todo else ""))
+
+    def finished(c: str, rows: pd.DataFrame, angles: pd.DataFrame) -> None:
+        # as records (a JSON line), read back the same way whether fresh or resumed
+        done[c] = {"condition": c, **key, "rows": rows.to_dict("records"), "angles": angles.to_dict("records")}
+        if log:
+            log.add(done[c])
+
+    if todo:
+        single_pass(model, st.tokens, st.prompts.groups, st.states.states[layer], st.u, layer=layer, conditions=todo,
+                    mode=mode, alpha=alpha, repeats=repeats, seed=seed, rotation_kind=rotation, batch_size=batch_size,
+                    on_condition=finished)
+    rows = batch_order(pd.concat([_frame(done[c]["rows"]) for c in conditions], ignore_index=True), conditions,
+                       batch_size)
+    angles = pd.concat([_frame(done[c]["angles"]) for c in conditions], ignore_index=True)
     return SinglePassResult(rows.assign(**{k: v for k, v in meta.items() if k != "layer"}), angles.assign(**meta),
                             single_pass_summary(rows).assign(**meta))
 
@@ -115,7 +179,7 @@ class GenerationResult:
     steps: pd.DataFrame
 
 
-def run_generation(model, st: PDSFStates, *, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
+def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
                    layer: int | None = None, max_new_tokens: int = 64, rotation: str = "haar", seed: int = 42,
                    batch_size: int = 16, log_path: str | os.PathLike | None = None,
                    progress: bool = False) -> GenerationResult:
@@ -152,6 +216,10 @@ def run_generation(model, st: PDSFStates, *, conditions: Sequence[str] = CONDITI
     vocab = model.cfg.d_vocab
     kl_cache = {} if len(st.tokens) * max_new_tokens * vocab * 4 <= KL_CACHE_BYTES else None
     frames = []
+    if progress and log:
+        resumed = [c for c in conditions if log.done(stage="generation", condition=c, **settings)]
+        if resumed:
+            print(f"persistent rotations: {', '.join(resumed)} read back from {log_path}")
     it = list(conditions)
     if progress:
         from tqdm.auto import tqdm
@@ -179,3 +247,140 @@ def run_generation(model, st: PDSFStates, *, conditions: Sequence[str] = CONDITI
     summary = divergence_summary(df).assign(**settings, frame_shift_base_pct=100 * base_rate)
     return GenerationResult(df, summary,
                             pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta))
+
+
+# ---------------------------------------------------------------------------
+# the analysis contract: PDSFConfig -> run -> PDSFResult
+# ---------------------------------------------------------------------------
+
+_ENC = ("model", "prompt_set", "n_prompts", "template", "bos", "fold_norm", "mode")
+_GEO = (*_ENC, "prediction", "layer")
+_SP = (*_ENC, "layer", "alpha", "repeats", "rotation", "seed", "condition")
+_GEN = (*_ENC, "rotation", "seed", "max_new_tokens", "layer", "condition")
+_DYN = (*_ENC, "anchor", "max_new_tokens", "layer")
+
+
+@dataclass
+class PDSFResult(Result):
+    """The tables of ``tlgeo pdsf`` (``None`` for a stage not run), each row with its model and
+    settings: ``layers`` (one per state) and ``parts`` (per state and part) of the geometry;
+    ``single_pass`` (per condition, prompt and repeat), ``single_pass_angles`` (per condition and
+    later state), ``single_pass_summary`` (per condition); ``generation`` (per condition and
+    prompt), ``generation_summary`` (per condition), ``dynamics`` (F along the unedited
+    continuations, per layer) and ``dynamics_steps`` (per layer and step)."""
+
+    layers: pd.DataFrame | None = None
+    parts: pd.DataFrame | None = None
+    single_pass: pd.DataFrame | None = None
+    single_pass_angles: pd.DataFrame | None = None
+    single_pass_summary: pd.DataFrame | None = None
+    generation: pd.DataFrame | None = None
+    generation_summary: pd.DataFrame | None = None
+    dynamics: pd.DataFrame | None = None
+    dynamics_steps: pd.DataFrame | None = None
+
+    TABLES = (
+        Table("layers", _GEO, "pdsf_layers.csv"),
+        Table("parts", (*_GEO, "part"), "pdsf_parts.csv"),
+        Table("single_pass", (*_SP, "prompt", "repeat"), "pdsf_single_pass.csv.gz"),
+        Table("single_pass_angles", (*_SP, "state"), "pdsf_single_pass_angles.csv"),
+        Table("single_pass_summary", _SP, "pdsf_single_pass_summary.csv"),
+        Table("generation", (*_GEN, "prompt"), "pdsf_generation.csv.gz"),
+        Table("generation_summary", _GEN, "pdsf_generation_summary.csv"),
+        Table("dynamics", _DYN, "pdsf_dynamics.csv"),
+        Table("dynamics_steps", (*_DYN, "step"), "pdsf_dynamics_steps.csv"),
+    )
+    STAGE_TABLES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "geometry": ("layers", "parts"),
+        "single_pass": ("single_pass", "single_pass_angles", "single_pass_summary"),
+        "generation": ("generation", "generation_summary", "dynamics", "dynamics_steps")}
+
+
+def units(model: Model, cfg: PDSFConfig) -> list[tuple]:
+    """``("geometry",)``, then ``("single_pass", condition)`` and ``("generation", condition)`` for
+    every condition of the stages ``cfg`` runs."""
+    out: list[tuple] = [("geometry",)] if cfg.stage_runs("geometry") else []
+    out += [("single_pass", c) for c in cfg.single_pass_conditions()]
+    out += [("generation", c) for c in cfg.generation_conditions()]
+    return out
+
+
+def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates | None = None) -> PDSFStates:
+    """The encoded prompts and states a stage runs on (the single pass reuses ``geometry``'s
+    where it runs on the same prompts)."""
+    if stage == "single_pass" and geometry is not None and cfg.single_pass_shares_geometry_prompts():
+        return geometry
+    prompts = {"geometry": cfg.geometry_prompts, "single_pass": cfg.single_pass_prompts,
+               "generation": cfg.generation_prompts}[stage]()
+    return pdsf_states(model, prompts, **cfg.encoding())
+
+
+def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
+        units: Sequence[tuple] | None = None, progress: bool = False,
+        on_table: Callable[[str, pd.DataFrame], None] | None = None) -> PDSFResult:
+    """Every stage ``cfg`` asks for, on ``units`` (default all): the geometry, the single-pass
+    edits, the persistent rotations (with the static/dynamic split of F). With ``out`` each
+    stage's tables are merged into ``out`` as soon as it is done; its resume log is in ``log``
+    (default ``out``). ``progress``: a line per stage and progress bars; ``on_table(name, df)``
+    after each table (the CLI prints some)."""
+    cfg.check(model)  # before any work
+    every = _units(model, cfg)
+    chosen = every if units is None else [tuple(u) for u in units]
+    unknown = [u for u in chosen if u not in every]
+    if unknown:
+        raise ValueError(f"unknown unit(s) {unknown}; this config has {every}")
+    log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
+    logs = (lambda stage: log_dir / LOGS[stage]) if log_dir is not None else (lambda stage: None)
+    label = model_label(model)
+    tables: dict[str, pd.DataFrame] = {}
+
+    def finish(stage: str, got: dict[str, pd.DataFrame]) -> None:
+        tables.update(got)
+        if out is not None:
+            PDSFResult(**got).save(out)
+        if on_table is not None:
+            for name in PDSFResult.STAGE_TABLES[stage]:
+                on_table(name, got[name])
+
+    geo_st = None
+    if ("geometry",) in chosen:
+        geo_st = stage_states(model, cfg, "geometry")
+        if progress:
+            print(f"{len(geo_st.prompts)} {cfg.prompts} prompts ({geo_st.encoding.template}, BOS "
+                  f"{'on' if geo_st.encoding.bos else 'off'}); geometry at {geo_st.states.n_layers + 1} states")
+        g = run_geometry(model, geo_st, **cfg.geometry_args(), log_path=logs("geometry"), progress=progress)
+        finish("geometry", {"layers": g.layers.assign(model=label), "parts": g.parts.assign(model=label)})
+    single = [c for c in cfg.single_pass_conditions() if ("single_pass", c) in chosen]
+    if single:
+        st = stage_states(model, cfg, "single_pass", geo_st)
+        if progress:
+            print(f"single-pass edits on {len(st.prompts)} {cfg.prompts} prompts: {', '.join(single)}")
+        sp = run_single_pass(model, st, conditions=single, **cfg.single_pass_args(), log_path=logs("single_pass"),
+                             progress=progress)
+        layer = sp.summary["layer"].iloc[0]
+        finish("single_pass", {"single_pass": sp.rows.assign(model=label, layer=layer),
+                               "single_pass_angles": sp.angles.assign(model=label),
+                               "single_pass_summary": sp.summary.assign(model=label)})
+    gen = [c for c in cfg.generation_conditions() if ("generation", c) in chosen]
+    if gen:
+        gst = stage_states(model, cfg, "generation")
+        if progress:
+            print(f"persistent rotations on {len(gst.prompts)} {cfg.generate} prompts, {cfg.new_tokens} tokens: "
+                  f"{', '.join(gen)}")
+        res = run_generation(model, gst, conditions=gen, **cfg.generation_args(), log_path=logs("generation"),
+                             progress=progress)
+        layer = res.summary["layer"].iloc[0]
+        finish("generation", {
+            "generation": res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=label, layer=layer),
+            "generation_summary": res.summary.assign(model=label),
+            "dynamics": res.dynamics.assign(model=label), "dynamics_steps": res.steps.assign(model=label)})
+    return PDSFResult(**tables)
+
+
+_units = units
+
+ANALYSIS = register_analysis(Analysis(
+    "pdsf", PDSFConfig, run, PDSFResult, units,
+    "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed paper 001)",
+    tiny=dict(geometry_per_group=2, layers=(0, 2), single_pass=("D_rotate", "F_attenuate"), single_pass_per_group=1,
+              repeats=1, per_group=1, new_tokens=3, conditions=("D", "random"))))

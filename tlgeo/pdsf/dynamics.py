@@ -21,10 +21,12 @@ from typing import Sequence
 
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.rotation import complement_part
 from ..geometry.subspaces import fit_pdsf, own_bases, participation_ratio
+from ..models import Model
 from .generation import left_pad
 
 __all__ = ["FDynamics", "f_dynamics", "dynamic_basis"]
@@ -45,7 +47,7 @@ class FDynamics:
     basis_layer: int | None
 
 
-def dynamic_basis(cov: Tensor, bounds: tuple[int, int] = DYNAMIC_BOUNDS) -> tuple[Tensor, float]:
+def dynamic_basis(cov: Float[Tensor, "d d"], bounds: tuple[int, int] = DYNAMIC_BOUNDS) -> tuple[Float[Tensor, "d k"], float]:
     """``(top eigenvectors of a covariance [d, k], its participation ratio)``, ``k = round(PR)``
     clipped to ``bounds`` and ``d``."""
     ev, vec = torch.linalg.eigh(cov.double())
@@ -68,9 +70,11 @@ def _f_parts(x: Tensor, u: Tensor, basis, mode: str) -> Tensor:
     return complement_part(x, (u[:, :, None], d_b, s_b))
 
 
-def f_dynamics(model, prompts: Sequence[Tensor], continuations: Tensor, prompt_states: Tensor, u: Tensor, *,
+def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuations: Int[Tensor, "n steps"],
+               prompt_states: Float[Tensor, "states n d"], u: Float[Tensor, "n d"], *,
                layers: Sequence[int] | None = None, mode: str = "exact", anchor: str = "prompt",
-               basis_layer: int | None = None, batch_size: int = 16, u_steps: Tensor | None = None) -> FDynamics:
+               basis_layer: int | None = None, batch_size: int = 16,
+               u_steps: Float[Tensor, "n steps d"] | None = None) -> FDynamics:
     """The static/dynamic split of F along ``continuations [n, T]`` of ``prompts``; bases fitted on
     ``prompt_states [L + 1, n, d]`` (the prompts' last-token states) with directions ``u [n, d]``.
     ``anchor="step"`` needs ``u_steps [n, T, d]`` (the directions of the generated tokens)."""

@@ -18,16 +18,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
+from ..models import Model
 
 __all__ = ["left_pad", "greedy_continuations", "divergence_step", "teacher_forced_kl"]
 
 EditFn = Callable[[np.ndarray, int], SubspaceEdit | ComplementEdit | None]
 
 
-def left_pad(model, prompts: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+def left_pad(model: Model, prompts: Sequence[Int[Tensor, "pos"]]) -> tuple[Int[Tensor, "b T"], Int[Tensor, "b T"]]:
     """``(tokens, attention_mask)`` ``[b, T]``, left-padded."""
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
     t = max(len(p) for p in prompts)
@@ -39,8 +41,9 @@ def left_pad(model, prompts: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
     return toks, mask
 
 
-def greedy_continuations(model, prompts: Sequence[Tensor], max_new_tokens: int = 64, *, batch_size: int = 16,
-                         edit: EditFn | None = None, use_cache: bool = True) -> Tensor:
+def greedy_continuations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], max_new_tokens: int = 64, *,
+                         batch_size: int = 16, edit: EditFn | None = None,
+                         use_cache: bool = True) -> Int[Tensor, "n new_tokens"]:
     """``[n, max_new_tokens]`` greedy continuation tokens (no stop at EOS)."""
     if not prompts:
         raise ValueError("an empty prompt set")
@@ -70,7 +73,7 @@ def greedy_continuations(model, prompts: Sequence[Tensor], max_new_tokens: int =
     return torch.cat(out)
 
 
-def divergence_step(base: Tensor, edited: Tensor) -> int | None:
+def divergence_step(base: Int[Tensor, "steps"], edited: Int[Tensor, "steps2"]) -> int | None:
     """The first position where two token sequences differ (the shorter length when one is a
     prefix of the other, ``None`` when they are equal)."""
     n = min(len(base), len(edited))
@@ -80,8 +83,9 @@ def divergence_step(base: Tensor, edited: Tensor) -> int | None:
     return None if len(base) == len(edited) else n
 
 
-def teacher_forced_kl(model, prompts: Sequence[Tensor], continuations: Tensor, edit: EditFn, *,
-                      batch_size: int = 16, clean_cache: dict | None = None) -> Tensor:
+def teacher_forced_kl(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuations: Int[Tensor, "n steps"],
+                      edit: EditFn, *, batch_size: int = 16,
+                      clean_cache: dict | None = None) -> Float[Tensor, "n steps"]:
     """``[n, steps]``: ``KL(p_clean || p_edited)`` (nats) of each generated token's distribution,
     both given the unedited continuation so far. ``clean_cache``: a dict that keeps the clean
     log-probabilities per batch for the next call with the same prompts and continuations."""

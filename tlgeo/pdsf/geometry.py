@@ -18,6 +18,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from ..geometry.manifold import curvature_ratio, local_global_pr, twonn_dimension
 from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pca_basis, split_pdsf, \
@@ -37,7 +39,8 @@ class PDSFGeometry:
     parts: pd.DataFrame
 
 
-def part_coordinates(parts: dict[str, torch.Tensor], u: torch.Tensor, basis, f_axes: int = 50) -> dict[str, torch.Tensor]:
+def part_coordinates(parts: dict[str, Float[Tensor, "n d"]], u: Float[Tensor, "n d"], basis,
+                     f_axes: int = 50) -> dict[str, Float[Tensor, "n k"]]:
     """Each part's coordinates ``[n, k]``: P as ``h·u``, D and S in their bases, F in its top
     principal axes (``min(f_axes, n - 1)``)."""
     n = parts["P"].shape[0]
@@ -46,8 +49,8 @@ def part_coordinates(parts: dict[str, torch.Tensor], u: torch.Tensor, basis, f_a
             "S": parts["S"] @ basis.S.to(parts["S"].dtype), "F": parts["F"] @ f_basis}
 
 
-def pdsf_geometry(ps: PromptStates, u: torch.Tensor, groups: Sequence[str], *, w_u: torch.Tensor | None = None,
-                  norm_scale: torch.Tensor | None = None, layers: Iterable[int] | None = None,
+def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "states n d"], groups: Sequence[str], *,
+                  w_u: Float[Tensor, "d vocab"] | None = None, norm_scale: Float[Tensor, "d"] | None = None, layers: Iterable[int] | None = None,
                   k_D: int | None = None, k_S: int | None = None, mode: str = "exact", center: bool = True,
                   knn_k: int = 8, f_axes: int = 50, n_shuffles: int = 20, seed: int = 0,
                   complexity: bool = True) -> PDSFGeometry:

@@ -32,11 +32,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.rotation import random_basis, rotation
 from ..geometry.subspaces import PDSFBasis, fit_pdsf, own_bases, pca_basis, split_pdsf
 from ..hooks.subspace import SubspaceEdit
+from ..models import Model
 from .generation import divergence_step, greedy_continuations, teacher_forced_kl
 
 __all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "rotation_edit", "persistent_rotations",
@@ -69,9 +71,9 @@ def _orth_against(basis: Tensor, others: Tensor) -> Tensor:
     return q
 
 
-def condition_bases(h: Tensor, u: Tensor, conditions: Sequence[str] = CONDITIONS, *, mode: str = "exact",
-                    k_D: int | None = None, k_S: int | None = None, seed: int = 42,
-                    f_dynamic: Tensor | None = None) -> ConditionBases:
+def condition_bases(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], conditions: Sequence[str] = CONDITIONS, *,
+                    mode: str = "exact", k_D: int | None = None, k_S: int | None = None, seed: int = 42,
+                    f_dynamic: Float[Tensor, "d k"] | None = None) -> ConditionBases:
     """The bases of ``conditions`` for prompts with states ``h [n, d]`` and directions ``u [n, d]``;
     ``F_dynamic`` needs its basis ``f_dynamic [d, k]`` (:func:`tlgeo.pdsf.dynamics.f_dynamics`)."""
     bad = [c for c in conditions if c not in CONDITIONS]
@@ -171,11 +173,12 @@ def frame_shift_base_rate(texts_base: Sequence[str], groups: Sequence[str]) -> f
     return float(frame_shifts(texts_base, texts_base, groups).mean())
 
 
-def persistent_rotations(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tensor, u: Tensor, *,
+def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Sequence[str],
+                         h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], *,
                          layer: int, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
                          max_new_tokens: int = 64, batch_size: int = 16, seed: int = 42, rotation_kind: str = "haar",
-                         kl: bool = True, baseline: Tensor | None = None,
-                         f_dynamic: Tensor | None = None,
+                         kl: bool = True, baseline: Int[Tensor, "n new_tokens"] | None = None,
+                         f_dynamic: Float[Tensor, "d k"] | None = None,
                          kl_cache: dict | None = None) -> tuple[pd.DataFrame, dict[str, Tensor]]:
     """One row per (condition, prompt), and the continuations (``"base"`` and each condition);
     ``F_dynamic`` needs ``f_dynamic`` (and so the unedited continuations it was fitted on);

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+from jaxtyping import Int
+from torch import Tensor
 
 from ..data import data_dir
+from ..models import Model
 
 __all__ = ["PROMPT_SETS", "PromptSet", "load_prompt_set", "Encoding", "encode_prompts"]
 
@@ -90,8 +93,8 @@ class Encoding:
         return {"template": self.template, "bos": self.bos}
 
 
-def encode_prompts(model, texts: Sequence[str], *, template: str = "raw",
-                   bos: bool | None = None) -> tuple[list[torch.Tensor], Encoding]:
+def encode_prompts(model: Model, texts: Sequence[str], *, template: str = "raw",
+                   bos: bool | None = None) -> tuple[list[Int[Tensor, "pos"]], Encoding]:
     """Token ids ``[len]`` of each prompt, and the :class:`Encoding` used."""
     if template not in ("raw", "chat"):
         raise ValueError(f"template must be 'raw' or 'chat', got {template!r}")

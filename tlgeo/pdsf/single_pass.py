@@ -31,25 +31,29 @@ authors): how much of the edit the later layers undo.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.rotation import complement_part, rotation, signed_permutation
 from ..hooks.resume import StopForward, readout
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
+from ..models import Model
 from .generation import left_pad
 from .interventions import condition_bases
 
 __all__ = ["SINGLE_PASS", "DEFAULT_SINGLE_PASS", "single_pass_layer", "next_group_donors", "single_pass",
-           "single_pass_summary"]
+           "single_pass_summary", "batch_order", "CLEAN_CACHE_BYTES"]
 
 SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "D_attenuate", "S_attenuate",
                "F_attenuate", "F_transplant", "F_mix")
 DEFAULT_SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant")
+CLEAN_CACHE_BYTES = 2 * 2**30  # the clean next-token log-probabilities of every prompt, kept across conditions
+OnCondition = Callable[[str, pd.DataFrame, pd.DataFrame], None]
 
 
 def single_pass_layer(n_layers: int, fraction: float = 0.15) -> int:
@@ -170,12 +174,18 @@ def _readout_is_exact(model, lp_full: Tensor, final: Tensor) -> bool:
     return bool(torch.allclose(got.exp(), lp_full.exp(), atol=1e-4))
 
 
-def single_pass(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tensor, u: Tensor, *, layer: int,
-                conditions: Sequence[str] = DEFAULT_SINGLE_PASS, mode: str = "exact", alpha: float = 0.5,
-                repeats: int = 3, seed: int = 42, rotation_kind: str = "haar",
-                batch_size: int = 16) -> tuple[pd.DataFrame, pd.DataFrame]:
+def single_pass(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Sequence[str], h: Float[Tensor, "n d"],
+                u: Float[Tensor, "n d"], *, layer: int, conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
+                mode: str = "exact", alpha: float = 0.5, repeats: int = 3, seed: int = 42, rotation_kind: str = "haar",
+                batch_size: int = 16, on_condition: OnCondition | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(one row per condition, prompt and repeat; the mean angle per condition and later state)``
-    for prompts with last-token states ``h [n, d]`` at state ``layer`` and directions ``u [n, d]``."""
+    for prompts with last-token states ``h [n, d]`` at state ``layer`` and directions ``u [n, d]``.
+
+    One condition at a time over every batch (the clean forward of each batch is computed once
+    and kept where the log-probabilities of all prompts fit in :data:`CLEAN_CACHE_BYTES`);
+    ``on_condition(condition, rows, angles)`` is called as each condition finishes (a resume
+    log). A condition's rows do not depend on the other conditions run with it; the rows come
+    back in batch order (batch, condition, repeat, prompt)."""
     n_layers = model.cfg.n_layers
     if not 1 <= layer <= n_layers:
         raise ValueError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
@@ -193,18 +203,31 @@ def single_pass(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tens
     f_donor = parts.part("F", h.double(), every)[torch.as_tensor(next_group_donors(groups))]
     states = list(range(layer, n_layers + 1))
     names = [f"blocks.{s - 1}.hook_resid_post" for s in states]
-    rows_out, angle_sum = [], {}
+    keep = n * model.cfg.d_vocab * 8 <= CLEAN_CACHE_BYTES
+    clean_cache: dict[int, tuple[Tensor, Tensor]] = {}
     stop = None
-    for s in range(0, n, batch_size):
-        rows = every[s : s + batch_size]
-        toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
-        lp_clean, h_clean = _last_states(model, toks, mask, names, [], bool(stop))
+
+    def clean(s: int, toks: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        nonlocal stop
+        if s in clean_cache:
+            return clean_cache[s]
+        got = _last_states(model, toks, mask, names, [], bool(stop))
         if stop is None:  # the first clean forward is a full one: can the others skip most of the unembedding?
-            stop = _readout_is_exact(model, lp_clean, h_clean[-1])
+            stop = _readout_is_exact(model, got[0], got[1][-1])
             if stop:  # the clean and edited runs of a batch read out the same way (a no-op edit: KL 0 exactly)
-                lp_clean, h_clean = _last_states(model, toks, mask, names, [], True)
-        for cond in conditions:
-            which_part, op = cond.rsplit("_", 1)
+                got = _last_states(model, toks, mask, names, [], True)
+        if keep:
+            clean_cache[s] = got
+        return got
+
+    frames, angle_frames = [], []
+    for cond in conditions:
+        which_part, op = cond.rsplit("_", 1)
+        rows_out, angle_sum = [], torch.zeros(len(states), dtype=torch.float64)
+        for s in range(0, n, batch_size):
+            rows = every[s : s + batch_size]
+            toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
+            lp_clean, h_clean = clean(s, toks, mask)
             for r in range(repeats if op in ("rotate", "mix") else 1):
                 e = _edit(cond, parts, rows, r, layer=layer, alpha=alpha, f_donor=f_donor, n=n, d=d, seed=seed,
                           rotation_kind=rotation_kind, mode=mode)
@@ -212,18 +235,30 @@ def single_pass(model, prompts: Sequence[Tensor], groups: Sequence[str], h: Tens
                 kl = (lp_clean.exp() * (lp_clean - lp_edit)).sum(-1).clamp_min(0)
                 ang = torch.stack([_angle(parts.part(which_part, h_clean[j], rows), parts.part(which_part, h_edit[j], rows))
                                    for j in range(len(states))])  # [states, b]
-                acc = angle_sum.setdefault(cond, torch.zeros(len(states), dtype=torch.float64))
-                acc += ang.sum(1)
+                angle_sum += ang.sum(1)
                 for j, i in enumerate(rows.tolist()):
                     rows_out.append({"condition": cond, "prompt": i, "group": groups[i], "repeat": r, "layer": layer,
                                      "rank": parts.rank(which_part), "kl": float(kl[j]),
                                      "flipped": bool(lp_clean[j].argmax() != lp_edit[j].argmax()),
                                      "angle_at_edit": float(ang[0, j]), "angle_final": float(ang[-1, j])})
-    df = pd.DataFrame(rows_out)
-    counts = df.groupby("condition", sort=False).size()
-    angles = pd.DataFrame([{"condition": c, "state": st, "angle_mean": float(angle_sum[c][j] / counts[c])}
-                           for c in conditions for j, st in enumerate(states)])
-    return df, angles
+        df = pd.DataFrame(rows_out)
+        angles = pd.DataFrame([{"condition": cond, "state": st, "angle_mean": float(angle_sum[j] / len(df))}
+                               for j, st in enumerate(states)])
+        if on_condition is not None:
+            on_condition(cond, df, angles)
+        frames.append(df)
+        angle_frames.append(angles)
+    return batch_order(pd.concat(frames, ignore_index=True), conditions, batch_size), \
+        pd.concat(angle_frames, ignore_index=True)
+
+
+def batch_order(df: pd.DataFrame, conditions: Sequence[str], batch_size: int) -> pd.DataFrame:
+    """Single-pass rows in the order of a batch-by-batch run: batch, condition (in ``conditions``'
+    order), repeat, prompt."""
+    rank = {c: i for i, c in enumerate(conditions)}
+    keys = pd.DataFrame({"b": df["prompt"] // batch_size, "c": df["condition"].map(rank), "r": df["repeat"],
+                         "p": df["prompt"]})
+    return df.loc[keys.sort_values(["b", "c", "r", "p"], kind="stable").index].reset_index(drop=True)
 
 
 def single_pass_summary(df: pd.DataFrame) -> pd.DataFrame:

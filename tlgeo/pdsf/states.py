@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.subspaces import prediction_directions
+from ..models import Model
 
 __all__ = ["PromptStates", "last_token_states", "final_norm_scale", "directions"]
 
@@ -24,10 +26,10 @@ class PromptStates:
     """``states [n_layers + 1, n, d]`` (float32) and ``predicted [n]``: each prompt's final argmax;
     ``lens [n_layers + 1, n]``: the logit-lens argmax of each state (final norm and unembedding)."""
 
-    states: Tensor
-    predicted: Tensor
-    lens: Tensor
-    lengths: Tensor
+    states: Float[Tensor, "states n d_model"]
+    predicted: Int[Tensor, "n"]
+    lens: Int[Tensor, "states n"]
+    lengths: Int[Tensor, "n"]
 
     @property
     def n_layers(self) -> int:
@@ -38,7 +40,7 @@ def _names(n_layers: int) -> list[str]:
     return ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]
 
 
-def last_token_states(model, prompts: Sequence[Tensor], *, batch_size: int = 16) -> PromptStates:
+def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, batch_size: int = 16) -> PromptStates:
     """:class:`PromptStates` of token-id prompts (:func:`tlgeo.pdsf.prompts.encode_prompts`)."""
     if not prompts:
         raise ValueError("an empty prompt set")
@@ -64,7 +66,7 @@ def last_token_states(model, prompts: Sequence[Tensor], *, batch_size: int = 16)
     return PromptStates(torch.cat(states, 1), torch.cat(predicted), torch.cat(lens, 1), torch.cat(lengths))
 
 
-def final_norm_scale(model) -> Tensor:
+def final_norm_scale(model: Model) -> Float[Tensor, "d_model"]:
     """The final norm's per-coordinate scale as it acts (float32 ``[d]``): for RMSNorm, ``ln_final``
     of a vector of RMS 1 (so Gemma's ``1 + w`` convention is covered); for LayerNorm, its weight."""
     d = model.cfg.d_model
@@ -76,7 +78,7 @@ def final_norm_scale(model) -> Tensor:
     return torch.ones(d) if w is None else w.detach().float().cpu()
 
 
-def directions(model, tokens: Tensor, *, fold_norm: bool = False) -> Tensor:
+def directions(model: Model, tokens: Int[Tensor, "n"], *, fold_norm: bool = False) -> Float[Tensor, "n d_model"]:
     """Unit prediction directions of ``tokens`` (``[n, d]`` float32): the raw unembedding columns
     (the authors'), or with the final norm's scale folded in (``fold_norm``)."""
     w_u = model.W_U.detach().float().cpu()

@@ -1,13 +1,13 @@
 """``tlgeo atlas``: one model, every registered analysis step, one HTML report + CSVs.
 
 Each analysis family contributes its steps (:mod:`tlgeo.report.registry`
-lists the contributing modules; :mod:`tlgeo.pipeline` is the contract). Every
+lists the contributing modules; :mod:`tlgeo.analysis` is the contract). Every
 step writes its CSVs into the output directory as soon as it is done; a rerun
 loads finished steps and resumes unfinished ones from their JSON-lines logs.
 ``python -c "import tlgeo.report.atlas as a; print(a.STEPS)"`` lists the steps;
 :mod:`tlgeo.decomposition.atlas` describes the directional-decomposition ones.
 
-The report opens with each family's headline (:func:`tlgeo.pipeline.family_headline`),
+The report opens with each family's headline (:func:`tlgeo.analysis.family_headline`),
 recomputed from the CSVs after every step, so the partial report saved after a
 step says what is known so far. Each step prints its start (clock time and
 time since the run began) and its end; the steps show tqdm progress bars.
@@ -25,9 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..cliargs import default_out, model_key
 from ..data import load_text
 from ..models import load_model
-from ..pipeline import StepContext, family_headline, make_budgets
+from ..analysis import StepContext, family_headline, make_budgets
 from .html import Report
 from .registry import load_steps
 
@@ -54,7 +55,7 @@ class AtlasConfig:
     budgets: dict[str, Any] = field(default_factory=dict)
 
     def out_dir(self) -> Path:
-        return Path(self.out or Path("results") / f"atlas-{self.model.replace('/', '_').replace(':', '-')}")
+        return Path(self.out) if self.out else default_out(f"atlas-{model_key(self.model)}")
 
     def family_budgets(self) -> dict[str, Any]:
         """One budgets instance per family, with ``budgets`` applied."""

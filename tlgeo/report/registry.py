@@ -1,33 +1,63 @@
-"""Which analysis packages contribute atlas steps, in report order.
+"""The analysis packages, in report order: one line each.
 
-Each module listed here registers its family and steps with
-:mod:`tlgeo.pipeline` when imported. A new analysis adds its ``atlas`` module
-to :data:`ANALYSES`; nothing else in the report changes.
+A package may have an ``analysis`` module (its ``run`` / config / result, registered with
+:func:`tlgeo.analysis.register_analysis`), an ``atlas`` module (its steps of ``tlgeo atlas``)
+and a ``cli`` module (its ``tlgeo`` subcommands, ``COMMANDS``). A new analysis adds its
+package to :data:`ANALYSES`; nothing else in the report or the command line changes.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
-from .. import pipeline
+from .. import analysis
 
-__all__ = ["ANALYSES", "load_steps"]
+__all__ = ["ANALYSES", "load_steps", "load_analyses", "load_commands"]
 
 ANALYSES: tuple[str, ...] = (
-    "tlgeo.decomposition.atlas",
-    "tlgeo.dirmag.atlas",
-    "tlgeo.tokenwise.atlas",
-    "tlgeo.pdsf.atlas",
+    "tlgeo.decomposition",
+    "tlgeo.dirmag",
+    "tlgeo.tokenwise",
+    "tlgeo.pdsf",
+    "tlgeo.compression",
+    "tlgeo.train",
 )
+REPORT_COMMANDS = "tlgeo.report.cli"  # tlgeo atlas: every package's steps, one report
 
 
-def load_steps() -> dict[str, pipeline.Step]:
-    """Import every contributing module and return the registered steps in report order:
-    by the position of their module in :data:`ANALYSES`, then as each module registered
-    them (whatever order the modules happened to be imported in)."""
-    for module in ANALYSES:
-        importlib.import_module(module)
-    rank = {m: i for i, m in enumerate(ANALYSES)}
-    steps = list(pipeline.steps().items())
+def _modules(role: str) -> list:
+    out = []
+    for pkg in ANALYSES:
+        name = f"{pkg}.{role}"
+        if importlib.util.find_spec(name) is not None:
+            out.append(importlib.import_module(name))
+    return out
+
+
+def load_steps() -> dict[str, analysis.Step]:
+    """Import every package's ``atlas`` module and return the registered steps in report order:
+    by the position of their package in :data:`ANALYSES`, then as each module registered them."""
+    mods = _modules("atlas")
+    rank = {m.__name__: i for i, m in enumerate(mods)}
+    steps = list(analysis.steps().items())
     steps.sort(key=lambda kv: rank.get(kv[1].run.__module__, len(rank)))  # stable: keeps each module's order
     return dict(steps)
+
+
+def load_analyses() -> dict[str, analysis.Analysis]:
+    """Import every package's ``analysis`` module; the registered analyses by name."""
+    _modules("analysis")
+    return analysis.analyses()
+
+
+def load_commands() -> dict[str, analysis.Command]:
+    """Every package's ``tlgeo`` subcommands (``cli.COMMANDS``), then ``tlgeo atlas``, by name."""
+    mods = _modules("cli") + [importlib.import_module(REPORT_COMMANDS)]
+    out: dict[str, analysis.Command] = {}
+    for m in mods:
+        for c in getattr(m, "COMMANDS", ()):
+            if c.name in out:
+                raise ValueError(f"command {c.name!r} is defined twice ({m.__name__})")
+            out[c.name] = c
+    return out

@@ -1,49 +1,103 @@
-"""The tokenwise analysis of one model: geometry per (layer, class), then patching KL and its
-rank correlation with the approximation error.
+"""The tokenwise analysis of one model, on the analysis contract:
+``run(model, TokenwiseConfig(...)) -> TokenwiseResult``.
 
-:func:`tokenwise_analysis` takes a collected :class:`~tlgeo.tokenwise.pool.StatePool`:
+:func:`run` collects the state pool (:func:`tlgeo.tokenwise.pool.collect_pool`, into ``out`` or a
+temporary folder) and calls :func:`tokenwise_analysis`, which works on a collected
+:class:`~tlgeo.tokenwise.pool.StatePool`:
 
 1. per layer and class, the fit of every pool token and the medians of its
    geometry (:func:`tlgeo.tokenwise.fits.layer_geometry`'s columns), plus the
    relative error of a fixed random subset of ``n_patch`` tokens;
 2. per class, the KL of patching each subset token's ``h_{l+1}`` to its
-   approximation at every layer (:func:`tlgeo.tokenwise.patching.patch_kl`);
+   approximation at every patched layer (:func:`tlgeo.tokenwise.patching.patch_kl`);
 3. per (layer, class), Spearman(error, KL) with a bootstrap CI over windows.
 
-Each (layer, class) and each class's patching is one line of the resume log.
+Work units: ``(class, layer)`` for every class and fitted layer. A unit's geometry row, its
+patching KL (when the layer is patched) and its Spearman rows depend on no other unit: the
+local fits of one token use only its own neighbourhood, the pool-wide maps are fitted per layer,
+the patched subset is the same for every unit (``seed``), and the KL of patching layer ``l`` is
+measured against the same clean run whatever other layers are patched beside it. So a run over
+some units followed by :meth:`TokenwiseResult.merge` equals a run over all of them.
+
+Each (layer, class) geometry row and each class's patching (for the layers patched in that call)
+is one line of the resume log; a patching stage also resumes from earlier lines of the same class
+and settings that together hold its layers.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Iterable, Sequence
+import tempfile
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Float, Int
+from torch import Tensor
 
+from ..analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
+from ..models import Model, model_label
 from ..results import ResultLog
 from ..stats.correlation import spearman_ci
+from .config import TokenwiseConfig
 from .fits import CLASSES, POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
+from .paper import PAPER
 from .patching import patch_kl
-from .pool import StatePool
+from .pool import StatePool, collect_pool, n_layer_maps
 
-__all__ = ["PAPER", "TokenwiseResult", "tokenwise_analysis"]
+__all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "config_of", "run", "units", "pool_windows",
+           "LOG"]
 
-PAPER = {"cos_update": "≈ 1", "share_angle_above_60": "many tokens", "spearman": "0.7–0.95",
-         "depth": "middle layers: largest residuals, weakest alignment"}
-
-
-class TokenwiseResult:
-    """``geometry`` (one row per layer and class), ``tokens`` (the patched subset: error and KL
-    per token, layer and class) and ``correlation`` (Spearman per layer and class)."""
-
-    def __init__(self, geometry: pd.DataFrame, tokens: pd.DataFrame, correlation: pd.DataFrame):
-        self.geometry, self.tokens, self.correlation = geometry, tokens, correlation
+KEY = ("model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "n_patch", "seed")  # of every row
+LOG = "tokenwise.jsonl"  # the resume log's name in ``log`` (default ``out``)
+_META = ("k", "exclude_sequence", "rank", "n_patch", "seed", "n_tokens")  # geometry columns added to the other tables
 
 
-def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, **kw) -> torch.Tensor:
+@dataclass
+class TokenwiseResult(Result):
+    """``geometry`` (one row per layer and class), ``correlation`` (Spearman per layer, class and
+    target) and ``tokens`` (the patched subset: error and KL per token, layer and class).
+
+    From :func:`run` every row carries the settings of :data:`KEY` (model, corpus, window length
+    and the fit's settings); from :func:`tokenwise_analysis` on a pool, only the fit's."""
+
+    geometry: pd.DataFrame | None = None
+    correlation: pd.DataFrame | None = None
+    tokens: pd.DataFrame | None = None
+
+    TABLES = (
+        Table("geometry", (*KEY, "layer", "class"), "tokenwise_geometry.csv"),
+        Table("correlation", (*KEY, "layer", "class", "target"), "tokenwise_correlation.csv"),
+        Table("tokens", (*KEY, "layer", "class", "index"), "tokenwise_tokens.csv.gz"),
+    )
+
+
+_OLD_NAMES = {"exclude_sequence": "same_sequence", "threads": "fit_workers"}
+
+
+def config_of(**kwargs: Any) -> TokenwiseConfig:
+    """A :class:`TokenwiseConfig` from :func:`tokenwise_analysis`'s keyword arguments of old
+    (``exclude_sequence``, ``threads`` = ``fit_workers``, default 1; lists for tuples)."""
+    values: dict[str, Any] = {"fit_workers": kwargs.pop("threads", 1)}
+    if "exclude_sequence" in kwargs:
+        values["same_sequence"] = not kwargs.pop("exclude_sequence")
+    for name in ("layers", "patch_layers", "classes"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = tuple(kwargs[name])
+    known = set(TokenwiseConfig.__dataclass_fields__)
+    bad = sorted(set(kwargs) - known)
+    if bad:
+        raise TypeError(f"unknown tokenwise setting(s) {bad}; known: {sorted(known | set(_OLD_NAMES))}")
+    return TokenwiseConfig(**{**kwargs, **values})
+
+
+def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, **kw) -> Float[Tensor, "n d"]:
     """``T(h_layer)`` of the subset tokens only (their neighbours come from the cache): for a
     patching stage resumed after the geometry stage was read from the log."""
     h_in, h_out = pool.pair(layer)
@@ -54,85 +108,196 @@ def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, 
                      **local_params(kind, kw["rank"], kw["ridge"]))[:, 0].float()
 
 
-def tokenwise_analysis(model, pool: StatePool, *, layers: Iterable[int] | None = None,
-                       classes: Sequence[str] = CLASSES, k: int = 32, exclude_sequence: bool = True, rank: int = 8,
-                       ridge: float = 1e-3, energy: float = 0.9, n_patch: int = 256, seed: int = 0,
-                       batch_size: int = 16, n_boot: int = 1000, log_path: str | os.PathLike | None = None,
-                       progress: bool = False, threads: int = 1,
-                       patch_layers: Iterable[int] | None = None) -> TokenwiseResult:
-    """Geometry, patching KL and Spearman(error, KL) for ``layers`` (default all) and ``classes``;
-    ``patch_layers``: the layers patched for the KL (default: all of ``layers``); ``threads``:
-    chunks of local fits side by side."""
-    bad = [c for c in classes if c not in CLASSES]
-    if bad or not classes:
-        raise ValueError(f"unknown map class(es) {bad or list(classes)}; choose from {CLASSES}")
-    layers = list(range(pool.n_layers)) if layers is None else list(layers)
-    out_of_range = [l for l in layers if not 0 <= l < pool.n_layers]
-    if out_of_range:
-        raise ValueError(f"layers {out_of_range} out of range: the pool has layer maps 0..{pool.n_layers - 1}")
-    patch_layers = layers if patch_layers is None else sorted(set(patch_layers))
-    if not patch_layers or not set(patch_layers) <= set(layers):
-        raise ValueError(f"patch_layers {patch_layers} must be a non-empty subset of the fitted layers {layers}")
-    if n_patch < 3 or n_patch > pool.n_tokens:
-        raise ValueError(f"n_patch must be between 3 and the pool's {pool.n_tokens} tokens, got {n_patch}")
-    subset = np.sort(np.random.default_rng(seed).choice(pool.n_tokens, n_patch, replace=False))
-    settings = {"k": k, "exclude_sequence": exclude_sequence, "rank": rank, "ridge": ridge, "energy": energy,
-                "n_patch": n_patch, "seed": seed, "n_tokens": pool.n_tokens}
+def _same(row: dict, settings: dict) -> bool:
+    return all(json.dumps(row.get(k), sort_keys=True) == json.dumps(v, sort_keys=True) for k, v in settings.items())
+
+
+def _patching_from_log(log: ResultLog, kind: str, settings: dict, layers: list[int]) -> dict | None:
+    """A patching row for ``layers`` put together from the log's patching rows of the same class and
+    settings (e.g. of runs over other units), or ``None`` when they do not hold every layer."""
+    per_layer: dict[int, list[tuple]] = {}
+    for r in log.rows:
+        if r.get("stage") != "patching" or r.get("class") != kind or not _same(r, settings):
+            continue
+        got: dict[int, list[tuple]] = {}
+        for l, i, a, b in zip(r["layers"], r["index"], r["kl"], r["kl_following"]):
+            if l in layers:
+                got.setdefault(l, []).append((i, a, b))
+        for l, v in got.items():
+            per_layer.setdefault(l, v)
+    if set(per_layer) != set(layers):
+        return None
+    flat = [(l, *t) for l in layers for t in per_layer[l]]
+    return {"layers": [t[0] for t in flat], "index": [t[1] for t in flat], "kl": [t[2] for t in flat],
+            "kl_following": [t[3] for t in flat]}
+
+
+def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | None = None, *,
+                       log_path: str | os.PathLike | None = None, units: Sequence[tuple] | None = None,
+                       progress: bool = False, on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+                       **kwargs: Any) -> TokenwiseResult:
+    """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
+    ``seq_len`` and ``dtype`` describe the pool and are not used here), on ``units`` (``(class,
+    layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments under their
+    old names (:func:`config_of`: ``exclude_sequence``, ``threads``). ``log_path``: the resume log.
+    ``on_table(name, df)`` is called when the geometry is done, then with the tokens and the
+    correlation."""
+    if cfg is None:
+        cfg = config_of(**kwargs)
+    elif kwargs:
+        raise TypeError(f"give a TokenwiseConfig or its keyword arguments, not both ({sorted(kwargs)})")
+    layers = cfg.fitted_layers(pool.n_layers)
+    patch_layers = cfg.patched_layers(pool.n_layers)
+    if cfg.n_patch > pool.n_tokens:
+        raise ValueError(f"n_patch must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.n_patch}")
+    chosen = None if units is None else {tuple(u) for u in units}
+    unknown = sorted(chosen - {(c, l) for c in cfg.classes for l in layers}) if chosen is not None else []
+    if unknown:
+        raise ValueError(f"units {unknown} are not (class, layer) pairs of this config")
+
+    def wanted(c: str, l: int) -> bool:
+        return chosen is None or (c, l) in chosen
+
+    subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.n_patch, replace=False))
+    settings = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "ridge": cfg.ridge,
+                "energy": cfg.energy, "n_patch": cfg.n_patch, "seed": cfg.seed, "n_tokens": pool.n_tokens}
     log = ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers")) if log_path else None
-    kw = dict(k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge)
+    kw = dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
 
     geo_rows = []
     fitted: dict[tuple[int, str], torch.Tensor] = {}  # subset outputs fitted in this call, reused for patching
-    it = layers
+    it = [l for l in layers if any(wanted(c, l) for c in cfg.classes)]
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(layers, desc="tokenwise fits", leave=False)
+        it = tqdm(it, desc="tokenwise fits", leave=False)
     sub = torch.as_tensor(subset)
     for l in it:
+        classes = [c for c in cfg.classes if wanted(c, l)]
         keys = {c: {"stage": "geometry", "layer": l, "class": c, **settings, "patch_layers": None} for c in classes}
         rows = {c: log.get(**keys[c]) if log else None for c in classes}
         todo = [c for c in classes if rows[c] is None]
         if todo:
             h_in, h_out = pool.pair(l)
-            outs = layer_outputs(pool, l, todo, threads=threads, **kw)
+            outs = layer_outputs(pool, l, todo, threads=cfg.fit_workers, **kw)
             for c, t in outs.items():
                 fitted[(l, c)] = t[sub]
-                summary, g = geometry_row(h_in, h_out, t, energy)
+                summary, g = geometry_row(h_in, h_out, t, cfg.energy)
                 rows[c] = {**keys[c], **summary, "subset_error": g.rel_error[sub].tolist(),
                            "subset_angle": g.residual_angle[sub].tolist()}
                 if log:
                     log.add(rows[c])
         geo_rows += [rows[c] for c in classes]
+    hidden = ("stage", "patch_layers")
+    geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden}
+                             for r in geo_rows])
+    if on_table is not None:
+        on_table("geometry", geometry)
 
     token_rows = []
-    for c in classes:
-        key = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patch_layers}
-        row = log.get(**key) if log else None
+    for c in cfg.classes:
+        patched = [l for l in patch_layers if wanted(c, l)]
+        if not patched:
+            continue
+        key = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patched}
+        row = (log.get(**key) or _patching_from_log(log, c, settings, patched)) if log else None
         if row is None:
-            reps = {l: fitted.pop((l, c), None) for l in patch_layers}
+            reps = {l: fitted.pop((l, c), None) for l in patched}
             reps = {l: r if r is not None else _subset_outputs(pool, l, c, subset, **kw) for l, r in reps.items()}
-            df = patch_kl(model, pool, subset, reps, batch_size=batch_size, progress=progress)
+            df = patch_kl(model, pool, subset, reps, batch_size=cfg.batch_size, progress=progress)
             row = {**key, "kl": df["kl"].tolist(), "kl_following": df["kl_following"].tolist(),
                    "layers": df["layer"].tolist(), "index": df["index"].tolist()}
             if log:
                 log.add(row)
         token_rows.append(pd.DataFrame({"class": c, "layer": row["layers"], "index": row["index"],
                                         "kl": row["kl"], "kl_following": row["kl_following"]}))
+    if not token_rows:  # only unpatched layers among the units
+        return TokenwiseResult(geometry=geometry)
     tokens = pd.concat(token_rows, ignore_index=True)
     errors = pd.concat([pd.DataFrame({"class": r["class"], "layer": r["layer"], "index": subset,
                                       "rel_error": r["subset_error"], "residual_angle": r["subset_angle"]})
                         for r in geo_rows], ignore_index=True)
     tokens = tokens.merge(errors, on=["class", "layer", "index"])
     tokens["window"] = pool.window[tokens["index"].to_numpy()]
+    if on_table is not None:
+        on_table("tokens", tokens)
 
     corr = []
     for (l, c), g in tokens.groupby(["layer", "class"]):
         for target in ("kl", "kl_following"):
-            s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=n_boot, seed=seed)
+            s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=cfg.n_boot, seed=cfg.seed)
             corr.append({"layer": l, "class": c, "target": target, "spearman": s.rho, "ci_low": s.ci_low,
                          "ci_high": s.ci_high, "n": s.n})
-    hidden = ("stage", "patch_layers")
-    geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden}
-                             for r in geo_rows])
-    return TokenwiseResult(geometry, tokens, pd.DataFrame(corr))
+    correlation = pd.DataFrame(corr)
+    if on_table is not None:
+        on_table("correlation", correlation)
+    return TokenwiseResult(geometry=geometry, correlation=correlation, tokens=tokens)
+
+
+def pool_windows(model: Model, cfg: TokenwiseConfig, text: str | None = None) -> Int[Tensor, "n seq"]:
+    """The token windows of the pool: ``seq_len`` tokens each from the start of ``text`` (default: the
+    config's corpus), enough for ``tokens`` states (the first position of each is left out)."""
+    from ..data import load_text
+    from ..evals.perplexity import corpus_batches
+
+    text = load_text(cfg.corpus) if text is None else text
+    windows = corpus_batches(model, text, cfg.seq_len, cfg.tokens + cfg.seq_len)
+    return windows[: max(1, -(-cfg.tokens // (cfg.seq_len - 1)))]
+
+
+def units(model: Model, cfg: TokenwiseConfig) -> list[tuple[str, int]]:
+    """``(class, layer)`` for every class and fitted layer map."""
+    return [(c, l) for c in cfg.classes for l in cfg.fitted_layers(n_layer_maps(model))]
+
+
+def _labelled(name: str, df: pd.DataFrame, settings: dict, meta: dict) -> pd.DataFrame:
+    """A table with the columns of :data:`KEY` that the pool analysis does not know, in the old CLI's order."""
+    return df.assign(**settings) if name == "geometry" else df.assign(**settings, **meta)
+
+
+def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+        units: Sequence[tuple] | None = None, progress: bool = False,
+        on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> TokenwiseResult:
+    """The pool of ``cfg`` (collected into ``out/<cfg.pool_name()>``, resumed and reused there; in a
+    temporary folder when ``out`` is None), then :func:`tokenwise_analysis` on ``units`` (default
+    all), with ``n_patch`` at most the pool's tokens. With ``out`` each table is merged into it as
+    soon as it is done; the resume log is ``<log>/tokenwise.jsonl`` (default ``out``).
+    ``on_table(name, df)`` is called after each table (the CLI prints them)."""
+    n_maps = n_layer_maps(model)
+    cfg.patched_layers(n_maps)  # layers out of range fail before any work, and so do unknown units
+    bad = sorted({tuple(u) for u in units or ()} - {(c, l) for c in cfg.classes for l in cfg.fitted_layers(n_maps)})
+    if bad:
+        raise ValueError(f"units {bad} are not (class, layer) pairs of this config")
+    n_ctx = model.cfg.n_ctx
+    if cfg.seq_len > n_ctx:
+        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {n_ctx} tokens")
+    windows = pool_windows(model, cfg)
+    log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
+    label = model_label(model)
+    settings = {"model": label, "corpus": cfg.corpus, "seq_len": cfg.seq_len}
+    with tempfile.TemporaryDirectory(prefix="tokenwise-") if out is None else nullcontext(out) as base:
+        pool_dir = Path(base) / cfg.pool_name()
+        if progress:
+            print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
+        pool = collect_pool(model, windows, pool_dir, dtype=cfg.dtype, batch_size=cfg.batch_size, progress=progress)
+        cfg = cfg.replace(n_patch=min(cfg.n_patch, pool.n_tokens))
+        meta = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "n_patch": cfg.n_patch,
+                "seed": cfg.seed, "n_tokens": pool.n_tokens}
+
+        def done(name: str, df: pd.DataFrame) -> None:
+            df = _labelled(name, df, settings, meta)
+            if out is not None:
+                TokenwiseResult(**{name: df}).save(out)
+            if on_table is not None:
+                on_table(name, df)
+
+        res = tokenwise_analysis(model, pool, cfg, log_path=log_dir / LOG if log_dir is not None else None,
+                                 units=units, progress=progress, on_table=done)
+    return TokenwiseResult(**{n: _labelled(n, df, settings, meta) for n, df in res.tables().items()})
+
+
+ANALYSIS = register_analysis(Analysis(
+    "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
+    "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
+    tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, n_patch=12, n_boot=20, fit_workers=1,
+              batch_size=8)))

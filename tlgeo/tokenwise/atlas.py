@@ -10,42 +10,32 @@ patched).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from ..pipeline import Headline, StepContext, budget, register_family, register_step
+from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
 from .analysis import tokenwise_analysis
+from .config import TokenwiseConfig, evenly_spaced
+from .paper import COS_UPDATE, DEPTH, SECTION, SHARE_ANGLE, SPEARMAN, SPEARMAN_RANGE
 from .plots import plot_error_vs_kl, plot_layer_geometry, plot_residual_angles
 
 __all__ = ["FAMILY", "TokenwiseBudgets", "headline", "patched_layers"]
 
 FAMILY = "tokenwise"
+N_BOOT = 500  # bootstrap resamples of the atlas's Spearman CIs (tlgeo tokenwise: 1000)
 
 
 def patched_layers(n_layers: int, n: int) -> list[int]:
     """``n`` layer maps evenly spaced from the first to the last (all when ``n >= n_layers``)."""
-    if n >= n_layers:
-        return list(range(n_layers))
-    return sorted({int(round(x)) for x in np.linspace(0, n_layers - 1, n)})
+    return evenly_spaced(n_layers, n)
 
 
-@dataclass
-class TokenwiseBudgets:
-    """Budgets of the tokenwise step."""
-
-    tokenwise_tokens: int = budget(1024, "pool tokens (the paper: 10^4-10^5; 0: skip the step)",
-                                   cost="~0.6 s per 1,000 tokens and layer for kNN and the fits (SmolLM2)")
-    tokenwise_seq_len: int = budget(64, "tokens per window of the pool")
-    tokenwise_classes: tuple[str, ...] = budget(("diag_psd", "orthogonal", "linear", "global"),
-                                                "map classes (also lowrank, mlp)", item=str,
-                                                cost="patching: ~10 s per class at the defaults")
-    tokenwise_k: int = budget(32, "neighbours per local fit (same-sequence tokens excluded)")
-    tokenwise_patch_tokens: int = budget(32, "tokens patched per layer and class for the KL",
-                                         cost="~1 s per 16 tokens, patched layer and class")
-    tokenwise_patch_layers: int = budget(6, "patched layer maps, evenly spaced (geometry: every layer)")
+# tokenwise_tokens, tokenwise_seq_len, tokenwise_classes, tokenwise_k, tokenwise_patch_tokens,
+# tokenwise_patch_layers (a count: evenly spaced layer maps); ``.config(**fixed)`` gives the TokenwiseConfig
+TokenwiseBudgets = atlas_budgets(TokenwiseConfig, "tokenwise_", ("tokens", "seq_len", "classes", "k", "n_patch",
+                                                                  "patch_layer_count"),
+                                 rename={"n_patch": "patch_tokens", "patch_layer_count": "patch_layers"})
 
 
 def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:
@@ -61,15 +51,15 @@ def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:
     n_layers = int(g["layer"].max()) + 1
     sentence = (f"Tokenwise maps ({int(g['n_tokens'].iloc[0])} tokens): the best local class, {best}, leaves a median "
                 f"relative error of {b['rel_error'].median():.2f}; cos(Delta_full, Delta_tok) has median "
-                f"{b['cos_update'].median():.3f} over layers (paper: about 1) and {100 * b['share_angle_above_60'].median():.0f} % "
-                f"of residuals are more than 60 degrees from Delta_tok (paper: many); the largest errors are at layers "
-                f"{', '.join(map(str, sorted(worst)))} of {n_layers} (paper: middle layers).")
+                f"{b['cos_update'].median():.3f} over layers (paper: {COS_UPDATE}) and "
+                f"{100 * b['share_angle_above_60'].median():.0f} % of residuals are more than 60 degrees from Delta_tok "
+                f"(paper: {SHARE_ANGLE}); the largest errors are at layers {', '.join(map(str, sorted(worst)))} of {n_layers} (paper: {DEPTH}).")
     sentences, warnings = [sentence], []
     if corr_path.exists():
         c = pd.read_csv(corr_path).query("target == 'kl' and `class` == @best")
         sentences.append(f"Spearman(error, KL of patching) for {best}: median {c['spearman'].median():.2f} over "
                          f"{len(c)} patched layers (range {c['spearman'].min():.2f} to {c['spearman'].max():.2f}; "
-                         "the paper: often above 0.7, up to 0.95).")
+                         f"the paper: {SPEARMAN}).")
         n = int(c["n"].iloc[0]) if len(c) else 0
         if n < 100:
             warnings.append(f"Tokenwise: Spearman on {n} patched tokens per layer: indication only "
@@ -84,7 +74,7 @@ register_family(FAMILY, TokenwiseBudgets, headline=headline)
                "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)")
 def _step_tokenwise(ctx: StepContext) -> None:
     from ..evals.perplexity import corpus_batches
-    from .pool import collect_pool, n_layer_maps
+    from .pool import collect_pool
 
     b = ctx.budget
     if not b.tokenwise_tokens:
@@ -95,10 +85,9 @@ def _step_tokenwise(ctx: StepContext) -> None:
         windows = corpus_batches(ctx.model, ctx.text, seq, b.tokenwise_tokens + 4 * seq)
         windows = windows[: max(2, -(-b.tokenwise_tokens // (seq - 1)))]
         pool = collect_pool(ctx.model, windows, ctx.out / "tokenwise_pool", progress=True)
-        res = tokenwise_analysis(ctx.model, pool, classes=b.tokenwise_classes, k=b.tokenwise_k,
-                                 n_patch=min(b.tokenwise_patch_tokens, pool.n_tokens),
-                                 patch_layers=patched_layers(n_layer_maps(ctx.model), b.tokenwise_patch_layers),
-                                 n_boot=500, log_path=ctx.log("tokenwise"), progress=True, threads=2)
+        cfg = b.config(n_boot=N_BOOT)
+        cfg = cfg.replace(n_patch=min(cfg.n_patch, pool.n_tokens))
+        res = tokenwise_analysis(ctx.model, pool, cfg, log_path=ctx.log("tokenwise"), progress=True)
         return res.geometry, res.correlation, res.tokens
 
     geometry, corr, tokens = ctx.cached_tables(("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens"),
@@ -109,9 +98,7 @@ def _step_tokenwise(ctx: StepContext) -> None:
         f"Each layer map h_l -> h_(l+1) of {n_tok} WikiText tokens, fitted per token by least squares on its {k} "
         "nearest neighbours in h_l (no token of its own window), in restricted tokenwise classes, and by one global "
         "linear map (cross-fitted). Delta_full = h_(l+1) - h_l, Delta_tok = T(h_l) - h_l, r = h_(l+1) - T(h_l). "
-        "The paper: Delta_full is almost perfectly aligned with Delta_tok, r has large angles to it and little "
-        "energy in its dominant subspace, Spearman(error, KL of patching) is often above 0.7, and the middle layers "
-        "have the largest residuals.")
+        + SECTION)
     ctx.report.figure(plot_layer_geometry(geometry), "Per layer and class: median ||r|| / ||Delta_full||, median "
                                                      "cos(Delta_full, Delta_tok), share of residual angles above 60°.")
     ctx.report.figure(plot_residual_angles(tokens), "Residual angle to Delta_tok of the patched tokens at the layer "
@@ -122,5 +109,5 @@ def _step_tokenwise(ctx: StepContext) -> None:
     table = geometry.groupby("class")[["cos_update", "rel_error", "share_angle_above_60", "residual_energy"]].median()
     c = corr[corr["target"] == "kl"].groupby("class")["spearman"].median().rename("spearman_kl")
     ctx.report.table(table.join(c).reset_index(), "Medians over layers of the per-layer medians; Spearman: median "
-                                                  "over the patched layers. The paper: cos about 1, Spearman "
-                                                  "0.7-0.95.", digits=3)
+                                                  f"over the patched layers. The paper: cos {COS_UPDATE}, Spearman "
+                                                  f"{SPEARMAN_RANGE}.", digits=3)

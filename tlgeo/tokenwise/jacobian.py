@@ -16,15 +16,18 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.local_maps import local_matrix
 from ..hooks.resume import resume_forward
+from ..models import Model
 
 __all__ = ["block_map", "tokenwise_jacobian", "jacobian_agreement"]
 
 
-def block_map(model, tokens: Tensor, layer: int, position: int) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+def block_map(model: Model, tokens: Int[Tensor, "1 pos"], layer: int,
+              position: int) -> tuple[Float[Tensor, "d"], Callable[[Tensor], Tensor]]:
     """``(x0, f)``: the token's state ``h_layer[position]`` ``[d]`` and ``f(x [m, d]) -> [m, d]``."""
     if tokens.ndim != 2 or tokens.shape[0] != 1:
         raise ValueError(f"tokens must be one sequence [1, pos], got shape {tuple(tokens.shape)}")
@@ -53,15 +56,15 @@ def block_map(model, tokens: Tensor, layer: int, position: int) -> tuple[Tensor,
     return x0, f
 
 
-def tokenwise_jacobian(model, tokens: Tensor, layer: int, position: int) -> Tensor:
+def tokenwise_jacobian(model: Model, tokens: Int[Tensor, "1 pos"], layer: int, position: int) -> Float[Tensor, "d d"]:
     """``J [d, d]``, ``J[a, b] = d h_{l+1}[p]_a / d h_l[p]_b`` at the token's state (float32)."""
     x0, f = block_map(model, tokens, layer, position)
     with torch.enable_grad():
         return torch.autograd.functional.jacobian(lambda x: f(x[None])[0], x0)
 
 
-def jacobian_agreement(model, tokens: Tensor, layer: int, position: int, *, k: int, radius: float = 0.05,
-                       kind: str = "linear", seed: int = 0, **params) -> float:
+def jacobian_agreement(model: Model, tokens: Int[Tensor, "1 pos"], layer: int, position: int, *, k: int,
+                       radius: float = 0.05, kind: str = "linear", seed: int = 0, **params) -> float:
     """``||(A - Jᵀ) P|| / ||Jᵀ P||`` (Frobenius) for the class-``kind`` fit on ``k`` neighbours
     ``x0 + radius ||x0|| u_j`` (``u_j`` uniform on the sphere), ``P`` the projector orthogonal to ``x0``."""
     x0, f = block_map(model, tokens, layer, position)

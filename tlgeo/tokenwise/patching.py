@@ -20,15 +20,18 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from ..hooks.resume import StopForward, readout, readout_matches, resume_forward
+from ..models import Model
 from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 
 __all__ = ["patch_kl"]
 
 
-def patch_kl(model, pool: StatePool, indices: np.ndarray, replacements: Mapping[int, torch.Tensor], *,
-             batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
+def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: Mapping[int, Float[Tensor, "n d"]],
+             *, batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
     """KL of patching each pool token ``indices[j]`` to ``replacements[l][j]`` at every layer ``l`` given.
 
     Columns: ``index, layer, window, position, kl`` (at the patched position, nats) and

@@ -26,7 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
+from jaxtyping import Int
+from torch import Tensor, nn
+
+from ..models import Model
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
 
@@ -34,7 +37,7 @@ _LAYER_PATHS = ("model.layers", "backbone.layers", "transformer.h", "gpt_neox.la
                 "layers", "h")
 
 
-def layer_list(model) -> nn.ModuleList:
+def layer_list(model: Model) -> nn.ModuleList:
     """The list of blocks of a plain HF causal LM (``ValueError`` when none is found)."""
     for path in _LAYER_PATHS:
         obj = model
@@ -80,7 +83,7 @@ def _states_hf(model, tokens: torch.Tensor) -> list[torch.Tensor]:
     return [got[i] for i in range(len(layers) + 1)]
 
 
-def n_layer_maps(model) -> int:
+def n_layer_maps(model: Model) -> int:
     return model.cfg.n_layers if _is_bridge(model) else len(layer_list(model))
 
 
@@ -126,8 +129,8 @@ class StatePool:
                 torch.from_numpy(np.array(self.states(layer + 1), dtype=np.float32)))
 
 
-def collect_pool(model, windows: torch.Tensor, out_dir: str | Path, *, dtype: str = "float16", batch_size: int = 8,
-                 skip_first: int = 1, progress: bool = False) -> StatePool:
+def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Path, *, dtype: str = "float16",
+                 batch_size: int = 8, skip_first: int = 1, progress: bool = False) -> StatePool:
     """Collect the states of every token of ``windows [n_windows, seq_len]`` at every layer.
 
     ``skip_first``: leading positions of each window left out (default 1: BOS, whose

@@ -91,3 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     p = add_train_args(argparse.ArgumentParser(
         description="Pretrain a causal LM from scratch with parallel suppression (torchrun-ready)"))
     return run(p.parse_args(argv))
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    args.record.out = args.out
+    args.record.rerun = "Rerun it with --resume to continue from the last checkpoint."
+    return run(args)
+
+
+def _commands():
+    from ..analysis import Command
+
+    return (Command("train", "pretrain a model from scratch with parallel suppression", add_train_args,
+                    _run_command, "Pretrain a causal LM from scratch with parallel suppression (torchrun-ready)"),)
+
+
+COMMANDS = _commands()

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from tlgeo import pipeline
-from tlgeo.pipeline import Headline, StepContext, budget, make_budgets, register_family, register_step
+from tlgeo import analysis as pipeline
+from tlgeo.analysis import Headline, StepContext, budget, make_budgets, register_family, register_step
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_budget_cost_metadata():
 def test_cached_tables_compute_once_and_check_their_count(tmp_path):
     import pandas as pd
 
-    from tlgeo.pipeline import StepContext
+    from tlgeo.analysis import StepContext
 
     ctx = StepContext(None, None, "", None, None, tmp_path)
     calls = []

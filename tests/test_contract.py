@@ -1,0 +1,101 @@
+"""The analysis contract, for every registered analysis (tlgeo.analysis; ARCHITECTURE.md).
+
+Each analysis has a config, runs on a tiny model, returns a result whose ``save`` / ``load``
+round-trips, whose work units split and merged equal the whole, and whose command exists
+with ``--help`` showing its defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tlgeo.analysis import Config, Result
+from tlgeo.report.registry import load_analyses, load_commands
+
+ANALYSES = load_analyses()
+
+
+def _comparable(df: pd.DataFrame, table) -> pd.DataFrame:
+    """Rows sorted by key, volatile columns dropped, lists and tuples as JSON text (as in a CSV)."""
+    df = df.drop(columns=[c for c in table.volatile if c in df.columns]).copy()
+    for c in df.columns:
+        if df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            df[c] = df[c].map(lambda v: json.dumps(list(v)) if isinstance(v, (list, tuple, np.ndarray)) else v)
+    key = [k for k in table.key if k in df.columns]
+    return df.sort_values(key).reset_index(drop=True)[sorted(df.columns)] if key else df
+
+
+def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None) -> None:
+    ta, tb = a.tables(), b.tables()
+    assert set(ta) == set(tb)
+    for name in ta:
+        t = type(a).table(name)
+        x, y = _comparable(ta[name], t), _comparable(tb[name], t)
+        if via_csv:  # a CSV round trip stores every value as text: compare both that way
+            x.to_csv(tmp / "x.csv", index=False)
+            y.to_csv(tmp / "y.csv", index=False)
+            x, y = pd.read_csv(tmp / "x.csv"), pd.read_csv(tmp / "y.csv")
+        pd.testing.assert_frame_equal(x, y, check_dtype=False, rtol=1e-5, atol=1e-7, obj=name)
+
+
+@pytest.fixture(scope="module")
+def runs(llama):
+    """Each analysis run once whole on its tiny config (shared by the tests below)."""
+    return {}
+
+
+def _whole(runs, name, model):
+    if name not in runs:
+        a = ANALYSES[name]
+        cfg = a.config(**a.tiny)
+        runs[name] = (cfg, a.run(model, cfg))
+    return runs[name]
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_config_is_frozen_and_checked(name):
+    a = ANALYSES[name]
+    assert dataclasses.is_dataclass(a.config) and issubclass(a.config, Config)
+    cfg = a.config(**a.tiny)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(cfg, dataclasses.fields(cfg)[0].name, None)
+    assert a.tiny, f"{name} registers no tiny config"
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_save_load_round_trip(name, llama, runs, tmp_path):
+    a = ANALYSES[name]
+    cfg, res = _whole(runs, name, llama)
+    assert isinstance(res, a.result) and res.tables(), f"{name} returned no table"
+    written = res.save(tmp_path)
+    assert written and all(p.exists() for p in written)
+    _assert_same(res, a.result.load(tmp_path), via_csv=True, tmp=tmp_path)
+    res.save(tmp_path)  # saving the same rows again replaces them, keeps one copy
+    assert {n: len(df) for n, df in a.result.load(tmp_path).tables().items()} == \
+        {n: len(df) for n, df in res.tables().items()}
+
+
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_units_split_and_merge_equal_the_whole(name, llama, runs):
+    a = ANALYSES[name]
+    cfg, whole = _whole(runs, name, llama)
+    units = a.units(llama, cfg)
+    assert len(units) >= 2, f"{name}: the tiny config must have several units to split"
+    parts = [a.run(llama, cfg, units=units[i::2]) for i in range(2)]
+    _assert_same(a.result.merge(parts), whole)
+
+
+def test_every_analysis_has_a_command_with_defaults_in_help(capsys):
+    from tlgeo.cli import main
+
+    commands = load_commands()
+    for name, a in ANALYSES.items():
+        assert a.command_name in commands, f"analysis {name} has no tlgeo command {a.command_name!r}"
+        with pytest.raises(SystemExit):
+            main([a.command_name, "--help"])
+        text = capsys.readouterr().out
+        assert "(default:" in text and "--model" in text

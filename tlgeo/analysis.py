@@ -1,0 +1,417 @@
+"""The analysis contract: config → run → typed result, work units, atlas steps.
+
+Every analysis package (``decomposition``, ``dirmag``, ``tokenwise``, ``pdsf``, ...)
+implements the same shape:
+
+* ``config.py``: one frozen dataclass subclassing :class:`Config`, the single source
+  of the analysis's parameters. Each field is a :func:`param` (default, help text,
+  optional ``cost``, ``choices``, ``item``, ``indices``, ``atlas`` default); the CLI
+  flags, the atlas budgets (:func:`atlas_budgets`) and the notebook keyword
+  arguments are generated from it or passed as it. ``validate()`` checks the values
+  once, when the config is made.
+* ``analysis.py``: ``run(model, cfg, *, out=None, log=None, units=None) -> Result`` and
+  ``units(model, cfg)``, registered with :func:`register_analysis`. The :class:`Result`
+  holds named tables (``tables()``), owns their CSV names and keys (:class:`Table`),
+  ``save(out)`` merges them into ``out`` by key, ``load(out)`` reads them back, and
+  ``merge(parts)`` joins results of disjoint work units: a run over a subset of the
+  units followed by a merge equals a run over all of them.
+* ``paper.py`` (the seed paper's numbers), ``plots.py``, ``atlas.py`` (its steps),
+  ``cli.py`` (its commands: :class:`Command`).
+
+The atlas part: an analysis contributes steps from its ``atlas`` module — one
+budgets dataclass registered with :func:`register_family` (made from the config by
+:func:`atlas_budgets`, or written with :func:`budget` fields), one function per step
+registered with :func:`register_step` (it reads ``ctx.budget``, writes its CSVs through
+``ctx.cached`` and its report section through ``ctx.report``), and optionally a
+headline ``fn(out_dir, budgets) -> Headline``. :mod:`tlgeo.report.atlas` runs what is
+registered; ``tlgeo atlas`` makes one flag per budget field.
+
+This module holds no model, no report and no argparse code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from .results import merge_csv
+
+__all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
+           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family", "register_step",
+           "steps", "headlines", "family_headline", "budget_fields", "make_budgets"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One atlas step: ``run(ctx)`` writes ``csvs`` (names without ``.csv``) and a report section."""
+
+    name: str
+    family: str
+    run: Callable[["StepContext"], None]
+    csvs: tuple[str, ...]
+    description: str
+
+
+@dataclass
+class Headline:
+    """What a family's results show, for the top of the report.
+
+    ``sentences``: plain sentences with their numbers, computed from the CSVs
+    (the most telling first); ``warnings``: one sentence per budget too small to
+    conclude anything from (e.g. "zero-shot: 5 items per task: indication only").
+    """
+
+    sentences: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.sentences or self.warnings)
+
+
+HeadlineFn = Callable[[Path, Any], "Headline | list[str]"]
+
+_FAMILIES: dict[str, type] = {}
+_HEADLINES: dict[str, HeadlineFn] = {}
+_STEPS: dict[str, Step] = {}
+
+
+def budget(default: Any, help: str, **meta: Any) -> Any:
+    """A budgets-dataclass field: ``default``, a ``help`` text for its flag, and optional
+    ``item`` (element type of a tuple or of a ``None`` default), ``choices``, ``flag``
+    (the flag's name when it is not ``--<field-name>``), ``cost`` (rough run time it
+    drives on a reference machine, e.g. ``"~0.15 s per token (SmolLM2-135M, 2-core CPU)"``,
+    shown by ``tlgeo atlas --help``)."""
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+def register_family(name: str, budgets: type, headline: HeadlineFn | None = None) -> None:
+    """Register an analysis family and its budgets dataclass (field names unique across families).
+
+    ``headline(out_dir, budgets)``, if given, returns the family's :class:`Headline`
+    (or a plain list of sentences) computed from the CSVs in ``out_dir``; it must
+    cope with steps not yet run (their CSVs missing)."""
+    if not dataclasses.is_dataclass(budgets):
+        raise TypeError(f"budgets of {name!r} must be a dataclass, got {budgets!r}")
+    if name in _FAMILIES and _FAMILIES[name] is not budgets:
+        raise ValueError(f"atlas family {name!r} is already registered")
+    if headline is not None and not callable(headline):
+        raise TypeError(f"headline of {name!r} must be a function (out_dir, budgets) -> Headline, got {headline!r}")
+    old = _HEADLINES.get(name)
+    if headline is not None and old is not None and old.__qualname__ != headline.__qualname__:
+        raise ValueError(f"atlas family {name!r} already has a headline ({old.__qualname__})")
+    taken = {f: fam for f, (fam, _) in budget_fields().items() if fam != name}
+    clash = sorted(f.name for f in dataclasses.fields(budgets) if f.name in taken)
+    if clash:
+        raise ValueError(f"budget name(s) {clash} of {name!r} are already used by {taken[clash[0]]!r}")
+    _FAMILIES[name] = budgets
+    if headline is not None:
+        _HEADLINES[name] = headline
+
+
+def register_step(name: str, family: str, csvs: tuple[str, ...], description: str):
+    """Decorator: register ``fn(ctx)`` as atlas step ``name`` of a registered ``family``."""
+    if family not in _FAMILIES:
+        raise ValueError(f"register the family {family!r} before its steps")
+
+    def wrap(fn: Callable[[StepContext], None]) -> Callable[[StepContext], None]:
+        old = _STEPS.get(name)
+        if old is not None and old.run.__qualname__ != fn.__qualname__:
+            raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
+        _STEPS[name] = Step(name, family, fn, tuple(csvs), description)
+        return fn
+
+    return wrap
+
+
+def steps() -> dict[str, Step]:
+    """The registered steps, in registration order."""
+    return dict(_STEPS)
+
+
+def headlines() -> dict[str, HeadlineFn]:
+    """The families' headline functions, by family, in registration order."""
+    return {fam: _HEADLINES[fam] for fam in _FAMILIES if fam in _HEADLINES}
+
+
+def family_headline(family: str, out: Path, budgets: Any) -> Headline:
+    """``family``'s :class:`Headline` for the results in ``out`` (empty if it has none)."""
+    fn = _HEADLINES.get(family)
+    if fn is None:
+        return Headline()
+    got = fn(Path(out), budgets)
+    if isinstance(got, Headline):
+        return got
+    if isinstance(got, (list, tuple)) and all(isinstance(x, str) for x in got):
+        return Headline(list(got))
+    raise TypeError(f"headline of {family!r} must return a Headline or a list of str, got {type(got).__name__}")
+
+
+def budget_fields() -> dict[str, tuple[str, dataclasses.Field]]:
+    """Every budget field by name: ``(family, field)``."""
+    return {f.name: (fam, f) for fam, cls in _FAMILIES.items() for f in dataclasses.fields(cls)}
+
+
+def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """One budgets instance per family: defaults, with ``overrides`` (by field name) applied."""
+    fields = budget_fields()
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown atlas budget(s) {unknown}; known: {sorted(fields)}")
+    per_family: dict[str, dict[str, Any]] = {fam: {} for fam in _FAMILIES}
+    for k, v in overrides.items():
+        per_family[fields[k][0]][k] = v
+    return {fam: cls(**per_family[fam]) for fam, cls in _FAMILIES.items()}
+
+
+class StepContext:
+    """What a step gets: the run's config, model, text, its family's budgets, the report.
+
+    ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
+    resumable JSON-lines log in the output directory; ``cached(name, compute)``
+    loads ``name.csv`` if an earlier run finished it, else computes and saves it;
+    ``cached_tables(names, compute)`` does the same for several tables computed together.
+    """
+
+    def __init__(self, cfg, model, text: str, report, budget, out: Path):
+        self.cfg, self.model, self.text, self.report, self.budget = cfg, model, text, report, budget
+        self.out = Path(out)
+
+    def csv(self, name: str) -> Path:
+        return self.out / f"{name}.csv"
+
+    def log(self, name: str) -> Path:
+        return self.out / "logs" / f"{name}.jsonl"
+
+    def cached(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        return self.cached_tables((name,), lambda: (compute(),))[0]
+
+    def cached_tables(self, names: tuple[str, ...],
+                      compute: Callable[[], tuple[pd.DataFrame, ...]]) -> tuple[pd.DataFrame, ...]:
+        """``names.csv`` if an earlier run wrote all of them, else ``compute()`` (one table per name), saved."""
+        paths = [self.csv(n) for n in names]
+        if all(p.exists() for p in paths):
+            return tuple(pd.read_csv(p) for p in paths)
+        dfs = tuple(compute())
+        if len(dfs) != len(names):
+            raise ValueError(f"compute returned {len(dfs)} tables for {len(names)} names {list(names)}")
+        for df, path in zip(dfs, paths):
+            df.to_csv(path, index=False)
+        return dfs
+
+
+# ---------------------------------------------------------------------------
+# the analysis contract: config -> run -> result, work units
+# ---------------------------------------------------------------------------
+
+
+def param(default: Any, help: str, **meta: Any) -> Any:
+    """A config field: ``default`` and the ``help`` text of its flag. Optional metadata:
+    ``item`` (element type of a tuple, or of a ``None`` default), ``choices``, ``indices``
+    (a list of block/head indices, ``3,5,10-12`` on the command line), ``min`` (smallest
+    int, default 1; 0 where 0 means "all" or "skip"), ``cost`` (the run time it drives on a
+    reference machine), ``atlas`` (its default as an atlas budget, where that differs),
+    ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
+    type), ``required`` (a flag that must be given)."""
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+def _mutable_default(v: Any) -> Any:
+    return dataclasses.field(default_factory=lambda: v) if isinstance(v, (list, dict, set)) else v
+
+
+@dataclass(frozen=True)
+class Config:
+    """Base of every analysis config: a frozen dataclass of :func:`param` fields, checked once.
+
+    Subclasses override :meth:`validate` (raise ``ValueError`` naming the field and the
+    accepted values); lists given for tuple fields are stored as tuples."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, list):
+                object.__setattr__(self, f.name, tuple(v))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` on a bad value (the message names the field)."""
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def settings(self) -> dict[str, Any]:
+        """The fields as a plain dict (tuples as lists), for a result row or a log key."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self)}
+
+    def _check_choices(self) -> None:
+        """Every field with ``choices`` (or tuple items with ``choices``) holds allowed values."""
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            v = getattr(self, f.name)
+            if choices is None or v is None:
+                continue
+            bad = [x for x in (v if isinstance(v, tuple) else (v,)) if x not in choices]
+            if bad:
+                raise ValueError(f"{f.name}: unknown value(s) {bad}; choose from {tuple(choices)}")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of a result: its CSV file name (``.csv`` or ``.csv.gz``), the columns that
+    identify a row (settings and unit), and ``volatile`` columns (timings) that differ between
+    two runs of the same work."""
+
+    name: str
+    key: tuple[str, ...]
+    file: str = ""
+    volatile: tuple[str, ...] = ()
+
+    @property
+    def filename(self) -> str:
+        return self.file or f"{self.name}.csv"
+
+
+class Result:
+    """A typed result: named DataFrames (:meth:`tables`) whose names, files and keys are the
+    class's :attr:`TABLES`. Subclasses are dataclasses with one DataFrame field per table
+    (``None`` for a part not run), so ``load`` and ``merge`` need no code of their own."""
+
+    TABLES: ClassVar[tuple[Table, ...]] = ()
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The tables that were computed, by name."""
+        return {t.name: df for t in self.TABLES if (df := getattr(self, t.name, None)) is not None}
+
+    def save(self, out: str | Path) -> list[Path]:
+        """Merge each table into ``out/<file>`` by its key (rows of other settings are kept);
+        returns the files written."""
+        out = Path(out)
+        written = []
+        for t in self.TABLES:
+            df = getattr(self, t.name, None)
+            if df is None:
+                continue
+            merge_csv(out / t.filename, df, [k for k in t.key if k in df.columns])
+            written.append(out / t.filename)
+        return written
+
+    @classmethod
+    def load(cls, out: str | Path) -> "Result":
+        """The tables saved in ``out`` (missing ones as ``None``)."""
+        out = Path(out)
+        return cls(**{t.name: pd.read_csv(out / t.filename) if (out / t.filename).exists() else None
+                      for t in cls.TABLES})
+
+    @classmethod
+    def merge(cls, parts: Sequence["Result"]) -> "Result":
+        """One result from the results of disjoint work units: each table concatenated, a
+        row repeated in several parts (same key) kept once."""
+        if not parts:
+            raise ValueError("nothing to merge")
+        tables = {}
+        for t in cls.TABLES:
+            dfs = [df for p in parts if (df := getattr(p, t.name, None)) is not None]
+            if not dfs:
+                tables[t.name] = None
+                continue
+            df = pd.concat(dfs, ignore_index=True)
+            key = [k for k in t.key if k in df.columns]
+            if key:
+                df = df[~df[key].astype(str).duplicated(keep="last")].reset_index(drop=True)
+            tables[t.name] = df
+        return cls(**tables)
+
+    @classmethod
+    def table(cls, name: str) -> Table:
+        for t in cls.TABLES:
+            if t.name == name:
+                return t
+        raise KeyError(f"{cls.__name__} has no table {name!r}; tables: {[t.name for t in cls.TABLES]}")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One registered analysis: its config class, ``run(model, cfg, *, out, log, units)``,
+    its result class and ``units(model, cfg)`` (the independent work units a run can be
+    split into; ``run(..., units=subset)`` does only those). ``tiny``: the config keyword
+    arguments of a run of a few seconds on a tiny random model (the contract test's, and a
+    first try in a notebook)."""
+
+    name: str
+    config: type
+    run: Callable[..., Result]
+    result: type
+    units: Callable[[Any, Any], list]
+    description: str
+    tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # config of a seconds-long run on a tiny model
+    command: str = ""  # its tlgeo subcommand (default: the name)
+
+    @property
+    def command_name(self) -> str:
+        return self.command or self.name
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``tlgeo`` subcommand: ``add_args(parser)`` and ``run(args) -> exit code``."""
+
+    name: str
+    help: str
+    add_args: Callable[[Any], None]
+    run: Callable[[Any], int]
+    description: str = ""
+
+
+_ANALYSES: dict[str, Analysis] = {}
+
+
+def register_analysis(analysis: Analysis) -> Analysis:
+    """Register an analysis by name (re-registering the same one is a no-op)."""
+    old = _ANALYSES.get(analysis.name)
+    if old is not None and old.run.__qualname__ != analysis.run.__qualname__:
+        raise ValueError(f"analysis {analysis.name!r} is already registered")
+    if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
+        raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
+    _ANALYSES[analysis.name] = analysis
+    return analysis
+
+
+def analyses() -> dict[str, Analysis]:
+    """The registered analyses, in registration order."""
+    return dict(_ANALYSES)
+
+
+def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapping[str, str] | None = None,
+                  **defaults: Any) -> type:
+    """An atlas budgets dataclass made from ``config``'s ``fields``: each becomes the budget
+    ``<prefix><field>`` (``<prefix><rename[field]>`` where given) with the field's help text,
+    cost and choices, and as its default the
+    ``defaults`` given here, else the field's ``atlas`` default, else its own. The class's
+    ``config(**fixed)`` gives back the analysis config with those values (and ``fixed``)."""
+    fields = list(fields)
+    known = {f.name: f for f in dataclasses.fields(config)}
+    bad = [f for f in [*fields, *defaults] if f not in known]
+    if bad:
+        raise ValueError(f"{config.__name__} has no field(s) {bad}")
+    rename = dict(rename or {})
+    flag = {n: prefix + rename.get(n, n) for n in fields}
+    spec = []
+    for name in fields:
+        f = known[name]
+        meta = dict(f.metadata)
+        meta.pop("flag", None)  # the budget's flag is always --<prefix><name>
+        default = defaults.get(name, meta.pop("atlas", f.default))
+        spec.append((flag[name], f.type, budget(_mutable_default(default), meta.pop("help", ""), **meta)))
+
+    def to_config(self, **fixed: Any):
+        return config(**{n: getattr(self, flag[n]) for n in fields}, **fixed)
+
+    cls = dataclasses.make_dataclass(f"{config.__name__.removesuffix('Config')}Budgets", spec,
+                                     namespace={"config": to_config, "__module__": config.__module__})
+    cls.__doc__ = f"Atlas budgets of {config.__name__}: " + ", ".join(prefix + n for n in fields)
+    return cls

@@ -1,0 +1,236 @@
+"""What every command line shares: argument types that name their flag on a bad value, the
+help formatter, flags generated from an analysis config, the model/threads/out flags, and the
+listing of written files.
+
+Analyses' ``cli.py`` modules build their commands from these; :mod:`tlgeo.cli` only
+dispatches. No model code here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+import typing
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
+           "config_from_args", "config_flags", "add_model_arg", "add_threads_arg", "add_out_arg", "model_key",
+           "print_written", "files_since", "set_threads", "RunRecord", "default_out"]
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in every help line that has one worth showing (not None / False), lists as
+    ``a,b`` (as they are typed), never as Python tuples."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if d is None or d is False or d == argparse.SUPPRESS or "default" in text:
+            return text
+        if isinstance(d, (tuple, list)):
+            return f"{text} (default: {','.join(map(str, d)) or 'none'})"
+        return super()._get_help_string(action)
+
+
+def count(allow_zero: bool = False, what: str = "a positive integer"):
+    """argparse type: an integer >= 1 (>= 0 with ``allow_zero``)."""
+
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            n = None
+        if n is None or n < 0 or (n == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {v!r}")
+        return n
+
+    parse.__name__ = what
+    return parse
+
+
+POSITIVE = count()
+TOKENS = count(allow_zero=True, what="a positive integer (0 = all)")
+NON_NEGATIVE = count(allow_zero=True, what="a non-negative integer")
+
+
+def index_list(v: str) -> tuple[int, ...] | None:
+    """``3,5,10-12`` -> (3, 5, 10, 11, 12); ``all`` or empty -> None."""
+    if v in ("", "all"):
+        return None
+    out: list[int] = []
+    try:
+        for part in v.split(","):
+            if "-" in part:
+                a, b = part.split("-")
+                if int(b) < int(a):
+                    raise ValueError
+                out += range(int(a), int(b) + 1)
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices such as 3,5,10-12 (or all), got {v!r}") from None
+    return tuple(out)
+
+
+index_list.__name__ = "index list"
+
+
+def items(kind: type):
+    """argparse type: a comma-separated list of ``kind`` as a tuple (empty entries dropped)."""
+
+    def parse(v: str) -> tuple:
+        try:
+            return tuple(kind(x) for x in v.split(",") if x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {v!r}") from None
+
+    parse.__name__ = f"comma-separated {kind.__name__} list"
+    return parse
+
+
+def _base_type(f: dataclasses.Field, owner: type) -> Any:
+    """The field's type with ``X | None`` reduced to ``X`` (annotations may be strings)."""
+    hints = typing.get_type_hints(owner)
+    t = hints.get(f.name, f.type)
+    args = [a for a in typing.get_args(t) if a is not type(None)]
+    if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        t = args[0]
+    return t
+
+
+def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """``{field name: argparse keyword arguments}`` for every field of the config ``cls`` that
+    has a flag (``cli=False`` fields have none)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if meta.get("cli", True) is False:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        t = _base_type(f, cls)
+        kw: dict[str, Any] = {"dest": f.name, "default": default}
+        cost = f"; {meta['cost']}" if meta.get("cost") else ""
+        kw["help"] = meta.get("help", "") + cost
+        if meta.get("indices"):
+            kw.update(type=index_list, metavar="INDICES")
+        elif t is bool:
+            kw.update(action=argparse.BooleanOptionalAction)
+        elif meta.get("item") is not None or typing.get_origin(t) is tuple:
+            item = meta.get("item") or typing.get_args(t)[0]
+            kw.update(type=items(item), metavar="LIST")
+        elif t is int:
+            kw.update(type=count(allow_zero=True, what="a non-negative integer") if meta.get("min", 1) == 0
+                      else POSITIVE, metavar="N")
+        elif t is float:
+            kw.update(type=float, metavar="X")
+        else:
+            kw.update(type=str)
+        if meta.get("choices") is not None and "metavar" not in kw and t is not bool:
+            kw["choices"] = tuple(meta["choices"])
+        if meta.get("type") is not None:  # an argparse type of the field's own (e.g. TOKENS: 0 = all)
+            kw["type"] = meta["type"]
+        if meta.get("required"):
+            kw["required"] = True
+            kw.pop("default")
+        out[f.name] = {"flag": meta.get("flag", "--" + (prefix + f.name).replace("_", "-")), **kw}
+    return out
+
+
+def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "",
+                    exclude: Iterable[str] = ()) -> None:
+    """One flag per field of the config ``cls`` (``--<prefix><field>``), with its help text,
+    cost and default."""
+    exclude = set(exclude)
+    for name, kw in config_flags(cls, prefix).items():
+        if name in exclude:
+            continue
+        kw = dict(kw)
+        flag = kw.pop("flag")
+        kw["dest"] = prefix + kw["dest"]
+        p.add_argument(flag, **kw)
+
+
+def config_from_args(cls: type, args: argparse.Namespace, prefix: str = "", **fixed: Any):
+    """The config ``cls`` from the parsed flags of :func:`add_config_args` (``fixed`` wins)."""
+    values = {f.name: getattr(args, prefix + f.name) for f in dataclasses.fields(cls)
+              if hasattr(args, prefix + f.name)}
+    return cls(**{**values, **fixed})
+
+
+def add_model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m",
+                   help="embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash scripts/setup.sh), "
+                        "tiny:llama|neox|gpt2, a local Hugging Face directory, or a hub name owner/name (online)")
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads (default: all cores)")
+
+
+def add_out_arg(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--out", default=None, help=f"output directory (default: {default})")
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def model_key(name: str) -> str:
+    """A model name as a folder name: ``tiny:llama`` -> ``tiny-llama``."""
+    return name.replace("/", "_").replace(":", "-")
+
+
+def _size(path: Path) -> str:
+    n = float(path.stat().st_size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def print_written(paths: Iterable[str | Path]) -> None:
+    """``wrote:`` and each existing file with its size."""
+    paths = [Path(p) for p in paths if Path(p).is_file()]
+    print("wrote:")
+    for p in paths:
+        print(f"  {p}  ({_size(p)})")
+
+
+def files_since(folder: str | Path, t0: float) -> list[Path]:
+    """The files under ``folder`` written at or after ``t0`` (seconds since the epoch)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
+                  and p.stat().st_mtime >= t0 - 1)
+
+
+class RunRecord:
+    """What a command has saved so far, for its Ctrl-C message: the output folder and the
+    start time; :meth:`saved` lists only files that exist and were written by this run."""
+
+    def __init__(self, out: str | Path | None = None):
+        self.out = Path(out) if out is not None else None
+        self.t0 = time.time()
+        self.rerun = "Rerun the same command to resume."
+
+    def saved(self) -> str:
+        files = files_since(self.out, self.t0) if self.out is not None else []
+        if not files:
+            return "Nothing was saved yet."
+        shown = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8} more" if len(files) > 8 else "")
+        return f"Saved in {self.out}: {shown}."
+
+
+def default_out(name: str) -> Path:
+    """Where a command writes when ``--out`` is not given: ``runs/<name>`` under the working
+    directory (``$TLGEO_RUNS`` if set), never the committed ``results/``."""
+    import os
+
+    return Path(os.environ.get("TLGEO_RUNS", "runs")) / name

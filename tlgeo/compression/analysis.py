@@ -1,0 +1,217 @@
+"""The compression diagnosis of one model, on the analysis contract:
+``run(model, DiagConfig(...)) -> DiagResult``.
+
+Work units: the compressed methods. Each method's rows (per prompt, per layer, across layers,
+its timing) depend only on the dense model, that method's compressed model and the prompts,
+so a run over some methods followed by :meth:`DiagResult.merge` equals a run over all of them.
+Compressed models are read from ``<root>/<method>``; with ``cfg.compress`` a missing one is
+compressed first (:func:`tlgeo.compression.compress.ensure_compressed`), so a run needs no
+folder prepared (the registered tiny config does this on a tiny model in seconds).
+
+Resuming: each finished method's per-prompt rows go to ``<log>/diag_prompts.csv.gz`` (with
+their settings and the id of the compressed model) and its time to ``<log>/timing.csv`` (``log``
+defaults to ``out``); a rerun takes a method from there when its rows were made with the same
+prompts, corpus and base model and on the same compressed model, and recomputes it when that
+model changed. Rows of other prompts, corpus or base model in the same folder stop the run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from ..analysis import Analysis, Result, Table, register_analysis
+from ..models import Model, model_label
+from .config import CompressConfig, DiagConfig
+
+__all__ = ["DiagResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
+
+PROMPT_KEY = ("method", "mode", "site", "layer", "tokens", "prompt")
+# the settings stored with every per-prompt row (the first two as the old files had them)
+SETTINGS = ("n_prompts_cfg", "seq_len_cfg", "corpus_cfg", "base_cfg")
+MODEL_COLUMN = "model_cfg"  # the id of the compressed model the row was computed on
+
+
+@dataclass
+class DiagResult(Result):
+    """``prompts``: per (method, mode, site, layer, tokens, prompt) the error ratios of
+    :func:`tlgeo.compression.decompose.prompt_ratios` with their settings; ``layers``: mean and
+    SD over prompts per layer (Figure 6's data); ``table12``: the across-layer statistics per
+    method, mode, site, tokens and reference (``delta`` or ``z``); ``timing``: wall seconds of
+    each method's diagnosis."""
+
+    prompts: pd.DataFrame | None = None
+    layers: pd.DataFrame | None = None
+    table12: pd.DataFrame | None = None
+    timing: pd.DataFrame | None = None
+
+    TABLES = (
+        Table("prompts", PROMPT_KEY, "diag_prompts.csv.gz"),
+        Table("layers", ("method", "mode", "site", "tokens", "layer"), "diag_layers.csv"),
+        Table("table12", ("method", "mode", "site", "tokens", "ref"), "table12.csv"),
+        Table("timing", ("method",), "timing.csv", ("seconds",)),
+    )
+
+
+def loaded_key(model: Model) -> str:
+    """The folder name of a loaded model, as ``tlgeo compress`` names it (a directory's name, or
+    the name with ``:`` as ``-``); a model whose directory is gone (e.g. :func:`tlgeo.models.tiny_model`'s
+    temporary one) is named by a hash of its weights."""
+    label = model_label(model)
+    p = Path(label).expanduser()
+    if p.is_dir():
+        return p.name
+    if label.startswith(("/", ".", "~")):
+        from .compress import weights_fingerprint
+
+        return "weights-" + weights_fingerprint(model)
+    return label.replace(":", "-")
+
+
+def default_root(model: Model) -> Path:
+    """``$TLGEO_CACHE/compressed/<model>``: where ``tlgeo compress`` writes the compressed models."""
+    from .llmc import compressed_dir
+
+    return compressed_dir(loaded_key(model), "x").parent
+
+
+def units(model: Model, cfg: DiagConfig) -> list[str]:
+    """The compressed methods, in the config's order."""
+    return list(cfg.methods)
+
+
+@contextmanager
+def _locked(root: Path):
+    """An exclusive lock on ``root`` while missing models are compressed into it (two runs, e.g.
+    two test workers, never compress into one folder at once)."""
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with open(root / ".tlgeo-compress.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _compressed_dirs(model: Model, cfg: DiagConfig, methods: list[str], say: Callable[[str], None]) -> dict[str, Path]:
+    root = Path(cfg.root) if cfg.root else default_root(model)
+    if cfg.compress is not None:
+        from .compress import ensure_compressed
+
+        with _locked(root):
+            ensure_compressed(model, methods, root, cfg.compress, log=say)
+    dirs = {m: root / m for m in methods}
+    missing = [str(p) for p in dirs.values() if not (p / "config.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
+                                "(create them with tlgeo compress)")
+    return dirs
+
+
+def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dict[str, str]
+            ) -> tuple[pd.DataFrame, pd.DataFrame, set[str]]:
+    """The per-prompt rows and timings in ``store``, and the methods among ``ids`` whose rows
+    there are complete for ``modes`` and were computed on the model now in their folder."""
+    if store is None or not (store / DiagResult.table("prompts").filename).exists():
+        return pd.DataFrame(), pd.DataFrame(), set()
+    path = store / DiagResult.table("prompts").filename
+    old = pd.read_csv(path)
+    for col, want in settings.items():
+        got = old[col].astype(str).unique().tolist() if col in old.columns else ["(not recorded)"]
+        if got != [str(want)]:
+            raise ValueError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
+                             f"{want}); use another --out or delete it")
+    timing_path = store / DiagResult.table("timing").filename
+    timing = pd.read_csv(timing_path) if timing_path.exists() else pd.DataFrame()
+    done = set()
+    for m, g in old[old["method"].isin(list(ids))].groupby("method"):
+        g = g[g["mode"].isin(modes)]
+        same_model = MODEL_COLUMN in g.columns and g[MODEL_COLUMN].astype(str).eq(ids[m]).all()
+        if set(g["mode"]) >= set(modes) and same_model:
+            done.add(m)
+    return old, timing, done
+
+
+def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
+        units: Sequence[str] | None = None, progress: bool = False,
+        say: Callable[[str], None] | None = None) -> DiagResult:
+    """Diagnose the compressed models of ``units`` (default: every method of ``cfg``) against the
+    dense ``model``. With ``out`` the tables are merged into ``out`` (each method's per-prompt rows
+    and timing as soon as it is done, the summaries at the end); ``log`` (default ``out``) is where
+    a rerun resumes from. ``progress``: print each method's time (through ``say``, default print)."""
+    from ..data import load_text
+    from .compress import model_id
+    from .counterfactual import diagnose, prompt_windows
+    from .experiment import summary_tables
+
+    say = say or (lambda s: print(s, flush=True))
+    chosen = list(cfg.methods) if units is None else list(units)
+    unknown = [m for m in chosen if m not in cfg.methods]
+    if unknown:
+        raise ValueError(f"units {unknown} are not methods of the config ({list(cfg.methods)})")
+    methods = [m for m in cfg.methods if m in set(chosen)]
+    if not methods:
+        return DiagResult()
+    dirs = _compressed_dirs(model, cfg, methods, say)
+    tokens = prompt_windows(model, load_text(cfg.corpus), cfg.prompts, cfg.seq_len)
+    settings = dict(zip(SETTINGS, (cfg.prompts, cfg.seq_len, cfg.corpus, loaded_key(model))))
+    ids = {m: model_id(d) for m, d in dirs.items()}
+    store = Path(log) if log is not None else (Path(out) if out is not None else None)
+    old, old_timing, done = _stored(store, settings, cfg.modes, ids)
+
+    new, timings = [], []
+    t_all = time.perf_counter()
+    for m in methods:
+        if m in done:
+            continue
+        t0 = time.perf_counter()
+        df = diagnose(model, {m: dirs[m]}, tokens, modes=cfg.modes, batch_size=cfg.batch_size)
+        seconds = time.perf_counter() - t0
+        df = df.assign(**settings, **{MODEL_COLUMN: ids[m]})
+        trow = pd.DataFrame([{"method": m, "seconds": seconds, "modes": ",".join(cfg.modes), "n_prompts": cfg.prompts,
+                              "seq_len": cfg.seq_len}])
+        for folder in {p for p in (store, Path(out) if out is not None else None) if p is not None}:
+            DiagResult(prompts=df, timing=trow).save(folder)
+        new.append(df)
+        timings.append(trow)
+        if progress:
+            say(f"[{m}] diagnosis {seconds:.1f} s")
+    if progress:
+        say(f"diagnosis of {len(methods) - len(done)} method(s): {time.perf_counter() - t_all:.1f} s")
+
+    kept = [old[old["method"].isin(list(done)) & old["mode"].isin(cfg.modes)]] if done else []
+    prompts = pd.concat(kept + new, ignore_index=True)
+    layers, table12 = summary_tables(prompts, methods)
+    if done and len(old_timing):
+        timings.insert(0, old_timing[old_timing["method"].isin(list(done))])
+    timing = pd.concat(timings, ignore_index=True) if timings else None
+    if timing is not None:
+        timing = timing.sort_values("method", key=lambda s: s.map({m: i for i, m in enumerate(methods)}),
+                                    kind="stable").reset_index(drop=True)
+    res = DiagResult(prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True),
+                     timing=timing)
+    if out is not None:
+        res.save(out)
+    return res
+
+
+def _tiny_compress() -> CompressConfig:
+    return CompressConfig(methods=("wanda",), n_calib=4, calib_seq_len=32, pipeline="basic")
+
+
+ANALYSIS = register_analysis(Analysis(
+    "compression", DiagConfig, run, DiagResult, units,
+    "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
+    tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
+    command="compress-diag"))

@@ -1,0 +1,129 @@
+"""``tlgeo compress`` and ``tlgeo compress-diag``: their flags are the fields of
+:class:`~tlgeo.compression.config.CompressConfig` and :class:`~tlgeo.compression.config.DiagConfig`.
+
+Both write to ``runs/compression/<model>`` by default (never the committed ``results/``), so
+``compress-diag`` finds the ``ppl.csv`` that ``compress --ppl`` wrote."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from ..analysis import Command
+from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
+                       default_out, print_written, set_threads)
+from .config import CompressConfig, DiagConfig
+
+__all__ = ["COMMANDS"]
+
+DIAG_HELP = "perpendicular vs parallel error of compressed models (CSV + figure)"
+DIAG_DESCRIPTION = (
+    "Run the dense model once per batch with hooks that keep three tensors per block, then each compressed block "
+    "on the dense hidden state (local counterfactual) and each compressed model on its own states (e2e); split "
+    "e = Delta_comp - Delta_base relative to Delta_base (and to z) per prompt, layer and site; Table 12 statistics "
+    "across layers, Figure 6 per mode. Compressed models: one folder per method under --root, as tlgeo compress "
+    "writes them. Resumes per method.")
+COMPRESS_HELP = "compress a model with llmcompressor, then evaluate perplexity / zero-shot accuracy"
+COMPRESS_DESCRIPTION = (
+    "Compress with llmcompressor into $TLGEO_CACHE/compressed/<model>/<method> (never the repository), then "
+    "optionally evaluate perplexity and zero-shot accuracy of the base and every method. Method names "
+    "(tlgeo.compression.methods): a family (awq, rtn, wanda, sgpt, owl, perpalloc) with options _perp, "
+    "_l<lambda>, _w<bits>g<group>, _s<percent>, _<N>_<M>; perpalloc reads its per-layer sensitivity from "
+    "--sensitivity-from (a diag_layers.csv of tlgeo compress-diag). A method already compressed with the same "
+    "settings is reused, one with other settings stops the run (--force recompresses). Calibration: --n-calib "
+    "windows of --calib-seq-len tokens of --calib-corpus (the WikiText-2 validation split, disjoint from the test "
+    "text that perplexity reads). Evaluations are logged in --out and not recomputed. On a GPU machine pass "
+    "--device cuda (or auto: llmcompressor's sequential pipeline onloads one decoder layer at a time).")
+OUT = "runs/compression/<model>"
+
+
+def _out(args: argparse.Namespace) -> Path:
+    from .compress import base_key
+
+    return Path(args.out) if args.out else default_out("compression/" + base_key(args.model))
+
+
+# ---------------------------------------------------------------------------
+# tlgeo compress-diag
+# ---------------------------------------------------------------------------
+
+
+def add_diag_args(p: argparse.ArgumentParser) -> None:
+    add_model_arg(p)
+    add_config_args(p, DiagConfig)
+    p.add_argument("--ppl", default=None, help="ppl.csv of tlgeo compress (default: <out>/ppl.csv if present)")
+    add_out_arg(p, OUT)
+    add_threads_arg(p)
+
+
+def run_diag(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..data import load_text
+    from ..models import load_model
+    from .analysis import DiagResult, run
+    from .compress import compressed_root
+    from .experiment import ppl_prediction, save_figures
+    from .paper import paper_line
+
+    set_threads(args)
+    cfg = config_from_args(DiagConfig, args)  # bad values fail here, before the model loads
+    root = compressed_root(args.model, cfg.root)
+    missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
+                                "(create them with tlgeo compress)")
+    cfg = dataclasses.replace(cfg, root=str(root))
+    load_text(cfg.corpus)  # an unknown corpus fails before the model loads
+    out = _out(args)
+    args.record.out = out
+    ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
+    ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
+    base = load_model(args.model)
+    res = run(base, cfg, out=out, progress=True)
+    written = [out / DiagResult.table(n).filename for n in res.tables()]
+    written += save_figures(res.layers, cfg.modes, out)
+    if ppl is not None and len(ppl):
+        ppl_prediction(res.table12, ppl).to_csv(out / "ppl_prediction.csv", index=False)
+        written.append(out / "ppl_prediction.csv")
+    t = res.table12
+    t = t[(t["ref"] == "delta") & (t["tokens"] == "last")]
+    cols = ["mode", "site", "method", "r_e_perp", "rho_e_perp", "rho_e_par", "share_perp", "share_par", "mean_e_perp"]
+    print(paper_line())
+    print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print_written(sorted(written))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# tlgeo compress
+# ---------------------------------------------------------------------------
+
+
+def add_compress_args(p: argparse.ArgumentParser) -> None:
+    add_model_arg(p)
+    add_config_args(p, CompressConfig)
+    add_out_arg(p, OUT)
+    p.add_argument("--threads", type=POSITIVE, default=2, help="torch CPU threads")
+    p.add_argument("--verbose", action="store_true", help="llmcompressor's INFO log (default: its warnings only)")
+
+
+def run_compress_command(args: argparse.Namespace) -> int:
+    from .compress import base_dir, run_compress
+
+    set_threads(args)
+    cfg = config_from_args(CompressConfig, args)  # bad method names fail here
+    base_dir(args.model)  # an unknown model fails before any work
+    out = _out(args)
+    args.record.out = out
+    written = run_compress(args.model, cfg, out, verbose=args.verbose)
+    if written:
+        print_written(written)
+    return 0
+
+
+COMMANDS = (
+    Command("compress-diag", DIAG_HELP, add_diag_args, run_diag, DIAG_DESCRIPTION),
+    Command("compress", COMPRESS_HELP, add_compress_args, run_compress_command, COMPRESS_DESCRIPTION),
+)

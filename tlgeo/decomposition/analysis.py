@@ -1,0 +1,246 @@
+"""The directional decomposition of one model on the analysis contract:
+``run(model, DecompositionConfig(...)) -> DecompositionResult`` (``tlgeo run``), and the two
+small analyses it is made of, ``run_profile`` (``tlgeo profile``) and ``run_ppl`` (``tlgeo ppl``).
+
+Work units:
+
+* ``decomposition``: ``("profile",)`` (the parallel-ratio profile of every decomposition site)
+  and one ``("edit", site, "par" | "perp")`` per removal (which part of which site is removed).
+  Every run of edits measures the unedited model too (each row's ``delta_ppl`` is against it);
+  it is the same row in every part, so a merge keeps it once.
+* ``profile``: one ``("site", name)`` per profiled site (the observers do not change the forward,
+  so a site's rows are the same whichever others are profiled with it).
+* ``ppl``: ``("baseline",)`` (the unedited model) and ``("edit",)``.
+
+A run over some units followed by ``Result.merge`` equals a run over all of them. The text is
+read from ``cfg.corpus`` with :func:`tlgeo.data.load_text`. With ``out`` each table is merged
+into its CSV (the file names and columns of the old ``tlgeo run | profile | ppl``) as soon as it
+is done; the perplexity runs resume from JSON-lines logs in ``log`` (default ``out``):
+``edits.jsonl`` and ``ppl.jsonl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from ..analysis import Analysis, Result, Table, register_analysis
+from ..data import load_text
+from ..geometry.parallel import is_unit
+from ..hooks.edits import Edit
+from ..models import Model
+from ..results import merge_csv
+from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
+from .config import DecompositionConfig, PplConfig, ProfileConfig
+from .observe import parallel_profile, summarize_profile
+
+__all__ = ["PROFILE_KEY", "DecompositionResult", "ProfileResult", "PplResult", "run", "units", "run_profile",
+           "profile_units", "run_ppl", "ppl_units", "profile_summary_table", "edit_unit"]
+
+PROFILE_KEY = ("corpus", "max_tokens", "seq_len", "site", "layer")
+_PER_TOKEN_KEY = ("site", "layer", "head", "seq", "pos")
+OnTable = Callable[[str, pd.DataFrame], Any]
+
+_PROFILE_TABLE = Table("profile_summary", PROFILE_KEY, "profile_summary.csv")
+
+
+@dataclass
+class DecompositionResult(Result):
+    """``profile_summary``: per site and layer, the parallel ratio's mean, median and share > 1,
+    mean alpha, norm ratio and cosine (position 0 left out), with the settings ``corpus,
+    max_tokens, seq_len``; ``edits``: one perplexity row per removal and the unedited model
+    (``site`` ``none``), keyed by the edit and the measurement settings, with ``corpus``."""
+
+    profile_summary: pd.DataFrame | None = None
+    edits: pd.DataFrame | None = None
+
+    TABLES = (_PROFILE_TABLE, Table("edits", _compare.KEY, "edits.csv"))
+
+
+@dataclass
+class ProfileResult(Result):
+    """``profile_summary`` as in :class:`DecompositionResult`; ``per_token`` (not a saved table:
+    its file is named by the settings, :meth:`ProfileConfig.per_token_file`): every token's row
+    of :func:`parallel_profile`, when ``per_token`` was asked for."""
+
+    profile_summary: pd.DataFrame | None = None
+    per_token: pd.DataFrame | None = None
+
+    TABLES = (_PROFILE_TABLE,)
+
+
+@dataclass
+class PplResult(Result):
+    """``ppl``: the unedited model (``site`` ``none``) and the edit, one perplexity row each."""
+
+    ppl: pd.DataFrame | None = None
+
+    TABLES = (Table("ppl", _compare.KEY, "ppl.csv"),)
+
+
+# ---------------------------------------------------------------------------
+# shared parts
+# ---------------------------------------------------------------------------
+
+
+def profile_summary_table(model: Model, text: str, *, corpus: str, max_tokens: int | None, seq_len: int,
+                          sites: Sequence[str], batch_size: int = 8,
+                          progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(summary, per-token rows)`` of the parallel-ratio profile of ``sites``; the summary
+    carries the settings ``corpus, max_tokens, seq_len`` (the key of ``profile_summary.csv``)."""
+    df = parallel_profile(model, text, sites=sites, seq_len=seq_len, max_tokens=max_tokens, batch_size=batch_size,
+                          progress=progress)
+    summary = summarize_profile(df).assign(corpus=corpus, max_tokens=max_tokens, seq_len=seq_len)
+    return summary, df
+
+
+def edit_unit(e: Edit) -> tuple[str, str, str]:
+    """The work unit of a removal: ``("edit", site, "par")`` (s_par = 0) or ``(..., "perp")``."""
+    return ("edit", e.site.name, "par" if is_unit(e.s_perp) else "perp")
+
+
+def _plain_lists(df: pd.DataFrame) -> pd.DataFrame:
+    """``layers`` / ``heads`` tuples as lists, as the resume log stores them (one CSV spelling)."""
+    for c in ("layers", "heads"):
+        if c in df.columns:
+            df[c] = df[c].map(lambda v: list(v) if isinstance(v, tuple) else v)
+    return df
+
+
+def _perplexities(model: Model, text: str, edits: list[Edit], cfg, log_path: Path | None, corpus: str,
+                  progress: bool) -> pd.DataFrame:
+    df = _compare.compare_edits(model, text, edits, context=cfg.context, max_tokens=cfg.max_tokens,
+                                batch_size=cfg.batch_size, log_path=log_path, progress=progress)
+    return _plain_lists(df.assign(corpus=corpus))
+
+
+def _log_dir(out, log) -> Path | None:
+    return Path(log) if log is not None else (Path(out) if out is not None else None)
+
+
+def _done(cls: type[Result], name: str, df: pd.DataFrame, out, on_table: OnTable | None) -> None:
+    """Table ``name`` is done: merged into ``out`` (if given), then shown (``on_table``)."""
+    if out is not None:
+        cls(**{name: df}).save(out)
+    if on_table is not None:
+        on_table(name, df)
+
+
+# ---------------------------------------------------------------------------
+# decomposition: tlgeo run
+# ---------------------------------------------------------------------------
+
+
+def units(model: Model, cfg: DecompositionConfig) -> list[tuple]:
+    """``("profile",)`` (when a decomposition site is chosen), then one ``("edit", site, part)``
+    per removal, in the order they are measured."""
+    head = [("profile",)] if cfg.profile_sites() else []
+    return head + [edit_unit(e) for e in cfg.edits()]
+
+
+def run(model: Model, cfg: DecompositionConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+        units: Sequence[tuple] | None = None, progress: bool = False,
+        on_table: OnTable | None = None) -> DecompositionResult:
+    """The profile, then perplexity under every removal of ``cfg``, on ``units`` (default all).
+    With ``out`` each table is merged into ``out`` as soon as it is done; the perplexity runs
+    resume from ``<log>/edits.jsonl`` (``log`` defaults to ``out``). ``on_table(name, df)`` is
+    called after each table (the CLI prints it)."""
+    cfg.check_fits(model)
+    chosen = None if units is None else {tuple(u) for u in units}
+    text = load_text(cfg.corpus)
+    log_dir = _log_dir(out, log)
+    tables: dict[str, pd.DataFrame] = {}
+    if cfg.profile_sites() and (chosen is None or ("profile",) in chosen):
+        tables["profile_summary"], _ = profile_summary_table(
+            model, text, corpus=cfg.corpus, max_tokens=cfg.profile_tokens, seq_len=cfg.profile_seq_len,
+            sites=cfg.profile_sites(), progress=progress)
+        _done(DecompositionResult, "profile_summary", tables["profile_summary"], out, on_table)
+    edits = [e for e in cfg.edits() if chosen is None or edit_unit(e) in chosen]
+    if edits:
+        tables["edits"] = _perplexities(model, text, edits, cfg, log_dir / "edits.jsonl" if log_dir else None,
+                                        cfg.corpus, progress)
+        _done(DecompositionResult, "edits", tables["edits"], out, on_table)
+    return DecompositionResult(**tables)
+
+
+# ---------------------------------------------------------------------------
+# profile: tlgeo profile
+# ---------------------------------------------------------------------------
+
+
+def profile_units(model: Model, cfg: ProfileConfig) -> list[tuple]:
+    """One ``("site", name)`` per profiled site."""
+    return [("site", s) for s in cfg.sites]
+
+
+def run_profile(model: Model, cfg: ProfileConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+                units: Sequence[tuple] | None = None, progress: bool = False,
+                on_table: OnTable | None = None) -> ProfileResult:
+    """The parallel-ratio profile of ``cfg.sites`` (those of ``units``, default all). With ``out``
+    the summary is merged into ``profile_summary.csv`` and, with ``per_token``, every token's row
+    written to :meth:`ProfileConfig.per_token_file` (merged by site, layer, head, window and
+    position when only some units run). ``log`` is unused: one pass, nothing to resume."""
+    cfg.check_fits(model)
+    chosen = None if units is None else {tuple(u) for u in units}
+    sites = [s for s in cfg.sites if chosen is None or ("site", s) in chosen]
+    if not sites:
+        return ProfileResult()
+    summary, per_token = profile_summary_table(model, load_text(cfg.corpus), corpus=cfg.corpus,
+                                               max_tokens=cfg.max_tokens, seq_len=cfg.seq_len, sites=sites,
+                                               batch_size=cfg.batch_size, progress=progress)
+    if out is not None and cfg.per_token:
+        path = Path(out) / cfg.per_token_file()
+        if chosen is None:  # the whole profile: the file is this run's
+            path.parent.mkdir(parents=True, exist_ok=True)
+            per_token.to_csv(path, index=False)
+        else:
+            merge_csv(path, per_token, _PER_TOKEN_KEY)
+    _done(ProfileResult, "profile_summary", summary, out, on_table)
+    return ProfileResult(profile_summary=summary, per_token=per_token if cfg.per_token else None)
+
+
+# ---------------------------------------------------------------------------
+# ppl: tlgeo ppl
+# ---------------------------------------------------------------------------
+
+
+def ppl_units(model: Model, cfg: PplConfig) -> list[tuple]:
+    """``("baseline",)`` and ``("edit",)``."""
+    return [("baseline",), ("edit",)]
+
+
+def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+            units: Sequence[tuple] | None = None, progress: bool = False,
+            on_table: OnTable | None = None) -> PplResult:
+    """Perplexity unedited and under ``cfg.edit()`` (the rows of ``units``, default both); resumes
+    from ``<log>/ppl.jsonl``."""
+    cfg.check_fits(model)
+    chosen = {("baseline",), ("edit",)} if units is None else {tuple(u) for u in units}
+    if not chosen & {("baseline",), ("edit",)}:
+        return PplResult()
+    edit = cfg.edit()
+    edit.hooks(model)  # layers and heads that do not fit the model fail before the text is read
+    log_dir = _log_dir(out, log)
+    df = _perplexities(model, load_text(cfg.corpus), [edit] if ("edit",) in chosen else [], cfg,
+                       log_dir / "ppl.jsonl" if log_dir else None, cfg.corpus, progress)
+    if ("baseline",) not in chosen:
+        df = df[df["site"] != "none"].reset_index(drop=True)
+    _done(PplResult, "ppl", df, out, on_table)
+    return PplResult(ppl=df)
+
+
+ANALYSIS = register_analysis(Analysis(
+    "decomposition", DecompositionConfig, run, DecompositionResult, units,
+    "main job: parallel-ratio profile + perplexity under component removal at every site (seed paper 000)",
+    tiny=dict(tokens=128, context=64, profile_tokens=128, profile_seq_len=64, sites=("attn", "diag")),
+    command="run"))
+PROFILE = register_analysis(Analysis(
+    "profile", ProfileConfig, run_profile, ProfileResult, profile_units,
+    "parallel ratios per layer, site and token",
+    tiny=dict(tokens=128, seq_len=64, sites=("attn", "value_excl_self"))))
+PPL = register_analysis(Analysis(
+    "ppl", PplConfig, run_ppl, PplResult, ppl_units, "perplexity unedited and under one edit",
+    tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0)))

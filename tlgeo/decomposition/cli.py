@@ -1,0 +1,141 @@
+"""``tlgeo run | profile | ppl``: their flags are the fields of :class:`~.config.DecompositionConfig`,
+:class:`~.config.ProfileConfig` and :class:`~.config.PplConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..analysis import Command
+from ..cliargs import (TOKENS, add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args,
+                       default_out, model_key, print_written, set_threads)
+from ..models import Model
+from .config import DecompositionConfig, PplConfig, ProfileConfig
+
+__all__ = ["COMMANDS", "edited_blocks"]
+
+EDIT_HELP = ("Edits leave the first --skip-first blocks unedited (default 1, as the reference code); "
+             "--layers and --heads narrow them further.")
+RUN_DESCRIPTION = ("Profile the parallel ratio per layer and site, then measure perplexity with the parallel "
+                   "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP)
+PPL_DESCRIPTION = "Perplexity unedited and under one edit. " + EDIT_HELP
+
+# flags whose argparse settings differ from what config_flags makes of the field
+_FLAG_OVERRIDES = {
+    "tokens": dict(type=TOKENS),  # "a positive integer (0 = all)" in its error, as before
+    "site": dict(required=True, default=None),
+}
+
+
+def _adder(cls: type):
+    def add(p: argparse.ArgumentParser) -> None:
+        add_model_arg(p)
+        for name, kw in config_flags(cls).items():
+            kw = {**kw, **_FLAG_OVERRIDES.get(name, {})}
+            p.add_argument(kw.pop("flag"), **kw)
+        add_out_arg(p, "runs/<model>")
+        add_threads_arg(p)
+
+    return add
+
+
+def edited_blocks(model: Model, skip_first: int, layers: Sequence[int] | None = None,
+                  heads: Sequence[int] | None = None) -> str:
+    """``blocks 1..2 of 0..2, all heads``: the blocks (and heads) an edit touches."""
+    from ..hooks.adapter import resolve_layers
+
+    chosen = list(resolve_layers(model.cfg, layers, skip_first))
+    spans, start = [], chosen[0]
+    for a, b in zip(chosen, chosen[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}..{a}")
+            start = b
+    text = f"blocks {','.join(spans)} of 0..{model.cfg.n_layers - 1}"
+    return text + (f", heads {','.join(map(str, heads))}" if heads else ", all heads")
+
+
+def _setup(cls: type, args: argparse.Namespace):
+    """The config (bad values fail here), the corpus checked, then the model; ``(cfg, model, out)``.
+    The caller checks what depends on the model (``cfg.check_fits``) before any work."""
+    from ..data import load_text
+    from ..models import load_model
+
+    set_threads(args)
+    cfg = config_from_args(cls, args)
+    load_text(cfg.corpus)  # a bad corpus fails before the model loads
+    model = load_model(args.model)
+    out = Path(args.out) if args.out else default_out(model_key(args.model))
+    args.record.out = out
+    return cfg, model, out
+
+
+def _print_profile(summary) -> None:
+    table = summary.pivot(index="layer", columns="site", values="parallel_ratio_median")
+    print("\nmedian parallel ratio |alpha| ||r|| / ||y_perp|| per layer (position 0 left out):")
+    print(table.round(3).to_string())
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from .analysis import run
+
+    t0 = time.time()
+    cfg, model, out = _setup(DecompositionConfig, args)
+    cfg.check_fits(model)
+    args.record.rerun = f"Finished edits are in {out}/edits.jsonl. {args.record.rerun}"
+    blocks = edited_blocks(model, cfg.skip_first)
+    print(f"edits in {blocks}")
+
+    def show(name, df):
+        if name == "profile_summary":
+            _print_profile(df)
+            return
+        cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
+        print(f"\nperplexity on {cfg.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {cfg.context}), "
+              f"edits in {blocks}:")
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+    run(model, cfg, out=out, progress=True, on_table=show)
+    print_written([out / "profile_summary.csv", out / "edits.csv", out / "edits.jsonl"])
+    print(f"({time.time() - t0:.0f} s; rows of other settings in these files are kept)")
+    return 0
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    from .analysis import run_profile
+
+    cfg, model, out = _setup(ProfileConfig, args)
+    cfg.check_fits(model)
+    run_profile(model, cfg, out=out, progress=True, on_table=lambda name, df: _print_profile(df))
+    print_written([out / "profile_summary.csv"] + ([out / cfg.per_token_file()] if cfg.per_token else []))
+    return 0
+
+
+def ppl_command(args: argparse.Namespace) -> int:
+    from .analysis import run_ppl
+
+    cfg, model, out = _setup(PplConfig, args)
+    e = cfg.edit()
+    e.hooks(model)  # layers and heads that do not fit the model fail before any long work
+    cfg.check_fits(model)
+    print(f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
+          f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}")
+    args.record.rerun = f"Finished runs are in {out}/ppl.jsonl. {args.record.rerun}"
+
+    def show(name, df):
+        for r in df.to_dict(orient="records"):
+            print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
+                  f"(delta {r['delta_ppl']:+.3f})")
+
+    run_ppl(model, cfg, out=out, progress=True, on_table=show)
+    print_written([out / "ppl.csv", out / "ppl.jsonl"])
+    return 0
+
+
+COMMANDS = (
+    Command("run", "main job: parallel-ratio profile + perplexity under component removal at every site",
+            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
+    Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
+    Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
+)

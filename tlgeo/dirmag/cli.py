@@ -1,0 +1,101 @@
+"""``tlgeo dirmag``: its flags are :class:`~tlgeo.dirmag.config.DirmagConfig`'s fields."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..analysis import Command
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out, model_key,
+                       print_written, set_threads)
+from .config import DirmagConfig
+from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
+
+__all__ = ["COMMANDS"]
+
+DESCRIPTION = ("Move every token state of the middle third of the blocks by delta, along its direction (magnitude) "
+               "or by turning it (angle), and measure the loss damage on the notebook's WikiText sentences, per "
+               "delta and seed (42 + i); optionally BLiMP agreement, causal repair and attention entropy under the "
+               "same perturbations, and probes of the direction vs the norm. Resumes from its logs.")
+SMALL = 32  # below this many sentences or pairs a table is an indication only
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_model_arg(p)
+    add_config_args(p, DirmagConfig)
+    add_out_arg(p, "runs/<model>")
+    add_threads_arg(p)
+
+
+def _titles(cfg: DirmagConfig) -> dict:
+    def few(n: int) -> str:
+        return f" — {n} only: indication only" if n < SMALL else ""
+
+    rec = PAPER_RECOVERY
+    return {
+        "damage": lambda df: (f"loss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {cfg.seeds} "
+                              f"seed(s); median state norm {df['median_norm'].iloc[0]:.1f}; each row's delta / median "
+                              f"norm is in the damage CSV; paper: {MODEL}"
+                              + few(int(df['n_sentences'].iloc[0])) * (int(df['n_sentences'].iloc[0]) < FULL_SENTENCES)),
+        "blimp": lambda df: (f"BLiMP agreement accuracy (%, pooled over 6 paradigms x {cfg.blimp_pairs} pairs; clean "
+                             f"{df.loc[df['paradigm'] == 'pooled', 'clean_accuracy'].iloc[0]:.1f})"
+                             + few(6 * cfg.blimp_pairs)),
+        "repair": lambda df: (f"recovery (%, {cfg.repair_sentences} sentences; paper at delta 5: attention "
+                              f"{rec[('attn', 'angle')]} angle / {rec[('attn', 'magnitude')]} magnitude, norms "
+                              f"{rec[('norm', 'angle')]} angle / {rec[('norm', 'magnitude')]} magnitude)"
+                              + few(cfg.repair_sentences)),
+        "entropy": lambda df: (f"attention entropy shift (nats, perturbed - clean {df['clean_entropy'].iloc[0]:.3f}, "
+                               "mean over all layers, heads and positions; paper at delta 5: clean "
+                               f"{PAPER_ENTROPY['clean']}, angle +{PAPER_ENTROPY['angle']}, magnitude "
+                               f"+{PAPER_ENTROPY['magnitude']})" + few(cfg.entropy_sentences)),
+        "probes": lambda df: (f"probes (UPOS accuracy %, majority {df.loc[df.task == 'upos', 'baseline'].iloc[0]:.1f}; "
+                              "depth R² x 100; trained on UD EWT dev, scored on test; paper: POS "
+                              f"{PAPER_PROBES[('upos', 'direction')]} direction / {PAPER_PROBES[('upos', 'magnitude')]} "
+                              "magnitude)" + few(cfg.probe_sentences)),
+    }
+
+
+def _summary(name: str, df):
+    from .damage import damage_table
+
+    by_kind = lambda d, col: d.groupby(["delta", "kind"])[col].agg(["mean", "std"]).unstack("kind")  # noqa: E731
+    if name == "damage":
+        return damage_table(df).set_index("delta")
+    if name == "blimp":
+        return by_kind(df[df["paradigm"] == "pooled"], "accuracy")
+    if name == "repair":
+        return df.groupby(["delta", "repair", "kind"])["recovery"].agg(["mean", "std"]).unstack("kind")
+    if name == "entropy":
+        return by_kind(df, "shift")
+    return df.pivot_table(index="layer", columns=["task", "features"], values="score")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..models import load_model
+    from .analysis import DirmagResult, probe_layers, run, sentences_of
+
+    set_threads(args)
+    cfg = config_from_args(DirmagConfig, args)  # bad values fail here, before the model loads
+    sentences = sentences_of(cfg)
+    model = load_model(args.model)
+    layers = cfg.grid().chosen_layers(model.cfg)
+    if "probes" in cfg.parts():
+        probe_layers(model, cfg)
+    out = Path(args.out) if args.out else default_out(model_key(args.model))
+    args.record.out = out
+    print(f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of 0..{model.cfg.n_layers - 1}; "
+          f"{len(sentences)} sentences")
+    titles = _titles(cfg)
+
+    def show(name, df):
+        print(f"\n{titles[name](df)}:")
+        print(_summary(name, df).to_string(float_format=lambda v: f"{v:.4g}"))
+
+    res = run(model, cfg, out=out, progress=True, on_table=show)
+    files = [out / DirmagResult.table(n).filename for n in res.tables()]
+    print_written(files + [out / f"dirmag_{n}.jsonl" for n in res.tables()])
+    return 0
+
+
+COMMANDS = (Command("dirmag", "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes",
+                    add_args, run_command, DESCRIPTION),)

@@ -1,0 +1,63 @@
+"""``tlgeo tokenwise``: its flags are :class:`~tlgeo.tokenwise.config.TokenwiseConfig`'s fields
+(``n_patch`` as ``--patch-tokens``, the old command's name)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..analysis import Command
+from ..cliargs import (add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args,
+                       default_out, model_key, print_written, set_threads)
+from .config import TokenwiseConfig
+from .paper import SPEARMAN_RANGE
+
+__all__ = ["COMMANDS"]
+
+HELP = "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave"
+DESCRIPTION = ("Collect every layer's token states over a corpus once (memory-mapped), fit local tokenwise maps on "
+               "each token's nearest neighbours, measure the geometry of the residual per layer and class, and the "
+               "KL of patching one token's state with its approximation, with Spearman(error, KL). Resumable.")
+RENAMED = {"n_patch": "--patch-tokens"}  # config field -> the old command's flag
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_model_arg(p)
+    for name, kw in config_flags(TokenwiseConfig).items():  # add_config_args, with the old flag names kept
+        kw = dict(kw)
+        flag = kw.pop("flag")
+        p.add_argument(RENAMED.get(name, flag), **kw)
+    add_out_arg(p, "runs/<model>")
+    add_threads_arg(p)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..models import load_model
+    from .analysis import LOG, TokenwiseResult, run
+
+    set_threads(args)
+    cfg = config_from_args(TokenwiseConfig, args)  # bad values fail here, before the model loads
+    from ..data import load_text
+
+    load_text(cfg.corpus)  # an unknown corpus fails before the model loads
+    model = load_model(args.model)
+    out = Path(args.out) if args.out else default_out(model_key(args.model))
+    args.record.out = out
+    args.record.rerun = (f"The state pool is in {out / cfg.pool_name()}; finished fits are in {out / LOG}. "
+                         + args.record.rerun)
+    res = run(model, cfg, out=out, progress=True)
+    g = res.geometry
+    n_tokens = int(g["n_tokens"].iloc[0])
+    for col, what in (("rel_error", "median ||r|| / ||Delta_full||"), ("cos_update", "median cos(Delta_full, Delta_tok)"),
+                      ("share_angle_above_60", "share of tokens whose residual is > 60 deg from Delta_tok")):
+        print(f"\n{what} ({n_tokens} tokens, k={cfg.k}):")
+        print(g.pivot(index="layer", columns="class", values=col).round(3).to_string())
+    c = res.correlation[res.correlation["target"] == "kl"]
+    print(f"\nSpearman(error, KL at the patched token), {g['n_patch'].iloc[0]} tokens (paper: {SPEARMAN_RANGE}):")
+    print(c.pivot(index="layer", columns="class", values="spearman").round(3).to_string())
+    print_written([out / TokenwiseResult.table(n).filename for n in ("geometry", "correlation", "tokens")]
+                  + [out / LOG])
+    return 0
+
+
+COMMANDS = (Command("tokenwise", HELP, add_args, run_command, DESCRIPTION),)
