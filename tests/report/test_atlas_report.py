@@ -2,8 +2,6 @@
 without index columns and with "indication only" where budgets are small, captions, and a
 screenshot in headless Chromium (skipped where no Chromium is installed)."""
 
-import contextlib
-import io
 import re
 import shutil
 import subprocess
@@ -22,25 +20,12 @@ from tlgeo.pdsf.atlas import headline as pdsf_headline
 from tlgeo.tokenwise.atlas import headline as tokenwise_headline
 from tlgeo.report.atlas import STEPS, run_atlas
 
-from .test_atlas import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "screenshot_report.py"
 
 
-@pytest.fixture(scope="module")
-def atlas_run(tmp_path_factory, llama):
-    """A tiny atlas run: its directory and what it printed (stdout, stderr with the progress bars)."""
-    out = tmp_path_factory.mktemp("atlas") / "tiny"
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        run_atlas(tiny_cfg(out), model=llama)
-    return out, stdout.getvalue(), stderr.getvalue()
-
-
-@pytest.fixture(scope="module")
-def atlas_dir(atlas_run):
-    return atlas_run[0]
+pytestmark = pytest.mark.xdist_group("atlas")  # one tiny atlas run (tests/report/conftest.py) per worker
 
 
 def test_every_step_shows_progress(atlas_run):

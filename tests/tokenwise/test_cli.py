@@ -11,7 +11,7 @@ from tlgeo.cli import main
 def test_tokenwise_command(tmp_path, capsys):
     out = tmp_path / "tw"
     argv = ["tokenwise", "--model", "tiny:llama", "--tokens", "200", "--seq-len", "21", "--classes",
-            "diag_psd,linear", "--k", "8", "--patch-tokens", "12", "--out", str(out)]
+            "diag_psd,linear", "--k", "8", "--patch-tokens", "12", "--n-boot", "100", "--out", str(out)]
     assert main(argv) == 0
     geo = pd.read_csv(out / "tokenwise_geometry.csv")
     assert len(geo) == 3 * 2 and set(geo["class"]) == {"diag_psd", "linear"} and (geo["n_tokens"] == 200).all()

@@ -1,0 +1,35 @@
+"""One tiny atlas run, shared by the report tests (its directory and what it printed)."""
+
+import contextlib
+import io
+
+import pytest
+
+from tlgeo.report.atlas import AtlasConfig, run_atlas
+
+
+def tiny_cfg(out):
+    return AtlasConfig(model="tiny:llama", out=out, budgets=dict(
+        context=64, profile_tokens=128, sweep_tokens=128,
+        s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,), compare_scales=(0.0,),
+        compare_sites=("value_excl_self", "attn"), zeroshot_tasks=("piqa",), zeroshot_limit=2,
+        ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
+        closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1, dirmag_probe_sentences=8, dirmag_probe_layers=2,
+        tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
+        pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
+    ))
+
+
+@pytest.fixture(scope="session")
+def atlas_run(tmp_path_factory, llama):
+    """A tiny atlas run of every step: ``(out, stdout, stderr)``; tests that change the folder copy it."""
+    out = tmp_path_factory.mktemp("atlas") / "tiny"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        run_atlas(tiny_cfg(out), model=llama)
+    return out, stdout.getvalue(), stderr.getvalue()
+
+
+@pytest.fixture(scope="session")
+def atlas_dir(atlas_run):
+    return atlas_run[0]
