@@ -2,8 +2,11 @@
 
 import contextlib
 import io
+import json
+import os
 
 import pytest
+from filelock import FileLock
 
 from tlgeo.report.atlas import AtlasConfig, run_atlas
 
@@ -22,12 +25,22 @@ def tiny_cfg(out):
 
 @pytest.fixture(scope="session")
 def atlas_run(tmp_path_factory, llama):
-    """A tiny atlas run of every step: ``(out, stdout, stderr)``; tests that change the folder copy it."""
-    out = tmp_path_factory.mktemp("atlas") / "tiny"
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        run_atlas(tiny_cfg(out), model=llama)
-    return out, stdout.getvalue(), stderr.getvalue()
+    """A tiny atlas run of every step: ``(out, stdout, stderr)``; tests that change the folder copy it.
+
+    Under pytest-xdist the workers share one run: the first to get here makes it in a folder of
+    this test run (``PYTEST_XDIST_TESTRUNUID``), the others wait on its lock and read it."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    root = tmp_path_factory.getbasetemp().parent / f"atlas-{run_id}" if run_id else tmp_path_factory.mktemp("atlas")
+    root.mkdir(parents=True, exist_ok=True)
+    out, printed = root / "tiny", root / "printed.json"
+    with FileLock(str(root / "lock")):
+        if not printed.exists():
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                run_atlas(tiny_cfg(out), model=llama)
+            printed.write_text(json.dumps({"stdout": stdout.getvalue(), "stderr": stderr.getvalue()}))
+    got = json.loads(printed.read_text())
+    return out, got["stdout"], got["stderr"]
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,6 @@ from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
 from .conftest import tiny_cfg
 
 
-pytestmark = pytest.mark.xdist_group("atlas")  # shares the tiny atlas run of tests/report/conftest.py
-
-
 def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     out = tmp_path / "atlas"
     shutil.copytree(atlas_run[0], out)  # the shared run, copied: this test reruns a step in it

@@ -25,9 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "screenshot_report.py"
 
 
-pytestmark = pytest.mark.xdist_group("atlas")  # one tiny atlas run (tests/report/conftest.py) per worker
-
-
 def test_every_step_shows_progress(atlas_run):
     _, stdout, stderr = atlas_run
     n = len(STEPS)
