@@ -45,6 +45,12 @@ def test_version(capsys):
 
 
 @pytest.mark.parametrize("argv, flag, msg", [
+    (["ppl", "--site", "attn", "--layers", "abc"], "--layers", "expected indices such as 3,5,10-12"),
+    (["ppl", "--site", "attn", "--heads", "0,-1"], "--heads", "expected indices such as 3,5,10-12"),
+    (["ppl", "--site", "attn", "--tokens", "-5"], "--tokens", "must be a positive integer (0 = all), got '-5'"),
+    (["run", "--context", "0"], "--context", "must be a positive integer"),
+    (["run", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
+    (["profile", "--seq-len", "x"], "--seq-len", "must be a positive integer"),
     (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "expected a comma-separated list of int, got '1a'"),
     (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
     (["dirmag", "--seeds", "0"], "--seeds", "must be a positive integer, got '0'"),

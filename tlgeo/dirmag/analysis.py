@@ -134,5 +134,5 @@ def _probes(model, cfg: DirmagConfig, chosen: list[tuple] | None, progress: bool
 ANALYSIS = register_analysis(Analysis(
     "dirmag", DirmagConfig, run, DirmagResult, units,
     "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
-    tiny=dict(sentences=4, seeds=2, absolute_deltas=(1.0,), norm_fractions=(0.5,), blimp_pairs=1, probe_sentences=6,
+    tiny=dict(sentences=3, seeds=2, absolute_deltas=(1.0,), norm_fractions=(), blimp_pairs=1, probe_sentences=4,
               probe_layer_count=2, batch_size=4)))
