@@ -37,6 +37,6 @@ def check_editing(nb) -> dict[str, float]:
 
 
 def test_editing_notebook_tiny():
-    nb = run_notebook(EDITING, TINY)
+    nb = run_notebook(EDITING, TINY, shared_kernel=True)
     check_editing(nb)
     assert "tiny:llama: 3 layers" in stdout(nb)

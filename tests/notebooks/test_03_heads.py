@@ -37,6 +37,6 @@ def check_heads_notebook(nb) -> dict[str, float]:
 
 
 def test_heads_notebook_tiny():
-    nb = run_notebook(HEADS_NB, TINY)
+    nb = run_notebook(HEADS_NB, TINY, shared_kernel=True)
     check_heads_notebook(nb)
     assert "tiny:llama: 3 layers" in stdout(nb)

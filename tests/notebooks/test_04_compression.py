@@ -4,7 +4,8 @@ from .test_notebooks import NOTEBOOKS, iter_outputs, run_notebook, stdout
 
 
 def test_notebook_04_tiny():
-    nb = run_notebook(NOTEBOOKS / "04_compression.ipynb", {"TOY": True, "N_PROMPTS": 3, "SEQ_LEN": 32, "PPL_TOKENS": 256})
+    nb = run_notebook(NOTEBOOKS / "04_compression.ipynb", {"TOY": True, "N_PROMPTS": 3, "SEQ_LEN": 32, "PPL_TOKENS": 256},
+                      shared_kernel=True)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     out = stdout(nb)

@@ -13,7 +13,7 @@ NB = NOTEBOOKS / "05_pretraining.ipynb"
 
 def test_pretraining_notebook_runs(tmp_path):
     nb = run_notebook(NB, {"STEPS": 4, "D_MODEL": 32, "LAYERS": 2, "BATCH": 4, "SEQ_LEN": 16,
-                           "EVAL_EVERY": 2, "MAX_DATA_TOKENS": 20000, "OUT": str(tmp_path), "THREADS": 1})
+                           "EVAL_EVERY": 2, "MAX_DATA_TOKENS": 20000, "OUT": str(tmp_path), "THREADS": 1}, shared_kernel=True)
     text = stdout(nb)
     losses = re.findall(r"(none|value_full): final val loss ([0-9.]+)", text)
     assert [v for v, _ in losses] == ["none", "value_full"]

@@ -12,7 +12,7 @@ TINY = {"MODEL": "tiny:llama", "SENTENCES": 4, "SEEDS": 2, "DELTAS": [0.05, 0.5]
 
 
 def test_direction_magnitude_notebook_tiny():
-    nb = run_notebook(NB, TINY)
+    nb = run_notebook(NB, TINY, shared_kernel=True)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     out = stdout(nb)

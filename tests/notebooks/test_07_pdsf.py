@@ -11,7 +11,7 @@ NB = NOTEBOOKS / "07_pdsf.ipynb"
 
 def test_pdsf_notebook_tiny(tmp_path):
     nb = run_notebook(NB, {"MODEL": "tiny:llama", "GEOM_PER_GROUP": 3, "GEN_PER_GROUP": 1, "NEW_TOKENS": 4,
-                           "OUT": str(tmp_path), "THREADS": 1})
+                           "OUT": str(tmp_path), "THREADS": 1}, shared_kernel=True)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     out = stdout(nb)

@@ -11,7 +11,7 @@ NB = NOTEBOOKS / "08_tokenwise.ipynb"
 
 def test_tokenwise_notebook_tiny(tmp_path):
     nb = run_notebook(NB, {"MODEL": "tiny:llama", "TOKENS": 300, "SEQ_LEN": 31, "K": 8, "N_PATCH": 16, "CLASSES": None,
-                           "OUT": str(tmp_path), "THREADS": 1, "N_BOOT": 50})
+                           "OUT": str(tmp_path), "THREADS": 1, "N_BOOT": 50}, shared_kernel=True)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     out = stdout(nb)

@@ -66,6 +66,27 @@ class _ThisPythonKernelManager(AsyncKernelManager):
         super().__init__(**kwargs)
 
 
+_SHARED_KERNEL: dict[str, Any] = {}
+
+
+def _shared_kernel_manager() -> "_ThisPythonKernelManager":
+    """This process's one kernel manager for ``run_notebook(shared_kernel=True)``; its kernel is
+    started by the first notebook and shut down when the process exits."""
+    if "km" not in _SHARED_KERNEL:
+        import atexit
+
+        from jupyter_core.utils import run_sync
+
+        km = _SHARED_KERNEL["km"] = _ThisPythonKernelManager(kernel_name="python3")
+
+        def stop() -> None:
+            if km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
+
+        atexit.register(stop)
+    return _SHARED_KERNEL["km"]
+
+
 # ---------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------
@@ -98,6 +119,7 @@ def run_notebook(
     *,
     timeout: int = CELL_TIMEOUT,
     save_to: str | os.PathLike | None = None,
+    shared_kernel: bool = False,
 ):
     """Execute the notebook at ``path`` and return the executed ``NotebookNode``.
 
@@ -107,6 +129,9 @@ def run_notebook(
     the notebook's directory with this checkout first on ``PYTHONPATH``. Any cell error raises
     ``nbclient.exceptions.CellExecutionError`` with the traceback. ``save_to``:
     also write the executed notebook there, cleaned by :func:`clean_for_saving`.
+    ``shared_kernel``: run in this process's one reused kernel, its user namespace reset and its
+    figures closed first (the tiny-model tests: torch and TransformerLens are imported once,
+    not once per notebook; a notebook that leans on another's names still fails on the reset).
     """
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
@@ -114,8 +139,16 @@ def run_notebook(
     if params:
         _parameters_index(nb)  # fail early on a notebook without parameters
     nb.cells = _injected_cells(nb, params)
+    if shared_kernel:
+        reset = nbformat.v4.new_code_cell(  # a fresh namespace, and torch's global modes as a new kernel has them
+            "get_ipython().run_line_magic('reset', '-f')\n"
+            "import matplotlib.pyplot, torch\nmatplotlib.pyplot.close('all')\n"
+            "torch.set_grad_enabled(True); torch.set_default_dtype(torch.float32)",
+            metadata={"tags": [CHECK_TAG]})
+        nb.cells.insert(0, reset)
     client = nbclient.NotebookClient(
         nb,
+        km=_shared_kernel_manager() if shared_kernel else None,
         timeout=timeout,
         kernel_name="python3",
         kernel_manager_class=_ThisPythonKernelManager,
@@ -126,7 +159,13 @@ def run_notebook(
     # so it imports the tlgeo under test (whatever is, or is not, installed).
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    client.execute(env=env)
+    try:
+        client.execute(env=env, cwd=str(path.parent))
+    finally:
+        if shared_kernel and client.kc is not None:
+            client.kc.stop_channels()  # the kernel stays; this notebook's client goes
+    if shared_kernel:
+        nb.cells.pop(0)
 
     prefix = [line for line in _stream_lines(nb.cells[0]) if line.startswith(_PREFIX_MARK)]
     assert prefix == [_PREFIX_MARK + sys.prefix], (
@@ -273,7 +312,7 @@ def check_quickstart(nb) -> dict[str, float]:
 
 
 def test_quickstart_tiny():
-    nb = run_notebook(QUICKSTART, {"MODEL": "tiny:llama", "N_TOKENS": 256})
+    nb = run_notebook(QUICKSTART, {"MODEL": "tiny:llama", "N_TOKENS": 256}, shared_kernel=True)
     check_quickstart(nb)
     assert "tiny:llama: 3 layers" in stdout(nb)
 
