@@ -1,11 +1,12 @@
-"""The atlas contract: families, their budgets and steps register once, in order, with clear errors."""
+"""The analysis contract: results own their tables; atlas families, budgets and steps register once, in order, with clear errors."""
 
+import dataclasses
 from dataclasses import dataclass
 
 import pandas as pd
 import pytest
 
-from tlgeo import analysis as pipeline
+from tlgeo import analysis as pipeline  # the module was pipeline.py
 from tlgeo.analysis import Headline, StepContext, budget, make_budgets, register_family, register_step
 
 
@@ -143,3 +144,29 @@ def test_cached_tables_compute_once_and_check_their_count(tmp_path):
     assert len(calls) == 2
     with pytest.raises(ValueError, match="returned 2 tables for 1 names"):
         ctx.cached_tables(("t3",), compute)
+
+
+def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):
+    from tlgeo.analysis import Result, Table
+
+    @dataclasses.dataclass
+    class Toy(Result):
+        note: str = ""
+        TABLES = (Table("rows", ("setting", "unit"), "toy_rows.csv", ("wall_s",)),
+                  Table("other", ("unit",), "toy_other.csv.gz"))
+
+    assert [f.name for f in dataclasses.fields(Toy)] == ["note", "rows", "other"]
+    a = Toy(rows=pd.DataFrame({"setting": ["x", "x"], "unit": [1, 2], "v": [0.5, 0.25], "wall_s": [1.0, 2.0]}))
+    b = Toy(rows=pd.DataFrame({"setting": ["x", "y"], "unit": [2, 2], "v": [0.25, 9.0], "wall_s": [3.0, 4.0]}))
+    assert set(a.tables()) == {"rows"} and Toy.table("other").filename == "toy_other.csv.gz"
+    merged = Toy.merge([a, b]).rows
+    assert list(zip(merged.setting, merged.unit)) == [("x", 1), ("x", 2), ("y", 2)]  # (x, 2) kept once, the last
+    a.save(tmp_path)
+    b.save(tmp_path)  # merged into the CSV by key: other settings kept, the same key replaced
+    back = Toy.load(tmp_path)
+    assert back.other is None and sorted(zip(back.rows.setting, back.rows.unit)) == [("x", 1), ("x", 2), ("y", 2)]
+    assert back.rows.set_index(["setting", "unit"]).loc[("x", 2), "wall_s"] == 3.0
+    with pytest.raises(KeyError, match="no table 'nope'"):
+        Toy.table("nope")
+    with pytest.raises(ValueError, match="nothing to merge"):
+        Toy.merge([])

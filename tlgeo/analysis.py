@@ -278,10 +278,21 @@ class Table:
 
 class Result:
     """A typed result: named DataFrames (:meth:`tables`) whose names, files and keys are the
-    class's :attr:`TABLES`. Subclasses are dataclasses with one DataFrame field per table
-    (``None`` for a part not run), so ``load`` and ``merge`` need no code of their own."""
+    class's :attr:`TABLES`. Subclasses are dataclasses; each table not declared as a field
+    becomes one (``pd.DataFrame | None = None``, ``None`` for a part not run), so a subclass
+    states its ``TABLES`` (and any other field) and ``load`` and ``merge`` need no code."""
 
     TABLES: ClassVar[tuple[Table, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__annotations__" not in cls.__dict__:
+            cls.__annotations__ = {}
+        fields = cls.__dict__["__annotations__"]
+        for t in cls.__dict__.get("TABLES", ()):
+            if t.name not in fields:  # one optional DataFrame field per table, before @dataclass runs
+                fields[t.name] = "pd.DataFrame | None"
+                setattr(cls, t.name, None)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables that were computed, by name."""

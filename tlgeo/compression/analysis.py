@@ -46,11 +46,6 @@ class DiagResult(Result):
     method, mode, site, tokens and reference (``delta`` or ``z``); ``timing``: wall seconds of
     each method's diagnosis."""
 
-    prompts: pd.DataFrame | None = None
-    layers: pd.DataFrame | None = None
-    table12: pd.DataFrame | None = None
-    timing: pd.DataFrame | None = None
-
     TABLES = (
         Table("prompts", PROMPT_KEY, "diag_prompts.csv.gz"),
         Table("layers", ("method", "mode", "site", "tokens", "layer"), "diag_layers.csv"),

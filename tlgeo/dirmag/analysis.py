@@ -38,12 +38,6 @@ class DirmagResult(Result):
     (per perturbation and repair), ``entropy`` (per perturbation), ``probes`` (per block,
     task and features)."""
 
-    damage: pd.DataFrame | None = None
-    blimp: pd.DataFrame | None = None
-    repair: pd.DataFrame | None = None
-    entropy: pd.DataFrame | None = None
-    probes: pd.DataFrame | None = None
-
     TABLES = (
         Table("damage", ("model", *_damage.KEY), "dirmag_damage.csv", _VOLATILE),
         Table("blimp", ("model", *_syntax.KEY, "paradigm"), "dirmag_blimp.csv", _VOLATILE),

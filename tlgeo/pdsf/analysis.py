@@ -269,16 +269,6 @@ class PDSFResult(Result):
     prompt), ``generation_summary`` (per condition), ``dynamics`` (F along the unedited
     continuations, per layer) and ``dynamics_steps`` (per layer and step)."""
 
-    layers: pd.DataFrame | None = None
-    parts: pd.DataFrame | None = None
-    single_pass: pd.DataFrame | None = None
-    single_pass_angles: pd.DataFrame | None = None
-    single_pass_summary: pd.DataFrame | None = None
-    generation: pd.DataFrame | None = None
-    generation_summary: pd.DataFrame | None = None
-    dynamics: pd.DataFrame | None = None
-    dynamics_steps: pd.DataFrame | None = None
-
     TABLES = (
         Table("layers", _GEO, "pdsf_layers.csv"),
         Table("parts", (*_GEO, "part"), "pdsf_parts.csv"),
