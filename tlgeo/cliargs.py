@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
+import types
 import typing
 from pathlib import Path
 from typing import Any, Iterable
@@ -95,7 +97,7 @@ def _base_type(f: dataclasses.Field, owner: type) -> Any:
     hints = typing.get_type_hints(owner)
     t = hints.get(f.name, f.type)
     args = [a for a in typing.get_args(t) if a is not type(None)]
-    if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
         t = args[0]
     return t
 
@@ -231,6 +233,4 @@ class RunRecord:
 def default_out(name: str) -> Path:
     """Where a command writes when ``--out`` is not given: ``runs/<name>`` under the working
     directory (``$TLGEO_RUNS`` if set), never the committed ``results/``."""
-    import os
-
     return Path(os.environ.get("TLGEO_RUNS", "runs")) / name

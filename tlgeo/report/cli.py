@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..analysis import Command, budget_fields
 from ..cliargs import NON_NEGATIVE, add_model_arg, add_threads_arg, items, print_written, set_threads
@@ -21,7 +22,7 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
     load_steps()
     for name, (family, f) in budget_fields().items():
         meta, default = f.metadata, f.default
-        if default is __import__("dataclasses").MISSING:
+        if default is dataclasses.MISSING:
             default = f.default_factory()  # type: ignore[misc]
         kind = meta.get("item")
         choices = meta.get("choices")
