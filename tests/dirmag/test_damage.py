@@ -104,7 +104,8 @@ def test_the_benchmark_script_runs(tmp_path):
 
 
 def test_token_damage_matches_the_sentence_loss_and_renders(llama, sentences):
-    from tlgeo.dirmag.damage import token_damage, token_damage_view
+    from tlgeo.dirmag.damage import token_damage
+    from tlgeo.dirmag.plots import token_damage_view
 
     text = sentences[1]
     perts = [Perturbation("magnitude", 0.5), Perturbation("angle", 0.5)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tlgeo.dirmag.probes import default_probe_layers, direction_magnitude_probes, plot_probes, word_states
+from tlgeo.dirmag.plots import plot_probes
+from tlgeo.dirmag.probes import default_probe_layers, direction_magnitude_probes, word_states
 from tlgeo.evals.treebank import load_treebank
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tlgeo.dirmag.engine import SweepGrid, sentence_batches, sentence_nll
-from tlgeo.dirmag.repair import causal_repair, plot_repair, repair_hooks
+from tlgeo.dirmag.plots import plot_repair
+from tlgeo.dirmag.repair import causal_repair, repair_hooks
 from tlgeo.hooks.perturb import Perturbation
 
 

@@ -4,7 +4,8 @@ import pytest
 
 import tlgeo.dirmag.engine as eng
 from tlgeo.dirmag.engine import SweepGrid
-from tlgeo.dirmag.syntax import agreement_pairs, blimp_damage, plot_blimp
+from tlgeo.dirmag.plots import plot_blimp
+from tlgeo.dirmag.syntax import agreement_pairs, blimp_damage
 from tlgeo.evals.blimp import AGREEMENT, evaluate_blimp
 
 

@@ -8,6 +8,7 @@
 * :mod:`.repair`: causal repair: attention or norm outputs made clean again in perturbed runs.
 * :mod:`.entropy`: attention entropy, clean vs perturbed.
 * :mod:`.probes`: part-of-speech and depth probes on the direction vs the magnitude.
+* :mod:`.plots`: the figures (damage, BLiMP, repair, probes) and the per-token circuitsvis view.
 * :mod:`.atlas`: the ``dirmag_damage``, ``dirmag_blimp`` and ``dirmag_probes`` steps of ``tlgeo atlas``.
 
 The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over

@@ -20,11 +20,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .damage import damage_table, lm_damage, plot_damage, wikitext_sentences
+from .damage import damage_table, lm_damage, wikitext_sentences
 from .config import DirmagConfig
-from .probes import default_probe_layers, direction_magnitude_probes, plot_probes
+from .plots import plot_blimp, plot_damage, plot_probes
+from .probes import default_probe_layers, direction_magnitude_probes
 from .paper import FULL_SEEDS, FULL_SENTENCES, PAPER_PROBES, PAPER_RATIOS
-from .syntax import agreement_pairs, blimp_damage, plot_blimp
+from .syntax import agreement_pairs, blimp_damage
 
 __all__ = ["FAMILY", "DirmagBudgets", "headline"]
 

@@ -27,8 +27,8 @@ from ..data import load_text
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 from .paper import PAPER_DAMAGE
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table", "plot_damage",
-           "token_damage", "token_damage_view"]
+__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table",
+           "token_damage"]
 
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1")
 
@@ -122,38 +122,6 @@ def damage_table(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def plot_damage(table: pd.DataFrame):
-    """Loss damage against ``delta / median ||h||`` (log x), one line per kind with the seed sd as
-    error bars, and the paper's Pythia-410M points (at its absolute deltas) where ``table`` has them."""
-    import matplotlib.pyplot as plt
-
-    from ..plotting import WIDTH, legend_outside, style
-
-    if table.empty:
-        raise ValueError("plot_damage needs a non-empty damage_table")
-    fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.8), layout="constrained")
-    colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
-    for kind, colour in colours.items():
-        if f"{kind}_damage" in table:
-            ax.errorbar(table["delta_over_norm"], table[f"{kind}_damage"], yerr=table[f"{kind}_sd"], marker="o",
-                        ms=4, capsize=2, color=colour, label=kind)
-            paper = table.dropna(subset=[f"paper_{kind}"])
-            if len(paper):
-                ax.plot(paper["delta_over_norm"], paper[f"paper_{kind}"], ls=":", marker="x", color=colour,
-                        label=f"{kind} (paper)")
-    ax.set_xscale("log")
-    ax.set_yscale("symlog", linthresh=0.01)  # damage can be ~0 or slightly negative at small delta
-    lows = [table[c].min() for c in ("magnitude_damage", "angle_damage") if c in table]
-    if min(lows) >= 0:
-        ax.set_ylim(bottom=0)
-    ax.set_xlabel("delta / median ||h||  (log)")
-    ax.set_ylabel("loss damage (nats)")
-    ax.grid(alpha=0.3)
-    legend_outside(fig, title="perturbation")
-    style(fig)
-    return fig
-
-
 def token_damage(model, text: str, perturbations, *, max_tokens: int = 64) -> pd.DataFrame:
     """Per-token loss change of one text under each perturbation (full forwards, no cache).
 
@@ -178,13 +146,3 @@ def token_damage(model, text: str, perturbations, *, max_tokens: int = 64) -> pd
     for p in perturbations:
         out[f"{p.kind}_change"] = nll(p.hooks(model)) - clean
     return out
-
-
-def token_damage_view(table: pd.DataFrame, kind: str):
-    """circuitsvis ``colored_tokens`` of ``<kind>_change`` (nats per token) from :func:`token_damage`."""
-    import circuitsvis as cv
-
-    col = f"{kind}_change"
-    if col not in table:
-        raise ValueError(f"no {col!r} column; the table has {[c for c in table if c.endswith('_change')]}")
-    return cv.tokens.colored_tokens(tokens=[str(t) for t in table["token"]], values=table[col].astype(float).tolist())

@@ -25,7 +25,7 @@ from ..stats.probes import FEATURES, fit_probe, probe_features
 from .paper import PAPER_PROBES
 
 __all__ = ["PAPER_PROBES", "PROBE_TASKS", "WordStates", "word_states", "default_probe_layers",
-           "direction_magnitude_probes", "plot_probes"]
+           "direction_magnitude_probes"]
 
 PROBE_TASKS = {"upos": "classify", "depth": "regress"}
 KEY = ("layer", "task", "features", "train_sentences", "test_sentences")
@@ -129,27 +129,3 @@ def direction_magnitude_probes(model, train: Sequence[TreebankSentence], test: S
                      "median_norm": float(np.median(np.linalg.norm(te.states[l], axis=1))),
                      "paper": PAPER_PROBES.get((t, f), np.nan)})
     return pd.DataFrame(rows)
-
-
-def plot_probes(df: pd.DataFrame):
-    """Probe score per layer, one panel per task, a line per feature set, the baseline dashed."""
-    import matplotlib.pyplot as plt
-
-    from ..plotting import WIDTH, integer_ticks, legend_outside, style
-
-    tasks = list(dict.fromkeys(df["task"]))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(WIDTH, 3.2), squeeze=False, layout="constrained")
-    for ax, task in zip(axes[0], tasks):
-        d = df[df["task"] == task]
-        for f in dict.fromkeys(d["features"]):
-            g = d[d["features"] == f].sort_values("layer")
-            line, = ax.plot(g["layer"], g["score"], marker="o", ms=3, label=f)
-            ax.fill_between(g["layer"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15, lw=0)
-        b = d.groupby("layer")["baseline"].first()
-        ax.plot(b.index, b.values, ls="--", color="0.5", label="baseline")
-        ax.set_title("part of speech (accuracy %)" if task == "upos" else "depth to root (R² x 100)")
-        ax.set_xlabel("block")
-        integer_ticks(ax.xaxis)
-    legend_outside(fig, title="probe on")
-    style(fig)
-    return fig

@@ -33,7 +33,7 @@ import pandas as pd
 from .engine import SweepGrid, perturbed_scores
 from .paper import PAPER_RECOVERY
 
-__all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair", "plot_repair"]
+__all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
 
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
 KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "layers", "relative", "n_sentences",
@@ -109,38 +109,3 @@ def causal_repair(
     runs = grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress,
                     desc="repairs")
     return pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in runs for row in r["rows"]])
-
-
-def plot_repair(df: pd.DataFrame):
-    """Recovery (%) per repair and kind at each delta: bars (mean over seeds, sd as error bars),
-    the paper's Pythia-410M values at delta = 5 as crosses."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from ..plotting import WIDTH, legend_outside, style
-
-    if df.empty:
-        raise ValueError("plot_repair needs a non-empty causal_repair table")
-    deltas = sorted(df["delta"].unique())
-    fig, axes = plt.subplots(1, len(deltas), figsize=(WIDTH, 3.4), squeeze=False, sharey=True, layout="constrained")
-    colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
-    repairs = list(dict.fromkeys(df["repair"]))
-    for ax, delta in zip(axes[0], deltas):
-        d = df[df["delta"] == delta]
-        for j, (kind, colour) in enumerate(colours.items()):
-            g = d[d["kind"] == kind].groupby("repair")["recovery"].agg(["mean", "std"]).reindex(repairs)
-            x = np.arange(len(repairs)) + (j - 0.5) * 0.38
-            ax.bar(x, g["mean"], 0.36, yerr=g["std"].fillna(0), capsize=2, color=colour, alpha=0.85, label=kind)
-            paper = [PAPER_RECOVERY.get((r, kind)) if float(delta) == 5.0 and not bool(d["relative"].iloc[0])
-                     else None for r in repairs]
-            if any(p is not None for p in paper):
-                ax.plot(x, [np.nan if p is None else p for p in paper], "kx", ms=7,
-                        label="paper (Pythia-410M)" if j == 0 else None)
-        ax.set_xticks(range(len(repairs)), [{"attn": "attention", "norm": "norms"}.get(r, r) for r in repairs])
-        ax.axhline(0, color="0.4", lw=0.8)
-        ax.set_title(f"delta {delta:g}")
-        ax.grid(alpha=0.3, axis="y")
-    axes[0][0].set_ylabel("damage recovered (%)")
-    legend_outside(fig, title="perturbation")
-    style(fig)
-    return fig

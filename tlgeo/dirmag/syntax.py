@@ -19,7 +19,7 @@ from ..evals.blimp import AGREEMENT, MinimalPair, accuracy_rows, load_blimp, pai
 from .engine import SweepGrid, perturbed_scores
 from .paper import PAPER_BLIMP
 
-__all__ = ["PAPER_BLIMP", "agreement_pairs", "blimp_damage", "plot_blimp"]
+__all__ = ["PAPER_BLIMP", "agreement_pairs", "blimp_damage"]
 
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "text_sha1")
 
@@ -67,37 +67,3 @@ def blimp_damage(
     df["drop"] = df["clean_accuracy"] - df["accuracy"]
     df["delta_over_norm"] = df["delta"] if grid.relative else df["delta"] / clean.median_norm
     return df
-
-
-def plot_blimp(df: pd.DataFrame, paradigm: str = "pooled"):
-    """BLiMP accuracy against ``delta / median ||h||`` (log x), one line per kind (mean and sd over
-    seeds), the clean accuracy and chance as horizontal lines, the paper's Pythia-410M points
-    where ``df`` has its absolute deltas."""
-    import matplotlib.pyplot as plt
-
-    from ..plotting import WIDTH, legend_outside, style
-
-    d = df[df["paradigm"] == paradigm]
-    if d.empty:
-        raise ValueError(f"plot_blimp: no rows for paradigm {paradigm!r}")
-    fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6), layout="constrained")
-    colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
-    relative = bool(d["relative"].iloc[0]) if "relative" in d else False
-    for i, (kind, colour) in enumerate(colours.items()):
-        g = d[d["kind"] == kind].groupby("delta").agg(x=("delta_over_norm", "first"), acc=("accuracy", "mean"),
-                                                       sd=("accuracy", "std")).reset_index()
-        if g.empty:
-            continue
-        ax.errorbar(g["x"], g["acc"], yerr=g["sd"].fillna(0), marker="o", ms=4, capsize=2, color=colour, label=kind)
-        paper = [(x, PAPER_BLIMP[dl][i]) for dl, x in zip(g["delta"], g["x"]) if dl in PAPER_BLIMP and not relative]
-        if paper and paradigm == "pooled":
-            ax.plot(*zip(*paper), ls=":", marker="x", color=colour, label=f"{kind} (paper)")
-    ax.axhline(float(d["clean_accuracy"].iloc[0]), color="0.3", lw=1, label="clean")
-    ax.axhline(50, color="0.6", lw=1, ls="--", label="chance")
-    ax.set_xscale("log")
-    ax.set_xlabel("delta / median ||h||  (log)")
-    ax.set_ylabel(f"BLiMP agreement accuracy (%, {paradigm})")
-    ax.grid(alpha=0.3)
-    legend_outside(fig, title="perturbation")
-    style(fig)
-    return fig
