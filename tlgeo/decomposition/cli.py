@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis import Command
-from ..cliargs import (TOKENS, add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args,
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
                        default_out, model_key, print_written, set_threads)
 from ..models import Model
 from .config import DecompositionConfig, PplConfig, ProfileConfig
@@ -22,19 +22,10 @@ RUN_DESCRIPTION = ("Profile the parallel ratio per layer and site, then measure 
                    "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP)
 PPL_DESCRIPTION = "Perplexity unedited and under one edit. " + EDIT_HELP
 
-# flags whose argparse settings differ from what config_flags makes of the field
-_FLAG_OVERRIDES = {
-    "tokens": dict(type=TOKENS),  # "a positive integer (0 = all)" in its error, as before
-    "site": dict(required=True, default=None),
-}
-
-
 def _adder(cls: type):
     def add(p: argparse.ArgumentParser) -> None:
         add_model_arg(p)
-        for name, kw in config_flags(cls).items():
-            kw = {**kw, **_FLAG_OVERRIDES.get(name, {})}
-            p.add_argument(kw.pop("flag"), **kw)
+        add_config_args(p, cls)
         add_out_arg(p, "runs/<model>")
         add_threads_arg(p)
 

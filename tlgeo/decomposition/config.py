@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..analysis import Config, param
+from ..cliargs import TOKENS
 from ..hooks.edits import Edit
 from ..models import Model
 from ..hooks.sites import DECOMPOSITION_SITES, SITES, UnknownSiteError, get_site
@@ -48,7 +49,7 @@ class CorpusConfig(Config):
 
     corpus: str = param("wikitext2", "named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or "
                                      "hf:<dataset>")
-    tokens: int = param(2048, "text tokens to use (0 = all)", min=0)
+    tokens: int = param(2048, "text tokens to use (0 = all)", type=TOKENS)
 
     def validate(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus.strip():
@@ -132,7 +133,8 @@ class ProfileConfig(CorpusConfig):
 class PplConfig(CorpusConfig):
     """Perplexity unedited and under one edit."""
 
-    site: str | None = param(None, "attn, mlp, block, value_full, value_excl_self or diag (tlgeo sites)")
+    site: str | None = param(None, "attn, mlp, block, value_full, value_excl_self or diag (tlgeo sites)",
+                             required=True)
     s_par: float = param(1.0, "scale of the parallel part (0 removes it)")
     s_perp: float = param(1.0, "scale of the perpendicular part (0 removes it)")
     layers: tuple[int, ...] | None = param(None, "blocks to edit, e.g. 3,5,10-12 (default: all)", indices=True)
