@@ -49,7 +49,7 @@ class CorpusConfig(Config):
 
     corpus: str = param("wikitext2", "named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or "
                                      "hf:<dataset>")
-    tokens: int = param(2048, "text tokens to use (0 = all)", type=TOKENS)
+    tokens: int = param(2048, "text tokens to use (0 = all)", min=0, type=TOKENS)
 
     def validate(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus.strip():
