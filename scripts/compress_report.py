@@ -24,7 +24,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tlgeo.compression.evaluation import plot_prediction, prediction_test, quality_table  # noqa: E402
+from tlgeo.compression.evaluation import prediction_test, quality_table  # noqa: E402
+from tlgeo.compression.plots import plot_prediction  # noqa: E402
 from tlgeo.evals.zeroshot import logged_items  # noqa: E402
 
 

@@ -8,11 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlgeo.decomposition.closed_form import closed_form_check, plot_diagonal
-from tlgeo.decomposition.heads import head_alpha_map, plot_head_maps
-from tlgeo.decomposition.observe import plot_profile
+from tlgeo.decomposition.closed_form import closed_form_check
+from tlgeo.decomposition.heads import head_alpha_map
+from tlgeo.decomposition.plots import plot_diagonal, plot_head_maps, plot_profile, plot_sweep
 from tlgeo.plotting import WIDTH, integer_ticks, site_color
-from tlgeo.decomposition.sweeps import plot_sweep
 
 
 def _ticks_are_integers(axis) -> bool:

@@ -311,11 +311,6 @@ def test_quality_table_and_prediction_test():
     assert c.loc[("acc_drop", "e_perp"), "rho"] > 0.7
     vs_par = comp[(comp["target"] == "log_ppl") & (comp["b"] == "e_par")].iloc[0]
     assert vs_par["diff"] > 0 and vs_par["ci_low"] > 0 and vs_par["n_models"] == 7
-    from tlgeo.compression.evaluation import plot_prediction
-
-    fig = plot_prediction(pd.DataFrame(rows), q.reset_index(), site="attn", target="acc_drop")
-    assert len(fig.axes) == 3 and "rho 1.00" in fig.axes[1].get_title()  # e_perp: the damage itself
-    assert len(fig.axes[0].collections) == 2  # two families: wanda and rtn
 
 
 def test_canonical_names():

@@ -3,12 +3,10 @@ import torch
 
 from tlgeo.decomposition.closed_form import (
     add_to_diagonal,
-    attention_before_after,
     closed_form_check,
     diag_delta,
     diag_summary,
     min_frobenius_update,
-    plot_diagonal,
     project_values,
     residual_diag_delta,
     value_diag_delta,
@@ -184,23 +182,6 @@ def test_bad_inputs(llama, tokens):
         closed_form_check(llama, tokens, 0.0, layers=[7])
     with pytest.raises(ValueError, match="s_par"):
         closed_form_check(llama, tokens, float("inf"))
-
-
-def test_figures(llama, tokens):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    res = closed_form_check(llama, tokens, 0.0, variants=("value_excl_self",), layers=[1])
-    fig = plot_diagonal(res.diag, "value_excl_self", 1)
-    assert len(fig.axes) == 3  # two heatmaps and the colour bar
-    img = fig.axes[1].images[0].get_array()
-    assert img.shape == (llama.cfg.n_heads, tokens.shape[1])
-    one = plot_diagonal(res.diag, "value_excl_self", 1, head=2)
-    assert one.axes[0].images[0].get_array().shape == (1, tokens.shape[1])
-    with pytest.raises(ValueError, match="no diagonal values"):
-        plot_diagonal(res.diag, "value_excl_self", 2)
-    html = str(attention_before_after(llama, tokens, 1, "value_excl_self", 0.0, heads=[0, 3]))
-    assert "h0 before" in html and "h3 after" in html
 
 
 @pytest.mark.real

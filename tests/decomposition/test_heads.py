@@ -14,7 +14,6 @@ from tlgeo.decomposition.heads import (
     head_sensitivity,
     patched_hooks,
     per_text_loss,
-    plot_head_maps,
     select_heads,
     selective_removal,
     text_batches,
@@ -263,25 +262,6 @@ def test_selective_removal(llama, texts):
     assert rec["selective"] == pytest.approx(1 - (ppl["selective"] - ppl["unedited"]) / (ppl["all heads"] - ppl["unedited"]))
     again = selective_removal(llama, stream, _fake_map(), k=3, context=64, n_random=2, seed=0)
     pd.testing.assert_frame_equal(df, again)
-
-
-# --- figure ------------------------------------------------------------------------
-
-
-def test_plot_head_maps(llama, tokens, texts):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    amap = head_alpha_map(llama, tokens)
-    sens = _fake_map()
-    sens.loc[(sens.layer == 1) & (sens["head"] == 0), "q"] = 0.01
-    fig = plot_head_maps(amap, sens)
-    main = [ax for ax in fig.axes if ax.get_title()]
-    assert len(main) == 2
-    stars = [t for t in main[1].texts if t.get_text() == "*"]
-    assert len(stars) == 1 and stars[0].get_position() == (0, 0)  # layer 1 is the first row
-    lim = main[0].images[0].norm
-    assert lim.vcenter == 0 and lim.vmin == -lim.vmax
 
 
 # --- real model --------------------------------------------------------------------

@@ -7,7 +7,7 @@ import torch
 import tlgeo.decomposition.sweeps as sw
 from tlgeo.evals.perplexity import perplexity
 from tlgeo.hooks.edits import Edit
-from tlgeo.decomposition.sweeps import layer_sweep, plot_sweep, sensitivity_sweep, sweep_points
+from tlgeo.decomposition.sweeps import layer_sweep, sensitivity_sweep, sweep_points
 from tlgeo.hooks.resume import resume_forward
 
 TEXT_KW = dict(context=64, max_tokens=200, batch_size=2)
@@ -128,25 +128,6 @@ def test_layer_sweep_matches_single_layer_edit(llama, text):
     perp = layer_sweep(llama, text, "value_full", 1, (0.0,), axis="s_perp", **TEXT_KW)
     ref = perplexity(llama, text, fwd_hooks=Edit("value_full", s_perp=0.0, layers=1).hooks(llama), **TEXT_KW)
     assert math.isclose(perp.ppl.iloc[0], ref.ppl, rel_tol=1e-5) and perp.s_par.iloc[0] == 1.0
-
-
-def test_plot_sweep():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import pandas as pd
-
-    rows = [dict(site=s, axis=a, scale=x, delta_ppl=d)
-            for s in ("attn", "mlp") for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
-            for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))]
-    fig = plot_sweep(pd.DataFrame(rows))
-    axs = fig.axes
-    assert [a.get_xlabel() for a in axs] == ["s_par", "s_perp"]
-    assert axs[0].get_yscale() == "linear" and axs[1].get_yscale() == "symlog"
-    assert len([l for l in axs[0].lines if l.get_linestyle() == "--"]) >= 1
-    assert {l.get_label() for l in axs[0].lines} >= {"attn", "mlp"}
-    with pytest.raises(ValueError):
-        plot_sweep(pd.DataFrame())
 
 
 @pytest.mark.real

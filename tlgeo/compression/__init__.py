@@ -13,9 +13,10 @@ update (perpendicular) rather than its size (parallel), and direction-aware comp
   per-prompt ratios, per-layer summaries, the across-layer statistics (Table 12),
   and the direction-aware Wanda score;
 * :mod:`.counterfactual` -- local-counterfactual and end-to-end runners on a dense and
-  a compressed model (tidy DataFrames), and the per-layer figure (Figure 6);
-* :mod:`.experiment` -- the summary tables and figures of per-prompt rows, the PPL prediction
+  a compressed model (tidy DataFrames);
+* :mod:`.experiment` -- the summary tables of per-prompt rows, the PPL prediction
   table, and ``run_diagnosis`` (the same diagnosis for in-memory models: the notebook's);
+* :mod:`.plots` -- the figures: per-layer error (Figure 6) and its files, error against quality;
 * :mod:`.methods` -- method names (``awq_perp_l0.5``, ``sgpt_2_4``, ``owl_s70``, ...) parsed into specs;
 * :mod:`.llmc` -- compress with llmcompressor (AWQ, RTN, Wanda, SparseGPT, N:M, per-layer
   allocations, the direction-aware subclasses) into dense model directories, with checks

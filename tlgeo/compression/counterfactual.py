@@ -50,7 +50,6 @@ __all__ = [
     "local_errors",
     "e2e_errors",
     "diagnose",
-    "plot_layers",
 ]
 
 SITES = ("attn", "mlp", "block")
@@ -352,27 +351,3 @@ def diagnose(
         frames.append(df)
         del comp
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def plot_layers(layers: pd.DataFrame, mode: str = "local", tokens: str = "all", sites=SITES, log: bool = True):
-    """Figure 6: per-layer ``||e_perp|| / ||Delta_base||`` (solid) and ``||e_par|| / ||Delta_base||``
-    (dashed) per method, one panel per site, from a :func:`summarize_layers` frame."""
-    import matplotlib.pyplot as plt
-
-    d = layers[(layers["mode"] == mode) & (layers["tokens"] == tokens)]
-    fig, axes = plt.subplots(1, len(sites), figsize=(4.2 * len(sites), 3.4), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, site in zip(axes[0], sites):
-        for k, (method, g) in enumerate(d[d["site"] == site].groupby("method", sort=False)):
-            g = g.sort_values("layer")
-            c = colors[k % len(colors)]
-            ax.plot(g["layer"], g["e_perp_mean"], c=c, marker="o", ms=2.5, label=f"{method} perp")
-            ax.plot(g["layer"], g["e_par_mean"], c=c, ls="--", lw=1, label=f"{method} par")
-        if log:
-            ax.set_yscale("log")
-        ax.set_title(f"{site} ({mode}, {tokens} tokens)", fontsize=9)
-        ax.set_xlabel("layer")
-    axes[0][0].set_ylabel("||e part|| / ||Delta_base||")
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    return fig

@@ -22,7 +22,7 @@ import pandas as pd
 
 from .methods import parse_method
 
-__all__ = ["baseline_of", "quality_table", "prediction_test", "plot_prediction", "PREDICTORS"]
+__all__ = ["baseline_of", "quality_table", "prediction_test", "PREDICTORS"]
 
 PREDICTORS = {"e": "mean_e", "e_perp": "mean_e_perp", "e_par": "mean_e_par"}
 
@@ -129,39 +129,3 @@ def prediction_test(
                              "ci_high": d.ci_high, "p_boot": d.p_boot, "z_steiger": d.z, "p_steiger": d.p_steiger,
                              "n_models": d.n})
     return pd.DataFrame(corr), pd.DataFrame(comp)
-
-
-def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str = "local", site: str = "block",
-                    tokens: str = "all", target: str = "log_ppl"):
-    """Per compressed model, the mean error, its perpendicular and its parallel part (one
-    panel each, log x) against ``log_ppl`` or ``acc_drop``, coloured by method family, with
-    Spearman's rho in each title."""
-    import matplotlib.pyplot as plt
-    from scipy.stats import spearmanr
-
-    from ..plotting import WIDTH, legend_outside, style
-
-    q = quality.set_index("method")
-    if target == "log_ppl":
-        y, ylabel = np.log(q["ppl"].astype(float)), "log PPL (WikiText-2 test)"
-    else:
-        y, ylabel = 100 * (q.loc["base", "acc"] - q["acc"].astype(float)), "zero-shot accuracy drop (points)"
-    t = table12[(table12["mode"] == mode) & (table12["site"] == site) & (table12["tokens"] == tokens)
-                & (table12["ref"] == "delta") & table12["method"].isin(q.index)].set_index("method")
-    y = y.reindex(t.index)
-    fams = [m.split("_")[0] for m in t.index]
-    colors = dict(zip(dict.fromkeys(fams), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.0), sharey=True, layout="constrained")
-    for ax, (name, col) in zip(axes, PREDICTORS.items()):
-        x = t[col].to_numpy(float)
-        for fam in colors:
-            sel = np.array([f == fam for f in fams])
-            ax.scatter(x[sel], y.to_numpy(float)[sel], s=14, c=colors[fam], label=fam)
-        ax.set_xscale("log")
-        rho = spearmanr(x, y.to_numpy(float)).statistic if len(x) >= 3 else float("nan")
-        ax.set_title(f"||{name}|| / ||Delta||: rho {rho:.2f}", fontsize=9)
-        ax.set_xlabel(f"mean over layers ({mode}, {site})", fontsize=8)
-    axes[0].set_ylabel(ylabel, fontsize=8)
-    legend_outside(fig, title="family")
-    style(fig)
-    return fig

@@ -1,9 +1,9 @@
-"""The compression-diagnosis tables and figures from per-prompt rows, and :func:`run_diagnosis`.
+"""The compression-diagnosis tables from per-prompt rows, and :func:`run_diagnosis` (tables and figures).
 
 ``tlgeo compress-diag`` runs :func:`tlgeo.compression.analysis.run` (the analysis contract);
 :func:`run_diagnosis` is the same diagnosis for models given as objects or directories (the
 notebook's entry point). Both derive the tables with :func:`summary_tables` and draw the
-figures with :func:`save_figures`. :func:`run_diagnosis`'s outputs in ``out``:
+figures with :func:`tlgeo.compression.plots.save_figures`. :func:`run_diagnosis`'s outputs in ``out``:
 
 * ``diag_prompts.csv.gz`` -- per (method, mode, site, layer, tokens, prompt) ratios, appended per method
   (a rerun skips methods already there);
@@ -25,10 +25,11 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .counterfactual import diagnose, plot_layers, prompt_windows
+from .counterfactual import diagnose, prompt_windows
 from .decompose import across_layer_stats, summarize_layers
+from .plots import save_figures
 
-__all__ = ["run_diagnosis", "ppl_prediction", "summary_tables", "save_figures"]
+__all__ = ["run_diagnosis", "ppl_prediction", "summary_tables"]
 
 
 def ppl_prediction(table: pd.DataFrame, ppl: pd.DataFrame) -> pd.DataFrame:
@@ -62,20 +63,6 @@ def summary_tables(prompts: pd.DataFrame, methods: Iterable[str]) -> tuple[pd.Da
     table = pd.concat([across_layer_stats(layers, "delta"), across_layer_stats(layers, "z")], ignore_index=True)
     table = table.sort_values(["ref", "mode", "site", "tokens", "method"], key=by_method)
     return layers, table
-
-
-def save_figures(layers: pd.DataFrame, modes: Iterable[str], out: str | os.PathLike) -> list[Path]:
-    """Figure 6 per mode (``figure6_<mode>.png``, all tokens) in ``out``; returns the files."""
-    import matplotlib.pyplot as plt
-
-    written = []
-    for mode in modes:
-        fig = plot_layers(layers, mode=mode, tokens="all")
-        path = Path(out) / f"figure6_{mode}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
 
 
 def run_diagnosis(

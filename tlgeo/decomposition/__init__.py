@@ -12,13 +12,16 @@ vs perpendicular to the state it updates, and what removing either part costs.
 * :mod:`.audit`: post-W_O perturbation / energy / retained norm (Table 6).
 * :mod:`.heads`: per-head alpha and causal sensitivity, patching (Figure 7).
 * :mod:`.mlp_carrier`: which MLP stage carries the parallel part (Table 10).
+* :mod:`.plots`: the figures (profile, sweeps, head maps, closed-form diagonal) and the circuitsvis
+  view of one layer's pattern before and after the closed-form edit.
 * :mod:`.paper`: the paper's reference numbers and full sweep grids.
 * :mod:`.atlas`: this family's steps of ``tlgeo atlas`` and their budgets.
 * :mod:`.summary`: the headline rows of an atlas directory, the report's headline.
 """
 
 from .compare import compare_edits, removal_edits
-from .observe import corpus_batches, parallel_profile, plot_profile, summarize_profile
+from .observe import corpus_batches, parallel_profile, summarize_profile
+from .plots import plot_profile
 
 __all__ = ["parallel_profile", "summarize_profile", "plot_profile", "corpus_batches", "compare_edits",
            "removal_edits"]

@@ -35,16 +35,17 @@ from ..hooks.edits import Edit
 from ..models import Model
 from ..analysis import StepContext, atlas_budgets, budget, register_family, register_step
 from .audit import audit_overall, post_wo_audit
-from .closed_form import attention_before_after, closed_form_check, diag_summary, plot_diagonal
+from .closed_form import closed_form_check, diag_summary
 from .compare import compare_edits
 from .config import DecompositionConfig
-from .heads import head_alpha_map, head_sensitivity, plot_head_maps
+from .heads import head_alpha_map, head_sensitivity
 from .mlp_carrier import carrier_table_wide, mlp_carrier_table
-from .observe import corpus_batches, parallel_profile, plot_profile, summarize_profile
+from .observe import corpus_batches, parallel_profile, summarize_profile
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
+from .plots import attention_before_after, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
 from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
                       headline, indication_note, paper_value)
-from .sweeps import plot_sweep, sensitivity_sweep
+from .sweeps import sensitivity_sweep
 
 __all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
 

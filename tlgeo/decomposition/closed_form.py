@@ -39,7 +39,8 @@ of ``Delta B m = y_hat - y`` (rank-1 or not).
 
 Layout: pure tensor functions (no model) <- :func:`closed_form_hooks` (a pattern
 edit through :func:`tlgeo.hooks.adapter.site_hooks`) <- :func:`closed_form_check` (the
-numerical proof on a model, tidy DataFrames) and the figures.
+numerical proof on a model, tidy DataFrames) and the figures
+(:func:`tlgeo.decomposition.plots.plot_diagonal`, :func:`tlgeo.decomposition.plots.attention_before_after`).
 
 ``s_par`` is checked once, where it enters: every public function takes a number, a tensor
 or a :class:`ParallelScale` (checked when it was made, not again); :func:`closed_form_check`
@@ -78,8 +79,6 @@ __all__ = [
     "ClosedFormResult",
     "closed_form_check",
     "diag_summary",
-    "plot_diagonal",
-    "attention_before_after",
 ]
 
 VARIANTS: tuple[str, ...] = ("value_full", "value_excl_self", "attn")
@@ -469,84 +468,3 @@ def diag_summary(diag: pd.DataFrame, skip_first_pos: bool = True) -> pd.DataFram
         "n": g.size(),
     })
     return out.reset_index()
-
-
-# ---------------------------------------------------------------------------
-# Figures
-# ---------------------------------------------------------------------------
-
-
-def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, head: int | None = None):
-    """Heatmaps of the original and the closed-form-edited diagonal ``A_tt`` (heads x positions).
-
-    ``head`` given: one head (the paper's Figure 4 shows one head). A diverging
-    colour map centred on 0, shared by both panels; the edited diagonal may be
-    negative. Integer position ticks. Returns the matplotlib ``Figure``.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
-    from ..plotting import WIDTH, integer_ticks, style
-
-    d = diag[(diag["variant"] == variant) & (diag["layer"] == layer) & (diag["seq"] == seq)]
-    if head is not None:
-        d = d[d["head"] == head]
-    if d.empty:
-        raise ValueError(f"no diagonal values for variant={variant!r}, layer={layer}, seq={seq}, "
-                         f"head={head}; have variants {sorted(diag['variant'].unique())}, "
-                         f"layers {sorted(diag['layer'].unique())}")
-    before = d.pivot(index="head", columns="pos", values="a_self")
-    after = d.pivot(index="head", columns="pos", values="a_self_new")
-    lo = float(min(before.values.min(), after.values.min(), -1e-6))
-    hi = float(max(before.values.max(), after.values.max(), 1e-6))
-    norm = TwoSlopeNorm(vmin=lo, vcenter=0.0, vmax=hi)
-    fig, axes = plt.subplots(2, 1, figsize=(WIDTH, min(1.6 + 0.45 * len(before) * 2, 9.0)), sharex=True,
-                             layout="constrained")
-    for ax, frame, title in ((axes[0], before, "original A_tt"), (axes[1], after, "A_tt + Delta A_tt")):
-        im = ax.imshow(frame.values, aspect="auto", cmap="RdBu_r", norm=norm, interpolation="nearest")
-        ax.set_yticks(range(len(frame)), [f"h{h}" for h in frame.index])
-        ax.set_title(f"{title}  [{frame.values.min():.2f}, {frame.values.max():.2f}]", fontsize=9)
-    axes[1].set_xlabel("position t")
-    integer_ticks(axes[1].xaxis)
-    fig.colorbar(im, ax=axes, shrink=0.8, label="diagonal weight")
-    fig.suptitle(f"closed-form diagonal, {variant}, layer {layer}")
-    style(fig)
-    return fig
-
-
-def attention_before_after(
-    model: Model,
-    tokens: Int[Tensor, "batch pos"],
-    layer: int,
-    variant: str = "value_excl_self",
-    s_par: float = 0.0,
-    seq: int = 0,
-    heads: Sequence[int] | None = None,
-):
-    """circuitsvis ``attention_heads`` of one layer's pattern before and after the closed-form
-    edit (only that layer edited; heads labelled ``"h0 before"``, ``"h0 after"``, ...)."""
-    import circuitsvis as cv
-
-    tokens = check_tokens(model, tokens)
-    _check_variant(variant)
-    resolve_layers(model.cfg, layer)
-    name = f"blocks.{layer}.attn.hook_pattern"
-    got: dict = {}
-
-    def cap(key):
-        def fn(t: Tensor, hook) -> None:
-            got[key] = t[seq].detach().float().cpu()
-        return fn
-
-    device = getattr(model.cfg, "device", None) or "cpu"
-    toks = tokens.to(device)
-    with torch.inference_mode():
-        model.run_with_hooks(toks, return_type=None, fwd_hooks=[(name, cap("before"))])
-        model.run_with_hooks(toks, return_type=None, fwd_hooks=closed_form_hooks(
-            model, variant, s_par, layers=layer) + [(name, cap("after"))])
-    heads = list(range(model.cfg.n_heads)) if heads is None else list(heads)
-    pats = torch.stack([got[k][h] for h in heads for k in ("before", "after")])
-    names = [f"h{h} {k}" for h in heads for k in ("before", "after")]
-    str_tokens = model.to_str_tokens(tokens[seq])
-    return cv.attention.attention_heads(attention=pats, tokens=str_tokens, attention_head_names=names,
-                                        min_value=float(min(pats.min(), -1e-6)), max_value=1.0)

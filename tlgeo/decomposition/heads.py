@@ -11,7 +11,7 @@
 * :func:`selective_removal`: remove the parallel part only in heads that the
   sensitivity map says are harmless; perplexity against all-head removal, a
   random choice of as many heads, and the unedited model.
-* :func:`plot_head_maps`: the two heatmaps side by side.
+* :func:`tlgeo.decomposition.plots.plot_head_maps`: the two heatmaps side by side.
 
 Hook order (patching + edits): TransformerLens runs the hooks of one hook point
 in the order they are given. :func:`patched_hooks` puts **edits first, then
@@ -55,7 +55,6 @@ __all__ = [
     "select_heads",
     "head_edits",
     "selective_removal",
-    "plot_head_maps",
 ]
 
 ALL = "all"
@@ -460,60 +459,3 @@ def selective_removal(
         sel = df["condition"] == "selective"
         df.loc[sel, "recovered"] = 1 - df.loc[sel, "delta_ppl"] / full
     return df
-
-
-# ---------------------------------------------------------------------------
-# Figure
-# ---------------------------------------------------------------------------
-
-
-def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = None, *, q_level: float = 0.05, axes=None):
-    """Heatmaps (layer x head): mean ``alpha`` (diverging, centred at 0) and, when given,
-    the single-head ``delta_loss`` with cells of ``q < q_level`` marked ``*``.
-    Layers and heads are tick-labelled with integers (every layer up to 40 rows,
-    else an integer locator). Returns the figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
-    from ..plotting import WIDTH, integer_ticks, style
-
-    panels = 1 if sensitivity is None else 2
-    if axes is None:
-        height = min(max(0.2 * alpha_map["layer"].nunique() + 1.8, 3.0), 9.0)
-        fig, axes = plt.subplots(1, panels, figsize=(WIDTH if panels == 2 else WIDTH * 0.55, height),
-                                 squeeze=False, layout="constrained")
-        axes = axes[0]
-    fig = axes[0].figure
-
-    def heat(ax, grid: pd.DataFrame, label: str, title: str):
-        vals = grid.to_numpy(dtype=float)
-        lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0
-        lim = lim or 1.0
-        im = ax.imshow(vals, cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -lim, lim), aspect="auto", interpolation="nearest")
-        for n, set_ticks, labels, axis in ((grid.shape[1], ax.set_xticks, grid.columns, ax.xaxis),
-                                           (grid.shape[0], ax.set_yticks, grid.index, ax.yaxis)):
-            if n <= 40:
-                set_ticks(range(n), [str(int(v)) for v in labels])
-            else:  # too many to label each: integer positions, labelled with their layer / head
-                integer_ticks(axis)
-                axis.set_major_formatter(lambda x, _pos, _l=list(labels): str(int(_l[int(x)])) if 0 <= int(x) < len(_l) else "")
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_title(title)
-        fig.colorbar(im, ax=ax, label=label)
-        return vals
-
-    a = alpha_map.pivot(index="layer", columns="head", values="alpha_mean")
-    heat(axes[0], a, "mean alpha", f"mean alpha per head ({alpha_map['site'].iloc[0]})")
-    if sensitivity is not None:
-        single = sensitivity[sensitivity["head"] != ALL].copy()
-        single["head"] = single["head"].astype(int)
-        d = single.pivot(index="layer", columns="head", values="delta_loss")
-        q = single.pivot(index="layer", columns="head", values="q")
-        heat(axes[1], d, "Δ loss (nats)", "loss change, parallel part removed in one head")
-        for i in range(q.shape[0]):
-            for j in range(q.shape[1]):
-                if q.iat[i, j] < q_level:
-                    axes[1].text(j, i, "*", ha="center", va="center", fontsize=11, color="k")
-    style(fig)
-    return fig

@@ -20,7 +20,7 @@ from ..evals.perplexity import corpus_batches
 from ..hooks.sites import DECOMPOSITION_SITES, get_site
 from ..models import Model
 
-__all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile", "plot_profile"]
+__all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile"]
 
 STATS = ("alpha", "parallel_ratio", "norm_ratio", "cosine")
 
@@ -147,27 +147,3 @@ def summarize_profile(df: pd.DataFrame, skip_first_pos: bool = True) -> pd.DataF
     out["cosine_mean"] = g["cosine"].mean()
     out["n"] = g.size()
     return out.reset_index()
-
-
-def plot_profile(summary: pd.DataFrame, stat: str = "parallel_ratio_median"):
-    """Per-layer ``stat`` (a :func:`summarize_profile` column), one line per site,
-    log y axis with a dashed line at 1 (parallel part as large as the perpendicular).
-    Integer layer ticks; the legend sits right of the axes."""
-    import matplotlib.pyplot as plt
-
-    from ..plotting import WIDTH, integer_ticks, legend_outside, plain_log_ticks, site_color, style
-
-    fig, ax = plt.subplots(figsize=(WIDTH, 4.0), layout="constrained")
-    for site, g in summary.groupby("site"):
-        g = g.sort_values("layer")
-        ax.plot(g["layer"], g[stat], marker="o", ms=3, label=site, color=site_color(site))
-    ax.axhline(1.0, ls="--", c="grey", lw=1, label="1: parallel = perp.")
-    ax.set_yscale("log")
-    plain_log_ticks(ax.yaxis)
-    ax.set_xlabel("layer")
-    ax.set_ylabel(stat.replace("_", " "))
-    ax.grid(alpha=0.3, which="major")
-    integer_ticks(ax.xaxis)
-    legend_outside(fig, title="site")
-    style(fig)
-    return fig

@@ -49,7 +49,6 @@ __all__ = [
     "sweep_points",
     "sensitivity_sweep",
     "layer_sweep",
-    "plot_sweep",
 ]
 
 SWEEP_SITES: tuple[str, ...] = ("value_excl_self", "value_full", "attn", "mlp", "block", "diag")
@@ -383,45 +382,3 @@ def layer_sweep(
         batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": 0},
     )
     return _frame(rows, base, ["site", "layer", *COLUMNS[1:]])
-
-
-# --------------------------------------------------------------------------- plot
-
-
-def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
-    """Figure 3: one panel per axis, one line per site, ΔPPL against the scale.
-
-    The y axis is symlog when ΔPPL spans more than two decades (removal of the
-    perpendicular part explodes perplexity); a dashed line marks the unedited
-    point (scale 1, ΔPPL 0). One legend for both panels, right of them.
-    """
-    import matplotlib.pyplot as plt
-
-    from ..plotting import WIDTH, legend_outside, site_color, style
-
-    need = {"site", "axis", "scale", "delta_ppl"}
-    if df.empty or not need <= set(df.columns):
-        raise ValueError(f"plot_sweep needs a non-empty frame with columns {sorted(need)}")
-    axes_present = [a for a in ("s_par", "s_perp") if (df["axis"] == a).any()]
-    fig, axs = plt.subplots(1, len(axes_present), figsize=(WIDTH if len(axes_present) > 1 else WIDTH * 0.65, 4),
-                            squeeze=False, layout="constrained")
-    for ax, axis in zip(axs[0], axes_present):
-        part = df[df["axis"] == axis]
-        for site, g in part.groupby("site", sort=False):
-            g = g.sort_values("scale")
-            ax.plot(g["scale"], g["delta_ppl"], marker="o", ms=3, label=site, color=site_color(site))
-        d = part["delta_ppl"].abs()
-        big, small = d.max(), d[d > 0].min() if (d > 0).any() else 1.0
-        if big > 100 * max(small, 1e-3) or big > 50:
-            ax.set_yscale("symlog", linthresh=1.0)  # linear within one PPL point
-        ax.axvline(1.0, ls="--", c="gray", lw=1)
-        ax.axhline(0.0, ls="--", c="gray", lw=1)
-        ax.set_xlabel(axis)
-        ax.set_ylabel("ΔPPL vs unedited")
-        ax.set_title(f"scaling {axis}" + (" (s_perp = 1)" if axis == "s_par" else " (s_par = 1)"))
-        ax.grid(alpha=0.3)
-    legend_outside(fig, title="site")
-    if title:
-        fig.suptitle(title)
-    style(fig)
-    return fig
