@@ -31,3 +31,18 @@ def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
     if layer > 0:
         with pytest.raises(ValueError, match="before block"):
             resume_forward(tiny, resid, layer, Edit("attn", s_par=0, layers=0).hooks(tiny))
+
+
+def test_resume_forward_stops_before_a_later_block(tiny, tokens):
+    with torch.inference_mode():
+        _, cache = tiny.run_with_cache(tokens)
+        ran = []
+        handle = tiny.blocks[2].original_component.register_forward_hook(lambda *a: ran.append(1))
+        try:
+            h = resume_forward(tiny, cache["blocks.1.hook_resid_pre"], 1, stop_at_layer=2)
+        finally:
+            handle.remove()
+    torch.testing.assert_close(h, cache["blocks.1.hook_resid_post"], rtol=0, atol=0)
+    assert not ran  # block 2 and the unembedding are not run
+    with pytest.raises(ValueError, match="stop_at_layer 1 must be in 2..3"):
+        resume_forward(tiny, cache["blocks.1.hook_resid_pre"], 1, stop_at_layer=1)

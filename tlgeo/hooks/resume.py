@@ -71,8 +71,10 @@ def resume_forward(
     resid: Float[Tensor, "batch pos d_model"],
     layer: int,
     fwd_hooks: HookList = (),
-) -> Float[Tensor, "batch pos d_vocab"]:
-    """Logits of the forward that enters block ``layer`` with residual ``resid``.
+    stop_at_layer: int | None = None,
+) -> Float[Tensor, "batch pos d_vocab"] | Float[Tensor, "batch pos d_model"]:
+    """Logits of the forward that enters block ``layer`` with residual ``resid`` (with
+    ``stop_at_layer``: the residual entering that block, the blocks from it on not run).
 
     ``resid`` is ``blocks.{layer}.hook_resid_pre`` of an earlier run on the same
     tokens. TransformerBridge's ``start_at_layer`` still *runs* blocks
@@ -86,6 +88,8 @@ def resume_forward(
         raise ValueError(f"layer {layer} out of range: the model has {n} layers (0..{n - 1})")
     if resid.ndim != 3 or resid.shape[-1] != model.cfg.d_model:
         raise ValueError(f"resid must be [batch, pos, d_model={model.cfg.d_model}], got {tuple(resid.shape)}")
+    if stop_at_layer is not None and not layer < stop_at_layer <= n:
+        raise ValueError(f"stop_at_layer {stop_at_layer} must be in {layer + 1}..{n}")
     hooks = list(fwd_hooks)
     for name, _ in hooks:
         if not isinstance(name, str):
@@ -95,4 +99,6 @@ def resume_forward(
             raise ValueError(f"hook {name!r} is before block {layer}: it would not run in a forward resumed there")
     ctx = model.hooks(fwd_hooks=hooks) if hooks else nullcontext()
     with ctx, _skip_blocks(model, layer):
-        return model(resid, start_at_layer=layer)
+        if stop_at_layer is None:
+            return model(resid, start_at_layer=layer)
+        return model(resid, start_at_layer=layer, stop_at_layer=stop_at_layer)

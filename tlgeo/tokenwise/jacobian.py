@@ -49,8 +49,8 @@ def block_map(model: Model, tokens: Int[Tensor, "1 pos"], layer: int,
             out["h"] = h[:, position]
             return h
 
-        # resumed at block ``layer``; the later blocks and the unembedding still run (their output is unused)
-        resume_forward(model, r, layer, [(f"blocks.{layer}.hook_resid_post", read)])
+        # resumed at block ``layer`` and stopped after it: the later blocks and the unembedding do not run
+        resume_forward(model, r, layer, [(f"blocks.{layer}.hook_resid_post", read)], stop_at_layer=layer + 1)
         return out["h"].float()
 
     return x0, f
