@@ -10,6 +10,7 @@ resumes. This module only dispatches: a new analysis adds no line here.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .cliargs import Formatter, RunRecord
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args.record = RunRecord()
+    if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 prints, the others only their errors
+        sys.stdout = open(os.devnull, "w")
     try:
         return args._run(args)
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import time
 import types
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
-           "config_from_args", "config_flags", "add_model_arg", "add_threads_arg", "add_out_arg", "model_key",
+           "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg", "model_key",
            "print_written", "files_since", "set_threads", "RunRecord", "default_out"]
 
 
@@ -161,14 +162,55 @@ def config_from_args(cls: type, args: argparse.Namespace, prefix: str = "", **fi
     return cls(**{**values, **fixed})
 
 
-def add_model_arg(p: argparse.ArgumentParser) -> None:
+def add_model_arg(p: argparse.ArgumentParser, placement: bool = True) -> None:
+    """``--model`` and (``placement``) where and how it is loaded: ``--device``, ``--dtype``, and
+    for a model larger than one device ``--device-map`` / ``--max-memory`` / ``--offload-folder``
+    (:func:`model_kwargs` turns them into :func:`tlgeo.models.load_model`'s arguments)."""
     p.add_argument("--model", default="smollm2-135m",
                    help="embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash scripts/setup.sh), "
                         "tiny:llama|neox|gpt2, a local Hugging Face directory, or a hub name owner/name (online)")
+    if not placement:
+        return
+    g = p.add_argument_group("device and precision")
+    g.add_argument("--device", default="auto", dest="load_device",
+                   help="cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, else cpu)")
+    g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), dest="load_dtype",
+                   help="dtype of the weights (the geometry is computed in float32/float64 whatever it is)")
+    g.add_argument("--device-map", default=None,
+                   help="shard the model over devices with accelerate: auto, balanced, sequential, or a JSON "
+                        "module->device map (\"disk\" and \"cpu\" offload included); --device is then ignored")
+    g.add_argument("--max-memory", default=None, type=_memory_map,
+                   help="memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
+    g.add_argument("--offload-folder", default=None, help="folder for weights --device-map offloads to disk")
+
+
+def _memory_map(text: str) -> dict:
+    out: dict = {}
+    for item in text.split(","):
+        dev, sep, size = item.partition("=")
+        if not sep or not dev.strip() or not size.strip():
+            raise argparse.ArgumentTypeError(f"{item!r}: give DEVICE=SIZE, e.g. 0=70GiB,cpu=200GiB")
+        dev = dev.strip()
+        out[int(dev) if dev.isdigit() else dev] = size.strip()
+    return out
+
+
+def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`tlgeo.models.load_model` from :func:`add_model_arg`'s flags."""
+    device_map = getattr(args, "device_map", None)
+    if device_map and device_map.lstrip().startswith("{"):
+        try:
+            device_map = json.loads(device_map)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--device-map: not a JSON object ({e})") from None
+    return {"device": getattr(args, "load_device", "cpu"), "dtype": getattr(args, "load_dtype", "float32"),
+            "device_map": device_map, "max_memory": getattr(args, "max_memory", None),
+            "offload_folder": getattr(args, "offload_folder", None)}
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads (default: all cores)")
+    p.add_argument("--threads", type=POSITIVE, default=None,
+                   help="torch CPU threads (default: all cores; under torchrun, the cores / ranks per node)")
 
 
 def add_out_arg(p: argparse.ArgumentParser, default: str) -> None:
@@ -176,10 +218,15 @@ def add_out_arg(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def set_threads(args: argparse.Namespace) -> None:
-    if getattr(args, "threads", None):
+    """``--threads``; without it, under torchrun, the cores shared out among the node's ranks."""
+    threads = getattr(args, "threads", None)
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if not threads and ranks > 1:
+        threads = max(1, (os.cpu_count() or 1) // ranks)
+    if threads:
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
 
 
 def model_key(name: str) -> str:

@@ -45,8 +45,13 @@ __all__ = [
     "model_label",
     "Model",
     "cache_dir",
+    "save_local",
     "embedded_model_dir",
     "load_model",
+    "resolve_device",
+    "resolve_dtype",
+    "DTYPES",
+    "input_device",
     "tiny_model",
     "TINY_KINDS",
 ]
@@ -123,7 +128,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         hf.is_quantized = False
         if hasattr(hf.config, "quantization_config"):
             del hf.config.quantization_config
-        hf.save_pretrained(tmp)
+        save_local(hf, tmp)
         tok.save_pretrained(tmp)
         if hf.config.model_type.startswith("gemma"):
             _gemma_unigram_to_bpe(tmp / "tokenizer.json")
@@ -141,6 +146,17 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_local(hf, path: str | os.PathLike) -> None:
+    """``hf.save_pretrained(path)`` on this process whatever its torch.distributed rank:
+    transformers writes nothing on ranks other than 0 once a process group exists, but a
+    folder this process boots from (a converted or tiny model) is its own."""
+    hf.should_save_on_this_rank = lambda is_main_process=True: is_main_process
+    try:
+        hf.save_pretrained(path)
+    finally:
+        del hf.should_save_on_this_rank
 
 
 def _gemma_unigram_to_bpe(tokenizer_json: Path) -> None:
@@ -197,17 +213,19 @@ def embedded_model_dir(name: str) -> Path:
     return out
 
 
-def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype):
+def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **shard: Any):
     from transformer_lens.model_bridge import TransformerBridge
 
     from transformers.utils import logging as hf_logging
 
+    shard = {k: v for k, v in shard.items() if v is not None}
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar, on every load
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            bridge = TransformerBridge.boot_transformers(name_or_dir, device=device, dtype=dtype)
+            bridge = TransformerBridge.boot_transformers(name_or_dir, device=None if shard else device, dtype=dtype,
+                                                         **shard)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -215,11 +233,61 @@ def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype):
     return bridge
 
 
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the dtype itself) as a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not a weight dtype tlgeo loads; choose from {list(DTYPES)}")
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {list(DTYPES)}")
+    return DTYPES[name]
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """The device a model goes to: ``auto`` (or ``None``) is ``cuda:<LOCAL_RANK>`` when CUDA is
+    available (one GPU per torchrun process) else ``cpu``; ``cuda`` / ``cuda:N`` must exist."""
+    if device is None or str(device) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r}: give cpu, cuda, cuda:N or auto ({e})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
+                             f"{'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'}); "
+                             "use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r}: MPS is not available here")
+    return dev
+
+
+def input_device(model) -> torch.device:
+    """Where a model's token ids go: its embedding's device (the first block's, for a model
+    sharded over several devices)."""
+    for p in model.parameters():
+        if p.device.type != "meta":  # offloaded weights sit on "meta" until their module runs
+            return p.device
+    return torch.device("cpu")
+
+
 def load_model(
     name: str = "smollm2-135m",
     *,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
 ):
     """Load ``name`` as a ``TransformerBridge`` with raw (unprocessed) weights.
 
@@ -227,8 +295,23 @@ def load_model(
     (a tiny random model, see :func:`tiny_model`), a local HF model directory, or
     a Hugging Face hub name. Embedded models are converted once
     (~20 s for SmolLM2) into :func:`cache_dir`; later loads take about a second.
+
+    ``device``: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (:func:`resolve_device`); ``dtype``:
+    the weights' dtype (geometry is computed in float32/float64 whatever it is). A model
+    larger than one device is sharded by accelerate: ``device_map`` (``"auto"``,
+    ``"balanced"``, ``"sequential"`` or a module -> device dict, ``"disk"`` and ``"cpu"``
+    included), ``max_memory`` (``{0: "20GiB", "cpu": "60GiB"}``), ``offload_folder`` (for
+    ``"disk"``); ``device`` is then ignored.
     """
-    model = _load_model(name, device, dtype)
+    dtype = resolve_dtype(dtype)
+    shard = None
+    if device_map is not None or max_memory is not None:
+        shard = {"device_map": device_map or "auto", "max_memory": max_memory,
+                 "offload_folder": None if offload_folder is None else str(offload_folder)}
+        dev = None
+    else:
+        dev = resolve_device(device)
+    model = _load_model(name, dev, dtype, shard)
     model.tlgeo_name = str(name)
     return model
 
@@ -238,26 +321,27 @@ def model_label(model) -> str:
     return getattr(model, "tlgeo_name", None) or str(getattr(model.cfg, "model_name", "model"))
 
 
-def _load_model(name, device, dtype):
+def _load_model(name, device, dtype, shard=None):
+    shard = shard or {}
     if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
         raise UnknownModelError(f"model name must be a non-empty string, got {name!r}")
     name = str(name)
     if name.startswith("tiny:"):
-        return tiny_model(name.split(":", 1)[1], dtype=dtype)
+        return tiny_model(name.split(":", 1)[1], dtype=dtype, device=device, **shard)
     if name in EMBEDDED_MODELS:
-        return _boot(str(embedded_model_dir(name)), device, dtype)
+        return _boot(str(embedded_model_dir(name)), device, dtype, **shard)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
             raise UnknownModelError(f"directory {path} has no config.json: not a HF model directory")
-        return _boot(str(path), device, dtype)
+        return _boot(str(path), device, dtype, **shard)
     if path.suffix or name.startswith((".", "/", "~")):
         raise UnknownModelError(f"model directory {name!r} does not exist")
     why = _why_not_from_hub(name)
     if why is not None:  # fail at once instead of retrying against an unreachable hub
         raise UnknownModelError(_unknown(name, why))
     try:
-        return _boot(name, device, dtype)
+        return _boot(name, device, dtype, **shard)
     except OSError as e:  # no such repository, or the hub went away
         raise UnknownModelError(_unknown(name, f"{type(e).__name__}: {e}")) from e
 
@@ -351,23 +435,39 @@ def save_tiny_model(path: str | os.PathLike, kind: str = "llama", seed: int = 0,
     torch.manual_seed(seed)
     hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     path = Path(path)
-    hf.save_pretrained(path)
+    save_local(hf, path)
     byte_tokenizer().save_pretrained(path)
     return path
 
 
-def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch.float32, **overrides):
-    """A tiny random model booted in the bridge (about a second), for unit tests."""
+def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch.float32,
+               device: str | torch.device | None = "cpu", device_map: str | dict | None = None,
+               max_memory: dict | None = None, offload_folder: str | None = None, **overrides):
+    """A tiny random model booted in the bridge (about a second), for unit tests; ``device_map``
+    etc. shard it as :func:`load_model` does (its checkpoint folder then lives as long as the model)."""
     if kind not in TINY_KINDS:
         raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
     from transformers.utils import logging as hf_logging
 
-    with tempfile.TemporaryDirectory(prefix=f"tlgeo-tiny-{kind}-") as d:
+    shard = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    sharded = any(v is not None for v in shard.values())
+    folder = tempfile.TemporaryDirectory(prefix=f"tlgeo-tiny-{kind}-")
+    try:
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # "Writing model shards" on every tiny model
         try:
-            save_tiny_model(d, kind, seed, **overrides)
+            save_tiny_model(folder.name, kind, seed, **overrides)
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
-        return _boot(d, "cpu", dtype)
+        model = _boot(folder.name, device, dtype, **shard)
+    except BaseException:
+        folder.cleanup()
+        raise
+    if sharded:  # offloaded weights may be read from the checkpoint files: keep them
+        model.tlgeo_checkpoint = folder
+    else:
+        folder.cleanup()
+    extra = "".join(f",{k}={v}" for k, v in [("seed", seed)] * bool(seed) + sorted(overrides.items()))
+    model.tlgeo_name = f"tiny:{kind}" + (f"({extra[1:]})" if extra else "")  # its label in result rows
+    return model

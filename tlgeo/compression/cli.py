@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
+from ..cliargs import (POSITIVE, add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args,
                        default_out, print_written, set_threads)
 from .config import CompressConfig, DiagConfig
 
@@ -62,9 +62,11 @@ def run_diag(args: argparse.Namespace) -> int:
 
     from ..data import load_text
     from ..models import load_model
-    from .analysis import DiagResult, run
+    from ..distributed import run_analysis
+    from .analysis import ANALYSIS, DiagResult
     from .compress import compressed_root
-    from .experiment import ppl_prediction, save_figures
+    from .experiment import ppl_prediction
+    from .plots import save_figures
     from .paper import paper_line
 
     set_threads(args)
@@ -80,8 +82,10 @@ def run_diag(args: argparse.Namespace) -> int:
     args.record.out = out
     ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
     ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
-    base = load_model(args.model)
-    res = run(base, cfg, out=out, progress=True)
+    base = load_model(args.model, **model_kwargs(args))
+    res = run_analysis(ANALYSIS, base, cfg, out=out, progress=True)
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
     written = [out / DiagResult.table(n).filename for n in res.tables()]
     written += save_figures(res.layers, cfg.modes, out)
     if ppl is not None and len(ppl):
@@ -102,7 +106,7 @@ def run_diag(args: argparse.Namespace) -> int:
 
 
 def add_compress_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    add_model_arg(p, placement=False)  # llmcompressor places the model: CompressConfig's --device
     add_config_args(p, CompressConfig)
     add_out_arg(p, OUT)
     p.add_argument("--threads", type=POSITIVE, default=2, help="torch CPU threads")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..models import Model
+from ..models import Model, save_local
 from .config import CompressConfig
 from .llmc import MANIFEST, calibration_windows, compress_model, compressed_dir, quiet_llmcompressor
 
@@ -306,7 +306,7 @@ def export_dense(model: Model, path: str | os.PathLike) -> Path:
     from .counterfactual import hf_model
 
     hf = hf_model(model)
-    state = {k.replace("_original_component.", ""): v for k, v in hf.state_dict().items()}
+    state = dense_state(model)
     config = copy.deepcopy(hf.config)
     config.output_attentions = False  # the bridge asks for attention patterns; a saved model does not
     config.output_hidden_states = False
@@ -317,25 +317,62 @@ def export_dense(model: Model, path: str | os.PathLike) -> Path:
         raise ValueError(f"cannot export the model: no weights for {missing[:5]}")
     fresh.load_state_dict({k: state[k].detach().to(torch.float32).cpu() for k in want})
     path = Path(path)
-    fresh.save_pretrained(path)
+    save_local(fresh, path)
     model.tokenizer.save_pretrained(path)
     return path
 
 
+def _plain(key: str) -> str:
+    return key.replace("_original_component.", "")
+
+
+def dense_state(model: Model) -> dict:
+    """The weights inside a bridge by their Hugging Face names; those a sharded model offloaded
+    (to CPU or disk, on the meta device until their module runs) are read back from the offload."""
+    from .counterfactual import hf_model
+
+    hf = hf_model(model)
+    state = hf.state_dict(keep_vars=True)
+    if any(v.device.type == "meta" for v in state.values()):
+        import logging
+
+        from accelerate.utils.modeling import get_state_dict_offloaded_model
+
+        log = logging.getLogger("accelerate.utils.modeling")
+        level, log.level = log.level, logging.ERROR  # not its warning about the bridge's alias names
+        try:
+            loaded = get_state_dict_offloaded_model(hf)  # each module's own names, read from the offload
+        finally:
+            log.setLevel(level)
+        names: dict[int, list[str]] = {}  # the bridge reaches one weight by several names
+        for k, v in state.items():
+            names.setdefault(id(v), []).append(k)
+        for aliases in names.values():
+            value = next((loaded[k] for k in aliases if k in loaded), None)
+            for k in aliases:
+                if value is not None:
+                    loaded.setdefault(k, value)
+        state = loaded
+    return {_plain(k): v.detach() for k, v in state.items()}
+
+
 def weights_fingerprint(model: Model) -> str:
-    """A hash of the dense weights inside a bridge (names, shapes, values)."""
+    """A hash of the dense weights inside a bridge (names, shapes, values); a tied weight counts
+    once, whether the model is sharded or not."""
     import torch
 
     from .counterfactual import hf_model
 
     h = hashlib.sha256()
-    state = {k.replace("_original_component.", ""): v for k, v in hf_model(model).state_dict().items()}
+    state = dense_state(model)
+    owner = {_plain(k): id(v) for k, v in hf_model(model).state_dict(keep_vars=True).items()}  # tied: one object
     seen = set()
     for k in sorted(state):
         v = state[k]
-        if v.data_ptr() in seen and v.numel():  # an alias of a tensor already hashed
+        alias = owner.get(k, id(v))
+        if alias in seen and v.numel():  # a tied weight already hashed
             continue
-        seen.add(v.data_ptr())
+        seen.add(alias)
         t = v.detach().to(torch.float32).cpu().contiguous()
         h.update(f"{k}:{tuple(t.shape)}".encode())
         h.update(t.numpy().tobytes())

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..models import save_local
 from .methods import MethodSpec, UnknownMethodError, parse_method
 
 __all__ = [
@@ -366,8 +367,13 @@ def compress_model(
     recipe = build_recipe(spec, group_size, perp_lambda, awq_n_grid, layer_sparsity=layer_sparsity,
                           layer_class=type(decoder_layers[0]).__name__, refit_iters=refit_iters,
                           max_iso_increase=max_iso_increase)
-    oneshot(model=hf, dataset=ds, recipe=recipe, num_calibration_samples=len(calib), max_seq_length=seq_len,
-            shuffle_calibration_samples=False, pipeline=pipeline)
+    from compressed_tensors.offload.utils import as_single_threaded
+
+    # one process compresses the whole model: under torchrun (a data-parallel analysis) llmcompressor
+    # would otherwise split the calibration and wait on the other ranks, which compress other models
+    with as_single_threaded():
+        oneshot(model=hf, dataset=ds, recipe=recipe, num_calibration_samples=len(calib), max_seq_length=seq_len,
+                shuffle_calibration_samples=False, pipeline=pipeline)
     seconds = time.perf_counter() - t0
     refit = [row for mod in recipe for row in getattr(mod, "refit_log", [])]
     hf = hf.to("cpu")
@@ -383,7 +389,7 @@ def compress_model(
         missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
         if missing or unexpected:
             raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        dense.save_pretrained(tmp)
+        save_local(dense, tmp)
         tok.save_pretrained(tmp)
         manifest = {"method": spec.name, "kind": spec.kind, "spec": spec.to_dict(), "sparsity": spec.sparsity,
                     "mask_structure": spec.mask_structure, "bits": spec.bits, "group_size": spec.group_size,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
+from ..cliargs import (add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args,
                        default_out, model_key, print_written, set_threads)
 from ..models import Model
 from .config import DecompositionConfig, PplConfig, ProfileConfig
@@ -56,7 +56,7 @@ def _setup(cls: type, args: argparse.Namespace):
     set_threads(args)
     cfg = config_from_args(cls, args)
     load_text(cfg.corpus)  # a bad corpus fails before the model loads
-    model = load_model(args.model)
+    model = load_model(args.model, **model_kwargs(args))
     out = Path(args.out) if args.out else default_out(model_key(args.model))
     args.record.out = out
     return cfg, model, out
@@ -69,7 +69,8 @@ def _print_profile(summary) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from .analysis import run
+    from ..distributed import run_analysis
+    from .analysis import ANALYSIS
 
     t0 = time.time()
     cfg, model, out = _setup(DecompositionConfig, args)
@@ -87,24 +88,28 @@ def run_command(args: argparse.Namespace) -> int:
               f"edits in {blocks}:")
         print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
-    run(model, cfg, out=out, progress=True, on_table=show)
+    if run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=show) is None:
+        return 0  # a torchrun rank other than 0: rank 0 writes
     print_written([out / "profile_summary.csv", out / "edits.csv", out / "edits.jsonl"])
     print(f"({time.time() - t0:.0f} s; rows of other settings in these files are kept)")
     return 0
 
 
 def profile_command(args: argparse.Namespace) -> int:
-    from .analysis import run_profile
+    from ..distributed import run_analysis
+    from .analysis import PROFILE
 
     cfg, model, out = _setup(ProfileConfig, args)
     cfg.check_fits(model)
-    run_profile(model, cfg, out=out, progress=True, on_table=lambda name, df: _print_profile(df))
+    if run_analysis(PROFILE, model, cfg, out=out, progress=True, on_table=lambda name, df: _print_profile(df)) is None:
+        return 0
     print_written([out / "profile_summary.csv"] + ([out / cfg.per_token_file()] if cfg.per_token else []))
     return 0
 
 
 def ppl_command(args: argparse.Namespace) -> int:
-    from .analysis import run_ppl
+    from ..distributed import run_analysis
+    from .analysis import PPL
 
     cfg, model, out = _setup(PplConfig, args)
     e = cfg.edit()
@@ -119,7 +124,8 @@ def ppl_command(args: argparse.Namespace) -> int:
             print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
                   f"(delta {r['delta_ppl']:+.3f})")
 
-    run_ppl(model, cfg, out=out, progress=True, on_table=show)
+    if run_analysis(PPL, model, cfg, out=out, progress=True, on_table=show) is None:
+        return 0
     print_written([out / "ppl.csv", out / "ppl.jsonl"])
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out, model_key,
+from ..cliargs import (add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args, default_out, model_key,
                        print_written, set_threads)
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
@@ -72,12 +72,13 @@ def _summary(name: str, df):
 
 def run_command(args: argparse.Namespace) -> int:
     from ..models import load_model
-    from .analysis import DirmagResult, probe_layers, run, sentences_of
+    from ..distributed import run_analysis
+    from .analysis import ANALYSIS, DirmagResult, probe_layers, sentences_of
 
     set_threads(args)
     cfg = config_from_args(DirmagConfig, args)  # bad values fail here, before the model loads
     sentences = sentences_of(cfg)
-    model = load_model(args.model)
+    model = load_model(args.model, **model_kwargs(args))
     layers = cfg.grid().chosen_layers(model.cfg)
     if "probes" in cfg.parts():
         probe_layers(model, cfg)
@@ -91,7 +92,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"\n{titles[name](df)}:")
         print(_summary(name, df).to_string(float_format=lambda v: f"{v:.4g}"))
 
-    res = run(model, cfg, out=out, progress=True, on_table=show)
+    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=show)
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
     files = [out / DirmagResult.table(n).filename for n in res.tables()]
     print_written(files + [out / f"dirmag_{n}.jsonl" for n in res.tables()])
     return 0

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out,
+from ..cliargs import (add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args, default_out,
                        model_key, print_written, set_threads)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
@@ -59,16 +59,19 @@ def _printer(cfg: PDSFConfig):
 
 def run_command(args: argparse.Namespace) -> int:
     from ..models import load_model
-    from .analysis import LOGS, PDSFResult, run
+    from ..distributed import run_analysis
+    from .analysis import ANALYSIS, LOGS, PDSFResult
 
     set_threads(args)
     cfg = config_from_args(PDSFConfig, args)  # bad values fail here, before the model loads
-    model = load_model(args.model)
+    model = load_model(args.model, **model_kwargs(args))
     cfg.check(model)
     out = Path(args.out) if args.out else default_out("pdsf-" + model_key(args.model))
     args.record.out = out
     out.mkdir(parents=True, exist_ok=True)
-    res = run(model, cfg, out=out, progress=True, on_table=_printer(cfg))
+    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=_printer(cfg))
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
     stages = [s for s, names in PDSFResult.STAGE_TABLES.items() if any(n in res.tables() for n in names)]
     print_written([out / PDSFResult.table(n).filename for n in res.tables()] + [out / LOGS[s] for s in stages])
     return 0

@@ -44,7 +44,8 @@ class AtlasConfig:
     ``budgets`` overrides budget fields by name (each analysis family declares
     its own in a dataclass, e.g. :class:`tlgeo.decomposition.atlas.DecompositionBudgets`;
     ``tlgeo atlas --help`` lists them all); unknown names are an error.
-    ``steps=None`` runs every registered step.
+    ``steps=None`` runs every registered step. ``load``: the keyword arguments of
+    :func:`tlgeo.models.load_model` (``device``, ``dtype``, ``device_map``, ...).
     """
 
     model: str = "smollm2-135m"
@@ -53,6 +54,7 @@ class AtlasConfig:
     steps: tuple[str, ...] | None = None
     seed: int = 0
     budgets: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)  # load_model's device, dtype, device_map, ...
 
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else default_out(f"atlas-{model_key(self.model)}")
@@ -71,7 +73,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         raise ValueError(f"unknown atlas step(s) {unknown}; steps: {list(registered)}")
     budgets = cfg.family_budgets()  # unknown budget names fail here, before any work
     text = load_text(cfg.corpus)
-    model = model if model is not None else load_model(cfg.model)
+    model = model if model is not None else load_model(cfg.model, **cfg.load)
     for b in budgets.values():
         if hasattr(b, "check"):
             b.check(model)

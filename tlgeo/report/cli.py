@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ..analysis import Command, budget_fields
-from ..cliargs import NON_NEGATIVE, add_model_arg, add_threads_arg, items, print_written, set_threads
+from ..cliargs import NON_NEGATIVE, add_model_arg, add_threads_arg, items, model_kwargs, print_written, set_threads
 from .registry import load_steps
 
 __all__ = ["COMMANDS"]
@@ -67,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
         budgets.update(s_par_grid=S_PAR_GRID, s_perp_grid=S_PERP_GRID)
     steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
-                      budgets=budgets)
+                      budgets=budgets, load=model_kwargs(args))
     cfg.family_budgets()  # an unknown budget fails here, before the model loads
     out = cfg.out_dir()
     args.record.out = out

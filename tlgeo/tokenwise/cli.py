@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args,
+from ..cliargs import (add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_flags, config_from_args,
                        default_out, model_key, print_written, set_threads)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
@@ -18,7 +18,8 @@ HELP = "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they l
 DESCRIPTION = ("Collect every layer's token states over a corpus once (memory-mapped), fit local tokenwise maps on "
                "each token's nearest neighbours, measure the geometry of the residual per layer and class, and the "
                "KL of patching one token's state with its approximation, with Spearman(error, KL). Resumable.")
-RENAMED = {"n_patch": "--patch-tokens"}  # config field -> the old command's flag
+RENAMED = {"n_patch": "--patch-tokens",  # config field -> the old command's flag
+           "dtype": "--pool-dtype"}  # --dtype is the weights' dtype on every command
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -33,19 +34,22 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from ..models import load_model
-    from .analysis import LOG, TokenwiseResult, run
+    from ..distributed import run_analysis
+    from .analysis import ANALYSIS, LOG, TokenwiseResult
 
     set_threads(args)
     cfg = config_from_args(TokenwiseConfig, args)  # bad values fail here, before the model loads
     from ..data import load_text
 
     load_text(cfg.corpus)  # an unknown corpus fails before the model loads
-    model = load_model(args.model)
+    model = load_model(args.model, **model_kwargs(args))
     out = Path(args.out) if args.out else default_out(model_key(args.model))
     args.record.out = out
     args.record.rerun = (f"The state pool is in {out / cfg.pool_name()}; finished fits are in {out / LOG}. "
                          + args.record.rerun)
-    res = run(model, cfg, out=out, progress=True)
+    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
     g = res.geometry
     n_tokens = int(g["n_tokens"].iloc[0])
     for col, what in (("rel_error", "median ||r|| / ||Delta_full||"), ("cos_update", "median cos(Delta_full, Delta_tok)"),

@@ -1,0 +1,100 @@
+"""Data-parallel runs (tlgeo.distributed): two gloo processes under torchrun write the tables one
+process writes, for every registered analysis and through the command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from tlgeo.distributed import Ranks, deal, rank_folder, ranks
+from tlgeo.report.registry import load_analyses
+
+from ..test_contract import _comparable
+from .worker import CLI
+
+WORKER = Path(__file__).with_name("worker.py")
+ANALYSES = load_analyses()
+
+
+def test_units_are_dealt_round_robin_and_every_unit_once():
+    units = [("u", i) for i in range(7)]
+    parts = [deal(units, r, 3) for r in range(3)]
+    assert parts[0] == [("u", 0), ("u", 3), ("u", 6)] and sorted(sum(parts, [])) == units
+    assert deal(units[:1], 1, 2) == []  # more ranks than units: nothing for this one
+    with pytest.raises(ValueError, match="rank 2 out of 0..1"):
+        deal(units, 2, 2)
+
+
+def test_ranks_come_from_torchrun_environment(monkeypatch, tmp_path):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert ranks() == Ranks(0, 1, 0, 1) and ranks().main
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    r = ranks()
+    assert r == Ranks(3, 4, 1, 2) and not r.main
+    assert rank_folder(tmp_path, r) == tmp_path / "ranks" / "3-of-4"
+
+
+def _torchrun(out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(WORKER), str(out)], env=env, capture_output=True, text=True, timeout=900)
+
+
+# units whose one-process run computes them in one forward with other units' hooks: a forward that
+# reads the attention pattern for one site runs attention eagerly for all, so the other sites' float
+# sums run in another order (equal to ~1e-7, not bit for bit)
+NOT_BIT_EXACT = {"ProfileResult", "DecompositionResult"}
+
+
+def _same_csvs(one: Path, two: Path, result_cls) -> list[str]:
+    """Every table file of ``result_cls`` in ``one`` equals the one in ``two`` (rows sorted by key;
+    bit for bit, but for :data:`NOT_BIT_EXACT`)."""
+    exact = result_cls.__name__ not in NOT_BIT_EXACT
+    names = []
+    for t in result_cls.TABLES:
+        a, b = one / t.filename, two / t.filename
+        assert a.exists() == b.exists(), (t.filename, a.exists(), b.exists())
+        if a.exists():
+            pd.testing.assert_frame_equal(_comparable(pd.read_csv(b), t), _comparable(pd.read_csv(a), t),
+                                          check_exact=exact, rtol=1e-6, obj=f"{result_cls.__name__}.{t.name}")
+            names.append(t.name)
+    return names
+
+
+def test_two_gloo_ranks_write_what_one_process_writes(llama, tmp_path, monkeypatch):
+    done = _torchrun(tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank: bit for bit needs the same reduction order in every matmul
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the CLI's --threads 1, here a no-op
+    try:
+        _compare_with_one_process(llama, tmp_path, done)
+    finally:
+        monkeypatch.undo()
+        torch.set_num_threads(threads)
+
+
+def _compare_with_one_process(llama, tmp_path, done):
+    for name, a in ANALYSES.items():
+        one = tmp_path / "one" / name
+        a.run(llama, a.config(**a.tiny), out=one)
+        two = tmp_path / "two" / name
+        assert len(list((two / "ranks").iterdir())) == 2  # each rank's partial tables and resume logs
+        assert _same_csvs(one, two, a.result), f"{name}: no table compared"
+    # the command line under torchrun: rank 0 prints and writes, as one process does
+    ppl = ANALYSES["ppl"]
+    cfg = ppl.config(tokens=128, context=64, site="value_excl_self", s_par=0.0, layers=(1, 2))
+    ppl.run(llama, cfg, out=tmp_path / "one" / "cli")
+    assert _same_csvs(tmp_path / "one" / "cli", tmp_path / "two" / "cli", ppl.result) == ["ppl"]
+    assert done.stdout.count("value_excl_self s_par=0.0") == 1, done.stdout[-2000:]
+    assert CLI[0] == "ppl"

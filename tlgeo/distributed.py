@@ -1,0 +1,118 @@
+"""Data-parallel runs of an analysis: its work units dealt out over the ranks of ``torchrun``,
+each rank's partial result gathered to rank 0 through ``torch.distributed``, merged and saved once.
+
+    torchrun --nproc_per_node=2 -m tlgeo pdsf --model smollm2-135m          # 2 processes, one machine
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d \\
+        --rdzv_endpoint=HOST:29500 -m tlgeo pdsf --model Qwen/Qwen3-8B --out /shared/pdsf   # 2 machines
+
+A single process (no ``WORLD_SIZE`` in the environment) runs the analysis as it is. Under
+torchrun each rank loads its own copy of the model (``--device auto`` is ``cuda:LOCAL_RANK``),
+runs every ``size``-th unit of :attr:`~tlgeo.analysis.Analysis.units` into its own folder
+``<out>/ranks/<rank>-of-<size>`` (where its resume logs live: rerun the same command with the
+same number of ranks after an interruption), and rank 0 writes the merged tables into ``out``.
+Rows are the same as a single process's; their order follows the ranks (the unit order within
+each). The backend is NCCL for CUDA models and gloo otherwise.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .analysis import Analysis, Result
+
+__all__ = ["Ranks", "ranks", "init", "deal", "rank_folder", "run_analysis"]
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in a torchrun job (``size`` 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def ranks() -> Ranks:
+    """The torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``)."""
+    env = os.environ
+    size = int(env.get("WORLD_SIZE", "1"))
+    return Ranks(int(env.get("RANK", "0")), size, int(env.get("LOCAL_RANK", "0")),
+                 int(env.get("LOCAL_WORLD_SIZE", str(size))))
+
+
+def init(device: torch.device | str | None = None) -> Ranks:
+    """Join the process group once (NCCL on a CUDA ``device``, else gloo); a no-op alone."""
+    import torch.distributed as dist
+
+    r = ranks()
+    if r.size > 1 and not dist.is_initialized():
+        cuda = device is not None and torch.device(device).type == "cuda"
+        if cuda:
+            torch.cuda.set_device(torch.device(device))
+        timeout = timedelta(seconds=float(os.environ.get("TLGEO_DIST_TIMEOUT", 24 * 3600)))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+    return r
+
+
+def deal(units: Sequence, rank: int, size: int) -> list:
+    """The units of ``rank``: every ``size``-th, from its own position (round robin)."""
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} out of 0..{size - 1}")
+    return list(units)[rank::size]
+
+
+def rank_folder(out: str | os.PathLike, r: Ranks) -> Path:
+    """Where rank ``r`` writes its partial tables and resume logs."""
+    return Path(out) / "ranks" / f"{r.rank}-of-{r.size}"
+
+
+def _device_of(model) -> torch.device:
+    from .models import input_device
+
+    return input_device(model)
+
+
+def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | None = None, progress: bool = False,
+                 on_table: Callable[[str, Any], Any] | None = None, **kwargs: Any) -> Result | None:
+    """``analysis.run(model, cfg, out=out, ...)``, split over the ranks of a torchrun job.
+
+    Alone: exactly ``analysis.run``. Under torchrun: this rank's units (:func:`deal`) into
+    :func:`rank_folder`, the partial results gathered to rank 0, which merges them
+    (:meth:`Result.merge`), saves them into ``out``, calls ``on_table`` on each merged table
+    and returns the result; the other ranks return ``None``. ``progress`` shows on rank 0 only.
+    """
+    r = init(_device_of(model))
+    extra = {"on_table": on_table} if on_table is not None else {}
+    if r.size == 1:
+        return analysis.run(model, cfg, out=out, progress=progress, **extra, **kwargs)
+    import torch.distributed as dist
+
+    mine = deal(analysis.units(model, cfg), r.rank, r.size)
+    part = None
+    if mine:  # more ranks than units: this one has nothing to do
+        folder = None if out is None else rank_folder(out, r)
+        part = analysis.run(model, cfg, out=folder, units=mine, progress=progress and r.main, **kwargs)
+    parts: list | None = [None] * r.size if r.main else None
+    dist.gather_object(part, parts, dst=0)
+    if not r.main:
+        return None
+    merged = analysis.result.merge([p for p in parts if p is not None])
+    if out is not None:
+        merged.save(out)
+    if on_table is not None:
+        for name, df in merged.tables().items():
+            on_table(name, df)
+    return merged
