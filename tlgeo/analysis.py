@@ -351,7 +351,8 @@ class Analysis:
     its result class and ``units(model, cfg)`` (the independent work units a run can be
     split into; ``run(..., units=subset)`` does only those). ``tiny``: the config keyword
     arguments of a run of a few seconds on a tiny random model (the contract test's, and a
-    first try in a notebook)."""
+    first try in a notebook). ``cost(model, cfg, unit)``: a unit's relative run time, by which a
+    data-parallel run shares the units out (:func:`tlgeo.distributed.deal`)."""
 
     name: str
     config: type
@@ -361,6 +362,7 @@ class Analysis:
     description: str
     tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # config of a seconds-long run on a tiny model
     command: str = ""  # its tlgeo subcommand (default: the name)
+    cost: Callable[[Any, Any, Any], float] | None = None  # cost(model, cfg, unit): relative run time (default 1 each)
 
     @property
     def command_name(self) -> str:

@@ -7,16 +7,17 @@ each rank's partial result gathered to rank 0 through ``torch.distributed``, mer
 
 A single process (no ``WORLD_SIZE`` in the environment) runs the analysis as it is. Under
 torchrun each rank loads its own copy of the model (``--device auto`` is ``cuda:LOCAL_RANK``),
-runs every ``size``-th unit of :attr:`~tlgeo.analysis.Analysis.units` into its own folder
+runs its share of :attr:`~tlgeo.analysis.Analysis.units` (:func:`deal`: a contiguous run, balanced
+by the analysis's ``cost`` estimates) into its own folder
 ``<out>/ranks/<rank>-of-<size>`` (where its resume logs live: rerun the same command with the
 same number of ranks after an interruption), and rank 0 writes the merged tables into ``out``.
-Rows are the same as a single process's; their order follows the ranks (the unit order within
-each). The backend is NCCL for CUDA models and gloo otherwise.
+Rows are the same as a single process's. The backend is NCCL for CUDA models and gloo otherwise.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -67,11 +68,24 @@ def init(device: torch.device | str | None = None) -> Ranks:
     return r
 
 
-def deal(units: Sequence, rank: int, size: int) -> list:
-    """The units of ``rank``: every ``size``-th, from its own position (round robin)."""
+def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = None) -> list:
+    """The units of ``rank``: one contiguous run of ``units``, cut so that the ranks' summed
+    ``costs`` (default 1 each) are as even as the order allows. Contiguous keeps a stage's units
+    together (the work they share is done on fewer ranks) and the ranks' results, concatenated
+    in rank order, in the units' order."""
     if not 0 <= rank < size:
         raise ValueError(f"rank {rank} out of 0..{size - 1}")
-    return list(units)[rank::size]
+    units = list(units)
+    costs = [1.0] * len(units) if costs is None else [float(c) for c in costs]
+    if len(costs) != len(units) or any(c < 0 for c in costs):
+        raise ValueError(f"need one cost >= 0 per unit: {len(units)} units, costs {costs}")
+    cum = [0.0, *itertools.accumulate(costs)]
+    starts = [0]
+    for r in range(1, size):  # the cut nearest to r/size of the total (ties: the later, lower ranks first)
+        target = cum[-1] * r / size
+        starts.append(min(range(starts[-1], len(units) + 1), key=lambda j: (abs(cum[j] - target), -j)))
+    starts.append(len(units))
+    return units[starts[rank]:starts[rank + 1]]
 
 
 def rank_folder(out: str | os.PathLike, r: Ranks) -> Path:
@@ -100,7 +114,9 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
         return analysis.run(model, cfg, out=out, progress=progress, **extra, **kwargs)
     import torch.distributed as dist
 
-    mine = deal(analysis.units(model, cfg), r.rank, r.size)
+    units = analysis.units(model, cfg)
+    costs = [analysis.cost(model, cfg, u) for u in units] if analysis.cost is not None else None
+    mine = deal(units, r.rank, r.size, costs)
     part = None
     if mine:  # more ranks than units: this one has nothing to do
         folder = None if out is None else rank_folder(out, r)

@@ -22,13 +22,18 @@ WORKER = Path(__file__).with_name("worker.py")
 ANALYSES = load_analyses()
 
 
-def test_units_are_dealt_round_robin_and_every_unit_once():
+def test_units_are_dealt_in_contiguous_runs_of_even_cost_and_every_unit_once():
     units = [("u", i) for i in range(7)]
     parts = [deal(units, r, 3) for r in range(3)]
-    assert parts[0] == [("u", 0), ("u", 3), ("u", 6)] and sorted(sum(parts, [])) == units
+    assert sum(parts, []) == units  # in order: concatenated in rank order they are the units' order
+    assert [len(p) for p in parts] == [2, 3, 2]
+    costly = deal(units, 0, 2, costs=[6, 1, 1, 1, 1, 1, 1])  # the first unit alone is half the work
+    assert costly == [("u", 0)] and deal(units, 1, 2, costs=[6, 1, 1, 1, 1, 1, 1]) == units[1:]
     assert deal(units[:1], 1, 2) == []  # more ranks than units: nothing for this one
     with pytest.raises(ValueError, match="rank 2 out of 0..1"):
         deal(units, 2, 2)
+    with pytest.raises(ValueError, match="one cost >= 0 per unit"):
+        deal(units, 0, 2, costs=[1.0])
 
 
 def test_ranks_come_from_torchrun_environment(monkeypatch, tmp_path):
