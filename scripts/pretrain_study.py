@@ -8,7 +8,9 @@ Llama, several seeds, one token budget.
     python scripts/pretrain_study.py --report                            # table + figure
 
 Every run resumes (checkpoints under --ckpt); finished runs are skipped. The report
-writes ``results/pretrain_study/{curves.csv,final.csv,summary.csv,curves.png}`` and
+writes ``--results`` (default ``runs/pretrain_study``, untracked; the committed copy in
+``results/pretrain_study`` was made with ``--results results/pretrain_study``):
+``{curves.csv,final.csv,summary.csv,curves.png}``, and
 copies the two seed-0 baselines to ``checkpoints/tiny-gpt-layernorm`` and
 ``checkpoints/tiny-llama-rmsnorm`` (ordinary HF directories for ``tlgeo.load_model``).
 """
@@ -143,7 +145,8 @@ def main(argv=None) -> int:
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ckpt", default="checkpoints/pretrain_study")
-    p.add_argument("--results", default="results/pretrain_study")
+    p.add_argument("--results", default="runs/pretrain_study",
+                   help="where the report writes (the committed copy: --results results/pretrain_study)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--worker", type=int, default=0)
     p.add_argument("--report", action="store_true", help="only aggregate finished runs")

@@ -4,7 +4,7 @@
     python scripts/train_norm_pair.py                 # ~55 min on 2 CPU cores
     python scripts/train_norm_pair.py --steps 20      # a smoke run
     python scripts/train_norm_pair.py --d-model 128 --archs llama \
-        --checkpoints checkpoints/norm_pair_d128 --out results/norm_pair_d128   # another width
+        --checkpoints checkpoints/norm_pair_d128 --out runs/norm_pair_d128   # another width
 
 Two models that differ only in their architecture family: ``gpt`` (biased
 LayerNorm, GELU MLP) and ``llama`` (RMSNorm, SwiGLU MLP), with the same width,
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--archs", type=lambda v: tuple(x for x in v.split(",") if x), default=ARCHS,
                    help="which of gpt,llama to train")
     p.add_argument("--checkpoints", default="checkpoints/norm_pair")
-    p.add_argument("--out", default="results/norm_pair")
+    p.add_argument("--out", default="runs/norm_pair",
+                   help="results folder (the committed copy: --out results/norm_pair)")
     a = p.parse_args(argv)
     if not a.archs or any(x not in ARCHS for x in a.archs):
         p.error(f"--archs must name some of {','.join(ARCHS)}, got {','.join(a.archs) or '(none)'}")

@@ -79,6 +79,38 @@ def test_unknown_model_offline_fails_at_once(tmp_path, capsys, monkeypatch):
         assert "smollm2-135m" in err and "TLGEO_GEMMA=1 bash scripts/setup.sh" in err
 
 
+def test_bad_placement_is_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for argv, msg in ((["--device", "cuda"], "device 'cuda': CUDA is not available here"),
+                      (["--device", "gpu0"], "unknown device 'gpu0'"),
+                      (["--device-map", "{not json"], "--device-map: not a JSON object")):
+        code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path / "x"), *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and msg in err, err
+        assert not (tmp_path / "x").exists()  # nothing ran
+    with pytest.raises(SystemExit):
+        main(["ppl", "--site", "attn", "--max-memory", "0:20GiB"])
+    assert "give DEVICE=SIZE" in capsys.readouterr().err
+
+
+def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatch):
+    from tlgeo.decomposition import cli as decomposition_cli
+
+    def fails(*a, **k):
+        raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'\nmore lines')
+
+    monkeypatch.setattr(decomposition_cli, "_setup", fails)
+    code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--dtype", "float16"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "not implemented for 'Half'" in err and "--dtype float16; use --dtype float32" in err
+    monkeypatch.setattr(decomposition_cli, "_setup", lambda *a: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):  # any other failure keeps its traceback
+        main(["ppl", "--model", "tiny:llama", "--site", "attn"])
+
+
 def test_ctrl_c_in_a_real_process(tmp_path):
     """SIGINT while the atlas sweeps: one line on stderr, no traceback, exit 130."""
     import signal

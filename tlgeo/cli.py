@@ -10,6 +10,7 @@ resumes. This module only dispatches: a new analysis adds no line here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -72,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args.record = RunRecord()
-    if int(os.environ.get("RANK", "0")) > 0:  # torchrun: rank 0 prints, the others only their errors
-        sys.stdout = open(os.devnull, "w")
+    quiet = int(os.environ.get("RANK", "0")) > 0  # torchrun: rank 0 prints, the others only their errors
     try:
-        return args._run(args)
+        with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
+                contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
+            return args._run(args)
     except KeyboardInterrupt:
         print(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}", file=sys.stderr)
         return 130
@@ -83,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"tlgeo {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
-
+    except RuntimeError as e:  # a kernel the device lacks for the weights' dtype (e.g. float16 on a CPU)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "not implemented for" not in first or not any(t in first for t in ("'Half'", "'BFloat16'")):
+            raise
+        print(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
+              f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}",
+              file=sys.stderr)
+        return 2
 
 if __name__ == "__main__":
     sys.exit(main())
