@@ -277,3 +277,9 @@ def test_tensor_scale_per_head_site(llama, tokens):
     c = logits(llama, tokens, edit_hooks(llama, "value_excl_self", per_head))
     d = logits(llama, tokens, edit_hooks(llama, "value_excl_self", 0.0, heads=[2]))
     torch.testing.assert_close(c, d)
+
+
+def test_an_edit_reads_as_what_it_does():
+    e = Edit("value_excl_self", s_par=0.0, layers=(1, 2))
+    assert repr(e) == ("Edit(site=Site('value_excl_self'), s_par=0.0, s_perp=1.0, layers=(1, 2), skip_first=0, "
+                       "heads=None)")

@@ -83,3 +83,13 @@ def test_headline_opens_the_report_and_is_replaced():
     assert out.index('class="headline"') < out.index("1. first")
     assert "two &lt;b&gt;." in out and 'class="warn"' in out and "few items: indication only" in out
     assert "class=\"headline\"" not in Report("t").headline([]).html()
+
+
+def test_a_saved_view_works_offline(tmp_path):
+    from tlgeo.report.html import save_view
+
+    view = cv.tokens.colored_tokens(["The", " cat"], [0.2, 0.9])
+    assert "https://unpkg.com" in str(view)  # what a plain save would write
+    text = save_view(view, tmp_path / "v" / "tokens.html").read_text()
+    assert "CircuitsVis" in text and "ColoredTokens" in text and " cat" in text
+    assert not re.search(r"""(src|from)\s*=?\s*["']https?://""", text)  # no script from the network

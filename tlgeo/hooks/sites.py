@@ -66,6 +66,9 @@ class Site:
     description: str
     parallel_block_reads: Reads | None = None  # reads for parallel attn+MLP blocks
 
+    def __repr__(self) -> str:  # its name: the registry holds the rest (functions, hook lists)
+        return f"Site({self.name!r})"
+
     def read_hooks(self, cfg) -> Reads:
         """``(role, hook)`` pairs to read for a model with config ``cfg``."""
         if self.parallel_block_reads is not None and getattr(cfg, "parallel_attn_mlp", False):

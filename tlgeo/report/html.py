@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["Report", "format_column", "readable_frame"]
+__all__ = ["Report", "format_column", "readable_frame", "save_view"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;font-size:16px;line-height:1.45;max-width:1100px;margin:2em auto;
@@ -118,6 +118,16 @@ def _circuitsvis_bundle() -> str:
 
     path = Path(cv_render.__file__).parent.parent / "dist" / "cdn" / "iife.js"
     return path.read_text(encoding="utf-8").replace("</script>", "")
+
+
+def save_view(rendered, path: str | Path, title: str = "tlgeo view") -> Path:
+    """Write a circuitsvis view (``RenderedHTML``) as one HTML file that works offline: its
+    JavaScript inlined (``str(view)`` loads it from unpkg.com at every opening)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+                    f"<body>{rendered.local_src}</body></html>", encoding="utf-8")
+    return path
 
 
 class Report:
