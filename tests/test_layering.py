@@ -21,8 +21,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
     frozenset({"data", "results", "cliargs", "plotting"}),  # 1 text, logs and CSV merges, shared CLI arguments, figure style
     frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
-    frozenset({"hooks", "distributed"}),                   # 3 sites, the hook adapter, edits, resumed forwards;
-                                                           #   data-parallel runs of an analysis
+    frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;
+                                                           #   data-parallel runs and cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
     frozenset(p.split(".")[1] for p in ANALYSES),         # 5 the analyses: the registry's packages
     frozenset({"report"}),                                 # 6 atlas and HTML report

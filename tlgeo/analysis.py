@@ -352,7 +352,8 @@ class Analysis:
     split into; ``run(..., units=subset)`` does only those). ``tiny``: the config keyword
     arguments of a run of a few seconds on a tiny random model (the contract test's, and a
     first try in a notebook). ``cost(model, cfg, unit)``: a unit's relative run time, by which a
-    data-parallel run shares the units out (:func:`tlgeo.distributed.deal`)."""
+    data-parallel run shares the units out (:func:`tlgeo.distributed.deal`). ``plan(shape, cfg)``:
+    its steps as :class:`tlgeo.planner.Work` from the model's shape alone (``tlgeo plan``)."""
 
     name: str
     config: type
@@ -363,6 +364,7 @@ class Analysis:
     tiny: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # config of a seconds-long run on a tiny model
     command: str = ""  # its tlgeo subcommand (default: the name)
     cost: Callable[[Any, Any, Any], float] | None = None  # cost(model, cfg, unit): relative run time (default 1 each)
+    plan: Callable[[Any, Any], list] | None = None  # plan(shape, cfg): its steps as planner Work (tlgeo plan)
 
     @property
     def command_name(self) -> str:

@@ -232,15 +232,70 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
     return PplResult(ppl=df)
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): forward passes of each step
+# ---------------------------------------------------------------------------
+
+# a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on this 2-core CPU
+# (scripts/bench_plan.py --calibrate, 2026-12-02): the profile's statistics per site, an edited forward
+PROFILE_OVERHEAD_PER_SITE = 0.45
+EDIT_OVERHEAD = 1.05
+
+
+def _corpus_tokens(cfg) -> int:
+    """``cfg.tokens``, or (0 = all) the corpus's length at ~4 characters per token."""
+    return cfg.tokens or len(load_text(cfg.corpus)) // 4
+
+
+def _reads_pattern(sites) -> bool:
+    from ..hooks.sites import SITES
+
+    return any(role == "pattern" for s in sites for role, _ in SITES[s].reads)
+
+
+def _profile_work(sites, tokens: int, seq_len: int, batch: int):
+    from ..planner import Work, windows
+
+    return Work("profile", windows(tokens, seq_len), seq_len, batch, 1 + PROFILE_OVERHEAD_PER_SITE * len(sites),
+                eager=_reads_pattern(sites), note=f"{len(sites)} site(s): {', '.join(sites)}")
+
+
+def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
+    from ..planner import Work, windows
+
+    return Work(name, windows(tokens, cfg.context) * edits, cfg.context, cfg.batch_size,
+                1.0 if name == "baseline" else EDIT_OVERHEAD, eager=_reads_pattern(sites),
+                note=f"{edits} perplexity pass(es)")
+
+
+def plan(shape, cfg: DecompositionConfig) -> list:
+    """The profile, the unedited perplexity, and one perplexity pass per removal."""
+    out = [_profile_work(cfg.profile_sites(), cfg.profile_tokens, cfg.profile_seq_len, 8)] if cfg.profile_sites() else []
+    edits = cfg.edits()
+    out.append(_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1))
+    if edits:
+        out.append(_ppl_work("edits", _corpus_tokens(cfg), cfg, len(edits), [e.site.name for e in edits]))
+    return out
+
+
+def plan_profile(shape, cfg: ProfileConfig) -> list:
+    return [_profile_work(cfg.sites, _corpus_tokens(cfg), cfg.seq_len, cfg.batch_size)]
+
+
+def plan_ppl(shape, cfg: PplConfig) -> list:
+    return [_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1),
+            _ppl_work("edit", _corpus_tokens(cfg), cfg, 1, [cfg.site])]
+
+
 ANALYSIS = register_analysis(Analysis(
     "decomposition", DecompositionConfig, run, DecompositionResult, units,
     "main job: parallel-ratio profile + perplexity under component removal at every site (seed paper 000)",
     tiny=dict(tokens=128, context=64, profile_tokens=128, profile_seq_len=64, sites=("attn", "diag")),
-    command="run"))
+    command="run", plan=plan))
 PROFILE = register_analysis(Analysis(
     "profile", ProfileConfig, run_profile, ProfileResult, profile_units,
     "parallel ratios per layer, site and token",
-    tiny=dict(tokens=128, seq_len=64, sites=("attn", "value_excl_self"))))
+    tiny=dict(tokens=128, seq_len=64, sites=("attn", "value_excl_self")), plan=plan_profile))
 PPL = register_analysis(Analysis(
     "ppl", PplConfig, run_ppl, PplResult, ppl_units, "perplexity unedited and under one edit",
-    tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0)))
+    tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0), plan=plan_ppl))

@@ -23,7 +23,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.compression",
     "tlgeo.train",
 )
-REPORT_COMMANDS = "tlgeo.report.cli"  # tlgeo atlas: every package's steps, one report
+REPORT_COMMANDS = ("tlgeo.report.cli", "tlgeo.report.plan")  # tlgeo atlas (every package's steps, one report), tlgeo plan
 
 
 def _modules(role: str) -> list:
@@ -52,8 +52,8 @@ def load_analyses() -> dict[str, analysis.Analysis]:
 
 
 def load_commands() -> dict[str, analysis.Command]:
-    """Every package's ``tlgeo`` subcommands (``cli.COMMANDS``), then ``tlgeo atlas``, by name."""
-    mods = _modules("cli") + [importlib.import_module(REPORT_COMMANDS)]
+    """Every package's ``tlgeo`` subcommands (``cli.COMMANDS``), then ``tlgeo atlas`` and ``tlgeo plan``, by name."""
+    mods = _modules("cli") + [importlib.import_module(m) for m in REPORT_COMMANDS]
     out: dict[str, analysis.Command] = {}
     for m in mods:
         for c in getattr(m, "COMMANDS", ()):

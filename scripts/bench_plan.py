@@ -1,0 +1,130 @@
+"""The planner against measured runs, side by side on this machine (run nothing else meanwhile).
+
+    .venv/bin/python scripts/bench_plan.py --calibrate   # the constants tlgeo.planner and the analyses' plans use
+    .venv/bin/python scripts/bench_plan.py               # predicted vs measured time and peak memory per command
+
+``--calibrate`` measures on SmolLM2-135M (float32, 2 threads): the resident memory of a process that
+has imported tlgeo's stack, the FLOP/s of a bare 4 x 256-token forward, and the time of a profile
+and of an edited perplexity pass over a bare forward of the same tokens. The default mode runs each
+command of :data:`RUNS` in a fresh process and prints measured / predicted wall time (the
+prediction includes the start: imports and loading) and peak resident memory (the targets: time
+within 2x, memory within 25 %). The calibration settings and the checked runs differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# commands checked against the planner (none of them is a calibration setting)
+RUNS = [
+    ("smollm2-135m", "run", []),
+    ("smollm2-135m", "ppl", ["--site", "attn", "--s-perp", "0", "--tokens", "4096"]),
+    ("smollm2-135m", "profile", ["--tokens", "2048", "--sites", "attn,mlp"]),
+    ("tiny:llama", "run", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
+]
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from tlgeo.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "seconds": time.perf_counter() - t0,
+                  "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30}), file=sys.stderr)
+"""
+
+
+def _rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
+
+
+def calibrate() -> None:
+    import torch
+
+    from tlgeo.data import load_text
+    from tlgeo.decomposition.analysis import profile_summary_table
+    from tlgeo.evals.perplexity import perplexity
+    from tlgeo.hooks.edits import edit
+    from tlgeo.models import load_model
+    from tlgeo.planner import model_shape
+
+    torch.set_num_threads(2)
+    print(f"process before the model: {_rss_gib():.2f} GiB (CPU_PROCESS_GIB)")
+    model = load_model("smollm2-135m")
+    shape = model_shape("smollm2-135m")
+    toks = torch.randint(0, shape.vocab, (4, 256))
+
+    def timed(fn, n=3):
+        fn()
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+        return statistics.median(out)
+
+    with torch.no_grad():
+        bare = timed(lambda: model(toks))
+    flops = shape.forward_flops(4 * 256, 256)
+    print(f"bare 4 x 256 forward: {bare:.2f} s = {flops / bare:.3g} FLOP/s (CPU_FLOPS)")
+    text = load_text("wikitext2")
+    per_site = {}
+    for sites in (("attn",), ("attn", "mlp", "block")):
+        t = timed(lambda: profile_summary_table(model, text, corpus="wikitext2", max_tokens=512, seq_len=256,
+                                                sites=sites, batch_size=2), n=1)
+        per_site[len(sites)] = t / (bare / 2)  # 512 tokens = half the bare forward's
+    slope = (per_site[3] - per_site[1]) / 2
+    print(f"profile of 512 tokens over a bare forward: 1 site {per_site[1]:.2f}x, 3 sites {per_site[3]:.2f}x "
+          f"-> {slope:.2f} per site, {per_site[1] - slope:.2f} at none (PROFILE_OVERHEAD_PER_SITE)")
+    ids = model.to_tokens(text[:20000])[0, :1024]
+    plain = timed(lambda: perplexity(model, ids, context=256, batch_size=4), n=1)
+    with edit(model, "attn", s_perp=0.0, skip_first=1):
+        edited = timed(lambda: perplexity(model, ids, context=256, batch_size=4), n=1)
+    print(f"edited perplexity pass over the plain one: {edited / plain:.3f}x (EDIT_OVERHEAD)")
+    t = time.perf_counter()
+    load_model("smollm2-135m")
+    print(f"a second load of the model: {time.perf_counter() - t:.1f} s (LOAD_GIB_PER_S: "
+          f"{shape.params * 4 / 2**30 / (time.perf_counter() - t):.2f})")
+    print(f"peak resident memory of this calibration: {_rss_gib():.2f} GiB")
+
+
+def check() -> None:
+    from tlgeo.cliargs import config_from_args
+    from tlgeo.cli import build_parser
+    from tlgeo.planner import estimate, model_shape, start_seconds
+    from tlgeo.report.registry import load_analyses, load_commands
+
+    analyses = {a.command_name: a for a in load_analyses().values()}
+    parser = build_parser()
+    print(f"{'model':>14} {'command':>8} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} | "
+          f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
+    for model, cmd, flags in RUNS:
+        a = analyses[cmd]
+        args = parser.parse_args([cmd, "--model", model, *flags])
+        shape = model_shape(model)
+        est = estimate(shape, a.plan(shape, config_from_args(a.config, args)), "cpu")
+        total = est[est["step"] == "total"].iloc[0]
+        pred_s = total["seconds"] + start_seconds(shape, "cpu")
+        out = Path("/tmp") / f"bench-plan-{model.replace(':', '-')}-{cmd}"
+        done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", "2",
+                               "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+        got = json.loads(done.stderr.strip().splitlines()[-1])
+        print(f"{model:>14} {cmd:>8} | {pred_s:11.1f} {got['seconds']:10.1f} {got['seconds'] / pred_s:6.2f} | "
+              f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calibrate", action="store_true")
+    a = p.parse_args()
+    calibrate() if a.calibrate else check()

@@ -1,0 +1,245 @@
+"""What an analysis will cost on a model before it runs, from the model's config alone.
+
+:func:`model_shape` reads a model's shape (a local directory's ``config.json``, a ``config.json``
+file, ``tiny:<kind>``, an embedded model, or one of the seed papers' models by hub id from
+:data:`SEED_MODELS`: no weights, no network). An analysis that can be planned describes its
+steps as :class:`Work` (forward tokens, window length, batch, hooks' overhead, what it keeps);
+:func:`estimate` turns them into forward tokens, FLOPs, peak memory and time on a
+:class:`Device`.
+
+The cost model: a forward token costs ``2 x`` the active non-embedding parameters plus the
+unembedding, plus attention over the window (FLOPs); a step's time is its FLOPs at the
+device's measured (CPU) or assumed (GPU: :data:`GPU_EFFICIENCY` of the peak) rate, times the
+step's overhead (hooks, the analysis's own statistics), measured on SmolLM2-135M here. Peak
+memory is the weights, one forward's activations (float32 logits included), what the step
+keeps, and on CPU the process itself. The constants and where they were measured are below.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+__all__ = ["ModelShape", "model_shape", "SEED_MODELS", "Device", "DEVICES", "Work", "estimate", "start_seconds",
+           "GPU_EFFICIENCY"]
+
+GIB = 2**30
+GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
+# Measured on this 2-core CPU (float32, 2 threads, 2026-12-02, SmolLM2-135M; scripts/bench_plan.py --calibrate):
+CPU_FLOPS = 1.2e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's FLOPs / its wall time)
+CPU_PROCESS_GIB = 0.85  # resident memory of a tlgeo command before its model (torch, transformers, TransformerLens)
+ACTIVATION_FLOATS = 12  # live float32 values per token and d_model during one forward, besides the logits
+CPU_IMPORT_SECONDS = 9.0  # a tlgeo command's imports (torch, transformers, TransformerLens) before any work
+LOAD_GIB_PER_S = 0.5  # booting a local float32 model in the bridge, per GiB of weights
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A transformer's shape: all the planner needs."""
+
+    name: str
+    family: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_mlp: int
+    vocab: int
+    n_ctx: int
+    tied: bool = True
+    gated_mlp: bool = True
+    n_experts: int = 0  # mixture of experts: experts per layer (0: a dense MLP)
+    experts_per_token: int = 0
+
+    @property
+    def attn_params(self) -> int:
+        return 2 * self.d_model * self.n_heads * self.d_head + 2 * self.d_model * self.n_kv_heads * self.d_head
+
+    def mlp_params(self, experts: int | None = None) -> int:
+        one = (3 if self.gated_mlp else 2) * self.d_model * self.d_mlp
+        return one * (experts if experts is not None else max(1, self.n_experts))
+
+    @property
+    def params(self) -> int:
+        """Every weight (embedding and, untied, the unembedding included; norms and biases left out)."""
+        emb = self.vocab * self.d_model * (1 if self.tied else 2)
+        return emb + self.n_layers * (self.attn_params + self.mlp_params())
+
+    def forward_flops(self, tokens: int, window: int) -> float:
+        """FLOPs of a forward over ``tokens`` in windows of ``window`` (causal attention)."""
+        active = self.n_layers * (self.attn_params + self.mlp_params(self.experts_per_token or None))
+        per_token = 2 * active + 2 * self.d_model * self.vocab + 2 * self.n_layers * self.n_heads * self.d_head * window
+        return float(tokens) * per_token
+
+    @classmethod
+    def from_hf_config(cls, cfg: Any, name: str = "") -> "ModelShape":
+        """From a transformers config (or its ``config.json`` dict)."""
+        get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, Mapping) else (lambda k, d=None: getattr(cfg, k, d))
+        if get("text_config") is not None:  # a multimodal wrapper: the language model's config
+            inner = get("text_config")
+            return cls.from_hf_config(inner if isinstance(inner, Mapping) else vars(inner) | {"model_type": getattr(
+                inner, "model_type", get("model_type"))}, name)
+        kind = str(get("model_type", "unknown"))
+        d = int(_first(get, "hidden_size", "n_embd", "d_model"))
+        heads = int(_first(get, "num_attention_heads", "n_head", "num_heads", default=1))
+        experts = int(_first(get, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0)
+        d_mlp = _first(get, "moe_intermediate_size", default=None) if experts else None
+        d_mlp = d_mlp or _first(get, "intermediate_size", "n_inner", "ffn_dim", "d_ff", default=None) or 4 * d
+        return cls(
+            name=name or str(get("_name_or_path", "") or kind), family=kind,
+            n_layers=int(_first(get, "num_hidden_layers", "n_layer", "num_layers")),
+            d_model=d, n_heads=heads, n_kv_heads=int(_first(get, "num_key_value_heads", default=heads) or heads),
+            d_head=int(_first(get, "head_dim", default=None) or d // heads), d_mlp=int(d_mlp),
+            vocab=int(get("vocab_size")),
+            n_ctx=int(_first(get, "max_position_embeddings", "n_positions", "n_ctx", default=2048)),
+            tied=bool(get("tie_word_embeddings", True)),
+            gated_mlp=kind not in ("gpt2", "gpt_neox", "opt", "bloom", "falcon", "gpt_bigcode", "starcoder2", "phi"),
+            n_experts=experts, experts_per_token=int(_first(get, "num_experts_per_tok", "experts_per_token",
+                                                            default=0) or 0))
+
+
+def _first(get, *keys: str, default: Any = KeyError) -> Any:
+    for k in keys:
+        v = get(k)
+        if v is not None:
+            return v
+    if default is KeyError:
+        raise KeyError(f"the config has none of {list(keys)}")
+    return default
+
+
+# The seed papers' models, from each model's published config.json (transcribed for offline
+# planning; a local config.json, given as --model DIR, is always read instead).
+SEED_MODELS: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen3-0.6B": dict(family="qwen3", n_layers=28, d_model=1024, n_heads=16, n_kv_heads=8, d_head=128,
+                            d_mlp=3072, vocab=151936, n_ctx=40960, tied=True),
+    "Qwen/Qwen3-1.7B": dict(family="qwen3", n_layers=28, d_model=2048, n_heads=16, n_kv_heads=8, d_head=128,
+                            d_mlp=6144, vocab=151936, n_ctx=40960, tied=True),
+    "Qwen/Qwen3-4B": dict(family="qwen3", n_layers=36, d_model=2560, n_heads=32, n_kv_heads=8, d_head=128,
+                          d_mlp=9728, vocab=151936, n_ctx=40960, tied=True),
+    "Qwen/Qwen3-8B": dict(family="qwen3", n_layers=36, d_model=4096, n_heads=32, n_kv_heads=8, d_head=128,
+                          d_mlp=12288, vocab=151936, n_ctx=40960, tied=False),
+    "Qwen/Qwen3-30B-A3B": dict(family="qwen3_moe", n_layers=48, d_model=2048, n_heads=32, n_kv_heads=4, d_head=128,
+                               d_mlp=768, vocab=151936, n_ctx=40960, tied=False, n_experts=128, experts_per_token=8),
+    "meta-llama/Llama-3.2-3B": dict(family="llama", n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8, d_head=128,
+                                    d_mlp=8192, vocab=128256, n_ctx=131072, tied=True),
+    "TinyLlama/TinyLlama-1.1B": dict(family="llama", n_layers=22, d_model=2048, n_heads=32, n_kv_heads=4, d_head=64,
+                                     d_mlp=5632, vocab=32000, n_ctx=2048, tied=False),
+    "google/gemma-2-9b": dict(family="gemma2", n_layers=42, d_model=3584, n_heads=16, n_kv_heads=8, d_head=256,
+                              d_mlp=14336, vocab=256000, n_ctx=8192, tied=True),
+    "EleutherAI/pythia-410m": dict(family="gpt_neox", n_layers=24, d_model=1024, n_heads=16, n_kv_heads=16,
+                                   d_head=64, d_mlp=4096, vocab=50304, n_ctx=2048, tied=False, gated_mlp=False),
+    "EleutherAI/pythia-1.4b": dict(family="gpt_neox", n_layers=24, d_model=2048, n_heads=16, n_kv_heads=16,
+                                   d_head=128, d_mlp=8192, vocab=50304, n_ctx=2048, tied=False, gated_mlp=False),
+    "facebook/opt-1.3b": dict(family="opt", n_layers=24, d_model=2048, n_heads=32, n_kv_heads=32, d_head=64,
+                              d_mlp=8192, vocab=50272, n_ctx=2048, tied=True, gated_mlp=False),
+    "distilgpt2": dict(family="gpt2", n_layers=6, d_model=768, n_heads=12, n_kv_heads=12, d_head=64, d_mlp=3072,
+                       vocab=50257, n_ctx=1024, tied=True, gated_mlp=False),
+}
+
+
+def model_shape(name: str) -> ModelShape:
+    """The shape of ``name``: ``tiny:<kind>``, an embedded model, a local directory with a
+    ``config.json``, a ``config.json`` file, or a seed model's hub id (:data:`SEED_MODELS`)."""
+    from .models import EMBEDDED_MODELS, UnknownModelError, embedded_model_dir, tiny_config
+
+    if name.startswith("tiny:"):
+        return ModelShape.from_hf_config(tiny_config(name.split(":", 1)[1]), name)
+    if name in SEED_MODELS:
+        return ModelShape(name=name, **SEED_MODELS[name])
+    if name in EMBEDDED_MODELS:
+        return ModelShape.from_hf_config(json.loads((embedded_model_dir(name) / "config.json").read_text()), name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return ModelShape.from_hf_config(json.loads(path.read_text()), name)
+    raise UnknownModelError(f"no shape for {name!r}: give tiny:<kind>, an embedded model ({', '.join(EMBEDDED_MODELS)}), "
+                            f"a directory or config.json, or a seed model: {', '.join(SEED_MODELS)}")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device the planner estimates for: FLOP/s it reaches on a forward, and its memory."""
+
+    name: str
+    flops: float
+    memory_gib: float
+    note: str
+    gpu: bool = True
+
+
+DEVICES: dict[str, Device] = {
+    "cpu": Device("cpu", CPU_FLOPS, 24.0, "this 2-core CPU, float32, measured (machines of its kind differ ~2x)",
+                  gpu=False),
+    "h100": Device("h100", 989e12 * GPU_EFFICIENCY, 80.0, f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
+    "h200": Device("h200", 989e12 * GPU_EFFICIENCY, 141.0, f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
+    "a100": Device("a100", 312e12 * GPU_EFFICIENCY, 80.0, f"A100 80GB: 312 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
+}
+
+
+@dataclass(frozen=True)
+class Work:
+    """One step of an analysis, as forward passes: ``tokens`` forward tokens in windows of
+    ``window`` tokens, ``batch`` windows per forward; ``overhead``: its time over a bare
+    forward's (hooks, the analysis's own statistics); ``eager``: attention patterns
+    materialised (sites that read them); ``kept_bytes``: what the step holds besides one
+    forward (state pools, caches)."""
+
+    step: str
+    tokens: int
+    window: int
+    batch: int = 1
+    overhead: float = 1.0
+    eager: bool = False
+    kept_bytes: float = 0.0
+    note: str = ""
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cpu",
+             dtype: str = "float32") -> pd.DataFrame:
+    """One row per step: forward tokens, TFLOPs, seconds, and peak memory (GiB) split into
+    weights, one forward's activations, what the step keeps, and (CPU) the process."""
+    dev = DEVICES[device] if isinstance(device, str) else device
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {list(DTYPE_BYTES)}")
+    weights = shape.params * DTYPE_BYTES[dtype] / GIB
+    rows = []
+    for w in work:
+        flops = shape.forward_flops(w.tokens, w.window)
+        tokens_live = w.batch * w.window
+        act = tokens_live * (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp * max(1, shape.experts_per_token)
+                             + shape.vocab) * 4
+        if w.eager:
+            act += w.batch * shape.n_heads * w.window ** 2 * 4 * 2
+        process = 0.0 if dev.gpu else CPU_PROCESS_GIB
+        peak = weights + act / GIB + w.kept_bytes / GIB + process
+        rows.append({"step": w.step, "forward_tokens": int(w.tokens), "window": w.window, "batch": w.batch,
+                     "tflops": flops / 1e12, "seconds": flops / dev.flops * w.overhead,
+                     "weights_gib": weights, "activations_gib": act / GIB, "kept_gib": w.kept_bytes / GIB,
+                     "process_gib": process, "peak_gib": peak, "fits": peak <= dev.memory_gib, "note": w.note})
+    df = pd.DataFrame(rows)
+    if len(df):
+        total = {"step": "total", "forward_tokens": int(df["forward_tokens"].sum()), "tflops": df["tflops"].sum(),
+                 "seconds": df["seconds"].sum(), "peak_gib": df["peak_gib"].max(), "fits": bool(df["fits"].all())}
+        df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    return df.assign(model=shape.name, device=dev.name, dtype=dtype)
+
+
+def start_seconds(shape: ModelShape, device: str | Device = "cpu", dtype: str = "float32") -> float:
+    """A command's time before its work: imports and booting the model from a local folder."""
+    return CPU_IMPORT_SECONDS + shape.params * DTYPE_BYTES[dtype] / GIB / LOAD_GIB_PER_S
+
+
+def windows(tokens: int, window: int) -> int:
+    """Forward tokens of ``tokens`` read in whole windows of ``window`` (the last one partial)."""
+    return int(window * math.ceil(tokens / window)) if tokens else 0
