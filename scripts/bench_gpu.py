@@ -7,7 +7,8 @@ side in one run: the bare forward of a ``[batch, seq]`` random-token batch; the 
 each site's ``Edit(site, s_par=0)`` and no-op ``Edit(site)`` hooks at every layer, as a ratio to the
 bare forward (the issue's target: ``value_excl_self`` at s_par=0 <= 1.05x the bare bf16 forward at
 the 8B shape); each registered analysis run once with its ``tiny`` config on the big model (an error
-or time-out is printed, not raised); and the peak GPU memory of each. Timings: one warm-up round,
+or time-out, ``--analysis-timeout`` 60 s each and ``--budget`` 420 s for the whole run by default, is
+printed, not raised); and the peak GPU memory of each. Timings: one warm-up round,
 then ``--repeats`` rounds interleaved (the order rotates each round), median and median of per-round
 ratios, ``torch.cuda.synchronize()`` around every timed call.
 
