@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +33,8 @@ RUNS = [
     ("smollm2-135m", "ppl", ["--site", "attn", "--s-perp", "0", "--tokens", "4096"]),
     ("smollm2-135m", "profile", ["--tokens", "2048", "--sites", "attn,mlp"]),
     ("tiny:llama", "run", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
+    ("gemma3-270m", "ppl", ["--site", "value_excl_self", "--s-par", "0", "--tokens", "2048"]),  # TLGEO_GEMMA=1 setup
+    ("gemma3-270m", "profile", ["--tokens", "1024", "--sites", "attn,mlp,value_full"]),
 ]
 
 CHILD = r"""
@@ -47,6 +51,32 @@ def _rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
 
 
+FRESH = r"""
+import resource, torch
+from tlgeo.models import load_model
+from tlgeo.data import load_text
+from tlgeo.decomposition.analysis import profile_summary_table
+from tlgeo.evals.perplexity import perplexity
+torch.set_num_threads(2)
+def rss(reset=False):  # the peak resident memory since the last reset (Linux: VmHWM, reset through clear_refs)
+    if reset:
+        open("/proc/self/clear_refs", "w").write("5")
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) * 1024 / 2**30
+m, t = load_model("smollm2-135m"), load_text("wikitext2")
+with torch.no_grad():
+    m(torch.tensor([[1, 2, 3]]))
+r0 = rss(reset=True)
+CALL
+print(rss() - r0)
+"""
+
+
+def _fresh_peak(call: str) -> float:
+    done = subprocess.run([sys.executable, "-c", FRESH.replace("CALL", call)], capture_output=True, text=True,
+                          cwd=REPO, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def calibrate() -> None:
     import torch
 
@@ -55,12 +85,14 @@ def calibrate() -> None:
     from tlgeo.evals.perplexity import perplexity
     from tlgeo.hooks.edits import edit
     from tlgeo.models import load_model
-    from tlgeo.planner import model_shape
+    from tlgeo.planner import ACTIVATION_FLOATS, model_shape
 
     torch.set_num_threads(2)
     print(f"process before the model: {_rss_gib():.2f} GiB (CPU_PROCESS_GIB)")
     model = load_model("smollm2-135m")
     shape = model_shape("smollm2-135m")
+    print(f"after booting the model: {_rss_gib():.2f} GiB, less its float32 weights "
+          f"{_rss_gib() - shape.params * 4 / 2**30:.2f} GiB (CPU_PROCESS_GIB)")
     toks = torch.randint(0, shape.vocab, (4, 256))
 
     def timed(fn, n=3):
@@ -73,19 +105,38 @@ def calibrate() -> None:
         return statistics.median(out)
 
     with torch.no_grad():
+        model(toks[:1, :8])  # every weight touched: resident
+        resident = _rss_gib()
+        model(toks)
+        forward = _rss_gib() - resident
         bare = timed(lambda: model(toks))
+    print(f"resident with its weights: {resident:.2f} GiB -> the process less the weights "
+          f"{resident - shape.params * 4 / 2**30:.2f} GiB (CPU_PROCESS_GIB); one 4 x 256 forward adds "
+          f"{forward:.2f} GiB")
     flops = shape.forward_flops(4 * 256, 256)
     print(f"bare 4 x 256 forward: {bare:.2f} s = {flops / bare:.3g} FLOP/s (CPU_FLOPS)")
     text = load_text("wikitext2")
+    every = ("attn", "mlp", "block", "value_full", "value_excl_self")
+    step = {"profile": "profile_summary_table(m, t, corpus='wikitext2', max_tokens=1024, seq_len=256, "
+                       f"sites={every!r}, batch_size=4)",
+            "perplexity": "perplexity(m, m.to_tokens(t[:40000])[0, :2048], context=512, batch_size=4)"}
+    d_part = (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp) * 4 / 2**30
+    copy = shape.vocab * 4 / 2**30
+    print(f"  = {(forward / 1024 - d_part) / copy:.2f} [tokens, vocab] float32 arrays (LOGIT_COPIES)")
+    for (name, call), live in zip(step.items(), (1024, 2048)):  # fresh processes: peaks only grow, freed memory is reused
+        got = _fresh_peak(call)
+        print(f"{name} of {live} tokens (4 windows) adds {got:.2f} GiB to the resident model = "
+              f"{(got / live - d_part) / copy:.2f} [tokens, vocab] arrays ({'PROFILE' if name == 'profile' else 'PPL'}"
+              "_LOGIT_COPIES)")
+    ids = model.to_tokens(text[:20000])[0, :1024]
     per_site = {}
-    for sites in (("attn",), ("attn", "mlp", "block")):
+    for sites in (("attn",), every):
         t = timed(lambda: profile_summary_table(model, text, corpus="wikitext2", max_tokens=512, seq_len=256,
                                                 sites=sites, batch_size=2), n=1)
         per_site[len(sites)] = t / (bare / 2)  # 512 tokens = half the bare forward's
-    slope = (per_site[3] - per_site[1]) / 2
-    print(f"profile of 512 tokens over a bare forward: 1 site {per_site[1]:.2f}x, 3 sites {per_site[3]:.2f}x "
+    slope = (per_site[5] - per_site[1]) / 4
+    print(f"profile of 512 tokens over a bare forward: 1 site {per_site[1]:.2f}x, 5 sites {per_site[5]:.2f}x "
           f"-> {slope:.2f} per site, {per_site[1] - slope:.2f} at none (PROFILE_OVERHEAD_PER_SITE)")
-    ids = model.to_tokens(text[:20000])[0, :1024]
     plain = timed(lambda: perplexity(model, ids, context=256, batch_size=4), n=1)
     with edit(model, "attn", s_perp=0.0, skip_first=1):
         edited = timed(lambda: perplexity(model, ids, context=256, batch_size=4), n=1)
@@ -107,16 +158,25 @@ def check() -> None:
     parser = build_parser()
     print(f"{'model':>14} {'command':>8} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} | "
           f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
+    from tlgeo.models import UnknownModelError
+
     for model, cmd, flags in RUNS:
         a = analyses[cmd]
         args = parser.parse_args([cmd, "--model", model, *flags])
-        shape = model_shape(model)
+        try:
+            shape = model_shape(model)
+        except UnknownModelError as e:
+            print(f"{model:>14} {cmd:>8} | skipped: {e}")
+            continue
         est = estimate(shape, a.plan(shape, config_from_args(a.config, args)), "cpu")
         total = est[est["step"] == "total"].iloc[0]
         pred_s = total["seconds"] + start_seconds(shape, "cpu")
-        out = Path("/tmp") / f"bench-plan-{model.replace(':', '-')}-{cmd}"
+        out = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
         done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", "2",
                                "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+        shutil.rmtree(out, ignore_errors=True)
+        if done.returncode:
+            sys.exit(f"{cmd} failed: {done.stderr[-2000:]}")
         got = json.loads(done.stderr.strip().splitlines()[-1])
         print(f"{model:>14} {cmd:>8} | {pred_s:11.1f} {got['seconds']:10.1f} {got['seconds'] / pred_s:6.2f} | "
               f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",

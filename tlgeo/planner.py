@@ -31,11 +31,12 @@ __all__ = ["ModelShape", "model_shape", "SEED_MODELS", "Device", "DEVICES", "Wor
 GIB = 2**30
 GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
 # Measured on this 2-core CPU (float32, 2 threads, 2026-12-02, SmolLM2-135M; scripts/bench_plan.py --calibrate):
-CPU_FLOPS = 1.2e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's FLOPs / its wall time)
-CPU_PROCESS_GIB = 0.85  # resident memory of a tlgeo command before its model (torch, transformers, TransformerLens)
-ACTIVATION_FLOATS = 12  # live float32 values per token and d_model during one forward, besides the logits
-CPU_IMPORT_SECONDS = 9.0  # a tlgeo command's imports (torch, transformers, TransformerLens) before any work
-LOAD_GIB_PER_S = 0.5  # booting a local float32 model in the bridge, per GiB of weights
+CPU_FLOPS = 1.8e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's FLOPs / its wall time)
+CPU_PROCESS_GIB = 0.57  # resident memory of a command with its model resident, less the weights
+ACTIVATION_FLOATS = 12  # float32 values per token and d_model live during one forward, besides d_mlp and the logits
+LOGIT_COPIES = 1.7  # [tokens, vocab] float32 arrays a bare forward holds at its peak (1.61-1.72 at 4 x 256 tokens)
+CPU_IMPORT_SECONDS = 4.8  # a command's imports (torch, transformers, TransformerLens, pandas)
+LOAD_GIB_PER_S = 0.55  # booting a local float32 model in the bridge, per GiB of weights
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ DEVICES: dict[str, Device] = {
 class Work:
     """One step of an analysis, as forward passes: ``tokens`` forward tokens in windows of
     ``window`` tokens, ``batch`` windows per forward; ``overhead``: its time over a bare
-    forward's (hooks, the analysis's own statistics); ``eager``: attention patterns
+    forward's (hooks, the analysis's own statistics); ``logit_copies``: ``[tokens, vocab]`` float32
+    arrays it holds at its peak (logits, log-probabilities); ``eager``: attention patterns
     materialised (sites that read them); ``kept_bytes``: what the step holds besides one
     forward (state pools, caches)."""
 
@@ -197,6 +199,7 @@ class Work:
     window: int
     batch: int = 1
     overhead: float = 1.0
+    logit_copies: float = LOGIT_COPIES
     eager: bool = False
     kept_bytes: float = 0.0
     note: str = ""
@@ -216,9 +219,9 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
     rows = []
     for w in work:
         flops = shape.forward_flops(w.tokens, w.window)
-        tokens_live = w.batch * w.window
+        tokens_live = min(w.batch * w.window, max(w.tokens, w.window))  # a last batch may hold fewer windows
         act = tokens_live * (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp * max(1, shape.experts_per_token)
-                             + shape.vocab) * 4
+                             + w.logit_copies * shape.vocab) * 4
         if w.eager:
             act += w.batch * shape.n_heads * w.window ** 2 * 4 * 2
         process = 0.0 if dev.gpu else CPU_PROCESS_GIB

@@ -238,8 +238,12 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 
 # a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on this 2-core CPU
 # (scripts/bench_plan.py --calibrate, 2026-12-02): the profile's statistics per site, an edited forward
-PROFILE_OVERHEAD_PER_SITE = 0.45
-EDIT_OVERHEAD = 1.05
+PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.03x, 5 sites 1.24-1.43x a bare forward
+EDIT_OVERHEAD = 1.03  # 1.007-1.045x
+# memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6
+# [tokens, vocab] float32 arrays (logits, log-probabilities; the planner's logit_copies; 4 x 512 tokens); the
+# profile a bare forward's arrays plus one float32 d_model vector per live token, layer and site (4 x 256, 5 sites)
+PPL_LOGIT_COPIES = 3.6
 
 
 def _corpus_tokens(cfg) -> int:
@@ -253,24 +257,26 @@ def _reads_pattern(sites) -> bool:
     return any(role == "pattern" for s in sites for role, _ in SITES[s].reads)
 
 
-def _profile_work(sites, tokens: int, seq_len: int, batch: int):
+def _profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
     from ..planner import Work, windows
 
+    live = min(batch * seq_len, max(tokens, seq_len))
     return Work("profile", windows(tokens, seq_len), seq_len, batch, 1 + PROFILE_OVERHEAD_PER_SITE * len(sites),
-                eager=_reads_pattern(sites), note=f"{len(sites)} site(s): {', '.join(sites)}")
+                eager=_reads_pattern(sites), kept_bytes=live * shape.n_layers * len(sites) * shape.d_model * 4,
+                note=f"{len(sites)} site(s): {', '.join(sites)}")
 
 
 def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
     from ..planner import Work, windows
 
     return Work(name, windows(tokens, cfg.context) * edits, cfg.context, cfg.batch_size,
-                1.0 if name == "baseline" else EDIT_OVERHEAD, eager=_reads_pattern(sites),
+                1.0 if name == "baseline" else EDIT_OVERHEAD, PPL_LOGIT_COPIES, eager=_reads_pattern(sites),
                 note=f"{edits} perplexity pass(es)")
 
 
 def plan(shape, cfg: DecompositionConfig) -> list:
     """The profile, the unedited perplexity, and one perplexity pass per removal."""
-    out = [_profile_work(cfg.profile_sites(), cfg.profile_tokens, cfg.profile_seq_len, 8)] if cfg.profile_sites() else []
+    out = [_profile_work(shape, cfg.profile_sites(), cfg.profile_tokens, cfg.profile_seq_len, 8)] if cfg.profile_sites() else []
     edits = cfg.edits()
     out.append(_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1))
     if edits:
@@ -279,7 +285,7 @@ def plan(shape, cfg: DecompositionConfig) -> list:
 
 
 def plan_profile(shape, cfg: ProfileConfig) -> list:
-    return [_profile_work(cfg.sites, _corpus_tokens(cfg), cfg.seq_len, cfg.batch_size)]
+    return [_profile_work(shape, cfg.sites, _corpus_tokens(cfg), cfg.seq_len, cfg.batch_size)]
 
 
 def plan_ppl(shape, cfg: PplConfig) -> list:
