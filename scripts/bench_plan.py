@@ -152,7 +152,7 @@ def check() -> None:
     from tlgeo.cliargs import config_from_args
     from tlgeo.cli import build_parser
     from tlgeo.planner import estimate, model_shape, start_seconds
-    from tlgeo.report.registry import load_analyses, load_commands
+    from tlgeo.report.registry import load_analyses
 
     analyses = {a.command_name: a for a in load_analyses().values()}
     parser = build_parser()

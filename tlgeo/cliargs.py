@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
-           "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg", "model_key",
-           "print_written", "files_since", "set_threads", "RunRecord", "default_out"]
+           "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg",
+           "model_key", "print_written", "files_since", "set_threads", "RunRecord", "default_out"]
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -9,19 +9,10 @@ import pandas as pd
 import pytest
 
 from tlgeo.decomposition.closed_form import closed_form_check
-from tlgeo.decomposition.heads import ALL, head_alpha_map
+from tlgeo.decomposition.heads import head_alpha_map
 from tlgeo.decomposition.plots import attention_before_after, plot_diagonal, plot_head_maps, plot_sweep
 
-
-def _fake_map():
-    """A sensitivity map of layers 1-2, heads 0-3 and the all-head row (as in test_heads)."""
-    rows = []
-    for L in (1, 2):
-        for h in [*range(4), ALL]:
-            d = 0.5 if h == ALL else 0.01 * (L * 4 + h) * (-1) ** h
-            rows.append({"site": "value_excl_self", "layer": L, "head": h, "delta_loss": d,
-                         "ci_low": d - 0.02, "ci_high": d + 0.02, "p": 0.5, "q": 0.5})
-    return pd.DataFrame(rows)
+from .test_heads import _fake_map  # a sensitivity map of layers 1-2, heads 0-3 and the all-head row
 
 
 def test_plot_sweep():

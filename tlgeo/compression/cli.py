@@ -11,8 +11,8 @@ import dataclasses
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (POSITIVE, add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args,
-                       default_out, print_written, set_threads)
+from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
+                       default_out, model_kwargs, print_written, set_threads)
 from .config import CompressConfig, DiagConfig
 
 __all__ = ["COMMANDS"]

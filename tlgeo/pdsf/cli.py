@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, model_kwargs, add_out_arg, add_threads_arg, config_from_args, default_out,
-                       model_key, print_written, set_threads)
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out,
+                       model_key, model_kwargs, print_written, set_threads)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
 
