@@ -24,7 +24,9 @@ def test_dirmag_command(tmp_path, capsys):
     assert main(argv + ["--repair-sentences", "3", "--repair-deltas", "0.05"]) == 0
     repair = pd.read_csv(out / "dirmag_repair.csv")
     assert len(repair) == 2 * 2 * 2 and set(repair["repair"]) == {"attn", "norm"}  # kinds x seeds x repairs
-    assert "recovery (%" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "recovery (%" in printed
+    assert "note: damage and BLiMP on 4 sentences, repair on 3 sentences, 2 seed(s): an indication only" in printed
     assert main(argv + ["--entropy-sentences", "3", "--repair-deltas", "0.05"]) == 0
     assert len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out
     import subprocess

@@ -19,6 +19,7 @@ def test_tokenwise_command(tmp_path, capsys):
     assert len(corr) == 3 * 2 * 2
     printed = capsys.readouterr().out
     assert "median ||r|| / ||Delta_full||" in printed and "Spearman(error, KL" in printed
+    assert "note: Spearman on 12 patched tokens per layer and class: an indication only" in printed
     assert main(argv) == 0  # again: from the pool and the log, rows replaced
     assert len(pd.read_csv(out / "tokenwise_geometry.csv")) == 6
     assert main(argv[:-2] + ["--classes", "mlp9", "--out", str(out)]) == 2

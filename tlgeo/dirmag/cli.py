@@ -96,8 +96,27 @@ def run_command(args: argparse.Namespace) -> int:
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     files = [out / DirmagResult.table(n).filename for n in res.tables()]
+    caveat = small_budget(cfg, len(sentences))
+    if caveat:
+        print(f"\n{caveat}")
     print_written(files + [out / f"dirmag_{n}.jsonl" for n in res.tables()])
     return 0
+
+
+def small_budget(cfg: DirmagConfig, n_sentences: int) -> str:
+    """A line saying which parts ran under the paper notebook's budget (an indication only), or ""."""
+    from .paper import FULL_SEEDS, FULL_SENTENCES
+
+    parts = cfg.parts()
+    small = [f"{what} on {n} sentences" for what, n, part in (
+        ("damage and BLiMP", n_sentences, "damage"), ("repair", cfg.repair_sentences, "repair"),
+        ("entropy", cfg.entropy_sentences, "entropy")) if part in parts and 0 < n < FULL_SENTENCES]
+    if cfg.seeds < FULL_SEEDS:
+        small.append(f"{cfg.seeds} seed(s)")
+    if not small:
+        return ""
+    return (f"note: {', '.join(small)}: an indication only, not a result (the paper's notebook: {FULL_SENTENCES} "
+            f"sentences x {FULL_SEEDS} seeds; recoveries and ratios on a few sentences can lie far outside 0-100 %)")
 
 
 COMMANDS = (Command("dirmag", "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes",

@@ -18,6 +18,7 @@ HELP = "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they l
 DESCRIPTION = ("Collect every layer's token states over a corpus once (memory-mapped), fit local tokenwise maps on "
                "each token's nearest neighbours, measure the geometry of the residual per layer and class, and the "
                "KL of patching one token's state with its approximation, with Spearman(error, KL). Resumable.")
+MIN_PATCHED = 100  # patched tokens per layer and class below which a Spearman is an indication only (as the atlas)
 RENAMED = {"n_patch": "--patch-tokens",  # config field -> the old command's flag
            "dtype": "--pool-dtype"}  # --dtype is the weights' dtype on every command
 
@@ -59,6 +60,9 @@ def run_command(args: argparse.Namespace) -> int:
     c = res.correlation[res.correlation["target"] == "kl"]
     print(f"\nSpearman(error, KL at the patched token), {g['n_patch'].iloc[0]} tokens (paper: {SPEARMAN_RANGE}):")
     print(c.pivot(index="layer", columns="class", values="spearman").round(3).to_string())
+    if int(g["n_patch"].iloc[0]) < MIN_PATCHED:
+        print(f"note: Spearman on {g['n_patch'].iloc[0]} patched tokens per layer and class: an indication only "
+              f"(below {MIN_PATCHED}; raise --patch-tokens)")
     print_written([out / TokenwiseResult.table(n).filename for n in ("geometry", "correlation", "tokens")]
                   + [out / LOG])
     return 0
