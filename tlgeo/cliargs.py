@@ -172,7 +172,7 @@ def add_model_arg(p: argparse.ArgumentParser, placement: bool = True) -> None:
     if not placement:
         return
     g = p.add_argument_group("device and precision")
-    g.add_argument("--device", default="auto", dest="load_device",
+    g.add_argument("--device", default="auto", dest="load_device", metavar="DEVICE",
                    help="cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, else cpu)")
     g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), dest="load_dtype",
                    help="dtype of the weights (the geometry is computed in float32/float64 whatever it is)")
