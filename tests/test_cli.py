@@ -89,7 +89,7 @@ def test_bad_placement_is_one_line_before_any_work(tmp_path, capsys, monkeypatch
         code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path / "x"), *argv])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and msg in err, err
-        assert not (tmp_path / "x").exists()  # nothing ran
+        assert not any((tmp_path / "x").rglob("*"))  # nothing ran (the folder was made, checked writable)
     with pytest.raises(SystemExit):
         main(["ppl", "--site", "attn", "--max-memory", "0:20GiB"])
     assert "give DEVICE=SIZE" in capsys.readouterr().err
@@ -143,3 +143,15 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert all(any(f.name == n for f in out.rglob(n)) for n in named), named  # every file named exists
 
 
+
+
+@pytest.mark.parametrize("command", [["run"], ["ppl", "--site", "attn"], ["dirmag"], ["tokenwise"], ["pdsf"], ["atlas"]])
+def test_an_out_that_cannot_be_written_fails_before_the_model_loads(command, tmp_path, capsys, monkeypatch):
+    import tlgeo.models
+
+    monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # a folder cannot be made inside a file
+    code = main([*command, "--model", "tiny:llama", "--out", str(blocker / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"--out {blocker / 'out'}: cannot write there" in err

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
            "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg",
-           "model_key", "print_written", "files_since", "set_threads", "RunRecord", "default_out"]
+           "model_key", "print_written", "files_since", "set_threads", "RunRecord", "default_out", "output_dir"]
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -275,6 +275,22 @@ class RunRecord:
             return "Nothing was saved yet."
         shown = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8} more" if len(files) > 8 else "")
         return f"Saved in {self.out}: {shown}."
+
+
+def output_dir(args: argparse.Namespace, name: str) -> Path:
+    """``--out`` (default :func:`default_out` of ``name``), made and checked writable before any
+    work (a bad one is a one-line ``ValueError``), and recorded for the Ctrl-C message."""
+    import tempfile
+
+    out = Path(args.out) if getattr(args, "out", None) else default_out(name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        raise ValueError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    if getattr(args, "record", None) is not None:
+        args.record.out = out
+    return out
 
 
 def default_out(name: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..analysis import Command
 from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
-                       default_out, model_kwargs, print_written, set_threads)
+                       model_kwargs, output_dir, print_written, set_threads)
 from .config import CompressConfig, DiagConfig
 
 __all__ = ["COMMANDS"]
@@ -41,7 +41,7 @@ OUT = "runs/compression/<model>"
 def _out(args: argparse.Namespace) -> Path:
     from .compress import base_key
 
-    return Path(args.out) if args.out else default_out("compression/" + base_key(args.model))
+    return output_dir(args, "compression/" + base_key(args.model))  # checked writable before any work
 
 
 # ---------------------------------------------------------------------------
@@ -79,7 +79,6 @@ def run_diag(args: argparse.Namespace) -> int:
     cfg = dataclasses.replace(cfg, root=str(root))
     load_text(cfg.corpus)  # an unknown corpus fails before the model loads
     out = _out(args)
-    args.record.out = out
     ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
     ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
     base = load_model(args.model, **model_kwargs(args))
@@ -120,7 +119,6 @@ def run_compress_command(args: argparse.Namespace) -> int:
     cfg = config_from_args(CompressConfig, args)  # bad method names fail here
     base_dir(args.model)  # an unknown model fails before any work
     out = _out(args)
-    args.record.out = out
     written = run_compress(args.model, cfg, out, verbose=args.verbose)
     if written:
         print_written(written)

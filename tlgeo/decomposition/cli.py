@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Sequence
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out,
-                       model_key, model_kwargs, print_written, set_threads)
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
+                       model_kwargs, output_dir, print_written, set_threads)
 from ..models import Model
 from .config import DecompositionConfig, PplConfig, ProfileConfig
 
@@ -56,9 +55,8 @@ def _setup(cls: type, args: argparse.Namespace):
     set_threads(args)
     cfg = config_from_args(cls, args)
     load_text(cfg.corpus)  # a bad corpus fails before the model loads
+    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
     model = load_model(args.model, **model_kwargs(args))
-    out = Path(args.out) if args.out else default_out(model_key(args.model))
-    args.record.out = out
     return cfg, model, out
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out,
-                       model_key, model_kwargs, print_written, set_threads)
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
+                       model_kwargs, output_dir, print_written, set_threads)
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
 
@@ -78,12 +77,11 @@ def run_command(args: argparse.Namespace) -> int:
     set_threads(args)
     cfg = config_from_args(DirmagConfig, args)  # bad values fail here, before the model loads
     sentences = sentences_of(cfg)
+    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
     model = load_model(args.model, **model_kwargs(args))
     layers = cfg.grid().chosen_layers(model.cfg)
     if "probes" in cfg.parts():
         probe_layers(model, cfg)
-    out = Path(args.out) if args.out else default_out(model_key(args.model))
-    args.record.out = out
     print(f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of 0..{model.cfg.n_layers - 1}; "
           f"{len(sentences)} sentences")
     titles = _titles(cfg)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, default_out,
-                       model_key, model_kwargs, print_written, set_threads)
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
+                       model_kwargs, output_dir, print_written, set_threads)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
 
@@ -64,11 +63,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     set_threads(args)
     cfg = config_from_args(PDSFConfig, args)  # bad values fail here, before the model loads
+    out = output_dir(args, "pdsf-" + model_key(args.model))  # an --out that cannot be written fails first
     model = load_model(args.model, **model_kwargs(args))
     cfg.check(model)
-    out = Path(args.out) if args.out else default_out("pdsf-" + model_key(args.model))
-    args.record.out = out
-    out.mkdir(parents=True, exist_ok=True)
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=_printer(cfg))
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0

@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 
 from ..analysis import Command, budget_fields
-from ..cliargs import NON_NEGATIVE, add_model_arg, add_threads_arg, items, model_kwargs, print_written, set_threads
+from ..cliargs import (NON_NEGATIVE, add_model_arg, add_threads_arg, items, model_key, model_kwargs, output_dir,
+                       print_written, set_threads)
 from .registry import load_steps
 
 __all__ = ["COMMANDS"]
@@ -69,8 +70,7 @@ def run_command(args: argparse.Namespace) -> int:
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
                       budgets=budgets, load=model_kwargs(args))
     cfg.family_budgets()  # an unknown budget fails here, before the model loads
-    out = cfg.out_dir()
-    args.record.out = out
+    out = output_dir(args, f"atlas-{model_key(args.model)}")  # as cfg.out_dir(); an unwritable --out fails first
     print(f"[atlas] edits leave the first {budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
     print_written(sorted(p for p in out.rglob("*") if p.is_file()))

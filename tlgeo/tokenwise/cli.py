@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args, default_out,
-                       model_key, model_kwargs, print_written, set_threads)
+from ..cliargs import (add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args, model_key,
+                       model_kwargs, output_dir, print_written, set_threads)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
 
@@ -43,9 +42,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
 
     load_text(cfg.corpus)  # an unknown corpus fails before the model loads
+    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
     model = load_model(args.model, **model_kwargs(args))
-    out = Path(args.out) if args.out else default_out(model_key(args.model))
-    args.record.out = out
     args.record.rerun = (f"The state pool is in {out / cfg.pool_name()}; finished fits are in {out / LOG}. "
                          + args.record.rerun)
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
