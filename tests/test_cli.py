@@ -155,3 +155,17 @@ def test_an_out_that_cannot_be_written_fails_before_the_model_loads(command, tmp
     code = main([*command, "--model", "tiny:llama", "--out", str(blocker / "out")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and f"--out {blocker / 'out'}: cannot write there" in err
+
+
+def test_descriptions_name_only_flags_their_command_has():
+    import re
+
+    from tlgeo.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    for name, p in sub.choices.items():
+        if name == "plan":  # its example names the planned command's flags
+            continue
+        flags = {o for a in p._actions for o in a.option_strings}
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", p.description or ""))
+        assert named <= flags, f"tlgeo {name}'s description names {sorted(named - flags)}, which it lacks"

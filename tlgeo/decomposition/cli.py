@@ -15,11 +15,12 @@ from .config import DecompositionConfig, PplConfig, ProfileConfig
 
 __all__ = ["COMMANDS", "edited_blocks"]
 
-EDIT_HELP = ("Edits leave the first --skip-first blocks unedited (default 1, as the reference code); "
-             "--layers and --heads narrow them further.")
+EDIT_HELP = "Edits leave the first --skip-first blocks unedited (default 1, as the reference code)"
 RUN_DESCRIPTION = ("Profile the parallel ratio per layer and site, then measure perplexity with the parallel "
-                   "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP)
-PPL_DESCRIPTION = "Perplexity unedited and under one edit. " + EDIT_HELP
+                   "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP + ".")
+PPL_DESCRIPTION = ("Perplexity unedited and under one edit. " + EDIT_HELP
+                   + "; --layers and --heads narrow them further.")
+
 
 def _adder(cls: type):
     def add(p: argparse.ArgumentParser) -> None:
