@@ -238,7 +238,7 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 
 # a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on this 2-core CPU
 # (scripts/bench_plan.py --calibrate, 2026-12-02): the profile's statistics per site, an edited forward
-PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.03x, 5 sites 1.24-1.43x a bare forward
+PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.12x, 5 sites 1.24-1.54x a bare forward (four calibrations)
 EDIT_OVERHEAD = 1.03  # 1.007-1.045x
 # memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6
 # [tokens, vocab] float32 arrays (logits, log-probabilities; the planner's logit_copies; 4 x 512 tokens); the
@@ -276,7 +276,8 @@ def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
 
 def plan(shape, cfg: DecompositionConfig) -> list:
     """The profile, the unedited perplexity, and one perplexity pass per removal."""
-    out = [_profile_work(shape, cfg.profile_sites(), cfg.profile_tokens, cfg.profile_seq_len, 8)] if cfg.profile_sites() else []
+    sites = cfg.profile_sites()
+    out = [_profile_work(shape, sites, cfg.profile_tokens, cfg.profile_seq_len, 8)] if sites else []
     edits = cfg.edits()
     out.append(_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1))
     if edits:
