@@ -169,3 +169,14 @@ def test_descriptions_name_only_flags_their_command_has():
         flags = {o for a in p._actions for o in a.option_strings}
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", p.description or ""))
         assert named <= flags, f"tlgeo {name}'s description names {sorted(named - flags)}, which it lacks"
+
+
+@pytest.mark.parametrize("flags, msg", [(["--layers", "5-40"], "layer"), (["--heads", "12"], "head")])
+def test_ppl_layers_and_heads_fail_from_the_config_before_the_model_loads(flags, msg, tmp_path, capsys,
+                                                                        monkeypatch):
+    import tlgeo.models
+
+    monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    code = main(["ppl", "--model", "tiny:llama", "--site", "value_excl_self", "--out", str(tmp_path), *flags])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and msg in err.lower(), err

@@ -57,8 +57,29 @@ def _setup(cls: type, args: argparse.Namespace):
     cfg = config_from_args(cls, args)
     load_text(cfg.corpus)  # a bad corpus fails before the model loads
     out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
+    if isinstance(cfg, PplConfig):
+        _check_edit_against_config(cfg, args.model)
     model = load_model(args.model, **model_kwargs(args))
     return cfg, model, out
+
+
+def _check_edit_against_config(cfg: PplConfig, name: str) -> None:
+    """Layers and heads that the model lacks fail from its config alone, before it loads (a hub
+    model, whose config is not here offline, is checked once loaded)."""
+    from types import SimpleNamespace
+
+    from ..hooks.adapter import resolve_heads, resolve_layers
+    from ..models import UnknownModelError
+    from ..planner import model_shape
+
+    try:
+        shape = model_shape(name)
+    except (UnknownModelError, OSError, KeyError, ValueError):
+        return
+    e = cfg.edit()
+    shape_cfg = SimpleNamespace(n_layers=shape.n_layers, n_heads=shape.n_heads)
+    resolve_layers(shape_cfg, e.layers, e.skip_first)
+    resolve_heads(shape_cfg, e.site, e.heads)
 
 
 def _print_profile(summary) -> None:
