@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .analysis import Analysis, Result
+from .models import input_device
 
 __all__ = ["Ranks", "ranks", "init", "deal", "rank_folder", "run_analysis"]
 
@@ -93,12 +94,6 @@ def rank_folder(out: str | os.PathLike, r: Ranks) -> Path:
     return Path(out) / "ranks" / f"{r.rank}-of-{r.size}"
 
 
-def _device_of(model) -> torch.device:
-    from .models import input_device
-
-    return input_device(model)
-
-
 def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | None = None, progress: bool = False,
                  on_table: Callable[[str, Any], Any] | None = None, **kwargs: Any) -> Result | None:
     """``analysis.run(model, cfg, out=out, ...)``, split over the ranks of a torchrun job.
@@ -108,7 +103,7 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     (:meth:`Result.merge`), saves them into ``out``, calls ``on_table`` on each merged table
     and returns the result; the other ranks return ``None``. ``progress`` shows on rank 0 only.
     """
-    r = init(_device_of(model))
+    r = init(input_device(model))
     extra = {"on_table": on_table} if on_table is not None else {}
     if r.size == 1:
         return analysis.run(model, cfg, out=out, progress=progress, **extra, **kwargs)

@@ -468,6 +468,6 @@ def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch
         model.tlgeo_checkpoint = folder
     else:
         folder.cleanup()
-    extra = "".join(f",{k}={v}" for k, v in [("seed", seed)] * bool(seed) + sorted(overrides.items()))
-    model.tlgeo_name = f"tiny:{kind}" + (f"({extra[1:]})" if extra else "")  # its label in result rows
+    options = ([f"seed={seed}"] if seed else []) + [f"{k}={v}" for k, v in sorted(overrides.items())]
+    model.tlgeo_name = f"tiny:{kind}" + (f"({','.join(options)})" if options else "")  # its label in result rows
     return model

@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
+from tlgeo.cli import build_parser
+from tlgeo.cliargs import config_from_args
 from tlgeo.distributed import Ranks, deal, rank_folder, ranks
 from tlgeo.report.registry import load_analyses
 
@@ -98,8 +100,8 @@ def _compare_with_one_process(llama, tmp_path, done):
         assert _same_csvs(one, two, a.result), f"{name}: no table compared"
     # the command line under torchrun: rank 0 prints and writes, as one process does
     ppl = ANALYSES["ppl"]
-    cfg = ppl.config(tokens=128, context=64, site="value_excl_self", s_par=0.0, layers=(1, 2))
+    cfg = config_from_args(ppl.config, build_parser().parse_args(CLI))  # the config the ranks' command ran
+    assert CLI[0] == ppl.command_name and (cfg.site, cfg.s_par, cfg.layers) == ("value_excl_self", 0.0, (1, 2))
     ppl.run(llama, cfg, out=tmp_path / "one" / "cli")
     assert _same_csvs(tmp_path / "one" / "cli", tmp_path / "two" / "cli", ppl.result) == ["ppl"]
     assert done.stdout.count("value_excl_self s_par=0.0") == 1, done.stdout[-2000:]
-    assert CLI[0] == "ppl"

@@ -349,9 +349,8 @@ def dense_state(model: Model) -> dict:
             names.setdefault(id(v), []).append(k)
         for aliases in names.values():
             value = next((loaded[k] for k in aliases if k in loaded), None)
-            for k in aliases:
-                if value is not None:
-                    loaded.setdefault(k, value)
+            if value is not None:
+                loaded.update({k: value for k in aliases if k not in loaded})
         state = loaded
     return {_plain(k): v.detach() for k, v in state.items()}
 

@@ -278,10 +278,10 @@ def plan(shape, cfg: DecompositionConfig) -> list:
     """The profile, the unedited perplexity, and one perplexity pass per removal."""
     sites = cfg.profile_sites()
     out = [_profile_work(shape, sites, cfg.profile_tokens, cfg.profile_seq_len, 8)] if sites else []
-    edits = cfg.edits()
-    out.append(_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1))
+    edits, tokens = cfg.edits(), _corpus_tokens(cfg)
+    out.append(_ppl_work("baseline", tokens, cfg, 1))
     if edits:
-        out.append(_ppl_work("edits", _corpus_tokens(cfg), cfg, len(edits), [e.site.name for e in edits]))
+        out.append(_ppl_work("edits", tokens, cfg, len(edits), [e.site.name for e in edits]))
     return out
 
 
@@ -290,8 +290,8 @@ def plan_profile(shape, cfg: ProfileConfig) -> list:
 
 
 def plan_ppl(shape, cfg: PplConfig) -> list:
-    return [_ppl_work("baseline", _corpus_tokens(cfg), cfg, 1),
-            _ppl_work("edit", _corpus_tokens(cfg), cfg, 1, [cfg.site])]
+    tokens = _corpus_tokens(cfg)
+    return [_ppl_work("baseline", tokens, cfg, 1), _ppl_work("edit", tokens, cfg, 1, [cfg.site])]
 
 
 ANALYSIS = register_analysis(Analysis(

@@ -40,10 +40,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("flags", nargs=argparse.REMAINDER, help="that command's flags (its config)")
 
 
-def plan_table(model: str, command: str, flags: list[str] = (), device: str = "cpu",
+def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
                dtype: str | None = None) -> pd.DataFrame:
-    """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (:func:`tlgeo.planner.estimate`)."""
-    from ..planner import DEVICES, estimate, model_shape, start_seconds
+    """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
+    :class:`~tlgeo.planner.ModelShape`; :func:`tlgeo.planner.estimate`)."""
+    from ..planner import DEVICES, ModelShape, estimate, model_shape, start_seconds
 
     a = _plannable()[command]
     sub = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
@@ -55,7 +56,7 @@ def plan_table(model: str, command: str, flags: list[str] = (), device: str = "c
     if extra:
         raise ValueError(f"not flags of tlgeo {command}: {' '.join(extra)}")
     cfg = config_from_args(a.config, parsed)
-    shape = model_shape(model)
+    shape = model if isinstance(model, ModelShape) else model_shape(model)
     dtype = dtype or ("bfloat16" if DEVICES[device].gpu else "float32")
     df = estimate(shape, a.plan(shape, cfg), device, dtype)
     start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, device, dtype),
@@ -69,7 +70,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..planner import DEVICES, model_shape
 
     shape = model_shape(args.model)
-    df = plan_table(args.model, args.analysis, args.flags, args.device, args.dtype)
+    df = plan_table(shape, args.analysis, args.flags, args.device, args.dtype)
     print(f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
           f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
           f"{df['dtype'].iloc[0]} weights")
