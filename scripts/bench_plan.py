@@ -170,7 +170,7 @@ def check() -> None:
             continue
         est = estimate(shape, a.plan(shape, config_from_args(a.config, args)), "cpu")
         total = est[est["step"] == "total"].iloc[0]
-        pred_s = total["seconds"] + start_seconds(shape, "cpu")
+        pred_s = total["seconds"] + start_seconds(shape)
         out = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
         done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", "2",
                                "--out", str(out)], capture_output=True, text=True, cwd=REPO)

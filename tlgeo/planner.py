@@ -238,8 +238,9 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
     return df.assign(model=shape.name, device=dev.name, dtype=dtype)
 
 
-def start_seconds(shape: ModelShape, device: str | Device = "cpu", dtype: str = "float32") -> float:
-    """A command's time before its work: imports and booting the model from a local folder."""
+def start_seconds(shape: ModelShape, dtype: str = "float32") -> float:
+    """A command's time before its work: imports and booting the model from a local folder (as
+    measured on this CPU; the same on any device: the planner has no measurement of a GPU's)."""
     return CPU_IMPORT_SECONDS + shape.params * DTYPE_BYTES[dtype] / GIB / LOAD_GIB_PER_S
 
 

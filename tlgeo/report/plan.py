@@ -59,7 +59,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     dtype = dtype or ("bfloat16" if DEVICES[device].gpu else "float32")
     df = estimate(shape, a.plan(shape, cfg), device, dtype)
-    start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, device, dtype),
+    start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, dtype),
                            "note": "imports and booting the model from a local folder"}])
     body, total = df[df["step"] != "total"], df[df["step"] == "total"].copy()
     total["seconds"] += start["seconds"].iloc[0]
