@@ -159,3 +159,16 @@ def test_group_resamples_draw_whole_groups():
         assert sum(c // size for c, size in zip(counts, (2, 3, 1))) == 3  # as many groups as there are
     again = list(group_resamples(groups, 50, seed=3))
     assert all(np.array_equal(a, b) for a, b in zip(draws, again))
+
+
+def test_ratio_ci_is_a_ratio_of_means_ci():
+    from tlgeo.stats.resampling import ratio_ci
+
+    rng = np.random.default_rng(1)
+    den = 2 + rng.normal(size=400)
+    num = 0.5 * den + 0.2 * rng.normal(size=400)
+    lo, hi = ratio_ci(num, den, n_boot=800)
+    assert lo < num.sum() / den.sum() < hi and hi - lo < 0.1
+    assert np.isnan(ratio_ci([1.0, 2.0], [0.0, 0.0])).all()  # every resample divides by 0
+    with pytest.raises(ValueError, match="equal-length"):
+        ratio_ci([1.0], [1.0, 2.0])

@@ -20,6 +20,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.dirmag",
     "tlgeo.tokenwise",
     "tlgeo.pdsf",
+    "tlgeo.patching",
     "tlgeo.compression",
     "tlgeo.train",
 )

@@ -26,6 +26,7 @@ import numpy as np
 __all__ = [
     "weighted_mean",
     "bootstrap_ci",
+    "ratio_ci",
     "group_resamples",
     "sign_flip_pvalue",
     "benjamini_hochberg",
@@ -91,6 +92,34 @@ def bootstrap_ci(
         stats[start : start + m] = np.where(
             den > 0, (ww * d[idx]).sum(1) / np.where(den > 0, den, 1), d[idx].mean(1)
         )
+    tail = (1 - level) / 2
+    low, high = np.quantile(stats, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def ratio_ci(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0) -> tuple[float, float]:
+    """Percentile bootstrap CI ``(low, high)`` of ``sum(num) / sum(den)`` (a ratio of means), items
+    ``[n]`` resampled with replacement, ``num`` and ``den`` together. Resamples whose ``den`` sums
+    to 0 are left out (NaN bounds if all are)."""
+    a, b = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = _rng(seed)
+    n = a.size
+    stats = np.empty(n_boot)
+    step = max(1, _CHUNK // n)
+    for start in range(0, n_boot, step):
+        m = min(step, n_boot - start)
+        idx = rng.integers(0, n, size=(m, n))
+        d = b[idx].sum(1)
+        stats[start : start + m] = np.where(d != 0, a[idx].sum(1) / np.where(d != 0, d, 1), np.nan)
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return float("nan"), float("nan")
     tail = (1 - level) / 2
     low, high = np.quantile(stats, [tail, 1 - tail])
     return float(low), float(high)

@@ -1,0 +1,71 @@
+"""The patching analysis on the contract: resume, tasks a model cannot do, bad input before any forward."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from tlgeo.patching.analysis import LOG_KEY, run, units
+from tlgeo.patching.config import PatchingConfig
+
+
+def _cfg(**kw):
+    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50,
+                components=("head", "head_par", "mlp"))
+    return PatchingConfig(**{**base, **kw})
+
+
+def test_units_cover_attribution_and_every_exact_block(llama):
+    cfg = _cfg(directions=("denoise", "noise"))
+    got = units(llama, cfg)
+    assert ("attribution", "induction", "noise") in got
+    assert sum(u[0] == "exact" for u in got) == 2 * 3 * 2  # directions x components x layers
+
+
+def test_a_run_resumes_from_its_log_and_gives_the_same_tables(llama, tmp_path):
+    cfg = _cfg()
+    whole = run(llama, cfg, out=tmp_path / "a")
+    lines = (tmp_path / "a" / "patching.jsonl").read_text().splitlines()
+    n_rows = len(whole.effects)
+    assert len(lines) == n_rows  # one log row per (method, component, layer, head)
+    # a run killed halfway: its log holds the first units only (and a torn line)
+    part = tmp_path / "b"
+    part.mkdir()
+    (part / "patching.jsonl").write_text("\n".join(lines[: n_rows // 2]) + "\n" + lines[n_rows // 2][:20])
+    resumed = run(llama, cfg, out=part)
+    pd.testing.assert_frame_equal(resumed.effects, whole.effects)
+    # a finished run is read back, not recomputed: a changed log row shows up in the table
+    row = json.loads(lines[0])
+    row["patched"] = [x + 1.0 for x in row["patched"]]
+    (tmp_path / "a" / "patching.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    again = run(llama, cfg, out=tmp_path / "a")
+    key = [k for k in LOG_KEY]
+    changed = again.effects.set_index(key)["effect"] - whole.effects.set_index(key)["effect"]
+    assert (changed != 0).sum() == 1
+
+
+def test_a_task_the_model_cannot_do_is_reported_not_patched(llama):
+    res = run(llama, _cfg(min_accuracy=1.0))
+    assert not res.tasks["patched"].iloc[0]
+    assert "does not do the task" in res.tasks["reason"].iloc[0]
+    assert res.effects.empty
+    res = run(llama, _cfg(tasks=("ioi",)))  # a byte tokenizer has no single-token names
+    assert not res.tasks["patched"].iloc[0] and "single-token" in res.tasks["reason"].iloc[0]
+
+
+def test_bad_input_fails_before_any_forward(llama, monkeypatch):
+    import tlgeo.patching.analysis as analysis
+
+    def no_forward(*a, **k):
+        raise AssertionError("a forward ran")
+
+    monkeypatch.setattr(analysis, "clean_accuracy", no_forward)
+    with pytest.raises(ValueError, match="no position 'S2'"):
+        run(llama, _cfg(positions="S2"))
+    for bad, match in ((dict(tasks=("copy",)), "tasks"), (dict(components=("heads",)), "components"),
+                       (dict(prompts=1), "prompts"), (dict(min_accuracy=2.0), "min_accuracy"),
+                       (dict(directions=("sideways",)), "directions")):
+        with pytest.raises(ValueError, match=match):
+            _cfg(**bad)
+    with pytest.raises(IndexError, match="out of range"):
+        run(llama, _cfg(layers=(0, 9)))

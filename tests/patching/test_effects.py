@@ -1,0 +1,51 @@
+"""Normalised effects, their CIs, and attribution vs exact."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tlgeo.patching.effects import agreement, effect, effect_ci
+
+
+def test_effect_is_the_share_of_the_gap_moved():
+    clean, corrupted = np.array([3.0, 5.0]), np.array([1.0, 1.0])  # gap 3
+    assert effect(corrupted, clean, corrupted, "denoise") == 0
+    assert effect(clean, clean, corrupted, "denoise") == 1
+    assert effect([2.0, 2.5], clean, corrupted, "denoise") == pytest.approx((2.25 - 1) / 3)
+    assert effect(clean, clean, corrupted, "noise") == 0
+    assert effect(corrupted, clean, corrupted, "noise") == 1
+    assert effect([2.0, 2.5], clean, corrupted, "noise") == pytest.approx((4 - 2.25) / 3)
+    assert np.isnan(effect([1.0], [2.0], [2.0], "denoise"))
+    with pytest.raises(ValueError, match="unknown direction"):
+        effect(clean, clean, corrupted, "both")
+    with pytest.raises(ValueError, match="must match"):
+        effect([1.0], clean, corrupted, "noise")
+
+
+def test_effect_ci_covers_the_effect_and_narrows_with_prompts():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (10, 1000):
+        clean = 3 + rng.normal(size=n)
+        corrupted = rng.normal(size=n)
+        patched = corrupted + 0.4 * (clean - corrupted) + 0.3 * rng.normal(size=n)
+        lo, hi = effect_ci(patched, clean, corrupted, "denoise", n_boot=500)
+        assert lo <= effect(patched, clean, corrupted, "denoise") <= hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 3
+    assert 0.35 < lo and hi < 0.45
+
+
+def test_agreement_pairs_the_two_methods_cell_by_cell():
+    rows = []
+    for method, scale in (("exact", 1.0), ("attribution", 2.0)):
+        for layer in range(3):
+            for head in range(2):
+                rows.append(dict(model="m", task="t", prompts=4, seed=0, method=method, direction="denoise",
+                                 positions="all", frame="patched", component="head", layer=layer, head=head,
+                                 effect=scale * (layer + 0.1 * head) + (method == "attribution") * (layer == 2)))
+    got = agreement(pd.DataFrame(rows))
+    assert len(got) == 1
+    r = got.iloc[0]
+    assert r["pairs"] == 6 and r["spearman"] == pytest.approx(1.0) and 0.9 < r["pearson"] < 1
+    assert r["worst_layer"] == 2 and r["max_abs_diff"] == pytest.approx(2 * 2.1 + 1 - 2.1)

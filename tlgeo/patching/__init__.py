@@ -1,0 +1,21 @@
+"""Geometry-resolved activation patching: which heads' parallel, perpendicular, self and non-self writes
+carry a behaviour, exactly and by attribution.
+
+* :mod:`.tasks`: clean/corrupted prompt sets with a metric (IOI, subject-verb agreement, greater-than,
+  induction); a :class:`~.tasks.Task` is a small dataclass, so a notebook cell can add its own.
+* :mod:`.components`: what is patched (a head's whole output, its write along / orthogonal to the
+  residual, its self message and non-self aggregate, the MLP's output and parts), one registry.
+* :mod:`.runs`: the clean and corrupted runs, cached; :mod:`.exact`: hooks and the batched, resumed
+  sweep; :mod:`.attribution`: the first-order estimate from one forward and backward;
+  :mod:`.effects`: normalised effects, bootstrap CIs, attribution vs exact.
+* The contract files: :mod:`.config`, :mod:`.analysis`, :mod:`.plots`, :mod:`.atlas`, :mod:`.cli`.
+"""
+
+from .components import COMPONENTS, Component, get_component
+from .exact import exact_sweep, patch_hooks
+from .attribution import attribution_sweep
+from .runs import task_runs
+from .tasks import TASKS, Task, build_task, clean_accuracy
+
+__all__ = ["COMPONENTS", "Component", "get_component", "patch_hooks", "exact_sweep", "attribution_sweep",
+           "task_runs", "TASKS", "Task", "build_task", "clean_accuracy"]

@@ -1,0 +1,181 @@
+"""Geometry-resolved activation patching of one model, on the analysis contract:
+``run(model, PatchingConfig(...)) -> PatchingResult``.
+
+For each task: build its prompts (:mod:`.tasks`), check that the model does it (a task it
+cannot do is reported in ``tasks``, not patched), cache its clean and corrupted runs, then
+patch. Work units: ``("attribution", task, direction)`` (every component at once) and
+``("exact", task, direction, component, layer)`` (every head of one block). Each patched
+(component, layer, head) is one line of the log ``<log>/patching.jsonl`` with its per-prompt
+metric, written as soon as it is computed, so an interrupted run resumes; effects and their
+bootstrap CIs are computed from the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ..analysis import Analysis, Result, Table, register_analysis
+from ..hooks.adapter import resolve_layers
+from ..models import Model, model_label
+from ..results import ResultLog
+from .attribution import attribution_sweep
+from .components import get_component
+from .config import PatchingConfig
+from .effects import effect, effect_ci
+from .exact import exact_sweep
+from .runs import TaskRuns, task_runs
+from .tasks import TaskError, build_task, clean_accuracy
+
+__all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
+
+SETTINGS = ("task", "prompts", "seed", "method", "direction", "positions", "frame")
+LOG_KEY = ("model", *SETTINGS, "component", "layer", "head")
+
+
+@dataclass
+class PatchingResult(Result):
+    """``tasks``: per task, whether the model does it (clean accuracy, metrics) and was patched;
+    ``effects``: per (task, method, direction, component, layer, head) the normalised effect
+    (:mod:`.effects`) with its bootstrap CI over prompts (``head`` -1 for MLP components)."""
+
+    TABLES = (
+        Table("tasks", ("model", "task", "prompts", "seed"), "patching_tasks.csv"),
+        Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
+    )
+
+
+def _layers(model: Model, cfg: PatchingConfig) -> list[int]:
+    return resolve_layers(model.cfg, None if cfg.layers is None else list(cfg.layers))
+
+
+def units(model: Model, cfg: PatchingConfig) -> list[tuple]:
+    """Per task and direction: ``("attribution", task, direction)``, then ``("exact", task, direction,
+    component, layer)`` for every exactly patched component and block."""
+    out: list[tuple] = []
+    for task in cfg.tasks:
+        for d in cfg.directions:
+            if "attribution" in cfg.methods:
+                out.append(("attribution", task, d))
+            if "exact" in cfg.methods:
+                out += [("exact", task, d, c, l) for c in cfg.exact_set() for l in _layers(model, cfg)]
+    return out
+
+
+def unit_cost(model: Model, cfg: PatchingConfig, unit: Sequence) -> float:
+    """A unit's run time in forwards over the prompts: an exact unit runs its blocks from ``layer`` on,
+    once per head for head components; attribution is about three forwards."""
+    if unit[0] == "attribution":
+        return 3.0
+    n = model.cfg.n_layers
+    reps = model.cfg.n_heads if get_component(unit[3]).scope == "head" else 1
+    return reps * (n - unit[4]) / n
+
+
+def _task_row(label: str, cfg: PatchingConfig, name: str, **cols: Any) -> dict:
+    return dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, **cols)
+
+
+def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+        units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> PatchingResult:
+    """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log
+    kept in ``log`` (default ``out``). ``on_table(name, df)`` is called with each finished table."""
+    chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
+    log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
+    rlog = ResultLog(log_dir / "patching.jsonl", LOG_KEY) if log_dir is not None else None
+    label = model_label(model)
+    task_rows: list[dict] = []
+    effect_rows: list[dict] = []
+    built = {}
+    for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
+        try:
+            built[name] = build_task(name, model, n=cfg.prompts, seed=cfg.seed)
+        except TaskError as e:
+            built[name] = e
+            continue
+        if cfg.positions != "all" and cfg.positions not in built[name].positions:
+            raise ValueError(f"positions: task {name!r} has no position {cfg.positions!r}; "
+                             f"choose from {['all', *built[name].positions]}")
+    for name, task in built.items():
+        mine = [u for u in chosen if u[1] == name]
+        if isinstance(task, TaskError):
+            task_rows.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
+            continue
+        acc = clean_accuracy(model, task, batch_size=cfg.batch_size)
+        gap = acc["clean_metric"] - acc["corrupted_metric"]
+        reason = ""
+        if acc["accuracy"] < cfg.min_accuracy:
+            reason = f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not do the task"
+        elif not gap > 0:
+            reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
+        task_rows.append(_task_row(label, cfg, name, **{**acc, "n": task.n}, gap=gap, patched=not reason,
+                                   reason=reason))
+        if progress:
+            print(f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
+                  f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
+                  + (f" -- not patched: {reason}" if reason else ""), flush=True)
+        if reason:
+            continue
+        comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
+                                    *(u[3] for u in mine if u[0] == "exact")]))
+        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)
+        for u in mine:
+            rows = _patch(model, cfg, runs, label, u, rlog, progress)
+            effect_rows += [_effect_row(r, runs, cfg) for r in rows]
+    tasks_df = pd.DataFrame(task_rows)
+    effects_df = pd.DataFrame(effect_rows, columns=[*LOG_KEY, "effect", "ci_low", "ci_high", "n"])
+    res = PatchingResult(tasks=tasks_df, effects=effects_df)
+    if out is not None:
+        res.save(out)
+    if on_table is not None:
+        on_table("tasks", tasks_df)
+        on_table("effects", effects_df)
+    return res
+
+
+def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, rlog: ResultLog | None,
+           progress: bool) -> list[dict]:
+    """The log rows of one unit: read back where a previous run finished them, else computed and logged."""
+    method, name, direction = unit[:3]
+    base = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=method, direction=direction,
+                positions=cfg.positions, frame=cfg.frame)
+    layers = _layers(model, cfg) if method == "attribution" else [unit[4]]
+    comps = list(cfg.components) if method == "attribution" else [unit[3]]
+    expected = [(c, l, h) for c in comps for l in layers
+                for h in (range(model.cfg.n_heads) if get_component(c).scope == "head" else [-1])]
+    if rlog is not None:
+        got = [rlog.get(**base, component=c, layer=l, head=h) for c, l, h in expected]
+        if all(g is not None for g in got):
+            return got
+    kw = dict(layers=layers, direction=direction, positions=cfg.positions, frame=cfg.frame)
+    if method == "attribution":
+        rows = attribution_sweep(model, runs, comps, batch_size=cfg.batch_size, **kw)
+    else:
+        rows = exact_sweep(model, runs, comps, max_rows=cfg.max_rows, **kw)
+    by_cell = {(r["component"], r["layer"], r["head"]): {**base, **r} for r in rows}
+    rows = [by_cell[k] for k in expected]  # the order of a run read back from the log
+    if rlog is not None:
+        for r in rows:
+            if not rlog.done(**{k: r[k] for k in LOG_KEY}):
+                rlog.add(r)
+    if progress:
+        what = "attribution, every component" if method == "attribution" else f"exact {unit[3]} at block {unit[4]}"
+        print(f"  {name} {direction}: {what} done", flush=True)
+    return rows
+
+
+def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
+    clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
+    e = effect(row["patched"], clean, corrupted, row["direction"])
+    lo, hi = effect_ci(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
+    return {**{k: row[k] for k in LOG_KEY}, "effect": e, "ci_low": lo, "ci_high": hi, "n": len(row["patched"])}
+
+
+ANALYSIS = register_analysis(Analysis(
+    "patching", PatchingConfig, run, PatchingResult, units,
+    "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
+    tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50),
+    cost=unit_cost))

@@ -1,0 +1,78 @@
+"""``tlgeo patching``: its flags are :class:`~tlgeo.patching.config.PatchingConfig`'s fields."""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from ..analysis import Command
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
+                       model_kwargs, output_dir, print_written, set_threads)
+from .config import PatchingConfig
+
+__all__ = ["COMMANDS", "top_effects"]
+
+DESCRIPTION = ("Build each task's clean and corrupted prompts (IOI, subject-verb agreement from BLiMP, greater-than, "
+               "induction), check that the model does the task, and patch every head's whole output, the parts of "
+               "its write along and orthogonal to the residual it updates, its self message and non-self aggregate "
+               "(split along v_t), and every MLP's output and parts: exactly, and by attribution. Effects are the "
+               "share of the clean-corrupted metric gap a patch moves, with a bootstrap CI over prompts. Resumes "
+               "from its log.")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    add_model_arg(p)
+    add_config_args(p, PatchingConfig)
+    add_out_arg(p, "runs/<model>")
+    add_threads_arg(p)
+
+
+def top_effects(effects: pd.DataFrame, k: int = 5) -> pd.DataFrame:
+    """The ``k`` largest effects by size per (task, method, direction, component)."""
+    key = ["task", "method", "direction", "component"]
+    df = effects.assign(size=effects["effect"].abs()).sort_values("size", ascending=False)
+    return df.groupby(key, sort=False).head(k).sort_values([*key, "size"], ascending=[True] * 4 + [False]) \
+             .drop(columns="size")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..distributed import run_analysis
+    from ..models import load_model
+    from .analysis import ANALYSIS, PatchingResult
+    from .effects import agreement
+
+    set_threads(args)
+    cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
+    out = output_dir(args, model_key(args.model))
+    model = load_model(args.model, **model_kwargs(args))
+    print(f"patching {', '.join(cfg.tasks)}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
+          f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: {cfg.frame} run")
+    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
+    cols = ["task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason"]
+    print("\ntasks (accuracy: share of clean prompts answered right):")
+    print(res.tasks[[c for c in cols if c in res.tasks.columns]].to_string(index=False, float_format="{:.3f}".format))
+    files = [out / PatchingResult.table(n).filename for n in res.tables()]
+    if res.effects is not None and len(res.effects):
+        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high"]
+        print("\nlargest effects (share of the clean - corrupted gap; head -1: the MLP):")
+        print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3f}".format))
+        agree = agreement(res.effects)
+        if len(agree):
+            path = out / "patching_agreement.csv"
+            agree.to_csv(path, index=False)
+            files.append(path)
+            print("\nattribution vs exact (over blocks and heads):")
+            print(agree[["task", "direction", "component", "pairs", "pearson", "spearman", "max_abs_diff",
+                         "worst_layer"]].to_string(index=False, float_format="{:.3f}".format))
+    small = cfg.prompts < 16
+    if small:
+        print(f"\nnote: {cfg.prompts} prompts per task: an indication only (CIs over prompts are wide)")
+    print_written(files + [out / "patching.jsonl"])
+    return 0
+
+
+COMMANDS = (Command("patching", "geometry-resolved activation patching: which heads' parallel, perpendicular, self "
+                                "and non-self writes carry a behaviour", add_args, run_command, DESCRIPTION),)

@@ -1,0 +1,63 @@
+"""The parameters of the patching analysis: one frozen config, checked once.
+
+``tlgeo patching``'s flags, the atlas's ``--patching-*`` budgets and the notebook's keyword
+arguments are all this class's fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis import Config, param
+from .components import COMPONENTS, FRAMES
+from .runs import DIRECTIONS
+from .tasks import TASKS
+
+__all__ = ["PatchingConfig", "METHODS"]
+
+METHODS = ("exact", "attribution")
+
+
+@dataclass(frozen=True)
+class PatchingConfig(Config):
+    """Build each task's clean and corrupted prompts, check that the model does the task, and patch
+    every component of every head and MLP from one run into the other: exactly (one resumed forward
+    per component and block, all heads at once) and by attribution (one forward and backward)."""
+
+    tasks: tuple[str, ...] = param(("ioi",), "tasks", choices=tuple(TASKS))
+    prompts: int = param(32, "prompts per task", atlas=8, cost="exact: ~0.15 s per prompt, component and block "
+                                                                "(SmolLM2, 2-core CPU)")
+    seed: int = param(0, "seed of the prompts (names, years, tokens drawn)", min=0)
+    components: tuple[str, ...] = param(tuple(COMPONENTS), "components patched", choices=tuple(COMPONENTS),
+                                        atlas=("head", "head_par", "head_perp", "mlp"))
+    methods: tuple[str, ...] = param(METHODS, "exact patching, attribution patching (first order) or both",
+                                     choices=METHODS)
+    exact_components: tuple[str, ...] | None = param(None, "components patched exactly (default: --components; "
+                                                           "attribution always covers them all)",
+                                                     choices=tuple(COMPONENTS), atlas=("head",))
+    directions: tuple[str, ...] = param(("denoise",), "denoise: clean activations into the corrupted run (what a "
+                                                      "component restores); noise: corrupted into the clean run "
+                                                      "(what it destroys)", choices=DIRECTIONS)
+    positions: str = param("all", "patched positions: all, or a named position of the task (end; IOI: IO, S1, S2; "
+                                  "greater_than: YY)")
+    frame: str = param("patched", "whose reference splits a part copied across runs: the patched run's (its write's "
+                                  "component along the state it updates takes the source's value) or the source's",
+                       choices=FRAMES)
+    layers: tuple[int, ...] | None = param(None, "blocks patched (default: all)", indices=True)
+    min_accuracy: float = param(0.7, "a task the model answers right on fewer of its clean prompts is reported, "
+                                     "not patched")
+    max_rows: int = param(256, "rows per patched forward (heads x prompts)")
+    batch_size: int = param(32, "prompts per forward of the clean, corrupted and attribution runs")
+    n_boot: int = param(1000, "bootstrap resamples of the prompts for each effect's CI")
+
+    def validate(self) -> None:
+        self._check_choices()
+        if not 0 <= self.min_accuracy <= 1:
+            raise ValueError(f"min_accuracy must be in [0, 1], got {self.min_accuracy}")
+        if self.prompts < 2:
+            raise ValueError(f"prompts must be >= 2 (a CI over prompts), got {self.prompts}")
+        if not self.positions or not self.positions.replace("_", "").isalnum():
+            raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
+
+    def exact_set(self) -> tuple[str, ...]:
+        """The components patched exactly."""
+        return self.components if self.exact_components is None else self.exact_components

@@ -1,0 +1,70 @@
+"""Patch effects: the share of the clean-minus-corrupted metric gap that a patch moves.
+
+With per-prompt metrics ``clean``, ``corrupted`` and ``patched`` (the patched run's)::
+
+    denoise (clean -> corrupted run):  (mean patched - mean corrupted) / (mean clean - mean corrupted)
+    noise   (corrupted -> clean run):  (mean clean - mean patched)     / (mean clean - mean corrupted)
+
+so both are 0 for a patch that changes nothing and 1 for one that carries the whole
+behaviour (denoising restores it, noising destroys it). The CI resamples prompts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..stats.resampling import ratio_ci
+
+__all__ = ["effect", "effect_ci", "agreement"]
+
+
+def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
+    p, c, k = (np.asarray(x, dtype=np.float64) for x in (patched, clean, corrupted))
+    if not p.shape == c.shape == k.shape:
+        raise ValueError(f"patched {p.shape}, clean {c.shape} and corrupted {k.shape} metrics must match")
+    if direction == "denoise":
+        return p - k
+    if direction == "noise":
+        return c - p
+    raise ValueError(f"unknown direction {direction!r}; choose from ('denoise', 'noise')")
+
+
+def effect(patched, clean, corrupted, direction: str) -> float:
+    """The normalised effect of a patch (see the module docstring); NaN for a zero gap."""
+    num = _num(patched, clean, corrupted, direction)
+    gap = float(np.mean(np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)))
+    return float(num.mean() / gap) if gap != 0 else float("nan")
+
+
+def effect_ci(patched, clean, corrupted, direction: str, *, n_boot: int = 1000, seed: int = 0,
+              level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI of :func:`effect` over prompts."""
+    num = _num(patched, clean, corrupted, direction)
+    den = np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
+    return ratio_ci(num, den, n_boot=n_boot, seed=seed, level=level)
+
+
+def agreement(effects: pd.DataFrame) -> pd.DataFrame:
+    """Attribution against exact patching: per (model, task, direction, positions, frame, component),
+    Pearson and Spearman correlation of the two methods' effects over (layer, head), the number of
+    pairs, the largest absolute difference and the block where it is."""
+    key = ["model", "task", "prompts", "seed", "direction", "positions", "frame", "component"]
+    cell = ["layer", "head"]
+    ex = effects[effects["method"] == "exact"].set_index([*key, *cell])["effect"]
+    at = effects[effects["method"] == "attribution"].set_index([*key, *cell])["effect"]
+    both = pd.concat({"exact": ex, "attribution": at}, axis=1, join="inner").dropna().reset_index()
+    rows = []
+    for k, g in both.groupby(key, sort=False):
+        diff = (g["attribution"] - g["exact"]).abs()
+        worst = g.loc[diff.idxmax()]
+        pearson = spearman = float("nan")
+        if len(g) > 2 and g["exact"].std() > 0 and g["attribution"].std() > 0:
+            pearson = float(stats.pearsonr(g["exact"], g["attribution"])[0])
+            spearman = float(stats.spearmanr(g["exact"], g["attribution"])[0])
+        rows.append({**dict(zip(key, k)), "pairs": len(g), "pearson": pearson, "spearman": spearman,
+                     "max_abs_diff": float(diff.max()), "worst_layer": int(worst["layer"]),
+                     "worst_head": int(worst["head"])})
+    return pd.DataFrame(rows, columns=[*key, "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer",
+                                       "worst_head"])

@@ -1,0 +1,144 @@
+"""The two runs a patch goes between: cached activations and per-prompt metrics.
+
+``denoise`` patches the clean run's activations into the corrupted run (how much of the
+behaviour one component restores); ``noise`` patches the corrupted run's into the clean run
+(how much of it one component destroys). :func:`task_runs` caches what the chosen
+components need at the chosen blocks, and the per-prompt metric of each run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from ..hooks.adapter import check_hook_names, resolve_layers
+from ..models import Model, input_device
+from .components import Component, get_component
+from .tasks import Task
+
+__all__ = ["DIRECTIONS", "RunCache", "TaskRuns", "task_runs", "hook_names", "position_mask", "W_O",
+           "score_rows", "check_separable_heads"]
+
+DIRECTIONS = ("denoise", "noise")
+
+
+@dataclass
+class RunCache:
+    """One run over a task's prompts: its tokens, the cached activations (full hook names,
+    ``[n, ...]``, on the model's devices) and the per-prompt metric ``[n]`` (float32, CPU)."""
+
+    tokens: Int[Tensor, "n pos"]
+    acts: dict[str, Tensor]
+    metric: Float[Tensor, "n"]
+
+
+@dataclass
+class TaskRuns:
+    """The clean and the corrupted run of a task."""
+
+    task: Task
+    clean: RunCache
+    corrupted: RunCache
+
+    def pair(self, direction: str) -> tuple[RunCache, RunCache]:
+        """``(target, source)``: the run patched and the run patched from."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
+        return (self.corrupted, self.clean) if direction == "denoise" else (self.clean, self.corrupted)
+
+    @property
+    def gap(self) -> float:
+        """Mean clean metric minus mean corrupted metric (the normaliser of every effect)."""
+        return float(self.clean.metric.mean() - self.corrupted.metric.mean())
+
+
+def hook_names(model: Model, components: Iterable[str | Component], layers: Iterable[int]) -> list[str]:
+    """Every hook the components read or patch at ``layers``, and ``resid_pre`` of each (to resume from)."""
+    names = []
+    for layer in layers:
+        names.append(f"blocks.{layer}.hook_resid_pre")
+        for c in map(get_component, components):
+            for suffix in (c.site.target, *(h for _, h in c.site.read_hooks(model.cfg))):
+                names.append(f"blocks.{layer}.{suffix}")
+    return list(dict.fromkeys(names))
+
+
+def score_rows(task: Task, logits: Float[Tensor, "rows vocab"]) -> Float[Tensor, "rows"]:
+    """The task metric of rows that repeat the task's prompts ``rows / n`` times, in order."""
+    n = task.n
+    if logits.shape[0] % n:
+        raise ValueError(f"{logits.shape[0]} rows are not a multiple of the task's {n} prompts")
+    return torch.cat([task.score(chunk) for chunk in logits.split(n)])
+
+
+def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch_size: int) -> RunCache:
+    wanted = set(names)
+    acts: dict[str, list[Tensor]] = {n: [] for n in names}
+    metric = []
+    with torch.no_grad():
+        for start in range(0, tokens.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            toks = tokens[rows]
+            logits, cache = model.run_with_cache(toks.to(input_device(model)), names_filter=lambda n: n in wanted)
+            for n in names:
+                acts[n].append(cache[n])
+            metric.append(task.subset(range(start, min(start + batch_size, tokens.shape[0]))).score(logits[:, -1]).cpu())
+    return RunCache(tokens, {n: torch.cat(v) for n, v in acts.items()}, torch.cat(metric).float())
+
+
+def task_runs(model: Model, task: Task, components: Iterable[str | Component],
+              layers: Iterable[int] | None = None, *, batch_size: int = 32) -> TaskRuns:
+    """Run the task's clean and corrupted prompts once, caching what ``components`` need at ``layers``."""
+    chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
+    comps = [get_component(c) for c in components]
+    names = hook_names(model, comps, chosen)
+    check_hook_names(model, names)
+    if task.d_vocab is not None and task.d_vocab != model.cfg.d_vocab:
+        raise ValueError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; "
+                         f"the model has {model.cfg.d_vocab}")
+    return TaskRuns(task, _cache(model, task, task.clean, names, batch_size),
+                    _cache(model, task, task.corrupted, names, batch_size))
+
+
+def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
+    """0/1 mask of the patched positions: ``None`` for ``all``, else one position per prompt."""
+    if positions == "all":
+        return None
+    if positions not in task.positions:
+        raise ValueError(f"task {task.name!r} has no position {positions!r}; "
+                         f"choose from {('all', *sorted(task.positions))}")
+    idx = torch.as_tensor(task.positions[positions]).long()
+    mask = torch.zeros(task.clean.shape, dtype=torch.float32)
+    mask[torch.arange(task.n), idx] = 1.0
+    return mask
+
+
+def W_O(model: Model, layer: int) -> Float[Tensor, "head d_head d_model"]:
+    """Block ``layer``'s output projection per head."""
+    return model.blocks[layer].attn.W_O
+
+
+def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -> None:
+    """Raise ``ValueError`` unless each block's attention output is ``sum_h z^h W_O^h + b_O`` (then a
+    head's residual write is its own; not so where a norm follows ``W_O``, as in Gemma 2 and 3)."""
+    for layer in layers:
+        z = runs.clean.acts.get(f"blocks.{layer}.attn.hook_z")
+        out = runs.clean.acts.get(f"blocks.{layer}.hook_attn_out")
+        if z is None or out is None:
+            continue
+        attn = model.blocks[layer].attn
+        w = W_O(model, layer)
+        got = torch.einsum("bqhd,hdm->bqm", z.float(), w.detach().float().to(z.device))
+        b = getattr(attn, "b_O", None)
+        if b is not None:
+            got = got + b.detach().float().to(got.device)
+        err = float((got - out.float()).norm() / out.float().norm().clamp_min(1e-12))
+        if err > 1e-3:
+            raise ValueError(
+                f"block {layer}: the attention output is not the sum of the heads' writes z W_O "
+                f"(relative error {err:.2g}; a norm after W_O?), so head_par / head_perp are not defined "
+                f"for this model; patch head, self or nonself* instead")
