@@ -69,3 +69,26 @@ def test_bad_input_fails_before_any_forward(llama, monkeypatch):
             _cfg(**bad)
     with pytest.raises(IndexError, match="out of range"):
         run(llama, _cfg(layers=(0, 9)))
+
+
+def test_a_model_whose_heads_do_not_add_up_skips_their_write_parts(llama, monkeypatch):
+    """Where a norm follows W_O (Gemma 2 and 3) a head's residual write is not its own: head_par and
+    head_perp are left out, with the reason in the tasks table, and the rest is patched."""
+    import tlgeo.patching.analysis as analysis
+    import tlgeo.patching.exact as exact_mod
+
+    def not_separable(model, runs, layers):
+        raise ValueError("block 0: the attention output is not the sum of the heads' writes z W_O")
+
+    monkeypatch.setattr(analysis, "check_separable_heads", not_separable)
+    monkeypatch.setattr(exact_mod, "check_separable_heads", not_separable)
+    res = run(llama, _cfg())
+    assert set(res.effects["component"]) == {"head", "mlp"}
+    assert "head_par and head_perp not patched" in res.tasks["note"].iloc[0]
+    with pytest.raises(ValueError, match="not the sum"):  # asked for directly, they are refused
+        from tlgeo.patching.exact import exact_sweep
+        from tlgeo.patching.runs import task_runs
+        from tlgeo.patching.tasks import build_task
+
+        task = build_task("induction", llama, n=2)
+        exact_sweep(llama, task_runs(llama, task, ["head_par"], [0]), ["head_par"], layers=[0])

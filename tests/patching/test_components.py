@@ -182,3 +182,33 @@ def test_hook_names_cover_every_read(llama):
 def test_parallel_blocks_take_resid_pre_as_the_mlp_reference(neox):
     names = hook_names(neox, ["mlp_par"], [0])
     assert "blocks.0.hook_resid_pre" in names and "blocks.0.hook_resid_mid" not in names
+
+
+@pytest.mark.parametrize("comp", ["head", "head_par", "head_perp", "self", "nonself_par", "nonself_perp"])
+def test_head_deltas_are_the_one_head_deltas(setup, comp):
+    model, task, runs = setup
+    c = get_component(comp)
+    roles = c.site.read_hooks(model.cfg)
+    acts = lambda run: {"target": run.acts[f"blocks.1.{c.site.target}"],  # noqa: E731
+                        **{r: run.acts[f"blocks.1.{h}"] for r, h in roles}}
+    w = model.blocks[1].attn.W_O
+    every = c.head_deltas(acts(runs.corrupted), acts(runs.clean), pos=None, W_O=w)
+    for h in range(model.cfg.n_heads):
+        mask = torch.zeros(task.n, model.cfg.n_heads)
+        mask[:, h] = 1.0
+        one = c.delta(acts(runs.corrupted), acts(runs.clean), heads=mask, pos=None, W_O=w)
+        got = every[:, :, h] if c.quantity == "write" else every * mask[:, None, :, None]
+        torch.testing.assert_close(got, one, rtol=1e-5, atol=1e-6)
+
+
+def test_heads_that_add_up_pass_and_a_norm_after_W_O_is_caught(setup):
+    from tlgeo.patching.runs import RunCache, TaskRuns, check_separable_heads
+
+    model, task, runs = setup
+    check_separable_heads(model, runs, [1])  # Llama: attn_out = sum_h z^h W_O^h
+    acts = dict(runs.clean.acts)
+    out = acts["blocks.1.hook_attn_out"]
+    acts["blocks.1.hook_attn_out"] = out / out.norm(dim=-1, keepdim=True)  # as if normed after W_O
+    normed = TaskRuns(task, RunCache(runs.clean.tokens, acts, runs.clean.metric), runs.corrupted)
+    with pytest.raises(ValueError, match="block 1: the attention output is not the sum"):
+        check_separable_heads(model, normed, [1])

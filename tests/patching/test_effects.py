@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlgeo.patching.effects import agreement, effect, effect_ci
+from tlgeo.patching.effects import agreement, effect, effect_ci, interactions
 
 
 def test_effect_is_the_share_of_the_gap_moved():
@@ -49,3 +49,16 @@ def test_agreement_pairs_the_two_methods_cell_by_cell():
     r = got.iloc[0]
     assert r["pairs"] == 6 and r["spearman"] == pytest.approx(1.0) and 0.9 < r["pearson"] < 1
     assert r["worst_layer"] == 2 and r["max_abs_diff"] == pytest.approx(2 * 2.1 + 1 - 2.1)
+
+
+def test_interactions_are_what_the_parts_leave_of_the_whole():
+    base = dict(model="m", task="t", prompts=4, seed=0, method="exact", direction="denoise", positions="all",
+                frame="patched", layer=0, head=1)
+    rows = [dict(base, component=c, effect=e) for c, e in
+            (("head", 0.5), ("head_par", 0.1), ("head_perp", 0.3), ("self", 0.05), ("nonself", 0.45))]
+    rows.append(dict(base, component="head", effect=9.0, method="attribution"))  # another method: ignored
+    got = interactions(pd.DataFrame(rows)).set_index("split")
+    assert set(got.index) == {"head = head_par + head_perp", "head = self + nonself"}
+    assert got.loc["head = head_par + head_perp", "interaction"] == pytest.approx(0.1)
+    assert got.loc["head = self + nonself", "interaction"] == pytest.approx(0.0)
+    assert interactions(pd.DataFrame(rows), method="attribution").empty

@@ -20,6 +20,7 @@ def tiny_cfg(out):
         closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1, dirmag_probe_sentences=8, dirmag_probe_layers=2,
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
+        patching_tasks=("induction",), patching_prompts=4, patching_min_accuracy=0.0,
     ))
 
 

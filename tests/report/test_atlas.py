@@ -73,4 +73,4 @@ def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
     assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag_damage",
-                          "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf"}
+                          "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf", "patching"}

@@ -27,7 +27,7 @@ from .components import get_component
 from .config import PatchingConfig
 from .effects import effect, effect_ci
 from .exact import exact_sweep
-from .runs import TaskRuns, task_runs
+from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import TaskError, build_task, clean_accuracy
 
 __all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
@@ -112,7 +112,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         elif not gap > 0:
             reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
         task_rows.append(_task_row(label, cfg, name, **{**acc, "n": task.n}, gap=gap, patched=not reason,
-                                   reason=reason))
+                                   reason=reason, note=""))
         if progress:
             print(f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
                   f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
@@ -122,8 +122,13 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
                                     *(u[3] for u in mine if u[0] == "exact")]))
         runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)
+        refused = _refused(model, runs, comps, _layers(model, cfg))
+        if refused:
+            task_rows[-1]["note"] = refused
+            if progress:
+                print(f"  {name}: {refused}", flush=True)
         for u in mine:
-            rows = _patch(model, cfg, runs, label, u, rlog, progress)
+            rows = _patch(model, cfg, runs, label, u, rlog, progress, skip_write=bool(refused))
             effect_rows += [_effect_row(r, runs, cfg) for r in rows]
     tasks_df = pd.DataFrame(task_rows)
     effects_df = pd.DataFrame(effect_rows, columns=[*LOG_KEY, "effect", "ci_low", "ci_high", "n"])
@@ -136,14 +141,29 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     return res
 
 
+def _refused(model: Model, runs: TaskRuns, comps: list[str], layers: list[int]) -> str:
+    """Why ``head_par`` / ``head_perp`` cannot be patched on this model ("" when they can or are not asked for)."""
+    if not any(get_component(c).quantity == "write" for c in comps):
+        return ""
+    try:
+        check_separable_heads(model, runs, layers)
+    except ValueError as e:
+        return f"head_par and head_perp not patched: {e}"
+    return ""
+
+
 def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, rlog: ResultLog | None,
-           progress: bool) -> list[dict]:
-    """The log rows of one unit: read back where a previous run finished them, else computed and logged."""
+           progress: bool, skip_write: bool = False) -> list[dict]:
+    """The log rows of one unit: read back where a previous run finished them, else computed and logged
+    (``skip_write``: leave out the components of a head's residual write)."""
     method, name, direction = unit[:3]
     base = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=method, direction=direction,
                 positions=cfg.positions, frame=cfg.frame)
     layers = _layers(model, cfg) if method == "attribution" else [unit[4]]
     comps = list(cfg.components) if method == "attribution" else [unit[3]]
+    comps = [c for c in comps if not (skip_write and get_component(c).quantity == "write")]
+    if not comps:
+        return []
     expected = [(c, l, h) for c in comps for l in layers
                 for h in (range(model.cfg.n_heads) if get_component(c).scope == "head" else [-1])]
     if rlog is not None:

@@ -78,7 +78,6 @@ def attribution_sweep(
         rows = slice(start, min(start + batch_size, n))
         acts, grads = target_gradients(model, runs, names, grad_names, direction=direction, rows=rows)
         pos = None if pos_all is None else pos_all[rows]
-        b = rows.stop - rows.start
         for layer in chosen:
             for c in comps:
                 roles = c.site.read_hooks(model.cfg)
@@ -91,14 +90,10 @@ def attribution_sweep(
                 if c.scope == "layer":
                     d = c.delta(tgt, src, heads=None, pos=pos, frame=frame)
                     e = (d * g.to(d)).flatten(1).sum(1)[:, None]
-                else:
-                    cols = []
-                    for h in range(n_heads):
-                        mask = torch.zeros(b, n_heads)
-                        mask[:, h] = 1.0
-                        d = c.delta(tgt, src, heads=mask, pos=pos, frame=frame, W_O=w)
-                        cols.append((d * g.to(d)).flatten(1).sum(1))
-                    e = torch.stack(cols, 1)
+                else:  # every head's own change at once: [rows, q, heads, ...]
+                    d = c.head_deltas(tgt, src, pos=pos, frame=frame, W_O=w)
+                    g = g.to(d) if c.quantity != "write" else g.to(d).unsqueeze(-2)
+                    e = (d * g).sum(-1).sum(1)
                 est.setdefault((c.name, layer), []).append(e.float().cpu())
     out: list[Row] = []
     for layer in chosen:

@@ -40,7 +40,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from ..models import load_model
     from .analysis import ANALYSIS, PatchingResult
-    from .effects import agreement
+    from .effects import agreement, interactions
 
     set_threads(args)
     cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
@@ -67,6 +67,17 @@ def run_command(args: argparse.Namespace) -> int:
             print("\nattribution vs exact (over blocks and heads):")
             print(agree[["task", "direction", "component", "pairs", "pearson", "spearman", "max_abs_diff",
                          "worst_layer"]].to_string(index=False, float_format="{:.3f}".format))
+        inter = interactions(res.effects)
+        if len(inter):
+            path = out / "patching_interactions.csv"
+            inter.to_csv(path, index=False)
+            files.append(path)
+            big = inter.assign(size=inter["interaction"].abs()).sort_values("size", ascending=False)
+            print("\nexact effects of a split's parts vs the whole (the changes add up; effects only to first order):")
+            print(big.groupby(["task", "split"]).agg(cells=("interaction", "size"),
+                                                     mean_abs_interaction=("size", "mean"),
+                                                     max_abs_interaction=("size", "max")).to_string(
+                float_format="{:.3f}".format))
     small = cfg.prompts < 16
     if small:
         print(f"\nnote: {cfg.prompts} prompts per task: an indication only (CIs over prompts are wide)")

@@ -100,6 +100,20 @@ class Component:
         return _masked(d, heads, pos)
 
 
+    def head_deltas(self, target: Acts, source: Acts, *, pos: Tensor | None, frame: str = "patched",
+                    W_O: Tensor | None = None) -> Tensor:
+        """Each head's own change, ``[rows, q, n_heads, ...]``: ``delta`` with only head ``h`` patched is
+        this tensor's head ``h`` (in z space, or as a write into the residual for ``head_par`` /
+        ``head_perp``), all heads in one call."""
+        if self.scope != "head":
+            raise ValueError(f"{self.name!r} is one per block: it has no per-head changes")
+        if self.quantity != "write":
+            return self.delta(target, source, heads=None, pos=pos, frame=frame)
+        own = target if frame == "patched" else source
+        dz = _masked(source["z"].to(target["z"].device) - target["z"], None, pos)
+        return project_part(head_writes(dz, W_O), own["ref"].to(dz.device).unsqueeze(-2), self.part)
+
+
 def _masked(d: Float[Tensor, "rows q head d"], heads: Tensor | None, pos: Tensor | None) -> Tensor:
     if heads is not None:
         d = d * heads.to(d)[:, None, :, None]

@@ -17,7 +17,7 @@ from scipy import stats
 
 from ..stats.resampling import ratio_ci
 
-__all__ = ["effect", "effect_ci", "agreement"]
+__all__ = ["effect", "effect_ci", "agreement", "interactions", "SPLITS"]
 
 
 def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
@@ -68,3 +68,29 @@ def agreement(effects: pd.DataFrame) -> pd.DataFrame:
                      "worst_head": int(worst["head"])})
     return pd.DataFrame(rows, columns=[*key, "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer",
                                        "worst_head"])
+
+
+SPLITS = (("head", ("head_par", "head_perp")), ("head", ("self", "nonself")),
+          ("nonself", ("nonself_par", "nonself_perp")), ("mlp", ("mlp_par", "mlp_perp")))
+
+
+def interactions(effects: pd.DataFrame, method: str = "exact") -> pd.DataFrame:
+    """How far the effects of a split's parts fall short of the whole's: per split (``head`` into
+    ``head_par`` + ``head_perp``, ``head`` into ``self`` + ``nonself``, ``nonself`` into its parts,
+    ``mlp`` into its parts), layer and head, ``whole``, ``parts_sum`` and ``interaction = whole -
+    parts_sum``. The changes add up exactly; their effects only to first order (0 for attribution)."""
+    key = ["model", "task", "prompts", "seed", "direction", "positions", "frame", "layer", "head"]
+    df = effects[effects["method"] == method]
+    by = df.set_index([*key, "component"])["effect"].unstack("component")
+    rows = []
+    for whole, parts in SPLITS:
+        if not {whole, *parts} <= set(by.columns):
+            continue
+        d = by[[whole, *parts]].dropna()
+        if d.empty:
+            continue
+        part = d[list(parts)].sum(1)
+        rows.append(pd.DataFrame({"split": f"{whole} = {' + '.join(parts)}", "whole": d[whole], "parts_sum": part,
+                                  "interaction": d[whole] - part}).reset_index())
+    cols = [*key, "split", "whole", "parts_sum", "interaction"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

@@ -1,0 +1,117 @@
+"""The patching step of ``tlgeo atlas``.
+
+``patching``: IOI on a few prompts; attribution patching of the whole head, its write along and
+orthogonal to the residual and the MLP, exact patching of the whole head at every block (which
+also checks the attribution), denoising at all positions. ``tlgeo patching`` runs every
+component exactly, more tasks and noising.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
+from .analysis import run
+from .config import PatchingConfig
+from .effects import agreement
+
+__all__ = ["FAMILY", "PatchingBudgets", "headline"]
+
+FAMILY = "patching"
+SMALL = 16  # prompts below which an effect is an indication only
+
+PatchingBudgets = atlas_budgets(PatchingConfig, "patching_", ("tasks", "prompts", "components", "exact_components",
+                                                            "min_accuracy"))
+
+
+def _top(effects: pd.DataFrame, task: str, component: str, method: str) -> pd.Series | None:
+    d = effects[(effects["task"] == task) & (effects["component"] == component) & (effects["method"] == method)]
+    return None if d.empty else d.loc[d["effect"].abs().idxmax()]
+
+
+def _cell(effects: pd.DataFrame, row: pd.Series, component: str) -> float | None:
+    d = effects[(effects["task"] == row["task"]) & (effects["component"] == component) &
+                (effects["layer"] == row["layer"]) & (effects["head"] == row["head"]) &
+                (effects["method"] == "attribution")]
+    return None if d.empty else float(d["effect"].iloc[0])
+
+
+def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
+    """Per patched task: the head with the largest effect, and how its attribution splits between the
+    parts of its write along and orthogonal to the residual."""
+    tasks_csv, effects_csv = Path(out) / "patching_tasks.csv", Path(out) / "patching_effects.csv"
+    if not (tasks_csv.exists() and effects_csv.exists()):
+        return Headline()
+    tasks, effects = pd.read_csv(tasks_csv), pd.read_csv(effects_csv)
+    sentences, warnings = [], []
+    for _, t in tasks.iterrows():
+        if not t["patched"]:
+            sentences.append(f"Patching: {t['task']} not patched ({t['reason']}).")
+            continue
+        method = "exact" if ((effects["task"] == t["task"]) & (effects["method"] == "exact")).any() else "attribution"
+        top = _top(effects, t["task"], "head", method)
+        if top is None:
+            continue
+        par, perp = _cell(effects, top, "head_par"), _cell(effects, top, "head_perp")
+        split = "" if par is None or perp is None else (
+            f"; by attribution, its write along the residual it updates carries {par:.2f} and the part "
+            f"orthogonal to it {perp:.2f}")
+        sentences.append(
+            f"Patching ({t['task']}, clean accuracy {t['accuracy']:.2f}): head L{int(top['layer'])}H{int(top['head'])} "
+            f"restores {top['effect']:.2f} of the clean - corrupted gap ({method}, CI {top['ci_low']:.2f} to "
+            f"{top['ci_high']:.2f}){split}.")
+        if int(t["n"]) < SMALL:
+            warnings.append(f"Patching: {int(t['n'])} {t['task']} prompts: indication only.")
+    return Headline(sentences, warnings)
+
+
+register_family(FAMILY, PatchingBudgets, headline=headline)
+
+
+@register_step("patching", FAMILY, ("patching_tasks", "patching_effects"),
+               "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
+def _step_patching(ctx: StepContext) -> None:
+    from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view
+    from .tasks import build_task
+
+    b = ctx.budget
+    cfg = b.config()
+    tasks, effects = ctx.cached_tables(("patching_tasks", "patching_effects"), lambda: (
+        lambda r: (r.tasks, r.effects))(run(ctx.model, cfg, log=ctx.out / "logs", progress=True)))
+    small = " Indication only at this budget." if cfg.prompts < SMALL else ""
+    ctx.report.section(
+        "11. Geometry-resolved activation patching",
+        f"Clean and corrupted prompts of {', '.join(cfg.tasks)} ({cfg.prompts} per task; IOI: the corrupted prompt "
+        "names three other people, so neither answer is favoured). Each component of each head and MLP is copied "
+        "from the clean run into the corrupted one (denoising, all positions); its effect is the share of the "
+        "clean - corrupted metric gap it restores. head_par / head_perp: the part of the head's write along / "
+        "orthogonal to the residual it writes into, taken against the patched run's residual. Attribution "
+        "patching estimates every component to first order from one forward and backward; exact patching of "
+        f"{', '.join(cfg.exact_set())} checks it." + small)
+    ctx.report.table(tasks, "Does the model do the task? accuracy: share of clean prompts with the right answer "
+                            "ahead (metric > 0); a task below min_accuracy is not patched.")
+    if effects.empty:
+        return
+    for task in effects["task"].unique():
+        methods = set(effects.loc[effects["task"] == task, "method"])
+        ctx.report.figure(plot_effects(effects, task, method="attribution"),
+                          f"{task}: attribution effects per layer and head, one panel per component; right: the MLP "
+                          "per layer (band: bootstrap CI over prompts).")
+        if "exact" in methods:
+            ctx.report.figure(plot_attribution_vs_exact(effects, task),
+                              f"{task}: attribution (y) against exact (x) effect per layer and head; points off the "
+                              "diagonal are where the linear approximation fails.")
+            agree = agreement(effects[effects["task"] == task])
+            ctx.report.table(agree[["component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer",
+                                    "worst_head"]], f"{task}: attribution vs exact patching over every layer and head.")
+        top = effects[(effects["task"] == task) & (effects["head"] >= 0)]
+        top = top.assign(size=top["effect"].abs()).nlargest(8, "size").drop(columns="size")
+        ctx.report.table(top[["method", "component", "layer", "head", "effect", "ci_low", "ci_high"]],
+                         f"{task}: the largest head effects.")
+        method = "exact" if "exact" in methods else "attribution"
+        ctx.report.circuitsvis(top_heads_view(ctx.model, build_task(task, ctx.model, n=cfg.prompts, seed=cfg.seed),
+                                              effects, method=method),
+                               f"{task}: clean attention of the heads with the largest {method} effect (whole head), "
+                               "on the first prompt; each named with its effect.")

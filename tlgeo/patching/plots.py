@@ -1,0 +1,160 @@
+"""Figures of the patching analysis, in :mod:`tlgeo.plotting`'s style.
+
+* :func:`plot_effects`: one layer x head heatmap per head component (one colour scale for all,
+  diverging at 0) and the MLP components per layer beside them.
+* :func:`plot_attribution_vs_exact`: attribution against exact effects, one panel per
+  component, points coloured by layer (where the linear approximation fails shows as the
+  early layers leaving the diagonal).
+* :func:`top_heads_view`: circuitsvis ``attention_heads`` of the heads with the largest
+  effects on one clean prompt, each named with its effect.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
+
+__all__ = ["plot_effects", "plot_attribution_vs_exact", "top_heads_view"]
+
+
+def _select(effects: pd.DataFrame, **match) -> pd.DataFrame:
+    df = effects
+    for k, v in match.items():
+        if v is None:
+            continue
+        if k not in df.columns:
+            raise ValueError(f"effects have no column {k!r}")
+        df = df[df[k] == v]
+    if df.empty:
+        raise ValueError(f"no effects for {match}; the table has tasks {sorted(effects['task'].unique())}, "
+                         f"methods {sorted(effects['method'].unique())}, directions "
+                         f"{sorted(effects['direction'].unique())}")
+    return df
+
+
+def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", direction: str = "denoise",
+                 components: Sequence[str] | None = None, model: str | None = None):
+    """Heatmaps of the effects of ``task`` (layer x head, one panel per head component) and one panel of
+    the MLP components per layer. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    from ..plotting import WIDTH, integer_ticks, legend_outside, site_color, style
+
+    df = _select(effects, task=task, method=method, direction=direction, model=model)
+    have = [c for c in COMPONENTS if c in set(df["component"])]
+    comps = [c for c in (components or have) if c in have]
+    heads = [c for c in comps if c in HEAD_COMPONENTS]
+    layer = [c for c in comps if c in LAYER_COMPONENTS]
+    panels = len(heads) + (1 if layer else 0)
+    if not panels:
+        raise ValueError(f"none of the components {list(components or [])} has effects; have {have}")
+    cols = min(panels, 4)
+    rows = -(-panels // cols)
+    n_layers = int(df["layer"].max()) + 1
+    height = rows * min(max(0.12 * n_layers + 1.4, 2.6), 6.0)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, height), squeeze=False, layout="constrained")
+    axes = axes.ravel()
+    vals = df[df["component"].isin(heads)]["effect"].to_numpy(dtype=float)
+    lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0
+    norm = TwoSlopeNorm(0.0, -(lim or 1.0), lim or 1.0)
+    im = None
+    for ax, comp in zip(axes, heads):
+        grid = df[df["component"] == comp].pivot(index="layer", columns="head", values="effect")
+        im = ax.imshow(grid.to_numpy(dtype=float), cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest",
+                       extent=(-0.5, grid.shape[1] - 0.5, grid.index.max() + 0.5, grid.index.min() - 0.5))
+        ax.set_title(comp)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        integer_ticks(ax.xaxis, ax.yaxis)
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[: len(heads)]), label="effect (share of the gap)", shrink=0.8)
+    if layer:
+        ax = axes[len(heads)]
+        for comp in layer:
+            d = df[df["component"] == comp].sort_values("layer")
+            ax.plot(d["effect"], d["layer"], marker="o", ms=3, label=comp,
+                    color=site_color("mlp") if comp == "mlp" else None)
+            if {"ci_low", "ci_high"} <= set(d.columns):
+                ax.fill_betweenx(d["layer"], d["ci_low"], d["ci_high"], alpha=0.15)
+        ax.axvline(0, color="0.6", lw=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("effect")
+        ax.set_ylabel("layer")
+        ax.set_title("MLP")
+        integer_ticks(ax.yaxis)
+        legend_outside(fig, title="MLP")
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    fig.suptitle(f"{task}: {method} patching, {direction}")
+    style(fig)
+    return fig
+
+
+def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: str = "denoise",
+                              components: Sequence[str] | None = None, model: str | None = None):
+    """Attribution (y) against exact (x) effects per (layer, head), one panel per component present in
+    both methods, coloured by layer, with the diagonal. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import WIDTH, style
+
+    df = _select(effects, task=task, direction=direction, model=model)
+    key = ["component", "layer", "head"]
+    ex = df[df["method"] == "exact"].set_index(key)["effect"]
+    at = df[df["method"] == "attribution"].set_index(key)["effect"]
+    both = pd.concat({"exact": ex, "attribution": at}, axis=1, join="inner").dropna().reset_index()
+    if both.empty:
+        raise ValueError(f"{task} ({direction}): no component has both exact and attribution effects")
+    comps = [c for c in (components or COMPONENTS) if c in set(both["component"])]
+    cols = min(len(comps), 4)
+    rows = -(-len(comps) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.6 * rows + 0.6), squeeze=False, layout="constrained")
+    axes = axes.ravel()
+    n_layers = int(both["layer"].max()) + 1
+    sc = None
+    for ax, comp in zip(axes, comps):
+        d = both[both["component"] == comp]
+        sc = ax.scatter(d["exact"], d["attribution"], c=d["layer"], cmap="viridis", vmin=0, vmax=max(n_layers - 1, 1),
+                        s=12)
+        lo = float(min(d["exact"].min(), d["attribution"].min()))
+        hi = float(max(d["exact"].max(), d["attribution"].max()))
+        ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--")
+        r = np.corrcoef(d["exact"], d["attribution"])[0, 1] if len(d) > 2 else float("nan")
+        ax.set_title(f"{comp} (r = {r:.2f})")
+        ax.set_xlabel("exact")
+        ax.set_ylabel("attribution")
+    for ax in axes[len(comps):]:
+        ax.set_visible(False)
+    if sc is not None:
+        fig.colorbar(sc, ax=list(axes[: len(comps)]), label="layer", shrink=0.8)
+    fig.suptitle(f"{task}: attribution vs exact patching, {direction}")
+    style(fig)
+    return fig
+
+
+def top_heads_view(model, task, effects: pd.DataFrame, *, component: str = "head", method: str = "exact",
+                   direction: str = "denoise", k: int = 4, prompt: int = 0):
+    """circuitsvis ``attention_heads``: the clean attention pattern of the ``k`` heads with the largest
+    ``|effect|`` of ``component`` on prompt ``prompt`` of ``task`` (a :class:`~.tasks.Task`), each
+    named ``L<layer>H<head> <effect>``."""
+    import circuitsvis as cv
+    import torch
+
+    from ..models import input_device
+
+    df = _select(effects, task=task.name, method=method, direction=direction, component=component)
+    df = df[df["head"] >= 0]
+    top = df.assign(size=df["effect"].abs()).nlargest(k, "size")
+    names = [f"blocks.{int(l)}.attn.hook_pattern" for l in top["layer"]]
+    tokens = task.clean[prompt: prompt + 1]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens.to(input_device(model)), names_filter=lambda n: n in set(names))
+    pats = torch.stack([cache[n][0, int(h)].float().cpu() for n, h in zip(names, top["head"])])
+    labels = [f"L{int(l)}H{int(h)} {e:+.2f}" for l, h, e in zip(top["layer"], top["head"], top["effect"])]
+    return cv.attention.attention_heads(attention=pats, tokens=model.to_str_tokens(tokens[0]),
+                                        attention_head_names=labels)
