@@ -307,3 +307,21 @@ def test_a_constant_metric_is_refused():
     toks = torch.tensor([[1, 2, 3], [1, 2, 4]])
     with pytest.raises(ValueError, match=r"row\(s\) \[1\] have the same correct and wrong ids"):
         Task("t", toks, toks.flip(1), correct=torch.tensor([[5, -1], [6, 7]]), wrong=torch.tensor([[6, -1], [7, 6]]))
+
+
+@pytest.mark.real
+def test_a_task_from_texts_checks_lengths_and_single_token_answers(smollm2):
+    from tlgeo.patching.tasks import TaskError, task_from_texts
+
+    t = task_from_texts(smollm2, "capitals", ["The Eiffel Tower is in the city of", "The Colosseum is in the city of"],
+                        ["The Colosseum is in the city of", "The Eiffel Tower is in the city of"],
+                        [" Paris", " Rome"], [" Rome", " Paris"])
+    assert t.clean.shape == t.corrupted.shape and t.clean[0, 0] == smollm2.tokenizer.bos_token_id
+    assert smollm2.tokenizer.decode(t.correct[0]) == " Paris" and smollm2.tokenizer.decode(t.wrong[1]) == " Paris"
+    with pytest.raises(TaskError, match=r"answer . cerulean. of prompt 0 is 3 tokens"):
+        task_from_texts(smollm2, "x", ["The sky is"], ["The sea is"], [" cerulean"], [" red"])
+    with pytest.raises(TaskError, match="aligned positions"):
+        task_from_texts(smollm2, "x", ["The sky is"], ["The big blue sea is"], [" blue"], [" red"])
+    with pytest.raises(TaskError, match="one token length"):
+        task_from_texts(smollm2, "x", ["The sky is", "The big blue sea is"], ["The sea is", "The big blue sky is"],
+                        [" blue", " blue"], [" red", " red"])

@@ -37,7 +37,7 @@ __all__ = [
     "METRICS", "TaskError", "Task", "logit_diff", "prob_diff", "logprob",
     "IOI_TEMPLATES", "NAMES", "PLACES", "OBJECTS", "ONE_PREFIX", "YEAR_NOUNS", "CENTURIES",
     "ioi_task", "agreement_task", "greater_than_task", "induction_task",
-    "TASKS", "build_task", "clean_accuracy",
+    "task_from_texts", "TASKS", "build_task", "clean_accuracy",
 ]
 
 
@@ -624,6 +624,50 @@ def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, 
         correct=torch.tensor(correct), wrong=torch.full((n, 1), -1, dtype=torch.long), metric="logprob",
         description=f"induction on {length} repeated random tokens: log P(r_L); corrupted first half fresh",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# a task of your own, from texts
+
+
+def task_from_texts(model, name: str, clean: Sequence[str], corrupted: Sequence[str], correct: Sequence[str],
+                    wrong: Sequence[str] = (), *, metric: str = "logit_diff") -> Task:
+    """A task from text prompts and single-token answers, on ``model``'s tokenizer (BOS first when the
+    model prepends one). ``correct[i]`` / ``wrong[i]``: the answer of prompt ``i``'s clean behaviour and
+    the competing one (leading space included, e.g. ``" Paris"``); ``wrong`` may be empty for
+    ``"logprob"``. A clean and a corrupted prompt of different token lengths, or an answer that is not
+    one token, is a :class:`TaskError` naming it."""
+    tok = model.tokenizer
+    n = len(clean)
+    for what, seq in (("corrupted", corrupted), ("correct", correct)) + ((("wrong", wrong),) if wrong else ()):
+        if len(seq) != n:
+            raise ValueError(f"task {name!r}: {len(seq)} {what} entries for {n} clean prompts")
+    bos = [tok.bos_token_id] if model.cfg.default_prepend_bos and tok.bos_token_id is not None else []
+    rows = []
+    for i, (a, b) in enumerate(zip(clean, corrupted)):
+        x, y = bos + _encode(tok, a), bos + _encode(tok, b)
+        if len(x) != len(y):
+            raise TaskError(f"task {name!r}: prompt {i} has {len(x)} tokens clean ({a!r}) and {len(y)} corrupted "
+                            f"({b!r}); patching needs aligned positions")
+        rows.append((x, y))
+    lengths = sorted({len(x) for x, _ in rows})
+    if len(lengths) > 1:
+        raise TaskError(f"task {name!r}: prompts of {lengths} tokens; give prompts of one token length "
+                        f"(or build one task per length)")
+
+    def one(text: str, what: str, i: int) -> int:
+        ids = _encode(tok, text)
+        if len(ids) != 1:
+            raise TaskError(f"task {name!r}: the {what} answer {text!r} of prompt {i} is {len(ids)} tokens "
+                            f"{[_decode(tok, [t]) for t in ids]}, not one")
+        return ids[0]
+
+    right = torch.tensor([[one(t, "correct", i)] for i, t in enumerate(correct)])
+    other = (torch.tensor([[one(t, "wrong", i)] for i, t in enumerate(wrong)]) if wrong
+             else torch.full((n, 1), -1, dtype=torch.long))
+    return Task(name, torch.tensor([x for x, _ in rows]), torch.tensor([y for _, y in rows]), right, other,
+                metric=metric, prompts=tuple(clean), corrupted_prompts=tuple(corrupted),
+                d_vocab=int(model.cfg.d_vocab))
 
 
 # ---------------------------------------------------------------------------------------------
