@@ -92,3 +92,18 @@ def test_a_model_whose_heads_do_not_add_up_skips_their_write_parts(llama, monkey
 
         task = build_task("induction", llama, n=2)
         exact_sweep(llama, task_runs(llama, task, ["head_par"], [0]), ["head_par"], layers=[0])
+
+
+def test_the_plan_counts_the_exact_sweep_by_resumed_blocks():
+    from tlgeo.patching.analysis import PROMPT_TOKENS, plan
+    from tlgeo.planner import model_shape
+
+    shape = model_shape("tiny:llama")
+    full = {w.step: w for w in plan(shape, PatchingConfig(tasks=("ioi",), prompts=8, components=("head", "mlp")))}
+    late = {w.step: w for w in plan(shape, PatchingConfig(tasks=("ioi",), prompts=8, components=("head", "mlp"),
+                                                         layers=(shape.n_layers - 1,)))}
+    n, L = shape.n_layers, PROMPT_TOKENS["ioi"]
+    per_block = (shape.n_heads + 1) * 8 * L  # one copy of the prompts per head, and one for the MLP
+    assert full["ioi: exact"].tokens == int(per_block * sum((n - l) / n for l in range(n)))
+    assert abs(late["ioi: exact"].tokens - per_block / n) <= 1  # the last block alone: 1/n of a forward
+    assert full["ioi: attribution"].tokens == 3 * 8 * L and full["ioi: clean + corrupted"].kept_bytes > 0

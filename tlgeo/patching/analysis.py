@@ -194,8 +194,39 @@ def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
     return {**{k: row[k] for k in LOG_KEY}, "effect": e, "ci_low": lo, "ci_high": hi, "n": len(row["patched"])}
 
 
+# prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)
+PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20}
+ATTRIBUTION_PASSES = 3.0  # forward + backward of the target run, in forwards
+
+
+def plan(shape, cfg: PatchingConfig) -> list:
+    """Per task: the clean and corrupted runs, attribution (forward + backward), and the exact sweep as
+    the forward tokens it runs (resumed blocks only: a forward from block ``l`` costs ``(n - l) / n``)."""
+    from ..planner import Work
+
+    n = shape.n_layers
+    layers = list(cfg.layers) if cfg.layers is not None else list(range(n))
+    resumed = sum((n - l) / n for l in layers)  # full forwards' worth, one copy of the prompts per block
+    out = []
+    for task in cfg.tasks:
+        L = PROMPT_TOKENS[task]
+        prompts = cfg.prompts * L
+        per_token = n * (4 * shape.d_model + (shape.n_heads + shape.n_kv_heads) * shape.d_head + shape.n_heads * L)
+        kept = 2 * prompts * per_token * 4  # both runs' cached activations, float32
+        out.append(Work(f"{task}: clean + corrupted", 2 * prompts, L, cfg.batch_size, kept_bytes=kept,
+                        note="cached activations"))
+        if "attribution" in cfg.methods:
+            out.append(Work(f"{task}: attribution", int(ATTRIBUTION_PASSES * prompts), L, cfg.batch_size,
+                            kept_bytes=kept, note=f"{len(cfg.components)} components, forward + backward"))
+        if "exact" in cfg.methods:
+            reps = sum(shape.n_heads if get_component(c).scope == "head" else 1 for c in cfg.exact_set())
+            out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, max(1, cfg.max_rows // cfg.prompts),
+                            kept_bytes=kept, note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed"))
+    return [w for w in out for _ in cfg.directions]
+
+
 ANALYSIS = register_analysis(Analysis(
     "patching", PatchingConfig, run, PatchingResult, units,
     "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
     tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50),
-    cost=unit_cost))
+    cost=unit_cost, plan=plan))
