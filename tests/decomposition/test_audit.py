@@ -78,7 +78,7 @@ def test_audit_all_compares_each_layer_with_its_own_unedited_output(llama, token
 def test_audit_noop_and_overall(llama, tokens):
     df = post_wo_audit(llama, tokens, s_par=1.0, mode="all")
     assert (df["perturbation_mean"] == 0).all() and (df["retained_mean"] == 1).all()
-    df = post_wo_audit(llama, tokens, sites=["attn", "value_full"], mode="all")
+    df = post_wo_audit(llama, tokens, sites=["attn", "value_full"], mode="all", skip_first=0)
     ov = audit_overall(df).set_index("site")
     for site, g in df.groupby("site"):
         # same token count per layer: token-weighted overall == mean of per-layer means

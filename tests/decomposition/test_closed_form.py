@@ -119,7 +119,7 @@ def test_residual_delta_matches_along_z_and_exact_when_parallel():
 def test_closed_form_check_value_variants_exact(tiny, tokens):
     """Closed-form pattern edit == value-space edit: z, attn_out and logits (all layers, GQA)."""
     for s_par in (0.0,):  # other s_par: the pure test above
-        res = closed_form_check(tiny, tokens, s_par, variants=("value_full", "value_excl_self"))
+        res = closed_form_check(tiny, tokens, s_par, variants=("value_full", "value_excl_self"), skip_first=0)
         assert set(res.errors["quantity"]) == {"z", "attn_out", "logits"}
         assert (res.errors["rel_err"] < TIGHT).all(), res.summary()
         assert (res.errors["max_abs_err"] < TIGHT * res.errors["ref_max_abs"].clip(lower=1)).all()

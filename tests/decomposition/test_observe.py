@@ -44,7 +44,7 @@ def test_profile_with_edit_active(llama, tokens):
     """Under s_par = 0 at the attention site the observed attention update has no parallel part."""
     from tlgeo.hooks.edits import edit_hooks
 
-    df = parallel_profile(llama, tokens, sites=["attn"], fwd_hooks=edit_hooks(llama, "attn", 0.0))
+    df = parallel_profile(llama, tokens, sites=["attn"], fwd_hooks=edit_hooks(llama, "attn", 0.0, skip_first=0))
     assert df["parallel_ratio"].abs().max() < 1e-3
 
 

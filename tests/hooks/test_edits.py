@@ -114,7 +114,7 @@ def test_parallel_block_mlp_reads_resid_pre(neox, tokens):
     assert neox.cfg.parallel_attn_mlp
     seen = {}
     hooks = [("blocks.0.hook_resid_pre", recorder(seen, "pre"))]
-    hooks += edit_hooks(neox, "mlp", 0.0, layers=0) + [("blocks.0.hook_mlp_out", recorder(seen, "y"))]
+    hooks += edit_hooks(neox, "mlp", 0.0, layers=0, skip_first=0) + [("blocks.0.hook_mlp_out", recorder(seen, "y"))]
     logits(neox, tokens, hooks)
     cos = torch.nn.functional.cosine_similarity(seen["y"], seen["pre"], dim=-1)
     assert cos.abs().max() < 1e-4
@@ -150,7 +150,7 @@ def test_diag_head_selection(llama, tokens):
     name = "blocks.0.attn.hook_pattern"
     clean = clean_cache(llama, tokens, [name])[name]
     seen = {}
-    logits(llama, tokens, edit_hooks(llama, "diag", 0.0, layers=0, heads=[3]) + [(name, recorder(seen, "A"))])
+    logits(llama, tokens, edit_hooks(llama, "diag", 0.0, layers=0, skip_first=0, heads=[3]) + [(name, recorder(seen, "A"))])
     assert torch.equal(seen["A"][:, :3], clean[:, :3])
     assert torch.all(torch.diagonal(seen["A"][:, 3], dim1=-2, dim2=-1)[..., 1:] == 0)
 
@@ -281,5 +281,17 @@ def test_tensor_scale_per_head_site(llama, tokens):
 
 def test_an_edit_reads_as_what_it_does():
     e = Edit("value_excl_self", s_par=0.0, layers=(1, 2))
-    assert repr(e) == ("Edit(site=Site('value_excl_self'), s_par=0.0, s_perp=1.0, layers=(1, 2), skip_first=0, "
+    assert repr(e) == ("Edit(site=Site('value_excl_self'), s_par=0.0, s_perp=1.0, layers=(1, 2), skip_first=1, "
                        "heads=None)")
+
+
+def test_block_0_is_left_alone_unless_asked(llama, tokens):
+    """One default, API and command line: Edit leaves block 0 alone (skip_first=1), as `tlgeo ppl` does."""
+    from tlgeo.decomposition.config import PplConfig
+
+    assert Edit("attn", s_par=0.0).skip_first == PplConfig(site="attn").skip_first == 1
+    hooks = Edit("attn", s_par=0.0).hooks(llama)
+    assert not any(name.startswith("blocks.0.") for name, _ in hooks)
+    assert {n.split(".")[1] for n, _ in Edit("attn", s_par=0.0, skip_first=0).hooks(llama)} >= {"0"}
+    with pytest.raises(ValueError, match="give skip_first=0"):
+        Edit("attn", s_par=0.0, layers=0).hooks(llama)

@@ -7,7 +7,7 @@ from tlgeo.hooks.resume import resume_forward
 
 @pytest.mark.parametrize("layer", [0, 1, 2])
 def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
-    e = Edit("value_excl_self", s_par=0.3, s_perp=0.6, layers=layer)
+    e = Edit("value_excl_self", s_par=0.3, s_perp=0.6, layers=layer, skip_first=0)
     with torch.inference_mode():
         full = tiny.run_with_hooks(tokens, fwd_hooks=e.hooks(tiny))
         clean, cache = tiny.run_with_cache(tokens, names_filter=f"blocks.{layer}.hook_resid_pre")
@@ -30,7 +30,7 @@ def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
         torch.testing.assert_close(tiny(tokens), clean, rtol=0, atol=0)
     if layer > 0:
         with pytest.raises(ValueError, match="before block"):
-            resume_forward(tiny, resid, layer, Edit("attn", s_par=0, layers=0).hooks(tiny))
+            resume_forward(tiny, resid, layer, Edit("attn", s_par=0, layers=0, skip_first=0).hooks(tiny))
 
 
 def test_resume_forward_stops_before_a_later_block(tiny, tokens):

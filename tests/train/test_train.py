@@ -52,7 +52,7 @@ def test_training_forward_is_the_analysis_edit(bridges, toks, arch, variant):
     lm = SuppressedLM(bridge, Suppression(variant, bridge.cfg))
     with torch.no_grad():
         trained = lm.logits(toks)
-        analysis = bridge.run_with_hooks(toks, fwd_hooks=Edit(FIXED[variant], s_par=0.0).hooks(bridge))
+        analysis = bridge.run_with_hooks(toks, fwd_hooks=Edit(FIXED[variant], s_par=0.0, skip_first=0).hooks(bridge))
         plain = bridge(toks)
     assert torch.equal(trained, analysis)  # same code, bit for bit
     assert (trained - plain).abs().max() > 1e-4  # and it does change the forward
@@ -64,10 +64,10 @@ def test_gate_matches_fixed_edits_and_learns(bridges, toks, arch):
     sup = Suppression("gate", bridge.cfg)
     lm = SuppressedLM(bridge, sup)
     with torch.no_grad():  # w = 0, b = 0: g = 0.5 everywhere, i.e. s_par = 0.5
-        half = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.5).hooks(bridge))
+        half = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.5, skip_first=0).hooks(bridge))
         assert torch.allclose(lm.logits(toks), half, atol=1e-5)
         sup.gate_b.fill_(40.0)  # g -> 1: full removal
-        full = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0).hooks(bridge))
+        full = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0, skip_first=0).hooks(bridge))
         assert torch.allclose(lm.logits(toks), full, atol=1e-5)
         sup.gate_b.zero_()
     loss = lm(toks)
@@ -129,7 +129,7 @@ def test_exported_model_boots_and_reproduces_training_forward(tmp_path, toks):
     lm.load_state_dict(ck["model"])
     with torch.no_grad():
         want = lm.logits(toks)
-        got = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0).hooks(bridge))
+        got = bridge.run_with_hooks(toks, fwd_hooks=Edit("value_full", s_par=0.0, skip_first=0).hooks(bridge))
     assert torch.allclose(got, want, atol=1e-5)
 
 

@@ -43,7 +43,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
@@ -147,7 +147,7 @@ def post_wo_audit(
     s_perp: Scale = 1.0,
     mode: str = "each",
     layers: int | Iterable[int] | None = None,
-    skip_first: int = 0,
+    skip_first: int = SKIP_FIRST,
     skip_first_pos: bool = True,
     batch_size: int = 8,
     log_path: str | os.PathLike | None = None,
@@ -192,7 +192,7 @@ def post_wo_audit(
         if all(r is not None for r in stored):
             rows += stored
             continue
-        edit = Edit(site, s_par=s_par, s_perp=s_perp, layers=tuple(group))
+        edit = Edit(site, s_par=s_par, s_perp=s_perp, layers=tuple(group), skip_first=0)
         totals = {l: dict.fromkeys(_SUMS, 0.0) for l in group}
         for start in range(0, tokens.shape[0], batch_size):
             out: dict[int, dict] = {}

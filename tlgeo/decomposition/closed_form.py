@@ -61,7 +61,7 @@ from torch import Tensor
 from ..geometry.parallel import EPS, Scale, check_scale, compute_dtype
 from ..geometry.value_space import expand_kv, self_weights
 from ..hooks.adapter import HookList, resolve_layers, site_hooks
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..hooks.sites import Site
 from ..models import Model
 from .observe import check_tokens
@@ -269,7 +269,7 @@ def closed_form_hooks(
     s_par: SPar,
     *,
     layers: int | Iterable[int] | None = None,
-    skip_first: int = 0,
+    skip_first: int = SKIP_FIRST,
     record: list | None = None,
     eps: float = EPS,
 ) -> HookList:
@@ -400,7 +400,7 @@ def closed_form_check(
     *,
     variants: Iterable[str] = VARIANTS,
     layers: int | Iterable[int] | None = None,
-    skip_first: int = 0,
+    skip_first: int = SKIP_FIRST,
     eps: float = EPS,
     progress: bool = False,
 ) -> ClosedFormResult:
@@ -430,8 +430,8 @@ def closed_form_check(
         ref_store: dict = {}
         cf_store: dict = {}
         records: list = []
-        edit_hooks = Edit(variant, s_par=scale.value, layers=tuple(chosen)).hooks(model)
-        cf_hooks = closed_form_hooks(model, variant, scale, layers=chosen, record=records, eps=eps)
+        edit_hooks = Edit(variant, s_par=scale.value, layers=tuple(chosen), skip_first=0).hooks(model)
+        cf_hooks = closed_form_hooks(model, variant, scale, layers=chosen, skip_first=0, record=records, eps=eps)
         with torch.inference_mode():
             ref_logits = model.run_with_hooks(tokens, fwd_hooks=edit_hooks + _capture_hooks(chosen, ref_store))
             cf_logits = model.run_with_hooks(tokens, fwd_hooks=cf_hooks + _capture_hooks(chosen, cf_store))

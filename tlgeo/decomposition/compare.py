@@ -8,7 +8,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
 from ..models import Model
@@ -20,7 +20,7 @@ __all__ = ["compare_edits", "removal_edits"]
 KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "heads", "context", "max_tokens", "text_sha1")
 
 
-def removal_edits(sites: Iterable[str], skip_first: int = 0) -> list[Edit]:
+def removal_edits(sites: Iterable[str], skip_first: int = SKIP_FIRST) -> list[Edit]:
     """For each site: remove the parallel part, then (decomposition sites) the perpendicular."""
     from ..hooks.sites import get_site
 

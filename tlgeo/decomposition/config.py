@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..analysis import Config, param
 from ..cliargs import TOKENS
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..models import Model
 from ..hooks.sites import DECOMPOSITION_SITES, SITES, UnknownSiteError, get_site
 from .compare import removal_edits
@@ -86,7 +86,7 @@ class DecompositionConfig(CorpusConfig):
     profile_tokens: int = param(1024, "tokens profiled", atlas=512,
                                 cost="~0.006 s per token (SmolLM2-135M, 2-core CPU; 3 s at 512)")
     profile_seq_len: int = param(256, "tokens per profiled window")
-    skip_first: int = param(1, SKIP_FIRST_HELP, min=0)
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
     sites: tuple[str, ...] = param(tuple(SITES), "sites whose parallel part, and (decomposition sites) "
                                                  "perpendicular part, is removed; the decomposition sites among "
                                                  "them are profiled", item=str)
@@ -138,7 +138,7 @@ class PplConfig(CorpusConfig):
     s_par: float = param(1.0, "scale of the parallel part (0 removes it)")
     s_perp: float = param(1.0, "scale of the perpendicular part (0 removes it)")
     layers: tuple[int, ...] | None = param(None, "blocks to edit, e.g. 3,5,10-12 (default: all)", indices=True)
-    skip_first: int = param(1, SKIP_FIRST_HELP, min=0)
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
     heads: tuple[int, ...] | None = param(None, "query heads, e.g. 0,2 (per-head sites only; default: all)",
                                           indices=True)
     context: int = param(512, "tokens per perplexity window")

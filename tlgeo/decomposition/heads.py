@@ -269,7 +269,7 @@ def head_sensitivity(
                         resid = None
                 losses = []
                 for c in conditions:
-                    e = Edit(s, s_par, layers=L, heads=None if c == ALL else [c])
+                    e = Edit(s, s_par, layers=L, skip_first=0, heads=None if c == ALL else [c])
                     if resid is not None:
                         out = resume_forward(model, resid, L, e.hooks(model))
                     else:
@@ -318,13 +318,13 @@ def _as_batches(model, texts, batch_size: int, max_len: int | None) -> list[Tens
 
 def _check_start_at_layer(model, inp: Tensor, resid: Tensor, site, s_par: float, layer: int) -> bool:
     """Whether an edited forward started at ``layer`` from cached ``resid`` matches a full one."""
-    hooks = Edit(site, s_par, layers=layer).hooks(model)
+    hooks = Edit(site, s_par, layers=layer, skip_first=0).hooks(model)
     try:
         started = per_text_loss(resume_forward(model, resid, layer, hooks), inp)
     except Exception as err:  # noqa: BLE001 - any failure means: use full forwards
         warnings.warn(f"starting at block {layer} failed ({err!r}); using full forwards")
         return False
-    full = per_text_loss(model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer).hooks(model)), inp)
+    full = per_text_loss(model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer, skip_first=0).hooks(model)), inp)
     diff = (started - full).abs().max().item()
     if diff > 1e-4:
         warnings.warn(f"starting at block {layer} differs from a full forward by {diff:.2e} nats; using full forwards")
@@ -395,7 +395,7 @@ def select_heads(
 
 def head_edits(site: str, heads: Mapping[int, Sequence[int]], s_par: float = 0.0) -> list[Edit]:
     """One :class:`Edit` per layer with its head list (layers without heads are skipped)."""
-    return [Edit(site, s_par, layers=L, heads=tuple(hs)) for L, hs in sorted(heads.items()) if hs]
+    return [Edit(site, s_par, layers=L, skip_first=0, heads=tuple(hs)) for L, hs in sorted(heads.items()) if hs]
 
 
 def selective_removal(

@@ -54,7 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
 from ..evals.perplexity import perplexity
@@ -336,7 +336,7 @@ class CarrierEdit:
     s_par: Scale = 1.0
     s_perp: Scale = 1.0
     layers: int | tuple[int, ...] | None = None
-    skip_first: int = 0
+    skip_first: int = SKIP_FIRST
     narrow: str = "include"
 
     def __post_init__(self) -> None:
@@ -396,7 +396,7 @@ def mlp_carrier_table(
     max_tokens: int | None = 2048,
     context: int = 512,
     *,
-    skip_first: int = 0,
+    skip_first: int = SKIP_FIRST,
     layers: Iterable[int] | None = None,
     narrow: Iterable[str] = NARROW,
     batch_size: int = 4,
@@ -434,10 +434,10 @@ def mlp_carrier_table(
 
     runs: list[tuple[str, str, str, object]] = [("none", "none", "-", None)]
     for removal, sp, sq in (("no_para", 0.0, 1.0), ("no_perp", 1.0, 0.0)):
-        runs.append(("mlp", removal, "-", Edit("mlp", sp, sq, layers=tuple(layers))))
+        runs.append(("mlp", removal, "-", Edit("mlp", sp, sq, layers=tuple(layers), skip_first=0)))
         for site in ("h_vs_x", "y_vs_h"):
             for n in narrow:
-                runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), narrow=n)))
+                runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
     hooks = [e.hooks(model) if e is not None else [] for *_, e in runs]  # validate up front
 
     log = ResultLog(log_path, _KEY) if log_path is not None else None

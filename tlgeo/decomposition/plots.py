@@ -205,7 +205,7 @@ def attention_before_after(
     with torch.inference_mode():
         model.run_with_hooks(toks, return_type=None, fwd_hooks=[(name, cap("before"))])
         model.run_with_hooks(toks, return_type=None, fwd_hooks=closed_form_hooks(
-            model, variant, s_par, layers=layer) + [(name, cap("after"))])
+            model, variant, s_par, layers=layer, skip_first=0) + [(name, cap("after"))])
     heads = list(range(model.cfg.n_heads)) if heads is None else list(heads)
     pats = torch.stack([got[k][h] for h in heads for k in ("before", "after")])
     names = [f"h{h} {k}" for h in heads for k in ("before", "after")]

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import check_scale
 from ..hooks.adapter import HookList
 from ..evals.perplexity import token_windows, tokenize_text
@@ -311,7 +311,7 @@ def sensitivity_sweep(
     sites: Sequence[str] = SWEEP_SITES,
     s_par_grid: Iterable[float] = S_PAR_GRID,
     s_perp_grid: Iterable[float] = S_PERP_GRID,
-    skip_first: int = 1,
+    skip_first: int = SKIP_FIRST,
     context: int = 512,
     max_tokens: int | None = 2048,
     batch_size: int = 4,
@@ -376,7 +376,7 @@ def layer_sweep(
         raise ValueError(f"layer {layer!r} out of range: the model has {n} layers (0..{n - 1})")
     grid = _grid(scales, "scales")
     points = sweep_points([site], grid if axis == "s_par" else (), grid if axis == "s_perp" else ())
-    edits = _point_edits(points, layer, layers=layer)
+    edits = _point_edits(points, layer, layers=layer, skip_first=0)
     base, rows = _run_sweep(
         model, text, edits, start=layer, context=context, max_tokens=max_tokens,
         batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": 0},

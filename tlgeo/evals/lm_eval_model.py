@@ -45,7 +45,7 @@ except ImportError as e:  # pragma: no cover - exercised only without lm-eval
         "pip install -c constraints.txt 'lm-eval>=0.4.5' (or the 'eval' extra)"
     ) from e
 
-from ..hooks.edits import Edit
+from ..hooks.edits import SKIP_FIRST, Edit
 from .perplexity import perplexity
 from .zeroshot import _prefix_token, encode_pair, score_requests
 
@@ -93,7 +93,7 @@ class TLGeoLM(LM):
         s_par: float = 1.0,
         s_perp: float = 1.0,
         layers: Any = None,
-        skip_first: int = 0,
+        skip_first: int = SKIP_FIRST,
         heads: Any = None,
         batch_size: int | str = 8,
         max_length: int | None = None,

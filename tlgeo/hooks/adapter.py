@@ -44,7 +44,9 @@ def resolve_layers(
             raise IndexError(f"layer(s) {bad} out of range: the model has {n} layers (0..{n - 1})")
     out = sorted({l for l in chosen if l >= skip_first})
     if not out:
-        raise ValueError(f"no layers left to edit (layers={layers!r}, skip_first={skip_first})")
+        hint = (f"; blocks 0..{skip_first - 1} are left alone by default: give skip_first=0 (--skip-first 0) "
+                f"to edit them") if skip_first and layers is not None else ""
+        raise ValueError(f"no layers left to edit (layers={layers!r}, skip_first={skip_first}){hint}")
     return out
 
 

@@ -4,7 +4,7 @@ An :class:`Edit` says *what* to do (site, ``s_par``, ``s_perp``, which layers an
 heads); :meth:`Edit.hooks` says *where*, for one model, as ``(hook_name, fn)``
 pairs for ``model.run_with_hooks`` or ``model.hooks``::
 
-    e = Edit("value_excl_self", s_par=0.0, skip_first=1)
+    e = Edit("value_excl_self", s_par=0.0)        # blocks 1.. (block 0 is left alone by default)
     logits = model.run_with_hooks(tokens, fwd_hooks=e.hooks(model))
     with edit(model, "attn", s_par=0.5):
         loss = model(tokens, return_type="loss")
@@ -13,6 +13,9 @@ At the target hook the edited tensor is ``x + (y_hat - y)`` with
 ``y_hat = s_par y_par + s_perp y_perp`` (computed in float32/64), so the update
 ``y`` is replaced and everything else in ``x`` (the self message, the residual
 input) is kept. The no-op ``(1, 1)`` returns ``x`` itself.
+
+Every edit, in the API as on the command line, leaves block 0 alone unless ``skip_first=0``
+(:data:`SKIP_FIRST`, as the reference code's sweeps do).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from .sites import Site, get_site
 from ..geometry.value_space import scale_diagonal
 from .intervention import intervene
 
-__all__ = ["Edit", "edit_hooks", "edit", "scale_update"]
+__all__ = ["Edit", "edit_hooks", "edit", "scale_update", "SKIP_FIRST"]
+
+SKIP_FIRST = 1  # the one default of every edit, API and command line: blocks 0..SKIP_FIRST-1 are left alone
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,8 @@ class Edit:
     """Scale the parallel and perpendicular parts of the update at ``site``.
 
     ``layers``: block indices (``None``: all); ``skip_first``: leave blocks
-    ``0..skip_first-1`` alone; ``heads``: query heads (per-head sites only).
+    ``0..skip_first-1`` alone (default :data:`SKIP_FIRST` = 1: block 0 is never edited unless
+    ``skip_first=0``); ``heads``: query heads (per-head sites only).
     For the ``diag`` site ``s_par`` scales ``A_tt`` (0 removes it) and
     ``s_perp`` must be 1.
     """
@@ -47,7 +53,7 @@ class Edit:
     s_par: Scale = 1.0
     s_perp: Scale = 1.0
     layers: int | tuple[int, ...] | None = None
-    skip_first: int = 0
+    skip_first: int = SKIP_FIRST
     heads: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -139,7 +145,7 @@ def edit_hooks(
     s_perp: Scale = 1.0,
     *,
     layers: int | Iterable[int] | None = None,
-    skip_first: int = 0,
+    skip_first: int = SKIP_FIRST,
     heads: int | Iterable[int] | None = None,
 ) -> HookList:
     """Hooks for one edit (see :class:`Edit`), ready for ``run_with_hooks``."""
