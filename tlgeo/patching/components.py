@@ -85,7 +85,7 @@ class Component:
             return d if pos is None else d * pos.to(d)[..., None]
         if self.quantity == "write":
             dz = _masked(source["z"].to(target["z"].device) - target["z"], heads, pos)
-            d = head_writes(dz, W_O).sum(-2)  # [rows, q, d_model]: the masked heads' change of write
+            d = head_writes(dz, W_O.to(dz.device)).sum(-2)  # [rows, q, d_model]: the masked heads' change of write
             return project_part(d, own["ref"].to(d.device), self.part)
         if self.quantity == "z":
             return _masked(source["target"].to(target["target"].device) - target["target"], heads, pos)
@@ -111,7 +111,7 @@ class Component:
             return self.delta(target, source, heads=None, pos=pos, frame=frame)
         own = target if frame == "patched" else source
         dz = _masked(source["z"].to(target["z"].device) - target["z"], None, pos)
-        return project_part(head_writes(dz, W_O), own["ref"].to(dz.device).unsqueeze(-2), self.part)
+        return project_part(head_writes(dz, W_O.to(dz.device)), own["ref"].to(dz.device).unsqueeze(-2), self.part)
 
 
 def _masked(d: Float[Tensor, "rows q head d"], heads: Tensor | None, pos: Tensor | None) -> Tensor:

@@ -8,6 +8,7 @@ components need at the chosen blocks, and the per-prompt metric of each run.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -82,11 +83,11 @@ def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch
     with torch.no_grad():
         for start in range(0, tokens.shape[0], batch_size):
             rows = slice(start, start + batch_size)
-            toks = tokens[rows]
-            logits, cache = model.run_with_cache(toks.to(input_device(model)), names_filter=lambda n: n in wanted)
+            logits, cache = model.run_with_cache(tokens[rows].to(input_device(model)),
+                                                 names_filter=lambda n: n in wanted)
             for n in names:
-                acts[n].append(cache[n])
-            metric.append(task.subset(range(start, min(start + batch_size, tokens.shape[0]))).score(logits[:, -1]).cpu())
+                acts[n].append(cache[n])  # on the model's devices (a sharded model's blocks on theirs)
+            metric.append(task.subset(rows).score(logits[:, -1]).cpu())  # result rows: on the CPU
     return RunCache(tokens, {n: torch.cat(v) for n, v in acts.items()}, torch.cat(metric).float())
 
 
@@ -118,8 +119,22 @@ def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
 
 
 def W_O(model: Model, layer: int) -> Float[Tensor, "head d_head d_model"]:
-    """Block ``layer``'s output projection per head."""
-    return model.blocks[layer].attn.W_O
+    """Block ``layer``'s output projection per head, a detached copy (read from the offload folder where
+    accelerate offloaded the block: its weights are on the meta device outside a forward)."""
+    return _out_params(model, layer)[0]
+
+
+def _out_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
+    from accelerate.utils import align_module_device
+
+    attn = model.blocks[layer].attn
+    with ExitStack() as stack:
+        for mod in attn.modules():  # only the offloaded ones: a model in memory pays nothing
+            if getattr(mod, "_hf_hook", None) is not None and any(
+                    p is not None and p.device.type == "meta" for p in mod._parameters.values()):
+                stack.enter_context(align_module_device(mod))
+        b = getattr(attn, "b_O", None)
+        return attn.W_O.detach().clone(), None if b is None else b.detach().clone()
 
 
 def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -> None:
@@ -130,12 +145,10 @@ def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -
         out = runs.clean.acts.get(f"blocks.{layer}.hook_attn_out")
         if z is None or out is None:
             continue
-        attn = model.blocks[layer].attn
-        w = W_O(model, layer)
-        got = torch.einsum("bqhd,hdm->bqm", z.float(), w.detach().float().to(z.device))
-        b = getattr(attn, "b_O", None)
+        w, b = _out_params(model, layer)
+        got = torch.einsum("bqhd,hdm->bqm", z.float(), w.float().to(z.device))
         if b is not None:
-            got = got + b.detach().float().to(got.device)
+            got = got + b.float().to(got.device)
         err = float((got - out.float()).norm() / out.float().norm().clamp_min(1e-12))
         if err > 1e-3:
             raise ValueError(
