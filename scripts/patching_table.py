@@ -28,7 +28,8 @@ def tables(out: Path, top: int, direction: str) -> str:
     eff = pd.read_csv(out / "patching_effects.csv")
     eff = eff[eff["direction"] == direction]
     lines = [f"### {eff['model'].iloc[0] if len(eff) else out.name} ({direction})", "",
-             "| task | prompts | clean accuracy | clean metric | corrupted metric | patched |", "|---|---|---|---|---|---|"]
+             "| task | prompts | clean accuracy | clean metric | corrupted metric | patched |",
+             "|---|---|---|---|---|---|"]
     for _, t in tasks.iterrows():
         lines.append(f"| {t['task']} | {int(t['n']) if pd.notna(t.get('n')) else '—'} | "
                      f"{t.get('accuracy', float('nan')):.2f} | {t.get('clean_metric', float('nan')):.3f} | "
@@ -58,7 +59,8 @@ def tables(out: Path, top: int, direction: str) -> str:
             lines += ["", f"Largest MLP ({method}): block {int(m['layer'])}, {_fmt(m)}."]
         agree = agreement(d)
         if len(agree):
-            lines += ["", "| component | pairs | Pearson | Spearman | max abs diff (block, head) |", "|---|---|---|---|---|"]
+            lines += ["", "| component | pairs | Pearson | Spearman | max abs diff (block, head) |",
+                      "|---|---|---|---|---|"]
             for _, a in agree.iterrows():
                 lines.append(f"| {a['component']} | {a['pairs']} | {a['pearson']:.3f} | {a['spearman']:.3f} | "
                              f"{a['max_abs_diff']:.3f} (L{a['worst_layer']}H{a['worst_head']}) |")

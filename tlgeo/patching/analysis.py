@@ -108,7 +108,8 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         gap = acc["clean_metric"] - acc["corrupted_metric"]
         reason = ""
         if acc["accuracy"] < cfg.min_accuracy:
-            reason = f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not do the task"
+            reason = (f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not "
+                      "do the task")
         elif not gap > 0:
             reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
         task_rows.append(_task_row(label, cfg, name, **{**acc, "n": task.n}, gap=gap, patched=not reason,
