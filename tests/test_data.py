@@ -125,3 +125,15 @@ def test_hub_spec_goes_to_load_dataset(monkeypatch):
 def test_corpus_path_is_inside_data_dir():
     assert data.corpus_path("mobydick") == data_dir() / "corpora" / "mobydick.txt"
     assert isinstance(data.corpus_path("bible"), Path)
+
+
+def test_an_unreachable_hub_corpus_is_one_clear_error(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'wikitext' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(UnknownCorpusError, match=r"hub corpus 'hf:wikitext' cannot be loaded \(ConnectionError.*"
+                                                 r"named corpora \["):
+        load_text("hf:wikitext")

@@ -86,7 +86,12 @@ def _load_hf(spec: str, max_chars: int | None) -> str:
     )
     import datasets
 
-    ds = datasets.load_dataset(dataset, config, split=split)
+    try:
+        ds = datasets.load_dataset(dataset, config, split=split)
+    except (ConnectionError, OSError, datasets.exceptions.DatasetNotFoundError) as e:  # offline, or no such set
+        raise UnknownCorpusError(
+            f"hub corpus {spec!r} cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            f"offline, use one of the named corpora {sorted(CORPORA)} or a path to a text file") from None
     if "text" not in ds.column_names:
         raise ValueError(f"{spec!r} has no 'text' column (columns: {ds.column_names})")
     text = "\n\n".join(ds["text"])
