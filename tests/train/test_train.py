@@ -217,3 +217,17 @@ def test_unknown_tokenizer_fails_clearly(tmp_path):
 
     with pytest.raises(ValueError, match="no tokenizer files"):
         load_tokenizer(str(tmp_path))
+
+
+def test_the_default_warmup_fits_a_short_run():
+    import argparse
+
+    from tlgeo.train.cli import add_train_args, config_from_args
+
+    parse = lambda *a: config_from_args(add_train_args(argparse.ArgumentParser()).parse_args(list(a)))  # noqa: E731
+    assert parse("--steps", "3").warmup == 0  # was 20 > 3 steps: a ConfigError
+    assert parse("--steps", "100").warmup == 10 and parse("--steps", "1000").warmup == 20
+    assert parse("--steps", "3", "--warmup", "2").warmup == 2  # given: kept
+    parse("--steps", "3").validate()
+    with pytest.raises(Exception, match="warmup=5 must be between 0 and steps=3"):
+        parse("--steps", "3", "--warmup", "5").validate()

@@ -6,14 +6,14 @@ import argparse
 
 from .config import ARCHS, VARIANTS, ModelSpec, TrainConfig
 
-__all__ = ["add_train_args", "config_from_args", "main"]
+__all__ = ["add_train_args", "config_from_args", "main", "warmup_for"]
 
 _OPTIMISATION = (
     ("seq_len", int, "tokens per training sequence"),
     ("batch_size", int, "sequences per step and rank"),
     ("grad_accum", int, "micro-batches accumulated per optimizer step"),
     ("steps", int, "optimizer steps"),
-    ("warmup", int, "linear warm-up steps before the cosine decay"),
+    ("warmup", int, "linear warm-up steps before the cosine decay (default: 20, at most a tenth of --steps)"),
     ("eval_every", int, "steps between validation losses"),
     ("eval_batches", int, "batches per validation loss"),
     ("save_every", int, "steps between checkpoints"),
@@ -52,8 +52,9 @@ def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--val-frac", type=float, default=d.val_frac, help="share of the tokens held out for validation")
     g.add_argument("--max-data-tokens", type=int, default=None, help="cap per source")
     g = p.add_argument_group("optimisation")
-    for name, kind, text in _OPTIMISATION:
-        g.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(d, name), help=text)
+    for name, kind, text in _OPTIMISATION:  # --warmup: None (derived from --steps, warmup_for)
+        g.add_argument("--" + name.replace("_", "-"), type=kind, default=None if name == "warmup" else getattr(d, name),
+                       help=text)
     g.add_argument("--device", default=d.device, help="cpu, cuda, cuda:1, ...")
     g.add_argument("--dtype", default=d.dtype, help="auto (bf16 autocast on GPU), bf16, fp32")
     g.add_argument("--dist", choices=("none", "ddp", "fsdp"), default=d.dist, help="data parallelism under torchrun")
@@ -72,7 +73,15 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
             "max_data_tokens", "seq_len", "batch_size", "grad_accum", "steps", "warmup", "eval_every",
             "eval_batches", "save_every", "seed", "threads", "lr", "min_lr_ratio", "weight_decay",
             "clip", "device", "dtype", "dist", "out", "tensorboard", "wandb")
-    return TrainConfig(model=spec, **{k: getattr(a, k) for k in keys})
+    values = {k: getattr(a, k) for k in keys}
+    if values["warmup"] is None:
+        values["warmup"] = warmup_for(values["steps"])
+    return TrainConfig(model=spec, **values)
+
+
+def warmup_for(steps: int) -> int:
+    """The default warm-up of a run of ``steps`` steps: 20 (the config's), at most a tenth of the run."""
+    return min(TrainConfig.warmup, max(0, int(steps) // 10))
 
 
 def run(a: argparse.Namespace) -> int:
