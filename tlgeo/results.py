@@ -18,12 +18,13 @@ __all__ = ["ResultLog", "merge_csv"]
 
 
 class ResultLog:
-    """Rows keyed by a tuple of columns, stored as JSON lines at ``path``."""
+    """Rows keyed by a tuple of columns, stored as JSON lines at ``path`` (looked up by key in O(1))."""
 
     def __init__(self, path: str | os.PathLike, key: Iterable[str]):
         self.path = Path(path)
         self.key = tuple(key)
         self.rows: list[dict[str, Any]] = []
+        self._index: dict[tuple, dict[str, Any]] = {}
         if self.path.exists():
             with self.path.open() as f:
                 for line in f:
@@ -35,32 +36,45 @@ class ResultLog:
                     except json.JSONDecodeError:  # a line cut by an interruption
                         break
             self._rewrite()  # drop a torn last line, if any
+        for r in self.rows:
+            self._index.setdefault(self._key(r), r)  # the first row of a key, as before
 
     def _key(self, row: dict[str, Any]) -> tuple:
         return tuple(json.dumps(row.get(k), sort_keys=True) for k in self.key)
 
     def done(self, **key: Any) -> bool:
         """Whether a row with these key values is already stored."""
-        k = self._key(key)
-        return any(self._key(r) == k for r in self.rows)
+        return self._key(key) in self._index
 
     def get(self, **key: Any) -> dict[str, Any] | None:
-        k = self._key(key)
-        return next((r for r in self.rows if self._key(r) == k), None)
+        return self._index.get(self._key(key))
 
     def add(self, row: dict[str, Any]) -> None:
         """Store ``row`` durably (it must hold every key column)."""
-        missing = [k for k in self.key if k not in row]
-        if missing:
-            raise KeyError(f"row lacks key column(s) {missing}")
-        if self.done(**{k: row[k] for k in self.key}):
-            raise ValueError(f"row with key {[row[k] for k in self.key]} is already stored")
+        self.extend([row])
+
+    def extend(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Store ``rows`` durably, with one flush to disk (each must hold every key column, and none be stored)."""
+        rows = list(rows)
+        keys = []
+        for row in rows:
+            missing = [k for k in self.key if k not in row]
+            if missing:
+                raise KeyError(f"row lacks key column(s) {missing}")
+            k = self._key(row)
+            if k in self._index or k in keys:
+                raise ValueError(f"row with key {[row[c] for c in self.key]} is already stored")
+            keys.append(k)
+        if not rows:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.writelines(json.dumps(row) + "\n" for row in rows)
             f.flush()
             os.fsync(f.fileno())
-        self.rows.append(row)
+        for k, row in zip(keys, rows):
+            self.rows.append(row)
+            self._index[k] = row
 
     def _rewrite(self) -> None:
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")

@@ -179,9 +179,7 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     by_cell = {(r["component"], r["layer"], r["head"]): {**base, **r} for r in rows}
     rows = [by_cell[k] for k in expected]  # the order of a run read back from the log
     if rlog is not None:
-        for r in rows:
-            if not rlog.done(**{k: r[k] for k in LOG_KEY}):
-                rlog.add(r)
+        rlog.extend(r for r in rows if not rlog.done(**{k: r[k] for k in LOG_KEY}))
     if progress:
         what = "attribution, every component" if method == "attribution" else f"exact {unit[3]} at block {unit[4]}"
         print(f"  {name} {direction}: {what} done", flush=True)
