@@ -130,6 +130,18 @@ def test_context_too_long_fails_before_any_progress_bar(tmp_path, capsys):
     assert code == 2 and "--seq-len 1000 exceeds the model's context of 256 tokens" in capsys.readouterr().err
 
 
+def test_a_default_window_follows_the_model_a_given_one_does_not(tmp_path, capsys):
+    from tlgeo.decomposition.config import DecompositionConfig
+
+    cfg, notes = DecompositionConfig(tokens=64).fit_to(256)  # tiny:llama: 256 positions, the default is 512
+    assert cfg.context == 256 and cfg.profile_seq_len == 256 and len(notes) == 1 and "--context" in notes[0]
+    assert DecompositionConfig(context=300).fit_to(256)[0].context == 300  # given: left for check_fits to refuse
+    code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--s-par", "0", "--tokens", "64", "--out",
+                 str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "the default 512 is above the model's context of 256 tokens; using 256" in out
+
+
 def test_results_are_appended_by_settings_not_overwritten(tmp_path, capsys):
     out = tmp_path / "res"
     prof = ["profile", "--model", "tiny:llama", "--seq-len", "64", "--sites", "attn", "--out", str(out)]

@@ -49,7 +49,7 @@ def edited_blocks(model: Model, skip_first: int, layers: Sequence[int] | None = 
 
 def _setup(cls: type, args: argparse.Namespace):
     """The config (bad values fail here), the corpus checked, then the model; ``(cfg, model, out)``.
-    The caller checks what depends on the model (``cfg.check_fits``) before any work."""
+    Window lengths left at their default follow the model's context; given ones that do not fit fail."""
     from ..data import load_text
     from ..models import load_model
 
@@ -60,6 +60,10 @@ def _setup(cls: type, args: argparse.Namespace):
     if isinstance(cfg, PplConfig):
         _check_edit_against_config(cfg, args.model)
     model = load_model(args.model, **model_kwargs(args))
+    cfg, notes = cfg.fit_to(model.cfg.n_ctx)  # defaults that do not fit the model follow it; given ones fail
+    for note in notes:
+        print(note)
+    cfg.check_fits(model)
     return cfg, model, out
 
 
@@ -94,7 +98,6 @@ def run_command(args: argparse.Namespace) -> int:
 
     t0 = time.time()
     cfg, model, out = _setup(DecompositionConfig, args)
-    cfg.check_fits(model)
     args.record.rerun = f"Finished edits are in {out}/edits.jsonl. {args.record.rerun}"
     blocks = edited_blocks(model, cfg.skip_first)
     print(f"edits in {blocks}")
@@ -120,7 +123,6 @@ def profile_command(args: argparse.Namespace) -> int:
     from .analysis import PROFILE
 
     cfg, model, out = _setup(ProfileConfig, args)
-    cfg.check_fits(model)
     if run_analysis(PROFILE, model, cfg, out=out, progress=True, on_table=lambda name, df: _print_profile(df)) is None:
         return 0
     print_written([out / "profile_summary.csv"] + ([out / cfg.per_token_file()] if cfg.per_token else []))
@@ -134,7 +136,6 @@ def ppl_command(args: argparse.Namespace) -> int:
     cfg, model, out = _setup(PplConfig, args)
     e = cfg.edit()
     e.hooks(model)  # layers and heads that do not fit the model fail before any long work
-    cfg.check_fits(model)
     print(f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
           f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}")
     args.record.rerun = f"Finished runs are in {out}/ppl.jsonl. {args.record.rerun}"

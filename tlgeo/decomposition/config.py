@@ -68,6 +68,15 @@ class CorpusConfig(Config):
         """The fields that are window lengths (checked against the model's context by :meth:`check_fits`)."""
         return ()
 
+    def fit_to(self, n_ctx: int) -> tuple["CorpusConfig", list[str]]:
+        """This config with the window lengths left at their default cut to a model context of ``n_ctx``
+        tokens, and one note per cut (a length given that does not fit still fails in :meth:`check_fits`)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        cut = {n: n_ctx for n in self._windows() if getattr(self, n) > n_ctx and getattr(self, n) == defaults[n]}
+        notes = [f"--{n.replace('_', '-')}: the default {getattr(self, n)} is above the model's context of {n_ctx} "
+                 f"tokens; using {n_ctx}" for n in cut]
+        return (self.replace(**cut) if cut else self), notes
+
     def check_fits(self, model: Model) -> None:
         """Window lengths that do not fit ``model`` fail before any work (the message names the flag)."""
         for name in self._windows():
