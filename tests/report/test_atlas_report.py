@@ -16,6 +16,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
+from tlgeo.patching.atlas import headline as patching_headline
 from tlgeo.pdsf.atlas import headline as pdsf_headline
 from tlgeo.tokenwise.atlas import headline as tokenwise_headline
 from tlgeo.report.atlas import STEPS, run_atlas
@@ -47,12 +48,16 @@ def test_report_opens_with_the_headline(atlas_dir):
     assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
     block = html[top: html.index("</section>", top)]
     items = re.findall(r"<li>(.*?)</li>", block)
-    h, dm, tw, pd_ = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
-                      pdsf_headline(atlas_dir))
+    h, dm, tw, pd_, pt = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
+                          pdsf_headline(atlas_dir), patching_headline(atlas_dir))
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
     assert len(tw.sentences) == 2 and len(pd_.sentences) == 3  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
-    assert [html_unescape(x) for x in items] == (h.sentences + dm.sentences + tw.sentences + pd_.sentences
-                                                 + h.warnings + dm.warnings + tw.warnings + pd_.warnings)
+    assert len(pt.sentences) == 1  # patching: the induction task's top head
+    caveat = "tiny:llama is a tiny model with random weights: the report tests the machinery"
+    got = [html_unescape(x) for x in items]
+    assert got[0].startswith(caveat)  # read first, before any number
+    assert got[1:] == (h.sentences + dm.sentences + tw.sentences + pd_.sentences + pt.sentences
+                       + h.warnings + dm.warnings + tw.warnings + pd_.warnings + pt.warnings)
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
     assert any(w.startswith("Head sensitivity: 3 texts") for w in h.warnings)
@@ -158,3 +163,13 @@ def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
         assert 0.005 < dark < 0.5, dark
         top = img[: min(h, 600)]
         assert (top.mean(-1) < 100).mean() > 0.002  # the title and the headline are at the top
+
+
+def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
+    from tlgeo.report.atlas import AtlasConfig, run_atlas
+
+    html = run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",),
+                                 budgets=dict(context=64, profile_tokens=64)), model=llama).read_text()
+    top = html[html.index('class="headline"'):]
+    assert top.index("Read first") < top.index("random weights") < top.index("<ul>", top.index("</div>"))
+    assert "Steps not run: sweeps, compare" in top

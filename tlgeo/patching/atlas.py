@@ -109,7 +109,8 @@ def _step_patching(ctx: StepContext) -> None:
         top = effects[(effects["task"] == task) & (effects["head"] >= 0)]
         top = top.assign(size=top["effect"].abs()).nlargest(8, "size").drop(columns="size")
         ctx.report.table(top[["method", "component", "layer", "head", "effect", "ci_low", "ci_high"]],
-                         f"{task}: the largest head effects.")
+                         f"{task}: the eight largest head effects by size, either method; effect = share of the "
+                         "clean - corrupted gap restored, CI over prompts.")
         method = "exact" if "exact" in methods else "attribution"
         ctx.report.circuitsvis(top_heads_view(ctx.model, build_task(task, ctx.model, n=cfg.prompts, seed=cfg.seed),
                                               effects, method=method),

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..cliargs import default_out, model_key
 from ..data import load_text
-from ..models import load_model
+from ..models import load_model, model_label
 from ..analysis import StepContext, family_headline, make_budgets
 from .html import Report
 from .registry import load_steps
@@ -110,7 +110,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-        _set_headline(report, budgets, out, families)
+        _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
     print(f"[atlas] all {len(todo)} step(s) done in {_duration(time.perf_counter() - t_run)}; "
           f"report: {out / 'report.html'}", flush=True)
@@ -123,12 +123,27 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
         table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)"}),
         f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s) and "
         f"the process's peak resident memory after it. Every run's rows: {path}.")
-    _set_headline(report, budgets, out, families)
+    _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
     return report.save(out / "report.html")
 
 
-def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: list[str]) -> None:
-    """The report's opening block: each family's headline (in ``families`` order) from the CSVs in ``out``.
+def _caveats(model, registered: dict, done: list[str]) -> list[str]:
+    """What the reader must know before any number: a model with random weights, steps not run."""
+    out = []
+    label = model_label(model)
+    if label.startswith("tiny:"):
+        out.append(f"{label} is a tiny model with random weights: the report tests the machinery; no number in it "
+                   "says anything about the papers' claims, and the comparisons with them below do not apply.")
+    skipped = [s for s in registered if s not in done]
+    if skipped:
+        out.append(f"Steps not run: {', '.join(skipped)} (tlgeo atlas --steps chose the others).")
+    return out
+
+
+def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: list[str],
+                  caveats: list[str] = ()) -> None:
+    """The report's opening block: each family's headline (in ``families`` order) from the CSVs in ``out``,
+    after ``caveats`` (first among the warnings).
 
     A headline that fails is reported in the block (and on stderr) rather than
     stopping a run whose results are already on disk."""
@@ -143,7 +158,7 @@ def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: 
             continue
         sentences += h.sentences
         warnings += h.warnings
-    report.headline(sentences, warnings)
+    report.headline(sentences, warnings, caveats=caveats)
 
 
 def _duration(seconds: float) -> str:

@@ -141,15 +141,20 @@ class Report:
         self._headline = ""
         self._uses_circuitsvis = False
 
-    def headline(self, sentences: Iterable[str], warnings: Iterable[str] = (), title: str = "Headline") -> "Report":
+    def headline(self, sentences: Iterable[str], warnings: Iterable[str] = (), title: str = "Headline",
+                 caveats: Iterable[str] = ()) -> "Report":
         """Set the block that opens the report, right under its title (a later call replaces it):
-        ``sentences`` as a list, ``warnings`` (budgets too small to conclude from) below them."""
-        sentences, warnings = list(sentences), list(warnings)
-        if not sentences and not warnings:
+        ``caveats`` first (what the reader must know before any number: a model with random weights, steps
+        not run), ``sentences`` as a list, ``warnings`` (budgets too small to conclude from) below them."""
+        sentences, warnings, caveats = list(sentences), list(warnings), list(caveats)
+        if not sentences and not warnings and not caveats:
             self._headline = ""
             return self
         items = "".join(f"<li>{html.escape(x)}</li>" for x in sentences)
         block = f'<section class="headline"><h2>{html.escape(title)}</h2>'
+        if caveats:
+            block += ('<div class="warn"><strong>Read first</strong><ul>'
+                      + "".join(f"<li>{html.escape(c)}</li>" for c in caveats) + "</ul></div>")
         if items:
             block += f"<ul>{items}</ul>"
         if warnings:
