@@ -12,7 +12,7 @@ cut to ``max_rows``). Only the last position is read out.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -155,13 +155,10 @@ def exact_sweep(
     positions: str = "all",
     frame: str = "patched",
     max_rows: int = 256,
-    skip: Callable[[str, int], bool] = lambda c, l: False,
-    on_row: Callable[[Row], None] | None = None,
 ) -> list[Row]:
     """Patch each component at each block and head; one row per (component, layer, head) with the
     per-prompt metric of the patched run (``patched``, a list of ``n`` floats). ``head`` is -1 for
-    layer components. ``skip(component, layer)``: units already done (a resumed run);
-    ``on_row``: called with each row as soon as it is computed."""
+    layer components."""
     comps = [get_component(c) for c in components]
     chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
     if any(c.quantity == "write" for c in comps):
@@ -169,14 +166,14 @@ def exact_sweep(
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     target, _ = runs.pair(direction)
-    use_readout = _readout_ok(model, target, chosen[0])
+    if direction not in runs.readout:  # checked once per runs and direction (two small forwards)
+        runs.readout[direction] = _readout_ok(model, target, chosen[0])
+    use_readout = runs.readout[direction]
     n = runs.task.n
     per = max(1, max_rows // n)
     out: list[Row] = []
     for layer in chosen:
         for c in comps:
-            if skip(c.name, layer):
-                continue
             rows: list[Row] = []
             if c.scope == "layer":
                 m = patched_metric(model, runs, c, layer, None, direction=direction, positions=positions,
@@ -190,8 +187,5 @@ def exact_sweep(
                                        frame=frame, use_readout=use_readout)
                     rows += [dict(component=c.name, layer=layer, head=h, patched=m[i].tolist())
                              for i, h in enumerate(chunk)]
-            for r in rows:
-                if on_row is not None:
-                    on_row(r)
             out += rows
     return out

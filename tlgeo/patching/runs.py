@@ -9,7 +9,7 @@ components need at the chosen blocks, and the per-prompt metric of each run.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import torch
@@ -39,11 +39,13 @@ class RunCache:
 
 @dataclass
 class TaskRuns:
-    """The clean and the corrupted run of a task."""
+    """The clean and the corrupted run of a task (``readout``: per direction, whether reading out the
+    last block's output gives the model's logits, found by the first exact sweep)."""
 
     task: Task
     clean: RunCache
     corrupted: RunCache
+    readout: dict[str, bool] = field(default_factory=dict)
 
     def pair(self, direction: str) -> tuple[RunCache, RunCache]:
         """``(target, source)``: the run patched and the run patched from."""
