@@ -75,13 +75,13 @@ def test_a_model_whose_heads_do_not_add_up_skips_their_write_parts(llama, monkey
     """Where a norm follows W_O (Gemma 2 and 3) a head's residual write is not its own: head_par and
     head_perp are left out, with the reason in the tasks table, and the rest is patched."""
     import tlgeo.patching.analysis as analysis
-    import tlgeo.patching.exact as exact_mod
+    import tlgeo.patching.runs as runs_mod
 
     def not_separable(model, runs, layers):
         raise ValueError("block 0: the attention output is not the sum of the heads' writes z W_O")
 
     monkeypatch.setattr(analysis, "check_separable_heads", not_separable)
-    monkeypatch.setattr(exact_mod, "check_separable_heads", not_separable)
+    monkeypatch.setattr(runs_mod, "check_separable_heads", not_separable)
     res = run(llama, _cfg())
     assert set(res.effects["component"]) == {"head", "mlp"}
     assert "head_par and head_perp not patched" in res.tasks["note"].iloc[0]

@@ -15,11 +15,10 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from ..hooks.adapter import resolve_layers
 from ..models import Model, input_device
-from .components import Component, get_component
+from .components import Component
 from .exact import Row
-from .runs import W_O, TaskRuns, check_separable_heads, hook_names, position_mask
+from .runs import W_O, TaskRuns, hook_names, position_mask, sweep_targets
 
 __all__ = ["attribution_sweep", "target_gradients"]
 
@@ -64,10 +63,7 @@ def attribution_sweep(
 ) -> list[Row]:
     """One row per (component, layer, head) with the first-order estimate of the patched
     run's per-prompt metric (``patched``: target metric + ``<gradient, change>``)."""
-    comps = [get_component(c) for c in components]
-    chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
-    if any(c.quantity == "write" for c in comps):
-        check_separable_heads(model, runs, chosen)
+    comps, chosen = sweep_targets(model, runs, components, layers)
     target, source = runs.pair(direction)
     n, n_heads = runs.task.n, model.cfg.n_heads
     pos_all = position_mask(runs.task, positions)

@@ -17,11 +17,11 @@ from typing import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from ..hooks.adapter import HookList, resolve_layers, site_hooks
+from ..hooks.adapter import HookList, site_hooks
 from ..hooks.resume import StopForward, readout, resume_forward
 from ..models import Model
 from .components import FRAMES, Component, get_component
-from .runs import W_O, RunCache, TaskRuns, check_separable_heads, position_mask, score_rows
+from .runs import W_O, RunCache, TaskRuns, position_mask, score_rows, sweep_targets
 
 __all__ = ["patch_hooks", "exact_sweep", "patched_metric"]
 
@@ -159,10 +159,7 @@ def exact_sweep(
     """Patch each component at each block and head; one row per (component, layer, head) with the
     per-prompt metric of the patched run (``patched``, a list of ``n`` floats). ``head`` is -1 for
     layer components."""
-    comps = [get_component(c) for c in components]
-    chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
-    if any(c.quantity == "write" for c in comps):
-        check_separable_heads(model, runs, chosen)
+    comps, chosen = sweep_targets(model, runs, components, layers)
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
     target, _ = runs.pair(direction)

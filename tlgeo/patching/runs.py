@@ -22,7 +22,7 @@ from .components import Component, get_component
 from .tasks import Task
 
 __all__ = ["DIRECTIONS", "RunCache", "TaskRuns", "task_runs", "hook_names", "position_mask", "W_O",
-           "score_rows", "check_separable_heads"]
+           "score_rows", "check_separable_heads", "sweep_targets"]
 
 DIRECTIONS = ("denoise", "noise")
 
@@ -137,6 +137,17 @@ def _out_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
                 stack.enter_context(align_module_device(mod))
         b = getattr(attn, "b_O", None)
         return attn.W_O.detach().clone(), None if b is None else b.detach().clone()
+
+
+def sweep_targets(model: Model, runs: TaskRuns, components: Iterable[str | Component],
+                  layers: Iterable[int] | None) -> tuple[list[Component], list[int]]:
+    """The components and blocks a sweep patches, checked: blocks in range, and heads whose writes add
+    up to the attention output where a component splits a head's residual write."""
+    comps = [get_component(c) for c in components]
+    chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
+    if any(c.quantity == "write" for c in comps):
+        check_separable_heads(model, runs, chosen)
+    return comps, chosen
 
 
 def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -> None:

@@ -75,23 +75,32 @@ def bootstrap_ci(
     draw counts. ``diffs``, ``weights``: ``[n]``.
     """
     d, w = _check(diffs, weights)
+
+    def stat(idx: np.ndarray) -> np.ndarray:
+        ww = w[idx]
+        den = ww.sum(1)
+        # a resample drawing only zero-weight texts has no tokens: fall back to its plain mean
+        return np.where(den > 0, (ww * d[idx]).sum(1) / np.where(den > 0, den, 1), d[idx].mean(1))
+
+    return _percentile_ci(d.size, stat, n_boot, level, seed)
+
+
+def _percentile_ci(n: int, stat, n_boot: int, level: float, seed) -> tuple[float, float]:
+    """Percentile CI of ``stat(idx)`` over ``n_boot`` resamples of ``n`` items (``idx [m, n]``, drawn
+    in chunks that bound memory); non-finite statistics are left out (NaN bounds if all are)."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     rng = _rng(seed)
-    n = d.size
     stats = np.empty(n_boot)
     step = max(1, _CHUNK // n)
     for start in range(0, n_boot, step):
         m = min(step, n_boot - start)
-        idx = rng.integers(0, n, size=(m, n))
-        ww = w[idx]
-        den = ww.sum(1)
-        # a resample drawing only zero-weight texts has no tokens: fall back to its plain mean
-        stats[start : start + m] = np.where(
-            den > 0, (ww * d[idx]).sum(1) / np.where(den > 0, den, 1), d[idx].mean(1)
-        )
+        stats[start : start + m] = stat(rng.integers(0, n, size=(m, n)))
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return float("nan"), float("nan")
     tail = (1 - level) / 2
     low, high = np.quantile(stats, [tail, 1 - tail])
     return float(low), float(high)
@@ -104,25 +113,12 @@ def ratio_ci(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0) -> tu
     a, b = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    rng = _rng(seed)
-    n = a.size
-    stats = np.empty(n_boot)
-    step = max(1, _CHUNK // n)
-    for start in range(0, n_boot, step):
-        m = min(step, n_boot - start)
-        idx = rng.integers(0, n, size=(m, n))
+
+    def stat(idx: np.ndarray) -> np.ndarray:
         d = b[idx].sum(1)
-        stats[start : start + m] = np.where(d != 0, a[idx].sum(1) / np.where(d != 0, d, 1), np.nan)
-    stats = stats[np.isfinite(stats)]
-    if stats.size == 0:
-        return float("nan"), float("nan")
-    tail = (1 - level) / 2
-    low, high = np.quantile(stats, [tail, 1 - tail])
-    return float(low), float(high)
+        return np.where(d != 0, a[idx].sum(1) / np.where(d != 0, d, 1), np.nan)
+
+    return _percentile_ci(a.size, stat, n_boot, level, seed)
 
 
 def group_resamples(groups, n_boot: int, seed=0):
