@@ -173,3 +173,10 @@ def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
     top = html[html.index('class="headline"'):]
     assert top.index("Read first") < top.index("random weights") < top.index("<ul>", top.index("</div>"))
     assert "Steps not run: sweeps, compare" in top
+
+
+def test_a_ruler_step_that_did_not_run_says_so(atlas_dir):
+    """The tiny atlas gives no RULER length (tests/report/conftest.py): the section and the headline say so."""
+    html = (atlas_dir / "report.html").read_text()
+    assert "RULER was not run: no task or length was given." in html
+    assert any(w.startswith("RULER-style: not run") for w in headline(atlas_dir).warnings)

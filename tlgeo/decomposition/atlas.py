@@ -222,6 +222,10 @@ def _step_compare(ctx: StepContext) -> None:
     zs_small = n_zs is not None and n_zs < MIN_ZEROSHOT_ITEMS
     rl_small = n_rl is not None and n_rl < MIN_RULER_SAMPLES
     zs_note, rl_note = (" (indication only)" if zs_small else ""), (" (indication only)" if rl_small else "")
+    too_long = [n for n in b.ruler_lengths if n > model.cfg.n_ctx]
+    why = (f"its lengths {too_long} exceed the model's context of {model.cfg.n_ctx} tokens" if too_long
+           else "no task or length was given")
+    rl_skipped = "" if len(rl) else f" RULER was not run: {why}."
     ctx.report.section("3. Which parallel removal is cheapest? (Tables 1, 2, 8)",
                        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
                        f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens), zero-shot accuracy averaged over "
@@ -229,7 +233,8 @@ def _step_compare(ctx: StepContext) -> None:
                        f"RULER-style score over {', '.join(b.ruler_tasks) or 'no tasks'} at "
                        f"{list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, {b.ruler_template} "
                        f"prompts, %). The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}, RULER of "
-                       f"{PAPER_RULER_MODEL} — other models and budgets, so compare orderings, not values.")
+                       f"{PAPER_RULER_MODEL} — other models and budgets, so compare orderings, not values."
+                       + rl_skipped)
     shown = pd.DataFrame({"condition": table["condition"], "PPL": table["ppl"], "ΔPPL": table["delta_ppl"],
                           "zero-shot acc %" + zs_note: table["zeroshot_acc"],
                           "paper zero-shot acc %": [paper_value(PAPER.get(("zeroshot", c, "acc")))

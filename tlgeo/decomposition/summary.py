@@ -300,6 +300,9 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
                             f"task{'s' if len(tasks) > 1 else ''}): one item moves a task's accuracy by {100 / n:.0f} points and the mean "
                             f"accuracy has a standard error of about ±{se:.0f} points — indication only "
                             f"(use at least {MIN_ZEROSHOT_ITEMS} items per task).")
+    if rl is not None and not len(rl):
+        warnings.append("RULER-style: not run (no RULER task, or every length is longer than the model's "
+                        "context: see section 3); its column is empty.")
     if rl is not None and len(rl):
         n = int(rl["n"].min())
         if n < MIN_RULER_SAMPLES:
