@@ -23,6 +23,14 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
     assert (sp["n_prompts"] == 14).all() and len(sp) == 7
     assert "single-pass edits at the last prompt token" in html and "per prompt the static part is F" in html
     assert any("indication only" in w for w in h.warnings)
+    # the rotations table shows what varies (11 columns); the settings and the proxy's base rate are in its caption
+    import re
+
+    table = html[html.index("10b. PDSF: persistent rotations during generation"):]
+    table = table[table.index("<table"): table.index("</table>")]
+    assert len(re.findall(r"<th[ >]", table.split("</tr>")[0])) == 11 and "frame_shift_base_pct" in table
+    assert "Same for every row: prompt_set specB" in html
+    assert "Base rate of the proxy on the unedited continuations" in html or "cannot tell a frame shift" in html
 
     import tlgeo.pdsf.atlas as A
 

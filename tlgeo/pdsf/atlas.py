@@ -160,9 +160,19 @@ def _generation_section(ctx: StepContext) -> None:
         f"{divergence_text()}.")
     ctx.report.figure(plot_divergence(df), "First generated token that differs from the unedited continuation, per "
                                            "condition (last bin: unchanged).")
-    ctx.report.table(summary.drop(columns=["prompt_set"], errors="ignore"),
+    shown = ["condition", "rank", "n", "unchanged_pct", "immediate_pct", "mean_first_divergence",
+             "median_first_divergence", "kl_first", "kl_mean", "frame_shift_pct", "frame_shift_base_pct"]
+    shown = [c for c in shown if c in summary.columns]
+    settings = {c: summary[c].iloc[0] for c in summary.columns if c not in shown and summary[c].nunique() <= 1}
+    base = float(summary["frame_shift_base_pct"].iloc[0]) if "frame_shift_base_pct" in summary else float("nan")
+    caveat = (f" The proxy's base rate (the same test on the unedited continuations) is {base:.0f} %: at this "
+              "scale it cannot tell a frame shift from none." if base >= 50 else
+              f" Base rate of the proxy on the unedited continuations: {base:.0f} %.") if base == base else ""
+    ctx.report.table(summary[shown],
                      "Immediate divergence over the prompts whose continuation changed (the authors' convention); "
-                     "frame shift: a lexical proxy (TF-IDF nearer another group's unedited continuations).", digits=3)
+                     "frame shift: a lexical proxy (TF-IDF nearer another group's unedited continuations)."
+                     + caveat + " Same for every row: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
+                     digits=3)
     ctx.report.figure(plot_f_dynamics(dynamics, steps),
                       "F of the last-position state along the unedited continuations (teacher-forced), bases fitted on "
                       "the prompts: per prompt the static part is F's mean over the steps, the dynamic part the rest.")
