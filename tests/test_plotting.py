@@ -95,3 +95,33 @@ def test_known_sites_get_distinct_colours():
 
     colours = [site_color(s) for s in SITES]
     assert len(set(colours)) == len(colours)  # no two sites share a line colour
+
+
+def test_pdsf_and_tokenwise_figures_keep_legends_and_ticks_off_each_other():
+    """The atlas screenshots showed legends over the PDSF bars and lines and overlapping log tick labels on
+    the tokenwise scatter (issue: the report at a glance)."""
+    from tlgeo.pdsf.plots import plot_energy_pr, plot_single_pass
+    from tlgeo.tokenwise.plots import plot_error_vs_kl
+
+    rng = np.random.default_rng(0)
+    n = 31
+    share = rng.dirichlet(np.ones(4), n)
+    layers = pd.DataFrame({"layer": range(n), **{f"energy_{p}": share[:, i] for i, p in enumerate("PDSF")},
+                           "pr_D": rng.uniform(1, 4, n), "pr_S": rng.uniform(1, 12, n), "interface_dim": 10.0,
+                           "k_D": 4, "k_S": 12})
+    conds = ["D_rotate", "S_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant", "F_top_rotate"]
+    summary = pd.DataFrame({"condition": conds, "kl_mean": rng.uniform(1e-3, 5, 7), "kl_sem": 0.01})
+    angles = pd.DataFrame([dict(condition=c, state=s, angle_mean=90 * np.exp(-s / 5) + 40 * (i > 3))
+                           for i, c in enumerate(conds) for s in range(4, 31)])
+    tokens = pd.DataFrame({"layer": 15, "class": rng.choice(["linear", "global", "mlp"], 300),
+                           "rel_error": rng.uniform(0.18, 1.1, 300), "kl": 10 ** rng.uniform(-4, 0, 300)})
+    for fig in (plot_energy_pr(layers), plot_single_pass(summary, angles), plot_error_vs_kl(tokens)):
+        _legend_clear_of_axes(fig)
+        assert fig.get_figwidth() <= WIDTH + 1e-9
+    fig = plot_error_vs_kl(tokens)
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    lines = plot_single_pass(summary, angles).axes[1].get_lines()
+    assert len({(l.get_color(), l.get_marker()) for l in lines}) == len(conds)  # each condition told apart
+    plt.close("all")

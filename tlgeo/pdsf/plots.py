@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..geometry.subspaces import PARTS
+from ..plotting import WIDTH
 
 __all__ = ["plot_energy_pr", "plot_complexity", "plot_discrimination", "plot_single_pass", "plot_divergence",
            "plot_f_dynamics", "COLORS"]
@@ -32,22 +33,26 @@ def plot_energy_pr(layers: pd.DataFrame):
     import matplotlib.pyplot as plt
 
     _need(layers, ["layer", "energy_P", "pr_D", "pr_S", "interface_dim"], "plot_energy_pr")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 4.0), layout="constrained")
     bottom = np.zeros(len(layers))
     for p in PARTS:
         a.bar(layers["layer"], layers[f"energy_{p}"], bottom=bottom, color=COLORS[p], label=p, width=0.85)
         bottom += layers[f"energy_{p}"].to_numpy()
     a.set(xlabel="layer (state after n blocks)", ylabel="share of ||h||²", ylim=(0, 1.02), title="energy per part")
-    a.legend(ncol=4, fontsize=8, loc="lower right")
+    _legend_below(a, ncol=4)
     b.plot(layers["layer"], layers["interface_dim"], "k-", label="1 + PR_D + PR_S")
     b.plot(layers["layer"], layers["pr_D"], color=COLORS["D"], label="PR_D")
     b.plot(layers["layer"], layers["pr_S"], color=COLORS["S"], label="PR_S")
     b.plot(layers["layer"], layers["k_D"], ":", color=COLORS["D"], label="k_D")
     b.plot(layers["layer"], layers["k_S"], ":", color=COLORS["S"], label="k_S")
     b.set(xlabel="layer", ylabel="dimension", title="interface dimension")
-    b.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
+    _legend_below(b, ncol=3)
     return fig
+
+
+def _legend_below(ax, ncol: int) -> None:
+    """The axes' legend under it, clear of the data (the constrained layout makes room)."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, fontsize=8, frameon=False)
 
 
 def _per_part(parts: pd.DataFrame, panels: dict[str, str], zero_line: bool):
@@ -110,18 +115,19 @@ def plot_single_pass(summary: pd.DataFrame, angles: pd.DataFrame):
 
     _need(summary, ["condition", "kl_mean", "kl_sem"], "plot_single_pass")
     _need(angles, ["condition", "state", "angle_mean"], "plot_single_pass")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), layout="constrained")
     conds = list(summary["condition"])
     a.bar(range(len(conds)), summary["kl_mean"].clip(lower=1e-6), yerr=summary["kl_sem"].fillna(0),
           color=[_color(c) for c in conds], capsize=3)
     a.set_xticks(range(len(conds)), conds, rotation=30, ha="right", fontsize=8)
     a.set(yscale="log", ylabel="KL(clean || edited), nats", title="next-token KL")
-    for c in conds:
+    markers = "osv^DxP*"  # conditions of one subspace share its colour: a marker each tells them apart
+    for i, c in enumerate(conds):
         g = angles[angles["condition"] == c]
-        b.plot(g["state"], g["angle_mean"], marker=".", color=_color(c), ls="--" if "F" in c else "-", label=c)
+        b.plot(g["state"], g["angle_mean"], marker=markers[i % len(markers)], ms=4, color=_color(c),
+               ls="--" if "F" in c else "-", label=c)
     b.set(xlabel="state (after n blocks)", ylabel="angle, clean vs edited part (deg)", title="what later layers keep")
-    b.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    _legend_below(b, ncol=3)
     return fig
 
 

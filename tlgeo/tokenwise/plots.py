@@ -8,7 +8,7 @@ from .fits import ANGLE_THRESHOLD, CLASSES
 
 __all__ = ["plot_layer_geometry", "plot_residual_angles", "plot_error_vs_kl"]
 
-_COLORS = dict(zip(CLASSES, ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f")))
+_COLORS = dict(zip(CLASSES, ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f", "#9467bd")))  # one per class
 
 
 def plot_layer_geometry(geometry: pd.DataFrame):
@@ -64,7 +64,7 @@ def plot_error_vs_kl(tokens: pd.DataFrame, correlation: pd.DataFrame | None = No
     colour per class, Spearman's rho in the legend."""
     import matplotlib.pyplot as plt
 
-    from ..plotting import WIDTH, legend_outside, style
+    from ..plotting import WIDTH, legend_outside, plain_log_ticks, style
 
     layers = sorted(tokens["layer"].unique())
     layer = layers[len(layers) // 2] if layer is None else layer
@@ -83,6 +83,7 @@ def plot_error_vs_kl(tokens: pd.DataFrame, correlation: pd.DataFrame | None = No
                    color=_COLORS.get(c), label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax.xaxis)  # 0.2, 0.5, 1: not 2x10^-1, 3x10^-1, ... on top of each other
     ax.set_xlabel(f"||r|| / ||Δ_full|| at layer map {layer}")
     ax.set_ylabel("KL(p_clean || p_patched), nats")
     ax.grid(alpha=0.3)
