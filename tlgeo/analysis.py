@@ -42,7 +42,7 @@ from .results import merge_csv
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
            "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family", "register_step",
-           "steps", "headlines", "family_headline", "budget_fields", "make_budgets"]
+           "steps", "headlines", "family_headline", "family_title", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ HeadlineFn = Callable[[Path, Any], "Headline | list[str]"]
 
 _FAMILIES: dict[str, type] = {}
 _HEADLINES: dict[str, HeadlineFn] = {}
+_TITLES: dict[str, str] = {}
 _STEPS: dict[str, Step] = {}
 
 
@@ -88,12 +89,13 @@ def budget(default: Any, help: str, **meta: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
-def register_family(name: str, budgets: type, headline: HeadlineFn | None = None) -> None:
+def register_family(name: str, budgets: type, headline: HeadlineFn | None = None, title: str = "") -> None:
     """Register an analysis family and its budgets dataclass (field names unique across families).
 
     ``headline(out_dir, budgets)``, if given, returns the family's :class:`Headline`
     (or a plain list of sentences) computed from the CSVs in ``out_dir``; it must
-    cope with steps not yet run (their CSVs missing)."""
+    cope with steps not yet run (their CSVs missing). ``title``: the family's heading in the
+    report's headline (default: its name)."""
     if not dataclasses.is_dataclass(budgets):
         raise TypeError(f"budgets of {name!r} must be a dataclass, got {budgets!r}")
     if name in _FAMILIES and _FAMILIES[name] is not budgets:
@@ -108,6 +110,7 @@ def register_family(name: str, budgets: type, headline: HeadlineFn | None = None
     if clash:
         raise ValueError(f"budget name(s) {clash} of {name!r} are already used by {taken[clash[0]]!r}")
     _FAMILIES[name] = budgets
+    _TITLES[name] = title or _TITLES.get(name, name)
     if headline is not None:
         _HEADLINES[name] = headline
 
@@ -130,6 +133,11 @@ def register_step(name: str, family: str, csvs: tuple[str, ...], description: st
 def steps() -> dict[str, Step]:
     """The registered steps, in registration order."""
     return dict(_STEPS)
+
+
+def family_title(family: str) -> str:
+    """A family's heading in the report's headline."""
+    return _TITLES.get(family, family)
 
 
 def headlines() -> dict[str, HeadlineFn]:

@@ -47,7 +47,11 @@ def test_report_opens_with_the_headline(atlas_dir):
     top = html.index('class="headline"')
     assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
     block = html[top: html.index("</section>", top)]
-    items = re.findall(r"<li>(.*?)</li>", block)
+    items = [re.sub(r"</?strong>", "", x) for x in re.findall(r"<li>(.*?)</li>", block)]
+    # one heading per analysis, its first sentence (the takeaway) in bold
+    assert re.findall(r"<h3>(.*?)</h3>", block)[:2] == ["Directional decomposition (seed paper 000)",
+                                                        "Direction vs magnitude (seed paper 003)"]
+    assert block.count("<h3>") == block.count("<li><strong>") == 5
     h, dm, tw, pd_, pt = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
                           pdsf_headline(atlas_dir), patching_headline(atlas_dir))
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes

@@ -111,7 +111,8 @@ class DecompositionBudgets(_ConfigBudgets):
             raise ValueError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
 
 
-register_family(FAMILY, DecompositionBudgets, headline=headline)
+register_family(FAMILY, DecompositionBudgets, headline=headline,
+                title="Directional decomposition (seed paper 000)")
 
 
 @register_step("profile", FAMILY, ("profile_summary",),

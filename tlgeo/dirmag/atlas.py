@@ -78,7 +78,7 @@ def headline(out: Path, budgets: DirmagBudgets | None = None) -> Headline:
     return h
 
 
-register_family(FAMILY, DirmagBudgets, headline=headline)
+register_family(FAMILY, DirmagBudgets, headline=headline, title="Direction vs magnitude (seed paper 003)")
 
 
 @register_step("dirmag_damage", FAMILY, ("dirmag_damage",),

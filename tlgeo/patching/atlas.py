@@ -67,7 +67,7 @@ def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, PatchingBudgets, headline=headline)
+register_family(FAMILY, PatchingBudgets, headline=headline, title="Geometry-resolved activation patching")
 
 
 @register_step("patching", FAMILY, ("patching_tasks", "patching_effects"),

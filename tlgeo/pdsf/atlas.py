@@ -69,7 +69,7 @@ def headline(out: Path, budgets: PDSFBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, PDSFBudgets, headline=headline)
+register_family(FAMILY, PDSFBudgets, headline=headline, title="Prediction-anchored subspaces (seed paper 001)")
 
 
 @register_step("pdsf", FAMILY, ("pdsf_layers", "pdsf_parts", "pdsf_single_pass_summary", "pdsf_single_pass_angles",

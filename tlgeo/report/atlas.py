@@ -28,7 +28,7 @@ import pandas as pd
 from ..cliargs import default_out, model_key
 from ..data import load_text
 from ..models import load_model, model_label
-from ..analysis import StepContext, family_headline, make_budgets
+from ..analysis import StepContext, family_headline, family_title, make_budgets
 from .html import Report
 from .registry import load_steps
 
@@ -147,18 +147,18 @@ def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: 
 
     A headline that fails is reported in the block (and on stderr) rather than
     stopping a run whose results are already on disk."""
-    sentences: list[str] = []
+    groups: list[tuple[str, list[str]]] = []
     warnings: list[str] = []
     for family in families:
         try:
             h = family_headline(family, out, budgets[family])
         except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on
             print(f"[atlas] headline of {family!r} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            sentences.append(f"(The {family} headline could not be computed: {type(e).__name__}: {e}.)")
+            groups.append((family_title(family), [f"(The headline could not be computed: {type(e).__name__}: {e}.)"]))
             continue
-        sentences += h.sentences
+        groups.append((family_title(family), list(h.sentences)))
         warnings += h.warnings
-    report.headline(sentences, warnings, caveats=caveats)
+    report.headline([], warnings, caveats=caveats, groups=groups)
 
 
 def _duration(seconds: float) -> str:

@@ -142,12 +142,14 @@ class Report:
         self._uses_circuitsvis = False
 
     def headline(self, sentences: Iterable[str], warnings: Iterable[str] = (), title: str = "Headline",
-                 caveats: Iterable[str] = ()) -> "Report":
+                 caveats: Iterable[str] = (), groups: Iterable[tuple[str, Sequence[str]]] = ()) -> "Report":
         """Set the block that opens the report, right under its title (a later call replaces it):
         ``caveats`` first (what the reader must know before any number: a model with random weights, steps
-        not run), ``sentences`` as a list, ``warnings`` (budgets too small to conclude from) below them."""
+        not run), ``sentences`` as a list, then ``groups`` (a heading and its sentences, the first in bold:
+        one takeaway per analysis), ``warnings`` (budgets too small to conclude from) below them."""
         sentences, warnings, caveats = list(sentences), list(warnings), list(caveats)
-        if not sentences and not warnings and not caveats:
+        groups = [(h, list(s)) for h, s in groups if s]
+        if not sentences and not warnings and not caveats and not groups:
             self._headline = ""
             return self
         items = "".join(f"<li>{html.escape(x)}</li>" for x in sentences)
@@ -157,6 +159,9 @@ class Report:
                       + "".join(f"<li>{html.escape(c)}</li>" for c in caveats) + "</ul></div>")
         if items:
             block += f"<ul>{items}</ul>"
+        for heading, group in groups:
+            block += (f"<h3>{html.escape(heading)}</h3><ul><li><strong>{html.escape(group[0])}</strong></li>"
+                      + "".join(f"<li>{html.escape(x)}</li>" for x in group[1:]) + "</ul>")
         if warnings:
             block += ('<div class="warn"><strong>Budgets too small to conclude from (indication only)</strong><ul>'
                       + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")

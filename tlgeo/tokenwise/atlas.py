@@ -67,7 +67,7 @@ def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, TokenwiseBudgets, headline=headline)
+register_family(FAMILY, TokenwiseBudgets, headline=headline, title="Tokenwise layer maps (seed paper 002)")
 
 
 @register_step("tokenwise", FAMILY, ("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens"),
