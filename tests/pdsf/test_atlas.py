@@ -28,7 +28,7 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
 
     table = html[html.index("10b. PDSF: persistent rotations during generation"):]
     table = table[table.index("<table"): table.index("</table>")]
-    assert len(re.findall(r"<th[ >]", table.split("</tr>")[0])) == 11 and "frame_shift_base_pct" in table
+    assert len(re.findall(r"<th[ >]", table.split("</tr>")[0])) == 11 and "its base rate %" in table
     assert "Same for every row: prompt_set specB" in html
     assert "Base rate of the proxy on the unedited continuations" in html or "cannot tell a frame shift" in html
 

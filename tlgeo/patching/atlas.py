@@ -90,8 +90,10 @@ def _step_patching(ctx: StepContext) -> None:
         "orthogonal to the residual it writes into, taken against the patched run's residual. Attribution "
         "patching estimates every component to first order from one forward and backward; exact patching of "
         f"{', '.join(cfg.exact_set())} checks it." + small)
-    ctx.report.table(tasks, "Does the model do the task? accuracy: share of clean prompts with the right answer "
-                            "ahead (metric > 0); a task below min_accuracy is not patched.")
+    cols = [c for c in ("task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason", "note")
+            if c in tasks.columns and (c not in ("reason", "note") or tasks[c].fillna("").astype(str).str.len().any())]
+    ctx.report.table(tasks[cols], "Does the model do the task? accuracy: share of clean prompts with the right answer "
+                                  "ahead (metric > 0); a task below min_accuracy is not patched.")
     if effects.empty:
         return
     for task in effects["task"].unique():
