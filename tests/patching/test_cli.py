@@ -1,0 +1,50 @@
+"""``tlgeo patching`` on a tiny model: what it prints and writes, and bad input before the model loads."""
+
+import pandas as pd
+import pytest
+
+from tlgeo.cli import main
+
+
+def test_patching_command(tmp_path, capsys):
+    out = tmp_path / "pt"
+    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction,ioi", "--prompts", "4", "--min-accuracy", "0",
+            "--components", "head,head_perp,self,nonself,mlp", "--exact-components", "head,self,nonself",
+            "--out", str(out), "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "tasks (accuracy: share of clean prompts answered right):" in printed
+    assert "largest effects" in printed and "attribution vs exact" in printed
+    assert "head = self + nonself" in printed  # the interaction of the split's parts
+    assert "note: 4 prompts per task: an indication only" in printed
+    tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
+    assert tasks.loc["induction", "patched"] and not tasks.loc["ioi", "patched"]  # no single-token names
+    effects = pd.read_csv(out / "patching_effects.csv")
+    exact = effects[effects["method"] == "exact"]
+    assert set(exact["component"]) == {"head", "self", "nonself"} and len(exact) == 3 * 3 * 4  # x blocks x heads
+    assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl"} <= {p.name for p in out.iterdir()}
+    lines = (out / "patching.jsonl").read_text().count("\n")
+    assert main(argv) == 0  # a rerun reads the log: nothing is added
+    assert (out / "patching.jsonl").read_text().count("\n") == lines
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tasks", "copy"], "tasks: unknown value(s) ['copy']"),
+    (["--components", "heads"], "components: unknown value(s) ['heads']"),
+    (["--directions", "both"], "directions: unknown value(s) ['both']"),
+    (["--prompts", "1"], "prompts must be >= 2"),
+])
+def test_bad_flags_fail_before_the_model_loads(flags, message, tmp_path, capsys, monkeypatch):
+    import tlgeo.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    code = main(["patching", "--model", "tiny:llama", "--out", str(tmp_path), *flags])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_a_position_the_task_lacks_is_one_line_before_any_forward(tmp_path, capsys):
+    code = main(["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--positions", "S2",
+                 "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "task 'induction' has no position 'S2'; choose from ['all', 'end']" in err
+    assert "Traceback" not in err and not (tmp_path / "patching.jsonl").exists()
