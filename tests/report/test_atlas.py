@@ -74,3 +74,18 @@ def test_atlas_errors(tmp_path, llama):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
     assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag_damage",
                           "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf", "patching"}
+
+
+def test_ruler_scores_the_unedited_model_and_its_ruler_sites_only(tmp_path):
+    from tlgeo.models import tiny_model
+
+    model = tiny_model("llama", max_position_embeddings=512)  # RULER's template needs ~380 byte tokens
+    out = tmp_path / "atlas"
+    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("compare",), budgets=dict(
+        context=64, sweep_tokens=128, compare_sites=("value_excl_self", "attn"), compare_scales=(0.0,),
+        zeroshot_tasks=(), ruler_tasks=("niah_single",), ruler_lengths=(400,), ruler_samples=1))
+    run_atlas(cfg, model=model)
+    ruler = pd.read_csv(out / "compare_ruler.csv")
+    assert set(ruler["condition"]) == {"unedited", "value_excl_self s_par=0"}  # attn is not a RULER site
+    timings = pd.read_csv(out / "timings.csv")
+    assert (timings["bare_forwards"] > 0).all()  # each step as a multiple of a bare 4 x 256-token forward

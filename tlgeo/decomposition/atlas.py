@@ -83,12 +83,16 @@ class DecompositionBudgets(_ConfigBudgets):
     zeroshot_limit: int = budget(20, "first n items of each zero-shot task (below 50: indication only)",
                                  cost="~5.4 s per item at the defaults (3 tasks x 9 conditions x ~0.2 s)")
     ruler_tasks: tuple[str, ...] = budget(("niah_single", "vt"), "RULER-style tasks", item=str,
-                                          cost="~93 s per task at 2 samples of 1024 tokens (9 conditions)")
+                                          cost="~27 s per task at 2 samples of 1024 tokens (5 conditions)")
+    ruler_sites: tuple[str, ...] = budget(("value_excl_self", "value_full"), "of the compared sites, those whose "
+                                          "removals RULER scores besides the unedited model (the paper's Table 2: "
+                                          "the two value-space sites)", item=str,
+                                          cost="~11 s per site at the defaults (2 scales x 2 tasks x 2 samples)")
     ruler_lengths: tuple[int, ...] = budget((1024,), "RULER prompt lengths in tokens, e.g. 1024,2048,4096", item=int,
                                             cost="~5 s per sample and condition at 1024 tokens, "
                                                  "growing faster than linearly with the length")
     ruler_samples: int = budget(2, "RULER samples per task and length (below 10: indication only)",
-                                cost="~93 s per sample at the defaults (2 tasks x 9 conditions x ~5 s at "
+                                cost="~27 s per sample at the defaults (2 tasks x 5 conditions x ~2.7 s at "
                                      "1024 tokens)")
     ruler_template: str = budget("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
                                  choices=("base", "chat"))
@@ -193,10 +197,12 @@ def _step_compare(ctx: StepContext) -> None:
         lengths = [n for n in b.ruler_lengths if n <= model.cfg.n_ctx]
         if not lengths or not b.ruler_tasks:
             return pd.DataFrame(columns=["condition", "task", "length", "n", "score"])
+        scored = [(label, hooks) for label, hooks in conditions
+                  if label == "unedited" or label.split(" ")[0] in b.ruler_sites]
         frames = [evaluate_ruler(model, b.ruler_tasks, lengths, b.ruler_samples, fwd_hooks=hooks,
                                  label=label, seed=ctx.cfg.seed, template=b.ruler_template,
                                  log_path=ctx.log("ruler"), progress=True).assign(condition=label)
-                  for label, hooks in tqdm(conditions, desc="RULER conditions", unit="condition")]
+                  for label, hooks in tqdm(scored, desc="RULER conditions", unit="condition")]
         return pd.concat(frames, ignore_index=True).drop(columns=["preds"], errors="ignore")
 
     def zeroshot_paired() -> pd.DataFrame:  # per-item results come back from the zero-shot log
@@ -231,7 +237,8 @@ def _step_compare(ctx: StepContext) -> None:
                        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
                        f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens), zero-shot accuracy averaged over "
                        f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %), and "
-                       f"RULER-style score over {', '.join(b.ruler_tasks) or 'no tasks'} at "
+                       f"RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
+                       f"{', '.join(b.ruler_tasks) or 'no tasks'} at "
                        f"{list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, {b.ruler_template} "
                        f"prompts, %). The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}, RULER of "
                        f"{PAPER_RULER_MODEL} — other models and budgets, so compare orderings, not values."

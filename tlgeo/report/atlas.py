@@ -91,6 +91,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
                 f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    bare = bare_forward_seconds(model)  # the run's unit of time: machines of one kind differ ~2x
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     todo = [(name, step) for name, step in registered.items() if name in chosen]
@@ -112,19 +113,53 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
         _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
-    print(f"[atlas] all {len(todo)} step(s) done in {_duration(time.perf_counter() - t_run)}; "
-          f"report: {out / 'report.html'}", flush=True)
+    total = time.perf_counter() - t_run
+    print(f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
+          f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each); report: {out / 'report.html'}",
+          flush=True)
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
+                          "bare_forwards": [t / bare for t in timings.values()],
                           "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
     pd.concat([earlier, table], ignore_index=True).to_csv(path, index=False)
     report.section("Timings").table(
-        table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)"}),
-        f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s) and "
-        f"the process's peak resident memory after it. Every run's rows: {path}.")
+        table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)",
+                                                  "bare_forwards": "in bare forwards"}),
+        f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s), the same "
+        f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured at "
+        f"the start of the run ({bare:.2f} s; the whole run: {total / bare:.0f}x), and the process's peak "
+        f"resident memory after it. Every run's rows: {path}.")
     _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
     return report.save(out / "report.html")
+
+
+BARE_SHAPE = (4, 256)  # a bare forward of 4 windows of 256 tokens: the atlas's unit of time
+
+
+def _bare_len(model) -> int:
+    return min(BARE_SHAPE[1], model.cfg.n_ctx)
+
+
+def bare_forward_seconds(model, repeats: int = 3) -> float:
+    """Median wall time of a bare ``4 x 256``-token forward of ``model`` (no hooks; one warm-up first)."""
+    import statistics
+
+    import torch
+
+    from ..models import input_device
+
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, model.cfg.d_vocab, (BARE_SHAPE[0], _bare_len(model)), generator=g)
+    tokens = tokens.to(input_device(model))
+    times = []
+    with torch.no_grad():
+        for i in range(repeats + 1):
+            t = time.perf_counter()
+            model(tokens, return_type=None)
+            if i:
+                times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def _caveats(model, registered: dict, done: list[str]) -> list[str]:
