@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -98,7 +97,6 @@ class Component:
             ref = t.v if frame == "patched" else s[2]
             d = project_part(s[1] - t.nonself, ref, self.part)
         return _masked(d, heads, pos)
-
 
     def head_deltas(self, target: Acts, source: Acts, *, pos: Tensor | None, frame: str = "patched",
                     W_O: Tensor | None = None) -> Tensor:
