@@ -30,6 +30,9 @@ from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 __all__ = ["patch_kl"]
 
 
+LOGIT_BUDGET = 1 << 24  # float32 logits (64 MiB) per patched forward
+
+
 def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: Mapping[int, Float[Tensor, "n d"]],
              *, batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
     """KL of patching each pool token ``indices[j]`` to ``replacements[l][j]`` at every layer ``l`` given.
@@ -45,6 +48,10 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
         if rep.shape != (len(indices), d_model):
             raise ValueError(f"replacements[{l}] must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
     windows = pool.windows
+    # rows per forward: each holds [positions, vocab] float32 logits several times over (clean, patched, their
+    # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)
+    vocab = model.cfg.d_vocab if _is_bridge(model) else model.config.vocab_size
+    batch_size = max(1, min(batch_size, LOGIT_BUDGET // max(1, windows.shape[1] * vocab)))
     layers = sorted(replacements)
     names = [f"blocks.{l}.hook_resid_pre" for l in layers]
     rows = []
