@@ -59,7 +59,7 @@ def test_bad_input_fails_before_any_forward(llama, monkeypatch):
     def no_forward(*a, **k):
         raise AssertionError("a forward ran")
 
-    monkeypatch.setattr(analysis, "clean_accuracy", no_forward)
+    monkeypatch.setattr(analysis, "task_runs", no_forward)
     with pytest.raises(ValueError, match="no position 'S2'"):
         run(llama, _cfg(positions="S2"))
     for bad, match in ((dict(tasks=("copy",)), "tasks"), (dict(components=("heads",)), "components"),
@@ -107,3 +107,14 @@ def test_the_plan_counts_the_exact_sweep_by_resumed_blocks():
     assert full["ioi: exact"].tokens == int(per_block * sum((n - l) / n for l in range(n)))
     assert abs(late["ioi: exact"].tokens - per_block / n) <= 1  # the last block alone: 1/n of a forward
     assert full["ioi: attribution"].tokens == 3 * 8 * L and full["ioi: clean + corrupted"].kept_bytes > 0
+
+
+def test_the_tasks_table_comes_from_the_cached_runs_and_equals_clean_accuracy(llama):
+    """The accuracy check reuses the clean and corrupted runs the patching caches (no extra forwards)."""
+    from tlgeo.patching.tasks import build_task, clean_accuracy
+
+    res = run(llama, _cfg())
+    row = res.tasks.iloc[0]
+    want = clean_accuracy(llama, build_task("induction", llama, n=4), batch_size=3)
+    for k in ("accuracy", "corrupted_accuracy", "clean_metric", "corrupted_metric"):
+        assert row[k] == pytest.approx(want[k], abs=1e-5), k

@@ -20,7 +20,7 @@ def _near(runs: TaskRuns, eps: float) -> TaskRuns:
     """A source run eps of the way from the corrupted run to the clean one (activation by activation)."""
     c, k = runs.clean, runs.corrupted
     acts = {n: k.acts[n] + eps * (c.acts[n] - k.acts[n]) for n in c.acts}
-    return TaskRuns(runs.task, RunCache(c.tokens, acts, c.metric), k)
+    return TaskRuns(runs.task, RunCache(c.tokens, acts, c.metric, c.hits), k)
 
 
 @pytest.mark.parametrize("component", ["head", "head_par", "head_perp", "mlp", "mlp_par", "mlp_perp"])

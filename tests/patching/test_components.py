@@ -209,6 +209,6 @@ def test_heads_that_add_up_pass_and_a_norm_after_W_O_is_caught(setup):
     acts = dict(runs.clean.acts)
     out = acts["blocks.1.hook_attn_out"]
     acts["blocks.1.hook_attn_out"] = out / out.norm(dim=-1, keepdim=True)  # as if normed after W_O
-    normed = TaskRuns(task, RunCache(runs.clean.tokens, acts, runs.clean.metric), runs.corrupted)
+    normed = TaskRuns(task, RunCache(runs.clean.tokens, acts, runs.clean.metric, runs.clean.hits), runs.corrupted)
     with pytest.raises(ValueError, match="block 1: the attention output is not the sum"):
         check_separable_heads(model, normed, [1])

@@ -28,7 +28,7 @@ from .config import PatchingConfig
 from .effects import effect, effect_ci
 from .exact import exact_sweep
 from .runs import TaskRuns, check_separable_heads, task_runs
-from .tasks import TaskError, build_task, clean_accuracy
+from .tasks import TaskError, build_task
 
 __all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
 
@@ -104,7 +104,10 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         if isinstance(task, TaskError):
             task_rows.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
             continue
-        acc = clean_accuracy(model, task, batch_size=cfg.batch_size)
+        comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
+                                    *(u[3] for u in mine if u[0] == "exact")]))
+        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)  # one pass per run
+        acc = runs.accuracy()
         gap = acc["clean_metric"] - acc["corrupted_metric"]
         reason = ""
         if acc["accuracy"] < cfg.min_accuracy:
@@ -120,9 +123,6 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
                   + (f" -- not patched: {reason}" if reason else ""), flush=True)
         if reason:
             continue
-        comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
-                                    *(u[3] for u in mine if u[0] == "exact")]))
-        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)
         refused = _refused(model, runs, comps, _layers(model, cfg))
         if refused:
             task_rows[-1]["note"] = refused

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..hooks.adapter import check_hook_names, resolve_layers
@@ -30,11 +30,13 @@ DIRECTIONS = ("denoise", "noise")
 @dataclass
 class RunCache:
     """One run over a task's prompts: its tokens, the cached activations (full hook names,
-    ``[n, ...]``, on the model's devices) and the per-prompt metric ``[n]`` (float32, CPU)."""
+    ``[n, ...]``, on the model's devices), the per-prompt metric ``[n]`` (float32, CPU) and whether
+    each prompt's answer is ahead (:meth:`Task.hits`)."""
 
     tokens: Int[Tensor, "n pos"]
     acts: dict[str, Tensor]
     metric: Float[Tensor, "n"]
+    hits: Bool[Tensor, "n"]
 
 
 @dataclass
@@ -52,6 +54,13 @@ class TaskRuns:
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
         return (self.corrupted, self.clean) if direction == "denoise" else (self.clean, self.corrupted)
+
+    def accuracy(self) -> dict[str, float]:
+        """What :func:`~.tasks.clean_accuracy` reports, from these runs (no forward)."""
+        return {"n": self.task.n, "accuracy": float(self.clean.hits.float().mean()),
+                "clean_metric": float(self.clean.metric.mean()),
+                "corrupted_accuracy": float(self.corrupted.hits.float().mean()),
+                "corrupted_metric": float(self.corrupted.metric.mean())}
 
     @property
     def gap(self) -> float:
@@ -81,7 +90,7 @@ def score_rows(task: Task, logits: Float[Tensor, "rows vocab"]) -> Float[Tensor,
 def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch_size: int) -> RunCache:
     wanted = set(names)
     acts: dict[str, list[Tensor]] = {n: [] for n in names}
-    metric = []
+    metric, hits = [], []
     with torch.no_grad():
         for start in range(0, tokens.shape[0], batch_size):
             rows = slice(start, start + batch_size)
@@ -89,8 +98,10 @@ def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch
                                                  names_filter=lambda n: n in wanted)
             for n in names:
                 acts[n].append(cache[n])  # on the model's devices (a sharded model's blocks on theirs)
-            metric.append(task.subset(rows).score(logits[:, -1]).cpu())  # result rows: on the CPU
-    return RunCache(tokens, {n: torch.cat(v) for n, v in acts.items()}, torch.cat(metric).float())
+            part = task.subset(rows)
+            metric.append(part.score(logits[:, -1]).cpu())  # result rows: on the CPU
+            hits.append(part.hits(logits[:, -1]))
+    return RunCache(tokens, {n: torch.cat(v) for n, v in acts.items()}, torch.cat(metric).float(), torch.cat(hits))
 
 
 def task_runs(model: Model, task: Task, components: Iterable[str | Component],

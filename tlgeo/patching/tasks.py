@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..evals.blimp import AGREEMENT
@@ -207,6 +207,13 @@ class Task:
             raise ValueError(f"task {self.name!r}: score takes the final position's logits [n={self.n}, vocab], "
                              f"got shape {tuple(logits.shape)}")
         return METRICS[self.metric](logits, self.correct, self.wrong)
+
+    def hits(self, logits: Float[Tensor, "n vocab"]) -> Bool[Tensor, "n"]:
+        """Per prompt, whether the answer is ahead: score > 0, or for ``logprob`` the top token is
+        ``correct[:, 0]`` (on the CPU)."""
+        if self.metric == "logprob":
+            return (logits.argmax(-1) == self.correct[:, 0].to(logits.device)).cpu()
+        return (self.score(logits) > 0).cpu()
 
     def subset(self, idx: slice | int | Sequence[int] | Tensor) -> Task:
         """The task on rows ``idx`` (a slice, an index, a list of indices or an integer/boolean tensor)."""
@@ -711,11 +718,6 @@ def clean_accuracy(model, task: Task, *, batch_size: int = 32) -> dict[str, floa
     out: dict[str, float] = {"n": task.n}
     for label, tokens in (("clean", task.clean), ("corrupted", task.corrupted)):
         logits = _end_logits(model, tokens, batch_size)
-        score = task.score(logits)
-        if task.metric == "logprob":
-            hit = logits.argmax(-1) == task.correct[:, 0].cpu()
-        else:
-            hit = score > 0
-        out["accuracy" if label == "clean" else "corrupted_accuracy"] = float(hit.float().mean())
-        out[f"{label}_metric"] = float(score.mean())
+        out["accuracy" if label == "clean" else "corrupted_accuracy"] = float(task.hits(logits).float().mean())
+        out[f"{label}_metric"] = float(task.score(logits).mean())
     return out
