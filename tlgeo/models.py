@@ -19,6 +19,7 @@ onto it), which is exactly what this package measures.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,6 +35,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from .families import FAMILIES, UnknownFamilyError, get_family
+
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge as Model
 else:
@@ -43,6 +46,7 @@ __all__ = [
     "EMBEDDED_MODELS",
     "UnknownModelError",
     "model_label",
+    "model_family",
     "Model",
     "cache_dir",
     "save_local",
@@ -222,15 +226,83 @@ def _boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **sh
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar, on every load
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _post_ln_opt_final_norm():
             warnings.simplefilter("ignore")
             bridge = TransformerBridge.boot_transformers(name_or_dir, device=None if shard else device, dtype=dtype,
                                                          **shard)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    _post_ln_opt_blocks(bridge)
+    _live_pattern_opt(bridge)
     bridge.eval()
     return bridge
+
+
+def _opt_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """OPT's eager attention with the bridge's ``hook_pattern`` between the softmax and the values.
+
+    TransformerLens 4.3 runs OPT's own attention and fires ``hook_pattern`` afterwards, on the weights
+    it returns, so an edit of the pattern changed nothing and ``hook_z`` fired before the pattern was
+    known. Registered as a transformers attention function, this makes the pattern live: the same
+    arithmetic as ``modeling_opt.eager_attention_forward``, the pattern hook in the middle, and no
+    weights returned (so the bridge does not fire the hook a second time)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    pattern = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    pattern = torch.nn.functional.dropout(pattern, p=dropout, training=module.training)
+    hook = getattr(module, "tlgeo_hook_pattern", None)
+    if hook is not None:
+        pattern = hook(pattern)
+    return torch.matmul(pattern, value).transpose(1, 2).contiguous(), None
+
+
+def _live_pattern_opt(bridge) -> None:
+    config = getattr(getattr(bridge, "original_model", None), "config", None)
+    if getattr(config, "model_type", None) != "opt":
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register("tlgeo_opt_pattern", _opt_attention)
+    AttentionMaskInterface.register("tlgeo_opt_pattern", eager_mask)  # eager's additive float mask
+    config._attn_implementation = "tlgeo_opt_pattern"
+    for block in bridge.blocks:
+        block.attn.original_component.tlgeo_hook_pattern = block.attn.hook_pattern
+
+
+# Two workarounds for TransformerLens 4.3's OPT adapter on post-LN OPT (do_layer_norm_before=False, OPT-350m):
+# 1. it maps ``ln_final`` whenever word_embed_proj_dim == hidden_size, but a post-LN OPT has no final norm
+#    ("Original component not set for model.decoder.final_layer_norm" at the first forward);
+# 2. it wraps ``final_layer_norm`` (ln2) in a conversion that flattens [batch, pos, d] to [batch*pos, d] on the
+#    way out, right for pre-LN (the norm runs inside HF's flattened MLP region) but wrong for post-LN, where the
+#    norm runs after the view back: the next block's attention gets a 2-d tensor ("not enough values to unpack").
+@contextlib.contextmanager
+def _post_ln_opt_final_norm():
+    from transformer_lens.model_bridge.supported_architectures import opt
+
+    init = opt.OptArchitectureAdapter.__init__
+
+    def patched(self, cfg):
+        init(self, cfg)
+        if getattr(self.cfg, "do_layer_norm_before", True) is False:
+            self.component_mapping.pop("ln_final", None)
+
+    opt.OptArchitectureAdapter.__init__ = patched
+    try:
+        yield
+    finally:
+        opt.OptArchitectureAdapter.__init__ = init
+
+
+def _post_ln_opt_blocks(bridge) -> None:
+    config = getattr(getattr(bridge, "original_model", None), "config", None)
+    if getattr(config, "model_type", None) != "opt" or getattr(config, "do_layer_norm_before", True) is not False:
+        return
+    for block in bridge.blocks:
+        for point in (block.ln2.hook_in, block.ln2.hook_out):
+            point.hook_conversion = None
 
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -316,6 +388,28 @@ def load_model(
     return model
 
 
+def model_family(name: str):
+    """``(family or None, where it came from)`` for a model name, from its config alone (no weights):
+    a family name, ``tiny:<kind>``, an embedded model, a local directory, or a seed model's hub id."""
+    from .families import FAMILIES, family_of_config
+    from .families.checkpoints import SEED_CHECKPOINTS
+
+    name = str(name)
+    if name.startswith("tiny:") or name in FAMILIES or name in ("neox",):
+        return get_family(name.removeprefix("tiny:")), "a tlgeo family"
+    if name in SEED_CHECKPOINTS:
+        config, source = SEED_CHECKPOINTS[name], "its published config.json, kept in tlgeo"
+    elif name in EMBEDDED_MODELS:
+        config, source = json.loads((embedded_model_dir(name) / "config.json").read_text()), "its config.json"
+    elif (Path(name).expanduser() / "config.json").is_file():
+        config, source = json.loads((Path(name).expanduser() / "config.json").read_text()), "its config.json"
+    else:
+        raise UnknownModelError(f"{name!r}: not a family ({', '.join(FAMILIES)}), tiny:<kind>, an embedded model, "
+                                "a local directory with a config.json, or a seed model's hub id")
+    family = family_of_config(config)
+    return family, source if family else f"model_type {config.get('model_type')!r}"
+
+
 def model_label(model) -> str:
     """The name a model was loaded by (``smollm2-135m``, ``tiny:llama``, a directory), for result rows."""
     return getattr(model, "tlgeo_name", None) or str(getattr(model.cfg, "model_name", "model"))
@@ -382,7 +476,7 @@ def _why_not_from_hub(name: str) -> str | None:
 # Tiny random models for unit tests
 # ---------------------------------------------------------------------------
 
-TINY_KINDS = ("llama", "neox", "gpt2")
+TINY_KINDS = ("neox",) + tuple(FAMILIES)  # every family (tlgeo.families), and neox: gpt_neox's old name
 
 
 def byte_tokenizer():
@@ -403,28 +497,14 @@ def byte_tokenizer():
 
 
 def tiny_config(kind: str = "llama", **overrides):
-    """A small HF config: ``llama`` (RMSNorm, SwiGLU, GQA 4/2 heads, d_mlp 160 not a
-    multiple of d_model), ``neox`` (LayerNorm, parallel attn+MLP), ``gpt2`` (LayerNorm)."""
-    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig
-
-    common = dict(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257)
-    if kind == "llama":
-        cfg = LlamaConfig(
-            hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, **common,
-        )
-    elif kind == "neox":
-        cfg = GPTNeoXConfig(
-            hidden_size=64, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
-            max_position_embeddings=256, rotary_pct=0.5, use_parallel_residual=True, **common,
-        )
-    elif kind == "gpt2":
-        cfg = GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256, **common)
-    else:
-        raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    return cfg
+    """A small HF config of the family ``kind`` (:data:`tlgeo.families.FAMILIES`: ``llama`` with
+    RMSNorm, SwiGLU, GQA 4/2 heads and d_mlp 160, ``neox`` = ``gpt_neox`` with LayerNorm and parallel
+    attn+MLP, ``gpt2``, ``opt_post_ln``, ``mamba``, ...), built by transformers' own config class."""
+    try:
+        family = get_family(kind)
+    except UnknownFamilyError:
+        raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}") from None
+    return family.tiny_config(**overrides)
 
 
 def save_tiny_model(path: str | os.PathLike, kind: str = "llama", seed: int = 0, **overrides) -> Path:
@@ -445,8 +525,7 @@ def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch
                max_memory: dict | None = None, offload_folder: str | None = None, **overrides):
     """A tiny random model booted in the bridge (about a second), for unit tests; ``device_map``
     etc. shard it as :func:`load_model` does (its checkpoint folder then lives as long as the model)."""
-    if kind not in TINY_KINDS:
-        raise UnknownModelError(f"unknown tiny model kind {kind!r}; choose from {TINY_KINDS}")
+    tiny_config(kind)  # an unknown kind fails here, before any file is written
     from transformers.utils import logging as hf_logging
 
     shard = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..models import Model, model_label
 from .config import CompressConfig, DiagConfig
@@ -145,6 +146,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
     dense ``model``. With ``out`` the tables are merged into ``out`` (each method's per-prompt rows
     and timing as soon as it is done, the summaries at the end); ``log`` (default ``out``) is where
     a rerun resumes from. ``progress``: print each method's time (through ``say``, default print)."""
+    check_support(model, "compression")  # a family it means nothing on fails here, before any work
     from ..data import load_text
     from .compress import model_id
     from .counterfactual import diagnose, prompt_windows

@@ -20,6 +20,7 @@ from ..analysis import Config, param
 from ..cliargs import TOKENS
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..models import Model
+from ..families import check_support
 from ..hooks.sites import DECOMPOSITION_SITES, SITES, UnknownSiteError, get_site
 from .compare import removal_edits
 
@@ -78,7 +79,10 @@ class CorpusConfig(Config):
         return (self.replace(**cut) if cut else self), notes
 
     def check_fits(self, model: Model) -> None:
-        """Window lengths that do not fit ``model`` fail before any work (the message names the flag)."""
+        """Window lengths that do not fit ``model``, and sites its family refuses, fail before any work
+        (the message names the flag or the reason)."""
+        check_support(model, *getattr(self, "sites", ()), *((self.site,) if isinstance(getattr(self, "site", None),
+                                                                                      str) else ()))
         for name in self._windows():
             n = getattr(self, name)
             if n > model.cfg.n_ctx:

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..models import model_label
 from . import damage as _damage
@@ -77,6 +78,7 @@ def run(model, cfg: DirmagConfig, *, out: str | Path | None = None, log: str | P
     """Every part ``cfg`` asks for, on ``units`` (default all). With ``out`` each table is
     merged into ``out`` as soon as it is done; logs go to ``log`` (default ``out``).
     ``on_table(name, df)`` is called after each part (the CLI prints it)."""
+    check_support(model, "dirmag")  # a family it means nothing on fails here, before any work
     chosen = None if units is None else [tuple(u) for u in units]
     perts = None if chosen is None else tuple((u[1], u[2]) for u in chosen if u[0] == "perturbation")
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)

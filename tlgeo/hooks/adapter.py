@@ -15,9 +15,10 @@ from typing import Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor
 
+from ..families import SITE_COLUMNS, UnsupportedError, check_support
 from .sites import Site, get_site
 
-__all__ = ["HookList", "site_hooks", "resolve_layers", "resolve_heads", "check_hook_names"]
+__all__ = ["HookList", "site_hooks", "resolve_layers", "resolve_heads", "check_hook_names", "pattern_is_live"]
 
 HookFn = Callable[[Tensor, object], Optional[Tensor]]
 HookList = list[tuple[str, HookFn]]
@@ -77,6 +78,20 @@ def check_hook_names(model, names: Iterable[str]) -> None:
         raise KeyError(f"the model has no hook(s) {missing}")
 
 
+def pattern_is_live(model, layer: int = 0) -> bool:
+    """Whether block ``layer``'s ``attn.hook_pattern`` fires inside the attention, before the heads'
+    outputs (edits to it act), rather than post hoc from the weights the HF module returns (the bridge's
+    generic attention; :func:`tlgeo.models.load_model` makes OPT's live)."""
+    from transformer_lens.model_bridge.generalized_components import AttentionBridge
+
+    attn = model.blocks[layer].attn
+    if not isinstance(attn, AttentionBridge):
+        return True  # a HookedTransformer
+    inner = attn.original_component
+    return (type(attn).forward is not AttentionBridge.forward or bool(getattr(inner, "accepts_pattern_fn", False))
+            or getattr(inner, "tlgeo_hook_pattern", None) is not None)
+
+
 def site_hooks(
     model,
     site: str | Site,
@@ -91,14 +106,21 @@ def site_hooks(
     target tensor, or ``None`` to leave it as it is.
     """
     site = get_site(site)
+    if site.name in SITE_COLUMNS:  # a registered site the family refuses fails here, with the reason
+        check_support(model, site.name)
     cfg = model.cfg
     hooks: HookList = []
     chosen = resolve_layers(cfg, layers, skip_first)
     roles = site.read_hooks(cfg)
-    check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), site.target)])
+    if "attn.hook_pattern" in (site.target, *(h for _, h in roles)) and not pattern_is_live(model, chosen[0]):
+        raise UnsupportedError(f"{site.name} on {getattr(cfg, 'architecture', 'this model')}: the bridge fires its "
+                               "attention pattern after the heads' outputs, so the pattern is not known (or "
+                               "editable) where the site acts")
+    target_suffix = site.target
+    check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), target_suffix)])
     for layer in chosen:
         names = {role: f"blocks.{layer}.{suffix}" for role, suffix in roles}
-        target = f"blocks.{layer}.{site.target}"
+        target = f"blocks.{layer}.{target_suffix}"
         stash: dict[str, Tensor] = {}
 
         for role, name in names.items():

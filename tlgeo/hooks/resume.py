@@ -18,20 +18,40 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..families import family_of
 from .adapter import HookList
 
-__all__ = ["resume_forward", "StopForward", "readout", "readout_matches"]
+__all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "final_norm", "unembedding"]
 
 
 class StopForward(Exception):
     """Raised by a hook to end a forward once what it needs is in hand (catch it around the call)."""
 
 
+def final_norm(model, h: Tensor) -> Tensor:
+    """``ln_final(h)``; ``h`` itself where the model has no final norm (post-LN OPT: its last block
+    already renormalised the residual)."""
+    norm = getattr(model, "ln_final", None)
+    return h if norm is None else norm(h)
+
+
 def readout(model, final: Float[Tensor, "... d"]) -> Tensor:
-    """``unembed(ln_final(h))`` of states of the last block's output (any leading shape)."""
+    """``unembed(ln_final(h))`` of states of the last block's output (any leading shape); with OPT's
+    ``project_out`` (word_embed_proj_dim < d_model, OPT-350m) in between."""
     shape = final.shape
-    h = final.reshape(1, -1, shape[-1])
-    return model.unembed(model.ln_final(h)).reshape(*shape[:-1], -1)
+    h = final_norm(model, final.reshape(1, -1, shape[-1]))
+    project = getattr(model, "project_out", None)
+    return model.unembed(h if project is None else project(h)).reshape(*shape[:-1], -1)
+
+
+def unembedding(model) -> Float[Tensor, "d_model vocab"]:
+    """The unembedding as it reads the (normed) residual, float32 on the CPU: ``W_U``, or with OPT's
+    ``project_out`` ``P`` in between ``Pᵀ W_U`` (the direction a token's logit is read along)."""
+    w_u = model.W_U.detach().float().cpu()
+    project = getattr(model, "project_out", None)
+    if project is not None:
+        w_u = project.weight.detach().float().cpu().T @ w_u  # weight [d_proj, d_model]
+    return w_u
 
 
 def readout_matches(model, final: Tensor, logits: Tensor) -> bool:
@@ -97,6 +117,18 @@ def resume_forward(
         m = _BLOCK_HOOK.match(name)
         if (m and int(m.group(1)) < layer) or name.startswith(("hook_embed", "hook_pos_embed", "embed")):
             raise ValueError(f"hook {name!r} is before block {layer}: it would not run in a forward resumed there")
+    family = family_of(model)
+    if family is not None and not family.start_at_layer_ok:
+        # the bridge's start_at_layer fails on this family: run from placeholder tokens (their embedding and
+        # position biases only), skip the blocks before ``layer`` and swap ``resid`` in at its input
+        def swap(x, hook):
+            return resid.to(x.dtype)
+
+        hooks.insert(0, (f"blocks.{layer}.hook_resid_pre", swap))
+        pad = getattr(getattr(model, "tokenizer", None), "pad_token_id", None)
+        tokens = torch.full(resid.shape[:2], 1 if pad == 0 else 0, dtype=torch.long, device=resid.device)
+        with model.hooks(fwd_hooks=hooks), _skip_blocks(model, layer):
+            return model(tokens, stop_at_layer=stop_at_layer)
     ctx = model.hooks(fwd_hooks=hooks) if hooks else nullcontext()
     with ctx, _skip_blocks(model, layer):
         if stop_at_layer is None:

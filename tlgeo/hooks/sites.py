@@ -8,7 +8,7 @@ TransformerLens names relative to ``blocks.L``.
 | site              | edited hook          | update ``y``             | reference ``r``        |
 |-------------------|----------------------|--------------------------|------------------------|
 | ``attn``          | ``hook_attn_out``    | attention output         | ``hook_resid_pre``     |
-| ``mlp``           | ``hook_mlp_out``     | MLP output               | ``hook_resid_mid`` (``hook_resid_pre`` for parallel attn+MLP blocks) |
+| ``mlp``           | ``hook_mlp_out``     | MLP output               | ``hook_resid_mid`` (``hook_resid_pre`` for parallel attn+MLP blocks, ``ln1.hook_out`` post-LN) |
 | ``block``         | ``hook_resid_post``  | ``resid_post - resid_pre`` | ``hook_resid_pre``   |
 | ``value_full``    | ``attn.hook_z``      | ``o_t`` per head         | ``v_t`` of its KV head |
 | ``value_excl_self`` | ``attn.hook_z``    | ``c_t = o_t - A_tt v_t`` | ``v_t`` of its KV head |
@@ -65,6 +65,7 @@ class Site:
     decompose: Decompose | None
     description: str
     parallel_block_reads: Reads | None = None  # reads for parallel attn+MLP blocks
+    post_ln_reads: Reads | None = None  # reads for post-LN blocks (the residual renormalised after each add)
 
     def __repr__(self) -> str:  # its name: the registry holds the rest (functions, hook lists)
         return f"Site({self.name!r})"
@@ -73,6 +74,8 @@ class Site:
         """``(role, hook)`` pairs to read for a model with config ``cfg``."""
         if self.parallel_block_reads is not None and getattr(cfg, "parallel_attn_mlp", False):
             return self.parallel_block_reads
+        if self.post_ln_reads is not None and getattr(cfg, "do_layer_norm_before", True) is False:
+            return self.post_ln_reads
         return self.reads
 
     @property
@@ -115,7 +118,8 @@ SITES: dict[str, Site] = {
         Site("attn", "hook_attn_out", _PRE, False, _residual,
              "residual attention: attention output vs the block input"),
         Site("mlp", "hook_mlp_out", (("ref", "hook_resid_mid"),), False, _residual,
-             "residual MLP: MLP output vs its residual input", parallel_block_reads=_PRE),
+             "residual MLP: MLP output vs its residual input", parallel_block_reads=_PRE,
+             post_ln_reads=(("ref", "ln1.hook_out"),)),
         Site("block", "hook_resid_post", _PRE, False, _block,
              "residual block: resid_post - resid_pre vs resid_pre"),
         Site("value_full", "attn.hook_z", (_V,), True, _value_full,

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, model_label
@@ -83,6 +84,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> PatchingResult:
     """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log
     kept in ``log`` (default ``out``). ``on_table(name, df)`` is called with each finished table."""
+    check_support(model, "patching")  # a family it means nothing on fails here, before any work
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     rlog = ResultLog(log_dir / "patching.jsonl", LOG_KEY) if log_dir is not None else None

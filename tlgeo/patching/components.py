@@ -10,7 +10,7 @@
 | ``nonself_par``| head  | ``attn.hook_z``     | of ``c_t``: the part along ``v_t``                          |
 | ``nonself_perp``| head | ``attn.hook_z``     | of ``c_t``: the part orthogonal to ``v_t``                  |
 | ``mlp``        | layer | ``hook_mlp_out``    | the MLP output                                             |
-| ``mlp_par``    | layer | ``hook_mlp_out``    | its part along ``resid_mid`` (``resid_pre`` in parallel blocks) |
+| ``mlp_par``    | layer | ``hook_mlp_out``    | its part along ``resid_mid`` (``resid_pre`` in parallel blocks, ``ln1.hook_out`` post-LN) |
 | ``mlp_perp``   | layer | ``hook_mlp_out``    | its part orthogonal to it                                   |
 
 The references are those of the decomposition sites ``attn``, ``mlp`` and
@@ -48,7 +48,8 @@ _VALUE = Site("patch_value", "attn.hook_z", (("v", "attn.hook_v"), ("pattern", "
 _WRITE = Site("patch_write", "hook_attn_out", (("ref", "hook_resid_pre"), ("z", "attn.hook_z")), False, None,
               "a head's residual write z W_O split along resid_pre (added to the attention output)")
 _MLP = Site("patch_mlp", "hook_mlp_out", (("ref", "hook_resid_mid"),), False, None,
-            "the MLP output split along its residual input", parallel_block_reads=(("ref", "hook_resid_pre"),))
+            "the MLP output split along its residual input", parallel_block_reads=(("ref", "hook_resid_pre"),),
+            post_ln_reads=(("ref", "ln1.hook_out"),))
 
 Acts = Mapping[str, Tensor]  # role -> tensor; "target" is the patched hook's own tensor
 

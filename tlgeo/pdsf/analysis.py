@@ -37,7 +37,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
+from ..hooks.resume import unembedding
 from ..models import Model, model_label
 from ..results import ResultLog
 from .config import PDSFConfig
@@ -108,7 +110,7 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
     else:
         u = st.u if prediction == "final" else torch.stack(
             [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
-        g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=model.W_U.detach().float().cpu(),
+        g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=unembedding(model),
                           norm_scale=final_norm_scale(model), layers=layers, k_D=k_D, k_S=k_S, mode=mode,
                           complexity=complexity, seed=seed)
         # the tables as records (a JSON line), read back the same way whether fresh or resumed
@@ -313,6 +315,7 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
     stage's tables are merged into ``out`` as soon as it is done; its resume log is in ``log``
     (default ``out``). ``progress``: a line per stage and progress bars; ``on_table(name, df)``
     after each table (the CLI prints some)."""
+    check_support(model, "pdsf")  # a family it means nothing on fails here, before any work
     cfg.check(model)  # before any work
     every = _units(model, cfg)
     chosen = every if units is None else [tuple(u) for u in units]

@@ -16,6 +16,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.subspaces import prediction_directions
+from ..hooks.resume import readout, unembedding
 from ..models import Model
 
 __all__ = ["PromptStates", "last_token_states", "final_norm_scale", "directions"]
@@ -44,6 +45,10 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
     """:class:`PromptStates` of token-id prompts (:func:`tlgeo.pdsf.prompts.encode_prompts`)."""
     if not prompts:
         raise ValueError("an empty prompt set")
+    longest = max(len(p) for p in prompts)
+    if longest > model.cfg.n_ctx and getattr(model.cfg, "positional_embedding_type", "") == "standard":
+        raise ValueError(f"a prompt of {longest} tokens is longer than the model's {model.cfg.n_ctx} learned "
+                         f"positions")
     names = _names(model.cfg.n_layers)
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
     device = next(model.parameters()).device
@@ -58,7 +63,7 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
         with torch.inference_mode():
             logits, cache = model.run_with_cache(toks.to(device), names_filter=lambda x: x in names)
             h = torch.stack([cache[name][rows, last] for name in names]).float()  # [L + 1, b, d]
-            lens.append(model.unembed(model.ln_final(h.to(logits.dtype))).argmax(-1).cpu())
+            lens.append(readout(model, h.to(logits.dtype)).argmax(-1).cpu())
         states.append(h.cpu())
         predicted.append(logits[rows, last].argmax(-1).cpu())
         lengths.append(n)
@@ -70,6 +75,8 @@ def final_norm_scale(model: Model) -> Float[Tensor, "d_model"]:
     """The final norm's per-coordinate scale as it acts (float32 ``[d]``): for RMSNorm, ``ln_final``
     of a vector of RMS 1 (so Gemma's ``1 + w`` convention is covered); for LayerNorm, its weight."""
     d = model.cfg.d_model
+    if getattr(model, "ln_final", None) is None:  # post-LN OPT: no final norm
+        return torch.ones(d)
     if str(getattr(model.cfg, "normalization_type", "")).upper().startswith("RMS"):
         param = next(model.ln_final.parameters())
         with torch.inference_mode():
@@ -81,5 +88,5 @@ def final_norm_scale(model: Model) -> Float[Tensor, "d_model"]:
 def directions(model: Model, tokens: Int[Tensor, "n"], *, fold_norm: bool = False) -> Float[Tensor, "n d_model"]:
     """Unit prediction directions of ``tokens`` (``[n, d]`` float32): the raw unembedding columns
     (the authors'), or with the final norm's scale folded in (``fold_norm``)."""
-    w_u = model.W_U.detach().float().cpu()
+    w_u = unembedding(model)
     return prediction_directions(w_u, tokens, final_norm_scale(model) if fold_norm else None)

@@ -40,6 +40,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
 from ..models import Model, model_label
@@ -263,6 +264,7 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
     all), with ``n_patch`` at most the pool's tokens. With ``out`` each table is merged into it as
     soon as it is done; the resume log is ``<log>/tokenwise.jsonl`` (default ``out``).
     ``on_table(name, df)`` is called after each table (the CLI prints them)."""
+    check_support(model, "tokenwise")  # a family it means nothing on fails here, before any work
     n_maps = n_layer_maps(model)
     cfg.patched_layers(n_maps)  # layers out of range fail before any work, and so do unknown units
     bad = sorted({tuple(u) for u in units or ()} - {(c, l) for c in cfg.classes for l in cfg.fitted_layers(n_maps)})

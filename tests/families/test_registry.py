@@ -1,0 +1,79 @@
+"""The family registry, the support matrix and where a user reads it (the command line, the README)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tlgeo.cli import main
+from tlgeo.families import (COLUMNS, FAMILIES, UnknownFamilyError, check_support, family_of, family_of_config,
+                            get_family, markdown_table, support, support_table)
+from tlgeo.models import TINY_KINDS, UnknownModelError, model_family, tiny_config
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_tiny_model_is_found_as_its_family(family_model, family):
+    """From the booted bridge (its HF config) and from the config alone; post-LN OPT apart from OPT."""
+    assert family_of(family_model(family)) is FAMILIES[family]
+    assert family_of_config(tiny_config(family)) is FAMILIES[family]
+    assert family_of_config(tiny_config(family).to_dict()) is FAMILIES[family]
+
+
+def test_names_and_refusals_of_unknown_things():
+    assert set(FAMILIES) <= set(TINY_KINDS) and get_family("neox") is FAMILIES["gpt_neox"]
+    with pytest.raises(UnknownFamilyError, match="known families: llama, qwen2"):
+        get_family("gpt5")
+    with pytest.raises(UnknownModelError, match="unknown tiny model kind 'gpt5'"):
+        tiny_config("gpt5")
+    with pytest.raises(KeyError, match="unknown support column 'nope'"):
+        support("llama", "nope")
+    assert family_of_config({"model_type": "t5"}) is None
+
+    class Unknown:  # a model of no known family runs unchecked
+        original_model = type("HF", (), {"config": {"model_type": "t5"}})()
+
+    check_support(Unknown(), *COLUMNS)
+
+
+def test_the_matrix_follows_the_traits():
+    t = support_table()
+    assert list(t.index) == list(FAMILIES) and list(t.columns) == list(COLUMNS)
+    assert set(t.loc["mamba"][["attn", "mlp", "value_full", "value_excl_self", "diag", "patching"]]) == {"no"}
+    assert t.loc["mamba", "block"] == "yes*" and t.loc["mamba", "pdsf"] == "yes"
+    assert t.loc["llama"].drop("train").eq("yes").all()
+    for f in FAMILIES.values():  # every difference and refusal carries its reason
+        for c in COLUMNS:
+            s = support(f, c)
+            assert (s.status == "yes") == (s.why == ""), (f.name, c)
+    assert "a norm follows W_O" in support("gemma2", "patching").why
+    assert "sink" in support("gpt_oss", "value_excl_self").why
+
+
+def test_models_support_command(capsys):
+    assert main(["models", "--support"]) == 0
+    out = capsys.readouterr().out
+    assert all(re.search(rf"^{f}\s", out, re.M) for f in FAMILIES) and "value_excl_self" in out
+    assert main(["models", "--support", "tiny:mamba"]) == 0
+    out = capsys.readouterr().out
+    assert "family mamba" in out and "value-space sites need attention weights: mamba has none" in out
+    assert main(["models", "--support", "nowhere/at-all-xyz"]) == 2
+    assert "not a family" in capsys.readouterr().err
+
+
+def test_model_family_reads_a_local_config(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(tiny_config("opt_post_ln").to_dict()))
+    assert model_family(str(tmp_path))[0] is FAMILIES["opt_post_ln"]
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    assert model_family(str(tmp_path)) == (None, "model_type 't5'")
+
+
+def test_readme_matrix_is_the_generated_one():
+    """The README's table is generated from the registry (python scripts/support_table.py), not by hand."""
+    text = README.read_text()
+    start, end = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"
+    assert start in text and end in text
+    assert text.split(start, 1)[1].split(end, 1)[0].strip() == markdown_table(), "run: python scripts/support_table.py"

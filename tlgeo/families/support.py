@@ -1,0 +1,158 @@
+"""The support matrix: every family x site and analysis, supported, supported with a documented
+difference, or refused with the reason. The code enforces it (:func:`check_support`, called by
+the site adapter and by every analysis before its first forward) and the README's table and
+``tlgeo models --support`` print it, all from :func:`support`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from .registry import FAMILIES, Family, family_of
+
+__all__ = ["Support", "SITE_COLUMNS", "ANALYSIS_COLUMNS", "COLUMNS", "support", "support_table", "check_support",
+           "UnsupportedError", "markdown_table"]
+
+SITE_COLUMNS = ("attn", "mlp", "block", "value_full", "value_excl_self", "diag")
+ANALYSIS_COLUMNS = ("dirmag", "pdsf", "tokenwise", "patching", "compression", "train")
+COLUMNS = SITE_COLUMNS + ANALYSIS_COLUMNS
+
+
+class UnsupportedError(ValueError):
+    """An analysis or site that means nothing (or something else) on this model's family."""
+
+
+@dataclass(frozen=True)
+class Support:
+    status: str  # "yes", "differs" (supported, the difference written in ``why``), "no" (refused: ``why``)
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "no"
+
+    def cell(self) -> str:
+        return {"yes": "yes", "differs": "yes*", "no": "no"}[self.status]
+
+
+_YES = Support("yes")
+
+
+def _no_attention(f: Family, what: str) -> Support:
+    return Support("no", f"{what} need attention and MLP sublayers: {f.name} blocks have a state-space mixer only")
+
+
+def support(family: Family | str, column: str) -> Support:
+    """What ``column`` (a site or an analysis, :data:`COLUMNS`) means on ``family``."""
+    f = family if isinstance(family, Family) else FAMILIES[family]
+    if column not in COLUMNS:
+        raise KeyError(f"unknown support column {column!r}; choose from {COLUMNS}")
+    post_ln = ("post-LN: the update is measured against the state it is added to; the norm after the add "
+               "then rescales the sum, so the parallel part also turns it")
+    if column in ("attn", "mlp"):
+        if not f.attention:
+            return _no_attention(f, "residual attention / MLP sites")
+        if f.post_ln:
+            return Support("differs", post_ln + (" (the MLP's reference is ln1's output, the renormalised state it "
+                                                 "reads)" if column == "mlp" else ""))
+        if f.post_norms:
+            return Support("differs", "the update is the post-norm output the residual receives")
+        if column == "mlp" and f.parallel:
+            return Support("differs", "parallel block: the MLP update is measured against resid_pre (no resid_mid)")
+        if column == "mlp" and f.moe:
+            return Support("differs", "the MLP update is the router-weighted sum of the chosen experts")
+        return _YES
+    if column == "block":
+        if not f.attention:
+            return Support("differs", "the block update is the mixer's output")
+        if f.post_ln:
+            return Support("differs", "post-LN: resid_post - resid_pre includes both renormalisations")
+        return _YES
+    if column in ("value_full", "value_excl_self", "diag"):
+        if not f.attention:
+            return Support("no", f"value-space sites need attention weights: {f.name} has none")
+        if f.sinks:
+            return Support("differs", {
+                "value_full": "sinks: o_t weighs the values by less than 1 in all (the sink's mass reaches no value)",
+                "value_excl_self": "sinks: the sink's mass is neither self nor non-self (it reaches no value)",
+                "diag": "sinks: the other keys are rescaled to keep the row's own sum, the sink's mass unchanged",
+            }[column])
+        if f.post_norms:
+            return Support("differs", "the edited heads' output passes through the post-attention norm")
+        return _YES
+    if column == "patching":
+        if not f.attention:
+            return Support("no", f"patching heads needs attention heads: {f.name} has none")
+        if f.post_norms:
+            return Support("differs", "head_par / head_perp left out: a norm follows W_O, so the heads' writes do "
+                                      "not add up to hook_attn_out")
+        return _YES
+    if column == "compression":
+        if not f.attention:
+            return Support("no", f"the compression diagnosis prunes attention and MLP projections: {f.name} has none")
+        if f.moe:
+            return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not "
+                                 "mapped")
+        if not f.hf_layers:
+            return Support("no", f"the compression diagnosis reads Llama-style decoder layers (model.layers, "
+                                 f"self_attn, mlp); {f.name} keeps its blocks elsewhere")
+        return _YES
+    if column == "train":
+        return Support("differs", "pretraining builds its own GPT (LayerNorm) and Llama (RMSNorm) models; "
+                                  "suppression hooks follow the sites' support")
+    # dirmag, pdsf, tokenwise: residual states and the unembedding, on every family
+    if column == "dirmag" and f.post_ln:
+        return Support("differs", "post-LN: the perturbed resid_post is the renormalised state")
+    return _YES
+
+
+def support_table(families: list[Family] | None = None) -> pd.DataFrame:
+    """One row per family, one column per site and analysis (``yes``, ``yes*``, ``no``)."""
+    rows = []
+    for f in families or FAMILIES.values():
+        rows.append({"family": f.name, **{c: support(f, c).cell() for c in COLUMNS}})
+    return pd.DataFrame(rows).set_index("family")
+
+
+def _reasons(f: Family, skip: set[tuple[str, str]]) -> str:
+    """``f``'s differences and refusals, columns with the same reason together."""
+    by_why: dict[tuple[str, str], list[str]] = {}
+    for c in COLUMNS:
+        s = support(f, c)
+        if s.status != "yes" and (c, s.why) not in skip:
+            by_why.setdefault((s.status, s.why), []).append(f"`{c}`")
+    return "; ".join(f"{', '.join(cols)}{' (refused)' if status == 'no' else ''}: {why}"
+                     for (status, why), cols in by_why.items())
+
+
+def markdown_table() -> str:
+    """The README's support matrix and its notes, generated from :func:`support`."""
+    table = support_table()
+    lines = ["| family | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(row) + " |" for name, row in table.iterrows()]
+    lines += ["", "`yes*`: supported with a documented difference; `no`: refused with the reason."]
+    shared = {(c, support(f, c).why) for f in FAMILIES.values() for c in COLUMNS
+              if len({support(g, c).why for g in FAMILIES.values()}) == 1 and support(f, c).status != "yes"}
+    lines += [f"`{c}` on every family: {why}." for c, why in sorted(shared)] + [""]
+    for f in FAMILIES.values():
+        reasons = _reasons(f, shared)
+        lines.append(f"- **{f.name}**: {f.differs}" + (f". {reasons}" if reasons else ""))
+    return "\n".join(lines)
+
+
+def check_support(model: Any, *columns: str) -> None:
+    """Raise :class:`UnsupportedError` (one line, the reason) if ``model``'s family refuses a column.
+
+    A model of no known family passes: tlgeo has no rule for it (``tlgeo models --support`` says so).
+    """
+    f = family_of(model)
+    if f is None:
+        return
+    for c in columns:
+        s = support(f, c)
+        if not s.ok:
+            arch = getattr(getattr(model, "cfg", None), "architecture", None) or f.name
+            raise UnsupportedError(f"{c} on {arch}: {s.why}")
