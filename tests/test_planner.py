@@ -14,12 +14,18 @@ from tlgeo.planner import DEVICES, SEED_MODELS, ModelShape, Work, estimate, mode
 PUBLISHED = {"Qwen/Qwen3-0.6B": 0.6, "Qwen/Qwen3-1.7B": 1.7, "Qwen/Qwen3-4B": 4.0, "Qwen/Qwen3-8B": 8.2,
              "Qwen/Qwen3-30B-A3B": 30.5, "meta-llama/Llama-3.2-3B": 3.21, "TinyLlama/TinyLlama-1.1B": 1.1,
              "google/gemma-2-9b": 9.24, "EleutherAI/pythia-410m": 0.405, "EleutherAI/pythia-1.4b": 1.41,
-             "facebook/opt-1.3b": 1.3, "distilgpt2": 0.082}
+             "facebook/opt-1.3b": 1.3, "distilgpt2": 0.082,
+             "google/gemma-3-1b-pt": 1.0, "openai/gpt-oss-20b": 20.9}  # these two from their config.json alone
 
 
-@pytest.mark.parametrize("name", list(SEED_MODELS))
+@pytest.mark.parametrize("name", list(PUBLISHED))
 def test_seed_shapes_have_their_published_size(name):
     assert model_shape(name).params / 1e9 == pytest.approx(PUBLISHED[name], rel=0.02)
+
+
+def test_a_seed_model_without_attention_is_refused_by_name():
+    with pytest.raises(ValueError, match="mamba has neither"):
+        model_shape("state-spaces/mamba-130m-hf")
 
 
 @pytest.mark.parametrize("kind", ["llama", "neox", "gpt2"])

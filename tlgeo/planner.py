@@ -148,12 +148,19 @@ SEED_MODELS: dict[str, dict[str, Any]] = {
 def model_shape(name: str) -> ModelShape:
     """The shape of ``name``: ``tiny:<kind>``, an embedded model, a local directory with a
     ``config.json``, a ``config.json`` file, or a seed model's hub id (:data:`SEED_MODELS`)."""
+    from .families import family_of_config
+    from .families.checkpoints import SEED_CHECKPOINTS
     from .models import EMBEDDED_MODELS, UnknownModelError, embedded_model_dir, tiny_config
 
     if name.startswith("tiny:"):
         return ModelShape.from_hf_config(tiny_config(name.split(":", 1)[1]), name)
     if name in SEED_MODELS:
         return ModelShape(name=name, **SEED_MODELS[name])
+    if name in SEED_CHECKPOINTS:  # the other seed models: from their published config.json
+        family = family_of_config(SEED_CHECKPOINTS[name])
+        if family is not None and not family.attention:
+            raise ValueError(f"{name}: the planner counts attention and MLP FLOPs; {family.name} has neither")
+        return ModelShape.from_hf_config(SEED_CHECKPOINTS[name], name)
     if name in EMBEDDED_MODELS:
         return ModelShape.from_hf_config(json.loads((embedded_model_dir(name) / "config.json").read_text()), name)
     path = Path(name).expanduser()
@@ -162,7 +169,7 @@ def model_shape(name: str) -> ModelShape:
     if path.is_file():
         return ModelShape.from_hf_config(json.loads(path.read_text()), name)
     raise UnknownModelError(f"no shape for {name!r}: give tiny:<kind>, an embedded model ({', '.join(EMBEDDED_MODELS)}), "
-                            f"a directory or config.json, or a seed model: {', '.join(SEED_MODELS)}")
+                            f"a directory or config.json, or a seed model: {', '.join(SEED_MODELS | SEED_CHECKPOINTS)}")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                 max_position_embeddings=256, rotary_pct=0.5, use_parallel_residual=True),
            norm="LayerNorm", parallel=True, seed_models=("EleutherAI/pythia-410m", "EleutherAI/pythia-1.4b"),
-           hf_layers=False, differs="parallel attention + MLP: both read resid_pre (no resid_mid); LayerNorm; partial rotary"),
+           hf_layers=False,
+           differs="parallel attention + MLP: both read resid_pre (no resid_mid); LayerNorm; partial rotary"),
     Family("opt", "opt", "OPTConfig", _OPT, norm="LayerNorm", positions="absolute",
            seed_models=("facebook/opt-1.3b",), hf_layers=False, differs="LayerNorm and learned absolute positions"),
     Family("opt_post_ln", "opt", "OPTConfig",
@@ -105,15 +106,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            differs="post-LN: the residual is renormalised after each add, so the state an update is added to "
                    "is not the state the next sublayer reads"),
     Family("bloom", "bloom", "BloomConfig", dict(hidden_size=64, n_layer=3, n_head=4), norm="LayerNorm",
-           positions="alibi", start_at_layer_ok=False, hf_layers=False, differs="ALiBi position biases; a LayerNorm on the embeddings"),
+           positions="alibi", start_at_layer_ok=False, hf_layers=False,
+           differs="ALiBi position biases; a LayerNorm on the embeddings"),
     Family("falcon", "falcon", "FalconConfig",
            dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, new_decoder_architecture=False,
                 multi_query=True, parallel_attn=True, alibi=False),
            norm="LayerNorm", parallel=True,
-           hf_layers=False, differs="parallel attention + MLP from one shared norm; multi-query attention (one KV head)"),
+           hf_layers=False,
+           differs="parallel attention + MLP from one shared norm; multi-query attention (one KV head)"),
     Family("mamba", "mamba", "MambaConfig", dict(hidden_size=64, num_hidden_layers=3, state_size=8, expand=2),
            positions="none", attention=False, seed_models=("state-spaces/mamba-130m-hf",),
-           hf_layers=False, differs="no attention and no MLP: each block adds one selective state-space mixer's output"),
+           hf_layers=False,
+           differs="no attention and no MLP: each block adds one selective state-space mixer's output"),
 ]}
 
 ALIASES = {"neox": "gpt_neox", "pythia": "gpt_neox", "gemma3_text": "gemma3", "gptoss": "gpt_oss"}

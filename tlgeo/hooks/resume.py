@@ -75,7 +75,14 @@ def _skip_blocks(model, n: int) -> Iterator[None]:
     blocks = list(model.blocks)[:n]
     if any("forward" in vars(b) for b in blocks):
         raise RuntimeError("blocks already patched: resume_forward calls cannot be nested")
+    # a skipped block returns no attention weights: HF models that collect them (Bloom, Falcon) would
+    # index the hidden states instead (run_with_cache leaves output_attentions on). Set through the
+    # property's storage: its setter refuses True for attention functions other than eager (tlgeo's OPT one)
+    config = getattr(getattr(model, "original_model", None), "config", None)
+    attentions = getattr(config, "_output_attentions", False)
     try:
+        if attentions:
+            config._output_attentions = False
         for b in blocks:
             # object.__setattr__: the bridge's __setattr__ would forward the
             # assignment to the wrapped HF layer and patch it for good
@@ -84,6 +91,8 @@ def _skip_blocks(model, n: int) -> Iterator[None]:
     finally:
         for b in blocks:
             vars(b).pop("forward", None)
+        if attentions:
+            config._output_attentions = attentions
 
 
 def resume_forward(
