@@ -1,6 +1,7 @@
 """What each site means on every family: the residual bookkeeping its reference assumes, the value
 space its per-head sites split, exactness of the edits, and a one-line refusal where it means nothing."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -143,3 +144,23 @@ def test_gradients_flow_through_suppression_on_every_family(family_model):
             loss = model.run_with_hooks(TOKENS, return_type="loss", fwd_hooks=Edit(site, s_par=0.0).hooks(model))
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         assert any(g is not None and g.abs().sum() > 0 for g in grads), family
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_profile_cosines_are_the_updates_against_their_references(family_model, family):
+    """The decomposition profile's per-token cosine at block 1 equals the one computed from the cached update
+    and reference of each supported residual site (the reference the family's bookkeeping test checks)."""
+    from tlgeo.decomposition.observe import parallel_profile
+
+    model, f = family_model(family), FAMILIES[family]
+    sites = [s for s in ("attn", "mlp", "block") if support(family, s).ok]
+    df = parallel_profile(model, TOKENS, sites=sites, layers=[1])
+    c = _cache(model)
+    ref = {"attn": c["hook_resid_pre"], "block": c["hook_resid_pre"],
+           "mlp": c["hook_resid_pre"] if f.parallel else c["ln1.hook_out"] if f.post_ln else c.get("hook_resid_mid")}
+    upd = {"attn": c.get("hook_attn_out"), "mlp": c.get("hook_mlp_out"),
+           "block": c["hook_resid_post"] - c["hook_resid_pre"]}
+    for s in sites:
+        got = df[(df.site == s) & (df.layer == 1)].sort_values(["seq", "pos"])["cosine"].to_numpy()
+        want = torch.nn.functional.cosine_similarity(upd[s], ref[s], dim=-1).flatten().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=s)
