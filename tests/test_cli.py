@@ -23,7 +23,7 @@ def _subparsers():
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
     assert set(commands) == {"run", "profile", "ppl", "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise",
-                             "pdsf", "patching", "train", "sites", "models"}
+                             "pdsf", "patching", "geometries", "train", "sites", "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):

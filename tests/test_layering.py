@@ -25,10 +25,11 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;
                                                            #   data-parallel runs and cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
-    frozenset(p.split(".")[1] for p in ANALYSES),         # 5 the analyses: the registry's packages
-    frozenset({"report"}),                                 # 6 atlas and HTML report
-    frozenset({"cli"}),                                    # 7 the command line
-    frozenset({"__main__"}),                               # 8 python -m tlgeo (and torchrun -m tlgeo)
+    frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries"},  # 5 the analyses: the registry's packages
+    frozenset({"geometries"}),                             # 6 one token, four geometries: reads the analyses
+    frozenset({"report"}),                                 # 7 atlas and HTML report
+    frozenset({"cli"}),                                    # 8 the command line
+    frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)
 )
 ROOT_LAYER = 5  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
 
@@ -137,10 +138,10 @@ def test_every_unit_is_in_a_layer():
     ("hooks/edits.py", "from ..decomposition.observe import parallel_profile", "upward"),
     ("hooks/edits.py", "def f():\n    from ..evals import perplexity", "upward, layer 3 (hooks) -> layer 4"),
     ("evals/ruler/tasks.py", "from ...report.html import Report", "upward"),
-    ("decomposition/atlas.py", "from ..report import registry", "upward, layer 5 (decomposition) -> layer 6"),
+    ("decomposition/atlas.py", "from ..report import registry", "upward, layer 5 (decomposition) -> layer 7"),
     ("decomposition/atlas.py", "from ..compression import decompose", "sideways"),
     ("compression/llmc.py", "from .. import cli", "upward"),
-    ("report/atlas.py", "from ..cli import main", "upward, layer 6 (report) -> layer 7 (cli)"),
+    ("report/atlas.py", "from ..cli import main", "upward, layer 7 (report) -> layer 8 (cli)"),
     ("hooks/sites.py", "from .. import Edit", "only report and cli may import from tlgeo/__init__"),
     ("__init__.py", "from .report.atlas import run_atlas", "upward"),
     ("magnitude/perturb.py", "import torch", "is in no layer"),

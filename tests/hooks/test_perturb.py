@@ -148,3 +148,18 @@ def test_stats_count_the_shrinks_that_flip(llama, tokens):
         llama.run_with_hooks(tokens, fwd_hooks=Perturbation("magnitude", 1e3, layers=1).hooks(llama, stats=stats))
     share = stats[0]["n_flipped"] / stats[0]["n_tokens"]
     assert 0.3 < share < 0.7 and stats[0]["n_clipped"] == 0  # every shrink flips (delta >> ||h||): about half
+
+
+def test_draw_gives_a_batch_its_own_perturbation_and_zero_is_the_old_one(llama, tokens):
+    """``draw`` (e.g. a batch's first row) changes the exact mode's signs and directions; 0 keeps the
+    (seed, layer) draw of every forward."""
+    from tlgeo.hooks.perturb import Perturbation
+
+    def out(**kw):
+        with torch.no_grad():
+            return llama.run_with_hooks(tokens, fwd_hooks=Perturbation("magnitude", 0.5, layers=1, **kw).hooks(llama))
+
+    assert torch.equal(out(), out(draw=0)) and torch.equal(out(draw=3), out(draw=3))
+    assert not torch.equal(out(draw=3), out(draw=4))
+    with pytest.raises(ValueError, match="draw must be a non-negative integer"):
+        Perturbation("magnitude", 0.5, draw=-1)

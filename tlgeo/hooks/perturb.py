@@ -68,6 +68,8 @@ class Perturbation:
     relative: bool = False
     flip: str = "allow"
     site: str | Site = field(default=RESID_POST)
+    draw: int = 0  # exact mode: mixed into the (seed, layer) draw, e.g. a batch's first row, so that batches
+    #                of one shape get their own signs and directions (0: the (seed, layer) draw of every forward)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -80,6 +82,8 @@ class Perturbation:
                                                       else self.delta))
         if isinstance(self.layers, Iterable) and not isinstance(self.layers, tuple):
             object.__setattr__(self, "layers", tuple(self.layers))
+        if isinstance(self.draw, bool) or not isinstance(self.draw, int) or self.draw < 0:
+            raise ValueError(f"draw must be a non-negative integer, got {self.draw!r}")
         self.target_site()  # an unknown site fails here
 
     def target_site(self) -> Site:
@@ -99,7 +103,7 @@ class Perturbation:
 
         def on_target(layer: int, h: Tensor, reads) -> Tensor:
             if self.mode == "exact":
-                gen = torch.Generator().manual_seed(self.seed * 1_000_003 + layer)
+                gen = torch.Generator().manual_seed(self.seed * 1_000_003 + layer + self.draw * 7_919_000_011)
             else:
                 gen = faithful_gen
             norms = h.detach().float().norm(dim=-1)

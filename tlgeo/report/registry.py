@@ -23,6 +23,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.patching",
     "tlgeo.compression",
     "tlgeo.train",
+    "tlgeo.geometries",  # reads the four analyses above: it closes the report
 )
 REPORT_COMMANDS = ("tlgeo.report.cli", "tlgeo.report.plan")  # tlgeo atlas (every package's steps, one report), tlgeo plan
 

@@ -14,13 +14,15 @@ Steiger's (1980) Z on Fisher-transformed coefficients, with the correlation of
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from .resampling import group_resamples
 
-__all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z"]
+__all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z", "spearman_matrix",
+           "shuffle_within"]
 
 
 class Correlation(NamedTuple):
@@ -114,3 +116,71 @@ def compare_correlations(a, b, y, *, n_boot: int = 2000, seed: int = 0, level: f
     lo, hi = (np.quantile(diffs, [q, 1 - q]) if len(diffs) else (np.nan, np.nan))
     p_boot = float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))) if len(diffs) else float("nan")
     return CorrelationDifference(ra, rb, ra - rb, float(lo), float(hi), p_boot, z, p, len(a))
+
+
+def _spearman_matrix(x: np.ndarray) -> np.ndarray:
+    """Spearman's rho between the columns of ``x [n, k]`` (NaN for a constant column)."""
+    from scipy.stats import rankdata
+
+    r = rankdata(x, axis=0)
+    r = r - r.mean(0)
+    norm = np.sqrt((r * r).sum(0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (r.T @ r) / np.outer(norm, norm)
+
+
+def _residualise(r: np.ndarray, controls: np.ndarray) -> np.ndarray:
+    """Columns of ``r`` less their least-squares fit on ``controls`` and a constant."""
+    a = np.column_stack([np.ones(len(r)), controls])
+    coef, *_ = np.linalg.lstsq(a, r, rcond=None)
+    return r - a @ coef
+
+
+def shuffle_within(x: np.ndarray, groups, seed: int = 0) -> np.ndarray:
+    """``x [n, k]`` with each column's values permuted among the items of each group, independently
+    per column: what stays of a relation after this is not a relation between the same tokens."""
+    rng = np.random.default_rng(seed)
+    groups = np.asarray(groups)
+    out = np.array(x, dtype=float, copy=True)
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        for j in range(out.shape[1]):
+            out[idx, j] = out[rng.permutation(idx), j]
+    return out
+
+
+def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0,
+                    level: float = 0.95) -> dict[str, np.ndarray]:
+    """Spearman's rho between every pair of the columns of ``x [n, k]``, with a percentile bootstrap CI
+    over ``groups`` (whole groups resampled, e.g. the windows tokens come from), the same rho after the
+    columns are shuffled within groups (:func:`shuffle_within`, mean over ``n_shuffle`` shuffles: what is left
+    is a relation between groups, not between the tokens), and the partial rho given ``controls
+    [n, c]`` (the ranks' residuals after a linear fit on the controls' ranks).
+
+    Returns ``{"rho", "low", "high", "shuffled", "partial"}``, each ``[k, k]``; ``n`` items must be finite."""
+    from scipy.stats import rankdata
+
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2 or x.shape[0] < 3:
+        raise ValueError(f"x must be [n >= 3, k], got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("x must be finite")
+    groups = np.arange(len(x)) if groups is None else np.asarray(groups)
+    if groups.shape != (len(x),):
+        raise ValueError(f"groups has {groups.size} entries for {len(x)} items")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    boots = np.stack([_spearman_matrix(x[idx]) for idx in group_resamples(groups, n_boot, seed)])
+    a = (1 - level) / 2
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
+        low, high = np.nanquantile(boots, [a, 1 - a], axis=0)
+    out = {"rho": _spearman_matrix(x), "low": low, "high": high,
+           "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
+    if controls is not None:
+        c = np.asarray(controls, dtype=float).reshape(len(x), -1)
+        res = _residualise(rankdata(x, axis=0), rankdata(c, axis=0))
+        norm = np.sqrt((res * res).sum(0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["partial"] = (res.T @ res) / np.outer(norm, norm)
+    return out

@@ -1,0 +1,168 @@
+"""One token, four geometries: the four analyses' per-token quantities on one token pool, and how they relate.
+
+``run`` collects the pool (:func:`~tlgeo.tokenwise.pool.collect_pool`, WikiText windows, float32), makes one
+clean pass (the next-token NLL, the model's own predictions, the residual where perturbed runs resume),
+then per block (its work unit) computes every quantity with its own analysis's code
+(:mod:`.quantities`) and relates them (:func:`relations`)."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import Analysis, Result, Table, register_analysis
+from ..families import check_support
+from ..models import Model, model_label
+from ..stats.correlation import spearman_matrix
+from ..tokenwise.pool import collect_pool
+from .config import CONTROLS, QUANTITIES, GeometriesConfig
+from .quantities import (clean_pass, damage_quantities, decomposition_quantities, pdsf_quantities,
+                         tokenwise_quantities)
+
+__all__ = ["GeometriesResult", "run", "units", "relations", "token_windows", "ANALYSIS", "KEY"]
+
+KEY = ("model", "corpus", "seq_len", "n_tokens", "delta", "seeds", "k", "seed")
+ALL = tuple(q for qs in QUANTITIES.values() for q in qs)
+
+
+@dataclass
+class GeometriesResult(Result):
+    """``tokens`` (one row per pool token and block: every quantity, its window, position, id and log
+    frequency) and ``relations`` (one row per block and pair of quantities: Spearman's rho with its
+    bootstrap CI over windows, rho after shuffling within windows, and the partial rho given position and
+    frequency)."""
+
+    tokens: pd.DataFrame | None = None
+    relations: pd.DataFrame | None = None
+
+    TABLES = (
+        Table("tokens", (*KEY, "layer", "index"), "geometries_tokens.csv.gz"),
+        Table("relations", (*KEY, "layer", "a", "b"), "geometries_relations.csv"),
+    )
+
+
+def token_windows(model: Model, cfg: GeometriesConfig):
+    """``[n, seq_len]`` windows from the start of the corpus, enough for ``tokens`` pool tokens."""
+    from ..data import load_text
+    from ..evals.perplexity import corpus_batches
+
+    windows = corpus_batches(model, load_text(cfg.corpus), cfg.seq_len, cfg.tokens + cfg.seq_len)
+    return windows[: max(1, -(-cfg.tokens // (cfg.seq_len - 1)))]
+
+
+def units(model: Model, cfg: GeometriesConfig) -> list[tuple]:
+    """One ``("layer", l)`` per block measured."""
+    return [("layer", l) for l in cfg.chosen_layers(model.cfg.n_layers)]
+
+
+def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
+              quantities: Sequence[str] = ALL) -> pd.DataFrame:
+    """Per block, every pair of ``quantities`` of the tokens that have them all (the last position of a window
+    has no next token, hence no damage): rho, its CI (windows resampled), the shuffled rho, the partial rho."""
+    rows = []
+    for layer, df in tokens.groupby("layer", sort=True):
+        df = df.dropna(subset=list(quantities))
+        x = df[list(quantities)].to_numpy(float)
+        m = spearman_matrix(x, groups=df["window"].to_numpy(), controls=df[list(CONTROLS)].to_numpy(float),
+                            n_boot=n_boot, seed=seed)
+        for i, j in itertools.combinations(range(len(quantities)), 2):
+            rows.append({"layer": int(layer), "a": quantities[i], "b": quantities[j], "rho": m["rho"][i, j],
+                         "ci_low": m["low"][i, j], "ci_high": m["high"][i, j], "rho_shuffled": m["shuffled"][i, j],
+                         "rho_partial": m["partial"][i, j], "n": len(df)})
+    return pd.DataFrame(rows)
+
+
+def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, log: str | Path | None = None,
+        units: Sequence[tuple] | None = None, progress: bool = False,
+        on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> GeometriesResult:
+    """The quantities and relations of every block of ``units`` (default all). With ``out`` the pool is kept
+    in ``out/<pool>`` (and reused), and each block's rows are merged into the tables as soon as they are done:
+    a rerun skips the blocks already there. ``log`` is unused (the tables are the log)."""
+    check_support(model, "attn", "mlp", "value_excl_self", "dirmag", "pdsf", "tokenwise")
+    layers = cfg.chosen_layers(model.cfg.n_layers)
+    chosen = layers if units is None else sorted({int(u[1]) for u in units})
+    bad = sorted(set(chosen) - set(layers))
+    if bad:
+        raise ValueError(f"units {[('layer', l) for l in bad]} are not blocks of this config ({layers})")
+    if cfg.seq_len > model.cfg.n_ctx:
+        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
+    windows = token_windows(model, cfg)
+    settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
+                "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
+                "k": cfg.k, "seed": cfg.seed}
+    done = _done_layers(out, settings)
+    todo = [l for l in chosen if l not in done]
+    tables: dict[str, list[pd.DataFrame]] = {"tokens": [], "relations": []}
+    if todo:
+        name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}"
+        with tempfile.TemporaryDirectory(prefix="geometries-") if out is None else nullcontext(out) as base:
+            pool = collect_pool(model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size,
+                                progress=progress)
+            base_rows, resid = clean_pass(model, windows, todo, cfg.batch_size)
+            for l in todo:
+                if progress:
+                    print(f"geometries: block {l}")
+                part = _layer_tokens(model, cfg, pool, windows, base_rows, resid, l)
+                rel = relations(part, n_boot=cfg.n_boot, seed=cfg.seed)
+                for name_, df in (("tokens", part), ("relations", rel)):
+                    df = _labelled(df, settings)
+                    tables[name_].append(df)
+                    if out is not None:
+                        GeometriesResult(**{name_: df}).save(out)
+                    if on_table is not None:
+                        on_table(name_, df)
+    if done and out is not None:  # the blocks a earlier run finished, read back
+        old = GeometriesResult.load(out)
+        for name_ in tables:
+            df = getattr(old, name_)
+            keep = df[df["layer"].isin([l for l in chosen if l in done])]
+            for k, v in settings.items():
+                keep = keep[keep[k] == v]
+            tables[name_].insert(0, keep)
+    return GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
+                               .reset_index(drop=True) if v else None for n, v in tables.items()})
+
+
+def _labelled(df: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    return pd.concat([pd.DataFrame({k: [v] * len(df) for k, v in settings.items()}, index=df.index), df], axis=1)
+
+
+def _done_layers(out, settings: dict) -> set[int]:
+    """Blocks whose relations are already in ``out`` for these settings."""
+    if out is None or not (Path(out) / GeometriesResult.table("relations").filename).exists():
+        return set()
+    rel = GeometriesResult.load(out).relations
+    if rel is None or not len(rel):
+        return set()
+    for k, v in settings.items():
+        rel = rel[rel[k] == v] if k in rel else rel.iloc[0:0]
+    return {int(l) for l in rel["layer"].unique()}
+
+
+def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, layer: int) -> pd.DataFrame:
+    """Every quantity of block ``layer`` per pool token, with the token's window, position, id and frequency."""
+    parts = [
+        decomposition_quantities(model, windows, [layer], cfg.batch_size),
+        damage_quantities(model, windows, base_rows["nll"].to_numpy(), resid, [layer], delta=cfg.delta,
+                          seeds=cfg.seeds, seed=cfg.seed, batch_size=cfg.batch_size),
+        pdsf_quantities(model, pool, base_rows["predicted"].to_numpy(), [layer]),
+        tokenwise_quantities(pool, [layer], k=cfg.k, ridge=cfg.ridge),
+    ]
+    df = base_rows[["index", "window", "position", "token", "log_freq"]].assign(layer=layer)
+    for p in parts:
+        df = df.merge(p, on=["layer", "index"], how="left")
+    return df[["layer", "index", "window", "position", "token", "log_freq", *ALL]]
+
+
+ANALYSIS = register_analysis(Analysis(
+    name="geometries", config=GeometriesConfig, run=run, result=GeometriesResult, units=units,
+    description="one token, four geometries: the four analyses' per-token quantities on one pool, related",
+    tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4),
+))
