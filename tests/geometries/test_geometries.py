@@ -129,6 +129,8 @@ def test_bad_input_fails_before_any_forward(llama, monkeypatch):
         GeometriesConfig(delta=1.5)
     with pytest.raises(ValueError, match="not blocks of this config"):
         run(llama, CFG, units=[("layer", 0)])
+    with pytest.raises(ValueError, match="takes its 32 neighbours from other windows, which hold 15"):
+        run(llama, CFG.replace(tokens=30, k=32))
 
 
 def test_command(tmp_path, capsys):

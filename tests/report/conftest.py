@@ -21,6 +21,7 @@ def tiny_cfg(out):
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
         patching_tasks=("induction",), patching_prompts=4, patching_min_accuracy=0.0,
+        geometries_tokens=60, geometries_seq_len=16, geometries_layer_count=2, geometries_k=8,
     ))
 
 

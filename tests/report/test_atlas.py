@@ -73,7 +73,7 @@ def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
     assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag_damage",
-                          "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf", "patching"}
+                          "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf", "patching", "geometries"}
 
 
 def test_ruler_scores_the_unedited_model_and_its_ruler_sites_only(tmp_path):

@@ -26,10 +26,12 @@ from .config import CONTROLS, QUANTITIES, GeometriesConfig
 from .quantities import (clean_pass, damage_quantities, decomposition_quantities, pdsf_quantities,
                          tokenwise_quantities)
 
-__all__ = ["GeometriesResult", "run", "units", "relations", "token_windows", "ANALYSIS", "KEY"]
+__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "token_windows", "ANALYSIS", "KEY",
+           "OWNER"]
 
 KEY = ("model", "corpus", "seq_len", "n_tokens", "delta", "seeds", "k", "seed")
 ALL = tuple(q for qs in QUANTITIES.values() for q in qs)
+OWNER = {q: a for a, qs in QUANTITIES.items() for q in qs}  # quantity -> the analysis it comes from
 
 
 @dataclass
@@ -79,6 +81,21 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
     return pd.DataFrame(rows)
 
 
+def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.DataFrame:
+    """One row per pair over its blocks: ``mean_rho``, ``min_rho``, ``max_rho``, ``blocks`` (measured),
+    ``significant`` (blocks whose CI excludes 0), ``same_sign`` (all blocks' rho of one sign), the mean
+    partial and shuffled rho; ``across``: only pairs from two different analyses. Strongest first."""
+    rel = relations.dropna(subset=["rho"])
+    if across:
+        rel = rel[rel["a"].map(OWNER) != rel["b"].map(OWNER)]
+    rel = rel.assign(significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0))
+    g = rel.groupby(["a", "b"], sort=False).agg(
+        mean_rho=("rho", "mean"), min_rho=("rho", "min"), max_rho=("rho", "max"), blocks=("rho", "size"),
+        significant=("significant", "sum"), partial=("rho_partial", "mean"), shuffled=("rho_shuffled", "mean"))
+    g["same_sign"] = (g["min_rho"] > 0) | (g["max_rho"] < 0)
+    return g.reindex(g["mean_rho"].abs().sort_values(ascending=False).index).reset_index()
+
+
 def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> GeometriesResult:
@@ -94,6 +111,11 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     if cfg.seq_len > model.cfg.n_ctx:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
     windows = token_windows(model, cfg)
+    others = (len(windows) - 1) * (windows.shape[1] - 1)  # the neighbours a token's fit may take
+    if others < cfg.k:
+        raise ValueError(f"the pool has {len(windows)} window(s) of {windows.shape[1]} tokens: a token's local fit "
+                         f"takes its {cfg.k} neighbours from other windows, which hold {others}; give more --tokens, "
+                         "a shorter --seq-len or a smaller --k")
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
                 "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
                 "k": cfg.k, "seed": cfg.seed}

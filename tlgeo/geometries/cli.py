@@ -32,7 +32,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
     from ..distributed import run_analysis
     from ..models import load_model
-    from .analysis import ANALYSIS, GeometriesResult
+    from .analysis import ANALYSIS, GeometriesResult, relation_summary
 
     set_threads(args)
     cfg = config_from_args(GeometriesConfig, args)  # bad values fail here, before the model loads
@@ -45,10 +45,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     rel = res.relations.dropna(subset=["rho"])
     real = rel[(rel["ci_low"] > 0) | (rel["ci_high"] < 0)]
-    print(f"\n{len(real)} of {len(rel)} block x pair correlations have a 95% CI that excludes 0; the strongest:")
-    cols = ["layer", "a", "b", "rho", "ci_low", "ci_high", "rho_shuffled", "rho_partial"]
-    print(real.reindex(real["rho"].abs().sort_values(ascending=False).index)[cols].head(SHOWN).round(3)
-          .to_string(index=False))
+    print(f"\n{len(real)} of {len(rel)} block x pair correlations have a 95% CI that excludes 0. The strongest "
+          f"between quantities of two analyses, over {rel['layer'].nunique()} blocks:")
+    print(relation_summary(res.relations).head(SHOWN).round(3).to_string(index=False))
     print_written([out / GeometriesResult.table(n).filename for n in ("tokens", "relations")])
     return 0
 
