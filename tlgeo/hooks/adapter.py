@@ -116,11 +116,10 @@ def site_hooks(
         raise UnsupportedError(f"{site.name} on {getattr(cfg, 'architecture', 'this model')}: the bridge fires its "
                                "attention pattern after the heads' outputs, so the pattern is not known (or "
                                "editable) where the site acts")
-    target_suffix = site.target
-    check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), target_suffix)])
+    check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), site.target)])
     for layer in chosen:
         names = {role: f"blocks.{layer}.{suffix}" for role, suffix in roles}
-        target = f"blocks.{layer}.{target_suffix}"
+        target = f"blocks.{layer}.{site.target}"
         stash: dict[str, Tensor] = {}
 
         for role, name in names.items():
