@@ -1,8 +1,9 @@
 """The four-geometries relations of several models side by side: RESULTS.md's tables.
 
-    python scripts/geometries_table.py runs/smollm2-135m runs/gemma3-270m
+    python scripts/geometries_table.py runs/smollm2-135m runs/gemma3-270m LN=runs/pair-gpt RMS=runs/pair-llama
 
-Reads each folder's ``geometries_relations.csv`` (``tlgeo geometries --out <folder>``) and prints, for the
+Reads each folder's ``geometries_relations.csv`` (``tlgeo geometries --out <folder>``; ``NAME=FOLDER`` names
+its model in the tables) and prints, for the
 pairs of quantities from two different analyses: the five strongest (largest mean |rho| over the models'
 blocks) and the five most consistent (one sign at every block of every model, ranked by the smallest |rho|),
 each with the per-model mean rho, the blocks whose CI excludes 0, and the controls.
@@ -20,13 +21,14 @@ from tlgeo.geometries import relation_summary
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folders", nargs="+", type=Path)
+    ap.add_argument("folders", nargs="+", help="FOLDER or NAME=FOLDER")
     args = ap.parse_args()
     per = []
-    for f in args.folders:
-        rel = pd.read_csv(f / "geometries_relations.csv")
+    for arg in args.folders:
+        name, _, folder = arg.rpartition("=")
+        rel = pd.read_csv(Path(folder) / "geometries_relations.csv")
         for model, r in rel.groupby("model"):
-            per.append(relation_summary(r).assign(model=model))
+            per.append(relation_summary(r).assign(model=name or model))
     s = pd.concat(per, ignore_index=True)
     wide = s.pivot_table(index=["a", "b"], columns="model", values="mean_rho")
     sig = s.assign(sig=s["significant"].astype(str) + "/" + s["blocks"].astype(str)).pivot(
@@ -44,7 +46,7 @@ def main() -> None:
                                                    consistent)):
         print(f"\n{title}: mean rho per model (blocks whose CI excludes 0)")
         out = table.loc[idx].join(g.loc[idx, ["partial", "shuffled"]].round(2))
-        print(out.to_markdown() if hasattr(out, "to_markdown") else out.to_string())
+        print(out.to_markdown() if len(out) else "none")
 
 
 if __name__ == "__main__":
