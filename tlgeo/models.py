@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from .families import FAMILIES, UnknownFamilyError, get_family
+from .families import ALIASES, FAMILIES, UnknownFamilyError, get_family
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge as Model
@@ -391,11 +391,11 @@ def load_model(
 def model_family(name: str):
     """``(family or None, where it came from)`` for a model name, from its config alone (no weights):
     a family name, ``tiny:<kind>``, an embedded model, a local directory, or a seed model's hub id."""
-    from .families import FAMILIES, family_of_config
+    from .families import family_of_config
     from .families.checkpoints import SEED_CHECKPOINTS
 
     name = str(name)
-    if name.startswith("tiny:") or name in FAMILIES or name in ("neox",):
+    if name.startswith("tiny:") or name in FAMILIES or name in ALIASES:
         return get_family(name.removeprefix("tiny:")), "a tlgeo family"
     if name in SEED_CHECKPOINTS:
         config, source = SEED_CHECKPOINTS[name], "its published config.json, kept in tlgeo"

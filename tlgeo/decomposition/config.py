@@ -69,6 +69,10 @@ class CorpusConfig(Config):
         """The fields that are window lengths (checked against the model's context by :meth:`check_fits`)."""
         return ()
 
+    def _sites(self) -> tuple[str, ...]:
+        """The sites a run acts on (checked against the model's family by :meth:`check_fits`)."""
+        return tuple(getattr(self, "sites", ()))
+
     def fit_to(self, n_ctx: int) -> tuple["CorpusConfig", list[str]]:
         """This config with the window lengths left at their default cut to a model context of ``n_ctx``
         tokens, and one note per cut (a length given that does not fit still fails in :meth:`check_fits`)."""
@@ -81,8 +85,7 @@ class CorpusConfig(Config):
     def check_fits(self, model: Model) -> None:
         """Window lengths that do not fit ``model``, and sites its family refuses, fail before any work
         (the message names the flag or the reason)."""
-        check_support(model, *getattr(self, "sites", ()), *((self.site,) if isinstance(getattr(self, "site", None),
-                                                                                      str) else ()))
+        check_support(model, *self._sites())
         for name in self._windows():
             n = getattr(self, name)
             if n > model.cfg.n_ctx:
@@ -169,6 +172,9 @@ class PplConfig(CorpusConfig):
 
     def _windows(self) -> tuple[str, ...]:
         return ("context",)
+
+    def _sites(self) -> tuple[str, ...]:
+        return (self.site,)
 
     def edit(self) -> Edit:
         """The edit measured (its layers and heads are checked against a model by ``Edit.hooks``)."""

@@ -119,35 +119,29 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
                 "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
                 "k": cfg.k, "seed": cfg.seed}
-    done = _done_layers(out, settings)
+    earlier = _earlier(out, settings, chosen)
+    done = set(earlier["relations"]["layer"].astype(int)) if earlier else set()
     todo = [l for l in chosen if l not in done]
-    tables: dict[str, list[pd.DataFrame]] = {"tokens": [], "relations": []}
+    tables: dict[str, list[pd.DataFrame]] = {n: [df] for n, df in earlier.items()}
     if todo:
         name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}"
         with tempfile.TemporaryDirectory(prefix="geometries-") if out is None else nullcontext(out) as base:
             pool = collect_pool(model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size,
                                 progress=progress)
             base_rows, resid = clean_pass(model, windows, todo, cfg.batch_size)
+            profile = decomposition_quantities(model, windows, todo, cfg.batch_size)  # one pass, every block
             for l in todo:
                 if progress:
                     print(f"geometries: block {l}")
-                part = _layer_tokens(model, cfg, pool, windows, base_rows, resid, l)
+                part = _layer_tokens(model, cfg, pool, windows, base_rows, resid, profile, l)
                 rel = relations(part, n_boot=cfg.n_boot, seed=cfg.seed)
                 for name_, df in (("tokens", part), ("relations", rel)):
                     df = _labelled(df, settings)
-                    tables[name_].append(df)
+                    tables.setdefault(name_, []).append(df)
                     if out is not None:
                         GeometriesResult(**{name_: df}).save(out)
                     if on_table is not None:
                         on_table(name_, df)
-    if done and out is not None:  # the blocks a earlier run finished, read back
-        old = GeometriesResult.load(out)
-        for name_ in tables:
-            df = getattr(old, name_)
-            keep = df[df["layer"].isin([l for l in chosen if l in done])]
-            for k, v in settings.items():
-                keep = keep[keep[k] == v]
-            tables[name_].insert(0, keep)
     return GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
                                .reset_index(drop=True) if v else None for n, v in tables.items()})
 
@@ -156,22 +150,30 @@ def _labelled(df: pd.DataFrame, settings: dict) -> pd.DataFrame:
     return pd.concat([pd.DataFrame({k: [v] * len(df) for k, v in settings.items()}, index=df.index), df], axis=1)
 
 
-def _done_layers(out, settings: dict) -> set[int]:
-    """Blocks whose relations are already in ``out`` for these settings."""
+def _earlier(out, settings: dict, chosen: Sequence[int]) -> dict[str, pd.DataFrame]:
+    """The rows of ``chosen`` blocks an earlier run with these settings left in ``out`` (``{}`` if none)."""
     if out is None or not (Path(out) / GeometriesResult.table("relations").filename).exists():
-        return set()
-    rel = GeometriesResult.load(out).relations
-    if rel is None or not len(rel):
-        return set()
-    for k, v in settings.items():
-        rel = rel[rel[k] == v] if k in rel else rel.iloc[0:0]
-    return {int(l) for l in rel["layer"].unique()}
+        return {}
+    old = GeometriesResult.load(out)
+    if old.relations is None or old.tokens is None:
+        return {}
+    got = {}
+    for name in ("tokens", "relations"):
+        df = getattr(old, name)
+        keep = df["layer"].isin(chosen)
+        for k, v in settings.items():
+            keep &= df[k] == v
+        got[name] = df[keep]
+    done = set(got["relations"]["layer"])
+    return {n: df[df["layer"].isin(done)] for n, df in got.items()} if done else {}
 
 
-def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, layer: int) -> pd.DataFrame:
-    """Every quantity of block ``layer`` per pool token, with the token's window, position, id and frequency."""
+def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, profile: pd.DataFrame,
+                  layer: int) -> pd.DataFrame:
+    """Every quantity of block ``layer`` per pool token, with the token's window, position, id and frequency
+    (``profile``: the decomposition quantities of every block to do, from one pass)."""
     parts = [
-        decomposition_quantities(model, windows, [layer], cfg.batch_size),
+        profile[profile["layer"] == layer],
         damage_quantities(model, windows, base_rows["nll"].to_numpy(), resid, [layer], delta=cfg.delta,
                           seeds=cfg.seeds, seed=cfg.seed, batch_size=cfg.batch_size),
         pdsf_quantities(model, pool, base_rows["predicted"].to_numpy(), [layer]),

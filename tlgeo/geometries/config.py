@@ -26,8 +26,8 @@ class GeometriesConfig(Config):
     position and frequency."""
 
     corpus: str = param("wikitext2", "text the token pool is cut from")
-    tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="5-6 s per 1000 tokens and block (SmolLM2, "
-                                                                    "2-core CPU; 2048 x 6 blocks x 2 draws: 85 s)")
+    tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="4-5 s per 1000 tokens and block (SmolLM2, "
+                                                                    "2-core CPU; 2048 x 6 blocks x 2 draws: 63 s)")
     seq_len: int = param(64, "tokens per window (its first, BOS, is left out of the pool)")
     layers: tuple[int, ...] | None = param(None, "blocks measured (default: --layer-count evenly spaced)",
                                            indices=True)
