@@ -254,12 +254,10 @@ def _text(value) -> str:
 
 
 def _stream_lines(cell) -> list[str]:
-    return [
-        line
-        for out in cell.get("outputs", [])
-        if out.get("output_type") == "stream" and out.get("name") == "stdout"
-        for line in _text(out.get("text", "")).splitlines()
-    ]
+    """The cell's stdout lines. The kernel flushes stdout on a timer, so one ``print`` can arrive as two
+    stream outputs (a busy machine split ``print("a:", x)`` after ``"a:"``): join them before splitting."""
+    return "".join(_text(out.get("text", "")) for out in cell.get("outputs", [])
+                   if out.get("output_type") == "stream" and out.get("name") == "stdout").splitlines()
 
 
 def iter_outputs(nb, mime: str | None = None) -> Iterator[str]:
