@@ -8,7 +8,8 @@ has imported tlgeo's stack, the FLOP/s of a bare 4 x 256-token forward, and the 
 and of an edited perplexity pass over a bare forward of the same tokens. The default mode runs each
 command of :data:`RUNS` in a fresh process and prints measured / predicted wall time (the
 prediction includes the start: imports and loading) and peak resident memory (the targets: time
-within 2x, memory within 25 %). The calibration settings and the checked runs differ.
+within 2x, memory within 25 %); a command of :data:`SETUP` (compress-diag's compressed models) runs
+first, unmeasured. The calibration settings and the checked runs differ.
 """
 
 from __future__ import annotations
@@ -35,7 +36,21 @@ RUNS = [
     ("tiny:llama", "run", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
     ("gemma3-270m", "ppl", ["--site", "value_excl_self", "--s-par", "0", "--tokens", "2048"]),  # TLGEO_GEMMA=1 setup
     ("gemma3-270m", "profile", ["--tokens", "1024", "--sites", "attn,mlp,value_full"]),
+    ("smollm2-135m", "pdsf", ["--geometry-per-group", "4", "--single-pass-per-group", "1", "--per-group", "1",
+                              "--new-tokens", "16", "--repeats", "1", "--conditions", "D,S,random"]),
+    ("gemma3-270m", "pdsf", ["--geometry-per-group", "2", "--single-pass-per-group", "1", "--per-group", "1",
+                             "--new-tokens", "16", "--repeats", "1", "--conditions", "D,random"]),
+    ("smollm2-135m", "tokenwise", ["--tokens", "2048", "--seq-len", "64", "--classes", "diag_psd,linear,global",
+                                   "--patch-tokens", "16", "--patch-layer-count", "3", "--n-boot", "200"]),
+    ("gemma3-270m", "tokenwise", ["--tokens", "1024", "--seq-len", "64", "--classes", "linear,global",
+                                  "--patch-tokens", "16", "--patch-layer-count", "2", "--n-boot", "200"]),
+    ("smollm2-135m", "dirmag", ["--sentences", "64", "--seeds", "1", "--absolute-deltas", "5", "--norm-fractions",
+                                "0.5", "--blimp-pairs", "8", "--probe-sentences", "40", "--probe-layer-count", "3"]),
+    ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
+    ("smollm2-135m", "compress-diag", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
 ]
+# made before a run when missing, not measured: the compressed models compress-diag reads (in $TLGEO_CACHE)
+SETUP = {"compress-diag": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
 
 CHILD = r"""
 import json, resource, sys, time
@@ -148,6 +163,16 @@ def calibrate() -> None:
     print(f"peak resident memory of this calibration: {_rss_gib():.2f} GiB")
 
 
+def _setup(model: str, cmd: str) -> None:
+    """``SETUP[cmd]`` for ``model`` in a fresh process, unmeasured (its results in a temporary folder)."""
+    out = Path(tempfile.mkdtemp(prefix="bench-plan-setup-"))
+    done = subprocess.run([sys.executable, "-m", "tlgeo", *SETUP[cmd][:1], "--model", model, *SETUP[cmd][1:],
+                           "--threads", "2", "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+    shutil.rmtree(out, ignore_errors=True)
+    if done.returncode:
+        sys.exit(f"setting up {cmd} ({' '.join(SETUP[cmd])}) failed: {done.stderr[-2000:]}")
+
+
 def check() -> None:
     from tlgeo.cliargs import config_from_args
     from tlgeo.cli import build_parser
@@ -156,7 +181,7 @@ def check() -> None:
 
     analyses = {a.command_name: a for a in load_analyses().values()}
     parser = build_parser()
-    print(f"{'model':>14} {'command':>8} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} | "
+    print(f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} | "
           f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
     from tlgeo.models import UnknownModelError
 
@@ -166,8 +191,10 @@ def check() -> None:
         try:
             shape = model_shape(model)
         except UnknownModelError as e:
-            print(f"{model:>14} {cmd:>8} | skipped: {e}")
+            print(f"{model:>14} {cmd:>13} | skipped: {e}")
             continue
+        if cmd in SETUP:
+            _setup(model, cmd)
         est = estimate(shape, a.plan(shape, config_from_args(a.config, args)), "cpu")
         total = est[est["step"] == "total"].iloc[0]
         pred_s = total["seconds"] + start_seconds(shape)
@@ -178,7 +205,7 @@ def check() -> None:
         if done.returncode:
             sys.exit(f"{cmd} failed: {done.stderr[-2000:]}")
         got = json.loads(done.stderr.strip().splitlines()[-1])
-        print(f"{model:>14} {cmd:>8} | {pred_s:11.1f} {got['seconds']:10.1f} {got['seconds'] / pred_s:6.2f} | "
+        print(f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {got['seconds'] / pred_s:6.2f} | "
               f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
               flush=True)
 

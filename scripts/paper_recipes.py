@@ -5,9 +5,8 @@
 
 Each recipe is a tlgeo command at the paper's budget (``tlgeo <command> --help`` explains every
 flag); ``--run`` executes it, under ``torchrun --standalone --nproc_per_node=<gpus>`` with
-``--gpus`` > 1. The estimate is ``tlgeo plan`` for the commands it plans (the decomposition's);
-the others print their command only. Not run here: this machine has no network (the models come
-from the hub) and no GPU.
+``--gpus`` > 1. The estimate is ``tlgeo plan`` (every recipe's command is planned). Not run here:
+this machine has no network (the models come from the hub) and no GPU.
 """
 
 from __future__ import annotations

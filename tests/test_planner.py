@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tlgeo.cli import main
-from tlgeo.planner import DEVICES, SEED_MODELS, ModelShape, Work, estimate, model_shape
+from tlgeo.planner import CALIBRATION_MODEL, DEVICES, SEED_MODELS, ModelShape, Work, estimate, model_shape
 
 # total parameters as each model card states them (billions)
 PUBLISHED = {"Qwen/Qwen3-0.6B": 0.6, "Qwen/Qwen3-1.7B": 1.7, "Qwen/Qwen3-4B": 4.0, "Qwen/Qwen3-8B": 8.2,
@@ -95,3 +95,186 @@ def test_unknown_model_names_the_accepted_kinds(capsys):
 def test_devices_are_named():
     assert {"cpu", "h100", "h200"} <= set(DEVICES) and not DEVICES["cpu"].gpu
     json.dumps({k: vars(v) for k, v in DEVICES.items()})  # plain values
+
+
+# every analysis command with a small run of it, as its own flags
+PLANNED = {
+    "run": ["--tokens", "2048", "--sites", "attn"],
+    "profile": ["--tokens", "1024"],
+    "ppl": ["--site", "attn", "--tokens", "1024"],
+    "patching": ["--tasks", "induction", "--prompts", "8"],
+    "pdsf": ["--geometry-per-group", "2", "--single-pass-per-group", "1", "--per-group", "1", "--new-tokens", "8"],
+    "tokenwise": ["--tokens", "512", "--seq-len", "64", "--patch-tokens", "16", "--patch-layer-count", "2"],
+    "dirmag": ["--sentences", "16", "--seeds", "1", "--blimp-pairs", "2", "--repair-sentences", "4",
+               "--entropy-sentences", "4", "--probe-sentences", "8"],
+    "geometries": ["--tokens", "512", "--layer-count", "2"],
+    "compress-diag": ["--methods", "wanda,awq", "--prompts", "4"],
+}
+
+
+def _steps(df):
+    return df[~df["step"].isin(["start", "total"])].set_index("step")
+
+
+def test_every_analysis_command_is_planned_and_its_tiny_config_too():
+    from tlgeo.report.plan import _plannable
+    from tlgeo.report.registry import load_analyses
+
+    analyses = load_analyses()
+    assert set(_plannable()) == {a.command_name for a in analyses.values()} == set(PLANNED)
+    shape = model_shape("tiny:llama")
+    for a in analyses.values():  # the contract test's config of each: plannable on the tiny model it runs on
+        est = estimate(shape, a.plan(shape, a.config(**a.tiny)))
+        assert len(est) > 1 and (est["seconds"] > 0).all(), a.name
+
+
+@pytest.mark.parametrize("command", list(PLANNED))
+def test_plan_table_adds_up_each_command(command):
+    from tlgeo.report.plan import plan_table
+
+    df = plan_table(model_shape("Qwen/Qwen3-0.6B"), command, PLANNED[command], "h100")
+    steps, total = _steps(df), df[df["step"] == "total"].iloc[0]
+    assert len(steps) and total["forward_tokens"] == steps["forward_tokens"].sum() > 0
+    assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
+    assert total["peak_gib"] == steps["peak_gib"].max() and total["dtype"] == "bfloat16"
+    gpu = steps["seconds"] - steps["cpu_seconds"]  # the forwards at the device's FLOP/s, host work as measured
+    assert gpu.to_numpy() == pytest.approx((steps["tflops"] * 1e12 / DEVICES["h100"].flops).to_numpy(), rel=0.5)
+
+
+@pytest.mark.parametrize("command, flag, step", [
+    ("tokenwise", ("--tokens", "630", "1260"), "pool"),  # whole windows of 63 pool tokens
+    ("tokenwise", ("--patch-tokens", "16", "32"), "patching"),
+    ("pdsf", ("--conditions", "D", "D,S"), "generation: rotations"),
+    ("geometries", ("--seeds", "1", "2"), "damage"),
+    ("compress-diag", ("--methods", "wanda", "wanda,awq"), "dense"),
+    ("compress-diag", ("--prompts", "6", "12"), "e2e"),
+])
+def test_doubling_a_budget_doubles_its_steps_tokens(command, flag, step):
+    from tlgeo.report.plan import plan_table
+
+    base = {"tokenwise": ["--seq-len", "64"], "pdsf": ["--per-group", "1", "--geometry-per-group", "0",
+                                                        "--single-pass", "none", "--new-tokens", "8"]}.get(command, [])
+    name, one, two = flag
+    a, b = (_steps(plan_table(CALIBRATION_MODEL, command, [*base, name, v])).loc[step] for v in (one, two))
+    assert b["forward_tokens"] == 2 * a["forward_tokens"] > 0
+    assert b["tflops"] == pytest.approx(2 * a["tflops"])
+
+
+def test_dirmag_passes_grow_with_the_perturbations():
+    from tlgeo.report.plan import plan_table
+
+    def damage(seeds):
+        df = plan_table(CALIBRATION_MODEL, "dirmag", ["--sentences", "32", "--seeds", str(seeds)])
+        return int(_steps(df).loc["damage", "forward_tokens"])
+
+    one, two, four = damage(1), damage(2), damage(4)  # one clean pass and kinds x deltas x seeds resumed ones
+    assert four - two == 2 * (two - one) > 0 and one > two - one  # the clean pass besides
+    blocks = _steps(plan_table(CALIBRATION_MODEL, "dirmag", ["--sentences", "32", "--layers", "20"]))
+    assert blocks.loc["damage", "tflops"] < _steps(plan_table(CALIBRATION_MODEL, "dirmag", [
+        "--sentences", "32", "--layers", "5"])).loc["damage", "tflops"]  # resumed later: fewer blocks run
+
+
+def test_the_tokenwise_pool_keeps_every_state_of_every_token():
+    from tlgeo.tokenwise.analysis import ANALYSIS, pool_size
+    from tlgeo.tokenwise.config import TokenwiseConfig
+
+    shape = CALIBRATION_MODEL
+    for dtype, item in (("float32", 4), ("float16", 2)):
+        cfg = TokenwiseConfig(tokens=1000, seq_len=64, dtype=dtype)
+        pool = next(w for w in ANALYSIS.plan(shape, cfg) if w.step == "pool")
+        n_windows, n_tokens = pool_size(1000, 64)
+        assert n_tokens == 16 * 63 >= 1000 and pool.tokens == n_windows * 64  # BOS read, not kept
+        assert pool.host_bytes == n_tokens * (shape.n_layers + 1) * shape.d_model * item  # states 0..L
+    cpu, gpu = (estimate(shape, [pool], device, "float32").iloc[0] for device in ("cpu", "h100"))
+    assert cpu["host_gib"] == gpu["host_gib"] == pool.host_bytes / 2**30
+    assert cpu["peak_gib"] - gpu["peak_gib"] == pytest.approx(cpu["host_gib"] + cpu["process_gib"])  # host: CPU peak
+
+
+def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_condition():
+    from tlgeo.pdsf.analysis import ANALYSIS, GENERATION_CALL_SECONDS
+    from tlgeo.pdsf.config import PDSFConfig
+
+    shape = CALIBRATION_MODEL
+
+    def rows(new_tokens):
+        cfg = PDSFConfig(geometry_per_group=0, single_pass="none", per_group=1, conditions=("D", "S", "random"),
+                         new_tokens=new_tokens)
+        return {w.step: w for w in ANALYSIS.plan(shape, cfg)}
+
+    short, long = rows(5), rows(13)
+    prompts = 12  # SpecB: 12 groups, one prompt each; one batch of 16
+    assert long["generation: rotations"].tokens - short["generation: rotations"].tokens == 8 * 3 * prompts
+    assert long["generation: unedited"].tokens - short["generation: unedited"].tokens == 8 * prompts
+    assert short["generation: rotations"].tokens == 3 * short["generation: unedited"].tokens
+    assert long["generation: rotations"].cpu_seconds == pytest.approx(3 * 13 * GENERATION_CALL_SECONDS * 30)
+    assert set(long) == {"generation: states", "generation: unedited", "generation: rotations", "generation: KL",
+                         "generation: F dynamics"}  # no geometry, no single pass
+
+
+@pytest.mark.parametrize("command, flags, error, says", [
+    ("pdsf", ["--layers", "0,40"], ValueError, "layers [40] out of range: the states are 0..30"),
+    ("pdsf", ["--new-tokens", "1"], ValueError, "new_tokens must be at least 2"),
+    ("tokenwise", ["--layers", "30"], ValueError, "out of range: the pool has layer maps 0..29"),
+    ("tokenwise", ["--seq-len", "1"], ValueError, "seq_len must be at least 2"),
+    ("geometries", ["--layers", "30"], IndexError, "layer(s) [30] out of range"),
+    ("geometries", ["--tokens", "32"], ValueError, "neighbours from other windows"),
+    ("dirmag", ["--layers", "31"], IndexError, "layer(s) [31] out of range"),
+    ("dirmag", ["--seeds", "0"], ValueError, "seeds"),
+    ("compress-diag", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
+    ("tokenwise", ["--n-patch", "8"], ValueError, "not flags of tlgeo tokenwise: --n-patch"),  # --patch-tokens
+])
+def test_a_bad_config_fails_with_the_analysis_error(command, flags, error, says):
+    from tlgeo.report.plan import plan_table
+
+    with pytest.raises(error) as e:
+        plan_table(CALIBRATION_MODEL, command, flags)
+    assert says in str(e.value)
+
+
+@pytest.mark.parametrize("command", ["pdsf", "tokenwise", "dirmag", "geometries", "compress-diag"])
+def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
+    import tlgeo.models
+
+    monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("the planner loaded a model"))
+    assert main(["plan", "--model", "Qwen/Qwen3-0.6B", "--device", "h200", command, *PLANNED[command]]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    assert {"start", "total"} <= set(lines) and len(lines) > 2 and "bfloat16 weights" in out
+    assert "cpu_s" in out and "host_gib" in out
+    assert main(["plan", "--model", "Qwen/Qwen3-0.6B", command, "--out", "x"]) == 2
+    assert f"not flags of tlgeo {command}: --out x" in capsys.readouterr().err
+
+
+def test_compress_diag_plans_the_calibration_when_it_compresses():
+    from tlgeo.compression.analysis import ANALYSIS, COMPRESS_SECONDS
+    from tlgeo.compression.config import CompressConfig, DiagConfig
+
+    shape = CALIBRATION_MODEL
+    plain = {w.step: w for w in ANALYSIS.plan(shape, DiagConfig(methods=("wanda", "awq")))}
+    assert "compress" not in plain and plain["load"].host_bytes == shape.params * 4  # float32, on the CPU
+    cfg = DiagConfig(methods=("wanda", "awq"), compress=CompressConfig(methods=("wanda",), n_calib=32))
+    got = {w.step: w for w in ANALYSIS.plan(shape, cfg)}
+    assert got["compress"].cpu_seconds == pytest.approx(COMPRESS_SECONDS["wanda"] + COMPRESS_SECONDS["awq"])
+    half = DiagConfig(methods=("wanda",), compress=CompressConfig(methods=("wanda",), n_calib=16))
+    rtn = COMPRESS_SECONDS["rtn"]  # the fixed part: loading, saving
+    assert {w.step: w for w in ANALYSIS.plan(shape, half)}["compress"].cpu_seconds == pytest.approx(
+        rtn + (COMPRESS_SECONDS["wanda"] - rtn) / 2)
+
+
+def test_the_calibration_model_is_smollm2_s_config():
+    from tlgeo.models import cache_dir
+
+    if not (cache_dir() / "smollm2-135m" / "config.json").is_file():
+        pytest.skip("SmolLM2 not converted here")
+    assert dataclasses.replace(model_shape("smollm2-135m"), name="") == dataclasses.replace(CALIBRATION_MODEL, name="")
+
+
+def test_host_work_and_partial_forwards_in_estimate():
+    shape = CALIBRATION_MODEL
+    full, resumed, stopped, fits = estimate(shape, [
+        Work("full", 1000, 100), Work("resumed", 1000, 100, blocks=0.5), Work("stopped", 1000, 100, readout=0.01),
+        Work("fits", 0, 1, cpu_seconds=7.0)], "h100", "bfloat16").iloc[:4].itertuples()
+    readout = 2 * shape.d_model * shape.vocab * 1000 / 1e12
+    assert resumed.tflops == pytest.approx((full.tflops - readout) / 2 + readout)
+    assert stopped.tflops == pytest.approx(full.tflops - 0.99 * readout)
+    assert fits.seconds == fits.cpu_seconds == 7.0 and fits.tflops == 0 and fits.activations_gib == 0

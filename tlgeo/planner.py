@@ -3,16 +3,22 @@
 :func:`model_shape` reads a model's shape (a local directory's ``config.json``, a ``config.json``
 file, ``tiny:<kind>``, an embedded model, or one of the seed papers' models by hub id from
 :data:`SEED_MODELS`: no weights, no network). An analysis that can be planned describes its
-steps as :class:`Work` (forward tokens, window length, batch, hooks' overhead, what it keeps);
-:func:`estimate` turns them into forward tokens, FLOPs, peak memory and time on a
-:class:`Device`.
+steps as :class:`Work` (forward tokens, window length, batch, the share of the blocks and of
+the unembedding they go through, hooks' overhead, what it keeps on the device and in host
+memory, and its host work besides the forwards); :func:`estimate` turns them into forward
+tokens, FLOPs, peak memory and time on a :class:`Device`.
 
 The cost model: a forward token costs ``2 x`` the active non-embedding parameters plus the
 unembedding, plus attention over the window (FLOPs); a step's time is its FLOPs at the
 device's measured (CPU) or assumed (GPU: :data:`GPU_EFFICIENCY` of the peak) rate, times the
-step's overhead (hooks, the analysis's own statistics), measured on SmolLM2-135M here. Peak
-memory is the weights, one forward's activations (float32 logits included), what the step
-keeps, and on CPU the process itself. The constants and where they were measured are below.
+step's overhead (hooks, the analysis's own statistics), measured on SmolLM2-135M here, plus
+the step's host work that is not a forward (fits, probes, loading a second model, generation's
+per-step calls): seconds measured on this CPU and counted the same on every device, since the
+code runs it on the host (a GPU speeds up the forwards only). Peak memory is the weights, one
+forward's activations (float32 logits included), what the step keeps, and on CPU the process
+itself and what the step keeps in host memory (state pools, CPU copies; on a GPU it is listed
+beside the peak). The constants and where they were measured are below; the analyses' own
+constants are in their ``plan`` sections, each with its source.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 __all__ = ["ModelShape", "model_shape", "SEED_MODELS", "Device", "DEVICES", "Work", "estimate", "start_seconds",
-           "GPU_EFFICIENCY"]
+           "GPU_EFFICIENCY", "CALIBRATION_MODEL", "CHARS_PER_TOKEN", "text_tokens", "padded_batches", "windows"]
 
 GIB = 2**30
 GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
@@ -35,8 +41,12 @@ CPU_FLOPS = 1.8e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's F
 CPU_PROCESS_GIB = 0.57  # resident memory of a command with its model resident, less the weights
 ACTIVATION_FLOATS = 12  # float32 values per token and d_model live during one forward, besides d_mlp and the logits
 LOGIT_COPIES = 1.7  # [tokens, vocab] float32 arrays a bare forward holds at its peak (1.61-1.72 at 4 x 256 tokens)
+PPL_LOGIT_COPIES = 3.6  # the same for a pass that takes log-probabilities (perplexity: 4 x 512 tokens, fresh process)
 CPU_IMPORT_SECONDS = 4.8  # a command's imports (torch, transformers, TransformerLens, pandas)
 LOAD_GIB_PER_S = 0.55  # booting a local float32 model in the bridge, per GiB of weights
+# texts without a tokenizer: the 281 WikiText sentences of tlgeo dirmag (53,227 characters) are 12,761 SmolLM2
+# tokens with BOS, at most 64 each, and their first 64 are 2,906 (RESULTS.md section 2): 12,742 and 2,969 at 4.25
+CHARS_PER_TOKEN = 4.25
 
 
 @dataclass(frozen=True)
@@ -72,10 +82,13 @@ class ModelShape:
         emb = self.vocab * self.d_model * (1 if self.tied else 2)
         return emb + self.n_layers * (self.attn_params + self.mlp_params())
 
-    def forward_flops(self, tokens: int, window: int) -> float:
-        """FLOPs of a forward over ``tokens`` in windows of ``window`` (causal attention)."""
+    def forward_flops(self, tokens: int, window: int, blocks: float = 1.0, readout: float = 1.0) -> float:
+        """FLOPs of a forward over ``tokens`` in windows of ``window`` (causal attention); ``blocks``: the
+        share of the blocks each token goes through (a forward resumed at block ``l``: ``(n - l) / n``),
+        ``readout``: positions unembedded per token (a forward read out at its last position: ``1 / window``)."""
         active = self.n_layers * (self.attn_params + self.mlp_params(self.experts_per_token or None))
-        per_token = 2 * active + 2 * self.d_model * self.vocab + 2 * self.n_layers * self.n_heads * self.d_head * window
+        attention = 2 * self.n_layers * self.n_heads * self.d_head * window
+        per_token = blocks * (2 * active + attention) + readout * 2 * self.d_model * self.vocab
         return float(tokens) * per_token
 
     @classmethod
@@ -145,6 +158,12 @@ SEED_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
+# the model the planner's CPU constants (here and in the analyses' plans) were measured on: SmolLM2-135M's
+# config.json, transcribed (so scaling a constant to another shape never converts the model)
+CALIBRATION_MODEL = ModelShape(name="smollm2-135m", family="llama", n_layers=30, d_model=576, n_heads=9, n_kv_heads=3,
+                               d_head=64, d_mlp=1536, vocab=49152, n_ctx=8192)
+
+
 def model_shape(name: str) -> ModelShape:
     """The shape of ``name``: ``tiny:<kind>``, an embedded model, a local directory with a
     ``config.json``, a ``config.json`` file, or a seed model's hub id (:data:`SEED_MODELS`)."""
@@ -195,11 +214,16 @@ DEVICES: dict[str, Device] = {
 @dataclass(frozen=True)
 class Work:
     """One step of an analysis, as forward passes: ``tokens`` forward tokens in windows of
-    ``window`` tokens, ``batch`` windows per forward; ``overhead``: its time over a bare
-    forward's (hooks, the analysis's own statistics); ``logit_copies``: ``[tokens, vocab]`` float32
-    arrays it holds at its peak (logits, log-probabilities); ``eager``: attention patterns
-    materialised (sites that read them); ``kept_bytes``: what the step holds besides one
-    forward (state pools, caches)."""
+    ``window`` tokens, ``batch`` windows per forward; ``blocks`` and ``readout``: the share of the
+    blocks they go through and the positions unembedded per token
+    (:meth:`ModelShape.forward_flops`); ``overhead``: its time over a bare forward's (hooks, the
+    analysis's own statistics); ``logit_copies``: ``[tokens, vocab]`` float32 arrays it holds at
+    its peak (logits, log-probabilities); ``eager``: attention patterns materialised (sites that
+    read them); ``kept_bytes``: what the step holds on the device besides one forward (caches);
+    ``host_bytes``: what it holds in host memory (state pools, CPU copies, a second model loaded
+    on the CPU); ``cpu_seconds``: its host work besides the forwards (fits, probes, loads,
+    per-call overhead), as measured on this CPU, the same on every device. A step with no
+    forward has ``tokens=0``."""
 
     step: str
     tokens: int
@@ -210,6 +234,10 @@ class Work:
     eager: bool = False
     kept_bytes: float = 0.0
     note: str = ""
+    blocks: float = 1.0
+    readout: float = 1.0
+    host_bytes: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -218,29 +246,33 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cpu",
              dtype: str = "float32") -> pd.DataFrame:
     """One row per step: forward tokens, TFLOPs, seconds, and peak memory (GiB) split into
-    weights, one forward's activations, what the step keeps, and (CPU) the process."""
+    weights, one forward's activations, what the step keeps on the device, what it keeps in host
+    memory (in the peak on a CPU, beside it on a GPU) and (CPU) the process."""
     dev = DEVICES[device] if isinstance(device, str) else device
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {list(DTYPE_BYTES)}")
     weights = shape.params * DTYPE_BYTES[dtype] / GIB
     rows = []
     for w in work:
-        flops = shape.forward_flops(w.tokens, w.window)
-        tokens_live = min(w.batch * w.window, max(w.tokens, w.window))  # a last batch may hold fewer windows
+        flops = shape.forward_flops(w.tokens, w.window, w.blocks, w.readout)
+        tokens_live = min(w.batch * w.window, max(w.tokens, w.window)) if w.tokens else 0  # a last batch: fewer
         act = tokens_live * (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp * max(1, shape.experts_per_token)
                              + w.logit_copies * shape.vocab) * 4
-        if w.eager:
+        if w.eager and w.tokens:
             act += w.batch * shape.n_heads * w.window ** 2 * 4 * 2
         process = 0.0 if dev.gpu else CPU_PROCESS_GIB
-        peak = weights + act / GIB + w.kept_bytes / GIB + process
+        host = w.host_bytes / GIB
+        peak = weights + act / GIB + w.kept_bytes / GIB + (0.0 if dev.gpu else host) + process
         rows.append({"step": w.step, "forward_tokens": int(w.tokens), "window": w.window, "batch": w.batch,
-                     "tflops": flops / 1e12, "seconds": flops / dev.flops * w.overhead,
-                     "weights_gib": weights, "activations_gib": act / GIB, "kept_gib": w.kept_bytes / GIB,
-                     "process_gib": process, "peak_gib": peak, "fits": peak <= dev.memory_gib, "note": w.note})
+                     "tflops": flops / 1e12, "seconds": flops / dev.flops * w.overhead + w.cpu_seconds,
+                     "cpu_seconds": w.cpu_seconds, "weights_gib": weights, "activations_gib": act / GIB,
+                     "kept_gib": w.kept_bytes / GIB, "host_gib": host, "process_gib": process, "peak_gib": peak,
+                     "fits": peak <= dev.memory_gib, "note": w.note})
     df = pd.DataFrame(rows)
     if len(df):
         total = {"step": "total", "forward_tokens": int(df["forward_tokens"].sum()), "tflops": df["tflops"].sum(),
-                 "seconds": df["seconds"].sum(), "peak_gib": df["peak_gib"].max(), "fits": bool(df["fits"].all())}
+                 "seconds": df["seconds"].sum(), "cpu_seconds": df["cpu_seconds"].sum(),
+                 "host_gib": df["host_gib"].max(), "peak_gib": df["peak_gib"].max(), "fits": bool(df["fits"].all())}
         df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
     return df.assign(model=shape.name, device=dev.name, dtype=dtype)
 
@@ -254,3 +286,17 @@ def start_seconds(shape: ModelShape, dtype: str = "float32") -> float:
 def windows(tokens: int, window: int) -> int:
     """Forward tokens of ``tokens`` read in whole windows of ``window`` (the last one partial)."""
     return int(window * math.ceil(tokens / window)) if tokens else 0
+
+
+def text_tokens(text: str, max_tokens: int | None = None, bos: bool = True) -> int:
+    """Tokens of ``text`` without a tokenizer (:data:`CHARS_PER_TOKEN`), BOS first, at most ``max_tokens``."""
+    n = int(bos) + math.ceil(len(text) / CHARS_PER_TOKEN)
+    return min(n, max_tokens) if max_tokens else n
+
+
+def padded_batches(lengths: Sequence[int], batch: int) -> tuple[int, int]:
+    """``(forward tokens, longest row)`` of rows of ``lengths`` in batches of ``batch`` in their order,
+    each batch padded to its longest row."""
+    lengths = list(lengths)
+    tokens = sum(len(c) * max(c) for c in (lengths[i: i + batch] for i in range(0, len(lengths), batch)))
+    return tokens, max(lengths, default=0)

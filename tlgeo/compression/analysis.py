@@ -203,6 +203,66 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
     return res
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): per method, its model loaded and the dense, local and e2e passes
+# ---------------------------------------------------------------------------
+
+# llmcompressor's compression of SmolLM2-135M (134.5 M parameters) on 32 x 128 calibration tokens, sequential pipeline,
+# this 2-core CPU, seconds: scripts/bench_compress.py (README.md, direction-aware objectives: awq, awq_perp, sgpt,
+# sgpt_perp with 12 CG iterations, wanda, owl, perpalloc); rtn (no calibration: load, quantise, save) the median of
+# results/compression-objectives/.../compress_log.jsonl's rtn_*; wanda_perp 2.24 x wanda (results/compression/...
+# compress_log.jsonl: 147.6 vs 65.8 s, both at 16 windows, basic pipeline). rtn's time is counted fixed (x the
+# parameters), the rest x the calibration tokens and the parameters
+COMPRESS_SECONDS = {"awq": 150.3, "awq_perp": 165.2, "sgpt": 41.6, "sgpt_perp": 79.5, "wanda": 16.9, "owl": 21.2,
+                    "perpalloc": 16.6, "rtn": 9.6, "wanda_perp": 16.9 * 147.6 / 65.8}
+COMPRESS_TOKENS = 32 * 128
+
+
+def compress_seconds(shape, cfg: CompressConfig, method: str) -> float:
+    """Host seconds of compressing ``method`` with ``cfg`` (:data:`COMPRESS_SECONDS`, measured on a CPU)."""
+    from ..planner import CALIBRATION_MODEL
+
+    spec = cfg.spec(method)
+    measured = COMPRESS_SECONDS.get(spec.kind, COMPRESS_SECONDS[spec.family])
+    fixed = COMPRESS_SECONDS["rtn"]
+    scale = shape.params / CALIBRATION_MODEL.params
+    return scale * (fixed + (measured - fixed) * cfg.n_calib * cfg.calib_seq_len / COMPRESS_TOKENS)
+
+
+def plan(shape, cfg: DiagConfig) -> list:
+    """Per method (the diagnosis runs method by method): its compressed model loaded on the CPU in
+    float32 (as :func:`tlgeo.models.load_model`'s defaults, host memory), the dense model's forward per
+    batch with its blocks' inputs, outputs and updates kept, each compressed block twice on the dense states (local:
+    the whole block, then its MLP with the attention replayed; no unembedding) and the compressed
+    model's own forward (e2e). With ``cfg.compress`` (Python only), every method compressed first
+    (a folder already there is reused: an upper bound)."""
+    from ..planner import GIB, LOAD_GIB_PER_S, Work
+
+    methods, tokens, seq = len(cfg.methods), cfg.prompts * cfg.seq_len, cfg.seq_len
+    batch = min(cfg.batch_size, cfg.prompts)
+    live = batch * seq * shape.d_model * 4 * shape.n_layers  # one float32 [batch, seq, d] per block
+    base = live * (5 if "local" in cfg.modes else 4)  # resid_pre, output, both updates (+ the raw attention output)
+    comp = shape.params * 4  # float32
+    out = []
+    if cfg.compress is not None:
+        seconds = sum(compress_seconds(shape, cfg.compress, m) for m in cfg.methods)
+        c = cfg.compress
+        out.append(Work("compress", 0, 1, cpu_seconds=seconds, note=f"{methods} method(s), llmcompressor on "
+                        f"{c.n_calib} x {c.calib_seq_len} tokens, {c.device}"))
+    out.append(Work("load", 0, 1, cpu_seconds=methods * comp / GIB / LOAD_GIB_PER_S, host_bytes=comp,
+                    note=f"{methods} compressed model(s), one at a time, float32 on the CPU"))
+    out.append(Work("dense", methods * tokens, seq, batch, kept_bytes=base, note="once per batch and method"))
+    if "local" in cfg.modes:
+        mlp = shape.mlp_params(shape.experts_per_token or None)
+        out.append(Work("local", methods * tokens, seq, batch, blocks=1 + mlp / (shape.attn_params + mlp), readout=0.0,
+                        logit_copies=0.0, kept_bytes=base, host_bytes=comp,
+                        note="each compressed block on the dense states, twice"))
+    if "e2e" in cfg.modes:
+        out.append(Work("e2e", methods * tokens, seq, batch, kept_bytes=base + 4 * live, host_bytes=comp,
+                        note="each compressed model on its own states"))
+    return out
+
+
 def _tiny_compress() -> CompressConfig:
     return CompressConfig(methods=("wanda",), n_calib=4, calib_seq_len=32, pipeline="basic")
 
@@ -211,4 +271,4 @@ ANALYSIS = register_analysis(Analysis(
     "compression", DiagConfig, run, DiagResult, units,
     "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
     tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
-    command="compress-diag"))
+    command="compress-diag", plan=plan))

@@ -241,9 +241,8 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.12x, 5 sites 1.24-1.54x a bare forward (four calibrations)
 EDIT_OVERHEAD = 1.03  # 1.007-1.045x
 # memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6
-# [tokens, vocab] float32 arrays (logits, log-probabilities; the planner's logit_copies; 4 x 512 tokens); the
-# profile a bare forward's arrays plus one float32 d_model vector per live token, layer and site (4 x 256, 5 sites)
-PPL_LOGIT_COPIES = 3.6
+# [tokens, vocab] float32 arrays (tlgeo.planner.PPL_LOGIT_COPIES); the profile a bare forward's arrays plus
+# one float32 d_model vector per live token, layer and site (4 x 256, 5 sites)
 
 
 def _corpus_tokens(cfg) -> int:
@@ -257,7 +256,8 @@ def _reads_pattern(sites) -> bool:
     return any(role == "pattern" for s in sites for role, _ in SITES[s].reads)
 
 
-def _profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
+def profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
+    """The profile as :class:`~tlgeo.planner.Work`: its windows, the sites' overhead, what it caches per token."""
     from ..planner import Work, windows
 
     live = min(batch * seq_len, max(tokens, seq_len))
@@ -267,7 +267,7 @@ def _profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
 
 
 def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
-    from ..planner import Work, windows
+    from ..planner import PPL_LOGIT_COPIES, Work, windows
 
     return Work(name, windows(tokens, cfg.context) * edits, cfg.context, cfg.batch_size,
                 1.0 if name == "baseline" else EDIT_OVERHEAD, PPL_LOGIT_COPIES, eager=_reads_pattern(sites),
@@ -277,7 +277,7 @@ def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
 def plan(shape, cfg: DecompositionConfig) -> list:
     """The profile, the unedited perplexity, and one perplexity pass per removal."""
     sites = cfg.profile_sites()
-    out = [_profile_work(shape, sites, cfg.profile_tokens, cfg.profile_seq_len, 8)] if sites else []
+    out = [profile_work(shape, sites, cfg.profile_tokens, cfg.profile_seq_len, 8)] if sites else []
     edits, tokens = cfg.edits(), _corpus_tokens(cfg)
     out.append(_ppl_work("baseline", tokens, cfg, 1))
     if edits:
@@ -286,7 +286,7 @@ def plan(shape, cfg: DecompositionConfig) -> list:
 
 
 def plan_profile(shape, cfg: ProfileConfig) -> list:
-    return [_profile_work(shape, cfg.sites, _corpus_tokens(cfg), cfg.seq_len, cfg.batch_size)]
+    return [profile_work(shape, cfg.sites, _corpus_tokens(cfg), cfg.seq_len, cfg.batch_size)]
 
 
 def plan_ppl(shape, cfg: PplConfig) -> list:

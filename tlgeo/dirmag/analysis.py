@@ -127,8 +127,92 @@ def _probes(model, cfg: DirmagConfig, chosen: list[tuple] | None, progress: bool
                                       batch_size=cfg.batch_size, progress=progress)
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): a clean pass per part, then perturbed passes resumed at the first perturbed block
+# ---------------------------------------------------------------------------
+
+# measured on SmolLM2-135M (d_model 576, 30 blocks), this 2-core CPU (RESULTS.md section 2):
+# the sweeps run below the cost model: the engine benchmark's LM sweep of 64 sentences (1 clean + 8 passes resumed at
+# block 10, batches of 16 padded to their longest) took 29-31 s per round, the cost model's FLOPs say 42.4 s; with
+# this factor the atlas's damage and BLiMP steps (45.8 s, 17.0 s) are predicted at 43 s and 15 s
+SWEEP_OVERHEAD = 30.0 / 42.4
+# the probes' fits (scikit-learn on the host), per probed block and sentence: 500 + 500 UD sentences at 10 blocks took
+# 2 min 42 s with the start, of which the cost model's forwards and start are 76 s; 86 s / (10 x 500). (The atlas's
+# 80 + 80 at 4 blocks, 19.9 s: 14.7 s of forwards, 5.5 s of fits at this rate.) Scaled by d_model (the features)
+PROBE_SENTENCE_SECONDS = (162 - 76) / (10 * 500)
+
+
+def _n_deltas(cfg: DirmagConfig) -> int:
+    from .engine import RELATIVE_DELTAS
+
+    if cfg.deltas is not None:
+        return len(set(cfg.deltas))
+    if cfg.relative:
+        return len(RELATIVE_DELTAS)
+    return len(set(cfg.absolute_deltas)) + len([f for f in cfg.norm_fractions if f > 0])  # x the clean median norm
+
+
+def _sweep_work(shape, name: str, texts: Sequence[str], max_tokens: int | None, batch: int, perturbations: int,
+                passes: int, first: int, *, kept_per_token: float = 0.0, eager: bool = False):
+    """A clean pass of ``texts`` and ``perturbations`` x ``passes`` passes resumed at block ``first``."""
+    from ..planner import Work, padded_batches, text_tokens
+
+    tokens, longest = padded_batches([text_tokens(t, max_tokens) for t in texts], batch)
+    resumed = perturbations * passes
+    blocks = (1 + resumed * (shape.n_layers - first) / shape.n_layers) / (1 + resumed)
+    kept = tokens * shape.d_model * 4 * (1 + kept_per_token)  # the residual where they resume, per batch
+    return Work(name, tokens * (1 + resumed), longest, batch, SWEEP_OVERHEAD, blocks=blocks, eager=eager,
+                kept_bytes=kept, note=f"{len(texts)} sentences: 1 clean + {resumed} passes resumed at block {first}")
+
+
+def plan(shape, cfg: DirmagConfig) -> list:
+    """Per part: one clean pass of its sentences and, per perturbation (kind x delta x seed), passes
+    resumed at the first perturbed block (``(n - l) / n`` of the blocks): one for the damage, BLiMP
+    and entropy, three for the repair (unrepaired, attention, norms); the probes' forwards and their
+    fits (host work). Sentence lengths from their characters."""
+    from ..evals.treebank import load_treebank
+    from ..hooks.adapter import resolve_layers
+    from ..planner import CALIBRATION_MODEL, Work, padded_batches, text_tokens
+    from .repair import REPAIRS
+    from .syntax import agreement_pairs
+
+    first = min(cfg.grid().chosen_layers(shape))  # out-of-range layers fail here, as in the run
+    sweep_batch = 1 if cfg.mode == "faithful" else cfg.batch_size
+    perts = len(cfg.kinds) * _n_deltas(cfg) * cfg.seeds
+    small = len(cfg.kinds) * len(set(cfg.repair_deltas)) * cfg.seeds
+    parts = cfg.parts()
+    sents = sentences_of(cfg)
+    out = [_sweep_work(shape, "damage", sents, cfg.max_tokens, sweep_batch, perts, 1, first)]
+    if "blimp" in parts:
+        pairs = agreement_pairs(cfg.blimp_pairs)
+        out.append(_sweep_work(shape, "BLiMP", [p.good for p in pairs] + [p.bad for p in pairs], None, sweep_batch,
+                               perts, 1, first))
+    if "repair" in parts:
+        layers = resolve_layers(shape, cfg.repair_layers if cfg.repair_layers is not None else
+                                cfg.grid().chosen_layers(shape))
+        hooks = sum(len(h) for h in REPAIRS.values()) * len(layers)  # the clean tensors the repairs put back
+        out.append(_sweep_work(shape, "repair", sents[: cfg.repair_sentences], cfg.max_tokens, sweep_batch, small,
+                               1 + len(REPAIRS), first, kept_per_token=hooks))
+    if "entropy" in parts:
+        out.append(_sweep_work(shape, "entropy", sents[: cfg.entropy_sentences], cfg.max_tokens, sweep_batch, small, 1,
+                               first, eager=True))
+    if "probes" in parts:
+        blocks = resolve_layers(shape, cfg.probe_layers if cfg.probe_layers is not None else
+                                default_probe_layers(shape.n_layers, cfg.probe_layer_count))
+        train, test = load_treebank("dev", cfg.probe_sentences), load_treebank("test", cfg.probe_sentences)
+        split = [padded_batches([text_tokens(s.text, 128) for s in ss], cfg.batch_size) for ss in (train, test)]
+        words = sum(len(s.upos) for s in [*train, *test])
+        out.append(Work("probes: states", split[0][0] + split[1][0], max(split[0][1], split[1][1]), cfg.batch_size,
+                        host_bytes=words * len(blocks) * shape.d_model * 4,
+                        note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)"))
+        fits = len(blocks) * PROBE_SENTENCE_SECONDS * len(train) * shape.d_model / CALIBRATION_MODEL.d_model
+        out.append(Work("probes: fits", 0, 1, cpu_seconds=fits,
+                        note="POS and depth probes on the direction, the norm, both (host)"))
+    return out
+
+
 ANALYSIS = register_analysis(Analysis(
     "dirmag", DirmagConfig, run, DirmagResult, units,
     "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
     tiny=dict(sentences=3, seeds=2, absolute_deltas=(1.0,), norm_fractions=(), blimp_pairs=1, probe_sentences=4,
-              probe_layer_count=2, batch_size=4)))
+              probe_layer_count=2, batch_size=4), plan=plan))

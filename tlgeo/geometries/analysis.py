@@ -111,11 +111,7 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     if cfg.seq_len > model.cfg.n_ctx:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
     windows = token_windows(model, cfg)
-    others = (len(windows) - 1) * (windows.shape[1] - 1)  # the neighbours a token's fit may take
-    if others < cfg.k:
-        raise ValueError(f"the pool has {len(windows)} window(s) of {windows.shape[1]} tokens: a token's local fit "
-                         f"takes its {cfg.k} neighbours from other windows, which hold {others}; give more --tokens, "
-                         "a shorter --seq-len or a smaller --k")
+    _check_pool(len(windows), windows.shape[1], cfg.k)
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
                 "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
                 "k": cfg.k, "seed": cfg.seed}
@@ -144,6 +140,14 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
                         on_table(name_, df)
     return GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
                                .reset_index(drop=True) if v else None for n, v in tables.items()})
+
+
+def _check_pool(n_windows: int, seq_len: int, k: int) -> None:
+    others = (n_windows - 1) * (seq_len - 1)  # the neighbours a token's fit may take
+    if others < k:
+        raise ValueError(f"the pool has {n_windows} window(s) of {seq_len} tokens: a token's local fit takes its {k} "
+                         f"neighbours from other windows, which hold {others}; give more --tokens, a shorter "
+                         "--seq-len or a smaller --k")
 
 
 def _labelled(df: pd.DataFrame, settings: dict) -> pd.DataFrame:
@@ -185,8 +189,63 @@ def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, pro
     return df[["layer", "index", "window", "position", "token", "log_freq", *ALL]]
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): the pool, the clean pass, the profile, the perturbed passes, the fits
+# ---------------------------------------------------------------------------
+
+# the relations' bootstrap (n_boot + 11 Spearman matrices of the quantities per block) is not counted: on SmolLM2 the
+# rest of this plan already gives 67 s with the start for the 63 s the defaults took (README.md, RESULTS.md section
+# 6), and 14.9 s for the atlas step's 15.1 s; the pool-wide PDSF fit (two SVDs of [tokens, d_model], ~8 n d^2 FLOPs)
+# is counted at CPU_FLOPS
+PDSF_FIT_FLOPS = 8  # x tokens x d_model^2
+
+
+def plan(shape, cfg: GeometriesConfig) -> list:
+    """The pool (float32, every state) and a clean pass over its windows; the decomposition profile of
+    the blocks measured (one pass, three sites); per block, ``2 x seeds`` passes resumed at it (the
+    damage); the PDSF readout of every pool state at each block (the unembedding alone); per block the
+    host work: the tokenwise kNN and linear fits (:func:`tlgeo.tokenwise.analysis.fit_seconds`) and the
+    PDSF fit (the relations' bootstrap is not counted: see above)."""
+    import dataclasses
+
+    from ..decomposition.analysis import profile_work
+    from ..planner import CPU_FLOPS, PPL_LOGIT_COPIES, Work
+    from ..tokenwise.analysis import KNN_CHUNK_COPIES, fit_seconds, pool_size
+
+    layers = cfg.chosen_layers(shape.n_layers)
+    n, d, seq, b = shape.n_layers, shape.d_model, cfg.seq_len, cfg.batch_size
+    if seq > shape.n_ctx:
+        raise ValueError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
+    n_win, n_tok = pool_size(cfg.tokens, seq)
+    _check_pool(n_win, seq, cfg.k)
+    tokens = n_win * seq
+    share = len(layers) / n  # the profile's observers and statistics at the measured blocks only
+    sites = ("attn", "mlp", "value_excl_self")
+    profile = profile_work(shape, sites, tokens, seq, b)
+    profile = dataclasses.replace(profile, overhead=1 + (profile.overhead - 1) * share,
+                                  kept_bytes=profile.kept_bytes * share,
+                                  note=profile.note + f" at {len(layers)} blocks")
+    passes = 2 * cfg.seeds * len(layers)
+    host = fit_seconds(shape, n_tok, ("linear",), cfg.k) + PDSF_FIT_FLOPS * n_tok * d * d / CPU_FLOPS
+    return [
+        Work("pool", tokens, seq, b, kept_bytes=min(b, n_win) * seq * (n + 1) * d * 4,
+             host_bytes=n_tok * (n + 1) * d * 4, note=f"{n_tok} tokens x {n + 1} states, float32, memory-mapped"),
+        Work("clean pass", tokens, seq, b, logit_copies=PPL_LOGIT_COPIES,
+             host_bytes=tokens * d * 4 * len(layers), note=f"the residual at {len(layers)} blocks kept (host)"),
+        profile,
+        Work("damage", tokens * passes, seq, b, blocks=sum((n - l) / n for l in layers) / len(layers),
+             logit_copies=PPL_LOGIT_COPIES, host_bytes=tokens * d * 4 * len(layers),
+             note=f"{passes} passes resumed at the measured blocks"),
+        Work("PDSF readout", n_tok * len(layers), 1, 256, blocks=0.0, logit_copies=2.0,
+             note=f"every pool state at {len(layers)} blocks through the unembedding"),
+        Work("fits", 0, 1, cpu_seconds=len(layers) * host,
+             host_bytes=2 * n_tok * d * 4 + n_tok * cfg.k * 8 + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
+             note=f"tokenwise kNN + linear fits and PDSF fits at {len(layers)} blocks (host)"),
+    ]
+
+
 ANALYSIS = register_analysis(Analysis(
     name="geometries", config=GeometriesConfig, run=run, result=GeometriesResult, units=units,
     description="one token, four geometries: the four analyses' per-token quantities on one pool, related",
-    tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4),
+    tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4), plan=plan,
 ))

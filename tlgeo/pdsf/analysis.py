@@ -388,9 +388,110 @@ def unit_cost(model: Model, cfg: PDSFConfig, unit: tuple) -> float:
     return UNIT_SECONDS[stage] * len(cfg.generation_prompts()) * cfg.new_tokens / 16
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): forward passes, generation and fits of each stage
+# ---------------------------------------------------------------------------
+
+# measured on SmolLM2-135M (d_model 576, 30 blocks), this 2-core CPU, scripts/bench_pdsf.py (RESULTS.md section 3):
+# the geometry tables of the 224 SpecA prompts at all 31 states took 20.8 s = 3.0 ms per prompt and state, of which
+# the readout alignment's five [n, d] x [d, vocab] products are 1.57 ms at CPU_FLOPS (counted as FLOPs, so they
+# follow the vocabulary); the rest, the float64 PCA fits, complexity and discrimination, scales with d_model
+GEOMETRY_SECONDS = 1.4e-3  # per prompt and state at d_model 576, besides the readout products
+READOUT_PRODUCTS = 5  # the state's logit vector and each part's (pdsf_geometry's _readout)
+# one unedited generation of the 96 SpecB prompts x 64 tokens (6 batches of 16, 384 forward calls) took 146 / 4 =
+# 36.5 s (four of them in the bench), of which the cost model's FLOPs are 12.2 s: the rest is each call's work
+# besides its FLOPs (hooks, the KV cache's bookkeeping, one token per row), per block
+GENERATION_CALL_SECONDS = (36.5 - 12.2) / 384 / 30  # per forward call of a batch and block
+
+
+def _prompt_lengths(ps: PromptSet, cfg: PDSFConfig) -> list[int]:
+    from ..planner import text_tokens
+
+    return [text_tokens(t, bos=cfg.bos != "no") for t in ps.texts]
+
+
+def _states_work(shape, name: str, ps: PromptSet, cfg: PDSFConfig):
+    from ..planner import LOGIT_COPIES, Work, padded_batches
+
+    tokens, longest = padded_batches(_prompt_lengths(ps, cfg), cfg.batch_size)
+    states = shape.n_layers + 1  # the logit lens of every state: [states x batch, vocab] besides the logits
+    return Work(f"{name}: states", tokens, longest, cfg.batch_size, logit_copies=LOGIT_COPIES + states / longest,
+                host_bytes=states * len(ps) * shape.d_model * 4,
+                note=f"{len(ps)} {ps.name} prompts, last-token states at {states} states")
+
+
+def plan(shape, cfg: PDSFConfig) -> list:
+    """Per stage: the prompts' states (one forward per batch); the geometry's float64 fits (host
+    work); the single-pass edits (a clean and ``repeats`` edited forwards per batch, stopped at
+    the last block and read out at the last position); the unedited and rotated continuations
+    (a prefill and ``new_tokens - 1`` single-token steps with the KV cache, per prompt and
+    condition), their teacher-forced KL and the split of F along them. Prompt lengths from their
+    characters (the chat template's own tokens are not counted)."""
+    from math import ceil
+
+    from ..planner import CALIBRATION_MODEL, CPU_FLOPS, LOGIT_COPIES, PPL_LOGIT_COPIES, Work, padded_batches
+    from .dynamics import MAX_COV_WIDTH
+    from .single_pass import CLEAN_CACHE_BYTES
+
+    cfg.check_depth(shape.n_layers)
+    d, vocab, n_layers, b = shape.d_model, shape.vocab, shape.n_layers, cfg.batch_size
+    width = d / CALIBRATION_MODEL.d_model
+    out = []
+    if cfg.stage_runs("geometry"):
+        ps = cfg.geometry_prompts()
+        out.append(_states_work(shape, "geometry", ps, cfg))
+        states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
+        per = READOUT_PRODUCTS * 2 * d * vocab / CPU_FLOPS + GEOMETRY_SECONDS * width
+        out.append(Work("geometry: fits", 0, 1, cpu_seconds=len(ps) * states * per,
+                        host_bytes=(n_layers + 1) * len(ps) * d * 4 + (3 * len(ps) + d) * vocab * 4,
+                        note=f"float64 PCA fits, complexity and readout at {states} states (host)"))
+    conds = cfg.single_pass_conditions()
+    if conds:
+        ps = cfg.single_pass_prompts()
+        if not (cfg.stage_runs("geometry") and cfg.single_pass_shares_geometry_prompts()):
+            out.append(_states_work(shape, "single pass", ps, cfg))
+        lengths, n = _prompt_lengths(ps, cfg), len(ps)
+        tokens, longest = padded_batches(lengths, b)
+        first = padded_batches(lengths[:b], b)[0]  # the first clean forward runs twice: read out whole, then stopped
+        keep = n * vocab * 8 <= CLEAN_CACHE_BYTES
+        passes = (1 if keep else len(conds)) + sum(cfg.repeats if c.rsplit("_", 1)[1] in ("rotate", "mix") else 1
+                                                   for c in conds)
+        layer = cfg.single_pass_layer or single_pass_layer(n_layers)
+        out.append(Work("single pass", passes * tokens + first, longest, b,
+                        readout=(first + passes * n) / (passes * tokens + first),
+                        host_bytes=n * (vocab + (n_layers - layer + 1) * d) * 8 if keep else 0.0,
+                        note=f"{len(conds)} condition(s) x {n} prompts: {passes} passes, last position read out"))
+    conds = cfg.generation_conditions()
+    if conds:
+        ps = cfg.generation_prompts()
+        out.append(_states_work(shape, "generation", ps, cfg))
+        n, new, c = len(ps), cfg.new_tokens, len(conds)
+        prefill, longest = padded_batches(_prompt_lengths(ps, cfg), b)
+        steps, calls = prefill + n * (new - 1), ceil(n / b) * new  # step 0 is the prefill
+        call_s = calls * GENERATION_CALL_SECONDS * n_layers
+        kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
+        out.append(Work("generation: unedited", steps, longest + new, b, kept_bytes=kv, cpu_seconds=call_s,
+                        note=f"{n} {ps.name} prompts x {new} tokens, KV cache"))
+        out.append(Work("generation: rotations", c * steps, longest + new, b, kept_bytes=kv, cpu_seconds=c * call_s,
+                        note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache"))
+        forced = prefill + n * new  # each prompt and its continuation, one forward per batch
+        cached = n * new * vocab * 4 <= KL_CACHE_BYTES
+        out.append(Work("generation: KL", (c + (1 if cached else c)) * forced, longest + new, b,
+                        logit_copies=PPL_LOGIT_COPIES, kept_bytes=n * new * vocab * 4 if cached else 0.0,
+                        note="teacher-forced, clean " + ("once" if cached else "per condition")))
+        # the temporal covariance of F per layer and its eigenvectors (~9 d^3), float64 on the host: counted at
+        # CPU_FLOPS (measured in float32; an assumption for float64)
+        cov = n_layers if d <= MAX_COV_WIDTH else 1
+        out.append(Work("generation: F dynamics", forced, longest + new, b,
+                        cpu_seconds=cov * (2 * n * new * d * d + 9 * d ** 3) / CPU_FLOPS,
+                        host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
+                        note=f"float64 covariances at {cov} layer(s) (host)"))
+    return out
+
+
 ANALYSIS = register_analysis(Analysis(
     "pdsf", PDSFConfig, run, PDSFResult, units,
     "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed paper 001)",
     tiny=dict(geometry_per_group=2, layers=(0, 2), single_pass=("D_rotate", "F_attenuate"), single_pass_per_group=1,
               repeats=1, per_group=1, new_tokens=3, conditions=("D", "random")),
-    cost=unit_cost))
+    cost=unit_cost, plan=plan))

@@ -162,7 +162,10 @@ class PDSFConfig(Config):
 
     def check(self, model: Model) -> None:
         """The checks that need the model (its depth), before any work."""
-        n = model.cfg.n_layers
+        self.check_depth(model.cfg.n_layers)
+
+    def check_depth(self, n: int) -> None:
+        """The checks against a model of ``n`` blocks (states ``0..n``): :meth:`check` and ``tlgeo plan``."""
         if self.layers is not None and max(self.layers) > n:
             raise ValueError(f"layers {[l for l in self.layers if l > n]} out of range: the states are 0..{n}")
         for name in ("single_pass_layer", "edit_layer"):

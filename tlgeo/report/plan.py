@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pandas as pd
 
 from ..analysis import Command
-from ..cliargs import add_config_args, config_from_args
+from ..cliargs import config_from_args
 
 __all__ = ["COMMANDS", "plan_table"]
 
-DESCRIPTION = ("Forward tokens, FLOPs, peak memory (weights, one forward's activations, what the step keeps, and on a "
-               "CPU the process) and time of each step of an analysis, from the model's config.json only: no weights, "
-               "no network. --model takes what every command takes, a config.json, or a seed paper's model by hub id "
-               "(tlgeo.planner.SEED_MODELS). The analysis's own flags follow its name, as on its command: "
-               "tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 run --tokens 8192. CPU times are "
-               "measured on a 2-core machine (machines of its kind differ ~2x); GPU times assume "
-               "tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s.")
-COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "weights_gib", "activations_gib", "kept_gib", "peak_gib",
-           "fits", "note"]
+DESCRIPTION = ("Forward tokens, FLOPs, peak memory (weights, one forward's activations, what the step keeps on the "
+               "device, what it keeps in host memory, and on a CPU the process) and time of each step of an analysis, "
+               "from the model's config.json only: no weights, no network. --model takes what every command takes, a "
+               "config.json, or a seed paper's model by hub id (tlgeo.planner.SEED_MODELS). The analysis's own flags "
+               "follow its name, as on its command: tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 "
+               "run --tokens 8192. CPU times are measured on a 2-core machine (machines of its kind differ ~2x); GPU "
+               "times assume tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s for the forwards. Host work that is "
+               "not a forward (fits, probes, loading, generation's per-step calls: cpu_s) is counted as measured on "
+               "the CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the peak on a CPU and "
+               "beside it on a GPU.")
+COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "cpu_s", "weights_gib", "activations_gib", "kept_gib",
+           "host_gib", "peak_gib", "fits", "note"]
 
 
 def _plannable() -> dict:
@@ -40,6 +44,21 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("flags", nargs=argparse.REMAINDER, help="that command's flags (its config)")
 
 
+def _config_parser(command: str, config: type) -> argparse.ArgumentParser:
+    """The config flags of ``tlgeo <command>`` as that command names them (``tlgeo tokenwise``'s
+    ``--patch-tokens``), without its model, output and thread flags."""
+    from .registry import load_commands
+
+    full = argparse.ArgumentParser(add_help=False)
+    load_commands()[command].add_args(full)
+    fields = {f.name for f in dataclasses.fields(config)}
+    sub = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
+    for action in full._actions:
+        if action.dest in fields:
+            sub._add_action(action)
+    return sub
+
+
 def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
                dtype: str | None = None) -> pd.DataFrame:
     """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
@@ -47,8 +66,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     from ..planner import DEVICES, ModelShape, estimate, model_shape, start_seconds
 
     a = _plannable()[command]
-    sub = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
-    add_config_args(sub, a.config)
+    sub = _config_parser(command, a.config)
     try:
         parsed, extra = sub.parse_known_args(list(flags))
     except argparse.ArgumentError as e:
@@ -74,7 +92,8 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
           f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
           f"{df['dtype'].iloc[0]} weights")
-    show = df[[c for c in COLUMNS if c in df.columns]].copy()
+    show = df.rename(columns={"cpu_seconds": "cpu_s"})
+    show = show[[c for c in COLUMNS if c in show.columns]]
     print(show.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.3g}"))
     if not bool(df["fits"].dropna().all()):
         print(f"does not fit in {DEVICES[args.device].memory_gib:g} GiB: shard it (--device-map auto) or use "

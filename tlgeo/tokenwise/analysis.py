@@ -298,8 +298,91 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
     return TokenwiseResult(**{n: _labelled(n, df, settings, meta) for n, df in res.tables().items()})
 
 
+# ---------------------------------------------------------------------------
+# what a run costs (tlgeo plan): the pool's forwards, the fits, the patched forwards
+# ---------------------------------------------------------------------------
+
+# host seconds of the fits, measured on SmolLM2-135M (d_model 576, k 32), this 2-core CPU, scripts/bench_tokenwise.py
+# (RESULTS.md section 4, 20,066 tokens): class by class at layer 15 orthogonal 4.3 s, lowrank 1.7, linear 1.1,
+# diag_psd 0.6; kNN 2.2 s per layer (65-69 s for 30), 52 s at 100,076 tokens (so ~n^2). Scaled by d_model and
+# (k/32)^2 (each fit's Gram matrices); the pool-wide maps are counted from their FLOPs at CPU_FLOPS (not measured)
+FIT_SECONDS_PER_TOKEN = {"orthogonal": 4.3 / 20066, "lowrank": 1.7 / 20066, "linear": 1.1 / 20066,
+                         "diag_psd": 0.6 / 20066}
+KNN_SECONDS = 2.2  # per layer at KNN_TOKENS tokens and d_model 576
+KNN_TOKENS = 20066
+KNN_CHUNK_COPIES = 2.6  # kNN's peak, +207 MiB at 20,066 tokens (RESULTS section 4): 2.6 [1024, n] float32 chunks
+# per layer and class besides the per-token fits (the geometry row, reading the layer pair, the log): the atlas's
+# "~0.6 s per 1,000 tokens and layer" (TokenwiseConfig.tokens' cost, four classes at 1,071 tokens) less the
+# per-token fits above (0.32 s), over its four classes
+FIT_SECONDS_PER_CLASS = (0.6 * 1.071 - 0.32) / 4
+MLP_EPOCHS, MLP_HIDDEN = 10, 256  # fits.fit_mlp's defaults
+
+
+def pool_size(tokens: int, seq_len: int) -> tuple[int, int]:
+    """``(windows, pool tokens)`` of a pool of ``tokens`` tokens in windows of ``seq_len``, each with its
+    BOS left out (:func:`pool_windows`, from a corpus long enough)."""
+    from ..planner import windows
+
+    n_tokens = windows(tokens, seq_len - 1)
+    return n_tokens // (seq_len - 1), n_tokens
+
+
+def fit_seconds(shape, n_tokens: int, classes: Sequence[str], k: int) -> float:
+    """Host seconds of one layer's fits of ``classes`` on ``n_tokens`` pool tokens (the constants above)."""
+    from ..planner import CALIBRATION_MODEL, CPU_FLOPS
+
+    d = shape.d_model
+    width = d / CALIBRATION_MODEL.d_model
+    local = [c for c in classes if c in FIT_SECONDS_PER_TOKEN]
+    out = len(classes) * FIT_SECONDS_PER_CLASS * width
+    if local:
+        out += KNN_SECONDS * (n_tokens / KNN_TOKENS) ** 2 * width
+        out += n_tokens * sum(FIT_SECONDS_PER_TOKEN[c] for c in local) * width * (k / 32) ** 2
+    if "global" in classes:  # the two folds' Gram matrices and solves
+        out += (4 * n_tokens * d * d + 2 * d ** 3) / CPU_FLOPS
+    if "mlp" in classes:  # forward and backward of the residual MLP, every token once per epoch
+        out += MLP_EPOCHS * 12 * n_tokens * d * MLP_HIDDEN / CPU_FLOPS
+    return out
+
+
+def plan(shape, cfg: TokenwiseConfig) -> list:
+    """The pool (one forward per batch of windows, every state kept, memory-mapped), the fits of every
+    fitted layer (host work: kNN and the local fits, the pool-wide maps), and per class the patched
+    forwards: a clean forward per batch of patched tokens, then one resumed at each patched layer
+    ``l`` (``(n - l) / n`` of the blocks) and read out only where the patch can change the logits.
+    The Spearman bootstraps (scipy on the host, per patched layer and class) are not counted."""
+    from ..planner import PPL_LOGIT_COPIES, Work
+    from .patching import LOGIT_BUDGET
+
+    n_layers, d, seq = shape.n_layers, shape.d_model, cfg.seq_len
+    if seq > shape.n_ctx:
+        raise ValueError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
+    layers, patched = cfg.fitted_layers(n_layers), cfg.patched_layers(n_layers)
+    n_win, n_tok = pool_size(cfg.tokens, seq)
+    item = 2 if cfg.dtype == "float16" else 4
+    cached = min(cfg.batch_size, n_win) * seq * (n_layers + 1) * d * 4  # a batch's states, every layer
+    out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached,
+                host_bytes=n_tok * (n_layers + 1) * d * item,
+                note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.dtype}, memory-mapped")]
+    per_layer = fit_seconds(shape, n_tok, cfg.classes, cfg.k)
+    out.append(Work("fits", 0, 1, cpu_seconds=len(layers) * per_layer,
+                    host_bytes=(2 + len(cfg.classes)) * n_tok * d * 4 + n_tok * cfg.k * 8
+                    + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
+                    note=f"{len(cfg.classes)} class(es) at {len(layers)} layer(s) (host)"))
+    rows = min(cfg.n_patch, n_tok)
+    resumed = sum((n_layers - l) / n_layers for l in patched)  # full forwards' worth of blocks, per patched token
+    tokens = rows * seq * (1 + len(patched))
+    batch = max(1, min(cfg.batch_size, LOGIT_BUDGET // (seq * shape.vocab)))
+    c = len(cfg.classes)
+    out.append(Work("patching", c * tokens, seq, batch, blocks=rows * seq * (1 + resumed) / tokens,
+                    readout=(rows * seq + rows * len(patched) * seq / 2) / tokens, logit_copies=PPL_LOGIT_COPIES,
+                    kept_bytes=batch * seq * d * 4 * (len(patched) + 1),
+                    note=f"{c} class(es) x {rows} tokens at {len(patched)} layer(s), resumed"))
+    return out
+
+
 ANALYSIS = register_analysis(Analysis(
     "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
     "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
     tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, n_patch=12, n_boot=20, fit_workers=1,
-              batch_size=8)))
+              batch_size=8), plan=plan))
