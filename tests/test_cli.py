@@ -111,6 +111,25 @@ def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatc
         main(["ppl", "--model", "tiny:llama", "--site", "attn"])
 
 
+
+@pytest.mark.parametrize("error, says", [
+    ("rank_failed", "error: a rank failed: rank 1: step audit: ValueError: bad."),
+    ("gloo", "error: lost contact with the other ranks (one of them died?): [gloo] Connection closed by peer"),
+])
+def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
+    from tlgeo.decomposition import cli as decomposition_cli
+    from tlgeo.distributed import RankFailed
+
+    def fails(*a, **k):
+        if error == "rank_failed":
+            raise RankFailed("rank 1: step audit: ValueError: bad")
+        raise RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:29500\nmore lines")
+
+    monkeypatch.setattr(decomposition_cli, "_setup", fails)
+    code = main(["ppl", "--model", "tiny:llama", "--site", "attn"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1 and says in err and "Rerun the same command" in err
+
 def test_ctrl_c_in_a_real_process(tmp_path):
     """SIGINT while the atlas sweeps: one line on stderr, no traceback, exit 130."""
     import signal

@@ -15,6 +15,7 @@ import os
 import sys
 
 from .cliargs import Formatter, RunRecord
+from .distributed import RankFailed
 
 __all__ = ["main", "build_parser"]
 
@@ -118,14 +119,30 @@ def main(argv: list[str] | None = None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"tlgeo {args.cmd}: error: {msg}", file=sys.stderr)
         return 2
+    except RankFailed as e:  # torchrun: a rank's step failed; every rank's finished work is saved
+        print(f"tlgeo {args.cmd}: error: a rank failed: {e}. {args.record.saved()} {args.record.rerun}",
+              file=sys.stderr)
+        return 1
     except RuntimeError as e:  # a kernel the device lacks for the weights' dtype (e.g. float16 on a CPU)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if _lost_ranks(e):
+            print(f"tlgeo {args.cmd}: error: lost contact with the other ranks (one of them died?): {first}. "
+                  f"{args.record.saved()} {args.record.rerun}", file=sys.stderr)
+            return 1
         if "not implemented for" not in first or not any(t in first for t in ("'Half'", "'BFloat16'")):
             raise
         print(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
               f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}",
               file=sys.stderr)
         return 2
+
+def _lost_ranks(e: RuntimeError) -> bool:
+    """A collective that failed because another rank of a torchrun job is gone (gloo or NCCL)."""
+    import torch.distributed as dist
+
+    return isinstance(e, getattr(dist, "DistError", ())) or any(
+        m in str(e) for m in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted"))
+
 
 if __name__ == "__main__":
     sys.exit(main())

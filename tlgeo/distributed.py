@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,8 @@ import torch
 from .analysis import Analysis, Result
 from .models import input_device
 
-__all__ = ["Ranks", "ranks", "init", "deal", "rank_folder", "run_analysis"]
+__all__ = ["Ranks", "RankFailed", "ranks", "init", "deal", "rank_folder", "run_analysis", "gather_files",
+           "all_errors"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class Ranks:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+
+class RankFailed(RuntimeError):
+    """A rank of a torchrun job failed: raised on every rank, with each failed rank's one line."""
 
 
 def ranks() -> Ranks:
@@ -66,7 +72,16 @@ def init(device: torch.device | str | None = None) -> Ranks:
         timeout = timedelta(seconds=float(os.environ.get("TLGEO_DIST_TIMEOUT", 24 * 3600)))
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+        try:
+            signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank dies
+        except ValueError:  # not the main thread: SIGTERM keeps its default
+            pass
     return r
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM as Ctrl-C: the command line says in one line what is saved and how to resume."""
+    raise KeyboardInterrupt
 
 
 def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = None) -> list:
@@ -127,3 +142,46 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
         for name, df in merged.tables().items():
             on_table(name, df)
     return merged
+
+
+def all_errors(error: str | None, r: Ranks) -> None:
+    """Every rank says whether it failed (``error``: its one line, or ``None``); if any did, raise
+    :class:`RankFailed` on every rank, naming each failed rank (alone: raise on ``error``)."""
+    if r.size == 1:
+        if error is not None:
+            raise RankFailed(error)
+        return
+    import torch.distributed as dist
+
+    errors: list = [None] * r.size
+    dist.all_gather_object(errors, error)
+    failed = [f"rank {i}: {e}" for i, e in enumerate(errors) if e is not None]
+    if failed:
+        raise RankFailed("; ".join(failed))
+
+
+def gather_files(root: str | os.PathLike, names: Sequence[str], r: Ranks) -> list[str]:
+    """The files ``names`` (relative to ``root``) of every rank, written by rank 0 into its ``root``
+    where they are missing or differ (ranks on several machines need not share a file system).
+    Returns, on rank 0, the names it wrote; elsewhere ``[]``."""
+    root = Path(root)
+    mine = {n: (root / n).read_bytes() for n in names if (root / n).is_file()}
+    if r.size == 1:
+        return []
+    import torch.distributed as dist
+
+    parts: list | None = [None] * r.size if r.main else None
+    dist.gather_object(mine, parts, dst=0)
+    if not r.main:
+        return []
+    wrote = []
+    for part in parts[1:]:
+        for name, data in part.items():
+            path = root / name
+            if not path.is_file() or path.read_bytes() != data:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_bytes(data)
+                tmp.replace(path)
+                wrote.append(name)
+    return wrote

@@ -88,6 +88,25 @@ def test_scores_equal_brute_force(tiny):
     assert list(df["pred"]) == pred and list(df["correct"]) == [p == it.gold for p, it in zip(pred, items)]
 
 
+def test_only_the_continuations_go_through_the_unembedding(llama, monkeypatch):
+    from tlgeo.hooks import resume
+
+    items = load_task("arc_easy", DATA)
+    assert resume.readout_ok(llama, torch.tensor([[256, 1, 2]]))
+    widths = []
+    handle = llama.unembed.register_forward_hook(lambda m, args, out: widths.append(args[0].shape[-2]))
+    try:
+        fast = score_items(llama, items, batch_size=3)["logprobs"].tolist()
+        longest = max(len(enc(llama, " " + c)) for it in items for c in it.continuations)
+        assert widths and max(widths) <= longest  # not the contexts' positions
+        monkeypatch.setitem(resume._READOUT_OK, llama, False)  # a model whose readout differs: full logits
+        full = score_items(llama, items, batch_size=3)["logprobs"].tolist()
+        assert max(widths) > longest
+    finally:
+        handle.remove()
+    assert [v for r in fast for v in r] == pytest.approx([v for r in full for v in r], abs=1e-5)
+
+
 def test_winogrande_scores_only_the_continuation(llama):
     it = load_task("winogrande", DATA)[0]
     reqs = [encode_pair(llama.tokenizer, c, x, prefix_token_id=256) for c, x in zip(it.contexts, it.continuations)]

@@ -64,6 +64,22 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     assert json.loads((out / "config.json").read_text())["steps"] == list(STEPS)
 
 
+def test_the_comparison_reads_the_perplexities_the_sweeps_measured(atlas_dir, llama):
+    from tlgeo.data import load_text
+    from tlgeo.decomposition.atlas import _compare_edits
+    from tlgeo.decomposition.compare import compare_edits
+
+    b = tiny_cfg(atlas_dir).family_budgets()["decomposition"]
+    shared = pd.read_csv(atlas_dir / "compare_ppl.csv")
+    assert (shared["source"] == "sweeps").all()  # not measured again
+    own = compare_edits(llama, load_text("wikitext2"), _compare_edits(b), context=b.context,
+                        max_tokens=b.sweep_tokens, batch_size=max(1, 1024 // b.context))
+    cols = ["site", "s_par", "s_perp", "skip_first", "n_tokens"]
+    pd.testing.assert_frame_equal(shared[cols], own[cols])
+    assert shared["ppl"].to_numpy() == pytest.approx(own["ppl"].to_numpy(), rel=1e-5)
+    assert shared["delta_ppl"].to_numpy() == pytest.approx(own["delta_ppl"].to_numpy(), rel=1e-4, abs=1e-6)
+
+
 def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match="unknown atlas step"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("nope",)), model=llama)

@@ -34,7 +34,7 @@ def test_every_step_shows_progress(atlas_run):
         assert re.search(rf"\[atlas\] step {i}/{n} {step} \(.*\): started \d\d:\d\d:\d\d, .* into the run", stdout)
         assert re.search(rf"\[atlas\] step {i}/{n} {step} done in .* at \d\d:\d\d:\d\d", stdout)
     assert f"[atlas] all {n} step(s) done in" in stdout
-    for bar in ("profile", "sweep", "edits", "zero-shot conditions", "zero-shot unedited", "head sensitivity",
+    for bar in ("profile", "sweep", "zero-shot conditions", "zero-shot unedited", "head sensitivity",
                 "mlp carrier", "closed form", "audit", "perturbations"):
         assert f"{bar}:" in stderr, bar  # a tqdm bar per step, nested bars for conditions > tasks
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..evals.ruler import evaluate_ruler
@@ -36,7 +37,7 @@ from ..models import Model
 from ..analysis import StepContext, atlas_budgets, budget, register_family, register_step
 from .audit import audit_overall, post_wo_audit
 from .closed_form import closed_form_check, diag_summary
-from .compare import compare_edits
+from .compare import baseline_key, compare_edits
 from .config import DecompositionConfig
 from .heads import head_alpha_map, head_sensitivity
 from .mlp_carrier import carrier_table_wide, mlp_carrier_table
@@ -80,6 +81,9 @@ class DecompositionBudgets(_ConfigBudgets):
     zeroshot_tasks: tuple[str, ...] = budget(("piqa", "arc_easy", "winogrande"),
                                              "zero-shot tasks (piqa,arc_easy,arc_challenge,openbookqa,winogrande,boolq)",
                                              item=str, cost="~36 s per task at 20 items (9 conditions)")
+    zeroshot_scales: tuple[float, ...] = budget((0.0,), "of the compared scales, those whose removals zero-shot "
+                                                "scores besides the unedited model (the paper's Table 1: s_par = 0)",
+                                                item=float, cost="~50 s per scale at the defaults (4 sites x 3 tasks)")
     zeroshot_limit: int = budget(20, "first n items of each zero-shot task (below 50: indication only)",
                                  cost="~5.4 s per item at the defaults (3 tasks x 9 conditions x ~0.2 s)")
     ruler_tasks: tuple[str, ...] = budget(("niah_single", "vt"), "RULER-style tasks", item=str,
@@ -170,6 +174,31 @@ def _compare_edits(b: DecompositionBudgets) -> list[Edit]:
     return [Edit(s, s_par=float(v), skip_first=b.skip_first) for s in b.compare_sites for v in b.compare_scales]
 
 
+def _ppl_from_sweeps(ctx: StepContext, edits: list[Edit]) -> pd.DataFrame | None:
+    """The comparison's perplexities read from this run's sweep table, where it measured every edit
+    (its s_par axis: s_perp = 1, the same tokens, context and skip_first); ``None`` where it did not.
+
+    The same numbers as :func:`~.compare.compare_edits` (a sweep point resumes at ``skip_first`` from
+    the clean run, which equals the full forward), without measuring them twice; ``word_ppl`` is
+    left out (the comparison does not use it)."""
+    path = ctx.csv("sweeps")
+    if not path.exists():
+        return None
+    sweeps = pd.read_csv(path)
+    points = sweeps[sweeps["axis"] == "s_par"].set_index(["site", "scale"])
+    wanted = [(e.site.name, float(e.s_par)) for e in edits]
+    if not all(k in points.index for k in wanted):
+        return None
+    base_ppl = float((sweeps["ppl"] - sweeps["delta_ppl"]).median())
+    rows = [{**baseline_key(), "ppl": base_ppl, "nll": float(np.log(base_ppl)),
+             "n_tokens": int(sweeps["n_tokens"].iloc[0])}]
+    for e, k in zip(edits, wanted):
+        rows.append({**e.describe(), **points.loc[k, ["ppl", "nll", "n_tokens"]].to_dict()})
+    df = pd.DataFrame(rows).astype({"n_tokens": int}).assign(source="sweeps")
+    df["delta_ppl"] = df["ppl"] - base_ppl
+    return df
+
+
 def _label(edit) -> str:
     return f"{edit.site.name} s_par={edit.s_par:g}"
 
@@ -182,15 +211,23 @@ def _step_compare(ctx: StepContext) -> None:
 
     b, model = ctx.budget, ctx.model
     edits = _compare_edits(b)
-    ppl = ctx.cached("compare_ppl", lambda: compare_edits(
-        model, ctx.text, edits, context=b.context, max_tokens=b.sweep_tokens,
-        batch_size=max(1, 1024 // b.context), log_path=ctx.log("compare_ppl"), progress=True))
+
+    def measured() -> pd.DataFrame:  # the sweeps step measured them all at the defaults
+        shared = _ppl_from_sweeps(ctx, edits)
+        return shared if shared is not None else compare_edits(
+            model, ctx.text, edits, context=b.context, max_tokens=b.sweep_tokens,
+            batch_size=max(1, 1024 // b.context), log_path=ctx.log("compare_ppl"), progress=True)
+
+    ppl = ctx.cached("compare_ppl", measured)
     conditions = [("unedited", [])] + [(_label(e), e.hooks(model)) for e in edits]
+
+    scored_zs = [(label, hooks) for (label, hooks), e in zip(conditions, [None, *edits])
+                 if e is None or float(e.s_par) in b.zeroshot_scales]
 
     def zeroshot() -> pd.DataFrame:  # conditions > tasks > scoring batches
         frames = [evaluate_zeroshot(model, b.zeroshot_tasks, limit=b.zeroshot_limit, fwd_hooks=hooks,
                                     tag=label, log_path=ctx.log("zeroshot"), progress=True).assign(condition=label)
-                  for label, hooks in tqdm(conditions, desc="zero-shot conditions", unit="condition")]
+                  for label, hooks in tqdm(scored_zs, desc="zero-shot conditions", unit="condition")]
         return pd.concat(frames, ignore_index=True)
 
     def ruler() -> pd.DataFrame:  # conditions > (task, length) cells > samples
@@ -208,7 +245,7 @@ def _step_compare(ctx: StepContext) -> None:
     def zeroshot_paired() -> pd.DataFrame:  # per-item results come back from the zero-shot log
         items = {label: evaluate_zeroshot(model, b.zeroshot_tasks, limit=b.zeroshot_limit, fwd_hooks=hooks,
                                           tag=label, log_path=ctx.log("zeroshot"), return_items=True)[1]
-                 for label, hooks in tqdm(conditions, desc="zero-shot paired", unit="condition")}
+                 for label, hooks in tqdm(scored_zs, desc="zero-shot paired", unit="condition")}
         base = items.pop("unedited")
         return pd.concat([paired_accuracy_change(it, base, seed=ctx.cfg.seed).assign(condition=label)
                           for label, it in items.items()], ignore_index=True)
@@ -235,7 +272,8 @@ def _step_compare(ctx: StepContext) -> None:
     rl_skipped = "" if len(rl) else f" RULER was not run: {why}."
     ctx.report.section("3. Which parallel removal is cheapest? (Tables 1, 2, 8)",
                        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
-                       f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens), zero-shot accuracy averaged over "
+                       f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens), zero-shot accuracy (unedited and s_par in "
+                       f"{list(b.zeroshot_scales)}) averaged over "
                        f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %), and "
                        f"RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
                        f"{', '.join(b.ruler_tasks) or 'no tasks'} at "

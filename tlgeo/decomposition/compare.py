@@ -53,7 +53,7 @@ def compare_edits(
     edits = list(edits)
     log = ResultLog(log_path, KEY) if log_path is not None else None
     rows: list[dict] = []
-    runs: list[tuple[dict, list]] = [(_baseline_key(), [])]
+    runs: list[tuple[dict, list]] = [(baseline_key(), [])]
     runs += [(e.describe(), e.hooks(model)) for e in edits]  # validates every edit up front
     if progress:
         from tqdm.auto import tqdm
@@ -78,5 +78,5 @@ def compare_edits(
     return df
 
 
-def _baseline_key() -> dict:
+def baseline_key() -> dict:
     return {"site": "none", "s_par": 1.0, "s_perp": 1.0, "layers": "all", "skip_first": 0, "heads": "all"}

@@ -48,6 +48,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from ..hooks.resume import last_block_output, readout, readout_ok
 from ..results import ResultLog
 
 __all__ = [
@@ -314,6 +315,7 @@ def score_requests(
     pad = getattr(model.tokenizer, "pad_token_id", None) or 0
     device = getattr(model.cfg, "device", None) or "cpu"
     hooks = list(fwd_hooks)
+    fast = None  # only the continuations' positions through the unembedding, where that gives the logits
     with torch.inference_mode():
         for batch in batches:
             width = len(uniq[batch[0]])
@@ -321,12 +323,18 @@ def score_requests(
             for row, u in enumerate(batch):
                 inp[row, : len(uniq[u])] = torch.tensor(uniq[u])
             inp = inp.to(device)
-            logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
+            if fast is None:
+                fast = readout_ok(model, inp)
+            if fast:
+                final = last_block_output(model, inp, hooks)
+            else:
+                logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
             for row, u in enumerate(batch):
                 length = len(uniq[u])
                 for i in by_input[u]:
                     t = len(targets[i])
-                    lp = torch.log_softmax(logits[row, length - t : length].float(), dim=-1)  # [t, vocab]
+                    rows = readout(model, final[row, length - t : length]) if fast else logits[row, length - t : length]
+                    lp = torch.log_softmax(rows.float(), dim=-1)  # [t, vocab]
                     tgt = torch.tensor(targets[i], device=lp.device)
                     logprob[i] = lp.gather(-1, tgt[:, None]).double().sum().cpu()
                     greedy[i] = bool((lp.argmax(-1) == tgt).all())

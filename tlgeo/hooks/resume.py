@@ -11,6 +11,7 @@ output only (:func:`readout_matches` checks that this is what the model computes
 from __future__ import annotations
 
 import re
+import weakref
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
@@ -21,7 +22,8 @@ from torch import Tensor
 from ..families import family_of
 from .adapter import HookList
 
-__all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "final_norm", "unembedding"]
+__all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "readout_ok", "last_block_output",
+           "final_norm", "unembedding"]
 
 
 class StopForward(Exception):
@@ -59,6 +61,38 @@ def readout_matches(model, final: Tensor, logits: Tensor) -> bool:
     last position (then a run can stop before the unembedding and read out only what it needs)."""
     got = readout(model, final[:, -1])
     return bool(torch.allclose(got.float(), logits[:, -1].float(), rtol=1e-3, atol=1e-3))
+
+
+_READOUT_OK: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def readout_ok(model, tokens: Tensor) -> bool:
+    """:func:`readout_matches` for ``model``, checked once (on the first row of ``tokens``) and remembered."""
+    ok = _READOUT_OK.get(model)
+    if ok is None:
+        final = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+        with torch.inference_mode():
+            logits, cache = model.run_with_cache(tokens[:1], names_filter=lambda n: n == final)
+        ok = _READOUT_OK[model] = readout_matches(model, cache[final], logits)
+    return ok
+
+
+def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = ()) -> Float[Tensor, "batch pos d_model"]:
+    """The last block's output of a forward with ``fwd_hooks``, which stops there: the final norm and
+    the unembedding are left to :func:`readout` of the positions that are needed (check
+    :func:`readout_ok` first)."""
+    got: list[Tensor] = []
+
+    def stop(x: Tensor, hook) -> None:
+        got.append(x)
+        raise StopForward
+
+    try:
+        with model.hooks(fwd_hooks=[*fwd_hooks, (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", stop)]):
+            model(tokens)
+    except StopForward:
+        pass
+    return got[0]
 
 
 _BLOCK_HOOK = re.compile(r"^blocks\.(\d+)\.")

@@ -27,7 +27,8 @@ import pandas as pd
 
 from ..cliargs import default_out, model_key
 from ..data import load_text
-from ..models import load_model, model_label
+from ..distributed import all_errors, deal, gather_files, init, ranks
+from ..models import input_device, load_model, model_label
 from ..analysis import StepContext, family_headline, family_title, make_budgets
 from .html import Report
 from .registry import load_steps
@@ -64,8 +65,11 @@ class AtlasConfig:
         return make_budgets(self.budgets)
 
 
-def run_atlas(cfg: AtlasConfig, model=None) -> Path:
-    """Run the chosen steps and write ``report.html`` + CSVs into ``cfg.out_dir()``."""
+def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
+    """Run the chosen steps and write ``report.html`` + CSVs into ``cfg.out_dir()``.
+
+    Under ``torchrun`` the steps are dealt out over the ranks (:func:`_run_share`); rank 0 then
+    writes the report from their tables and returns its path, the other ranks return ``None``."""
     registered = load_steps()
     chosen = list(registered) if cfg.steps is None else list(cfg.steps)
     unknown = [s for s in chosen if s not in registered]
@@ -85,28 +89,33 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
     if (out / "config.json").exists():  # a partial rerun: the steps of earlier runs stay on record
         done = set(json.loads((out / "config.json").read_text()).get("steps", ())) | set(chosen)
         conf["steps"] = [s for s in registered if s in done]
-    (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
+    if ranks().main:
+        (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
                 f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     bare = bare_forward_seconds(model)  # the run's unit of time: machines of one kind differ ~2x
-    timings: dict[str, float] = {}
-    peak_mb: dict[str, float] = {}
     todo = [(name, step) for name, step in registered.items() if name in chosen]
     families = list(dict.fromkeys(step.family for step in registered.values()))  # report order
     t_run = time.perf_counter()
-    print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}, "
-          f"started {time.strftime('%H:%M:%S')}", flush=True)
+    r = init(input_device(model))
+    print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
+          + (f" over {r.size} ranks" if r.size > 1 else "") + f", started {time.strftime('%H:%M:%S')}", flush=True)
+    computed = _run_share(todo, r, cfg, model, text, budgets, out) if r.size > 1 else {}
+    if not r.main:
+        return None
+    timings: dict[str, float] = {}
+    peak_mb: dict[str, float] = {}
     for i, (name, step) in enumerate(todo, 1):
         ctx = StepContext(cfg, model, text, report, budgets[step.family], out)
         t = time.perf_counter()
         print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
               f"{_duration(t - t_run)} into the run", flush=True)
-        step.run(ctx)
-        timings[name] = time.perf_counter() - t
-        peak_mb[name] = _peak_rss_mb()
+        step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
+        timings[name] = time.perf_counter() - t + computed.get(name, {}).get("seconds", 0.0)
+        peak_mb[name] = max(_peak_rss_mb(), computed.get(name, {}).get("peak_mb", 0.0))
         wrote = [f"{c}.csv" for c in step.csvs if ctx.csv(c).exists()]
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
@@ -119,19 +128,62 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path:
           flush=True)
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
                           "bare_forwards": [t / bare for t in timings.values()],
-                          "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
+                          "peak_rss_mb_so_far": [peak_mb[k] for k in timings],
+                          "rank": [computed.get(k, {}).get("rank", 0) for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
+    if earlier is not None and "rank" not in earlier:
+        earlier["rank"] = 0
     pd.concat([earlier, table], ignore_index=True).to_csv(path, index=False)
     report.section("Timings").table(
-        table.drop(columns="run").rename(columns={"peak_rss_mb_so_far": "peak RSS so far (MB)",
-                                                  "bare_forwards": "in bare forwards"}),
+        table.drop(columns=["run"] + (["rank"] if r.size == 1 else [])).rename(
+            columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),
         f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s), the same "
         f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured at "
         f"the start of the run ({bare:.2f} s; the whole run: {total / bare:.0f}x), and the process's peak "
-        f"resident memory after it. Every run's rows: {path}.")
+        f"resident memory after it" + (f"; under torchrun ({r.size} ranks) a step's time is its rank's plus rank 0's "
+                                       "drawing of its section, and its memory that rank's" if r.size > 1 else "")
+        + f". Every run's rows: {path}.")
     _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
     return report.save(out / "report.html")
+
+
+# what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
+# 2026-12-02): under torchrun the steps are dealt out over the ranks by these
+STEP_COST = {"profile": 3, "sweeps": 50, "compare": 90, "heads": 40, "mlp": 12, "closed_form": 2, "audit": 5,
+             "dirmag_damage": 25, "dirmag_blimp": 20, "dirmag_probes": 15, "tokenwise": 45, "pdsf": 60,
+             "patching": 15, "geometries": 12}
+
+
+def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path) -> dict[str, dict]:
+    """This rank's share of ``todo`` (:func:`~tlgeo.distributed.deal` by :data:`STEP_COST`), run into
+    ``out``; every rank's tables gathered to rank 0 (machines need not share a file system).
+
+    Returns, on rank 0, ``{step: {"seconds", "peak_mb", "rank"}}`` of every rank's steps. A step that
+    fails stops its rank's share; once every rank is done (and what they finished is gathered), all
+    ranks raise :class:`~tlgeo.distributed.RankFailed` naming it."""
+    import torch.distributed as dist
+
+    mine = deal(todo, r.rank, r.size, [STEP_COST.get(name, 10) for name, _ in todo])
+    scratch = Report("scratch")  # a rank's figures are not kept: rank 0 draws every section from the tables
+    done: dict[str, dict] = {}
+    error = None
+    for name, step in mine:
+        t = time.perf_counter()
+        print(f"[atlas] rank {r.rank}: step {name} started {time.strftime('%H:%M:%S')}", flush=True)
+        try:
+            step.run(StepContext(cfg, model, text, scratch, budgets[step.family], out))
+        except Exception as e:  # noqa: BLE001 - the other ranks' work is gathered first, then every rank raises
+            first = (str(e).strip().splitlines() or [""])[0]
+            error = f"step {name}: {type(e).__name__}: {first}"
+            print(f"[atlas] rank {r.rank}: {error}", file=sys.stderr, flush=True)
+            break
+        done[name] = {"seconds": time.perf_counter() - t, "peak_mb": _peak_rss_mb(), "rank": r.rank}
+    gather_files(out, [f"{c}.csv" for name, step in mine if name in done for c in step.csvs], r)
+    parts: list | None = [None] * r.size if r.main else None
+    dist.gather_object(done, parts, dst=0)
+    all_errors(error, r)
+    return {k: v for part in parts or [] for k, v in part.items()}
 
 
 BARE_SHAPE = (4, 256)  # a bare forward of 4 windows of 256 tokens: the atlas's unit of time
@@ -147,7 +199,6 @@ def bare_forward_seconds(model, repeats: int = 3) -> float:
 
     import torch
 
-    from ..models import input_device
 
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, model.cfg.d_vocab, (BARE_SHAPE[0], _bare_len(model)), generator=g)

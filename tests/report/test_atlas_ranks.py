@@ -1,0 +1,51 @@
+"""tlgeo atlas under torchrun: two gloo ranks share out the steps and rank 0 writes the tables and the
+report one process writes; a step that fails on one rank is named on every rank, and the other
+ranks' finished steps are kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ATLAS_WORKER = Path(__file__).with_name("atlas_worker.py")
+
+
+def _torchrun_atlas(out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(ATLAS_WORKER), str(out), *args], env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables(atlas_dir, tmp_path):
+    from tlgeo.report.atlas import STEPS
+
+    done = _torchrun_atlas(tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = tmp_path / "two"
+    timings = pd.read_csv(two / "timings.csv")
+    assert list(timings["step"]) == list(STEPS) and set(timings["rank"]) == {0, 1}  # both ranks had steps
+    assert "over 2 ranks" in done.stdout and (two / "report.html").exists()
+    tables = sorted(p.name for p in atlas_dir.glob("*.csv") if p.name not in ("timings.csv",))
+    assert sorted(p.name for p in two.glob("*.csv") if p.name != "timings.csv") == tables
+    differ = {}
+    for name in tables:  # the one-process run of the report tests (one thread per process under make test)
+        a, b = pd.read_csv(two / name), pd.read_csv(atlas_dir / name)
+        clock = [c for c in a.columns if "seconds" in c or c == "wall_s"]  # wall times are not results
+        try:
+            pd.testing.assert_frame_equal(a.drop(columns=clock), b.drop(columns=clock), check_exact=False,
+                                          rtol=1e-5, atol=1e-8, obj=name)
+        except AssertionError as e:
+            differ[name] = str(e).splitlines()[:6]
+    assert not differ, differ
+
+
+def test_a_failed_atlas_step_on_one_rank_is_one_line_and_the_others_work_is_kept(tmp_path):
+    done = _torchrun_atlas(tmp_path, "steps=profile,closed_form,audit", "fail=audit")
+    assert done.returncode != 0
+    line = [ln for ln in done.stderr.splitlines() if "RankFailed" in ln or "rank 1: step audit" in ln]
+    assert any("rank 1: step audit: ValueError: audit broke on purpose" in ln for ln in line), done.stderr[-3000:]
+    assert (tmp_path / "profile_summary.csv").exists()  # rank 0's steps, finished before the failure, are kept
