@@ -17,6 +17,7 @@ Rows are the same as a single process's. The backend is NCCL for CUDA models and
 from __future__ import annotations
 
 import atexit
+import contextvars
 import itertools
 import os
 import signal
@@ -31,7 +32,7 @@ from .analysis import Analysis, Result
 from .models import input_device
 
 __all__ = ["Ranks", "RankFailed", "ranks", "init", "deal", "rank_folder", "run_analysis", "gather_files",
-           "all_errors"]
+           "all_errors", "all_ranks_busy"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,15 @@ def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = 
     return units[starts[rank]:starts[rank + 1]]
 
 
+_ALL_BUSY: contextvars.ContextVar[bool] = contextvars.ContextVar("tlgeo_all_ranks_busy", default=False)
+
+
+def all_ranks_busy() -> bool:
+    """Inside :func:`run_analysis` under torchrun: whether every rank got units, so that every rank's
+    ``run`` may meet the others in a collective (e.g. to share out a token pool)."""
+    return _ALL_BUSY.get()
+
+
 def rank_folder(out: str | os.PathLike, r: Ranks) -> Path:
     """Where rank ``r`` writes its partial tables and resume logs."""
     return Path(out) / "ranks" / f"{r.rank}-of-{r.size}"
@@ -128,9 +138,13 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     costs = [analysis.cost(model, cfg, u) for u in units] if analysis.cost is not None else None
     mine = deal(units, r.rank, r.size, costs)
     part = None
-    if mine:  # more ranks than units: this one has nothing to do
-        folder = None if out is None else rank_folder(out, r)
-        part = analysis.run(model, cfg, out=folder, units=mine, progress=progress and r.main, **kwargs)
+    busy = _ALL_BUSY.set(all(deal(units, i, r.size, costs) for i in range(r.size)))
+    try:
+        if mine:  # more ranks than units: this one has nothing to do
+            folder = None if out is None else rank_folder(out, r)
+            part = analysis.run(model, cfg, out=folder, units=mine, progress=progress and r.main, **kwargs)
+    finally:
+        _ALL_BUSY.reset(busy)
     parts: list | None = [None] * r.size if r.main else None
     dist.gather_object(part, parts, dst=0)
     if not r.main:

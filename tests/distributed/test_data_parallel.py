@@ -3,6 +3,7 @@ process writes, for every registered analysis and through the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -107,3 +108,8 @@ def _compare_with_one_process(llama, tmp_path, done):
     ppl.run(llama, cfg, out=tmp_path / "one" / "cli")
     assert _same_csvs(tmp_path / "one" / "cli", tmp_path / "two" / "cli", ppl.result) == ["ppl"]
     assert done.stdout.count("value_excl_self s_par=0.0") == 1, done.stdout[-2000:]
+    # the tokenwise pool: each rank ran the forwards of its half of the windows, then they all-gathered it
+    metas = [json.loads(p.read_text()) for p in sorted((tmp_path / "two" / "tokenwise" / "ranks").glob("*/*/meta.json"))]
+    assert len(metas) == 2 and all(m["shared"] for m in metas), metas
+    (a0, b0), (a1, b1) = metas[0]["collected"], metas[1]["collected"]
+    assert a0 == 0 < b0 == a1 < b1 == metas[0]["n_windows"]

@@ -95,7 +95,7 @@ class DecompositionBudgets(_ConfigBudgets):
     ruler_lengths: tuple[int, ...] = budget((1024,), "RULER prompt lengths in tokens, e.g. 1024,2048,4096", item=int,
                                             cost="~5 s per sample and condition at 1024 tokens, "
                                                  "growing faster than linearly with the length")
-    ruler_samples: int = budget(2, "RULER samples per task and length (below 10: indication only)",
+    ruler_samples: int = budget(1, "RULER samples per task and length (below 10: indication only)",
                                 cost="~27 s per sample at the defaults (2 tasks x 5 conditions x ~2.7 s at "
                                      "1024 tokens)")
     ruler_template: str = budget("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",

@@ -77,10 +77,10 @@ def readout_ok(model, tokens: Tensor) -> bool:
     return ok
 
 
-def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = ()) -> Float[Tensor, "batch pos d_model"]:
-    """The last block's output of a forward with ``fwd_hooks``, which stops there: the final norm and
-    the unembedding are left to :func:`readout` of the positions that are needed (check
-    :func:`readout_ok` first)."""
+def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = (), **kwargs) -> Float[Tensor, "batch pos d_model"]:
+    """The last block's output of a forward with ``fwd_hooks`` (``kwargs``: the model's, e.g. an
+    attention mask), which stops there: the final norm and the unembedding are left to
+    :func:`readout` of the positions that are needed (check :func:`readout_ok` first)."""
     got: list[Tensor] = []
 
     def stop(x: Tensor, hook) -> None:
@@ -89,7 +89,7 @@ def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = ()) -> Float[
 
     try:
         with model.hooks(fwd_hooks=[*fwd_hooks, (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", stop)]):
-            model(tokens)
+            model(tokens, **kwargs)
     except StopForward:
         pass
     return got[0]

@@ -63,7 +63,7 @@ class PDSFConfig(Config):
     generate: str = param("specB", "prompt set of the persistent rotations (none: no generation)",
                           choices=("specB", "diverse", "none"))
     per_group: int | None = param(None, "prompts per group of the generation set (SpecB has 8 per group; 0: "
-                                        "skip the generation; unset: all)", min=0, atlas=2,
+                                        "skip the generation; unset: all)", min=0, atlas=1,
                                   cost="~2 s per prompt at 32 tokens, four conditions")
     conditions: tuple[str, ...] = param(CONDITIONS, "subspaces rotated during generation: " + ", ".join(CONDITIONS),
                                         item=str)

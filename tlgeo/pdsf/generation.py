@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..hooks.resume import last_block_output, readout, readout_ok
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
 from ..models import Model
 
@@ -83,6 +84,16 @@ def divergence_step(base: Int[Tensor, "steps"], edited: Int[Tensor, "steps2"]) -
     return None if len(base) == len(edited) else n
 
 
+def _step_logprobs(model: Model, seq: Tensor, mask: Tensor, t: int, steps: int, hooks=()) -> Tensor:
+    """``[b, steps, vocab]`` float32 log-probabilities of the ``steps`` tokens after the prompt of ``t``
+    tokens, with ``hooks``; only those positions go through the unembedding where that gives the logits."""
+    if readout_ok(model, seq):
+        return torch.log_softmax(readout(model, last_block_output(model, seq, hooks, attention_mask=mask)
+                                         [:, t - 1: t - 1 + steps]).float(), -1)
+    with model.hooks(fwd_hooks=list(hooks)):
+        return torch.log_softmax(model(seq, attention_mask=mask)[:, t - 1: t - 1 + steps].float(), -1)
+
+
 def teacher_forced_kl(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuations: Int[Tensor, "n steps"],
                       edit: EditFn, *, batch_size: int = 16,
                       clean_cache: dict | None = None) -> Float[Tensor, "n steps"]:
@@ -102,11 +113,10 @@ def teacher_forced_kl(model: Model, prompts: Sequence[Int[Tensor, "pos"]], conti
         with torch.inference_mode():
             clean = clean_cache.get(s) if clean_cache is not None else None
             if clean is None:
-                clean = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
+                clean = _step_logprobs(model, seq, m, t, steps)
                 if clean_cache is not None:
                     clean_cache[s] = clean
             e = replace(e, positions="from", start=t - 1)
-            with model.hooks(fwd_hooks=e.hooks(model)):
-                edited = torch.log_softmax(model(seq, attention_mask=m)[:, t - 1 : t - 1 + steps].float(), -1)
+            edited = _step_logprobs(model, seq, m, t, steps, e.hooks(model))
         out.append((clean.exp() * (clean - edited)).sum(-1).clamp_min(0).cpu())
     return torch.cat(out)

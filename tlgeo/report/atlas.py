@@ -114,6 +114,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
               f"{_duration(t - t_run)} into the run", flush=True)
         step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
+        _release_memory()
         timings[name] = time.perf_counter() - t + computed.get(name, {}).get("seconds", 0.0)
         peak_mb[name] = max(_peak_rss_mb(), computed.get(name, {}).get("peak_mb", 0.0))
         wrote = [f"{c}.csv" for c in step.csvs if ctx.csv(c).exists()]
@@ -173,6 +174,7 @@ def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict,
         print(f"[atlas] rank {r.rank}: step {name} started {time.strftime('%H:%M:%S')}", flush=True)
         try:
             step.run(StepContext(cfg, model, text, scratch, budgets[step.family], out))
+            _release_memory()
         except Exception as e:  # noqa: BLE001 - the other ranks' work is gathered first, then every rank raises
             first = (str(e).strip().splitlines() or [""])[0]
             error = f"step {name}: {type(e).__name__}: {first}"
@@ -255,6 +257,19 @@ def _duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def _release_memory() -> None:
+    """Hand what a finished step freed back to the system (glibc keeps freed heap pages for the process;
+    the next step's peak would stand on them)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _peak_rss_mb() -> float:

@@ -40,6 +40,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..distributed import all_ranks_busy, ranks
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
@@ -281,7 +282,9 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
         pool_dir = Path(base) / cfg.pool_name()
         if progress:
             print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
-        pool = collect_pool(model, windows, pool_dir, dtype=cfg.dtype, batch_size=cfg.batch_size, progress=progress)
+        r = ranks()  # under torchrun each rank collects its share of the pool, then they all-gather it
+        pool = collect_pool(model, windows, pool_dir, dtype=cfg.dtype, batch_size=cfg.batch_size, progress=progress,
+                            ranks=r if r.size > 1 and all_ranks_busy() else None)
         cfg = cfg.replace(n_patch=min(cfg.n_patch, pool.n_tokens))
         meta = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "n_patch": cfg.n_patch,
                 "seed": cfg.seed, "n_tokens": pool.n_tokens}
@@ -385,4 +388,4 @@ ANALYSIS = register_analysis(Analysis(
     "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
     "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
     tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, n_patch=12, n_boot=20, fit_workers=1,
-              batch_size=8), plan=plan))
+              batch_size=4), plan=plan))

@@ -54,7 +54,7 @@ class TokenwiseConfig(Config):
                                                        "neither this nor --patch-layer-count is given)", indices=True)
     patch_layer_count: int = param(0, "how many layer maps to patch, evenly spaced from the first fitted to the last, "
                                       "unless patch layers are listed (0: every fitted layer; geometry: every layer)",
-                                   min=0, atlas=6)
+                                   min=0, atlas=3)
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
     fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
                                 "each)")

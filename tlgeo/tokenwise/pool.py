@@ -130,11 +130,15 @@ class StatePool:
 
 
 def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Path, *, dtype: str = "float16",
-                 batch_size: int = 8, skip_first: int = 1, progress: bool = False) -> StatePool:
+                 batch_size: int = 8, skip_first: int = 1, progress: bool = False, ranks=None) -> StatePool:
     """Collect the states of every token of ``windows [n_windows, seq_len]`` at every layer.
 
     ``skip_first``: leading positions of each window left out (default 1: BOS, whose
-    states are outliers). A directory holding the same settings is resumed or reused."""
+    states are outliers). A directory holding the same settings is resumed or reused.
+    ``ranks`` (:class:`tlgeo.distributed.Ranks` of a torchrun job whose process group is up): each
+    rank runs the forwards of its contiguous share of the batches only, then the ranks all-gather
+    the states layer by layer, so every rank ends with the whole pool (the same batches as one
+    process: the same states, bit for bit at equal thread counts)."""
     if dtype not in ("float16", "float32"):
         raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
     if windows.ndim != 2 or windows.shape[1] <= skip_first:
@@ -163,7 +167,13 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
         meta = {**settings, "done_windows": 0}
         meta_path.write_text(json.dumps(meta))
     mm = [np.load(f, mmap_mode="r+") for f in files]
-    it = range(meta["done_windows"], n_win, batch_size)
+    starts = list(range(0, n_win, batch_size))
+    if ranks is not None and ranks.size > 1:
+        from ..distributed import deal
+
+        starts = deal(starts, ranks.rank, ranks.size)
+    share = (starts[0], min(starts[-1] + batch_size, n_win)) if starts else (n_win, n_win)
+    it = [s for s in starts if s >= meta["done_windows"]]
     if progress:
         from tqdm.auto import tqdm
 
@@ -179,4 +189,27 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
             m.flush()
         meta["done_windows"] = s + len(batch)
         meta_path.write_text(json.dumps(meta))
+    if ranks is not None and ranks.size > 1:
+        _share_states(mm, meta, meta_path, share, per, ranks)
     return StatePool.open(d)
+
+
+def _share_states(mm: list, meta: dict, meta_path: Path, share: tuple[int, int], per: int, ranks) -> None:
+    """All-gather every rank's windows ``share`` of each layer's states into every rank's ``mm``."""
+    import torch.distributed as dist
+
+    n_win = meta["n_windows"]
+    done: list = [None] * ranks.size
+    dist.all_gather_object(done, meta.get("shared", False))
+    if all(done):  # every rank's pool is whole already (a rerun)
+        return
+    shares: list = [None] * ranks.size
+    dist.all_gather_object(shares, share)
+    for m in mm:  # one layer at a time: at most one layer's pool in flight
+        parts: list = [None] * ranks.size
+        dist.all_gather_object(parts, np.asarray(m[share[0] * per: share[1] * per]))
+        for (a, b), rows in zip(shares, parts):
+            m[a * per: b * per] = rows
+        m.flush()
+    meta.update(done_windows=n_win, shared=True, collected=list(share))
+    meta_path.write_text(json.dumps(meta))
