@@ -74,16 +74,17 @@ class DecompositionBudgets(_ConfigBudgets):
                                             cost="~10 s per value at 512 tokens (5 sites x ~2 s)")
     compare_sites: tuple[str, ...] = budget(("value_excl_self", "value_full", "attn", "diag"),
                                             "sites compared", item=str,
-                                            cost="~70 s per site at the defaults (2 scales x perplexity, "
-                                                 "zero-shot and RULER)")
+                                            cost="~8 bare forwards per site at the defaults (zero-shot at "
+                                                 "s_par=0, RULER of the ruler sites; the sweep's perplexities)")
     compare_scales: tuple[float, ...] = budget((0.0, 0.5), "s_par values compared", item=float,
-                                               cost="~140 s per value at the defaults (4 sites)")
+                                               cost="~6 bare forwards per value at the defaults (RULER of the "
+                                                    "ruler sites; zero-shot of --zeroshot-scales)")
     zeroshot_tasks: tuple[str, ...] = budget(("piqa", "arc_easy", "winogrande"),
                                              "zero-shot tasks (piqa,arc_easy,arc_challenge,openbookqa,winogrande,boolq)",
                                              item=str, cost="~36 s per task at 20 items (9 conditions)")
     zeroshot_scales: tuple[float, ...] = budget((0.0,), "of the compared scales, those whose removals zero-shot "
                                                 "scores besides the unedited model (the paper's Table 1: s_par = 0)",
-                                                item=float, cost="~50 s per scale at the defaults (4 sites x 3 tasks)")
+                                                item=float, cost="~20 bare forwards per scale at the defaults (4 sites x 3 tasks)")
     zeroshot_limit: int = budget(20, "first n items of each zero-shot task (below 50: indication only)",
                                  cost="~5.4 s per item at the defaults (3 tasks x 9 conditions x ~0.2 s)")
     ruler_tasks: tuple[str, ...] = budget(("niah_single", "vt"), "RULER-style tasks", item=str,
@@ -96,8 +97,8 @@ class DecompositionBudgets(_ConfigBudgets):
                                             cost="~5 s per sample and condition at 1024 tokens, "
                                                  "growing faster than linearly with the length")
     ruler_samples: int = budget(1, "RULER samples per task and length (below 10: indication only)",
-                                cost="~27 s per sample at the defaults (2 tasks x 5 conditions x ~2.7 s at "
-                                     "1024 tokens)")
+                                cost="~15 bare forwards per sample at the defaults (2 tasks x 5 conditions "
+                                     "at 1024 tokens)")
     ruler_template: str = budget("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
                                  choices=("base", "chat"))
     head_texts: int = budget(8, "texts for the head maps", cost="~10 s per text (82 s at 8 texts of 128 tokens, "

@@ -41,7 +41,7 @@ class DirmagConfig(Config):
     relative: bool = param(False, "deltas as fractions of each token's norm")
     kinds: tuple[str, ...] = param(KINDS, "perturbation kinds", choices=KINDS)
     seeds: int = param(5, "perturbation seeds 42, 43, ... (the notebook: 5)", atlas=1,
-                       cost="~50 bare forwards per seed at the atlas defaults (damage and BLiMP)")
+                       cost="~22 bare forwards per seed at the atlas defaults (damage and BLiMP)")
     layers: tuple[int, ...] | None = param(None, "perturbed blocks (default: the middle third)", indices=True)
     mode: str = param("exact", "exact: every token moves by delta; faithful: the reference notebook's perturbation",
                       choices=("exact", "faithful"))

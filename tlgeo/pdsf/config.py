@@ -64,7 +64,7 @@ class PDSFConfig(Config):
                           choices=("specB", "diverse", "none"))
     per_group: int | None = param(None, "prompts per group of the generation set (SpecB has 8 per group; 0: "
                                         "skip the generation; unset: all)", min=0, atlas=1,
-                                  cost="~2 s per prompt at 32 tokens, four conditions")
+                                  cost="~10 bare forwards per prompt per group at 32 tokens, four conditions")
     conditions: tuple[str, ...] = param(CONDITIONS, "subspaces rotated during generation: " + ", ".join(CONDITIONS),
                                         item=str)
     new_tokens: int = param(64, "tokens generated per prompt (the paper: 64)", atlas=32)

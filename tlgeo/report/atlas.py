@@ -150,10 +150,10 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
 
 
 # what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
-# 2026-12-02): under torchrun the steps are dealt out over the ranks by these
-STEP_COST = {"profile": 3, "sweeps": 50, "compare": 90, "heads": 40, "mlp": 12, "closed_form": 2, "audit": 5,
-             "dirmag_damage": 25, "dirmag_blimp": 20, "dirmag_probes": 15, "tokenwise": 45, "pdsf": 60,
-             "patching": 15, "geometries": 12}
+# 2026-12-02, 270 in all): under torchrun the steps are dealt out over the ranks by these
+STEP_COST = {"profile": 1, "sweeps": 25, "compare": 39, "heads": 35, "mlp": 7, "closed_form": 1, "audit": 4,
+             "dirmag_damage": 22, "dirmag_blimp": 8, "dirmag_probes": 12, "tokenwise": 33, "pdsf": 50,
+             "patching": 21, "geometries": 13}
 
 
 def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path) -> dict[str, dict]:

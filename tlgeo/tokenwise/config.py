@@ -54,7 +54,8 @@ class TokenwiseConfig(Config):
                                                        "neither this nor --patch-layer-count is given)", indices=True)
     patch_layer_count: int = param(0, "how many layer maps to patch, evenly spaced from the first fitted to the last, "
                                       "unless patch layers are listed (0: every fitted layer; geometry: every layer)",
-                                   min=0, atlas=3)
+                                   min=0, atlas=3, cost="~6 bare forwards per patched layer at the atlas "
+                                                          "defaults (4 classes)")
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
     fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
                                 "each)")
