@@ -188,7 +188,9 @@ def test_bad_inputs(llama, tokens):
 def test_closed_form_smollm2(smollm2):
     tokens = smollm2.to_tokens("The capital of France is Paris, and the capital of Italy is Rome.")
     res = closed_form_check(smollm2, tokens, 0.0, variants=("value_full", "value_excl_self"))
-    assert (res.errors["rel_err"] < 1e-4).all(), res.summary()
+    # float32 rounding: up to 1.1e-4 of z's RMS on one 2-core machine's kernels (2026-12-02), 1e-6 on others;
+    # a closed form that misses is off by > 1e-2 (test_closed_form_residual_variant_is_exact_only_along_z)
+    assert (res.errors["rel_err"] < 5e-4).all(), res.summary()
 
 
 def test_s_par_is_checked_once(llama, tokens, monkeypatch):
