@@ -10,7 +10,7 @@ import torch
 from tlgeo.hooks.subspace import SubspaceEdit
 from tlgeo.pdsf import (
     condition_bases, divergence_step, divergence_summary, encode_prompts, greedy_continuations,
-    final_norm_scale, last_token_states, load_prompt_set, pdsf_states, persistent_rotations, run_generation, run_geometry,
+    final_norm_scale, last_token_states, load_prompt_set, logit_lens, pdsf_states, persistent_rotations, run_generation, run_geometry,
 )
 from tlgeo.pdsf.prompts import PromptSet
 
@@ -45,15 +45,44 @@ def test_encoding_records_bos_and_template(llama):
         encode_prompts(llama, [])
 
 
-def test_states_of_a_right_padded_batch_equal_single_prompt_runs(llama):
-    toks, _ = encode_prompts(llama, ["a b c d e f", "a", "hello there"], bos=True)
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_states_of_a_right_padded_batch_equal_single_prompt_runs(llama, monkeypatch, stop_early):
+    """Batches of sorted lengths, put back in the prompts' order; the forward stopped at the last
+    block (readout of the last positions only) or, where the readout is not the model's, a full one."""
+    import tlgeo.pdsf.states as states
+
+    monkeypatch.setattr(states, "readout_ok", lambda model, toks: stop_early)
+    toks, _ = encode_prompts(llama, ["a b c d e f", "a", "hello there", "x y"], bos=True)
     ps = last_token_states(llama, toks, batch_size=3)
-    assert ps.states.shape == (llama.cfg.n_layers + 1, 3, llama.cfg.d_model)
+    assert ps.states.shape == (llama.cfg.n_layers + 1, 4, llama.cfg.d_model)
+    assert ps.lengths.tolist() == [len(t) for t in toks]
     for i, t in enumerate(toks):
         logits, cache = llama.run_with_cache(t[None])
         torch.testing.assert_close(ps.states[-1, i], cache[f"blocks.{llama.cfg.n_layers - 1}.hook_resid_post"][0, -1])
+        torch.testing.assert_close(ps.states[1, i], cache["blocks.0.hook_resid_post"][0, -1])
         torch.testing.assert_close(ps.states[0, i], cache["blocks.0.hook_resid_pre"][0, -1])
         assert ps.predicted[i] == logits[0, -1].argmax() and ps.lens[-1, i] == ps.predicted[i]
+    assert torch.equal(last_token_states(llama, toks, batch_size=3, lens=False).states, ps.states)
+    assert last_token_states(llama, toks, lens=False).lens is None
+
+
+def test_readout_cosines_through_the_gram_matrix_equal_the_logit_vectors():
+    """The readout alignment through ``W_U W_Uᵀ`` equals the cosines of the ``[n, vocab]`` logit vectors."""
+    from tlgeo.pdsf.geometry import _readout, logit_gram
+
+    gen = torch.Generator().manual_seed(0)
+    d, vocab, n = 12, 1000, 9
+    w_u, h = torch.randn(d, vocab, generator=gen), torch.randn(n, d, generator=gen, dtype=torch.float64)
+    g = torch.rand(d, generator=gen, dtype=torch.float64) + 0.5
+    parts = {"P": h * 0.3, "D": torch.randn(n, d, generator=gen, dtype=torch.float64), "F": torch.zeros(n, d, dtype=torch.float64)}
+    torch.testing.assert_close(logit_gram(w_u, chunk=300), w_u.double() @ w_u.double().T)
+    got = _readout(parts, h, logit_gram(w_u, chunk=300), w_u, g, torch.arange(n))
+    full = (h * g) @ w_u.double()
+    for p, x in parts.items():
+        lx = (x * g) @ w_u.double()
+        want = ((lx * full).sum(-1) / (lx.norm(dim=-1) * full.norm(dim=-1)).clamp_min(1e-30)).mean()
+        np.testing.assert_allclose(got[p]["readout_cos"], float(want), rtol=1e-9, atol=1e-12)
+    assert got["P"]["readout_cos"] == pytest.approx(1.0) and got["F"]["readout_cos"] == 0.0  # zero part: no NaN
 
 
 def test_geometry_tables(llama):
@@ -168,7 +197,7 @@ def test_smollm2_specA_states_decompose_exactly(smollm2):
     from tlgeo.geometry.subspaces import fit_pdsf, split_pdsf
 
     st = pdsf_states(smollm2, load_prompt_set("specA").take(2))
-    assert torch.equal(st.states.lens[-1], st.states.predicted)
+    assert torch.equal(logit_lens(smollm2, st.states.states)[-1], st.states.predicted)
     h, u = st.states.states[20].double(), st.u.double()
     parts = split_pdsf(h, u, fit_pdsf(h, u))
     torch.testing.assert_close(sum(parts.values()), h)
@@ -205,3 +234,22 @@ def test_frame_shift_proxy_and_its_base_rate():
     assert frame_shift_base_rate(["", ""], ["a", "b"]) == 0.0  # no words: nothing to flag
     with pytest.raises(ValueError, match="must match"):
         frame_shifts(texts, texts[:2], groups)
+
+
+def test_single_pass_states_are_taken_from_the_geometry_where_its_prompts_are_among_them(llama, monkeypatch):
+    import tlgeo.pdsf.analysis as A
+    from tlgeo.pdsf.config import PDSFConfig
+
+    cfg = PDSFConfig(geometry_per_group=2, single_pass_per_group=1, bos="yes")
+    geo = A.stage_states(llama, cfg, "geometry")
+    fresh = A.stage_states(llama, cfg, "single_pass")
+    monkeypatch.setattr(A, "pdsf_states", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    shared = A.stage_states(llama, cfg, "single_pass", geo)
+    assert shared.prompts.ids == fresh.prompts.ids and len(shared.prompts) == 14
+    assert [t.tolist() for t in shared.tokens] == [t.tolist() for t in fresh.tokens]
+    torch.testing.assert_close(shared.states.states, fresh.states.states)  # other batch-mates: float noise at most
+    assert torch.equal(shared.states.predicted, fresh.states.predicted) and torch.equal(shared.u, fresh.u)
+    # not among them (another prompt set): computed afresh
+    other = A.PDSFStates(load_prompt_set("specB").take(1), *(getattr(geo, f) for f in ("tokens", "encoding", "states", "u",
+                                                                                       "fold_norm")))
+    assert other.subset(cfg.single_pass_prompts()) is None

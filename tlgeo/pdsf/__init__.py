@@ -34,7 +34,7 @@ from .geometry import PDSFGeometry, pdsf_geometry
 from .interventions import CONDITIONS, condition_bases, default_layer, divergence_summary, persistent_rotations
 from .prompts import PROMPT_SETS, PromptSet, encode_prompts, load_prompt_set
 from .single_pass import DEFAULT_SINGLE_PASS, SINGLE_PASS, next_group_donors, single_pass, single_pass_layer, single_pass_summary
-from .states import PromptStates, directions, final_norm_scale, last_token_states
+from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
 
 __all__ = ["PDSFConfig", "PDSFResult", "run_pdsf", "GenerationResult", "SinglePassResult", "run_single_pass",
            "FDynamics", "dynamic_basis", "f_dynamics", "DEFAULT_SINGLE_PASS", "SINGLE_PASS", "next_group_donors",
@@ -42,4 +42,4 @@ __all__ = ["PDSFConfig", "PDSFResult", "run_pdsf", "GenerationResult", "SinglePa
            "run_geometry", "divergence_step", "greedy_continuations", "teacher_forced_kl", "PDSFGeometry",
            "pdsf_geometry", "CONDITIONS", "condition_bases", "default_layer", "divergence_summary",
            "persistent_rotations", "PROMPT_SETS", "PromptSet", "encode_prompts", "load_prompt_set", "PromptStates",
-           "directions", "final_norm_scale", "last_token_states"]
+           "directions", "final_norm_scale", "last_token_states", "logit_lens"]

@@ -49,7 +49,7 @@ from .interventions import (CONDITIONS, default_layer, divergence_summary, frame
                             persistent_rotations)
 from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_pass_layer, single_pass_summary
 from .prompts import Encoding, PromptSet, encode_prompts
-from .states import PromptStates, directions, final_norm_scale, last_token_states
+from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
 
 KL_CACHE_BYTES = 2 * 2**30
 
@@ -73,6 +73,15 @@ class PDSFStates:
         return {"prompt_set": self.prompts.name, "n_prompts": len(self.prompts), **self.encoding.as_dict(),
                 "fold_norm": self.fold_norm}
 
+    def subset(self, prompts: PromptSet) -> "PDSFStates | None":
+        """The states of ``prompts`` where they are all among these (same set, by id); else None."""
+        where = {i: k for k, i in enumerate(self.prompts.ids)}
+        if prompts.name != self.prompts.name or any(i not in where for i in prompts.ids):
+            return None
+        index = [where[i] for i in prompts.ids]
+        return PDSFStates(prompts, [self.tokens[k] for k in index], self.encoding, self.states.select(index),
+                          self.u[index], self.fold_norm)
+
 
 def pdsf_states(model: Model, prompts: PromptSet, *, template: str = "raw", bos: bool | None = None,
                 fold_norm: bool = False, batch_size: int = 16) -> PDSFStates:
@@ -81,7 +90,7 @@ def pdsf_states(model: Model, prompts: PromptSet, *, template: str = "raw", bos:
     if not len(prompts):
         raise ValueError("an empty prompt set")
     tokens, enc = encode_prompts(model, prompts.texts, template=template, bos=bos)
-    ps = last_token_states(model, tokens, batch_size=batch_size)
+    ps = last_token_states(model, tokens, batch_size=batch_size, lens=False)  # run_geometry's lens mode computes it
     return PDSFStates(prompts, tokens, enc, ps, directions(model, ps.predicted, fold_norm=fold_norm), fold_norm)
 
 
@@ -108,6 +117,8 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
         if progress:
             print(f"geometry: read back from {log_path}")
     else:
+        if prediction == "lens" and st.states.lens is None:
+            st.states.lens = logit_lens(model, st.states.states)
         u = st.u if prediction == "final" else torch.stack(
             [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
         g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=unembedding(model),
@@ -299,9 +310,13 @@ def units(model: Model, cfg: PDSFConfig) -> list[tuple]:
 
 def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates | None = None) -> PDSFStates:
     """The encoded prompts and states a stage runs on (the single pass reuses ``geometry``'s
-    where it runs on the same prompts)."""
-    if stage == "single_pass" and geometry is not None and cfg.single_pass_shares_geometry_prompts():
-        return geometry
+    where its prompts are among them)."""
+    if stage == "single_pass" and geometry is not None:
+        if cfg.single_pass_shares_geometry_prompts():
+            return geometry
+        shared = geometry.subset(cfg.single_pass_prompts())
+        if shared is not None:
+            return shared
     prompts = {"geometry": cfg.geometry_prompts, "single_pass": cfg.single_pass_prompts,
                "generation": cfg.generation_prompts}[stage]()
     return pdsf_states(model, prompts, **cfg.encoding())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .analysis import run_generation, run_geometry, run_single_pass, stage_states
+from .analysis import PDSFStates, run_generation, run_geometry, run_single_pass, stage_states
 from .config import PDSFConfig
 from .interventions import CONDITIONS
 from .paper import MODELS, PAPER_DIVERGENCE, PAPER_GENERATION_PROMPTS, PAPER_INTERFACE_DIM, PAPER_K_D, \
@@ -80,19 +80,21 @@ def _step_pdsf(ctx: StepContext) -> None:
     b = ctx.budget
     if not b.pdsf_geometry_per_group:
         return
-    _geometry_section(ctx)
+    geometry: list[PDSFStates] = []  # the geometry's states where it ran (not read back): the single pass's are among them
+    _geometry_section(ctx, geometry)
     if b.pdsf_single_pass_per_group:
-        _single_pass_section(ctx)
+        _single_pass_section(ctx, geometry[0] if geometry else None)
     if b.pdsf_generation_per_group:
         _generation_section(ctx)
 
 
-def _geometry_section(ctx: StepContext) -> None:
+def _geometry_section(ctx: StepContext, states: list[PDSFStates]) -> None:
     b = ctx.budget
 
     def geometry():
         cfg = _config(b)
-        g = run_geometry(ctx.model, stage_states(ctx.model, cfg, "geometry"), **cfg.geometry_args())
+        states.append(stage_states(ctx.model, cfg, "geometry"))
+        g = run_geometry(ctx.model, states[0], **cfg.geometry_args())
         return g.layers, g.parts
 
     layers, parts = ctx.cached_tables(("pdsf_layers", "pdsf_parts"), geometry)
@@ -113,12 +115,12 @@ def _geometry_section(ctx: StepContext) -> None:
                                                   "label shuffles.")
 
 
-def _single_pass_section(ctx: StepContext) -> None:
+def _single_pass_section(ctx: StepContext, geometry: PDSFStates | None) -> None:
     b = ctx.budget
 
     def single():
         cfg = _config(b)
-        sp = run_single_pass(ctx.model, stage_states(ctx.model, cfg, "single_pass"),
+        sp = run_single_pass(ctx.model, stage_states(ctx.model, cfg, "single_pass", geometry),
                              conditions=cfg.single_pass_conditions(), **cfg.single_pass_args(),
                              log_path=ctx.log("pdsf_single_pass"))
         return sp.summary, sp.angles

@@ -27,7 +27,7 @@ from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pc
 from ..stats.discrimination import cosine_gap_test, group_angles, silhouette
 from .states import PromptStates
 
-__all__ = ["PDSFGeometry", "pdsf_geometry", "part_coordinates"]
+__all__ = ["PDSFGeometry", "pdsf_geometry", "part_coordinates", "logit_gram"]
 
 
 @dataclass
@@ -70,6 +70,7 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
         raise ValueError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
     labels = np.asarray(groups)
     g = None if norm_scale is None else norm_scale.double()
+    gram = logit_gram(w_u) if w_u is not None else None
     layer_rows, part_rows = [], []
     for l in layers:
         h = ps.states[l].double()
@@ -86,7 +87,7 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
                "angle_u_top_axis": float(ang[:, 0].mean()), "angle_u_nearest_axis": float(ang.min(1).values.mean()),
                **{f"energy_{p}": float(energy[p].mean()) for p in PARTS}}
         tokens = ps.lens[l] if u.ndim == 3 else ps.predicted
-        readout = _readout(parts, h, u64, w_u, g, tokens) if w_u is not None else {}
+        readout = _readout(parts, h, gram, w_u, g, tokens) if w_u is not None else {}
         row["group_angle_D"] = _mean_group_angle(coords["D"].numpy(), labels)
         layer_rows.append(row)
         for p in PARTS:
@@ -117,18 +118,30 @@ def _mean_group_angle(x: np.ndarray, labels: np.ndarray, k: int = 2) -> float:
     return float(np.mean(angles))
 
 
-def _readout(parts, h, u, w_u, g, predicted) -> dict[str, dict[str, float]]:
-    """Per part: mean cosine of its logit vector with the state's, and mean share of the predicted
-    token's (norm-folded) logit."""
-    w = w_u.float()  # float32: the logit vectors span the vocabulary (262k for Gemma)
-    scale = torch.ones(h.shape[1]) if g is None else g.float()
-    full = (h.float() * scale) @ w  # [n, vocab]
-    col = w_u[:, predicted].T.double() * scale.double()  # [n, d]: the predicted token's folded readout
+def logit_gram(w_u: Float[Tensor, "d vocab"], *, chunk: int = 8192) -> Float[Tensor, "d d"]:
+    """``W_U W_Uᵀ`` in float64, ``chunk`` vocabulary columns at a time: the inner product of two
+    states' logit vectors is ``a G bᵀ``, so their cosines never need the ``[n, vocab]`` logits."""
+    d, vocab = w_u.shape
+    gram = torch.zeros(d, d, dtype=torch.float64)
+    for s in range(0, vocab, chunk):
+        w = w_u[:, s : s + chunk].double()
+        gram += w @ w.T
+    return gram
+
+
+def _readout(parts, h, gram, w_u, g, predicted) -> dict[str, dict[str, float]]:
+    """Per part: mean cosine of its (norm-folded) logit vector with the state's, through the Gram
+    matrix ``gram = W_U W_Uᵀ``, and mean share of the predicted token's logit."""
+    scale = torch.ones(h.shape[1], dtype=torch.float64) if g is None else g.double()
+    hs = h * scale
+    full_sq = ((hs @ gram) * hs).sum(-1)  # ||W_Uᵀ(g ⊙ h)||²
+    col = w_u[:, predicted].T.double() * scale  # [n, d]: the predicted token's folded readout
     total = (h * col).sum(-1)
     out = {}
     for p, x in parts.items():
-        lx = (x.float() * scale) @ w
-        cos = (lx * full).sum(-1) / (lx.norm(dim=-1) * full.norm(dim=-1)).clamp_min(1e-30)
+        xs = x * scale
+        xg = xs @ gram
+        cos = (xg * hs).sum(-1) / ((xg * xs).sum(-1).clamp_min(0) * full_sq.clamp_min(0)).sqrt().clamp_min(1e-30)
         share = (x * col).sum(-1) / torch.where(total.abs() > 0, total, torch.ones_like(total))
         out[p] = {"readout_cos": float(cos.mean()), "logit_share": float(share.median())}
     return out

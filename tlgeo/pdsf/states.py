@@ -1,8 +1,8 @@
 """Last-token states of a prompt set at every layer, and each prompt's prediction direction.
 
-One forward per batch of right-padded prompts with a ``names_filter`` (the residual
-entering block 0 and leaving each block, never a full cache); causal attention makes
-each prompt's last real position exact under right padding. ``states[i]`` is the
+One forward per batch of right-padded prompts, whose hooks keep only each prompt's last real
+position of the residual entering block 0 and leaving each block (never a cache); causal
+attention makes that position exact under right padding. ``states[i]`` is the
 residual after ``i`` blocks (0: the embeddings; ``n_layers``: before the final norm).
 """
 
@@ -16,33 +16,46 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..geometry.subspaces import prediction_directions
-from ..hooks.resume import readout, unembedding
+from ..hooks.resume import last_block_output, readout, readout_ok, unembedding
 from ..models import Model
 
-__all__ = ["PromptStates", "last_token_states", "final_norm_scale", "directions"]
+__all__ = ["PromptStates", "last_token_states", "logit_lens", "final_norm_scale", "directions"]
 
 
 @dataclass
 class PromptStates:
     """``states [n_layers + 1, n, d]`` (float32) and ``predicted [n]``: each prompt's final argmax;
-    ``lens [n_layers + 1, n]``: the logit-lens argmax of each state (final norm and unembedding)."""
+    ``lens [n_layers + 1, n]``: the logit-lens argmax of each state (final norm and unembedding), None
+    where it was not asked for."""
 
     states: Float[Tensor, "states n d_model"]
     predicted: Int[Tensor, "n"]
-    lens: Int[Tensor, "states n"]
+    lens: Int[Tensor, "states n"] | None
     lengths: Int[Tensor, "n"]
 
     @property
     def n_layers(self) -> int:
         return self.states.shape[0] - 1
 
+    def select(self, index: Sequence[int]) -> "PromptStates":
+        """The states of the prompts at ``index``, in that order."""
+        i = torch.as_tensor(list(index), dtype=torch.long)
+        return PromptStates(self.states[:, i], self.predicted[i], None if self.lens is None else self.lens[:, i],
+                            self.lengths[i])
+
 
 def _names(n_layers: int) -> list[str]:
     return ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]
 
 
-def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, batch_size: int = 16) -> PromptStates:
-    """:class:`PromptStates` of token-id prompts (:func:`tlgeo.pdsf.prompts.encode_prompts`)."""
+def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, batch_size: int = 16,
+                      lens: bool = True) -> PromptStates:
+    """:class:`PromptStates` of token-id prompts (:func:`tlgeo.pdsf.prompts.encode_prompts`); with
+    ``lens=False`` no logit lens (``lens`` is None; :func:`logit_lens` computes it later).
+
+    Batches are of prompts of similar length (less padding); each forward stops at the last block
+    and only the last real position goes through the final norm and the unembedding, where
+    :func:`~tlgeo.hooks.resume.readout_ok` holds (otherwise a full forward)."""
     if not prompts:
         raise ValueError("an empty prompt set")
     longest = max(len(p) for p in prompts)
@@ -52,23 +65,52 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
     names = _names(model.cfg.n_layers)
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
     device = next(model.parameters()).device
-    states, predicted, lens, lengths = [], [], [], []
+    lengths = torch.tensor([len(p) for p in prompts])
+    order = torch.argsort(lengths, stable=True)  # similar lengths together: less padding
+    states, predicted = [], []
     for s in range(0, len(prompts), batch_size):
-        chunk = prompts[s : s + batch_size]
-        n = torch.tensor([len(p) for p in chunk])
+        chunk = [prompts[int(i)] for i in order[s : s + batch_size]]
+        n = lengths[order[s : s + batch_size]]
         toks = torch.full((len(chunk), int(n.max())), pad, dtype=torch.long)
         for j, p in enumerate(chunk):
             toks[j, : len(p)] = p
         rows, last = torch.arange(len(chunk)), n - 1
-        with torch.inference_mode():
-            logits, cache = model.run_with_cache(toks.to(device), names_filter=lambda x: x in names)
-            h = torch.stack([cache[name][rows, last] for name in names]).float()  # [L + 1, b, d]
-            lens.append(readout(model, h.to(logits.dtype)).argmax(-1).cpu())
+        h, top = _batch_states(model, toks.to(device), names, rows, last)
         states.append(h.cpu())
-        predicted.append(logits[rows, last].argmax(-1).cpu())
-        lengths.append(n)
-        del cache
-    return PromptStates(torch.cat(states, 1), torch.cat(predicted), torch.cat(lens, 1), torch.cat(lengths))
+        predicted.append(top.cpu())
+    back = torch.argsort(order)  # the prompts' own order
+    h = torch.cat(states, 1)[:, back]
+    return PromptStates(h, torch.cat(predicted)[back], logit_lens(model, h) if lens else None, lengths)
+
+
+def _batch_states(model: Model, toks: Tensor, names: list[str], rows: Tensor, last: Tensor) -> tuple[Tensor, Tensor]:
+    """The states ``[L + 1, b, d]`` (float32) at each row's last real position, and the argmax there."""
+    with torch.inference_mode():
+        if readout_ok(model, toks):
+            got: list[Tensor | None] = [None] * (len(names) - 1)
+
+            def keep(i: int):
+                def hook_fn(x: Tensor, hook) -> None:  # keyed by position: a bridge may name an alias otherwise
+                    got[i] = x[rows, last].float()
+                return hook_fn
+
+            final = last_block_output(model, toks, [(name, keep(i)) for i, name in enumerate(names[:-1])])
+            h = torch.stack([*got, final[rows, last].float()])
+            return h, readout(model, final[rows, last]).argmax(-1)
+        logits, cache = model.run_with_cache(toks, names_filter=lambda x: x in names)
+        return torch.stack([cache[name][rows, last] for name in names]).float(), logits[rows, last].argmax(-1)
+
+
+def logit_lens(model: Model, states: Float[Tensor, "states n d_model"], *, chunk: int = 256) -> Int[Tensor, "states n"]:
+    """The logit-lens argmax of each state (the final norm and the unembedding), ``chunk`` states
+    of a layer at a time."""
+    param = next(model.parameters())
+    out = []
+    with torch.inference_mode():
+        for h in states:
+            out.append(torch.cat([readout(model, h[s : s + chunk].to(param.device, param.dtype)).argmax(-1).cpu()
+                                  for s in range(0, h.shape[0], chunk)]))
+    return torch.stack(out)
 
 
 def final_norm_scale(model: Model) -> Float[Tensor, "d_model"]:
