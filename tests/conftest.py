@@ -70,3 +70,27 @@ def sentences():
     """A few short English sentences (one of a single character) for sentence-level scoring."""
     return ["The cat sat on the mat.", "A dog ran across the park and barked twice.",
             "Rain fell.", "Stocks rose sharply on Tuesday after the report.", "x", "We left early."]
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(llama, tmp_path_factory):
+    """Each registered analysis run whole on its tiny config, one thread (as each torchrun rank of
+    the data-parallel test), writing into a folder of its own: ``name -> (cfg, result, folder)``,
+    each run when first asked for (the contract and data-parallel tests share them; ``make test``
+    keeps those tests on one worker, ``xdist_group("tiny_runs")``)."""
+    from tlgeo.report.registry import load_analyses
+
+    analyses, runs, root = load_analyses(), {}, tmp_path_factory.mktemp("tiny_runs")
+
+    def get(name):
+        if name not in runs:
+            a, threads = analyses[name], torch.get_num_threads()
+            cfg = a.config(**a.tiny)
+            torch.set_num_threads(1)
+            try:
+                runs[name] = (cfg, a.run(llama, cfg, out=root / name), root / name)
+            finally:
+                torch.set_num_threads(threads)
+        return runs[name]
+
+    return get

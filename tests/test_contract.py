@@ -42,18 +42,18 @@ def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None) -> No
         pd.testing.assert_frame_equal(x, y, check_dtype=False, rtol=1e-5, atol=1e-7, obj=name)
 
 
-@pytest.fixture(scope="module")
-def runs(llama):
-    """Each analysis run once whole on its tiny config (shared by the tests below)."""
-    return {}
+pytestmark = pytest.mark.xdist_group("tiny_runs")  # with the data-parallel test, which reads the same runs
+
+
+@pytest.fixture
+def runs(tiny_runs):
+    """Each analysis run once whole on its tiny config (shared with the data-parallel test)."""
+    return tiny_runs
 
 
 def _whole(runs, name, model):
-    if name not in runs:
-        a = ANALYSES[name]
-        cfg = a.config(**a.tiny)
-        runs[name] = (cfg, a.run(model, cfg))
-    return runs[name]
+    cfg, res, _ = runs(name)
+    return cfg, res
 
 
 @pytest.mark.parametrize("name", list(ANALYSES))

@@ -81,23 +81,23 @@ def _same_csvs(one: Path, two: Path, result_cls) -> list[str]:
     return names
 
 
-def test_two_gloo_ranks_write_what_one_process_writes(llama, tmp_path, monkeypatch):
+@pytest.mark.xdist_group("tiny_runs")  # the one-process runs are the contract tests' (tests/conftest.py)
+def test_two_gloo_ranks_write_what_one_process_writes(llama, tiny_runs, tmp_path, monkeypatch):
     done = _torchrun(tmp_path / "two")
     assert done.returncode == 0, done.stderr[-3000:]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each rank: bit for bit needs the same reduction order in every matmul
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the CLI's --threads 1, here a no-op
     try:
-        _compare_with_one_process(llama, tmp_path, done)
+        _compare_with_one_process(llama, tiny_runs, tmp_path, done)
     finally:
         monkeypatch.undo()
         torch.set_num_threads(threads)
 
 
-def _compare_with_one_process(llama, tmp_path, done):
+def _compare_with_one_process(llama, tiny_runs, tmp_path, done):
     for name, a in ANALYSES.items():
-        one = tmp_path / "one" / name
-        a.run(llama, a.config(**a.tiny), out=one)
+        _, _, one = tiny_runs(name)  # run whole, one thread, into its folder
         two = tmp_path / "two" / name
         assert len(list((two / "ranks").iterdir())) == 2  # each rank's partial tables and resume logs
         assert _same_csvs(one, two, a.result), f"{name}: no table compared"

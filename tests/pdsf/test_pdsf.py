@@ -236,20 +236,19 @@ def test_frame_shift_proxy_and_its_base_rate():
         frame_shifts(texts, texts[:2], groups)
 
 
-def test_single_pass_states_are_taken_from_the_geometry_where_its_prompts_are_among_them(llama, monkeypatch):
+def test_the_states_of_a_subset_of_the_prompts_are_the_geometrys(llama):
     import tlgeo.pdsf.analysis as A
     from tlgeo.pdsf.config import PDSFConfig
 
     cfg = PDSFConfig(geometry_per_group=2, single_pass_per_group=1, bos="yes")
     geo = A.stage_states(llama, cfg, "geometry")
-    fresh = A.stage_states(llama, cfg, "single_pass")
-    monkeypatch.setattr(A, "pdsf_states", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
-    shared = A.stage_states(llama, cfg, "single_pass", geo)
-    assert shared.prompts.ids == fresh.prompts.ids and len(shared.prompts) == 14
+    fresh = A.stage_states(llama, cfg, "single_pass", geo)  # not the same prompts: computed afresh
+    assert fresh is not geo and len(fresh.prompts) == 14
+    shared = geo.subset(cfg.single_pass_prompts())  # what the atlas's single pass runs on
+    assert shared.prompts.ids == fresh.prompts.ids
     assert [t.tolist() for t in shared.tokens] == [t.tolist() for t in fresh.tokens]
     torch.testing.assert_close(shared.states.states, fresh.states.states)  # other batch-mates: float noise at most
     assert torch.equal(shared.states.predicted, fresh.states.predicted) and torch.equal(shared.u, fresh.u)
-    # not among them (another prompt set): computed afresh
     other = A.PDSFStates(load_prompt_set("specB").take(1), *(getattr(geo, f) for f in ("tokens", "encoding", "states", "u",
                                                                                        "fold_norm")))
-    assert other.subset(cfg.single_pass_prompts()) is None
+    assert other.subset(cfg.single_pass_prompts()) is None  # not among them: another prompt set

@@ -1,15 +1,20 @@
 """The tiny atlas of the report tests (:func:`tests.report.conftest.tiny_cfg`) under torchrun, or alone.
 
-    python -m torch.distributed.run --standalone --nproc_per_node=2 tests/report/atlas_worker.py OUT [STEPS]
+    python -m torch.distributed.run --standalone --nproc_per_node=2 tests/report/atlas_worker.py OUT [steps=A,B]
+        [fail_out=OUT2 fail_steps=C,D fail=STEP]
 
-``STEPS``: comma-separated (default: all); ``fail:<step>`` makes that step raise on rank 1.
+``steps``: comma-separated (default: all). With ``fail_out`` the same processes then run
+``fail_steps`` into ``OUT2`` with ``fail`` raising on rank 1 (one launch for both runs: each launch
+costs every rank an import of torch and TransformerLens); the :class:`RankFailed` of that run is
+printed on stderr and the process exits with 3.
 """
 
+import dataclasses
 import sys
 
 import torch
 
-from tlgeo.distributed import ranks
+from tlgeo.distributed import RankFailed, ranks
 from tlgeo.models import tiny_model
 from tlgeo.report.atlas import AtlasConfig, run_atlas
 from tlgeo.report.registry import load_steps
@@ -17,25 +22,37 @@ from tlgeo.report.registry import load_steps
 from tests.report.conftest import tiny_cfg
 
 
-def main(out: str, steps: str = "", fail: str = "") -> None:
-    torch.set_num_threads(1)
-    if fail and ranks().rank == 1:
-        step = load_steps()[fail]
-
-        def broken(ctx):
-            raise ValueError(f"{fail} broke on purpose")
-
-        import dataclasses
-
-        from tlgeo import analysis
-        analysis._STEPS[fail] = dataclasses.replace(step, run=broken)
+def _run(model, out: str, steps: str) -> None:
     cfg = tiny_cfg(out)
     if steps:
         cfg = AtlasConfig(**{**cfg.__dict__, "steps": tuple(steps.split(","))})
-    path = run_atlas(cfg, model=tiny_model("llama"))
+    path = run_atlas(cfg, model=model)
     assert (path is None) == (ranks().rank > 0), (path, ranks())
 
 
+def _break(name: str) -> None:
+    """Make step ``name`` raise on rank 1."""
+    from tlgeo import analysis
+
+    def broken(ctx):
+        raise ValueError(f"{name} broke on purpose")
+
+    if ranks().rank == 1:
+        analysis._STEPS[name] = dataclasses.replace(load_steps()[name], run=broken)
+
+
+def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fail: str = "") -> None:
+    torch.set_num_threads(1)
+    model = tiny_model("llama")
+    _run(model, out, steps)
+    if fail_out:
+        _break(fail)
+        try:
+            _run(model, fail_out, fail_steps)
+        except RankFailed as e:
+            print(f"RankFailed: {e}", file=sys.stderr)
+            sys.exit(3)
+
+
 if __name__ == "__main__":
-    args = dict(a.split("=", 1) for a in sys.argv[2:])
-    main(sys.argv[1], args.get("steps", ""), args.get("fail", ""))
+    main(sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))

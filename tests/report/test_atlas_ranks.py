@@ -24,17 +24,19 @@ def _torchrun_atlas(out: Path, *args: str) -> subprocess.CompletedProcess:
 SHARED = ("profile", "sweeps", "closed_form", "audit", "dirmag_probes", "tokenwise", "patching")
 
 
-def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables(atlas_dir, tmp_path):
+def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_and_a_failed_step_is_one_line(
+        atlas_dir, tmp_path):
+    """One torchrun launch, two runs: the shared steps, then steps of which one fails on rank 1."""
     from tlgeo.report.atlas import STEPS
-
     from tlgeo.report.registry import load_steps
 
-    done = _torchrun_atlas(tmp_path / "two", "steps=" + ",".join(SHARED))
-    assert done.returncode == 0, done.stderr[-3000:]
-    two = tmp_path / "two"
+    two, failed = tmp_path / "two", tmp_path / "failed"
+    done = _torchrun_atlas(two, "steps=" + ",".join(SHARED), f"fail_out={failed}",
+                           "fail_steps=profile,closed_form,audit", "fail=audit")
+    assert done.returncode != 0 and (two / "report.html").exists(), done.stderr[-3000:]
     timings = pd.read_csv(two / "timings.csv")
     assert list(timings["step"]) == [s for s in STEPS if s in SHARED] and set(timings["rank"]) == {0, 1}
-    assert "over 2 ranks" in done.stdout and (two / "report.html").exists()
+    assert "over 2 ranks" in done.stdout
     tables = sorted(f"{c}.csv" for name, step in load_steps().items() if name in SHARED for c in step.csvs
                     if (atlas_dir / f"{c}.csv").exists())
     assert sorted(p.name for p in two.glob("*.csv") if p.name != "timings.csv") == tables
@@ -49,10 +51,8 @@ def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables(a
             differ[name] = str(e).splitlines()[:6]
     assert not differ, differ
 
-
-def test_a_failed_atlas_step_on_one_rank_is_one_line_and_the_others_work_is_kept(tmp_path):
-    done = _torchrun_atlas(tmp_path, "steps=profile,closed_form,audit", "fail=audit")
-    assert done.returncode != 0
-    line = [ln for ln in done.stderr.splitlines() if "RankFailed" in ln or "rank 1: step audit" in ln]
-    assert any("rank 1: step audit: ValueError: audit broke on purpose" in ln for ln in line), done.stderr[-3000:]
-    assert (tmp_path / "profile_summary.csv").exists()  # rank 0's steps, finished before the failure, are kept
+    # the failed run: every rank names rank 1's step in one line; rank 0's finished steps are kept
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("RankFailed: ")]
+    assert len(line) == 2 and all("rank 1: step audit: ValueError: audit broke on purpose" in ln for ln in line), \
+        done.stderr[-3000:]
+    assert (failed / "profile_summary.csv").exists() and not (failed / "audit.csv").exists()

@@ -310,13 +310,11 @@ def units(model: Model, cfg: PDSFConfig) -> list[tuple]:
 
 def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates | None = None) -> PDSFStates:
     """The encoded prompts and states a stage runs on (the single pass reuses ``geometry``'s
-    where its prompts are among them)."""
-    if stage == "single_pass" and geometry is not None:
-        if cfg.single_pass_shares_geometry_prompts():
-            return geometry
-        shared = geometry.subset(cfg.single_pass_prompts())
-        if shared is not None:
-            return shared
+    where it runs on the same prompts; a subset of them is computed afresh, so that its numbers do
+    not depend on which other prompts shared its batches: a data-parallel run's ranks may not have
+    the geometry)."""
+    if stage == "single_pass" and geometry is not None and cfg.single_pass_shares_geometry_prompts():
+        return geometry
     prompts = {"geometry": cfg.geometry_prompts, "single_pass": cfg.single_pass_prompts,
                "generation": cfg.generation_prompts}[stage]()
     return pdsf_states(model, prompts, **cfg.encoding())

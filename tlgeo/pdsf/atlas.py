@@ -120,7 +120,8 @@ def _single_pass_section(ctx: StepContext, geometry: PDSFStates | None) -> None:
 
     def single():
         cfg = _config(b)
-        sp = run_single_pass(ctx.model, stage_states(ctx.model, cfg, "single_pass", geometry),
+        st = geometry.subset(cfg.single_pass_prompts()) if geometry is not None else None  # its batches: float noise
+        sp = run_single_pass(ctx.model, stage_states(ctx.model, cfg, "single_pass") if st is None else st,
                              conditions=cfg.single_pass_conditions(), **cfg.single_pass_args(),
                              log_path=ctx.log("pdsf_single_pass"))
         return sp.summary, sp.angles
