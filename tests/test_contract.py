@@ -42,9 +42,6 @@ def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None) -> No
         pd.testing.assert_frame_equal(x, y, check_dtype=False, rtol=1e-5, atol=1e-7, obj=name)
 
 
-pytestmark = pytest.mark.xdist_group("tiny_runs")  # with the data-parallel test, which reads the same runs
-
-
 @pytest.fixture
 def runs(tiny_runs):
     """Each analysis run once whole on its tiny config (shared with the data-parallel test)."""

@@ -81,7 +81,6 @@ def _same_csvs(one: Path, two: Path, result_cls) -> list[str]:
     return names
 
 
-@pytest.mark.xdist_group("tiny_runs")  # the one-process runs are the contract tests' (tests/conftest.py)
 def test_two_gloo_ranks_write_what_one_process_writes(llama, tiny_runs, tmp_path, monkeypatch):
     done = _torchrun(tmp_path / "two")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -97,7 +96,7 @@ def test_two_gloo_ranks_write_what_one_process_writes(llama, tiny_runs, tmp_path
 
 def _compare_with_one_process(llama, tiny_runs, tmp_path, done):
     for name, a in ANALYSES.items():
-        _, _, one = tiny_runs(name)  # run whole, one thread, into its folder
+        _, _, one = tiny_runs(name)  # run whole, one thread, into its folder (the contract tests' runs)
         two = tmp_path / "two" / name
         assert len(list((two / "ranks").iterdir())) == 2  # each rank's partial tables and resume logs
         assert _same_csvs(one, two, a.result), f"{name}: no table compared"

@@ -222,11 +222,8 @@ def test_context_above_n_ctx(model):
 
 
 @pytest.mark.real
-def test_smollm2_wikitext2_perplexity():
-    from tlgeo.models import load_model
-
-    m = load_model("smollm2-135m")
-    res = perplexity(m, load_text("wikitext2", max_chars=20_000), context=512, max_tokens=1024, batch_size=4)
+def test_smollm2_wikitext2_perplexity(smollm2):
+    res = perplexity(smollm2, load_text("wikitext2", max_chars=20_000), context=512, max_tokens=1024, batch_size=4)
     print(res.to_dict())
     assert res.n_tokens == 1024 and res.n_windows == 3  # 512-token windows: BOS + 511 new tokens each
     assert math.isfinite(res.ppl) and 8 < res.ppl < 60

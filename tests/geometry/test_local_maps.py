@@ -47,9 +47,10 @@ def test_every_class_recovers_the_identity():
 
 
 def test_completion_outside_the_neighbours_span():
-    # neighbours span the first 2 coordinates; the query lies along the last one
+    # neighbours span the first 2 coordinates; the query lies along the last one. Fixed, well-conditioned
+    # neighbours: the ridge (1e-6) biases the fit by ~1e-3 for nearly collinear random draws
     x = torch.zeros(1, 3, D, dtype=torch.float64)
-    x[0, :, :2] = _randn(3, 2)
+    x[0, :, :2] = torch.tensor([[1.0, 0.2], [-0.4, 1.1], [0.9, 0.8]], dtype=torch.float64)
     y = 2.0 * x
     q = torch.zeros(1, 1, D, dtype=torch.float64)
     q[0, 0, -1] = 1.0
