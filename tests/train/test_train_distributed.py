@@ -50,33 +50,36 @@ def _torchrun(tmp_path: Path, mode: str) -> list[dict]:
     return [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
 
 
-def test_ddp_two_ranks_agree_and_match_single_process(tmp_path):
+def _single_process(out: Path, monkeypatch) -> dict:
+    """The worker run in this process (torch and tlgeo are imported already) with one thread."""
+    import torch
+
+    out.mkdir()
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", ["worker.py", str(out), "none"])
+    try:
+        exec(compile(WORKER, "worker.py", "exec"), {"__name__": "__main__"})
+    finally:
+        torch.set_num_threads(threads)
+    return json.loads((out / "rank0.json").read_text())
+
+
+def test_ddp_two_ranks_agree_and_match_single_process(tmp_path, monkeypatch):
     ranks = _torchrun(tmp_path, "ddp")
     assert [r["world"] for r in ranks] == [2, 2] and ranks[0]["mode"] == "ddp"
     assert ranks[0]["hash"] == ranks[1]["hash"]
     log = (tmp_path / "run" / "log.csv").read_text().splitlines()
     assert len(log) == 4 and (tmp_path / "run" / "model" / "config.json").exists()
     # one process on the same global batches (no accumulation) lands on the same weights
-    single = tmp_path / "single"
-    single.mkdir()
-    script = tmp_path / "worker.py"
-    r = subprocess.run([sys.executable, str(script), str(single), "none"], capture_output=True,
-                       text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-4000:]
-    one = json.loads((single / "rank0.json").read_text())
+    one = _single_process(tmp_path / "single", monkeypatch)
     assert one["world"] == 1
     assert abs(one["sum"] - ranks[0]["sum"]) / one["sum"] < 1e-5
 
 
 @pytest.mark.skipif(os.environ.get("TLGEO_TEST_FSDP") != "1", reason="set TLGEO_TEST_FSDP=1 (another ~20 s)")
-def test_fsdp_two_ranks_train_like_ddp(tmp_path):
+def test_fsdp_two_ranks_train_like_ddp(tmp_path, monkeypatch):
     """FSDP2 (fully_shard per block, gloo on CPU) reaches the weights a single process reaches."""
     ranks = _torchrun(tmp_path, "fsdp")
     assert ranks[0]["mode"] == "fsdp" and ranks[0]["world"] == 2
-    single = tmp_path / "single"
-    single.mkdir()
-    r = subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(single), "none"],
-                       capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-4000:]
-    one = json.loads((single / "rank0.json").read_text())
+    one = _single_process(tmp_path / "single", monkeypatch)
     assert abs(one["sum"] - ranks[0]["sum"]) / one["sum"] < 1e-5

@@ -407,10 +407,9 @@ def unit_cost(model: Model, cfg: PDSFConfig, unit: tuple) -> float:
 
 # measured on SmolLM2-135M (d_model 576, 30 blocks), this 2-core CPU, scripts/bench_pdsf.py (RESULTS.md section 3):
 # the geometry tables of the 224 SpecA prompts at all 31 states took 20.8 s = 3.0 ms per prompt and state, of which
-# the readout alignment's five [n, d] x [d, vocab] products are 1.57 ms at CPU_FLOPS (counted as FLOPs, so they
-# follow the vocabulary); the rest, the float64 PCA fits, complexity and discrimination, scales with d_model
-GEOMETRY_SECONDS = 1.4e-3  # per prompt and state at d_model 576, besides the readout products
-READOUT_PRODUCTS = 5  # the state's logit vector and each part's (pdsf_geometry's _readout)
+# the readout alignment's five [n, d] x [d, vocab] products were 1.57 ms at CPU_FLOPS; they are now d x d products
+# through W_U W_Uᵀ (computed once). The rest, the float64 PCA fits, complexity and discrimination, scales with d_model
+GEOMETRY_SECONDS = 1.4e-3  # per prompt and state at d_model 576
 # one unedited generation of the 96 SpecB prompts x 64 tokens (6 batches of 16, 384 forward calls) took 146 / 4 =
 # 36.5 s (four of them in the bench), of which the cost model's FLOPs are 12.2 s: the rest is each call's work
 # besides its FLOPs (hooks, the KV cache's bookkeeping, one token per row), per block
@@ -424,13 +423,14 @@ def _prompt_lengths(ps: PromptSet, cfg: PDSFConfig) -> list[int]:
 
 
 def _states_work(shape, name: str, ps: PromptSet, cfg: PDSFConfig):
-    from ..planner import LOGIT_COPIES, Work, padded_batches
+    from ..planner import Work, padded_batches
 
-    tokens, longest = padded_batches(_prompt_lengths(ps, cfg), cfg.batch_size)
-    states = shape.n_layers + 1  # the logit lens of every state: [states x batch, vocab] besides the logits
-    return Work(f"{name}: states", tokens, longest, cfg.batch_size, logit_copies=LOGIT_COPIES + states / longest,
-                host_bytes=states * len(ps) * shape.d_model * 4,
-                note=f"{len(ps)} {ps.name} prompts, last-token states at {states} states")
+    lengths = sorted(_prompt_lengths(ps, cfg))  # last_token_states batches prompts of similar lengths
+    tokens, longest = padded_batches(lengths, cfg.batch_size)
+    states = shape.n_layers + 1
+    return Work(f"{name}: states", tokens, longest, cfg.batch_size, logit_copies=1 / longest,
+                readout=len(ps) / tokens, host_bytes=states * len(ps) * shape.d_model * 4,
+                note=f"{len(ps)} {ps.name} prompts, last-token states at {states} states, last position read out")
 
 
 def plan(shape, cfg: PDSFConfig) -> list:
@@ -442,8 +442,9 @@ def plan(shape, cfg: PDSFConfig) -> list:
     characters (the chat template's own tokens are not counted)."""
     from math import ceil
 
-    from ..planner import CALIBRATION_MODEL, CPU_FLOPS, LOGIT_COPIES, PPL_LOGIT_COPIES, Work, padded_batches
+    from ..planner import CALIBRATION_MODEL, CPU_FLOPS, PPL_LOGIT_COPIES, Work, padded_batches
     from .dynamics import MAX_COV_WIDTH
+    from .geometry import GRAM_CHUNK
     from .single_pass import CLEAN_CACHE_BYTES
 
     cfg.check_depth(shape.n_layers)
@@ -454,9 +455,9 @@ def plan(shape, cfg: PDSFConfig) -> list:
         ps = cfg.geometry_prompts()
         out.append(_states_work(shape, "geometry", ps, cfg))
         states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
-        per = READOUT_PRODUCTS * 2 * d * vocab / CPU_FLOPS + GEOMETRY_SECONDS * width
-        out.append(Work("geometry: fits", 0, 1, cpu_seconds=len(ps) * states * per,
-                        host_bytes=(n_layers + 1) * len(ps) * d * 4 + (3 * len(ps) + d) * vocab * 4,
+        gram = 2 * d * d * vocab / CPU_FLOPS  # W_U W_Uᵀ once (float64: an assumption, as below)
+        out.append(Work("geometry: fits", 0, 1, cpu_seconds=len(ps) * states * GEOMETRY_SECONDS * width + gram,
+                        host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
                         note=f"float64 PCA fits, complexity and readout at {states} states (host)"))
     conds = cfg.single_pass_conditions()
     if conds:

@@ -118,7 +118,10 @@ def _mean_group_angle(x: np.ndarray, labels: np.ndarray, k: int = 2) -> float:
     return float(np.mean(angles))
 
 
-def logit_gram(w_u: Float[Tensor, "d vocab"], *, chunk: int = 8192) -> Float[Tensor, "d d"]:
+GRAM_CHUNK = 8192  # vocabulary columns at a time in logit_gram (float64)
+
+
+def logit_gram(w_u: Float[Tensor, "d vocab"], *, chunk: int = GRAM_CHUNK) -> Float[Tensor, "d d"]:
     """``W_U W_Uᵀ`` in float64, ``chunk`` vocabulary columns at a time: the inner product of two
     states' logit vectors is ``a G bᵀ``, so their cosines never need the ``[n, vocab]`` logits."""
     d, vocab = w_u.shape

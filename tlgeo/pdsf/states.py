@@ -84,21 +84,21 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
 
 
 def _batch_states(model: Model, toks: Tensor, names: list[str], rows: Tensor, last: Tensor) -> tuple[Tensor, Tensor]:
-    """The states ``[L + 1, b, d]`` (float32) at each row's last real position, and the argmax there."""
+    """The states ``[L + 1, b, d]`` (float32, on the host) at each row's last real position, and the argmax there."""
     with torch.inference_mode():
         if readout_ok(model, toks):
             got: list[Tensor | None] = [None] * (len(names) - 1)
 
             def keep(i: int):
                 def hook_fn(x: Tensor, hook) -> None:  # keyed by position: a bridge may name an alias otherwise
-                    got[i] = x[rows, last].float()
+                    got[i] = x[rows, last].float().cpu()  # the host pool (blocks may be on several devices)
                 return hook_fn
 
             final = last_block_output(model, toks, [(name, keep(i)) for i, name in enumerate(names[:-1])])
-            h = torch.stack([*got, final[rows, last].float()])
+            h = torch.stack([*got, final[rows, last].float().cpu()])
             return h, readout(model, final[rows, last]).argmax(-1)
         logits, cache = model.run_with_cache(toks, names_filter=lambda x: x in names)
-        return torch.stack([cache[name][rows, last] for name in names]).float(), logits[rows, last].argmax(-1)
+        return torch.stack([cache[name][rows, last].float().cpu() for name in names]), logits[rows, last].argmax(-1)
 
 
 def logit_lens(model: Model, states: Float[Tensor, "states n d_model"], *, chunk: int = 256) -> Int[Tensor, "states n"]:

@@ -150,9 +150,10 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
 
 
 # what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
-# 2026-12-02, 270 in all): under torchrun the steps are dealt out over the ranks by these
+# 2026-12-02, 270 in all; pdsf from the run after its states forwards were cut, 240 in all): under
+# torchrun the steps are dealt out over the ranks by these
 STEP_COST = {"profile": 1, "sweeps": 25, "compare": 39, "heads": 35, "mlp": 7, "closed_form": 1, "audit": 4,
-             "dirmag_damage": 22, "dirmag_blimp": 8, "dirmag_probes": 12, "tokenwise": 33, "pdsf": 50,
+             "dirmag_damage": 22, "dirmag_blimp": 8, "dirmag_probes": 12, "tokenwise": 33, "pdsf": 26,
              "patching": 21, "geometries": 13}
 
 
