@@ -25,6 +25,7 @@ warnings.filterwarnings("ignore")
 XDIST_GROUPS = {"smollm2": "smollm2", "atlas_run": "atlas", "atlas_dir": "atlas", "tiny_runs": "tiny_runs"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the marks into the tests' ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group"):
