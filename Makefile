@@ -9,7 +9,7 @@ run: setup
 	.venv/bin/tlgeo run --model smollm2-135m
 
 test: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2
 
 bench: setup
 	.venv/bin/python scripts/bench_overhead.py

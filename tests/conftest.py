@@ -19,24 +19,6 @@ threadpoolctl.threadpool_limits(_THREADS)
 warnings.filterwarnings("ignore")
 
 
-# tests that share something costly to make are kept on one pytest-xdist worker (make test runs
-# --dist loadgroup): the real SmolLM2 is loaded once, not once per worker; the tiny atlas run is
-# made by one worker while no other waits on its lock; the notebooks run in one kernel
-XDIST_GROUPS = {"smollm2": "smollm2", "atlas_run": "atlas", "atlas_dir": "atlas", "tiny_runs": "tiny_runs"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the marks into the tests' ids
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        group = next((g for f, g in XDIST_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
-        if group is None and "notebooks" in item.path.parts:
-            group = "notebook_kernel"
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def llama():
     """Tiny Llama-style model: RMSNorm, SwiGLU, GQA (4 query heads, 2 KV heads)."""
@@ -94,7 +76,8 @@ def sentences():
 def tiny_runs(llama, tmp_path_factory):
     """Each registered analysis run whole on its tiny config, one thread (as each torchrun rank of
     the data-parallel test), writing into a folder of its own: ``name -> (cfg, result, folder)``,
-    each run when first asked for (the contract and data-parallel tests share them, on one worker)."""
+    each run when first asked for (the contract and data-parallel tests share them where they run on
+    the same pytest-xdist worker)."""
     from tlgeo.report.registry import load_analyses
 
     analyses, runs, root = load_analyses(), {}, tmp_path_factory.mktemp("tiny_runs")
