@@ -48,7 +48,7 @@ def runs(tiny_runs):
     return tiny_runs
 
 
-def _whole(runs, name, model):
+def _whole(runs, name):
     cfg, res, _ = runs(name)
     return cfg, res
 
@@ -66,7 +66,7 @@ def test_config_is_frozen_and_checked(name):
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_save_load_round_trip(name, llama, runs, tmp_path):
     a = ANALYSES[name]
-    cfg, res = _whole(runs, name, llama)
+    cfg, res = _whole(runs, name)
     assert isinstance(res, a.result) and res.tables(), f"{name} returned no table"
     written = res.save(tmp_path)
     assert written and all(p.exists() for p in written)
@@ -79,7 +79,7 @@ def test_save_load_round_trip(name, llama, runs, tmp_path):
 @pytest.mark.parametrize("name", list(ANALYSES))
 def test_units_split_and_merge_equal_the_whole(name, llama, runs):
     a = ANALYSES[name]
-    cfg, whole = _whole(runs, name, llama)
+    cfg, whole = _whole(runs, name)
     units = a.units(llama, cfg)
     assert len(units) >= 2, f"{name}: the tiny config must have several units to split"
     parts = [a.run(llama, cfg, units=units[i::2]) for i in range(2)]
