@@ -80,21 +80,23 @@ def _step_pdsf(ctx: StepContext) -> None:
     b = ctx.budget
     if not b.pdsf_geometry_per_group:
         return
-    geometry: list[PDSFStates] = []  # the geometry's states where it ran (not read back): the single pass's are among them
-    _geometry_section(ctx, geometry)
+    geometry = _geometry_section(ctx)  # its states where it ran (not read back): the single pass's are among them
     if b.pdsf_single_pass_per_group:
-        _single_pass_section(ctx, geometry[0] if geometry else None)
+        _single_pass_section(ctx, geometry)
     if b.pdsf_generation_per_group:
         _generation_section(ctx)
 
 
-def _geometry_section(ctx: StepContext, states: list[PDSFStates]) -> None:
+def _geometry_section(ctx: StepContext) -> PDSFStates | None:
+    """The geometry's tables and section; its prompts' states where it ran (None: read back)."""
     b = ctx.budget
+    states = None
 
     def geometry():
+        nonlocal states
         cfg = _config(b)
-        states.append(stage_states(ctx.model, cfg, "geometry"))
-        g = run_geometry(ctx.model, states[0], **cfg.geometry_args())
+        states = stage_states(ctx.model, cfg, "geometry")
+        g = run_geometry(ctx.model, states, **cfg.geometry_args())
         return g.layers, g.parts
 
     layers, parts = ctx.cached_tables(("pdsf_layers", "pdsf_parts"), geometry)
@@ -113,6 +115,7 @@ def _geometry_section(ctx: StepContext, states: list[PDSFStates]) -> None:
     ctx.report.figure(plot_discrimination(parts), "Group discrimination per part: silhouette of the 14 SpecA groups, "
                                                   "and Cohen's d of the within-minus-between cosine gap against 20 "
                                                   "label shuffles.")
+    return states
 
 
 def _single_pass_section(ctx: StepContext, geometry: PDSFStates | None) -> None:
