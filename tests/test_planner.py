@@ -251,7 +251,11 @@ def test_compress_diag_plans_the_calibration_when_it_compresses():
 
     shape = CALIBRATION_MODEL
     plain = {w.step: w for w in ANALYSIS.plan(shape, DiagConfig(methods=("wanda", "awq")))}
-    assert "compress" not in plain and plain["load"].host_bytes == shape.params * 4  # float32, on the CPU
+    assert "compress" not in plain
+    # each compressed model sits beside the dense one, in its dtype on its device: one more copy of the weights
+    est = estimate(shape, list(plain.values()), "h100", "bfloat16").set_index("step")
+    assert est.loc["load", "kept_gib"] == est.loc["load", "weights_gib"] == pytest.approx(shape.params * 2 / 2**30)
+    assert est.loc["load", "host_gib"] == 0 and est.loc["local", "kept_gib"] > est.loc["load", "kept_gib"]
     cfg = DiagConfig(methods=("wanda", "awq"), compress=CompressConfig(methods=("wanda",), n_calib=32))
     got = {w.step: w for w in ANALYSIS.plan(shape, cfg)}
     assert got["compress"].cpu_seconds == pytest.approx(COMPRESS_SECONDS["wanda"] + COMPRESS_SECONDS["awq"])

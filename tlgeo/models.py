@@ -385,7 +385,24 @@ def load_model(
         dev = resolve_device(device)
     model = _load_model(name, dev, dtype, shard)
     model.tlgeo_name = str(name)
+    model.tlgeo_placement = {"device": dev, "dtype": dtype, **(shard or {})}
     return model
+
+
+def placement(model, *, offload_subfolder: str | None = None) -> dict:
+    """The :func:`load_model` keywords that put ``model`` where it is (device, dtype, sharding), to
+    load a second model of the same shape beside it (e.g. a compressed copy). A model not loaded by
+    :func:`load_model` gets its first weights' device and dtype. A disk offload gets
+    ``offload_subfolder`` inside the model's own folder, so the two never share files."""
+    kw = dict(getattr(model, "tlgeo_placement", None) or {})
+    if not kw:
+        p = next((p for p in model.parameters() if p.device.type != "meta"), None)
+        kw = {"device": input_device(model), "dtype": p.dtype if p is not None else torch.float32}
+    if kw.get("offload_folder") is not None:
+        if offload_subfolder is None:
+            raise ValueError("the model is offloaded to disk: give offload_subfolder for the second model's files")
+        kw["offload_folder"] = str(Path(kw["offload_folder"]) / offload_subfolder)
+    return kw
 
 
 def model_family(name: str):

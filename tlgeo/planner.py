@@ -220,8 +220,9 @@ class Work:
     analysis's own statistics); ``logit_copies``: ``[tokens, vocab]`` float32 arrays it holds at
     its peak (logits, log-probabilities); ``eager``: attention patterns materialised (sites that
     read them); ``kept_bytes``: what the step holds on the device besides one forward (caches);
-    ``host_bytes``: what it holds in host memory (state pools, CPU copies, a second model loaded
-    on the CPU); ``cpu_seconds``: its host work besides the forwards (fits, probes, loads,
+    ``host_bytes``: what it holds in host memory (state pools, CPU copies); ``weight_copies``:
+    copies of the model's weights it holds beside the model's own, in its dtype on its device (a
+    compressed copy; counted in ``kept_gib``); ``cpu_seconds``: its host work besides the forwards (fits, probes, loads,
     per-call overhead), as measured on this CPU, the same on every device. A step with no
     forward has ``tokens=0``."""
 
@@ -237,6 +238,7 @@ class Work:
     blocks: float = 1.0
     readout: float = 1.0
     host_bytes: float = 0.0
+    weight_copies: float = 0.0
     cpu_seconds: float = 0.0
 
 
@@ -261,12 +263,12 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
         if w.eager and w.tokens:
             act += w.batch * shape.n_heads * w.window ** 2 * 4 * 2
         process = 0.0 if dev.gpu else CPU_PROCESS_GIB
-        host = w.host_bytes / GIB
-        peak = weights + act / GIB + w.kept_bytes / GIB + (0.0 if dev.gpu else host) + process
+        host, kept = w.host_bytes / GIB, w.kept_bytes / GIB + w.weight_copies * weights
+        peak = weights + act / GIB + kept + (0.0 if dev.gpu else host) + process
         rows.append({"step": w.step, "forward_tokens": int(w.tokens), "window": w.window, "batch": w.batch,
                      "tflops": flops / 1e12, "seconds": flops / dev.flops * w.overhead + w.cpu_seconds,
                      "cpu_seconds": w.cpu_seconds, "weights_gib": weights, "activations_gib": act / GIB,
-                     "kept_gib": w.kept_bytes / GIB, "host_gib": host, "process_gib": process, "peak_gib": peak,
+                     "kept_gib": kept, "host_gib": host, "process_gib": process, "peak_gib": peak,
                      "fits": peak <= dev.memory_gib, "note": w.note})
     df = pd.DataFrame(rows)
     if len(df):

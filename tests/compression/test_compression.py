@@ -135,6 +135,23 @@ def test_uncompressed_layer_gives_zero_error(base, tiny_dir, toks):
     assert (df[["e", "e_par", "e_perp", "e_par_z", "e_perp_z"]].to_numpy() < 1e-6).all()
 
 
+def test_a_compressed_directory_loads_where_the_dense_model_is(tiny_dir, toks, tmp_path):
+    """In the dense model's dtype (and device, sharding): a bfloat16 model's uncompressed copy has no
+    error (loaded in float32 it would differ by bfloat16's rounding)."""
+    from tlgeo.models import placement
+
+    bf16 = load_model(str(tiny_dir), dtype="bfloat16")
+    assert placement(bf16) == {"device": torch.device("cpu"), "dtype": torch.bfloat16}
+    df = diagnose(bf16, {"same": str(tiny_dir)}, toks)
+    assert (df[["e", "e_par", "e_perp"]].to_numpy() == 0).all()
+    offloaded = {"device": None, "dtype": torch.float32, "device_map": "auto", "max_memory": None,
+                 "offload_folder": str(tmp_path)}
+    bf16.tlgeo_placement = offloaded  # as load_model(..., offload_folder=tmp_path) records it
+    assert placement(bf16, offload_subfolder="wanda")["offload_folder"] == str(tmp_path / "wanda")
+    with pytest.raises(ValueError, match="offload_subfolder"):
+        placement(bf16)
+
+
 def test_exactly_known_compression(base, toks):
     """Zero the rows J of o_proj in block 1: locally e = -P_J Delta_attn in block 1 only;
     the MLP of block 1 sees the dense resid_mid (no error); e2e errors start at block 1."""

@@ -230,8 +230,8 @@ def compress_seconds(shape, cfg: CompressConfig, method: str) -> float:
 
 
 def plan(shape, cfg: DiagConfig) -> list:
-    """Per method (the diagnosis runs method by method): its compressed model loaded on the CPU in
-    float32 (as :func:`tlgeo.models.load_model`'s defaults, host memory), the dense model's forward per
+    """Per method (the diagnosis runs method by method): its compressed model loaded beside the
+    dense model (its device, dtype and sharding: one more copy of the weights), the dense model's forward per
     batch with its blocks' inputs, outputs and updates kept, each compressed block twice on the dense states (local:
     the whole block, then its MLP with the attention replayed; no unembedding) and the compressed
     model's own forward (e2e). With ``cfg.compress`` (Python only), every method compressed first
@@ -242,23 +242,23 @@ def plan(shape, cfg: DiagConfig) -> list:
     batch = min(cfg.batch_size, cfg.prompts)
     live = batch * seq * shape.d_model * 4 * shape.n_layers  # one float32 [batch, seq, d] per block
     base = live * (5 if "local" in cfg.modes else 4)  # resid_pre, output, both updates (+ the raw attention output)
-    comp = shape.params * 4  # float32
+    comp = shape.params * 4  # the float32 files read
     out = []
     if cfg.compress is not None:
         seconds = sum(compress_seconds(shape, cfg.compress, m) for m in cfg.methods)
         c = cfg.compress
         out.append(Work("compress", 0, 1, cpu_seconds=seconds, note=f"{methods} method(s), llmcompressor on "
                         f"{c.n_calib} x {c.calib_seq_len} tokens, {c.device}"))
-    out.append(Work("load", 0, 1, cpu_seconds=methods * comp / GIB / LOAD_GIB_PER_S, host_bytes=comp,
-                    note=f"{methods} compressed model(s), one at a time, float32 on the CPU"))
+    out.append(Work("load", 0, 1, cpu_seconds=methods * comp / GIB / LOAD_GIB_PER_S, weight_copies=1,
+                    note=f"{methods} compressed model(s), one at a time, beside the dense model"))
     out.append(Work("dense", methods * tokens, seq, batch, kept_bytes=base, note="once per batch and method"))
     if "local" in cfg.modes:
         mlp = shape.mlp_params(shape.experts_per_token or None)
         out.append(Work("local", methods * tokens, seq, batch, blocks=1 + mlp / (shape.attn_params + mlp), readout=0.0,
-                        logit_copies=0.0, kept_bytes=base, host_bytes=comp,
+                        logit_copies=0.0, kept_bytes=base, weight_copies=1,
                         note="each compressed block on the dense states, twice"))
     if "e2e" in cfg.modes:
-        out.append(Work("e2e", methods * tokens, seq, batch, kept_bytes=base + 4 * live, host_bytes=comp,
+        out.append(Work("e2e", methods * tokens, seq, batch, kept_bytes=base + 4 * live, weight_copies=1,
                         note="each compressed model on its own states"))
     return out
 

@@ -201,7 +201,19 @@ class _Replay(nn.Module):
         self.out = out
 
     def forward(self, *args, **kwargs):
-        return self.out
+        h = args[0] if args else kwargs.get("hidden_states")
+        return self.out if h is None else _on(self.out, h.device)
+
+
+def _on(x, device):
+    """``x`` (a tensor, or a tuple / dict of them) on ``device``."""
+    if isinstance(x, Tensor):
+        return x.to(device)
+    if isinstance(x, tuple):
+        return tuple(_on(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _on(v, device) for k, v in x.items()}
+    return x
 
 
 def _run_hf(hf: nn.Module, tokens: Tensor):
@@ -243,20 +255,23 @@ def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, firs
             raise RuntimeError(f"block {i} of the dense model was not captured: run a forward inside capture()")
         base = _updates(base_capture, i)
         layer = layers_c[i]
+        dev = next((p.device for p in layer.parameters() if p.device.type != "meta"), None)  # offloaded: accelerate moves
+        pre, kwargs = (base_capture.pre[i], base_capture.kwargs[i]) if dev is None else \
+            _on((base_capture.pre[i], base_capture.kwargs[i]), dev)
         attn_name, attn_branch, mlp_branch = _branch_modules(layer)
         got: dict[str, Tensor] = {}
         h1 = attn_branch.register_forward_hook(lambda m, a, o: got.__setitem__("attn", o[0] if isinstance(o, tuple) else o))
         try:
-            out = layer(base_capture.pre[i], **base_capture.kwargs[i])
+            out = layer(pre, **kwargs)
         finally:
             h1.remove()
         out = out[0] if isinstance(out, tuple) else out
-        got["block"] = out.float() - base_capture.pre[i].float()
+        got["block"] = out.float().to(base_capture.pre[i].device) - base_capture.pre[i].float()
         attn_mod = getattr(layer, attn_name)
         setattr(layer, attn_name, _Replay(base_capture.attn_raw[i]))
         h2 = mlp_branch.register_forward_hook(lambda m, a, o: got.__setitem__("mlp", o[0] if isinstance(o, tuple) else o))
         try:
-            layer(base_capture.pre[i], **base_capture.kwargs[i])
+            layer(pre, **kwargs)
         finally:
             h2.remove()
             setattr(layer, attn_name, attn_mod)
@@ -281,7 +296,9 @@ def e2e_errors(base_capture: _Capture, comp, tokens: Tensor, meta: Mapping | Non
     return pd.DataFrame(rows)
 
 
-def _load(model_or_dir):
+def _load(model_or_dir, like):
+    """A compressed model given as a bridge, or loaded from its directory where ``like`` (the dense
+    model) is: its device, dtype and sharding."""
     if isinstance(model_or_dir, (str, os.PathLike)):
         p = Path(model_or_dir).expanduser()
         if not p.is_dir():
@@ -289,9 +306,9 @@ def _load(model_or_dir):
                 f"compressed model directory {str(p)!r} does not exist (create it with tlgeo compress)")
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"{str(p)!r} has no config.json: not a Hugging Face model directory")
-        from ..models import load_model
+        from ..models import load_model, placement
 
-        return load_model(str(p))
+        return load_model(str(p), **placement(like, offload_subfolder=f"compressed-{p.name}"))
     return model_or_dir
 
 
@@ -332,7 +349,7 @@ def diagnose(
     batches = [tokens[i : i + batch_size] for i in range(0, len(tokens), batch_size)]
     frames = []
     for m in todo:
-        comp = _load(compressed[m])
+        comp = _load(compressed[m], base)
         check_compatible(base, comp)
         t0 = time.perf_counter()
         parts = []

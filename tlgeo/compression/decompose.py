@@ -44,7 +44,7 @@ def error_energies(
     if delta_base.shape != delta_comp.shape:
         raise ValueError(f"Delta_base {tuple(delta_base.shape)} and Delta_comp {tuple(delta_comp.shape)} differ in shape")
     dt = torch.float64 if delta_base.dtype == torch.float64 else torch.float32
-    b, c = delta_base.to(dt), delta_comp.to(dt)
+    b, c = delta_base.to(dt), delta_comp.to(delta_base.device, dt)  # on the dense model's device
     e = c - b
     s = split_parallel(e, b)
     out = {"base": b.pow(2).sum(-1), "e": e.pow(2).sum(-1),

@@ -23,6 +23,7 @@ from ..families import family_of
 from .adapter import HookList
 
 __all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "readout_ok", "last_block_output",
+           "resumed_last_block_output",
            "final_norm", "unembedding"]
 
 
@@ -81,6 +82,24 @@ def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = (), **kwargs)
     """The last block's output of a forward with ``fwd_hooks`` (``kwargs``: the model's, e.g. an
     attention mask), which stops there: the final norm and the unembedding are left to
     :func:`readout` of the positions that are needed (check :func:`readout_ok` first)."""
+
+    def forward(hooks: HookList) -> None:
+        with model.hooks(fwd_hooks=hooks):
+            model(tokens, **kwargs)
+
+    return _stopped_at_last_block(model, forward, fwd_hooks)
+
+
+def resumed_last_block_output(model, resid: Tensor, layer: int,
+                              fwd_hooks: HookList = ()) -> Float[Tensor, "batch pos d_model"]:
+    """:func:`last_block_output` of the forward :func:`resume_forward` resumes at block ``layer``
+    from ``resid`` (the residual entering it)."""
+    return _stopped_at_last_block(model, lambda hooks: resume_forward(model, resid, layer, hooks), fwd_hooks)
+
+
+def _stopped_at_last_block(model, forward, fwd_hooks: HookList) -> Tensor:
+    """The last block's output of ``forward(hooks)``, a forward that applies the hooks handed to it,
+    ended there by a hook added after ``fwd_hooks``."""
     got: list[Tensor] = []
 
     def stop(x: Tensor, hook) -> None:
@@ -88,8 +107,7 @@ def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = (), **kwargs)
         raise StopForward
 
     try:
-        with model.hooks(fwd_hooks=[*fwd_hooks, (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", stop)]):
-            model(tokens, **kwargs)
+        forward([*fwd_hooks, (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", stop)])
     except StopForward:
         pass
     return got[0]

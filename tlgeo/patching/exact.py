@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..hooks.adapter import HookList, site_hooks
-from ..hooks.resume import StopForward, readout, resume_forward
+from ..hooks.resume import readout, resume_forward, resumed_last_block_output
 from ..models import Model
 from .components import FRAMES, Component, get_component
 from .runs import W_O, RunCache, TaskRuns, position_mask, score_rows, sweep_targets
@@ -123,17 +123,7 @@ def _end_logits(model: Model, resid: Tensor, layer: int, hooks: HookList, use_re
     forward stops after the last block and only the last position is read out."""
     if not use_readout:
         return resume_forward(model, resid, layer, hooks)[:, -1]
-    got: list[Tensor] = []
-
-    def stop(x: Tensor, hook) -> None:
-        got.append(x)
-        raise StopForward
-
-    try:
-        resume_forward(model, resid, layer, [*hooks, (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", stop)])
-    except StopForward:
-        pass
-    return readout(model, got[0][:, -1])
+    return readout(model, resumed_last_block_output(model, resid, layer, hooks)[:, -1])
 
 
 def _readout_ok(model: Model, run: RunCache, layer: int) -> bool:

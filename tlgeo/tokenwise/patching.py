@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..hooks.resume import StopForward, readout, readout_matches, resume_forward
+from ..hooks.resume import readout, readout_matches, resume_forward, resumed_last_block_output
 from ..models import Model
 from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 
@@ -80,7 +80,7 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
             for l in layers:
                 rep = replacements[l][s : s + batch_size]
                 if fast:  # only the positions that can change go through the unembedding
-                    h = _patched_final(model, cache, l, final, b, pos, rep)
+                    h = _patched_final(model, cache, l, b, pos, rep)
                     out = readout(model, h[sel])
                     kl = (p_clean * (clean - torch.log_softmax(out.float(), -1))).sum(-1).clamp_min(0).cpu()
                     per_row = torch.split(kl, seg.tolist())
@@ -97,27 +97,18 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
     return pd.DataFrame(rows)
 
 
-def _patched_final(model, cache, layer: int, final: str, rows: torch.Tensor, pos: torch.Tensor,
+def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
                    rep: torch.Tensor) -> torch.Tensor:
     """The last block's output ``[B, T, d]`` with layer map ``layer``'s output at ``(rows[j], pos[j])``
     set to ``rep[j]``, resumed at block ``layer``; the unembedding is never run."""
-    got = {}
 
     def put(h, hook):
         h = h.clone()
         h[rows, pos] = rep.to(h.device, h.dtype)
         return h
 
-    def grab(h, hook):
-        got["h"] = h
-        raise StopForward
-
-    hooks = [(f"blocks.{layer}.hook_resid_post", put), (final, grab)]
-    try:
-        resume_forward(model, cache[f"blocks.{layer}.hook_resid_pre"], layer, hooks)
-    except StopForward:
-        pass
-    return got["h"]
+    return resumed_last_block_output(model, cache[f"blocks.{layer}.hook_resid_pre"], layer,
+                                     [(f"blocks.{layer}.hook_resid_post", put)])
 
 
 def _patched_logits(model, toks: torch.Tensor, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
