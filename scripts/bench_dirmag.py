@@ -39,7 +39,7 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--sentences", type=int, default=64)
@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     model = load_model(a.model)
     grid = SweepGrid(deltas=[float(x) for x in a.deltas.split(",")], seeds=a.seeds)
     runs = len(grid.deltas) * len(grid.kinds) * a.seeds

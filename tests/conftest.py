@@ -1,5 +1,9 @@
+import json
 import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import threadpoolctl
@@ -94,3 +98,26 @@ def tiny_runs(llama, tmp_path_factory):
         return runs[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def torchrun_launch(tmp_path_factory):
+    """One launch of ``tests/torchrun_worker.py`` on two gloo ranks, shared by the data-parallel and
+    the atlas-ranks tests: ``(out, {"returncode", "stdout", "stderr"})``. Under pytest-xdist the
+    workers share it: the first to get here launches it in a folder of this test run, the others
+    wait on its lock and read it."""
+    from filelock import FileLock
+
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    root = tmp_path_factory.getbasetemp().parent / f"torchrun-{run_id}" if run_id else tmp_path_factory.mktemp("torchrun")
+    root.mkdir(parents=True, exist_ok=True)
+    out, done = root / "out", root / "done.json"
+    repo = Path(__file__).resolve().parents[1]
+    with FileLock(str(root / "lock")):
+        if not done.exists():
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                str(repo / "tests" / "torchrun_worker.py"), str(out)],
+                               env=env, capture_output=True, text=True, timeout=900)
+            done.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}))
+    return out, json.loads(done.read_text())

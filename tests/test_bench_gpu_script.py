@@ -4,30 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import io
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.py"
+from .scripts import load_script
+
 TINY = ["--shape", "tiny", "--device", "cpu", "--dtype", "float32", "--batch", "1", "--seq", "16", "--repeats", "1"]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_gpu_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load()
+    return load_script("bench_gpu")
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,13 @@
 """scripts/paper_recipes.py: every recipe is a command tlgeo accepts, on models the planner knows."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from tlgeo.cli import build_parser
 from tlgeo.planner import SEED_MODELS
 
-spec = importlib.util.spec_from_file_location("paper_recipes", Path(__file__).parents[1] / "scripts" / "paper_recipes.py")
-recipes = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(recipes)
+from .scripts import load_script
+
+recipes = load_script("paper_recipes")
 
 
 @pytest.mark.parametrize("name", list(recipes.RECIPES))

@@ -30,7 +30,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 from urllib.parse import urlparse
 
 import torch
@@ -115,6 +115,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TLGEO_CACHE", Path.home() / ".cache" / "tlgeo")).expanduser()
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """transformers parses a GGUF file anew for the tokenizer, its config, the model's config and
+    its weights (four parses of SmolLM2's 49,152-token vocabulary and merges): inside this, each
+    file is parsed once and its reader (read-only, memory-mapped) handed out again."""
+    import gguf
+
+    real, readers = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantise a GGUF file to a float32 safetensors HF directory (atomic rename)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,10 +144,11 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        hf = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-        )
+        with _gguf_parsed_once():
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            hf = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+            )
         # The weights are already dequantised; without this transformers refuses
         # to save ("model is quantized with gguf and is not serializable").
         hf.hf_quantizer = None

@@ -4,9 +4,6 @@ process writes, for every registered analysis and through the command line."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +18,6 @@ from tlgeo.report.registry import load_analyses
 from ..test_contract import _comparable
 from .worker import CLI
 
-WORKER = Path(__file__).with_name("worker.py")
 ANALYSES = load_analyses()
 
 
@@ -52,12 +48,6 @@ def test_ranks_come_from_torchrun_environment(monkeypatch, tmp_path):
     assert rank_folder(tmp_path, r) == tmp_path / "ranks" / "3-of-4"
 
 
-def _torchrun(out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(WORKER), str(out)], env=env, capture_output=True, text=True, timeout=900)
-
-
 # units whose one-process run computes them in one forward with other units' hooks: a forward that
 # reads the attention pattern for one site runs attention eagerly for all, so the other sites' float
 # sums run in another order (equal to ~1e-7, not bit for bit). The four geometries profile the
@@ -81,34 +71,34 @@ def _same_csvs(one: Path, two: Path, result_cls) -> list[str]:
     return names
 
 
-def test_two_gloo_ranks_write_what_one_process_writes(llama, tiny_runs, tmp_path, monkeypatch):
-    done = _torchrun(tmp_path / "two")
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_two_gloo_ranks_write_what_one_process_writes(llama, tiny_runs, torchrun_launch, tmp_path, monkeypatch):
+    out, done = torchrun_launch
+    assert done["returncode"] == 0, done["stderr"][-3000:]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each rank: bit for bit needs the same reduction order in every matmul
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the CLI's --threads 1, here a no-op
     try:
-        _compare_with_one_process(llama, tiny_runs, tmp_path, done)
+        _compare_with_one_process(llama, tiny_runs, out / "analyses", tmp_path / "one", done["stdout"])
     finally:
         monkeypatch.undo()
         torch.set_num_threads(threads)
 
 
-def _compare_with_one_process(llama, tiny_runs, tmp_path, done):
+def _compare_with_one_process(llama, tiny_runs, two_root: Path, one_root: Path, stdout: str):
     for name, a in ANALYSES.items():
         _, _, one = tiny_runs(name)  # run whole, one thread, into its folder (the contract tests' runs)
-        two = tmp_path / "two" / name
+        two = two_root / name
         assert len(list((two / "ranks").iterdir())) == 2  # each rank's partial tables and resume logs
         assert _same_csvs(one, two, a.result), f"{name}: no table compared"
     # the command line under torchrun: rank 0 prints and writes, as one process does
     ppl = ANALYSES["ppl"]
     cfg = config_from_args(ppl.config, build_parser().parse_args(CLI))  # the config the ranks' command ran
     assert CLI[0] == ppl.command_name and (cfg.site, cfg.s_par, cfg.layers) == ("value_excl_self", 0.0, (1, 2))
-    ppl.run(llama, cfg, out=tmp_path / "one" / "cli")
-    assert _same_csvs(tmp_path / "one" / "cli", tmp_path / "two" / "cli", ppl.result) == ["ppl"]
-    assert done.stdout.count("value_excl_self s_par=0.0") == 1, done.stdout[-2000:]
+    ppl.run(llama, cfg, out=one_root / "cli")
+    assert _same_csvs(one_root / "cli", two_root / "cli", ppl.result) == ["ppl"]
+    assert stdout.count("value_excl_self s_par=0.0") == 1, stdout[-2000:]
     # the tokenwise pool: each rank ran the forwards of its half of the windows, then they all-gathered it
-    metas = [json.loads(p.read_text()) for p in sorted((tmp_path / "two" / "tokenwise" / "ranks").glob("*/*/meta.json"))]
+    metas = [json.loads(p.read_text()) for p in sorted((two_root / "tokenwise" / "ranks").glob("*/*/meta.json"))]
     assert len(metas) == 2 and all(m["shared"] for m in metas), metas
     (a0, b0), (a1, b1) = metas[0]["collected"], metas[1]["collected"]
     assert a0 == 0 < b0 == a1 < b1 == metas[0]["n_windows"]

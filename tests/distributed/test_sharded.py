@@ -63,3 +63,18 @@ def test_bad_device_names_the_problem():
         resolve_dtype("fp8")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     assert resolve_dtype("bfloat16") is torch.bfloat16
+
+
+def test_token_ids_go_to_the_input_device_not_cfg_device():
+    """No module sends token ids to ``model.cfg.device`` (one device the bridge picked, which has no
+    single meaning for a model spread over several): they go to :func:`tlgeo.models.input_device`."""
+    import re
+    from pathlib import Path
+
+    import tlgeo
+
+    root = Path(tlgeo.__file__).parent
+    pattern = re.compile(r"model\.cfg\.device\b|getattr\([\w.]*model\.cfg,\s*[\"']device[\"']")
+    found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == [], found

@@ -1,6 +1,6 @@
 """Run every registered analysis on its tiny config through :func:`tlgeo.distributed.run_analysis`
 into ``<out>/<analysis>``, then ``tlgeo ppl`` on the command line into ``<out>/cli``: under
-``torchrun --nproc_per_node=N`` (the data-parallel test), or alone.
+``torchrun --nproc_per_node=N`` (the data-parallel test, through ``tests/torchrun_worker.py``), or alone.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/distributed/worker.py OUT [NAMES...]
 """

@@ -6,7 +6,8 @@
 ``steps``: comma-separated (default: all). With ``fail_out`` the same processes then run
 ``fail_steps`` into ``OUT2`` with ``fail`` raising on rank 1 (one launch for both runs: each launch
 costs every rank an import of torch and TransformerLens); the :class:`RankFailed` of that run is
-printed on stderr and the process exits with 3.
+printed on stderr and the process exits with 3. The test's run: :data:`SHARED`, then
+:data:`FAIL_STEPS` with :data:`FAIL` failing (in :mod:`tests.torchrun_worker`).
 """
 
 import dataclasses
@@ -20,6 +21,10 @@ from tlgeo.report.atlas import AtlasConfig, run_atlas
 from tlgeo.report.registry import load_steps
 
 from tests.report.conftest import tiny_cfg
+
+# a share of the steps on each side of the ranks' cut (the one-process run of the report tests ran them all)
+SHARED = ("profile", "sweeps", "closed_form", "audit", "dirmag_probes", "tokenwise", "patching")
+FAIL_STEPS, FAIL = ("profile", "closed_form", "audit"), "audit"  # audit fails on rank 1
 
 
 def _run(model, out: str, steps: str) -> None:
@@ -41,7 +46,8 @@ def _break(name: str) -> None:
         analysis._STEPS[name] = dataclasses.replace(load_steps()[name], run=broken)
 
 
-def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fail: str = "") -> None:
+def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fail: str = "") -> int:
+    """The exit code: 3 when the failed run raised :class:`RankFailed` (printed on stderr), else 0."""
     torch.set_num_threads(1)
     model = tiny_model("llama")
     _run(model, out, steps)
@@ -51,8 +57,9 @@ def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fa
             _run(model, fail_out, fail_steps)
         except RankFailed as e:
             print(f"RankFailed: {e}", file=sys.stderr)
-            sys.exit(3)
+            return 3
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:]))
+    sys.exit(main(sys.argv[1], **dict(a.split("=", 1) for a in sys.argv[2:])))

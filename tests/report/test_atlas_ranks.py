@@ -4,39 +4,23 @@ ranks' finished steps are kept."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 
-ATLAS_WORKER = Path(__file__).with_name("atlas_worker.py")
-
-
-def _torchrun_atlas(out: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(ATLAS_WORKER), str(out), *args], env=env, capture_output=True, text=True, timeout=900)
-
-
-# a share of the steps on each side of the ranks' cut (the one-process run of the report tests ran them all)
-SHARED = ("profile", "sweeps", "closed_form", "audit", "dirmag_probes", "tokenwise", "patching")
+from .atlas_worker import SHARED
 
 
 def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_and_a_failed_step_is_one_line(
-        atlas_dir, tmp_path):
-    """One torchrun launch, two runs: the shared steps, then steps of which one fails on rank 1."""
+        atlas_dir, torchrun_launch):
+    """Two runs in the torchrun launch: the shared steps, then steps of which one fails on rank 1."""
     from tlgeo.report.atlas import STEPS
     from tlgeo.report.registry import load_steps
 
-    two, failed = tmp_path / "two", tmp_path / "failed"
-    done = _torchrun_atlas(two, "steps=" + ",".join(SHARED), f"fail_out={failed}",
-                           "fail_steps=profile,closed_form,audit", "fail=audit")
-    assert done.returncode != 0 and (two / "report.html").exists(), done.stderr[-3000:]
+    out, done = torchrun_launch
+    two, failed = out / "atlas", out / "failed"
+    assert done["returncode"] == 0 and (two / "report.html").exists(), done["stderr"][-3000:]
     timings = pd.read_csv(two / "timings.csv")
     assert list(timings["step"]) == [s for s in STEPS if s in SHARED] and set(timings["rank"]) == {0, 1}
-    assert "over 2 ranks" in done.stdout
+    assert "over 2 ranks" in done["stdout"]
     tables = sorted(f"{c}.csv" for name, step in load_steps().items() if name in SHARED for c in step.csvs
                     if (atlas_dir / f"{c}.csv").exists())
     assert sorted(p.name for p in two.glob("*.csv") if p.name != "timings.csv") == tables
@@ -52,7 +36,7 @@ def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_a
     assert not differ, differ
 
     # the failed run: every rank names rank 1's step in one line; rank 0's finished steps are kept
-    line = [ln for ln in done.stderr.splitlines() if ln.startswith("RankFailed: ")]
+    line = [ln for ln in done["stderr"].splitlines() if ln.startswith("RankFailed: ")]
     assert len(line) == 2 and all("rank 1: step audit: ValueError: audit broke on purpose" in ln for ln in line), \
-        done.stderr[-3000:]
+        done["stderr"][-3000:]
     assert (failed / "profile_summary.csv").exists() and not (failed / "audit.csv").exists()

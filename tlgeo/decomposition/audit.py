@@ -49,7 +49,7 @@ from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
 from ..results import ResultLog
 from ..hooks.sites import get_site
-from ..models import Model
+from ..models import Model, input_device
 
 __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 
@@ -176,7 +176,7 @@ def post_wo_audit(
         raise ValueError("post_wo_audit takes numeric s_par / s_perp")
     chosen = resolve_layers(model.cfg, layers, skip_first)
     log = ResultLog(log_path, KEY) if log_path is not None else None
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     n_tokens = int(tokens.numel())
     groups = [[l] for l in chosen] if mode == "each" else [chosen]
     rows: list[dict] = []

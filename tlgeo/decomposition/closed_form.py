@@ -63,7 +63,7 @@ from ..geometry.value_space import expand_kv, self_weights
 from ..hooks.adapter import HookList, resolve_layers, site_hooks
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..hooks.sites import Site
-from ..models import Model
+from ..models import Model, input_device
 from .observe import check_tokens
 
 __all__ = [
@@ -418,7 +418,7 @@ def closed_form_check(
         raise ValueError("no variants given: choose from " + str(list(VARIANTS)))
     scale = _scale(s_par)  # s_par checked once, here
     chosen = resolve_layers(model.cfg, layers, skip_first)
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     tokens = tokens.to(device)
     diag_frames, err_rows = [], []
     it = variants

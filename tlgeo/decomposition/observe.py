@@ -18,7 +18,7 @@ from ..geometry.parallel import compute_dtype, cosine, norm_ratio, parallel_rati
 from ..hooks.adapter import HookList, site_hooks
 from ..evals.perplexity import corpus_batches
 from ..hooks.sites import DECOMPOSITION_SITES, get_site
-from ..models import Model
+from ..models import Model, input_device
 
 __all__ = ["check_tokens", "corpus_batches", "parallel_profile", "summarize_profile"]
 
@@ -103,7 +103,7 @@ def parallel_profile(
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc="profile", unit="batch")
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
         for start in starts:
             batch = tokens[start : start + batch_size].to(device)

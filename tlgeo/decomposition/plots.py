@@ -15,7 +15,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..hooks.adapter import resolve_layers
-from ..models import Model
+from ..models import Model, input_device
 from .closed_form import _check_variant, closed_form_hooks
 from .heads import ALL
 from .observe import check_tokens
@@ -200,7 +200,7 @@ def attention_before_after(
             got[key] = t[seq].detach().float().cpu()
         return fn
 
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     toks = tokens.to(device)
     with torch.inference_mode():
         model.run_with_hooks(toks, return_type=None, fwd_hooks=[(name, cap("before"))])

@@ -38,7 +38,7 @@ from ..evals.perplexity import token_windows, tokenize_text
 from ..results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import UnknownSiteError, get_site
-from ..models import Model
+from ..models import Model, input_device
 from .paper import S_PAR_GRID, S_PERP_GRID  # the paper's full grids (Figure 3)
 
 __all__ = [
@@ -181,7 +181,7 @@ def _nll_sum(logits: Float[Tensor, "b t v"], batch: _Batch) -> tuple[float, int]
 
 
 def _device(model):
-    return getattr(model.cfg, "device", None) or "cpu"
+    return input_device(model)
 
 
 def _clean_pass(model, batches: list[_Batch], start: int, need_loss: bool) -> tuple[float, int] | None:

@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover - exercised only without lm-eval
     ) from e
 
 from ..hooks.edits import SKIP_FIRST, Edit
+from ..models import input_device
 from .perplexity import perplexity
 from .zeroshot import _prefix_token, encode_pair, score_requests
 
@@ -210,7 +211,7 @@ class TLGeoLM(LM):
         if not ids:
             raise ValueError("generate_until: empty context and no BOS")
         new: list[int] = []
-        device = getattr(self.model.cfg, "device", None) or "cpu"
+        device = input_device(self.model)
         with torch.inference_mode():
             for _ in range(max_new_tokens):
                 inp = torch.tensor([(ids + new)[-self.max_length:]], device=device)

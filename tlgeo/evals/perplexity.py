@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
+from ..models import input_device
+
 __all__ = ["PerplexityResult", "token_windows", "tokenize_text", "corpus_batches", "perplexity"]
 
 Hook = tuple[str | Callable, Callable]
@@ -185,7 +187,7 @@ def perplexity(
     starts = torch.tensor([0] + [w[0].numel() - w[1] for w in windows]).cumsum(0)
     losses = torch.empty(int(starts[-1]), dtype=torch.float32)
     hooks = list(fwd_hooks)
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     batches = list(_batches(windows, batch_size))
     if progress:
         from tqdm.auto import tqdm

@@ -49,6 +49,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from ..hooks.resume import last_block_output, readout, readout_ok
+from ..models import input_device
 from ..results import ResultLog
 
 __all__ = [
@@ -313,7 +314,7 @@ def score_requests(
 
         batches = tqdm(batches, desc="scoring", unit="batch", leave=False)  # nested under a task bar
     pad = getattr(model.tokenizer, "pad_token_id", None) or 0
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     hooks = list(fwd_hooks)
     fast = None  # only the continuations' positions through the unembedding, where that gives the logits
     with torch.inference_mode():

@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ...models import input_device
 from ...results import ResultLog
 from .prompts import _Tok, prompt_ids
 from .scoring import METRICS
@@ -76,7 +77,7 @@ def greedy_generate(
     kw = dict(stop_at_eos=False)
     if stop_ids:
         kw = dict(stop_at_eos=True, eos_token_id=list(stop_ids))
-    device = getattr(model.cfg, "device", None) or "cpu"
+    device = input_device(model)
     hooks = list(fwd_hooks)
     if _UNEMBED_IN in model.hook_dict:
         hooks.append((_UNEMBED_IN, _last_position))
