@@ -5,11 +5,13 @@
 
 ``--calibrate`` measures on SmolLM2-135M (float32, 2 threads): the resident memory of a process that
 has imported tlgeo's stack, the FLOP/s of a bare 4 x 256-token forward, and the time of a profile
-and of an edited perplexity pass over a bare forward of the same tokens. The default mode runs each
-command of :data:`RUNS` in a fresh process and prints measured / predicted wall time (the
-prediction includes the start: imports and loading) and peak resident memory (the targets: time
-within 2x, memory within 25 %); a command of :data:`SETUP` (compress-diag's compressed models) runs
-first, unmeasured. The calibration settings and the checked runs differ.
+and of an edited perplexity pass over a bare forward of the same tokens. The default mode times a
+bare forward here first, then runs each command of :data:`RUNS` in a fresh process and prints
+measured / predicted wall time (the prediction includes the start: imports and loading), that ratio
+divided by this machine's speed against the calibration machine's (``ratio/m``), and peak resident
+memory (the targets: time within 2x, memory within 25 %); a command of :data:`SETUP`
+(compress-diag's compressed models) runs first, unmeasured. The calibration settings and the
+checked runs differ.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ RUNS = [
     ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
     ("smollm2-135m", "compress-diag", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
 ]
+# the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
+# --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
+PAIR_RUNS = [(c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("run", "pdsf", "dirmag")]  # SmolLM2's flags
 # made before a run when missing, not measured: the compressed models compress-diag reads (in $TLGEO_CACHE)
 SETUP = {"compress-diag": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
 
@@ -173,21 +178,43 @@ def _setup(model: str, cmd: str) -> None:
         sys.exit(f"setting up {cmd} ({' '.join(SETUP[cmd])}) failed: {done.stderr[-2000:]}")
 
 
-def check() -> None:
-    from tlgeo.cliargs import config_from_args
-    from tlgeo.cli import build_parser
-    from tlgeo.planner import estimate, model_shape, start_seconds
-    from tlgeo.report.registry import load_analyses
+BARE = r"""
+import statistics, time, torch
+from tlgeo.models import load_model
+torch.set_num_threads(2)
+m, toks = load_model("smollm2-135m"), torch.randint(0, 49152, (4, 256))
+with torch.no_grad():
+    m(toks)
+    out = []
+    for _ in range(3):
+        t = time.perf_counter(); m(toks); out.append(time.perf_counter() - t)
+print(statistics.median(out))
+"""
 
-    analyses = {a.command_name: a for a in load_analyses().values()}
-    parser = build_parser()
-    print(f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} | "
-          f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
+
+def machine_factor() -> float:
+    """This machine's bare 4 x 256-token SmolLM2 forward (2 threads, a fresh process) over the
+    planner's (its FLOPs at ``CPU_FLOPS``): machines of this kind differ ~2x and more, and the
+    planner's CPU times are the calibration machine's."""
+    from tlgeo.planner import CPU_FLOPS, model_shape
+
+    done = subprocess.run([sys.executable, "-c", BARE], capture_output=True, text=True, cwd=REPO, check=True)
+    bare = float(done.stdout.strip().splitlines()[-1])
+    planned = model_shape("smollm2-135m").forward_flops(4 * 256, 256) / CPU_FLOPS
+    print(f"bare 4 x 256 SmolLM2 forward: {bare:.2f} s here, {planned:.2f} s planned: this machine "
+          f"{bare / planned:.2f}x the calibration machine (the 'ratio/m' column divides by it)")
+    return bare / planned
+
+
+def check(runs: list[tuple[str, str, list[str]]]) -> None:
     from tlgeo.models import UnknownModelError
+    from tlgeo.planner import model_shape
+    from tlgeo.report.plan import plan_table
 
-    for model, cmd, flags in RUNS:
-        a = analyses[cmd]
-        args = parser.parse_args([cmd, "--model", model, *flags])
+    factor = machine_factor()
+    print(f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} {'ratio/m':>7} | "
+          f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
+    for model, cmd, flags in runs:
         try:
             shape = model_shape(model)
         except UnknownModelError as e:
@@ -195,9 +222,8 @@ def check() -> None:
             continue
         if cmd in SETUP:
             _setup(model, cmd)
-        est = estimate(shape, a.plan(shape, config_from_args(a.config, args)), "cpu")
-        total = est[est["step"] == "total"].iloc[0]
-        pred_s = total["seconds"] + start_seconds(shape)
+        total = plan_table(shape, cmd, flags).set_index("step").loc["total"]  # the start included, as `tlgeo plan`
+        pred_s = total["seconds"]
         out = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
         done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", "2",
                                "--out", str(out)], capture_output=True, text=True, cwd=REPO)
@@ -205,7 +231,8 @@ def check() -> None:
         if done.returncode:
             sys.exit(f"{cmd} failed: {done.stderr[-2000:]}")
         got = json.loads(done.stderr.strip().splitlines()[-1])
-        print(f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {got['seconds'] / pred_s:6.2f} | "
+        ratio = got["seconds"] / pred_s
+        print(f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {ratio:6.2f} {ratio / factor:7.2f} | "
               f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
               flush=True)
 
@@ -213,5 +240,11 @@ def check() -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calibrate", action="store_true")
+    p.add_argument("--pair", metavar="DIR", help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) "
+                   "instead of the other models")
     a = p.parse_args()
-    calibrate() if a.calibrate else check()
+    if a.calibrate:
+        calibrate()
+    else:
+        check(RUNS if a.pair is None else
+              [(str(Path(a.pair) / arch / "model"), cmd, flags) for arch in ("gpt", "llama") for cmd, flags in PAIR_RUNS])

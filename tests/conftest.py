@@ -106,14 +106,12 @@ def torchrun_launch(tmp_path_factory):
     the atlas-ranks tests: ``(out, {"returncode", "stdout", "stderr"})``. Under pytest-xdist the
     workers share it: the first to get here launches it in a folder of this test run, the others
     wait on its lock and read it."""
-    from filelock import FileLock
+    from .shared import shared_folder
 
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    root = tmp_path_factory.getbasetemp().parent / f"torchrun-{run_id}" if run_id else tmp_path_factory.mktemp("torchrun")
-    root.mkdir(parents=True, exist_ok=True)
+    root, lock = shared_folder(tmp_path_factory, "torchrun")
     out, done = root / "out", root / "done.json"
     repo = Path(__file__).resolve().parents[1]
-    with FileLock(str(root / "lock")):
+    with lock:
         if not done.exists():
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
             r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

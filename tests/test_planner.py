@@ -282,3 +282,15 @@ def test_host_work_and_partial_forwards_in_estimate():
     assert resumed.tflops == pytest.approx((full.tflops - readout) / 2 + readout)
     assert stopped.tflops == pytest.approx(full.tflops - 0.99 * readout)
     assert fits.seconds == fits.cpu_seconds == 7.0 and fits.tflops == 0 and fits.activations_gib == 0
+
+
+def test_defaults_above_the_model_context_are_planned_cut_as_the_command_cuts_them():
+    from tlgeo.report.plan import plan_table
+
+    short = dataclasses.replace(CALIBRATION_MODEL, n_ctx=128)  # the trained LayerNorm / RMSNorm pair's context
+    rows = plan_table(short, "run").set_index("step")
+    assert rows.loc["profile", "window"] == rows.loc["baseline", "window"] == 128  # the defaults: 256 and 512
+    assert [n.split(":")[0] for n in rows.attrs["notes"]] == ["--context", "--profile-seq-len"]
+    whole = plan_table(CALIBRATION_MODEL, "run").set_index("step")
+    assert whole.loc["baseline", "window"] == 512 and whole.attrs["notes"] == []
+    assert rows.loc["total", "peak_gib"] < whole.loc["total", "peak_gib"]  # 4 windows of 128 tokens, not 512

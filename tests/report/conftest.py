@@ -3,12 +3,12 @@
 import contextlib
 import io
 import json
-import os
 
 import pytest
-from filelock import FileLock
 
 from tlgeo.report.atlas import AtlasConfig, run_atlas
+
+from ..shared import shared_folder
 
 
 def tiny_cfg(out):
@@ -31,11 +31,9 @@ def atlas_run(tmp_path_factory, llama):
 
     Under pytest-xdist the workers share one run: the first to get here makes it in a folder of
     this test run (``PYTEST_XDIST_TESTRUNUID``), the others wait on its lock and read it."""
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    root = tmp_path_factory.getbasetemp().parent / f"atlas-{run_id}" if run_id else tmp_path_factory.mktemp("atlas")
-    root.mkdir(parents=True, exist_ok=True)
+    root, lock = shared_folder(tmp_path_factory, "atlas")
     out, printed = root / "tiny", root / "printed.json"
-    with FileLock(str(root / "lock")):
+    with lock:
         if not printed.exists():
             stdout, stderr = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):

@@ -180,17 +180,13 @@ def _nll_sum(logits: Float[Tensor, "b t v"], batch: _Batch) -> tuple[float, int]
     return total, count
 
 
-def _device(model):
-    return input_device(model)
-
-
 def _clean_pass(model, batches: list[_Batch], start: int, need_loss: bool) -> tuple[float, int] | None:
     """Unedited forward: keeps ``blocks.{start}.hook_resid_pre`` per batch (when ``start > 0``)
     and returns the summed NLL (when ``need_loss``; else stops at block ``start``)."""
     name = f"blocks.{start}.hook_resid_pre"
     total, count = 0.0, 0
     for b in batches:
-        inp = b.tokens.to(_device(model))
+        inp = b.tokens.to(input_device(model))
         if start == 0:
             logits = model(inp)
         elif need_loss:
@@ -212,7 +208,7 @@ def _edited_pass(model, batches: list[_Batch], start: int, hooks: HookList) -> t
     if start == 0:
         with model.hooks(fwd_hooks=hooks):
             for b in batches:
-                logits = model(b.tokens.to(_device(model)))
+                logits = model(b.tokens.to(input_device(model)))
                 t, c = _nll_sum(logits, b)
                 total, count = total + t, count + c
                 del logits

@@ -23,8 +23,7 @@ from ..families import family_of
 from .adapter import HookList
 
 __all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "readout_ok", "last_block_output",
-           "resumed_last_block_output",
-           "final_norm", "unembedding"]
+           "resumed_last_block_output", "final_norm", "unembedding"]
 
 
 class StopForward(Exception):

@@ -150,11 +150,11 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
 
 
 # what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
-# 2026-12-02, 270 in all; pdsf from the run after its states forwards were cut, 240 in all): under
-# torchrun the steps are dealt out over the ranks by these
-STEP_COST = {"profile": 1, "sweeps": 25, "compare": 39, "heads": 35, "mlp": 7, "closed_form": 1, "audit": 4,
-             "dirmag_damage": 22, "dirmag_blimp": 8, "dirmag_probes": 12, "tokenwise": 33, "pdsf": 26,
-             "patching": 21, "geometries": 13}
+# 2026-12-02, 253 in all, a bare forward 2.20 s): under torchrun the steps are dealt out over the ranks
+# by these
+STEP_COST = {"profile": 1, "sweeps": 26, "compare": 46, "heads": 34, "mlp": 7, "closed_form": 1, "audit": 3,
+             "dirmag_damage": 20, "dirmag_blimp": 7, "dirmag_probes": 13, "tokenwise": 34, "pdsf": 32,
+             "patching": 14, "geometries": 12}
 
 
 def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path) -> dict[str, dict]:

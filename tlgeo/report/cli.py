@@ -16,7 +16,7 @@ DESCRIPTION = ("Every registered analysis step on one model: report.html + one C
                "are reused and unfinished ones resume from their logs, so rerun the same command after an "
                "interruption; use a new --out for new budgets. Costs in brackets are rough, for SmolLM2-135M on a "
                "2-core CPU: seconds where a bare 4x256-token forward took ~1.4 s, or bare forwards. The defaults "
-               "took 240 bare forwards on 2026-12-02 (33 min, a bare forward 8.3 s on that machine); "
+               "took 253 bare forwards on 2026-12-02 (9 min 16 s, a bare forward 2.20 s on that machine); "
                "under torchrun the steps are dealt out over the ranks.")
 
 

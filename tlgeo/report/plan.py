@@ -75,13 +75,16 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
         raise ValueError(f"not flags of tlgeo {command}: {' '.join(extra)}")
     cfg = config_from_args(a.config, parsed)
     shape = model if isinstance(model, ModelShape) else model_shape(model)
+    cfg, cut = cfg.fit_to(shape.n_ctx) if hasattr(cfg, "fit_to") else (cfg, [])  # as the command does
     dtype = dtype or ("bfloat16" if DEVICES[device].gpu else "float32")
     df = estimate(shape, a.plan(shape, cfg), device, dtype)
     start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, dtype),
                            "note": "imports and booting the model from a local folder"}])
     body, total = df[df["step"] != "total"], df[df["step"] == "total"].copy()
     total["seconds"] += start["seconds"].iloc[0]
-    return pd.concat([start, body, total], ignore_index=True).assign(model=shape.name, device=device, dtype=dtype)
+    out = pd.concat([start, body, total], ignore_index=True).assign(model=shape.name, device=device, dtype=dtype)
+    out.attrs["notes"] = cut  # defaults the model's context cut, as the command cuts them
+    return out
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -95,6 +98,8 @@ def run_command(args: argparse.Namespace) -> int:
     show = df.rename(columns={"cpu_seconds": "cpu_s"})
     show = show[[c for c in COLUMNS if c in show.columns]]
     print(show.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.3g}"))
+    for note in df.attrs.get("notes", []):
+        print(f"note: {note}")
     if not bool(df["fits"].dropna().all()):
         print(f"does not fit in {DEVICES[args.device].memory_gib:g} GiB: shard it (--device-map auto) or use "
               "smaller windows / batches")
