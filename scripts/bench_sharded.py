@@ -3,7 +3,7 @@ registered analysis on ``tiny:llama`` at its tiny config (blocks 1-2 offloaded t
 ``tests/distributed/test_sharded.py``), and ``tlgeo ppl`` on SmolLM2-135M with its second half of
 blocks offloaded to disk.
 
-    .venv/bin/python scripts/bench_sharded.py [--rounds 2] [--skip-smollm2]
+    .venv/bin/python scripts/bench_sharded.py [--rounds 2] [--skip-smollm2] [--analyses ppl,pdsf]
 
 Prints, per analysis and placement, the median seconds whole and sharded (the two alternate in
 each round) and their ratio. There is no target: the tables are the same (the test checks them),
@@ -52,20 +52,22 @@ def compare(label: str, whole, sharded, runs: dict, rounds: int) -> None:
             for f in (pair if r % 2 == 0 else pair[::-1]):
                 f()
         mw, ms = statistics.median(w), statistics.median(s)
-        print(f"{label:>28} {name:>14} | whole {mw:7.2f} s  sharded {ms:7.2f} s  {ms / mw:5.2f}x", flush=True)
+        print(f"{label:>28} {name:>14} | whole {mw:7.3f} s  sharded {ms:7.3f} s  {ms / mw:5.2f}x", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--skip-smollm2", action="store_true")
+    p.add_argument("--analyses", type=lambda v: v.split(","), default=None, help="comma-separated (default: all)")
     a = p.parse_args(argv)
     torch.set_num_threads(2)
     analyses = load_analyses()
+    chosen = {n: x for n, x in analyses.items() if a.analyses is None or n in a.analyses}
     with tempfile.TemporaryDirectory() as off:
         whole = load_model("tiny:llama")
         sharded = load_model("tiny:llama", device_map=device_map(3, 1), offload_folder=off)
-        runs = {name: (lambda m, x=x: x.run(m, x.config(**x.tiny))) for name, x in analyses.items()}
+        runs = {name: (lambda m, x=x: x.run(m, x.config(**x.tiny))) for name, x in chosen.items()}
         compare("tiny:llama, blocks 1-2 on disk", whole, sharded, runs, a.rounds)
     if a.skip_smollm2:
         return

@@ -78,3 +78,17 @@ def test_token_ids_go_to_the_input_device_not_cfg_device():
     found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == [], found
+
+
+def test_the_overhead_benchmark_script_runs(capsys):
+    """scripts/bench_sharded.py at tiny scale: a line per analysis with both times and their ratio."""
+    import re
+
+    from ..scripts import load_script
+
+    load_script("bench_sharded").main(["--rounds", "1", "--skip-smollm2", "--analyses", "ppl,profile"])
+    found = re.findall(r"(\w+) \| whole +([\d.]+) s +sharded +([\d.]+) s +([\d.]+)x", capsys.readouterr().out)
+    assert sorted(name for name, *_ in found) == ["ppl", "profile"], found
+    for _, whole, sharded, ratio in found:  # seconds to 3 decimals, the ratio to 2
+        assert float(whole) > 0 and float(sharded) > 0
+        assert float(ratio) == pytest.approx(float(sharded) / float(whole), rel=0.1, abs=0.01)
