@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error_line(line: str) -> None:
+    """``line`` on stderr in one write: under torchrun every rank says it on the one stderr, where
+    print's two writes (the text, then the newline) of two ranks interleave."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -113,28 +120,27 @@ def main(argv: list[str] | None = None) -> int:
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
             return args._run(args)
     except KeyboardInterrupt:
-        print(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}", file=sys.stderr)
+        _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
         return 130
     except (ValueError, KeyError, IndexError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"tlgeo {args.cmd}: error: {msg}", file=sys.stderr)
+        _error_line(f"tlgeo {args.cmd}: error: {msg}")
         return 2
     except RankFailed as e:  # torchrun: a rank's step failed; every rank's finished work is saved
-        print(f"tlgeo {args.cmd}: error: a rank failed: {e}. {args.record.saved()} {args.record.rerun}",
-              file=sys.stderr)
+        _error_line(f"tlgeo {args.cmd}: error: a rank failed: {e}. {args.record.saved()} {args.record.rerun}")
         return 1
     except RuntimeError as e:  # a kernel the device lacks for the weights' dtype (e.g. float16 on a CPU)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if _lost_ranks(e):
-            print(f"tlgeo {args.cmd}: error: lost contact with the other ranks (one of them died?): {first}. "
-                  f"{args.record.saved()} {args.record.rerun}", file=sys.stderr)
+            _error_line(f"tlgeo {args.cmd}: error: lost contact with the other ranks (one of them died?): {first}. "
+                        f"{args.record.saved()} {args.record.rerun}")
             return 1
         if "not implemented for" not in first or not any(t in first for t in ("'Half'", "'BFloat16'")):
             raise
-        print(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
-              f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}",
-              file=sys.stderr)
+        _error_line(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
+                    f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}")
         return 2
+
 
 def _lost_ranks(e: RuntimeError) -> bool:
     """A collective that failed because another rank of a torchrun job is gone (gloo or NCCL)."""

@@ -55,8 +55,9 @@ def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fa
         _break(fail)
         try:
             _run(model, fail_out, fail_steps)
-        except RankFailed as e:
-            print(f"RankFailed: {e}", file=sys.stderr)
+        except RankFailed as e:  # one write of the whole line, as tlgeo.cli writes its errors: the ranks
+            sys.stderr.write(f"RankFailed: {e}\n")  # share stderr, where print's two writes interleave
+            sys.stderr.flush()
             return 3
     return 0
 
