@@ -36,6 +36,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 import torch
+from accelerate.utils import send_to_device
 from torch import Tensor, nn
 
 from .decompose import error_energies, prompt_ratios
@@ -202,18 +203,7 @@ class _Replay(nn.Module):
 
     def forward(self, *args, **kwargs):
         h = args[0] if args else kwargs.get("hidden_states")
-        return self.out if h is None else _on(self.out, h.device)
-
-
-def _on(x, device):
-    """``x`` (a tensor, or a tuple / dict of them) on ``device``."""
-    if isinstance(x, Tensor):
-        return x.to(device)
-    if isinstance(x, tuple):
-        return tuple(_on(v, device) for v in x)
-    if isinstance(x, dict):
-        return {k: _on(v, device) for k, v in x.items()}
-    return x
+        return self.out if h is None else send_to_device(self.out, h.device)
 
 
 def _run_hf(hf: nn.Module, tokens: Tensor):
@@ -257,7 +247,7 @@ def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, firs
         layer = layers_c[i]
         dev = next((p.device for p in layer.parameters() if p.device.type != "meta"), None)  # offloaded: accelerate moves
         pre, kwargs = (base_capture.pre[i], base_capture.kwargs[i]) if dev is None else \
-            _on((base_capture.pre[i], base_capture.kwargs[i]), dev)
+            send_to_device((base_capture.pre[i], base_capture.kwargs[i]), dev)
         attn_name, attn_branch, mlp_branch = _branch_modules(layer)
         got: dict[str, Tensor] = {}
         h1 = attn_branch.register_forward_hook(lambda m, a, o: got.__setitem__("attn", o[0] if isinstance(o, tuple) else o))
