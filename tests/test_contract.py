@@ -20,8 +20,10 @@ ANALYSES = load_analyses()
 
 
 def _comparable(df: pd.DataFrame, table) -> pd.DataFrame:
-    """Rows sorted by key, volatile columns dropped, lists and tuples as JSON text (as in a CSV)."""
-    df = df.drop(columns=[c for c in table.volatile if c in df.columns]).copy()
+    """Rows sorted by key, volatile columns and the placement (whole or sharded: what the runs compared
+    differ in) dropped, lists and tuples as JSON text (as in a CSV). The rest of the identity stays: a
+    sharded model's weights fingerprint is the whole one's."""
+    df = df.drop(columns=[c for c in (*table.volatile, "placement") if c in df.columns]).copy()
     for c in df.columns:
         if df[c].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
             df[c] = df[c].map(lambda v: json.dumps(list(v)) if isinstance(v, (list, tuple, np.ndarray)) else v)
@@ -96,3 +98,52 @@ def test_every_analysis_has_a_command_with_defaults_in_help(capsys):
             main([a.command_name, "--help"])
         text = capsys.readouterr().out
         assert "(default:" in text and "--model" in text
+
+
+@pytest.fixture(scope="module")
+def second_models():
+    """What a rerun into the first run's folder may differ by: another model (same name, other
+    weights) or the same weights in bfloat16."""
+    import torch
+
+    from tlgeo.models import tiny_model
+
+    return {"model": tiny_model("llama", seed=1), "dtype": tiny_model("llama", dtype=torch.bfloat16)}
+
+
+@pytest.mark.parametrize("other", ["model", "dtype"])
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name, other, runs, second_models,
+                                                                          tmp_path):
+    import shutil
+
+    import torch
+
+    from tlgeo.models import run_identity
+    from tlgeo.results import IDENTITY, resumed_lines
+
+    a, model = ANALYSES[name], second_models[other]
+    cfg, first, folder = runs(name)
+    shared = tmp_path / "shared"
+    shutil.copytree(folder, shared)  # the first model's logs, CSVs and pools
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        unit = a.units(model, cfg)[:1]  # one work unit: the same code paths, half the time or less
+        resumed_lines()
+        again = a.run(model, cfg, out=shared, units=unit)
+        assert resumed_lines() == [], "rows of the first model were taken back"
+        fresh = a.run(model, cfg, out=tmp_path / "fresh", units=unit)
+    finally:
+        torch.set_num_threads(threads)
+    ident = run_identity(model).row()
+    earlier = next(df for df in first.tables().values() if len(df))
+    assert {k: str(earlier[k].iloc[0]) for k in IDENTITY} != {k: str(v) for k, v in ident.items()}
+    for table, df in again.tables().items():
+        assert all((df[k].astype(str) == str(v)).all() for k, v in ident.items()), f"{table}: not this identity"
+    _assert_same(again, fresh)
+    # both row sets stay in the folder, each read back by its own identity
+    again.save(shared)
+    for table, df in a.result.load(shared).tables().items():
+        kinds = df[list(IDENTITY)].drop_duplicates()
+        assert len(kinds) == (len(first.tables().get(table, ())) > 0) + (len(again.tables().get(table, ())) > 0), table

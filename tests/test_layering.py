@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
-    frozenset({"data", "results", "cliargs", "plotting", "families"}),  # 1 text, logs and CSV merges, shared CLI
+    frozenset({"data", "results", "cliargs", "plotting", "families", "version"}),  # 1 text, logs and CSV merges, CLI
                                                            #   arguments, figure style, model families
     frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
     frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;

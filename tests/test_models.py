@@ -74,7 +74,7 @@ def test_smollm2_paris_and_hf_agreement(smollm2, monkeypatch):
     with torch.no_grad():
         torch.testing.assert_close(logits, hf(toks).logits, atol=1e-4, rtol=1e-4)
     # the second load reads the cache: converting again would fail here
-    monkeypatch.setattr(models, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
+    monkeypatch.setattr(models.embedded, "_convert_gguf", lambda *a: pytest.fail("converted twice"))
     again = load_model("smollm2-135m")
     assert again.cfg.n_layers == 30 and again.cfg.n_key_value_heads == 3
 
@@ -102,7 +102,7 @@ def test_hub_names_fail_at_once_offline_unless_cached(monkeypatch):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    assert "owner/name" in models._why_not_from_hub("gpt2 large")  # no known shape: never sent to the hub
-    assert "HF_HUB_OFFLINE is set" in models._why_not_from_hub("someone/some-model")
+    assert "owner/name" in models.loading._why_not_from_hub("gpt2 large")  # no known shape: never sent to the hub
+    assert "HF_HUB_OFFLINE is set" in models.loading._why_not_from_hub("someone/some-model")
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: "/cache/config.json")
-    assert models._why_not_from_hub("someone/some-model") is None  # in the local hub cache: it may load
+    assert models.loading._why_not_from_hub("someone/some-model") is None  # in the local hub cache: it may load

@@ -38,3 +38,51 @@ def test_a_large_log_is_looked_up_by_key_not_scanned(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="already stored"):
         again.extend([{"unit": "u9", "layer": 40}, {"unit": "u9", "layer": 40}])
     assert len(again.rows) == 9000  # a refused batch stores nothing
+
+
+def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
+    from tlgeo.results import identity_scope, resumed_lines
+
+    p = tmp_path / "r.jsonl"
+    a = {"model": "m", "weights": "fp-a", "dtype": "float32"}
+    b = {**a, "dtype": "bfloat16"}
+    ResultLog(p, ["site"], identity=a).add({"site": "attn", "ppl": 1.0})
+    log_b = ResultLog(p, ["site"], identity=b)
+    assert not log_b.done(site="attn") and log_b.rows == [] and log_b.frame().empty
+    log_b.add({"site": "attn", "ppl": 2.0})  # the same key of another identity is not a duplicate
+    resumed_lines()
+    with identity_scope(a):  # the run's identity is the default
+        again = ResultLog(p, ["site"])
+    assert again.get(site="attn")["ppl"] == 1.0 and again.get(site="attn")["ppl"] == 1.0
+    assert again.resumed == 1 and resumed_lines() == [f"resumed 1 row from {p}"] and resumed_lines() == []
+    rows = [json.loads(l) for l in p.read_text().splitlines()]
+    assert [(r["dtype"], r["ppl"]) for r in rows] == [("float32", 1.0), ("bfloat16", 2.0)]  # both kept, stamped
+
+
+def test_stamp_puts_the_identity_first_and_of_identity_reads_it_back():
+    import pandas as pd
+
+    from tlgeo.results import of_identity, stamp
+
+    ident = {"model": "m", "weights": "fp-0123456789ab"}
+    df = stamp(pd.DataFrame({"x": [1, 2], "model": ["old", "old"]}), ident)
+    assert list(df.columns) == ["model", "weights", "x"] and (df["model"] == "m").all()
+    both = pd.concat([df, stamp(pd.DataFrame({"x": [3]}), {**ident, "weights": "fp-other"})])
+    assert list(of_identity(both, ident)["x"]) == [1, 2]
+    assert of_identity(pd.DataFrame({"x": [1]}), ident).empty  # a table from before identities: not this run's
+
+
+def test_every_log_in_the_package_says_whose_rows_it_holds():
+    """Each ``ResultLog(...)`` in tlgeo names its ``identity`` (the model's, or ``{}`` where rows of
+    several models are read on purpose): none falls back on an ambient identity by accident."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "tlgeo"
+    missing = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "ResultLog":
+                if not any(k.arg == "identity" for k in node.keywords):
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not missing, f"ResultLog without identity= at {missing}"

@@ -37,4 +37,4 @@ __all__ = [
     "SITES", "DECOMPOSITION_SITES", "get_site",
     "expand_kv", "self_message", "split_self", "scale_diagonal", "remove_diagonal",
 ]
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402

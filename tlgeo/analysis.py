@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .results import merge_csv
+from .results import IDENTITY, current_identity, merge_csv, stamp
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
            "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family", "register_step",
@@ -181,12 +181,14 @@ class StepContext:
     ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
     resumable JSON-lines log in the output directory; ``cached(name, compute)``
     loads ``name.csv`` if an earlier run finished it, else computes and saves it;
-    ``cached_tables(names, compute)`` does the same for several tables computed together.
+    ``cached_tables(names, compute)`` does the same for several tables computed together. Tables
+    computed are stamped with ``identity`` (the model's :data:`tlgeo.results.IDENTITY` columns).
     """
 
-    def __init__(self, cfg, model, text: str, report, budget, out: Path):
+    def __init__(self, cfg, model, text: str, report, budget, out: Path, identity: Mapping[str, Any] | None = None):
         self.cfg, self.model, self.text, self.report, self.budget = cfg, model, text, report, budget
         self.out = Path(out)
+        self.identity = dict(identity or {})  # the model's identity columns, stamped on every table saved
 
     def csv(self, name: str) -> Path:
         return self.out / f"{name}.csv"
@@ -203,7 +205,7 @@ class StepContext:
         paths = [self.csv(n) for n in names]
         if all(p.exists() for p in paths):
             return tuple(pd.read_csv(p) for p in paths)
-        dfs = tuple(compute())
+        dfs = tuple(stamp(df, self.identity) for df in compute())
         if len(dfs) != len(names):
             raise ValueError(f"compute returned {len(dfs)} tables for {len(names)} names {list(names)}")
         for df, path in zip(dfs, paths):
@@ -272,7 +274,8 @@ class Config:
 class Table:
     """One table of a result: its CSV file name (``.csv`` or ``.csv.gz``), the columns that
     identify a row (settings and unit), and ``volatile`` columns (timings) that differ between
-    two runs of the same work."""
+    two runs of the same work. Every row also carries the model's identity
+    (:data:`tlgeo.results.IDENTITY`), which leads its :attr:`row_key`."""
 
     name: str
     key: tuple[str, ...]
@@ -282,6 +285,11 @@ class Table:
     @property
     def filename(self) -> str:
         return self.file or f"{self.name}.csv"
+
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        """The identity columns, then :attr:`key`: what tells two rows apart in a saved table."""
+        return tuple(dict.fromkeys((*IDENTITY, *self.key)))
 
 
 class Result:
@@ -306,16 +314,26 @@ class Result:
         """The tables that were computed, by name."""
         return {t.name: df for t in self.TABLES if (df := getattr(self, t.name, None)) is not None}
 
+    def stamp(self, identity: Mapping[str, Any] | None) -> "Result":
+        """Every table with the ``identity`` columns first (in place; returns ``self``)."""
+        for t in self.TABLES:
+            df = getattr(self, t.name, None)
+            if df is not None:
+                setattr(self, t.name, stamp(df, identity))
+        return self
+
     def save(self, out: str | Path) -> list[Path]:
-        """Merge each table into ``out/<file>`` by its key (rows of other settings are kept);
-        returns the files written."""
+        """Merge each table into ``out/<file>`` by its row key (rows of other settings or of another
+        model's identity are kept); inside a run, tables are stamped with its identity first.
+        Returns the files written."""
         out = Path(out)
+        self.stamp(current_identity())
         written = []
         for t in self.TABLES:
             df = getattr(self, t.name, None)
             if df is None:
                 continue
-            merge_csv(out / t.filename, df, [k for k in t.key if k in df.columns])
+            merge_csv(out / t.filename, df, [k for k in t.row_key if k in df.columns])
             written.append(out / t.filename)
         return written
 
@@ -339,7 +357,7 @@ class Result:
                 tables[t.name] = None
                 continue
             df = pd.concat(dfs, ignore_index=True)
-            key = [k for k in t.key if k in df.columns]
+            key = [k for k in t.row_key if k in df.columns]
             if key:
                 df = df[~df[key].astype(str).duplicated(keep="last")].reset_index(drop=True)
             tables[t.name] = df

@@ -16,6 +16,7 @@ import sys
 
 from .cliargs import Formatter, RunRecord
 from .distributed import RankFailed
+from .results import resumed_lines
 
 __all__ = ["main", "build_parser"]
 
@@ -118,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-            return args._run(args)
+            rc = args._run(args)
+            for line in resumed_lines():  # what this run took back from its logs instead of computing
+                print(line)
+            return rc
     except KeyboardInterrupt:
         _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
         return 130

@@ -1,30 +1,99 @@
-"""Append-only result logs that survive interruption.
+"""Append-only result logs that survive interruption, and the identity every row carries.
 
 Each finished unit of work is one JSON line, flushed and fsynced as soon as it
 is done; a rerun reads the file back and skips the keys already there, so an
 interrupted run resumes with nothing lost and nothing computed twice.
+
+A number belongs to the model that produced it: every row and every key holds the
+:data:`IDENTITY` columns (the model's name, a fingerprint of its weights, their dtype, the
+device class, the placement, tlgeo's version; :func:`tlgeo.models.run_identity` makes
+them). A log or a CSV shared by runs of two models (or of one model in two dtypes) keeps
+their rows apart, and a run reads back only its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-__all__ = ["ResultLog", "merge_csv"]
+__all__ = ["IDENTITY", "ResultLog", "merge_csv", "stamp", "current_identity", "identity_scope", "of_identity",
+           "resumed_lines"]
+
+IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
+
+_CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlgeo_identity", default=None)
+_RESUMED: dict[Path, int] = {}  # rows taken back from each log since resumed_lines() last said so
+
+
+def current_identity() -> dict | None:
+    """The identity columns of the run in progress (:func:`identity_scope`), or ``None``."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def identity_scope(identity: Mapping[str, Any]) -> Iterator[dict]:
+    """Inside: :func:`current_identity` is ``identity`` (every table saved is stamped with it)."""
+    token = _CURRENT.set(dict(identity))
+    try:
+        yield dict(identity)
+    finally:
+        _CURRENT.reset(token)
+
+
+def stamp(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.DataFrame:
+    """``df`` with the ``identity`` columns first (a copy; ``df`` itself if there is nothing to add)."""
+    if not identity or df is None:
+        return df
+    if all(k in df.columns and (df[k].astype(str) == str(v)).all() for k, v in identity.items()):
+        return df
+    rest = df.drop(columns=[k for k in identity if k in df.columns])
+    front = pd.DataFrame({k: [v] * len(df) for k, v in identity.items()}, index=df.index)
+    return pd.concat([front, rest], axis=1)
+
+
+def of_identity(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.DataFrame:
+    """The rows of ``df`` (e.g. read back from a CSV) made by ``identity``; a table without the
+    identity columns (written before they existed) has none."""
+    if not identity:
+        return df
+    if any(k not in df.columns for k in identity):
+        return df.iloc[:0]
+    keep = pd.Series(True, index=df.index)
+    for k, v in identity.items():
+        keep &= df[k].astype(str) == str(v)
+    return df[keep]
+
+
+def resumed_lines() -> list[str]:
+    """``resumed N rows from LOG`` for every log this process read finished rows back from (once each)."""
+    out = [f"resumed {n} row{'s' if n != 1 else ''} from {path}" for path, n in sorted(_RESUMED.items())]
+    _RESUMED.clear()
+    return out
 
 
 class ResultLog:
-    """Rows keyed by a tuple of columns, stored as JSON lines at ``path`` (looked up by key in O(1))."""
+    """Rows keyed by a tuple of columns, stored as JSON lines at ``path`` (looked up by key in O(1)).
 
-    def __init__(self, path: str | os.PathLike, key: Iterable[str]):
+    ``identity``: the :data:`IDENTITY` columns of the model whose rows these are (default: the
+    run's, :func:`current_identity`, if any). They join the key and every row stored; rows of
+    other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
+    :meth:`done` and :meth:`frame` see only this identity's. :attr:`resumed` counts the rows a
+    run took back instead of computing them (:func:`resumed_lines` says so)."""
+
+    def __init__(self, path: str | os.PathLike, key: Iterable[str], *, identity: Mapping[str, Any] | None = None):
         self.path = Path(path)
-        self.key = tuple(key)
-        self.rows: list[dict[str, Any]] = []
+        self.identity = dict(identity) if identity is not None else dict(current_identity() or {})
+        self.key = tuple(dict.fromkeys([*self.identity, *key]))
+        self._all: list[dict[str, Any]] = []
         self._index: dict[tuple, dict[str, Any]] = {}
+        self._taken: set[tuple] = set()
+        self.resumed = 0
         if self.path.exists():
             with self.path.open() as f:
                 for line in f:
@@ -32,30 +101,42 @@ class ResultLog:
                     if not line:
                         continue
                     try:
-                        self.rows.append(json.loads(line))
+                        self._all.append(json.loads(line))
                     except json.JSONDecodeError:  # a line cut by an interruption
                         break
             self._rewrite()  # drop a torn last line, if any
+        mine = json.loads(json.dumps(self.identity))
+        self.rows: list[dict[str, Any]] = [r for r in self._all if all(r.get(k) == v for k, v in mine.items())]
         for r in self.rows:
             self._index.setdefault(self._key(r), r)  # the first row of a key, as before
 
     def _key(self, row: dict[str, Any]) -> tuple:
         return tuple(json.dumps(row.get(k), sort_keys=True) for k in self.key)
 
+    def _lookup(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        k = self._key({**key, **self.identity})
+        row = self._index.get(k)
+        if row is not None and k not in self._taken:
+            self._taken.add(k)
+            self.resumed += 1
+            _RESUMED[self.path] = _RESUMED.get(self.path, 0) + 1
+        return row
+
     def done(self, **key: Any) -> bool:
-        """Whether a row with these key values is already stored."""
-        return self._key(key) in self._index
+        """Whether a row of this identity with these key values is already stored."""
+        return self._lookup(key) is not None
 
     def get(self, **key: Any) -> dict[str, Any] | None:
-        return self._index.get(self._key(key))
+        """The stored row of this identity with these key values, or ``None``."""
+        return self._lookup(key)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Store ``row`` durably (it must hold every key column)."""
+        """Store ``row`` durably (it must hold every key column; the identity columns are added)."""
         self.extend([row])
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
         """Store ``rows`` durably, with one flush to disk (each must hold every key column, and none be stored)."""
-        rows = list(rows)
+        rows = [{**self.identity, **row, **self.identity} for row in rows]
         keys = []
         for row in rows:
             missing = [k for k in self.key if k not in row]
@@ -73,16 +154,19 @@ class ResultLog:
             f.flush()
             os.fsync(f.fileno())
         for k, row in zip(keys, rows):
+            self._all.append(row)
             self.rows.append(row)
             self._index[k] = row
+            self._taken.add(k)
 
     def _rewrite(self) -> None:
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         with tmp.open("w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.rows)
+            f.writelines(json.dumps(r) + "\n" for r in self._all)
         os.replace(tmp, self.path)
 
     def frame(self) -> pd.DataFrame:
+        """This identity's rows."""
         return pd.DataFrame(self.rows)
 
 

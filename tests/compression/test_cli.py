@@ -12,6 +12,7 @@ import torch
 
 from tlgeo.cli import main
 from tlgeo.models import save_tiny_model
+from tlgeo.results import IDENTITY
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +55,12 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     pd.testing.assert_frame_equal(pd.read_csv(out / "table12.csv"), t)
     assert main(["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "gone"]) == 2
     assert "compressed model directory missing" in capsys.readouterr().err
-    # the old files' columns, in their order
-    assert list(t.columns) == ["method", "mode", "site", "tokens", "ref", "r_e_perp", "rho_e_perp", "rho_e_par",
+    # the identity columns, then the old files' columns in their order
+    assert list(t.columns) == [*IDENTITY, "method", "mode", "site", "tokens", "ref", "r_e_perp", "rho_e_perp", "rho_e_par",
                                "share_perp", "share_par", "mean_e", "mean_e_perp", "mean_e_par", "n_layers"]
-    assert list(pd.read_csv(out / "timing.csv").columns) == ["method", "seconds", "modes", "n_prompts", "seq_len"]
+    assert list(pd.read_csv(out / "timing.csv").columns) == [*IDENTITY, "method", "seconds", "modes", "n_prompts", "seq_len"]
     prompts = pd.read_csv(out / "diag_prompts.csv.gz")
-    assert list(prompts.columns[:6]) == ["method", "mode", "site", "layer", "tokens", "prompt"]
+    assert list(prompts.columns[:12]) == [*IDENTITY, "method", "mode", "site", "layer", "tokens", "prompt"]
     assert {"n_prompts_cfg", "seq_len_cfg", "corpus_cfg", "base_cfg", "model_cfg"} <= set(prompts.columns)
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from tlgeo.cli import main
+from tlgeo.results import IDENTITY
 
 
 def test_run_writes_outputs_and_resumes(tmp_path, capsys):
@@ -18,9 +19,9 @@ def test_run_writes_outputs_and_resumes(tmp_path, capsys):
     # baseline + (s_par=0, s_perp=0) for 5 decomposition sites + diag s_par=0
     assert len(edits) == 12 and edits.iloc[0]["site"] == "none"
     assert edits["ppl"].gt(0).all() and (edits.loc[0, "delta_ppl"] == 0)
-    assert list(edits.columns) == ["site", "s_par", "s_perp", "layers", "skip_first", "heads", "context",
+    assert list(edits.columns) == [*IDENTITY, "site", "s_par", "s_perp", "layers", "skip_first", "heads", "context",
                                    "max_tokens", "text_sha1", "ppl", "nll", "n_tokens", "n_windows", "word_ppl",
-                                   "delta_ppl", "corpus"]  # the old CLI's columns
+                                   "delta_ppl", "corpus"]  # the identity, then the old CLI's columns
     prof = pd.read_csv(out / "profile_summary.csv")
     assert set(prof["site"]) == {"attn", "mlp", "block", "value_full", "value_excl_self"}
     assert {"corpus", "max_tokens", "seq_len"} <= set(prof.columns) and (prof["seq_len"] == 256).all()
@@ -185,3 +186,31 @@ def test_ctrl_c_prints_one_line(tmp_path, capsys, monkeypatch):
     assert err[0].startswith("tlgeo run: interrupted.") and f"{out}/edits.jsonl" in err[0]
     assert "profile_summary.csv" in err[0]  # saved by this run before the interruption
     assert err[0].endswith("Rerun the same command to resume.")
+
+
+def test_ppl_of_another_model_or_dtype_into_one_folder_gives_fresh_numbers(tmp_path, capsys):
+    """The trial's cases: model A then model B, float32 then bfloat16, into one --out."""
+    out = tmp_path / "shared"
+    ppl = ["ppl", "--site", "attn", "--s-perp", "0", "--tokens", "128", "--context", "64", "--out", str(out)]
+
+    def run(*extra):
+        assert main([*ppl, *extra]) == 0
+        return capsys.readouterr().out
+
+    def fresh(*extra):
+        assert main([*ppl[:-1], str(tmp_path / "-".join(extra)), *extra]) == 0
+        capsys.readouterr()
+        df = pd.read_csv(tmp_path / "-".join(extra) / "ppl.csv")
+        return df.drop(columns=["tlgeo_version"]).reset_index(drop=True)
+
+    first = run("--model", "tiny:llama")
+    assert "resumed" not in first
+    for extra in (["--model", "tiny:gpt2"], ["--model", "tiny:llama", "--dtype", "bfloat16"]):
+        printed = run(*extra)
+        assert "resumed" not in printed, printed  # nothing of the earlier runs taken back
+        shared = pd.read_csv(out / "ppl.csv")
+        mine = shared[(shared["model"] == extra[1]) & (shared["dtype"] == (extra[3] if len(extra) > 2 else "float32"))]
+        pd.testing.assert_frame_equal(mine.drop(columns=["tlgeo_version"]).reset_index(drop=True), fresh(*extra))
+    shared = pd.read_csv(out / "ppl.csv")
+    assert len(shared[["model", "dtype"]].drop_duplicates()) == 3 and len(shared) == 3 * 2  # base + edit each
+    assert f"resumed 2 rows from {out / 'ppl.jsonl'}" in run("--model", "tiny:llama")  # the same run again

@@ -92,6 +92,24 @@ def test_atlas_errors(tmp_path, llama):
                           "dirmag_blimp", "dirmag_probes", "tokenwise", "pdsf", "patching", "geometries"}
 
 
+def test_an_atlas_folder_of_another_model_run_is_refused_before_any_work(tmp_path, llama, monkeypatch):
+    import json
+
+    import tlgeo.report.atlas as A
+    from tlgeo.models import run_identity
+
+    monkeypatch.setattr(A, "bare_forward_seconds", lambda *a: pytest.fail("started work"))
+    cfg = AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",))
+    mine = run_identity(llama).row()
+    (tmp_path / "config.json").write_text(json.dumps({"identity": {**mine, "dtype": "bfloat16"}, "steps": []}))
+    with pytest.raises(ValueError, match="holds the atlas of another model run \\(dtype bfloat16 -> float32\\)"):
+        run_atlas(cfg, model=llama)
+    (tmp_path / "config.json").write_text(json.dumps({"steps": ["profile"]}))  # an older tlgeo's atlas
+    with pytest.raises(ValueError, match="identity was not recorded"):
+        run_atlas(cfg, model=llama)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]  # nothing written
+
+
 def test_ruler_scores_the_unedited_model_and_its_ruler_sites_only(tmp_path):
     from tlgeo.models import tiny_model
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tlgeo.cli import main
+from tlgeo.models import RunIdentity
+from tlgeo.results import IDENTITY
 
 
 def test_tokenwise_command(tmp_path, capsys):
@@ -24,15 +26,17 @@ def test_tokenwise_command(tmp_path, capsys):
     assert len(pd.read_csv(out / "tokenwise_geometry.csv")) == 6
     assert main(argv[:-2] + ["--classes", "mlp9", "--out", str(out)]) == 2
     assert "unknown map class(es) ['mlp9']" in capsys.readouterr().err
-    # the old command's columns, in its order, and its pool folder
-    assert list(geo.columns[-3:]) == ["model", "corpus", "seq_len"] and (geo["model"] == "tiny:llama").all()
-    assert list(corr.columns) == ["layer", "class", "target", "spearman", "ci_low", "ci_high", "n", "model", "corpus",
+    # the identity columns, then the old command's columns in its order, and its pool folder (one per identity)
+    assert list(geo.columns[:6]) == list(IDENTITY) and list(geo.columns[-2:]) == ["corpus", "seq_len"]
+    assert (geo["model"] == "tiny:llama").all()
+    assert list(corr.columns) == [*IDENTITY, "layer", "class", "target", "spearman", "ci_low", "ci_high", "n", "corpus",
                                   "seq_len", "k", "exclude_sequence", "rank", "n_patch", "seed", "n_tokens"]
     tokens = pd.read_csv(out / "tokenwise_tokens.csv.gz")
-    assert list(tokens.columns[:8]) == ["class", "layer", "index", "kl", "kl_following", "rel_error",
+    assert list(tokens.columns[:14]) == [*IDENTITY, "class", "layer", "index", "kl", "kl_following", "rel_error",
                                         "residual_angle", "window"]
     assert len(tokens) == 3 * 2 * 12 and (tokens["n_patch"] == 12).all()
-    assert (out / "tokenwise_pool-wikitext2-t200-s21-float16" / "meta.json").exists()
+    key = RunIdentity(**{k: geo[k].iloc[0] for k in IDENTITY}).key
+    assert (out / f"tokenwise_pool-wikitext2-t200-s21-float16-{key}" / "meta.json").exists()
     assert (out / "tokenwise.jsonl").exists()
 
 

@@ -28,7 +28,8 @@ import pandas as pd
 
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
-from ..models import Model, model_label
+from ..models import Model, identified, model_label, run_identity
+from ..results import of_identity
 from .config import CompressConfig, DiagConfig
 
 __all__ = ["DiagResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
@@ -115,21 +116,24 @@ def _compressed_dirs(model: Model, cfg: DiagConfig, methods: list[str], say: Cal
     return dirs
 
 
-def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dict[str, str]
+def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dict[str, str], identity: dict
             ) -> tuple[pd.DataFrame, pd.DataFrame, set[str]]:
-    """The per-prompt rows and timings in ``store``, and the methods among ``ids`` whose rows
-    there are complete for ``modes`` and were computed on the model now in their folder."""
+    """The per-prompt rows and timings in ``store`` of the dense model's ``identity`` (rows of other
+    models or dtypes are left alone), and the methods among ``ids`` whose rows there are complete for
+    ``modes`` and were computed on the model now in their folder."""
     if store is None or not (store / DiagResult.table("prompts").filename).exists():
         return pd.DataFrame(), pd.DataFrame(), set()
     path = store / DiagResult.table("prompts").filename
-    old = pd.read_csv(path)
+    old = of_identity(pd.read_csv(path), identity)
+    if old.empty:
+        return pd.DataFrame(), pd.DataFrame(), set()
     for col, want in settings.items():
         got = old[col].astype(str).unique().tolist() if col in old.columns else ["(not recorded)"]
         if got != [str(want)]:
             raise ValueError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
                              f"{want}); use another --out or delete it")
     timing_path = store / DiagResult.table("timing").filename
-    timing = pd.read_csv(timing_path) if timing_path.exists() else pd.DataFrame()
+    timing = of_identity(pd.read_csv(timing_path), identity) if timing_path.exists() else pd.DataFrame()
     done = set()
     for m, g in old[old["method"].isin(list(ids))].groupby("method"):
         g = g[g["mode"].isin(modes)]
@@ -139,6 +143,7 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
     return old, timing, done
 
 
+@identified
 def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
         units: Sequence[str] | None = None, progress: bool = False,
         say: Callable[[str], None] | None = None) -> DiagResult:
@@ -165,7 +170,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
     settings = dict(zip(SETTINGS, (cfg.prompts, cfg.seq_len, cfg.corpus, loaded_key(model))))
     ids = {m: model_id(d) for m, d in dirs.items()}
     store = Path(log) if log is not None else (Path(out) if out is not None else None)
-    old, old_timing, done = _stored(store, settings, cfg.modes, ids)
+    old, old_timing, done = _stored(store, settings, cfg.modes, ids, run_identity(model).row())
 
     new, timings = [], []
     t_all = time.perf_counter()

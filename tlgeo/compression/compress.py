@@ -229,14 +229,16 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
     from ..data import load_text
     from ..evals.perplexity import perplexity
     from ..evals.zeroshot import LOG_KEY, evaluate_zeroshot
-    from ..models import load_model
+    from ..models import load_model, run_identity
     from ..results import ResultLog
 
     src = base_dir(model)
     root = compressed_root(model, cfg.root)
-    plog = ResultLog(out / "ppl.jsonl", ("method", "corpus", "tokens", "context"))
+    # keyed by method: models.json binds each method to its weights (_bind_models); each row records the
+    # identity of the model it measured
+    plog = ResultLog(out / "ppl.jsonl", ("method", "corpus", "tokens", "context"), identity={})
     zpath = out / "zeroshot.jsonl"
-    zlog = ResultLog(zpath, LOG_KEY) if zpath.exists() else None
+    zlog = ResultLog(zpath, LOG_KEY, identity={}) if zpath.exists() else None
     dirs = {}
     for m in ["base", *cfg.methods]:
         d = src if m == "base" else root / m
@@ -256,7 +258,7 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
         if need_ppl:
             t0 = time.time()
             r = perplexity(bridge, text, context=cfg.context, max_tokens=cfg.ppl_tokens)
-            plog.add({**key, **r.to_dict(), "seconds": time.time() - t0})
+            plog.add({**run_identity(bridge).row(), **key, **r.to_dict(), "seconds": time.time() - t0})
             log(f"[{m}] ppl {r.ppl:.3f}")
         if cfg.zeroshot_tasks:
             zs = evaluate_zeroshot(bridge, list(cfg.zeroshot_tasks), limit=cfg.zeroshot_limit, log_path=zpath, tag=m)
@@ -268,7 +270,7 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
         ppl.to_csv(out / "ppl.csv", index=False)
         written.append(out / "ppl.csv")
     if cfg.zeroshot_tasks and zpath.exists():
-        zs = ResultLog(zpath, LOG_KEY).frame().drop(columns=["items"])
+        zs = ResultLog(zpath, LOG_KEY, identity={}).frame().drop(columns=["items"])  # every method's rows
         zs.rename(columns={"tag": "method"}).to_csv(out / "zeroshot.csv", index=False)
         written.append(out / "zeroshot.csv")
     return written

@@ -31,7 +31,7 @@ from ..analysis import Analysis, Result, Table, register_analysis
 from ..data import load_text
 from ..geometry.parallel import is_unit
 from ..hooks.edits import Edit
-from ..models import Model
+from ..models import Model, identified
 from ..results import merge_csv
 from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
 from .config import DecompositionConfig, PplConfig, ProfileConfig
@@ -141,6 +141,7 @@ def units(model: Model, cfg: DecompositionConfig) -> list[tuple]:
     return head + [edit_unit(e) for e in cfg.edits()]
 
 
+@identified
 def run(model: Model, cfg: DecompositionConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: OnTable | None = None) -> DecompositionResult:
@@ -176,6 +177,7 @@ def profile_units(model: Model, cfg: ProfileConfig) -> list[tuple]:
     return [("site", s) for s in cfg.sites]
 
 
+@identified
 def run_profile(model: Model, cfg: ProfileConfig, *, out: str | Path | None = None, log: str | Path | None = None,
                 units: Sequence[tuple] | None = None, progress: bool = False,
                 on_table: OnTable | None = None) -> ProfileResult:
@@ -212,6 +214,7 @@ def ppl_units(model: Model, cfg: PplConfig) -> list[tuple]:
     return [("baseline",), ("edit",)]
 
 
+@identified
 def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log: str | Path | None = None,
             units: Sequence[tuple] | None = None, progress: bool = False,
             on_table: OnTable | None = None) -> PplResult:

@@ -49,7 +49,7 @@ from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
 from ..results import ResultLog
 from ..hooks.sites import get_site
-from ..models import Model, input_device
+from ..models import Model, input_device, run_identity
 
 __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 
@@ -175,7 +175,7 @@ def post_wo_audit(
     if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
         raise ValueError("post_wo_audit takes numeric s_par / s_perp")
     chosen = resolve_layers(model.cfg, layers, skip_first)
-    log = ResultLog(log_path, KEY) if log_path is not None else None
+    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
     device = input_device(model)
     n_tokens = int(tokens.numel())
     groups = [[l] for l in chosen] if mode == "each" else [chosen]

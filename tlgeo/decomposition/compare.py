@@ -11,7 +11,7 @@ import pandas as pd
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
-from ..models import Model
+from ..models import Model, run_identity
 
 __all__ = ["compare_edits", "removal_edits"]
 
@@ -51,7 +51,7 @@ def compare_edits(
     ``ppl, nll, word_ppl, n_tokens, delta_ppl`` (against the unedited row).
     """
     edits = list(edits)
-    log = ResultLog(log_path, KEY) if log_path is not None else None
+    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows: list[dict] = []
     runs: list[tuple[dict, list]] = [(baseline_key(), [])]
     runs += [(e.describe(), e.hooks(model)) for e in edits]  # validates every edit up front

@@ -43,7 +43,7 @@ from ..results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import get_site
 from ..stats.resampling import benjamini_hochberg, paired_test
-from ..models import Model
+from ..models import Model, run_identity
 
 __all__ = [
     "head_alpha_map",
@@ -220,7 +220,8 @@ def head_sensitivity(
     batches = _as_batches(model, texts_or_token_batches, batch_size, max_len)
     Edit(s, s_par, layers=chosen[0], heads=[0])  # validates s_par for the site
     conditions: list[int | str] = [*range(cfg.n_heads), ALL]
-    log = ResultLog(log_path, ("kind", "site", "s_par", "batch", "tokens", "layer")) if log_path else None
+    log = (ResultLog(log_path, ("kind", "site", "s_par", "batch", "tokens", "layer"), identity=run_identity(model).row())
+           if log_path else None)
     device = getattr(cfg, "device", None) or "cpu"
 
     base: list[Tensor] = []  # per batch: [b] unedited mean loss

@@ -60,7 +60,7 @@ from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hoo
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
 from ..hooks.sites import Site, Update
-from ..models import Model
+from ..models import Model, run_identity
 
 __all__ = [
     "NARROW",
@@ -440,7 +440,7 @@ def mlp_carrier_table(
                 runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
     hooks = [e.hooks(model) if e is not None else [] for *_, e in runs]  # validate up front
 
-    log = ResultLog(log_path, _KEY) if log_path is not None else None
+    log = ResultLog(log_path, _KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows = []
     it = list(zip(runs, hooks))
     if progress:

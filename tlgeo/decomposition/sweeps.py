@@ -38,7 +38,7 @@ from ..evals.perplexity import token_windows, tokenize_text
 from ..results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import UnknownSiteError, get_site
-from ..models import Model, input_device
+from ..models import Model, input_device, run_identity
 from .paper import S_PAR_GRID, S_PERP_GRID  # the paper's full grids (Figure 3)
 
 __all__ = [
@@ -250,7 +250,7 @@ def _run_sweep(
     batches, ids = _corpus(model, text, context, max_tokens, batch_size)
     key_extra = {**key_extra, "context": context, "max_tokens": max_tokens,
                  "corpus": _fingerprint(ids), "model": _model_name(model)}
-    log = ResultLog(log_path, KEY) if log_path is not None else None
+    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
 
     def key_of(fields: dict) -> dict:
         return {k: fields[k] if k in fields else key_extra.get(k) for k in KEY}

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
-from ..models import model_label
+from ..models import identified, model_label
 from . import damage as _damage
 from . import entropy as _entropy
 from . import repair as _repair
@@ -72,6 +72,7 @@ def units(model, cfg: DirmagConfig) -> list[tuple]:
     return out
 
 
+@identified
 def run(model, cfg: DirmagConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: Any = None) -> DirmagResult:

@@ -30,6 +30,7 @@ from ..geometry.perturb import check_delta
 from ..hooks.adapter import HookList
 from ..hooks.perturb import KINDS, Perturbation
 from ..hooks.resume import resume_forward
+from ..models import run_identity
 from ..results import ResultLog
 from .paper import PAPER_DELTAS
 
@@ -110,7 +111,7 @@ class SweepGrid:
         ``measure`` scores the clean pass's sentences under the perturbation (e.g. with
         :func:`perturbed_scores`) and returns the row's values. With ``log_path`` each row is
         stored at once and a rerun reads it back instead (``key``: the log's key columns)."""
-        log = ResultLog(log_path, key) if log_path is not None else None
+        log = ResultLog(log_path, key, identity=run_identity(model).row()) if log_path is not None else None
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
         grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)

@@ -41,7 +41,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -49,7 +49,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from ..hooks.resume import last_block_output, readout, readout_ok
-from ..models import input_device
+from ..models import input_device, run_identity
 from ..results import ResultLog
 
 __all__ = [
@@ -411,10 +411,13 @@ def _item_frame(task: str, row: dict) -> pd.DataFrame:
     return it
 
 
-def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], limit: int | None) -> pd.DataFrame:
+def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], limit: int | None, *,
+                 identity: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The per-item frame of :func:`evaluate_zeroshot` (``return_items``) read back from its
-    log, without a model; ``KeyError`` names a task that is not logged for ``tag``."""
-    log = ResultLog(log_path, LOG_KEY)
+    log, without a model; ``KeyError`` names a task that is not logged for ``tag``. ``identity``
+    (:meth:`tlgeo.models.RunIdentity.row`; default: the run's, if any): the model whose rows to read,
+    where the log holds several."""
+    log = ResultLog(log_path, LOG_KEY, identity=identity)
     frames = []
     for task in tasks:
         row = log.get(task=task, limit=limit, tag=tag)
@@ -457,7 +460,7 @@ def evaluate_zeroshot(
     if unknown:
         raise UnknownTaskError(f"unknown zero-shot task(s) {unknown}; known tasks: {sorted(TASKS)}")
     hooks = list(fwd_hooks)
-    log = ResultLog(log_path, LOG_KEY) if log_path is not None else None
+    log = ResultLog(log_path, LOG_KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows, item_frames = [], []
     task_iter = tasks
     if progress:  # one bar over the tasks, the scoring batches nested under it

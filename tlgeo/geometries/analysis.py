@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
-from ..models import Model, model_label
+from ..models import Model, identified, model_label, run_identity
+from ..results import of_identity
 from ..stats.correlation import spearman_matrix
 from ..tokenwise.pool import collect_pool
 from .config import CONTROLS, QUANTITIES, GeometriesConfig
@@ -96,6 +97,7 @@ def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.Data
     return g.reindex(g["mean_rho"].abs().sort_values(ascending=False).index).reset_index()
 
 
+@identified
 def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> GeometriesResult:
@@ -115,12 +117,13 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
                 "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
                 "k": cfg.k, "seed": cfg.seed}
-    earlier = _earlier(out, settings, chosen)
+    identity = run_identity(model)
+    earlier = _earlier(out, settings, chosen, identity.row())
     done = set(earlier["relations"]["layer"].astype(int)) if earlier else set()
     todo = [l for l in chosen if l not in done]
     tables: dict[str, list[pd.DataFrame]] = {n: [df] for n, df in earlier.items()}
     if todo:
-        name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}"
+        name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}-{identity.key}"
         with tempfile.TemporaryDirectory(prefix="geometries-") if out is None else nullcontext(out) as base:
             pool = collect_pool(model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size,
                                 progress=progress)
@@ -154,8 +157,9 @@ def _labelled(df: pd.DataFrame, settings: dict) -> pd.DataFrame:
     return pd.concat([pd.DataFrame({k: [v] * len(df) for k, v in settings.items()}, index=df.index), df], axis=1)
 
 
-def _earlier(out, settings: dict, chosen: Sequence[int]) -> dict[str, pd.DataFrame]:
-    """The rows of ``chosen`` blocks an earlier run with these settings left in ``out`` (``{}`` if none)."""
+def _earlier(out, settings: dict, chosen: Sequence[int], identity: dict) -> dict[str, pd.DataFrame]:
+    """The rows of ``chosen`` blocks an earlier run of this model's ``identity`` with these settings left
+    in ``out`` (``{}`` if none)."""
     if out is None or not (Path(out) / GeometriesResult.table("relations").filename).exists():
         return {}
     old = GeometriesResult.load(out)
@@ -163,7 +167,7 @@ def _earlier(out, settings: dict, chosen: Sequence[int]) -> dict[str, pd.DataFra
         return {}
     got = {}
     for name in ("tokens", "relations"):
-        df = getattr(old, name)
+        df = of_identity(getattr(old, name), identity)
         keep = df["layer"].isin(chosen)
         for k, v in settings.items():
             keep &= df[k] == v

@@ -37,11 +37,17 @@ def final_norm(model, h: Tensor) -> Tensor:
     return h if norm is None else norm(h)
 
 
+def in_model_dtype(model, x: Tensor) -> Tensor:
+    """``x`` (e.g. a state kept in float32) in the dtype of ``model``'s weights, to feed it back in."""
+    weight = next((p for p in model.parameters() if p.is_floating_point() and p.device.type != "meta"), None)
+    return x.to(weight.dtype) if weight is not None and x.is_floating_point() else x
+
+
 def readout(model, final: Float[Tensor, "... d"]) -> Tensor:
-    """``unembed(ln_final(h))`` of states of the last block's output (any leading shape); with OPT's
-    ``project_out`` (word_embed_proj_dim < d_model, OPT-350m) in between."""
+    """``unembed(ln_final(h))`` of states of the last block's output (any leading shape, any float
+    dtype); with OPT's ``project_out`` (word_embed_proj_dim < d_model, OPT-350m) in between."""
     shape = final.shape
-    h = final_norm(model, final.reshape(1, -1, shape[-1]))
+    h = final_norm(model, in_model_dtype(model, final).reshape(1, -1, shape[-1]))
     project = getattr(model, "project_out", None)
     return model.unembed(h if project is None else project(h)).reshape(*shape[:-1], -1)
 
@@ -161,7 +167,8 @@ def resume_forward(
     ``0..layer-1`` on the residual and discards their output; here they are
     skipped, so only blocks ``layer..`` and the unembedding are computed. Hooks
     must all be at blocks ``>= layer`` (or after the blocks): hooks before would
-    silently not fire, so they raise ``ValueError``.
+    silently not fire, so they raise ``ValueError``. ``resid`` kept in float32 for a model in
+    bfloat16 or float16 enters in the model's dtype.
     """
     n = model.cfg.n_layers
     if not 0 <= layer < n:
@@ -189,6 +196,7 @@ def resume_forward(
         tokens = torch.full(resid.shape[:2], 1 if pad == 0 else 0, dtype=torch.long, device=resid.device)
         with model.hooks(fwd_hooks=hooks), _skip_blocks(model, layer):
             return model(tokens, stop_at_layer=stop_at_layer)
+    resid = in_model_dtype(model, resid)
     ctx = model.hooks(fwd_hooks=hooks) if hooks else nullcontext()
     with ctx, _skip_blocks(model, layer):
         if stop_at_layer is None:

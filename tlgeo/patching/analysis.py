@@ -21,7 +21,7 @@ import pandas as pd
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
-from ..models import Model, model_label
+from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from .attribution import attribution_sweep
 from .components import get_component
@@ -80,6 +80,7 @@ def _task_row(label: str, cfg: PatchingConfig, name: str, **cols: Any) -> dict:
     return dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, **cols)
 
 
+@identified
 def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> PatchingResult:
     """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log
@@ -87,7 +88,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     check_support(model, "patching")  # a family it means nothing on fails here, before any work
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = ResultLog(log_dir / "patching.jsonl", LOG_KEY) if log_dir is not None else None
+    rlog = ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row()) if log_dir is not None else None
     label = model_label(model)
     task_rows: list[dict] = []
     effect_rows: list[dict] = []

@@ -40,7 +40,7 @@ from torch import Tensor
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.resume import unembedding
-from ..models import Model, model_label
+from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from .config import PDSFConfig
 from .dynamics import f_dynamics
@@ -111,7 +111,7 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
     meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
     key = {"stage": "geometry", "model": model_label(model), **meta, "k_D": k_D, "k_S": k_S,
            "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed}
-    log = ResultLog(log_path, key=tuple(key)) if log_path else None
+    log = ResultLog(log_path, key=tuple(key), identity=run_identity(model).row()) if log_path else None
     row = log.get(**key) if log else None
     if row is not None:
         if progress:
@@ -157,7 +157,7 @@ def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] =
     meta = {**st.settings(), "mode": mode, "layer": layer, "alpha": alpha, "repeats": repeats, "rotation": rotation,
             "seed": seed}
     key = {"model": model_label(model), **meta}
-    log = ResultLog(log_path, key=("condition", *key)) if log_path else None
+    log = ResultLog(log_path, key=("condition", *key), identity=run_identity(model).row()) if log_path else None
     done = {c: row for c in conditions if log and (row := log.get(condition=c, **key)) is not None}
     todo = [c for c in conditions if c not in done]
     if progress and done:
@@ -203,7 +203,8 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
     h = st.states.states[layer]
     settings = {**st.settings(), "mode": mode, "layer": layer, "max_new_tokens": max_new_tokens,
                 "rotation": rotation, "seed": seed}
-    log = ResultLog(log_path, key=("stage", "condition", *settings)) if log_path else None
+    log = (ResultLog(log_path, key=("stage", "condition", *settings), identity=run_identity(model).row())
+           if log_path else None)
     key = {"stage": "base", "condition": "none", **settings}
     row = log.get(**key) if log else None
     base = torch.tensor(row["tokens"]) if row else None
@@ -320,6 +321,7 @@ def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates
     return pdsf_states(model, prompts, **cfg.encoding())
 
 
+@identified
 def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: Callable[[str, pd.DataFrame], None] | None = None) -> PDSFResult:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
+from ..results import IDENTITY
 from .analysis import PDSFStates, run_generation, run_geometry, run_single_pass, stage_states
 from .config import PDSFConfig
 from .interventions import CONDITIONS
@@ -169,7 +170,8 @@ def _generation_section(ctx: StepContext) -> None:
     shown = ["condition", "rank", "n", "unchanged_pct", "immediate_pct", "mean_first_divergence",
              "median_first_divergence", "kl_first", "kl_mean", "frame_shift_pct", "frame_shift_base_pct"]
     shown = [c for c in shown if c in summary.columns]
-    settings = {c: summary[c].iloc[0] for c in summary.columns if c not in shown and summary[c].nunique() <= 1}
+    settings = {c: summary[c].iloc[0] for c in summary.columns  # the identity is in the report's header
+                if c not in shown and c not in IDENTITY and summary[c].nunique() <= 1}
     base = float(summary["frame_shift_base_pct"].iloc[0]) if "frame_shift_base_pct" in summary else float("nan")
     caveat = (f" The proxy's base rate (the same test on the unedited continuations) is {base:.0f} %: at this "
               "scale it cannot tell a frame shift from none." if base >= 50 else

@@ -28,7 +28,8 @@ import pandas as pd
 from ..cliargs import default_out, model_key
 from ..data import load_text
 from ..distributed import all_errors, deal, gather_files, init, ranks
-from ..models import input_device, load_model, model_label
+from ..models import input_device, load_model, model_label, run_identity
+from ..results import identity_scope
 from ..analysis import StepContext, family_headline, family_title, make_budgets
 from .html import Report
 from .registry import load_steps
@@ -82,19 +83,23 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         if hasattr(b, "check"):
             b.check(model)
     out = cfg.out_dir()
+    identity = run_identity(model)
+    earlier = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else None
+    _check_same_model(out, earlier, identity)  # one atlas, one model: before any file is written
     (out / "logs").mkdir(parents=True, exist_ok=True)
     conf = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
+            "identity": identity.row(),
             "steps": [s for s in registered if s in chosen],
             "budgets": {fam: dataclasses.asdict(b) for fam, b in budgets.items()}}
-    if (out / "config.json").exists():  # a partial rerun: the steps of earlier runs stay on record
-        done = set(json.loads((out / "config.json").read_text()).get("steps", ())) | set(chosen)
+    if earlier is not None:  # a partial rerun: the steps of earlier runs stay on record
+        done = set(earlier.get("steps", ())) | set(chosen)
         conf["steps"] = [s for s in registered if s in done]
     if ranks().main:
         (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
-                f"text: {cfg.corpus}. Budgets: {out / 'config.json'}.", note=True)
+                f"text: {cfg.corpus}. Every number below: {identity}. Budgets: {out / 'config.json'}.", note=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     bare = bare_forward_seconds(model)  # the run's unit of time: machines of one kind differ ~2x
     todo = [(name, step) for name, step in registered.items() if name in chosen]
@@ -103,17 +108,18 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     r = init(input_device(model))
     print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
           + (f" over {r.size} ranks" if r.size > 1 else "") + f", started {time.strftime('%H:%M:%S')}", flush=True)
-    computed = _run_share(todo, r, cfg, model, text, budgets, out) if r.size > 1 else {}
+    computed = _run_share(todo, r, cfg, model, text, budgets, out, identity.row()) if r.size > 1 else {}
     if not r.main:
         return None
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     for i, (name, step) in enumerate(todo, 1):
-        ctx = StepContext(cfg, model, text, report, budgets[step.family], out)
+        ctx = StepContext(cfg, model, text, report, budgets[step.family], out, identity.row())
         t = time.perf_counter()
         print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
               f"{_duration(t - t_run)} into the run", flush=True)
-        step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
+        with identity_scope(identity.row()):
+            step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
         _release_memory()
         timings[name] = time.perf_counter() - t + computed.get(name, {}).get("seconds", 0.0)
         peak_mb[name] = max(_peak_rss_mb(), computed.get(name, {}).get("peak_mb", 0.0))
@@ -149,6 +155,20 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     return report.save(out / "report.html")
 
 
+def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
+    """An atlas folder holds one model's results: a rerun with another model, dtype, device class,
+    placement or tlgeo version (an ``identity`` other than the one in ``config.json``) is refused."""
+    if earlier is None:
+        return
+    old = earlier.get("identity")
+    if old is None:
+        raise ValueError(f"--out {out} holds an atlas run whose model identity was not recorded (an older tlgeo): "
+                         "give another --out")
+    if old != identity.row():
+        differ = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in identity.row().items() if old.get(k) != v)
+        raise ValueError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
+
+
 # what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
 # 2026-12-02, 253 in all, a bare forward 2.20 s): under torchrun the steps are dealt out over the ranks
 # by these
@@ -157,7 +177,8 @@ STEP_COST = {"profile": 1, "sweeps": 26, "compare": 46, "heads": 34, "mlp": 7, "
              "patching": 14, "geometries": 12}
 
 
-def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path) -> dict[str, dict]:
+def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path,
+               identity: dict) -> dict[str, dict]:
     """This rank's share of ``todo`` (:func:`~tlgeo.distributed.deal` by :data:`STEP_COST`), run into
     ``out``; every rank's tables gathered to rank 0 (machines need not share a file system).
 
@@ -174,7 +195,8 @@ def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict,
         t = time.perf_counter()
         print(f"[atlas] rank {r.rank}: step {name} started {time.strftime('%H:%M:%S')}", flush=True)
         try:
-            step.run(StepContext(cfg, model, text, scratch, budgets[step.family], out))
+            with identity_scope(identity):
+                step.run(StepContext(cfg, model, text, scratch, budgets[step.family], out, identity))
             _release_memory()
         except Exception as e:  # noqa: BLE001 - the other ranks' work is gathered first, then every rank raises
             first = (str(e).strip().splitlines() or [""])[0]

@@ -24,6 +24,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..results import IDENTITY
+
 __all__ = ["Report", "format_column", "readable_frame", "save_view"]
 
 _CSS = """
@@ -183,11 +185,13 @@ class Report:
               by_row: bool = False) -> "Report":
         """A table with its caption above: no index column (see :func:`readable_frame`), float
         columns rounded by :func:`format_column` to about ``digits`` (default: the report's)
-        significant digits, in a wrapper that scrolls horizontally when the table is wider
+        significant digits, identity columns (:data:`tlgeo.results.IDENTITY`) with one value left to the report's
+        header, in a wrapper that scrolls horizontally when the table is wider
         than the page. ``by_row``: round the numbers of each row together instead (a
         transposed table, one quantity per row)."""
         digits = self.digits if digits is None else digits
         df = readable_frame(df)
+        df = df.drop(columns=[c for c in IDENTITY if c in df.columns and df[c].nunique() <= 1])  # in the header
         cells: list[list[str]] = []
         numeric: list[bool] = []
         if by_row:

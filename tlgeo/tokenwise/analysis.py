@@ -44,7 +44,7 @@ from ..distributed import all_ranks_busy, ranks
 from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
-from ..models import Model, model_label
+from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
@@ -163,7 +163,8 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.n_patch, replace=False))
     settings = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "ridge": cfg.ridge,
                 "energy": cfg.energy, "n_patch": cfg.n_patch, "seed": cfg.seed, "n_tokens": pool.n_tokens}
-    log = ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers")) if log_path else None
+    log = (ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers"),
+                     identity=run_identity(model).row()) if log_path else None)
     kw = dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
 
     geo_rows = []
@@ -257,10 +258,11 @@ def _labelled(name: str, df: pd.DataFrame, settings: dict, meta: dict) -> pd.Dat
     return df.assign(**settings) if name == "geometry" else df.assign(**settings, **meta)
 
 
+@identified
 def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, log: str | Path | None = None,
         units: Sequence[tuple] | None = None, progress: bool = False,
         on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> TokenwiseResult:
-    """The pool of ``cfg`` (collected into ``out/<cfg.pool_name()>``, resumed and reused there; in a
+    """The pool of ``cfg`` (collected into ``out/<cfg.pool_name(identity)>``, resumed and reused there; in a
     temporary folder when ``out`` is None), then :func:`tokenwise_analysis` on ``units`` (default
     all), with ``n_patch`` at most the pool's tokens. With ``out`` each table is merged into it as
     soon as it is done; the resume log is ``<log>/tokenwise.jsonl`` (default ``out``).
@@ -279,7 +281,7 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
     label = model_label(model)
     settings = {"model": label, "corpus": cfg.corpus, "seq_len": cfg.seq_len}
     with tempfile.TemporaryDirectory(prefix="tokenwise-") if out is None else nullcontext(out) as base:
-        pool_dir = Path(base) / cfg.pool_name()
+        pool_dir = Path(base) / cfg.pool_name(run_identity(model).key)
         if progress:
             print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
         r = ranks()  # under torchrun each rank collects its share of the pool, then they all-gather it

@@ -120,6 +120,7 @@ class TokenwiseConfig(Config):
         self._check_patch(layers, patch)
         return patch
 
-    def pool_name(self) -> str:
-        """The pool's folder name inside the output folder (``tlgeo tokenwise``'s)."""
-        return f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.dtype}".replace("/", "_")
+    def pool_name(self, identity_key: str) -> str:
+        """The pool's folder name inside the output folder (``tlgeo tokenwise``'s), for the model of
+        ``identity_key`` (:attr:`tlgeo.models.RunIdentity.key`: two models' pools never share a folder)."""
+        return f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.dtype}-{identity_key}".replace("/", "_")

@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
-from ..models import Model
+from ..models import Model, run_identity
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
 
@@ -153,11 +153,14 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
     settings = {"n_windows": n_win, "seq_len": seq, "skip_first": skip_first, "dtype": dtype, "n_tokens": n_tok,
                 "n_layers": n_maps, "d_model": d_model,
-                "tokens_sum": int(windows.sum()), "tokens_head": windows[0, :8].tolist()}
+                "tokens_sum": int(windows.sum()), "tokens_head": windows[0, :8].tolist(),
+                "identity": run_identity(model).row()}
     meta_path = d / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     if meta is not None and {k: meta.get(k) for k in settings} != settings:
-        raise ValueError(f"{d} holds a pool of other settings; use another directory")
+        other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
+        raise ValueError(f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
+                         "use another directory")
     files = [d / f"states_{l}.npy" for l in range(n_maps + 1)]
     if meta is None:
         for f in files:

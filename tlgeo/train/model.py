@@ -44,7 +44,8 @@ def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.floa
     ``tokenizer``: saved with the model (default: the byte tokenizer)."""
     from transformers import AutoModelForCausalLM
 
-    from ..models import _boot, byte_tokenizer
+    from ..models import byte_tokenizer
+    from ..models.bridge import boot
 
     tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
     bos, eos = special_ids(tokenizer)
@@ -56,7 +57,7 @@ def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.floa
         with tempfile.TemporaryDirectory(prefix="tlgeo-train-") as d:
             hf.save_pretrained(d)
             tokenizer.save_pretrained(d)
-            bridge = _boot(d, "cpu", dtype)
+            bridge = boot(d, "cpu", dtype)
     bridge.train()
     return bridge
 

@@ -20,7 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ...models import input_device
+from ...models import input_device, run_identity
 from ...results import ResultLog
 from .prompts import _Tok, prompt_ids
 from .scoring import METRICS
@@ -180,7 +180,7 @@ def evaluate_ruler(
                 f"length {L} (+{extra} new tokens) exceeds the model's context of {n_ctx} tokens"
             )
     hooks = list(fwd_hooks)
-    log = ResultLog(log_path, KEY) if log_path is not None else None
+    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows = []
     grid = [(t, L) for t in tasks for L in lengths]
     if progress:

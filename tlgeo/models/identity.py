@@ -1,0 +1,164 @@
+"""What produced a number: a model's identity, carried by every result row and every resume key.
+
+Two runs of the same settings give the same numbers only on the same weights, in the same dtype,
+on the same class of device, placed the same way, by the same code. :func:`run_identity` names all
+five (:data:`tlgeo.results.IDENTITY` is the column order), so that a rerun with another model or
+dtype into the same folder keeps its rows apart from the first run's and never resumes from them.
+
+The weights' fingerprint is a hash of every parameter's name, shape and dtype and of an evenly
+spaced sample of its values (:data:`SAMPLES` per tensor): cheap on any model (a gather per tensor,
+on its own device), the same whether the model is whole or sharded (offloaded weights are read
+back from accelerate's weights map), and different for a different checkpoint or dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import torch
+
+from ..results import IDENTITY, identity_scope
+from ..version import __version__
+from .loading import model_label
+from .placement import input_device
+
+__all__ = ["RunIdentity", "run_identity", "weights_fingerprint", "identified", "SAMPLES"]
+
+R = TypeVar("R")
+
+SAMPLES = 64  # values hashed per parameter tensor
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """A model as it ran: ``model`` (the name it was loaded by), ``weights`` (a fingerprint of its
+    weights, ``fp-`` and 12 hex digits), ``dtype`` (of the weights), ``device`` (the class its token ids go to:
+    ``cpu``, ``cuda``, ``mps``), ``placement`` (``whole``, or ``sharded:`` and the device classes of
+    accelerate's map, e.g. ``sharded:cpu+disk``) and ``tlgeo_version``."""
+
+    model: str
+    weights: str
+    dtype: str
+    device: str
+    placement: str
+    tlgeo_version: str
+
+    def row(self) -> dict[str, str]:
+        """The identity columns of a result row, in :data:`tlgeo.results.IDENTITY` order."""
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """8 hex digits of a hash of the identity: a folder-name part that keeps two models' files apart."""
+        return hashlib.sha1(json.dumps(self.row(), sort_keys=True).encode()).hexdigest()[:8]
+
+    def __str__(self) -> str:
+        where = self.device if self.placement == "whole" else f"{self.device}, {self.placement}"
+        return f"{self.model} ({self.dtype} on {where}, weights {self.weights}, tlgeo {self.tlgeo_version})"
+
+
+assert tuple(f.name for f in dataclasses.fields(RunIdentity)) == IDENTITY
+
+
+def _hf_model(model) -> torch.nn.Module:
+    return getattr(model, "original_model", None) or model
+
+
+def _offloaded_value(hf: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """The value of parameter ``name`` that accelerate keeps off the module (CPU or disk offload)."""
+    module_name, _, leaf = name.rpartition(".")
+    module = hf.get_submodule(module_name) if module_name else hf
+    hook = getattr(module, "_hf_hook", None)
+    weights = getattr(hook, "weights_map", None)
+    if weights is None:
+        return None
+    try:
+        return weights[leaf]
+    except KeyError:
+        return None
+
+
+def _state(hf: torch.nn.Module) -> tuple:
+    """What changes when a weight is replaced or edited in place (the fingerprint is then recomputed)."""
+    return tuple((n, id(p), _version(p)) for n, p in hf.named_parameters())
+
+
+def _version(p: torch.Tensor) -> int:
+    """``p``'s in-place edit counter; ``data_ptr`` for an inference tensor, which keeps none."""
+    try:
+        return p._version
+    except RuntimeError:
+        return p.data_ptr()
+
+
+def weights_fingerprint(model) -> str:
+    """``fp-`` and 12 hex digits of a hash of every parameter's name, shape, dtype and :data:`SAMPLES`
+    evenly spaced values (cached on the model until a weight is replaced or edited in place)."""
+    hf = _hf_model(model)
+    state = _state(hf)
+    cached = getattr(model, "_tlgeo_fingerprint", None)
+    if cached is not None and cached[0] == state:
+        return cached[1]
+    h = hashlib.sha1()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            h.update(f"{name}:{tuple(p.shape)}:{str(p.dtype).removeprefix('torch.')};".encode())
+            value = p if p.device.type != "meta" else _offloaded_value(hf, name)
+            if value is None:  # an offloaded weight accelerate does not show: its name and shape only
+                continue
+            flat = value.detach().reshape(-1)
+            if flat.numel():
+                n = min(SAMPLES, flat.numel())
+                idx = torch.arange(n, dtype=torch.long) * (flat.numel() - 1) // max(n - 1, 1)
+                h.update(flat[idx.to(flat.device)].float().cpu().numpy().tobytes())
+    digest = "fp-" + h.hexdigest()[:12]  # never read back from a CSV as a number
+    try:
+        model._tlgeo_fingerprint = (state, digest)
+    except AttributeError:  # a model that takes no attributes: computed each time
+        pass
+    return digest
+
+
+def _placement(model) -> str:
+    device_map = getattr(_hf_model(model), "hf_device_map", None) or {}
+    asked = (getattr(model, "tlgeo_placement", None) or {}).get("device_map")
+    if not asked and len({str(v) for v in device_map.values()}) < 2:
+        return "whole"
+    kinds = {"cuda" if isinstance(v, int) or str(v).isdigit() else str(v).split(":")[0] for v in device_map.values()}
+    return "sharded:" + "+".join(sorted(kinds))
+
+
+def _dtype(model) -> str:
+    dtype = (getattr(model, "tlgeo_placement", None) or {}).get("dtype")
+    if dtype is None:
+        p = next((p for p in _hf_model(model).parameters() if p.is_floating_point()), None)
+        dtype = p.dtype if p is not None else torch.float32
+    return str(dtype).removeprefix("torch.")
+
+
+def run_identity(model) -> RunIdentity:
+    """The identity of ``model`` as it is now (see :class:`RunIdentity`)."""
+    return RunIdentity(model_label(model), weights_fingerprint(model), _dtype(model), input_device(model).type,
+                       _placement(model), __version__)
+
+
+def identified(run: Callable[..., R]) -> Callable[..., R]:
+    """Decorate an analysis's ``run(model, cfg, ...)``: inside, every table saved and every resume log
+    opened carries the model's identity (:func:`tlgeo.results.identity_scope`), and the result it
+    returns has the identity columns in every table."""
+
+    @functools.wraps(run)
+    def wrapped(model, *args: Any, **kwargs: Any) -> R:
+        identity = run_identity(model).row()
+        with identity_scope(identity):
+            result = run(model, *args, **kwargs)
+        stamp_result = getattr(result, "stamp", None)
+        return stamp_result(identity) if stamp_result is not None else result
+
+    wrapped.identified = True  # type: ignore[attr-defined]
+    return wrapped
