@@ -6,7 +6,11 @@ Reads each folder's ``geometries_relations.csv`` (``tlgeo geometries --out <fold
 its model in the tables) and prints, for the
 pairs of quantities from two different analyses: the five strongest (largest mean |rho| over the models'
 blocks) and the five most consistent (one sign at every block of every model, ranked by the smallest |rho|),
-each with the per-model mean rho, the blocks whose CI excludes 0, and the controls.
+each with the per-model mean rho, the blocks whose CI excludes 0 and those whose Benjamini-Hochberg q < 0.05
+(over all pairs x blocks of a run), and the controls: ``partial`` (given position and token frequency),
+``partial_atypical`` (given those and the state's norm and its mean distance to its tokenwise neighbours) and
+``shuffled`` (within windows). A table written before the q-values or the atypical partial existed shows "?" and
+NaN for them.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ def main() -> None:
             per.append(relation_summary(r).assign(model=name or model))
     s = pd.concat(per, ignore_index=True)
     wide = s.pivot_table(index=["a", "b"], columns="model", values="mean_rho")
-    sig = s.assign(sig=s["significant"].astype(str) + "/" + s["blocks"].astype(str)).pivot(
+    bh = s["significant_bh"].astype("string").fillna("?")
+    sig = s.assign(sig="CI " + s["significant"].astype(str) + ", BH " + bh + " of " + s["blocks"].astype(str)).pivot(
         index=["a", "b"], columns="model", values="sig")
     g = s.groupby(["a", "b"]).agg(mean_abs=("mean_rho", lambda v: v.abs().mean()), models=("model", "nunique"),
                                   same_sign=("same_sign", "all"), partial=("partial", "mean"),
+                                  partial_atypical=("partial_atypical", "mean"),
                                   shuffled=("shuffled", "mean"), signs=("mean_rho", lambda v: len(set(v > 0))),
                                   weakest=("min_rho", lambda v: v.abs().min()))
     n = s["model"].nunique()
@@ -44,8 +50,8 @@ def main() -> None:
     consistent = full[full["same_sign"] & (full["signs"] == 1)].sort_values("weakest", ascending=False).head(5).index
     for title, idx in (("strongest", strongest), ("most consistent (one sign at every block of every model)",
                                                    consistent)):
-        print(f"\n{title}: mean rho per model (blocks whose CI excludes 0)")
-        out = table.loc[idx].join(g.loc[idx, ["partial", "shuffled"]].round(2))
+        print(f"\n{title}: mean rho per model (blocks whose CI excludes 0, blocks with BH q < 0.05, of the blocks)")
+        out = table.loc[idx].join(g.loc[idx, ["partial", "partial_atypical", "shuffled"]].round(2))
         print(out.to_markdown() if len(out) else "none")
 
 

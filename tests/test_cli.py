@@ -39,8 +39,9 @@ def test_every_flag_has_help_and_help_shows_defaults():
 def test_version(capsys):
     import tlgeo
 
-    with pytest.raises(SystemExit) as e:
-        main(["--version"])
+    assert main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
+    with pytest.raises(SystemExit) as e:  # with a command's flags: argparse's own answer
+        main(["--version", "run"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
 
 

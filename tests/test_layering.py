@@ -18,8 +18,8 @@ from tlgeo.report.registry import ANALYSES  # noqa: E402  (imports only the cont
 PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"geometry", "stats"}),                      # 0 pure math: tensors in, tensors out
-    frozenset({"data", "results", "cliargs", "plotting", "families", "version"}),  # 1 text, logs and CSV merges, CLI
+    frozenset({"geometry", "stats", "version"}),           # 0 pure math: tensors in, tensors out; the version
+    frozenset({"data", "results", "cliargs", "plotting", "families", "provenance"}),  # 1 text, logs and CSV merges, CLI
                                                            #   arguments, figure style, model families
     frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
     frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;

@@ -18,15 +18,38 @@ Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``sta
 ``evals`` → the analyses → ``report`` → ``cli``.
 """
 
-from .decomposition.observe import parallel_profile, summarize_profile
-from .evals.perplexity import perplexity
-from .evals.zeroshot import evaluate_zeroshot
-from .geometry.parallel import cosine, norm_ratio, parallel_ratio, scale_components, split_parallel
-from .geometry.value_space import expand_kv, remove_diagonal, scale_diagonal, self_message, split_self
-from .hooks.edits import Edit, edit, edit_hooks
-from .hooks.intervention import Intervention, intervene
-from .hooks.sites import DECOMPOSITION_SITES, SITES, get_site
-from .models import load_model, tiny_model
+import importlib
+
+from .version import __version__
+
+# name -> module: imported when first used, so that ``tlgeo --version`` and the light modules
+# (results, provenance, cliargs) load without torch
+_PUBLIC = {
+    "parallel_profile": ".decomposition.observe", "summarize_profile": ".decomposition.observe",
+    "perplexity": ".evals.perplexity", "evaluate_zeroshot": ".evals.zeroshot",
+    "cosine": ".geometry.parallel", "norm_ratio": ".geometry.parallel", "parallel_ratio": ".geometry.parallel",
+    "scale_components": ".geometry.parallel", "split_parallel": ".geometry.parallel",
+    "expand_kv": ".geometry.value_space", "remove_diagonal": ".geometry.value_space",
+    "scale_diagonal": ".geometry.value_space", "self_message": ".geometry.value_space",
+    "split_self": ".geometry.value_space",
+    "Edit": ".hooks.edits", "edit": ".hooks.edits", "edit_hooks": ".hooks.edits",
+    "Intervention": ".hooks.intervention", "intervene": ".hooks.intervention",
+    "DECOMPOSITION_SITES": ".hooks.sites", "SITES": ".hooks.sites", "get_site": ".hooks.sites",
+    "load_model": ".models", "tiny_model": ".models",
+}
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tlgeo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
 
 __all__ = [
     "Edit", "edit", "edit_hooks", "Intervention", "intervene",
@@ -37,4 +60,3 @@ __all__ = [
     "SITES", "DECOMPOSITION_SITES", "get_site",
     "expand_kv", "self_message", "split_self", "scale_diagonal", "remove_diagonal",
 ]
-from .version import __version__  # noqa: E402

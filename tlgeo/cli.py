@@ -15,8 +15,8 @@ import os
 import sys
 
 from .cliargs import Formatter, RunRecord
-from .distributed import RankFailed
-from .results import resumed_lines
+from .provenance import record as record_provenance
+from .results import resumed_lines, seen_identities
 
 __all__ = ["main", "build_parser"]
 
@@ -109,6 +109,12 @@ def _error_line(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):  # answered without building the commands (which import torch)
+        print(f"tlgeo {_version()}")
+        return 0
+    from .distributed import RankFailed
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:
@@ -119,9 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
+            seen_identities()
             rc = args._run(args)
             for line in resumed_lines():  # what this run took back from its logs instead of computing
                 print(line)
+            if rc == 0 and args.record.out is not None and not quiet:
+                settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
+                print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities())}")
             return rc
     except KeyboardInterrupt:
         _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")

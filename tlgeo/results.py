@@ -23,12 +23,13 @@ from typing import Any, Iterable, Iterator, Mapping
 import pandas as pd
 
 __all__ = ["IDENTITY", "ResultLog", "merge_csv", "stamp", "current_identity", "identity_scope", "of_identity",
-           "resumed_lines"]
+           "resumed_lines", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
 _CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlgeo_identity", default=None)
 _RESUMED: dict[Path, int] = {}  # rows taken back from each log since resumed_lines() last said so
+_SEEN: list[dict] = []  # identities run since seen_identities() was last asked
 
 
 def current_identity() -> dict | None:
@@ -40,6 +41,8 @@ def current_identity() -> dict | None:
 def identity_scope(identity: Mapping[str, Any]) -> Iterator[dict]:
     """Inside: :func:`current_identity` is ``identity`` (every table saved is stamped with it)."""
     token = _CURRENT.set(dict(identity))
+    if dict(identity) not in _SEEN:
+        _SEEN.append(dict(identity))
     try:
         yield dict(identity)
     finally:
@@ -68,6 +71,13 @@ def of_identity(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.Data
     for k, v in identity.items():
         keep &= df[k].astype(str) == str(v)
     return df[keep]
+
+
+def seen_identities() -> list[dict]:
+    """The identities that ran (:func:`identity_scope`) since the last call, in order (then forgotten)."""
+    out = list(_SEEN)
+    _SEEN.clear()
+    return out
 
 
 def resumed_lines() -> list[str]:

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tlgeo.geometries import ANALYSIS, GeometriesConfig, QUANTITIES, relations, run
-from tlgeo.geometries.analysis import token_windows
+from tlgeo.geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
+from tlgeo.geometries.analysis import relation_summary, token_windows
 from tlgeo.hooks.perturb import Perturbation
 from tlgeo.stats.correlation import shuffle_within, spearman_matrix
 
@@ -81,6 +81,65 @@ def test_the_tokenwise_error_is_the_tokenwise_analysis(result, llama, tmp_path):
     assert float(torch.tensor(got.to_numpy()).median()) == pytest.approx(float(g["rel_error"]), rel=1e-5)
 
 
+def test_the_atypicality_is_the_state_norm_and_the_brute_force_knn_distance(result, llama, tmp_path):
+    """knn_dist: the mean Euclidean distance of h_l to its k nearest states of other windows (the tokenwise fit's
+    neighbours), by brute force on a few tokens; state_norm: ||h_{l+1}||."""
+    from tlgeo.tokenwise import collect_pool
+
+    layer = CFG.chosen_layers(llama.cfg.n_layers)[-1]
+    pool = collect_pool(llama, token_windows(llama, CFG), tmp_path / "p", dtype="float32")
+    h, h_next = (np.asarray(pool.states(l), dtype=np.float64) for l in (layer, layer + 1))
+    got = result.tokens[result.tokens["layer"] == layer].set_index("index")
+    assert got[list(ATYPICALITY)].notna().all().all()
+    for i in (0, 17, len(h) - 1):
+        d = np.linalg.norm(h - h[i], axis=1)[pool.window != pool.window[i]]
+        assert got.loc[i, "knn_dist"] == pytest.approx(np.sort(d)[: CFG.k].mean(), rel=1e-5)
+        assert got.loc[i, "state_norm"] == pytest.approx(np.linalg.norm(h_next[i]), rel=1e-5)
+
+
+def _planted_tokens(seed=0, n_win=30, per=10):
+    """One block of synthetic tokens: F and tok_error both follow knn_dist (plus noise), attn_par and mlp_par
+    share a factor of their own; everything else is noise."""
+    rng = np.random.default_rng(seed)
+    n = n_win * per
+    df = pd.DataFrame({"layer": 1, "index": np.arange(n), "window": np.repeat(np.arange(n_win), per),
+                       "position": np.tile(np.arange(1, per + 1), n_win).astype(float), "log_freq": rng.normal(size=n),
+                       "state_norm": rng.normal(size=n), "knn_dist": rng.gamma(2.0, size=n),
+                       "knn_dist_out": rng.normal(size=n)})
+    for q in [q for qs in QUANTITIES.values() for q in qs]:
+        df[q] = rng.normal(size=n)
+    df["F"] = np.log(df["knn_dist"]) + 0.3 * rng.normal(size=n)
+    df["tok_error"] = df["knn_dist"] + 0.3 * rng.normal(size=n)
+    shared = rng.normal(size=n)
+    df["attn_par"], df["mlp_par"] = shared + 0.5 * rng.normal(size=n), shared + 0.5 * rng.normal(size=n)
+    return df
+
+
+def test_a_relation_driven_by_atypicality_survives_the_partial_but_not_the_atypical_partial():
+    rel = relations(_planted_tokens(), n_boot=20).set_index(["a", "b"])
+    atyp, real = rel.loc[("F", "tok_error")], rel.loc[("attn_par", "mlp_par")]
+    assert atyp["rho"] > 0.7 and atyp["rho_partial"] > 0.7 and abs(atyp["rho_partial_atypical"]) < 0.15
+    assert real["rho_partial_atypical"] > 0.6  # a relation of its own keeps it
+    assert ("F", "knn_dist") not in rel.index and "state_norm" not in set(rel.reset_index()[["a", "b"]].stack())
+    s = relation_summary(rel.reset_index()).set_index(["a", "b"])
+    assert s.loc[("F", "tok_error"), "partial_atypical"] == pytest.approx(atyp["rho_partial_atypical"])
+    assert s.loc[("F", "tok_error"), "significant_bh"] == 1
+
+
+def test_q_values_are_over_the_whole_table_and_merging_blocks_recomputes_them(result):
+    from scipy.stats import false_discovery_control
+
+    rel = result.relations
+    assert rel["p"].between(0, 1).all() and (rel["q_bh"] >= rel["p"] - 1e-12).all()
+    np.testing.assert_allclose(rel["q_bh"], false_discovery_control(rel["p"], method="bh"))
+    # blocks related apart, then merged: the q-values of the whole, not of each block
+    whole = pd.concat([_planted_tokens(0).assign(layer=1), _planted_tokens(1).assign(layer=2)], ignore_index=True)
+    want = relations(whole, n_boot=10)
+    parts = [GeometriesResult(relations=relations(whole[whole["layer"] == l], n_boot=10)) for l in (1, 2)]
+    assert not np.allclose(pd.concat([p.relations for p in parts])["q_bh"], want["q_bh"])  # q per block differs
+    pd.testing.assert_frame_equal(GeometriesResult.merge(parts).relations, want)
+
+
 def test_relations_find_a_planted_relation_and_the_controls_remove_it():
     rng = np.random.default_rng(0)
     n_win, per = 40, 12
@@ -140,3 +199,7 @@ def test_command(tmp_path, capsys):
                  "--seeds", "1", "--k", "8", "--n-boot", "20", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "block x pair correlations" in out and (tmp_path / "geometries_relations.csv").exists()
+    assert "Benjamini-Hochberg q < 0.05" in out and "significant_bh" in out and "partial_atypical" in out
+    assert "P/D/S/F:" in out and "Indication only: a pool of 4 windows" in out  # 60 tokens in windows of 15
+    rel = pd.read_csv(tmp_path / "geometries_relations.csv")  # the saved q: over every block of the run
+    np.testing.assert_allclose(rel["q_bh"], __import__("scipy").stats.false_discovery_control(rel["p"]), rtol=1e-9)

@@ -85,6 +85,7 @@ def test_a_model_whose_heads_do_not_add_up_skips_their_write_parts(llama, monkey
     res = run(llama, _cfg())
     assert set(res.effects["component"]) == {"head", "mlp"}
     assert "head_par and head_perp not patched" in res.tasks["note"].iloc[0]
+    assert res.par_baseline is not None and res.par_baseline.empty  # nor their control: the same reason
     with pytest.raises(ValueError, match="not the sum"):  # asked for directly, they are refused
         from tlgeo.patching.exact import exact_sweep
         from tlgeo.patching.runs import task_runs

@@ -24,6 +24,9 @@ def test_step_writes_its_csvs_section_and_headline(tmp_path, llama):
     assert set(effects.loc[effects["method"] == "attribution", "component"]) == set(b.patching_components)
     assert "Geometry-resolved activation patching" in html and "attribution (y) against exact" in html
     assert "var CircuitsVis=" in html and html.count("<img") >= 2
+    n_exact = int((effects["method"] == "exact").sum())
+    assert "after Benjamini-Hochberg over every component, layer and head: " in html
+    assert f"{int(effects.loc[effects['method'] == 'exact', 'significant'].sum())} of {n_exact} exact" in html
     h = headline(out, b)
     assert any(s.startswith("Patching (induction") for s in h.sentences)
     assert any("ioi not patched" in s for s in h.sentences) and h.warnings

@@ -17,12 +17,16 @@ def test_patching_command(tmp_path, capsys):
     assert "largest effects" in printed and "attribution vs exact" in printed
     assert "head = self + nonself" in printed  # the interaction of the split's parts
     assert "note: 4 prompts per task: an indication only" in printed
+    assert "rows with q < 0.05 (Benjamini-Hochberg" in printed and "min_q" in printed
+    assert "head_par control" in printed and "randomly rotated write" in printed and "1/d_model 0.0156" in printed
     tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
     assert tasks.loc["induction", "patched"] and not tasks.loc["ioi", "patched"]  # no single-token names
     effects = pd.read_csv(out / "patching_effects.csv")
     exact = effects[effects["method"] == "exact"]
     assert set(exact["component"]) == {"head", "self", "nonself"} and len(exact) == 3 * 3 * 4  # x blocks x heads
-    assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl"} <= {p.name for p in out.iterdir()}
+    assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl",
+            "patching_par_baseline.csv"} <= {p.name for p in out.iterdir()}
+    assert {"p", "q", "significant"} <= set(effects.columns) and (effects["q"] >= effects["p"]).all()
     lines = (out / "patching.jsonl").read_text().count("\n")
     assert main(argv) == 0  # a rerun reads the log: nothing is added
     assert (out / "patching.jsonl").read_text().count("\n") == lines

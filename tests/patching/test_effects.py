@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlgeo.patching.effects import agreement, effect, effect_ci, interactions
+from tlgeo.patching.effects import add_qvalues, agreement, effect, effect_ci, effect_test, interactions
 
 
 def test_effect_is_the_share_of_the_gap_moved():
@@ -34,6 +34,42 @@ def test_effect_ci_covers_the_effect_and_narrows_with_prompts():
         widths.append(hi - lo)
     assert widths[1] < widths[0] / 3
     assert 0.35 < lo and hi < 0.45
+
+
+def test_effect_test_p_value_separates_a_planted_effect_from_none():
+    rng = np.random.default_rng(1)
+    n = 40
+    clean, corrupted = 3 + rng.normal(size=n), rng.normal(size=n)
+    real = corrupted + 0.5 * (clean - corrupted) + 0.3 * rng.normal(size=n)
+    noise = corrupted + 0.3 * rng.normal(size=n)
+    t = effect_test(real, clean, corrupted, "denoise", n_boot=400, seed=2)
+    assert (t["ci_low"], t["ci_high"]) == effect_ci(real, clean, corrupted, "denoise", n_boot=400, seed=2)
+    assert t["effect"] == effect(real, clean, corrupted, "denoise") and t["se"] > 0 and t["p"] < 1e-6
+    assert effect_test(noise, clean, corrupted, "denoise", n_boot=400)["p"] > 0.01
+    none = effect_test(corrupted, clean, corrupted, "denoise", n_boot=50)  # exactly 0 on every prompt
+    assert none["effect"] == 0 and none["se"] == 0 and none["p"] == 1
+    full = effect_test(clean, clean, corrupted, "denoise", n_boot=50)  # exactly 1 in every resample
+    assert full["effect"] == 1 and full["se"] == 0 and full["p"] == 0
+    undefined = effect_test([1.0, 2.0], [2.0, 2.0], [2.0, 2.0], "denoise", n_boot=20)  # zero gap
+    assert np.isnan(undefined["effect"]) and undefined["p"] == 1
+
+
+def test_q_values_are_benjamini_hochberg_within_each_family():
+    from scipy.stats import false_discovery_control
+
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.uniform(size=30), [1e-6, 1e-5, 2e-4]])
+    df = pd.DataFrame({"model": "m", "task": "t", "prompts": 8, "seed": 0, "positions": "all", "frame": "patched",
+                       "method": np.where(np.arange(p.size) % 2, "exact", "attribution"), "direction": "denoise",
+                       "component": "head", "layer": np.arange(p.size), "head": 0, "p": p})
+    got = add_qvalues(df)
+    for _, fam in got.groupby("method"):  # one family per method: BH over its own rows only
+        np.testing.assert_allclose(fam["q"], false_discovery_control(fam["p"], method="bh"))
+    assert (got["q"] >= got["p"]).all() and (got["significant"] == (got["q"] < 0.05)).all()
+    assert not np.allclose(got["q"], false_discovery_control(p, method="bh"))  # not pooled over families
+    assert got["significant"].sum() >= 2
+    assert add_qvalues(df.assign(p=np.nan))["significant"].sum() == 0  # rows without p: q NaN, not significant
+    assert "q" not in add_qvalues(df.drop(columns="p")).columns
 
 
 def test_agreement_pairs_the_two_methods_cell_by_cell():

@@ -15,6 +15,7 @@ resumable row each, with what the caller measures from the scores.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -101,7 +102,8 @@ class SweepGrid:
 
     def settings(self, cfg) -> dict:
         """The grid's part of a result row's key (besides kind, delta and seed)."""
-        return {"mode": self.mode, "flip": self.flip, "layers": self.chosen_layers(cfg), "relative": self.relative}
+        return {"mode": self.mode, "flip": self.flip, "layers": self.chosen_layers(cfg), "relative": self.relative,
+                "draws": "per_batch" if self.mode == "exact" else "shared"}
 
     def run(self, model, clean: "CleanPass", measure: Callable[[Perturbation], dict], *, key: Iterable[str],
             settings: dict, log_path: str | os.PathLike | None = None, progress: bool = False,
@@ -199,16 +201,21 @@ def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[di
                      hooks: HookList | None = None, extra: BatchHooks | None = None) -> Float[Tensor, "n"]:
     """Each sentence's NLL (``clean.reduce``) under ``pert``, resumed from the clean prefix.
 
-    The hooks are made once for all batches (faithful mode: one noise direction per
-    tensor shape for the whole sentence set, as the notebook within a seed); pass
-    ``hooks`` (from ``pert.hooks``) to share them between calls. ``extra(i, batch)`` adds
+    Exact mode: each batch draws its own signs and directions (``draw`` = its first
+    sentence's index + 1), so that no draw is shared by every batch of one shape. Faithful
+    mode: the hooks are made once for all batches (one noise direction per tensor shape
+    for the whole sentence set, as the notebook within a seed). Pass ``hooks`` (from
+    ``pert.hooks``) to share one draw between calls. ``extra(i, batch)`` adds
     hooks for batch ``i`` after the perturbation's (e.g. a repair from ``clean.kept[i]``)."""
     if min(pert.chosen_layers(model.cfg)) < clean.first:
         raise ValueError(f"the perturbation starts before block {clean.first}, where the clean pass was cut")
-    hooks = pert.hooks(model, stats=stats) if hooks is None else hooks
-    out = []
+    per_batch = hooks is None and pert.mode == "exact"
+    hooks = pert.hooks(model, stats=stats) if hooks is None and not per_batch else hooks
+    out, start = [], 0
     with torch.inference_mode():
         for i, (resid, (toks, lengths)) in enumerate(zip(clean.resid, clean.batches)):
-            batch_hooks = list(hooks) + (list(extra(i, (toks, lengths))) if extra is not None else [])
+            drawn = dataclasses.replace(pert, draw=start + 1).hooks(model, stats=stats) if per_batch else hooks
+            start += len(toks)
+            batch_hooks = list(drawn) + (list(extra(i, (toks, lengths))) if extra is not None else [])
             out.append(sentence_nll(resume_forward(model, resid, clean.first, batch_hooks), toks, lengths, clean.reduce))
     return torch.cat(out)

@@ -3,7 +3,9 @@
 ``run`` collects the pool (:func:`~tlgeo.tokenwise.pool.collect_pool`, WikiText windows, float32), makes one
 clean pass (the next-token NLL, the model's own predictions, the residual where perturbed runs resume),
 then per block (its work unit) computes every quantity with its own analysis's code
-(:mod:`.quantities`) and relates them (:func:`relations`)."""
+(:mod:`.quantities`) and relates them (:func:`relations`). The relations' Benjamini–Hochberg q-values are over
+every row of one run (all pairs x blocks, :func:`with_q`): ``run`` computes them once the blocks are known, and
+:meth:`GeometriesResult.merge` again over the merged blocks."""
 
 from __future__ import annotations
 
@@ -20,27 +22,30 @@ import pandas as pd
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
 from ..models import Model, identified, model_label, run_identity
-from ..results import of_identity
-from ..stats.correlation import spearman_matrix
+from ..results import IDENTITY, of_identity
+from ..stats.correlation import partial_spearman, spearman_matrix
+from ..stats.multiple import bh_qvalues
 from ..tokenwise.pool import collect_pool
-from .config import CONTROLS, QUANTITIES, GeometriesConfig
-from .quantities import (clean_pass, damage_quantities, decomposition_quantities, pdsf_quantities,
-                         tokenwise_quantities)
+from .config import ATYPICALITY, CONTROLS, QUANTITIES, GeometriesConfig
+from .quantities import (atypicality_quantities, clean_pass, damage_quantities, decomposition_quantities,
+                         pdsf_quantities, tokenwise_quantities)
 
-__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "token_windows", "ANALYSIS", "KEY",
-           "OWNER"]
+__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "with_q", "token_windows",
+           "ANALYSIS", "KEY", "OWNER", "FDR"]
 
 KEY = ("model", "corpus", "seq_len", "n_tokens", "delta", "seeds", "k", "seed")
 ALL = tuple(q for qs in QUANTITIES.values() for q in qs)
 OWNER = {q: a for a, qs in QUANTITIES.items() for q in qs}  # quantity -> the analysis it comes from
+FDR = 0.05  # a relation row counts as significant after Benjamini-Hochberg when its q is below this
 
 
 @dataclass
 class GeometriesResult(Result):
     """``tokens`` (one row per pool token and block: every quantity, its window, position, id and log
-    frequency) and ``relations`` (one row per block and pair of quantities: Spearman's rho with its
-    bootstrap CI over windows, rho after shuffling within windows, and the partial rho given position and
-    frequency)."""
+    frequency, and its atypicality ``state_norm``, ``knn_dist`` and ``knn_dist_out``) and ``relations`` (one row per block and pair
+    of quantities: Spearman's rho with its bootstrap CI, SE and Wald p over windows, the Benjamini–Hochberg q over
+    the run's rows, rho after shuffling within windows, the partial rho given position and frequency, and given
+    those and the atypicality)."""
 
     tokens: pd.DataFrame | None = None
     relations: pd.DataFrame | None = None
@@ -49,6 +54,15 @@ class GeometriesResult(Result):
         Table("tokens", (*KEY, "layer", "index"), "geometries_tokens.csv.gz"),
         Table("relations", (*KEY, "layer", "a", "b"), "geometries_relations.csv"),
     )
+
+    @classmethod
+    def merge(cls, parts: Sequence[Result]) -> "GeometriesResult":
+        """The parts' tables concatenated (:meth:`Result.merge`), the q-values recomputed over the merged rows
+        of each run (:func:`with_q`): split into blocks and merged equals the whole."""
+        merged = super().merge(parts)
+        if merged.relations is not None:
+            merged.relations = with_q(merged.relations)
+        return merged
 
 
 def token_windows(model: Model, cfg: GeometriesConfig):
@@ -68,31 +82,70 @@ def units(model: Model, cfg: GeometriesConfig) -> list[tuple]:
 def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
               quantities: Sequence[str] = ALL) -> pd.DataFrame:
     """Per block, every pair of ``quantities`` of the tokens that have them all (the last position of a window
-    has no next token, hence no damage): rho, its CI (windows resampled), the shuffled rho, the partial rho."""
+    has no next token, hence no damage): ``rho`` (Spearman), its 95% CI ``ci_low``/``ci_high`` (percentile, whole
+    windows resampled) and SE ``rho_se`` (the bootstrap rhos' standard deviation), ``p`` (two-sided Wald
+    ``2 (1 - Phi(|rho| / rho_se))``; 1 where rho or its SE is undefined), ``q_bh`` (Benjamini–Hochberg over every
+    row returned, :func:`with_q`), ``rho_shuffled`` (each quantity shuffled within its window, mean of 10),
+    ``rho_partial`` (partial Spearman given position and log frequency) and ``rho_partial_atypical`` (given those
+    and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them). The atypicality measures are
+    controls only: no pair of their own."""
     rows = []
+    atypical = all(c in tokens for c in ATYPICALITY)
     for layer, df in tokens.groupby("layer", sort=True):
-        df = df.dropna(subset=list(quantities))
+        df = df.dropna(subset=[*quantities, *CONTROLS, *(ATYPICALITY if atypical else ())])
         x = df[list(quantities)].to_numpy(float)
         m = spearman_matrix(x, groups=df["window"].to_numpy(), controls=df[list(CONTROLS)].to_numpy(float),
                             n_boot=n_boot, seed=seed)
+        both = (partial_spearman(x, df[[*CONTROLS, *ATYPICALITY]].to_numpy(float)) if atypical
+                else np.full_like(m["rho"], np.nan))
         for i, j in itertools.combinations(range(len(quantities)), 2):
             rows.append({"layer": int(layer), "a": quantities[i], "b": quantities[j], "rho": m["rho"][i, j],
-                         "ci_low": m["low"][i, j], "ci_high": m["high"][i, j], "rho_shuffled": m["shuffled"][i, j],
-                         "rho_partial": m["partial"][i, j], "n": len(df)})
-    return pd.DataFrame(rows)
+                         "ci_low": m["low"][i, j], "ci_high": m["high"][i, j], "rho_se": m["se"][i, j],
+                         "p": m["p"][i, j], "rho_shuffled": m["shuffled"][i, j], "rho_partial": m["partial"][i, j],
+                         "rho_partial_atypical": both[i, j], "n": len(df)})
+    return with_q(pd.DataFrame(rows))
+
+
+def with_q(relations: pd.DataFrame) -> pd.DataFrame:
+    """``relations`` with ``q_bh``: the Benjamini–Hochberg q-values of ``p``
+    (:func:`~tlgeo.stats.multiple.bh_qvalues`, ``scipy.stats.false_discovery_control``) over all rows of one run
+    together (every pair x block; rows of one run share the identity and :data:`KEY` columns the table has).
+    A table without ``p`` (written before it existed) is returned as it is."""
+    if relations is None or "p" not in relations or relations.empty:
+        return relations
+    run_key = [c for c in dict.fromkeys((*IDENTITY, *KEY)) if c in relations.columns]
+    q = pd.Series(np.nan, index=relations.index)
+    groups = relations.groupby(run_key, dropna=False, sort=False).groups.values() if run_key else [relations.index]
+    for idx in groups:
+        q.loc[idx] = bh_qvalues(relations.loc[idx, "p"].to_numpy(float))
+    out = relations.drop(columns="q_bh", errors="ignore")
+    at = list(out.columns).index("p") + 1
+    out.insert(at, "q_bh", q.to_numpy())
+    return out
 
 
 def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.DataFrame:
     """One row per pair over its blocks: ``mean_rho``, ``min_rho``, ``max_rho``, ``blocks`` (measured),
-    ``significant`` (blocks whose CI excludes 0), ``same_sign`` (all blocks' rho of one sign), the mean
-    partial and shuffled rho; ``across``: only pairs from two different analyses. Strongest first."""
+    ``significant`` (blocks whose CI excludes 0, uncorrected), ``significant_bh`` (blocks whose ``q_bh`` <
+    :data:`FDR`: Benjamini–Hochberg over all pairs x blocks of the run; NaN for a table without q),
+    ``same_sign`` (all blocks' rho of one sign), the mean ``partial`` (given position and frequency),
+    ``partial_atypical`` (given those and ``state_norm``, ``knn_dist``, ``knn_dist_out``) and ``shuffled`` rho; ``across``: only
+    pairs from two different analyses. Strongest first. The q-values are read from the table (computed over
+    all its rows, not only the pairs shown)."""
     rel = relations.dropna(subset=["rho"])
     if across:
         rel = rel[rel["a"].map(OWNER) != rel["b"].map(OWNER)]
-    rel = rel.assign(significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0))
+    for c in ("q_bh", "rho_partial_atypical"):  # tables written before these columns existed
+        if c not in rel:
+            rel = rel.assign(**{c: np.nan})
+    rel = rel.assign(significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0),
+                     significant_bh=(rel["q_bh"] < FDR).astype(float).where(rel["q_bh"].notna()))
     g = rel.groupby(["a", "b"], sort=False).agg(
         mean_rho=("rho", "mean"), min_rho=("rho", "min"), max_rho=("rho", "max"), blocks=("rho", "size"),
-        significant=("significant", "sum"), partial=("rho_partial", "mean"), shuffled=("rho_shuffled", "mean"))
+        significant=("significant", "sum"), significant_bh=("significant_bh", lambda v: v.sum(min_count=1)),
+        partial=("rho_partial", "mean"), partial_atypical=("rho_partial_atypical", "mean"),
+        shuffled=("rho_shuffled", "mean"))
+    g["significant_bh"] = g["significant_bh"].astype("Int64")
     g["same_sign"] = (g["min_rho"] > 0) | (g["max_rho"] < 0)
     return g.reindex(g["mean_rho"].abs().sort_values(ascending=False).index).reset_index()
 
@@ -137,12 +190,19 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
                 for name_, df in (("tokens", part), ("relations", rel)):
                     df = _labelled(df, settings)
                     tables.setdefault(name_, []).append(df)
-                    if out is not None:
+                    if out is not None:  # the relations' q so far: over the blocks done (final below)
                         GeometriesResult(**{name_: df}).save(out)
-                    if on_table is not None:
+                    if on_table is not None and name_ == "tokens":
                         on_table(name_, df)
-    return GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
-                               .reset_index(drop=True) if v else None for n, v in tables.items()})
+    res = GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
+                              .reset_index(drop=True) if v else None for n, v in tables.items()})
+    if res.relations is not None:
+        res.relations = with_q(res.relations.drop(columns=[c for c in IDENTITY if c in res.relations]))
+        if todo and out is not None:  # every block's q over all the blocks of this run
+            GeometriesResult(relations=res.relations).save(out)
+        if todo and on_table is not None:
+            on_table("relations", res.relations)
+    return res
 
 
 def _check_pool(n_windows: int, seq_len: int, k: int) -> None:
@@ -187,10 +247,11 @@ def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, pro
         pdsf_quantities(model, pool, base_rows["predicted"].to_numpy(), [layer]),
         tokenwise_quantities(pool, [layer], k=cfg.k, ridge=cfg.ridge),
     ]
+    parts.append(atypicality_quantities(pool, [layer], k=cfg.k))  # after the fit: its neighbours are cached
     df = base_rows[["index", "window", "position", "token", "log_freq"]].assign(layer=layer)
     for p in parts:
         df = df.merge(p, on=["layer", "index"], how="left")
-    return df[["layer", "index", "window", "position", "token", "log_freq", *ALL]]
+    return df[["layer", "index", "window", "position", "token", "log_freq", *ALL, *ATYPICALITY]]
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .analysis import relation_summary, run
+from .analysis import FDR, relation_summary, run
 from .config import GeometriesConfig
 
 __all__ = ["FAMILY", "GeometriesBudgets", "headline"]
@@ -32,9 +32,13 @@ def headline(out: Path, budgets: GeometriesBudgets | None = None) -> Headline:
     top = s.iloc[0]
     held = ("at every block" if top["same_sign"] and top["significant"] == top["blocks"]
             else f"significant at {int(top['significant'])} of {int(top['blocks'])} blocks")
+    bh = ("" if pd.isna(top["significant_bh"]) else
+          f", {int(top['significant_bh'])} of {int(top['blocks'])} with BH q < {FDR} over all pairs x blocks")
+    atyp = ("" if pd.isna(top["partial_atypical"]) else
+            f", given also the state's norm and kNN distance {top['partial_atypical']:+.2f}")
     return Headline([f"Four geometries: across analyses, {top['a']} and {top['b']} relate most (Spearman "
-                     f"{top['mean_rho']:+.2f} on average over blocks, {held}; partial given position and frequency "
-                     f"{top['partial']:+.2f}, shuffled within windows {top['shuffled']:+.2f})."])
+                     f"{top['mean_rho']:+.2f} on average over blocks, {held}{bh}; partial given position and "
+                     f"frequency {top['partial']:+.2f}{atyp}, shuffled within windows {top['shuffled']:+.2f})."])
 
 
 register_family(FAMILY, GeometriesBudgets, headline=headline, title="One token, four geometries")
@@ -57,7 +61,10 @@ def _step_geometries(ctx: StepContext) -> None:
         "magnitude); the energy shares of the state around the model's own prediction and that prediction's "
         "logit-lens rank (PDSF); the local linear tokenwise fit's relative error (tokenwise maps). Spearman's rho "
         "per block, CI over windows; 'shuffled' is what is left after shuffling each quantity within its window "
-        "(a relation between windows, not tokens); 'partial' controls for position and token frequency.")
+        "(a relation between windows, not tokens); 'partial' controls for position and token frequency, "
+        "'partial_atypical' also for how atypical the token's state is (its norm, its mean distance to the k "
+        "neighbours of its tokenwise fit); 'significant' counts blocks whose CI excludes 0, 'significant_bh' those "
+        f"with a Benjamini-Hochberg q < {FDR} over all pairs x blocks.")
     summary = relation_summary(rel)
     ctx.report.table(summary.head(10).round(3),
                      "The ten strongest relations between quantities of two different analyses, over the blocks.")

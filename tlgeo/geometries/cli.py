@@ -16,9 +16,22 @@ DESCRIPTION = ("Collect one token pool (WikiText windows), measure per token and
                "attention, MLP and exclude-self updates, the loss change under L2-matched angle and magnitude "
                "perturbations, the P/D/S/F energy shares around the model's own prediction and its logit-lens "
                "rank, and the local linear tokenwise fit's error; then Spearman correlations between every pair "
-               "per block, with bootstrap CIs over windows, shuffled-within-window baselines and partial "
-               "correlations given position and token frequency. Resumable by block.")
+               "per block, with bootstrap CIs and p-values over windows, Benjamini-Hochberg q-values over all pairs x "
+               "blocks, shuffled-within-window baselines, and partial correlations given position and token "
+               "frequency, and given those and the token's atypicality (its state's norm, its mean distance to its "
+               "tokenwise neighbours). Resumable by block.")
 SHOWN = 8  # strongest relations printed
+MIN_POOL_WINDOWS = 16  # the CIs resample windows: with fewer, the relations are an indication only
+LEGEND = "\n".join((
+    "P/D/S/F: shares of ||h_{l+1}||^2 on the model's own prediction direction (P), the pool's top principal",
+    "  subspace of the rest (D), the next one (S) and the remainder (F); tok_error: the local linear tokenwise",
+    "  fit's relative error.",
+    "significant: blocks whose 95% CI (windows resampled) excludes 0; significant_bh: blocks with",
+    "  Benjamini-Hochberg q < 0.05 over all pairs x blocks (Wald p from the bootstrap SE).",
+    "partial: rho given position and token frequency; partial_atypical: given those and the state's norm and",
+    "  mean distance to its k tokenwise neighbours (both sides may only track how atypical a token is);",
+    "  shuffled: rho after shuffling each quantity within its window (what windows, not tokens, share).",
+))
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -32,7 +45,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
     from ..distributed import run_analysis
     from ..models import load_model
-    from .analysis import ANALYSIS, GeometriesResult, relation_summary
+    from ..decomposition.summary import indication_note
+    from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 
     set_threads(args)
     cfg = config_from_args(GeometriesConfig, args)  # bad values fail here, before the model loads
@@ -45,9 +59,16 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     rel = res.relations.dropna(subset=["rho"])
     real = rel[(rel["ci_low"] > 0) | (rel["ci_high"] < 0)]
-    print(f"\n{len(real)} of {len(rel)} block x pair correlations have a 95% CI that excludes 0. The strongest "
+    n_windows = int(res.tokens["window"].nunique())
+    small = indication_note(n_windows, MIN_POOL_WINDOWS, "windows")
+    print(f"\n{len(real)} of {len(rel)} block x pair correlations have a 95% CI that excludes 0, "
+          f"{int((res.relations['q_bh'] < FDR).sum())} have a Benjamini-Hochberg q < {FDR}{small}. The strongest "
           f"between quantities of two analyses, over {rel['layer'].nunique()} blocks:")
     print(relation_summary(res.relations).head(SHOWN).round(3).to_string(index=False))
+    print(LEGEND)
+    if small:
+        print(f"Indication only: a pool of {n_windows} windows ({int(res.tokens['index'].nunique())} tokens); the "
+              f"CIs and q-values need at least {MIN_POOL_WINDOWS} windows (give more --tokens).")
     print_written([out / GeometriesResult.table(n).filename for n in ("tokens", "relations")])
     return 0
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..analysis import Config, param
 
-__all__ = ["GeometriesConfig", "QUANTITIES", "CONTROLS"]
+__all__ = ["GeometriesConfig", "QUANTITIES", "CONTROLS", "ATYPICALITY"]
 
 # the per-token quantities, by the analysis that defines them
 QUANTITIES: dict[str, tuple[str, ...]] = {
@@ -16,14 +16,19 @@ QUANTITIES: dict[str, tuple[str, ...]] = {
     "tokenwise": ("tok_error",),
 }
 CONTROLS = ("position", "log_freq")
+# how atypical a token's state is in the pool: controls of the second partial rho, not related pairwise themselves
+# (state_norm: ||h_{l+1}||; knn_dist: mean distance of h_l to the k neighbours of its tokenwise fit;
+# knn_dist_out: the same for h_{l+1}, the state PDSF splits)
+ATYPICALITY = ("state_norm", "knn_dist", "knn_dist_out")
 
 
 @dataclass(frozen=True)
 class GeometriesConfig(Config):
     """Measure the four analyses' per-token quantities on one shared token pool (WikiText windows) at a
     few blocks, and relate them: Spearman correlations per block with a bootstrap CI over windows, the
-    same after shuffling each quantity within its window, and partial correlations given the token's
-    position and frequency."""
+    same after shuffling each quantity within its window, partial correlations given the token's
+    position and frequency, and given those and the token's atypicality in the pool (its state's norm and its
+    mean distance to its tokenwise neighbours)."""
 
     corpus: str = param("wikitext2", "text the token pool is cut from")
     tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="4-5 s per 1000 tokens and block (SmolLM2, "

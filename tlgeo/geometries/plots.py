@@ -10,8 +10,9 @@ __all__ = ["plot_relations", "plot_pairs", "token_view"]
 
 
 def plot_relations(relations: pd.DataFrame, value: str = "rho", top: int | None = 24):
-    """Heatmap of ``value`` (rho, rho_partial or rho_shuffled): one row per pair of quantities (the ``top`` by
-    mean |value| over blocks; all with ``None``), one column per block; x: the block's CI includes 0."""
+    """Heatmap of ``value`` (rho, rho_partial, rho_partial_atypical or rho_shuffled): one row per pair of quantities
+    (the ``top`` by mean |value| over blocks; all with ``None``), one column per block; x: the block's CI includes
+    0."""
     import matplotlib.pyplot as plt
 
     from ..plotting import WIDTH, style

@@ -23,11 +23,12 @@ from ..hooks.perturb import Perturbation
 from ..hooks.resume import readout, resume_forward
 from ..models import Model, input_device
 from ..pdsf.states import directions
-from ..tokenwise.fits import tokenwise_outputs
+from ..geometry.neighbours import knn
+from ..tokenwise.fits import neighbours, tokenwise_outputs
 from ..tokenwise.pool import StatePool
 
 __all__ = ["clean_pass", "decomposition_quantities", "damage_quantities", "pdsf_quantities",
-           "tokenwise_quantities"]
+           "tokenwise_quantities", "atypicality_quantities"]
 
 
 def _nll_next(logits: Tensor, tokens: Tensor) -> Tensor:
@@ -137,4 +138,29 @@ def tokenwise_quantities(pool: StatePool, layers: Sequence[int], *, k: int = 32,
         t = tokenwise_outputs(pool, l, "linear", k=k, ridge=ridge, threads=threads)
         g = update_geometry(h_in, h_out, t)
         rows.append(pd.DataFrame({"layer": l, "index": np.arange(len(h_in)), "tok_error": g.rel_error.float().numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def atypicality_quantities(pool: StatePool, layers: Sequence[int], *, k: int = 32, chunk: int = 256) -> pd.DataFrame:
+    """How atypical each token's state is in the pool: ``state_norm`` ``||h_{l+1}||`` (the state PDSF splits and
+    the tokenwise fit predicts), ``knn_dist``, the mean Euclidean distance of ``h_l`` to the ``k`` neighbours
+    its local tokenwise fit is fitted on (the same neighbours: :func:`tlgeo.tokenwise.fits.neighbours`, other
+    windows only, read from the pool's cache when the fit has run), and ``knn_dist_out``, the same for
+    ``h_{l+1}`` among the pool's states after block ``l`` (PDSF's state), in float64."""
+    rows = []
+    for l in layers:
+        h_in = torch.from_numpy(np.array(pool.states(l), dtype=np.float64))
+        h_out = torch.from_numpy(np.array(pool.states(l + 1), dtype=np.float64))
+
+        def mean_distance(h: torch.Tensor, layer: int) -> torch.Tensor:
+            if layer < pool.n_layers:  # the tokenwise fit's own neighbours (cached with the pool)
+                nb = neighbours(pool, layer, k, exclude_sequence=True)
+            else:  # the last state: no layer map starts there, the same search
+                nb = knn(h.float(), k, groups=torch.from_numpy(pool.window), exclude_group=True)[1]
+            return torch.cat([(h[s: s + chunk, None] - h[nb[s: s + chunk]]).norm(dim=-1).mean(-1)
+                              for s in range(0, len(h), chunk)])
+
+        rows.append(pd.DataFrame({"layer": l, "index": np.arange(len(h_in)), "state_norm": h_out.norm(dim=-1).numpy(),
+                                  "knn_dist": mean_distance(h_in, l).numpy(),
+                                  "knn_dist_out": mean_distance(h_out, l + 1).numpy()}))
     return pd.concat(rows, ignore_index=True)

@@ -7,7 +7,9 @@ carry a behaviour, exactly and by attribution.
   residual, its self message and non-self aggregate, the MLP's output and parts), one registry.
 * :mod:`.runs`: the clean and corrupted runs, cached; :mod:`.exact`: hooks and the batched, resumed
   sweep; :mod:`.attribution`: the first-order estimate from one forward and backward;
-  :mod:`.effects`: normalised effects, bootstrap CIs, attribution vs exact.
+  :mod:`.effects`: normalised effects, bootstrap CIs, p- and Benjamini–Hochberg q-values, attribution vs
+  exact; :mod:`.baseline`: the share of a head's write along the residual against a randomly rotated
+  write's (the control of a ``head_par`` effect).
 * The contract files: :mod:`.config`, :mod:`.analysis`, :mod:`.plots`, :mod:`.atlas`, :mod:`.cli`.
 """
 

@@ -6,12 +6,21 @@ cannot do is reported in ``tasks``, not patched), cache its clean and corrupted 
 patch. Work units: ``("attribution", task, direction)`` (every component at once) and
 ``("exact", task, direction, component, layer)`` (every head of one block). Each patched
 (component, layer, head) is one line of the log ``<log>/patching.jsonl`` with its per-prompt
-metric, written as soon as it is computed, so an interrupted run resumes; effects and their
-bootstrap CIs are computed from the log.
+metric, written as soon as it is computed, so an interrupted run resumes; effects, their
+bootstrap CIs and p-values are computed from the log. The Benjamini–Hochberg q-values need the
+whole family of an effect (every component, layer and head of one task, method and direction), so
+the result computes them when it is made (a run, a merge of work units, a load) and again on the
+saved table after a save merges rows into it.
+
+Where a component splits heads' residual writes, each task's clean run also gives ``par_baseline``
+(:mod:`.baseline`): per block and head, the share of the write along the residual against that of a
+randomly rotated write, the control of a ``head_par`` effect near 0. A unit yields the rows of the
+blocks it patches.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,9 +33,11 @@ from ..hooks.adapter import resolve_layers
 from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from .attribution import attribution_sweep
+from .baseline import COLUMNS as BASELINE_COLUMNS
+from .baseline import par_baseline_rows
 from .components import get_component
 from .config import PatchingConfig
-from .effects import effect, effect_ci
+from .effects import add_qvalues, effect_test
 from .exact import exact_sweep
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import TaskError, build_task
@@ -35,18 +46,45 @@ __all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
 
 SETTINGS = ("task", "prompts", "seed", "method", "direction", "positions", "frame")
 LOG_KEY = ("model", *SETTINGS, "component", "layer", "head")
+EFFECT_COLUMNS = (*LOG_KEY, "effect", "ci_low", "ci_high", "n", "se", "p", "q", "significant")
+BASELINE_KEY = ("model", "task", "prompts", "seed", "layer", "head")
 
 
 @dataclass
 class PatchingResult(Result):
     """``tasks``: per task, whether the model does it (clean accuracy, metrics) and was patched;
     ``effects``: per (task, method, direction, component, layer, head) the normalised effect
-    (:mod:`.effects`) with its bootstrap CI over prompts (``head`` -1 for MLP components)."""
+    (:mod:`.effects`) with its bootstrap CI over prompts (``head`` -1 for MLP components), the bootstrap
+    standard error ``se``, the two-sided p-value ``p`` of ``effect != 0`` (:func:`.effects.effect_test`),
+    its Benjamini–Hochberg ``q`` within the family and ``significant`` (``q < 0.05``;
+    :func:`.effects.add_qvalues`); ``par_baseline``: per (task, layer, head) the energy share of the
+    head's write along the residual on the clean run, of a randomly rotated write, and ``1 / d_model``
+    (:mod:`.baseline`; no rows where the heads' writes are not their own: the task's ``note`` says why).
+
+    ``q`` and ``significant`` are recomputed from ``p`` whenever the result is made (so a merge of work
+    units equals the whole run) and on the whole saved table after :meth:`save`."""
 
     TABLES = (
         Table("tasks", ("model", "task", "prompts", "seed"), "patching_tasks.csv"),
         Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
+        Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
     )
+
+    def __post_init__(self) -> None:
+        if self.effects is not None:
+            self.effects = add_qvalues(self.effects)
+
+    def save(self, out: str | Path) -> list[Path]:
+        """:meth:`Result.save`, then ``q`` and ``significant`` computed again over the saved effects table,
+        which may hold rows of other work units saved before (a family is only whole there)."""
+        written = super().save(out)
+        path = Path(out) / self.table("effects").filename
+        if self.effects is not None and path.exists():
+            df = add_qvalues(pd.read_csv(path))
+            tmp = path.with_name(path.name + ".tmp")
+            df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
+            os.replace(tmp, path)
+        return written
 
 
 def _layers(model: Model, cfg: PatchingConfig) -> list[int]:
@@ -92,6 +130,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     label = model_label(model)
     task_rows: list[dict] = []
     effect_rows: list[dict] = []
+    baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) else None
     built = {}
     for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
         try:
@@ -108,7 +147,8 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             task_rows.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
             continue
         comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
-                                    *(u[3] for u in mine if u[0] == "exact")]))
+                                    *(u[3] for u in mine if u[0] == "exact"),
+                                    *(("head_par",) if baseline_rows is not None else ())]))  # its reads
         runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)  # one pass per run
         acc = runs.accuracy()
         gap = acc["clean_metric"] - acc["corrupted_metric"]
@@ -131,18 +171,29 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             task_rows[-1]["note"] = refused
             if progress:
                 print(f"  {name}: {refused}", flush=True)
+        if baseline_rows is not None and not refused:
+            blocks = sorted({l for u in mine for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
+            baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
+                                                                                         seed=cfg.seed)]
         for u in mine:
             rows = _patch(model, cfg, runs, label, u, rlog, progress, skip_write=bool(refused))
             effect_rows += [_effect_row(r, runs, cfg) for r in rows]
     tasks_df = pd.DataFrame(task_rows)
-    effects_df = pd.DataFrame(effect_rows, columns=[*LOG_KEY, "effect", "ci_low", "ci_high", "n"])
-    res = PatchingResult(tasks=tasks_df, effects=effects_df)
+    effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2]))
+    baseline_df = None if baseline_rows is None else pd.DataFrame(
+        baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
+    res = PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df)
     if out is not None:
         res.save(out)
     if on_table is not None:
-        on_table("tasks", tasks_df)
-        on_table("effects", effects_df)
+        for name, df in res.tables().items():
+            on_table(name, df)
     return res
+
+
+def _wants_baseline(cfg: PatchingConfig) -> bool:
+    """Whether a component of ``cfg`` splits heads' residual writes (then the par baseline is its control)."""
+    return any(get_component(c).quantity == "write" for c in (*cfg.components, *cfg.exact_set()))
 
 
 def _refused(model: Model, runs: TaskRuns, comps: list[str], layers: list[int]) -> str:
@@ -191,9 +242,9 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
 
 def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    e = effect(row["patched"], clean, corrupted, row["direction"])
-    lo, hi = effect_ci(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
-    return {**{k: row[k] for k in LOG_KEY}, "effect": e, "ci_low": lo, "ci_high": hi, "n": len(row["patched"])}
+    t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
+    return {**{k: row[k] for k in LOG_KEY}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+            "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
 
 
 # prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)

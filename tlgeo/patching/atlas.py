@@ -17,7 +17,7 @@ from .analysis import run
 from .config import PatchingConfig
 from .effects import agreement
 
-__all__ = ["FAMILY", "PatchingBudgets", "headline"]
+__all__ = ["FAMILY", "PatchingBudgets", "headline", "bh_sentence"]
 
 FAMILY = "patching"
 SMALL = 16  # prompts below which an effect is an indication only
@@ -36,6 +36,17 @@ def _cell(effects: pd.DataFrame, row: pd.Series, component: str) -> float | None
                 (effects["layer"] == row["layer"]) & (effects["head"] == row["head"]) &
                 (effects["method"] == "attribution")]
     return None if d.empty else float(d["effect"].iloc[0])
+
+
+def bh_sentence(effects: pd.DataFrame, task: str) -> str:
+    """`` N of M rows ... have q < 0.05 ...`` per method for ``task`` ("" for a table without ``q``)."""
+    d = effects[effects["task"] == task]
+    if "significant" not in d.columns or d.empty:
+        return ""
+    parts = [f"{int(g['significant'].eq(True).sum())} of {len(g)} {m}"
+             for m, g in d.groupby("method", sort=True)]
+    return (f" Rows with q < 0.05 after Benjamini-Hochberg over every component, layer and head: "
+            f"{', '.join(parts)}.")
 
 
 def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
@@ -110,9 +121,10 @@ def _step_patching(ctx: StepContext) -> None:
                                     "worst_head"]], f"{task}: attribution vs exact patching over every layer and head.")
         top = effects[(effects["task"] == task) & (effects["head"] >= 0)]
         top = top.assign(size=top["effect"].abs()).nlargest(8, "size").drop(columns="size")
-        ctx.report.table(top[["method", "component", "layer", "head", "effect", "ci_low", "ci_high"]],
+        ctx.report.table(top[[c for c in ("method", "component", "layer", "head", "effect", "ci_low", "ci_high", "q")
+                              if c in top.columns]],
                          f"{task}: the eight largest head effects by size, either method; effect = share of the "
-                         "clean - corrupted gap restored, CI over prompts.")
+                         "clean - corrupted gap restored, CI over prompts." + bh_sentence(effects, task))
         method = "exact" if "exact" in methods else "attribution"
         ctx.report.circuitsvis(top_heads_view(ctx.model, build_task(task, ctx.model, n=cfg.prompts, seed=cfg.seed),
                                               effects, method=method),

@@ -11,14 +11,15 @@ from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_
                        model_kwargs, output_dir, print_written, set_threads)
 from .config import PatchingConfig
 
-__all__ = ["COMMANDS", "top_effects"]
+__all__ = ["COMMANDS", "top_effects", "significance_summary", "par_baseline_lines"]
 
 DESCRIPTION = ("Build each task's clean and corrupted prompts (IOI, subject-verb agreement from BLiMP, greater-than, "
                "induction), check that the model does the task, and patch every head's whole output, the parts of "
                "its write along and orthogonal to the residual it updates, its self message and non-self aggregate "
                "(split along v_t), and every MLP's output and parts: exactly, and by attribution. Effects are the "
-               "share of the clean-corrupted metric gap a patch moves, with a bootstrap CI over prompts. Resumes "
-               "from its log.")
+               "share of the clean-corrupted metric gap a patch moves, with a bootstrap CI over prompts, a p-value "
+               "and a Benjamini-Hochberg q-value within each task, method and direction; the share of each head's "
+               "write along the residual is compared with a randomly rotated write's. Resumes from its log.")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -34,6 +35,26 @@ def top_effects(effects: pd.DataFrame, k: int = 5) -> pd.DataFrame:
     df = effects.assign(size=effects["effect"].abs()).sort_values("size", ascending=False)
     return df.groupby(key, sort=False).head(k).sort_values([*key, "size"], ascending=[True] * 4 + [False]) \
              .drop(columns="size")
+
+
+def significance_summary(effects: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, method, direction): the rows, those with ``significant`` (BH ``q < 0.05`` within the
+    family) and the smallest ``q``."""
+    key = ["task", "method", "direction"]
+    df = effects.assign(sig=effects["significant"].eq(True))  # read from a CSV with older rows: True, False or NaN
+    return df.groupby(key, sort=True).agg(rows=("q", "size"), significant=("sig", "sum"),
+                                          min_q=("q", "min")).reset_index()
+
+
+def par_baseline_lines(baseline: pd.DataFrame) -> list[str]:
+    """One line per task: the median over heads of ``par_share``, ``par_share_rotated`` and ``1 / d_model``."""
+    out = []
+    for task, g in baseline.groupby("task", sort=True):
+        out.append(f"  {task}: median over {len(g)} heads of the share of a head's write along the residual "
+                   f"{g['par_share'].median():.4f} (range {g['par_share'].min():.4f} to {g['par_share'].max():.4f}); "
+                   f"randomly rotated write {g['par_share_rotated'].median():.4f}; "
+                   f"1/d_model {g['par_share_expected'].iloc[0]:.4f}")
+    return out
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -56,9 +77,13 @@ def run_command(args: argparse.Namespace) -> int:
     print(res.tasks[[c for c in cols if c in res.tasks.columns]].to_string(index=False, float_format="{:.3f}".format))
     files = [out / PatchingResult.table(n).filename for n in res.tables()]
     if res.effects is not None and len(res.effects):
-        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high"]
-        print("\nlargest effects (share of the clean - corrupted gap; head -1: the MLP):")
-        print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3f}".format))
+        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high", "q"]
+        print("\nlargest effects (share of the clean - corrupted gap; head -1: the MLP; q: Benjamini-Hochberg "
+              "within the task, method and direction):")
+        print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3g}".format))
+        print("\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
+              "and direction; p: Wald, bootstrap SE over prompts):")
+        print(significance_summary(res.effects).to_string(index=False, float_format="{:.3g}".format))
         agree = agreement(res.effects)
         if len(agree):
             path = out / "patching_agreement.csv"
@@ -78,6 +103,10 @@ def run_command(args: argparse.Namespace) -> int:
                                                      mean_abs_interaction=("size", "mean"),
                                                      max_abs_interaction=("size", "max")).to_string(
                 float_format="{:.3f}".format))
+    if res.par_baseline is not None and len(res.par_baseline):
+        print("\nhead_par control (clean run, every prompt and position; a head_par effect near 0 means little "
+              "where the share is near chance):")
+        print("\n".join(par_baseline_lines(res.par_baseline)))
     small = cfg.prompts < 16
     if small:
         print(f"\nnote: {cfg.prompts} prompts per task: an indication only (CIs over prompts are wide)")

@@ -38,7 +38,8 @@ from torch import Tensor
 from ..geometry.patching import head_writes, project_part, value_parts
 from ..hooks.sites import Site
 
-__all__ = ["Component", "COMPONENTS", "HEAD_COMPONENTS", "LAYER_COMPONENTS", "FRAMES", "get_component"]
+__all__ = ["Component", "COMPONENTS", "HEAD_COMPONENTS", "LAYER_COMPONENTS", "FRAMES", "get_component",
+           "head_write_part"]
 
 FRAMES = ("patched", "source")
 
@@ -110,7 +111,15 @@ class Component:
             return self.delta(target, source, heads=None, pos=pos, frame=frame)
         own = target if frame == "patched" else source
         dz = _masked(source["z"].to(target["z"].device) - target["z"], None, pos)
-        return project_part(head_writes(dz, W_O.to(dz.device)), own["ref"].to(dz.device).unsqueeze(-2), self.part)
+        return head_write_part(dz, own["ref"], W_O, self.part)
+
+
+def head_write_part(z: Float[Tensor, "rows q head d_head"], ref: Float[Tensor, "rows q d_model"], W_O: Tensor,
+                    part: str) -> Float[Tensor, "rows q head d_model"]:
+    """``part`` (whole, par, perp) of each head's residual write ``z^h W_O^h`` relative to ``ref``, the
+    residual it is written into (the ``ref`` read of ``head_par`` / ``head_perp``), in the compute dtype
+    (``W_O``: ``[n_heads, d_head, d_model]``)."""
+    return project_part(head_writes(z, W_O.to(z.device)), ref.to(z.device).unsqueeze(-2), part)
 
 
 def _masked(d: Float[Tensor, "rows q head d"], heads: Tensor | None, pos: Tensor | None) -> Tensor:

@@ -7,6 +7,11 @@ With per-prompt metrics ``clean``, ``corrupted`` and ``patched`` (the patched ru
 
 so both are 0 for a patch that changes nothing and 1 for one that carries the whole
 behaviour (denoising restores it, noising destroys it). The CI resamples prompts.
+
+Multiple comparisons: every effect also gets a two-sided p-value of ``effect != 0``
+(:func:`effect_test`) and a Benjamini–Hochberg q-value over its family, every component, layer
+and head of one (model, task, method, direction) setting (:func:`add_qvalues`), so that a
+"top head" can be read with a false discovery rate.
 """
 
 from __future__ import annotations
@@ -15,9 +20,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..stats.resampling import ratio_ci
+from ..results import IDENTITY
+from ..stats.multiple import bh_qvalues, wald_pvalue
+from ..stats.resampling import ratio_bootstrap, ratio_ci
 
-__all__ = ["effect", "effect_ci", "agreement", "interactions", "SPLITS"]
+__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "FAMILY", "ALPHA", "agreement", "interactions",
+           "SPLITS"]
+
+FAMILY = ("task", "prompts", "seed", "method", "direction", "positions", "frame")  # with the identity columns
+ALPHA = 0.05  # the false discovery rate of ``significant``
 
 
 def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
@@ -44,6 +55,48 @@ def effect_ci(patched, clean, corrupted, direction: str, *, n_boot: int = 1000, 
     num = _num(patched, clean, corrupted, direction)
     den = np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
     return ratio_ci(num, den, n_boot=n_boot, seed=seed, level=level)
+
+
+def effect_test(patched, clean, corrupted, direction: str, *, n_boot: int = 1000, seed: int = 0,
+                level: float = 0.95) -> dict[str, float]:
+    """:func:`effect`, its percentile bootstrap CI over prompts (the very bounds of :func:`effect_ci`), the
+    bootstrap standard error ``se`` and the two-sided p-value ``p`` of ``effect != 0``.
+
+    ``p = 2 (1 - Phi(|effect| / se))``: a Wald test with the bootstrap's standard error (the standard
+    deviation of the resampled effects, the resamples of the CI), :func:`tlgeo.stats.multiple.wald_pvalue`.
+    Chosen over the bootstrap's own share of resamples on the other side of 0 because that share is
+    coarse: with ``B`` resamples it cannot go below ``~2 / B`` (0.002 for the default ``n_boot``), while
+    Benjamini–Hochberg over the hundreds of rows of a family needs p-values down to ``0.05 / rows`` to
+    find a single head; the Wald p is continuous and costs no more resampling. It assumes the ratio
+    estimator is roughly normal over prompts (fair for tens of prompts; optimistic for a handful).
+    Never NaN: an effect with zero spread has ``p = 1`` when it is exactly 0 and ``p = 0`` otherwise;
+    an undefined effect or SE (a zero gap, too few resamples) has ``p = 1``."""
+    num = _num(patched, clean, corrupted, direction)
+    den = np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
+    e = effect(patched, clean, corrupted, direction)
+    boot = ratio_bootstrap(num, den, n_boot=n_boot, seed=seed, level=level)
+    return {"effect": e, "ci_low": boot.low, "ci_high": boot.high, "se": boot.se,
+            "p": float(wald_pvalue(e, boot.se))}
+
+
+def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """``effects`` with ``q`` (Benjamini–Hochberg over the ``p`` of each family: the rows that share the
+    identity and :data:`FAMILY` columns, i.e. every component, layer and head of one task, method and
+    direction, :func:`tlgeo.stats.multiple.bh_qvalues`) and ``significant`` (``q < alpha``) set afresh, so
+    they must be computed on the complete table. A table without ``p`` is returned as it is."""
+    if "p" not in effects.columns:
+        return effects
+    df = effects.copy()
+    q = np.full(len(df), np.nan)
+    if len(df):
+        fam = [c for c in (*IDENTITY, *FAMILY) if c in df.columns]
+        keys = df[fam].astype(str).agg("\x1f".join, axis=1) if fam else pd.Series("", index=df.index)
+        p = pd.to_numeric(df["p"], errors="coerce").to_numpy(dtype=np.float64)
+        for idx in keys.groupby(keys, sort=False).indices.values():
+            q[idx] = bh_qvalues(p[idx])
+    df["q"] = q
+    df["significant"] = q < alpha  # NaN (a row without p) is not significant
+    return df
 
 
 def agreement(effects: pd.DataFrame) -> pd.DataFrame:

@@ -19,10 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .multiple import wald_pvalue
 from .resampling import group_resamples
 
 __all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z", "spearman_matrix",
-           "shuffle_within"]
+           "partial_spearman", "shuffle_within"]
 
 
 class Correlation(NamedTuple):
@@ -149,17 +150,33 @@ def shuffle_within(x: np.ndarray, groups, seed: int = 0) -> np.ndarray:
     return out
 
 
+def partial_spearman(x, controls) -> np.ndarray:
+    """Partial Spearman's rho between every pair of the columns of ``x [n, k]`` given ``controls [n, c]``:
+    the correlation of the columns' ranks after a least-squares fit (with a constant) on the controls'
+    ranks is taken out of each (NaN for a column the controls explain completely, or a constant one)."""
+    from scipy.stats import rankdata
+
+    x = np.asarray(x, dtype=float)
+    c = np.asarray(controls, dtype=float).reshape(len(x), -1)
+    res = _residualise(rankdata(x, axis=0), rankdata(c, axis=0))
+    norm = np.sqrt((res * res).sum(0))
+    norm = np.where(norm > 1e-9 * np.sqrt(len(x)) * len(x), norm, np.nan)  # rank scale ~ n: numerically zero
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (res.T @ res) / np.outer(norm, norm)
+
+
 def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0,
                     level: float = 0.95) -> dict[str, np.ndarray]:
     """Spearman's rho between every pair of the columns of ``x [n, k]``, with a percentile bootstrap CI
     over ``groups`` (whole groups resampled, e.g. the windows tokens come from), the same rho after the
     columns are shuffled within groups (:func:`shuffle_within`, mean over ``n_shuffle`` shuffles: what is left
     is a relation between groups, not between the tokens), and the partial rho given ``controls
-    [n, c]`` (the ranks' residuals after a linear fit on the controls' ranks).
+    [n, c]`` (:func:`partial_spearman`).
 
-    Returns ``{"rho", "low", "high", "shuffled", "partial"}``, each ``[k, k]``; ``n`` items must be finite."""
-    from scipy.stats import rankdata
-
+    Returns ``{"rho", "low", "high", "se", "p", "shuffled", "partial"}``, each ``[k, k]`` float64: ``se`` is the
+    standard deviation of the bootstrap rhos (NaN with fewer than two defined), ``p`` the two-sided Wald p-value
+    ``2 (1 - Phi(|rho| / se))`` of rho = 0 (:func:`~tlgeo.stats.multiple.wald_pvalue`; 1 where rho or se is
+    undefined, e.g. for a constant column); ``partial`` only with ``controls``. The ``n`` items must be finite."""
     x = np.asarray(x, dtype=float)
     if x.ndim != 2 or x.shape[0] < 3:
         raise ValueError(f"x must be [n >= 3, k], got shape {x.shape}")
@@ -175,12 +192,11 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
         low, high = np.nanquantile(boots, [a, 1 - a], axis=0)
-    out = {"rho": _spearman_matrix(x), "low": low, "high": high,
+        se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
+                      np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
+    rho = _spearman_matrix(x)
+    out = {"rho": rho, "low": low, "high": high, "se": se, "p": wald_pvalue(rho, se),
            "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
     if controls is not None:
-        c = np.asarray(controls, dtype=float).reshape(len(x), -1)
-        res = _residualise(rankdata(x, axis=0), rankdata(c, axis=0))
-        norm = np.sqrt((res * res).sum(0))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["partial"] = (res.T @ res) / np.outer(norm, norm)
+        out["partial"] = partial_spearman(x, controls)
     return out

@@ -8,6 +8,7 @@ tokens.
 
 * :func:`bootstrap_ci`: percentile bootstrap CI, resampling texts with
   replacement (token-weighted mean of each resample);
+* :func:`ratio_ci` / :func:`ratio_bootstrap`: the CI (and standard error) of a ratio of means;
 * :func:`sign_flip_pvalue`: two-sided sign-flip permutation test of
   "the differences are symmetric around 0" (exact when ``2**n <= n_perm``);
 * :func:`benjamini_hochberg`: BH-adjusted q-values (step-up FDR control);
@@ -20,6 +21,7 @@ and is reproducible for a fixed integer seed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,6 +29,8 @@ __all__ = [
     "weighted_mean",
     "bootstrap_ci",
     "ratio_ci",
+    "ratio_bootstrap",
+    "RatioBootstrap",
     "group_resamples",
     "sign_flip_pvalue",
     "benjamini_hochberg",
@@ -88,6 +92,12 @@ def bootstrap_ci(
 def _percentile_ci(n: int, stat, n_boot: int, level: float, seed) -> tuple[float, float]:
     """Percentile CI of ``stat(idx)`` over ``n_boot`` resamples of ``n`` items (``idx [m, n]``, drawn
     in chunks that bound memory); non-finite statistics are left out (NaN bounds if all are)."""
+    return _quantiles(_bootstrap_stats(n, stat, n_boot, level, seed), level)
+
+
+def _bootstrap_stats(n: int, stat, n_boot: int, level: float, seed) -> np.ndarray:
+    """The finite values of ``stat(idx)`` over ``n_boot`` resamples of ``n`` items (``idx [m, n]``,
+    drawn in chunks that bound memory)."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0 < level < 1:
@@ -98,7 +108,10 @@ def _percentile_ci(n: int, stat, n_boot: int, level: float, seed) -> tuple[float
     for start in range(0, n_boot, step):
         m = min(step, n_boot - start)
         stats[start : start + m] = stat(rng.integers(0, n, size=(m, n)))
-    stats = stats[np.isfinite(stats)]
+    return stats[np.isfinite(stats)]
+
+
+def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
     if stats.size == 0:
         return float("nan"), float("nan")
     tail = (1 - level) / 2
@@ -110,6 +123,22 @@ def ratio_ci(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0) -> tu
     """Percentile bootstrap CI ``(low, high)`` of ``sum(num) / sum(den)`` (a ratio of means), items
     ``[n]`` resampled with replacement, ``num`` and ``den`` together. Resamples whose ``den`` sums
     to 0 are left out (NaN bounds if all are)."""
+    b = ratio_bootstrap(num, den, n_boot=n_boot, level=level, seed=seed)
+    return b.low, b.high
+
+
+class RatioBootstrap(NamedTuple):
+    """The percentile CI ``(low, high)`` and the bootstrap standard error ``se`` of a ratio of means."""
+
+    low: float
+    high: float
+    se: float
+
+
+def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0) -> RatioBootstrap:
+    """:func:`ratio_ci` (the same resamples, so the same bounds for the same seed) and the standard
+    error of ``sum(num) / sum(den)``: the standard deviation (``ddof=1``) of the resamples' ratios,
+    float64; 0 when every resample gives the same ratio, NaN with fewer than two defined."""
     a, b = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
@@ -118,7 +147,15 @@ def ratio_ci(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0) -> tu
         d = b[idx].sum(1)
         return np.where(d != 0, a[idx].sum(1) / np.where(d != 0, d, 1), np.nan)
 
-    return _percentile_ci(a.size, stat, n_boot, level, seed)
+    stats = _bootstrap_stats(a.size, stat, n_boot, level, seed)
+    low, high = _quantiles(stats, level)
+    if stats.size < 2:
+        se = float("nan")
+    elif np.all(stats == stats[0]):
+        se = 0.0  # exactly: np.std of equal values may round to a tiny non-zero number
+    else:
+        se = float(np.std(stats, ddof=1))
+    return RatioBootstrap(low, high, se)
 
 
 def group_resamples(groups, n_boot: int, seed=0):

@@ -1,0 +1,135 @@
+"""Rerun the commands that made a results folder, from its provenance, and compare the tables.
+
+    python scripts/reproduce.py results/geometries-smollm2-135m            # every command, into a temp folder
+    python scripts/reproduce.py results/X --out runs/X-again --line -1     # the last command only
+    python scripts/reproduce.py results/X --dry-run                        # print the commands
+
+Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.provenance`) is one finished ``tlgeo``
+command; it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
+commit it was made with is printed beside it). Then every CSV the folder and the rerun both hold
+is compared, row by row: the rows of the rerun's model identities, matched on the columns that
+are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
+are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tlgeo.provenance import git_state, read  # noqa: E402
+from tlgeo.results import IDENTITY  # noqa: E402
+
+VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
+
+
+def with_out(argv: list[str], out: Path) -> list[str]:
+    """``argv`` with its ``--out`` (given or not) replaced by ``out``."""
+    argv = list(argv)
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            return [*argv[:i], "--out", str(out), *argv[i + 2:]]
+        if a.startswith("--out="):
+            return [*argv[:i], f"--out={out}", *argv[i + 1:]]
+    return [*argv, "--out", str(out)]
+
+
+def compare_tables(old: pd.DataFrame, new: pd.DataFrame, *, rtol: float, atol: float) -> str | None:
+    """``None`` when every row of ``new`` is in ``old`` with the same numbers; else what differs.
+
+    Rows are matched on the columns that are not floats (the model's identity, the settings, the
+    keys); ``old``'s other rows (other settings, other models) are left alone."""
+    if set(new.columns) - set(old.columns):
+        return f"columns only in the rerun: {sorted(set(new.columns) - set(old.columns))}"
+    cols = [c for c in new.columns if not VOLATILE.search(c)]
+    floats = [c for c in cols if pd.api.types.is_float_dtype(new[c]) or pd.api.types.is_float_dtype(old[c])]
+    keys = [c for c in cols if c not in floats]
+    a, b = old[cols].copy(), new[cols].copy()
+    for df in (a, b):
+        for c in keys:
+            df[c] = df[c].astype(str)
+    if keys and (a.duplicated(keys).any() or b.duplicated(keys).any()):
+        keys = []  # rows told apart by no column: compared in order
+    if not keys:
+        if len(a) != len(b):
+            return f"{len(b)} rows in the rerun, {len(a)} in the folder"
+        both = a.add_suffix("_old").join(b.add_suffix("_new"))
+    else:
+        both = b.merge(a, on=keys, how="left", suffixes=("_new", "_old"), indicator=True)
+        missing = int((both["_merge"] == "left_only").sum())
+        if missing:
+            return f"{missing} of {len(b)} rerun rows are not in the folder (e.g. {b[keys].iloc[0].to_dict()})"
+    for c in floats:
+        x, y = both[f"{c}_old"].to_numpy(float), both[f"{c}_new"].to_numpy(float)
+        bad = ~np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
+        if bad.any():
+            i = int(np.argmax(bad))
+            return f"column {c!r}: {int(bad.sum())} of {len(x)} values differ (e.g. {x[i]!r} -> {y[i]!r})"
+    return None
+
+
+def rerun(argv: list[str]) -> int:
+    """Run ``tlgeo <argv>`` in a fresh process of this Python; its exit status."""
+    return subprocess.run([sys.executable, "-m", "tlgeo", *argv], cwd=ROOT).returncode
+
+
+def _csvs(folder: Path) -> dict[str, Path]:
+    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*.csv*"))
+            if p.suffix in (".csv", ".gz") and ".csv" in p.name}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="a folder with a provenance.jsonl")
+    ap.add_argument("--out", type=Path, default=None, help="where to rerun (default: a temporary folder)")
+    ap.add_argument("--line", type=int, nargs="*", default=None,
+                    help="which provenance lines to rerun (0-based, negative from the end; default: all)")
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--atol", type=float, default=1e-6)
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = ap.parse_args(argv)
+    lines = read(args.folder)
+    if not lines:
+        print(f"reproduce: {args.folder} has no provenance.jsonl: nothing says how it was made", file=sys.stderr)
+        return 2
+    try:
+        chosen = [lines[i] for i in args.line] if args.line else lines
+    except IndexError:
+        print(f"reproduce: --line out of range: {args.folder} has {len(lines)} provenance line(s)", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="tlgeo-reproduce-"))
+    here = git_state()["commit"]
+    for p in chosen:
+        cmd = with_out(p["argv"], out)
+        made = (p.get("git") or {}).get("commit")
+        note = "" if made == here else f" (made at commit {str(made)[:12]}, rerun at {str(here)[:12]})"
+        print("$ tlgeo " + " ".join(cmd) + note, flush=True)
+        if not args.dry_run and rerun(cmd) != 0:
+            print(f"reproduce: the command failed: {p['command']}", file=sys.stderr)
+            return 1
+    if args.dry_run:
+        return 0
+    old, new = _csvs(args.folder), _csvs(out)
+    differ = 0
+    for name in sorted(set(old) & set(new)):
+        why = compare_tables(pd.read_csv(old[name]), pd.read_csv(new[name]), rtol=args.rtol, atol=args.atol)
+        print(f"{'same' if why is None else 'DIFFERS'}  {name}" + ("" if why is None else f": {why}"))
+        differ += why is not None
+    for name in sorted(set(old) - set(new)):
+        print(f"not rerun  {name} (no command of the chosen lines writes it)")
+    print(f"{len(set(old) & set(new)) - differ} table(s) reproduced, {differ} differ; rerun in {out}")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Provenance: every command records how its folder was made; scripts/reproduce.py reruns it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from tlgeo.cli import main
+from tlgeo.provenance import git_state, read, record
+
+from .scripts import load_script
+
+
+def test_a_record_says_what_ran_with_what(tmp_path):
+    ident = {"model": "m", "weights": "fp-0", "dtype": "float32"}
+    record(tmp_path, ["ppl", "--model", "m"], {"model": "m", "tokens": 8, "_run": print, "sites": ("a",)}, [ident])
+    record(tmp_path, ["run"], {})
+    first, second = read(tmp_path)
+    assert first["command"] == "tlgeo ppl --model m" and first["settings"] == {"model": "m", "tokens": 8,
+                                                                               "sites": ["a"]}
+    assert first["identities"] == [ident] and first["git"] == git_state() and second["argv"] == ["run"]
+    assert {"tlgeo", "torch", "transformers", "transformer-lens", "python"} <= set(first["versions"])
+    assert first["machine"]["cores"] and first["date"].startswith("20")
+
+
+def test_a_command_records_its_provenance_and_reproduce_reruns_it(tmp_path, capsys, monkeypatch):
+    made = tmp_path / "made"
+    argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--s-perp", "0", "--tokens", "128", "--context", "64",
+            "--out", str(made)]
+    assert main(argv) == 0
+    assert f"provenance: {made / 'provenance.jsonl'}" in capsys.readouterr().out
+    (line,) = read(made)
+    assert line["argv"] == argv and line["settings"]["s_perp"] == 0.0 and line["identities"][0]["model"] == "tiny:llama"
+    assert line["git"]["commit"] is None or len(line["git"]["commit"]) == 40
+
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "rerun", main)  # in-process: no second import of torch
+    assert reproduce.main([str(made), "--out", str(tmp_path / "again")]) == 0
+    assert "1 table(s) reproduced, 0 differ" in capsys.readouterr().out
+    df = pd.read_csv(made / "ppl.csv")
+    df.loc[df["site"] == "attn", "ppl"] *= 1.01  # a number no rerun gives
+    df.to_csv(made / "ppl.csv", index=False)
+    assert reproduce.main([str(made), "--out", str(tmp_path / "third")]) == 1
+    assert "DIFFERS  ppl.csv: column 'ppl'" in capsys.readouterr().out
+    assert reproduce.main([str(tmp_path / "third" / "nowhere")]) == 2
+
+
+def test_compare_tables_matches_rows_by_their_settings():
+    reproduce = load_script("reproduce")
+    old = pd.DataFrame({"model": ["a", "a", "b"], "s": [0, 1, 0], "x": [1.0, 2.0, 3.0], "seconds": [1.0, 1.0, 1.0]})
+    assert reproduce.compare_tables(old, old.iloc[[1]].assign(seconds=9.0), rtol=1e-4, atol=0) is None
+    assert "values differ" in reproduce.compare_tables(old, old.iloc[[1]].assign(x=2.1), rtol=1e-4, atol=0)
+    assert "not in the folder" in reproduce.compare_tables(old, old.iloc[[1]].assign(s=5), rtol=1e-4, atol=0)
+    assert reproduce.with_out(["x", "--out", "a", "--y"], "b") == ["x", "--out", "b", "--y"]
+    assert reproduce.with_out(["x"], "b") == ["x", "--out", "b"]
+
+
+def test_version_answers_without_importing_torch():
+    code = "import sys; from tlgeo.cli import main; main(['--version']); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "tlgeo" and out[-1] == "False"

@@ -1,0 +1,109 @@
+"""Where a folder's numbers came from: one JSON line per finished command in ``provenance.jsonl``.
+
+Each line holds the command as typed (``argv``), every setting it ran with (the parsed flags,
+defaults included), the identities of the models it ran (:data:`tlgeo.results.IDENTITY`), the
+git commit of the tlgeo it ran (and whether the tree had uncommitted changes), the versions of
+tlgeo, torch, transformers and TransformerLens, the machine and the date. ``scripts/reproduce.py``
+reruns a folder's commands from these lines and compares the tables.
+
+This module imports no torch: it reads versions from the installed packages' metadata.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "read", "git_state"]
+
+FILENAME = "provenance.jsonl"
+PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", "numpy", "pandas")
+
+
+def git_state(repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the git tree tlgeo runs from (``None``
+    outside a git checkout, e.g. an installed wheel)."""
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[1]
+
+    def git(*a: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    if out.get("tlgeo") is None:  # run from a checkout that is not installed
+        from .version import __version__
+
+        out["tlgeo"] = __version__
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    m: dict[str, Any] = {"platform": platform.platform(), "cpu": platform.machine(), "cores": os.cpu_count()}
+    torch = sys.modules.get("torch")  # only if the command loaded it: this module imports no torch
+    if torch is not None and torch.cuda.is_available():
+        m["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return m
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
+               identities: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags)."""
+    argv = [str(a) for a in argv]
+    return {"command": "tlgeo " + shlex.join(argv), "argv": argv,
+            "settings": _jsonable({k: v for k, v in (settings or {}).items() if not k.startswith("_")}),
+            "identities": [dict(i) for i in identities], "git": git_state(), "versions": _versions(),
+            "machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, Any] | None = None,
+           identities: Iterable[Mapping[str, Any]] = ()) -> Path:
+    """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
+    path = Path(out) / FILENAME
+    line = json.dumps(provenance(argv, settings, identities), sort_keys=True)
+    with path.open("a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def read(folder: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every provenance line of ``folder`` (oldest first); ``[]`` if it has none."""
+    path = Path(folder) / FILENAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
