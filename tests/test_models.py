@@ -106,3 +106,16 @@ def test_hub_names_fail_at_once_offline_unless_cached(monkeypatch):
     assert "HF_HUB_OFFLINE is set" in models.loading._why_not_from_hub("someone/some-model")
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: "/cache/config.json")
     assert models.loading._why_not_from_hub("someone/some-model") is None  # in the local hub cache: it may load
+
+
+def test_bfloat16_on_a_cpu_warns_that_it_is_slow_float32_does_not():
+    import warnings
+
+    from tlgeo.models import load_model, run_identity
+
+    with pytest.warns(UserWarning, match="bfloat16 weights on a CPU"):
+        m = load_model("tiny:llama", dtype="bfloat16", device="cpu")
+    assert run_identity(m).dtype == "bfloat16"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        load_model("tiny:llama", device="cpu")

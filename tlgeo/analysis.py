@@ -275,12 +275,15 @@ class Table:
     """One table of a result: its CSV file name (``.csv`` or ``.csv.gz``), the columns that
     identify a row (settings and unit), and ``volatile`` columns (timings) that differ between
     two runs of the same work. Every row also carries the model's identity
-    (:data:`tlgeo.results.IDENTITY`), which leads its :attr:`row_key`."""
+    (:data:`tlgeo.results.IDENTITY`), which leads its :attr:`row_key`. ``derive``: a table computed
+    from the result's other tables (``derive(result)``, e.g. means over seeds), made whenever the
+    result is made or merged without it, so that a number quoted from it is in a saved table."""
 
     name: str
     key: tuple[str, ...]
     file: str = ""
     volatile: tuple[str, ...] = ()
+    derive: Callable[["Result"], "pd.DataFrame | None"] | None = None
 
     @property
     def filename(self) -> str:
@@ -309,6 +312,11 @@ class Result:
             if t.name not in fields:  # one optional DataFrame field per table, before @dataclass runs
                 fields[t.name] = "pd.DataFrame | None"
                 setattr(cls, t.name, None)
+
+    def __post_init__(self) -> None:
+        for t in self.TABLES:  # derived tables from the others, unless given (e.g. read back from a CSV)
+            if t.derive is not None and getattr(self, t.name, None) is None:
+                setattr(self, t.name, t.derive(self))
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The tables that were computed, by name."""
@@ -352,6 +360,9 @@ class Result:
             raise ValueError("nothing to merge")
         tables = {}
         for t in cls.TABLES:
+            if t.derive is not None:  # made again from the merged tables
+                tables[t.name] = None
+                continue
             dfs = [df for p in parts if (df := getattr(p, t.name, None)) is not None]
             if not dfs:
                 tables[t.name] = None

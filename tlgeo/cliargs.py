@@ -168,7 +168,8 @@ def add_model_arg(p: argparse.ArgumentParser, placement: bool = True) -> None:
     (:func:`model_kwargs` turns them into :func:`tlgeo.models.load_model`'s arguments)."""
     p.add_argument("--model", default="smollm2-135m",
                    help="embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash scripts/setup.sh), "
-                        "tiny:llama|neox|gpt2, a local Hugging Face directory, or a hub name owner/name (online)")
+                        "tiny:<family> (a random model of any of the families `tlgeo models` lists), a local Hugging "
+                        "Face directory, or a hub name owner/name (online)")
     if not placement:
         return
     g = p.add_argument_group("device and precision")

@@ -133,3 +133,20 @@ def test_held_out_corpus_sentences():
     assert len(corpus_sentences("mobydick", tail_frac=0.05)) > len(s)
     with pytest.raises(ValueError, match="tail_frac"):
         corpus_sentences("mobydick", tail_frac=0)
+
+
+def test_the_summary_is_the_table_of_each_run_kept_apart():
+    import pandas as pd
+
+    from tlgeo.dirmag.damage import damage_summary
+
+    rows = [{"model": "m", "kind": k, "delta": d, "seed": s, "relative": False, "mode": "exact", "flip": "allow",
+             "layers": [1, 2], "n_sentences": n, "max_tokens": 64, "text_sha1": "x", "damage": dmg,
+             "delta_over_norm": d / 10}
+            for n in (5, 9) for d in (1.0, 2.0) for k in ("magnitude", "angle") for s, dmg in ((42, 0.1 * n), (43, 0.3 * n))]
+    got = damage_summary(pd.DataFrame(rows))
+    assert len(got) == 4 and list(got.columns[:2]) == ["model", "relative"]
+    nine = got[(got["n_sentences"] == 9) & (got["delta"] == 2.0)].iloc[0]
+    assert nine["angle_damage"] == pytest.approx(1.8) and nine["magnitude_sd"] == pytest.approx(0.2 * 9 / 2 ** 0.5)
+    assert nine["ratio_angle_over_magnitude"] == pytest.approx(1.0, abs=1e-6) and nine["layers"] == "[1, 2]"
+    assert damage_summary(pd.DataFrame(rows).iloc[:0]) is None

@@ -35,12 +35,15 @@ _VOLATILE = ("wall_s",)
 @dataclass
 class DirmagResult(Result):
     """One table per part (``None`` where the config skipped it): ``damage`` (one row per
-    perturbation), ``blimp`` (per perturbation and paradigm, with ``pooled``), ``repair``
+    perturbation) and ``damage_summary`` (per delta: each kind's mean and sd over seeds, their ratio,
+    the paper's values), ``blimp`` (per perturbation and paradigm, with ``pooled``), ``repair``
     (per perturbation and repair), ``entropy`` (per perturbation), ``probes`` (per block,
     task and features)."""
 
     TABLES = (
         Table("damage", ("model", *_damage.KEY), "dirmag_damage.csv", _VOLATILE),
+        Table("damage_summary", ("model", *[k for k in _damage.KEY if k not in ("kind", "seed")]),
+              "dirmag_damage_summary.csv", derive=lambda r: _damage.damage_summary(r.damage)),
         Table("blimp", ("model", *_syntax.KEY, "paradigm"), "dirmag_blimp.csv", _VOLATILE),
         Table("repair", ("model", *_repair.KEY, "repair"), "dirmag_repair.csv", _VOLATILE),
         Table("entropy", ("model", *_entropy.KEY), "dirmag_entropy.csv", _VOLATILE),

@@ -17,6 +17,7 @@ row is written as it is measured and a rerun skips it.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
@@ -24,11 +25,12 @@ import numpy as np
 import pandas as pd
 
 from ..data import load_text
+from ..results import IDENTITY
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 from .paper import PAPER_DAMAGE
 
 __all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table",
-           "token_damage"]
+           "damage_summary", "token_damage"]
 
 KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1")
 
@@ -100,6 +102,23 @@ def lm_damage(
 def _share(stats: list[dict], what: str) -> float:
     """Share of the perturbed token states (all layers and forwards) counted in ``what``."""
     return sum(s[what] for s in stats) / max(sum(s["n_tokens"] for s in stats), 1)
+
+
+def damage_summary(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """:func:`damage_table` of each run's rows (rows of one run share the model's identity and every
+    :data:`KEY` setting but ``kind``, ``delta`` and ``seed``), with those columns first."""
+    if df is None or df.empty:
+        return None
+    df = df.assign(**{c: df[c].map(lambda v: json.dumps(list(v)) if isinstance(v, (list, tuple)) else v)
+                      for c in ("layers",) if c in df})
+    run_key = [c for c in (*IDENTITY, *KEY) if c in df.columns and c not in ("kind", "delta", "seed")]
+    parts = []
+    for k, g in df.groupby(run_key, dropna=False, sort=False) if run_key else [((), df)]:
+        t = damage_table(g)
+        for c, v in zip(run_key, k if isinstance(k, tuple) else (k,)):
+            t.insert(len([x for x in run_key if x in t.columns]), c, v)
+        parts.append(t)
+    return pd.concat(parts, ignore_index=True)
 
 
 def damage_table(df: pd.DataFrame) -> pd.DataFrame:

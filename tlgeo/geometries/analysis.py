@@ -30,8 +30,8 @@ from .config import ATYPICALITY, CONTROLS, QUANTITIES, GeometriesConfig
 from .quantities import (atypicality_quantities, clean_pass, damage_quantities, decomposition_quantities,
                          pdsf_quantities, tokenwise_quantities)
 
-__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "with_q", "token_windows",
-           "ANALYSIS", "KEY", "OWNER", "FDR"]
+__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "summary_table", "with_q",
+           "token_windows", "ANALYSIS", "KEY", "OWNER", "FDR"]
 
 KEY = ("model", "corpus", "seq_len", "n_tokens", "delta", "seeds", "k", "seed")
 ALL = tuple(q for qs in QUANTITIES.values() for q in qs)
@@ -45,14 +45,16 @@ class GeometriesResult(Result):
     frequency, and its atypicality ``state_norm``, ``knn_dist`` and ``knn_dist_out``) and ``relations`` (one row per block and pair
     of quantities: Spearman's rho with its bootstrap CI, SE and Wald p over windows, the Benjamini–Hochberg q over
     the run's rows, rho after shuffling within windows, the partial rho given position and frequency, and given
-    those and the atypicality)."""
+    those and the atypicality) and ``summary`` (one row per pair: :func:`relation_summary` over the blocks)."""
 
     tokens: pd.DataFrame | None = None
     relations: pd.DataFrame | None = None
+    summary: pd.DataFrame | None = None
 
     TABLES = (
         Table("tokens", (*KEY, "layer", "index"), "geometries_tokens.csv.gz"),
         Table("relations", (*KEY, "layer", "a", "b"), "geometries_relations.csv"),
+        Table("summary", (*KEY, "a", "b"), "geometries_summary.csv"),
     )
 
     @classmethod
@@ -62,6 +64,7 @@ class GeometriesResult(Result):
         merged = super().merge(parts)
         if merged.relations is not None:
             merged.relations = with_q(merged.relations)
+            merged.summary = summary_table(merged.relations)
         return merged
 
 
@@ -104,6 +107,20 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
                          "p": m["p"][i, j], "rho_shuffled": m["shuffled"][i, j], "rho_partial": m["partial"][i, j],
                          "rho_partial_atypical": both[i, j], "n": len(df)})
     return with_q(pd.DataFrame(rows))
+
+
+def summary_table(relations: pd.DataFrame) -> pd.DataFrame | None:
+    """:func:`relation_summary` of every pair (within and across analyses) of each run in ``relations``
+    (rows of one run share the identity and :data:`KEY` columns), with the run's columns first."""
+    if relations is None or relations.empty:
+        return None
+    run_key = [c for c in dict.fromkeys((*IDENTITY, *KEY)) if c in relations.columns]
+    if not run_key:
+        return relation_summary(relations, across=False)
+    parts = [relation_summary(df, across=False).assign(**dict(zip(run_key, k if isinstance(k, tuple) else (k,))))
+             for k, df in relations.groupby(run_key, dropna=False, sort=False)]
+    out = pd.concat(parts, ignore_index=True)
+    return out[[*run_key, *[c for c in out.columns if c not in run_key]]]
 
 
 def with_q(relations: pd.DataFrame) -> pd.DataFrame:
@@ -198,8 +215,9 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
                               .reset_index(drop=True) if v else None for n, v in tables.items()})
     if res.relations is not None:
         res.relations = with_q(res.relations.drop(columns=[c for c in IDENTITY if c in res.relations]))
-        if todo and out is not None:  # every block's q over all the blocks of this run
-            GeometriesResult(relations=res.relations).save(out)
+        res.summary = summary_table(res.relations)
+        if out is not None:  # every block's q over all the blocks of this run; the summary over them
+            GeometriesResult(relations=res.relations if todo else None, summary=res.summary).save(out)
         if todo and on_table is not None:
             on_table("relations", res.relations)
     return res

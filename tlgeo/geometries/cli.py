@@ -28,8 +28,9 @@ LEGEND = "\n".join((
     "  fit's relative error.",
     "significant: blocks whose 95% CI (windows resampled) excludes 0; significant_bh: blocks with",
     "  Benjamini-Hochberg q < 0.05 over all pairs x blocks (Wald p from the bootstrap SE).",
-    "partial: rho given position and token frequency; partial_atypical: given those and the state's norm and",
-    "  mean distance to its k tokenwise neighbours (both sides may only track how atypical a token is);",
+    "partial: rho given position and token frequency; partial_atypical: given those, the state's norm and the",
+    "  mean distances of h_l and h_l+1 to their k nearest pool states (both sides may only track how atypical",
+    "  a token is);",
     "  shuffled: rho after shuffling each quantity within its window (what windows, not tokens, share).",
 ))
 

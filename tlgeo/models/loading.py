@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -59,6 +60,10 @@ def load_model(
         dev = None
     else:
         dev = resolve_device(device)
+    if dtype != torch.float32 and shard is None and torch.device(dev).type == "cpu":
+        warnings.warn(f"{str(dtype).removeprefix('torch.')} weights on a CPU: most CPUs have no {dtype} matrix "
+                      "units, so forwards run several times slower than in float32 (geometry is float32 either "
+                      "way); use --dtype float32 on a CPU", stacklevel=2)
     model = _load_model(name, dev, dtype, shard)
     model.tlgeo_name = str(name)
     model.tlgeo_placement = {"device": dev, "dtype": dtype, **(shard or {})}

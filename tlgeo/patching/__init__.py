@@ -18,6 +18,8 @@ from .exact import exact_sweep, patch_hooks
 from .attribution import attribution_sweep
 from .runs import task_runs
 from .tasks import TASKS, Task, build_task, clean_accuracy
+from .config import PatchingConfig
+from .analysis import PatchingResult, run
 
 __all__ = ["COMPONENTS", "Component", "get_component", "patch_hooks", "exact_sweep", "attribution_sweep",
-           "task_runs", "TASKS", "Task", "build_task", "clean_accuracy"]
+           "task_runs", "TASKS", "Task", "build_task", "clean_accuracy", "PatchingConfig", "PatchingResult", "run"]

@@ -71,6 +71,7 @@ class PatchingResult(Result):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.effects is not None:
             self.effects = add_qvalues(self.effects)
 

@@ -1,0 +1,58 @@
+"""Sphinx configuration of tlgeo's documentation (MyST Markdown; built by ``tests/test_docs.py``).
+
+The CLI reference and the support matrix are generated from the code at build time
+(:func:`generate`), so they cannot drift from it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+project = "tlgeo"
+author = "the tlgeo developers"
+extensions = ["myst_parser"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "README.md"]
+myst_heading_anchors = 4
+myst_enable_extensions = ["colon_fence"]
+html_theme = "furo"
+html_title = "tlgeo"
+
+
+def generate() -> None:
+    """Write ``_generated/cli.md`` (every command's ``--help``) and ``_generated/support.md`` (the support
+    matrix: families x sites and analyses)."""
+    import os
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
+    from tlgeo.cli import build_parser
+    from tlgeo.families import support_table
+
+    out = HERE / "_generated"
+    out.mkdir(exist_ok=True)
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "cmd")
+    lines = ["# Command-line reference", "", "Every command's `--help`, generated from the code when the docs are built.", ""]
+    for name, p in sub.choices.items():
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            p.print_help()
+        lines += [f"## `tlgeo {name}`", "", "```text", buf.getvalue().rstrip(), "```", ""]
+    (out / "cli.md").write_text("\n".join(lines))
+    table = support_table()
+    md = ["# Support matrix", "",
+          "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "
+          "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
+          "difference; `no`: refused.", "",
+          "| family | " + " | ".join(str(c) for c in table.columns) + " |",
+          "|---|" + "---|" * len(table.columns)]
+    md += [f"| {idx} | " + " | ".join(str(v) for v in row) + " |" for idx, row in table.iterrows()]
+    (out / "support.md").write_text("\n".join(md) + "\n")
+
+
+generate()

@@ -1,0 +1,51 @@
+"""The documentation: the Sphinx site builds with warnings as errors, its generated pages are the
+code's, and the README keeps to its length."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_site_builds_without_warnings_and_has_a_page_per_analysis(tmp_path):
+    before = {p: p.read_text() for p in (ROOT / "docs/_generated").glob("*.md")}
+    r = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(ROOT / "docs"), str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    pages = {p.stem for p in (tmp_path / "analyses").glob("*.html")}
+    from tlgeo.report.registry import load_analyses
+
+    assert {"decomposition", "dirmag", "pdsf", "tokenwise", "patching", "geometries", "compression"} <= pages
+    assert set(load_analyses()) - {"profile", "ppl"} <= pages, pages  # profile and ppl: decomposition's
+    index = (tmp_path / "index.html").read_text()
+    assert "Direction vs magnitude" in index and "Command-line reference" in index
+    # the generated pages committed for readers of the repository are the ones the build makes
+    after = {p: p.read_text() for p in (ROOT / "docs/_generated").glob("*.md")}
+    assert before == after, "docs/_generated is stale: build the docs and commit it"
+    _render_index(tmp_path)
+
+
+def _render_index(site: Path) -> None:
+    """The index page in headless Chromium at page width, where a browser is installed."""
+    import pytest
+
+    from .scripts import load_script
+
+    shots = load_script("screenshot_report")
+    if shots.find_chromium(None) is None:
+        pytest.skip("no Chromium on this machine: the site is built and checked, not rendered")
+    (png,) = shots.shoot(site / "index.html", site / "shots", [1000], prefix="index")
+    assert png.stat().st_size > 10_000
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not link.startswith("http"):
+            assert (ROOT / link).exists(), f"README links to {link}, which does not exist"

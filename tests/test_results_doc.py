@@ -1,0 +1,105 @@
+"""Every number RESULTS.md quotes comes from a committed table with its provenance.
+
+RESULTS.md names its tables in HTML comments, ``<!-- source: results/<folder>/<table>.csv -->``,
+inside the section (``##`` or ``###`` heading) that quotes them. Each decimal number of a
+section's prose and tables (code spans and blocks aside: they are commands) must be a value of
+one of the section's tables, rounded as written (a number followed by ``%`` may be the value
+times 100). Each table must be committed (not ignored by git) and its folder must hold the
+``provenance.jsonl`` of the commands that made it (:mod:`tlgeo.provenance`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "RESULTS.md"
+SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
+NUMBER = re.compile(r"(?<![\w.])([-−+]?)(\d+\.\d+(?:e[+-]?\d+)?)(?![\w.])(\s*%)?")
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """``(heading, body)`` of every ``##`` / ``###`` section, fenced code blocks and code spans removed."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    parts = re.split(r"^(#{2,3} .*)$", text, flags=re.M)
+    return [("(top)", parts[0])] + [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+def quoted(body: str) -> list[tuple[float, int, bool, str]]:
+    """Each decimal number of ``body`` outside comments and code: (value, decimals, percent, as written)."""
+    body = re.sub(r"<!--.*?-->", "", body, flags=re.S)
+    body = re.sub(r"```.*?```", "", body, flags=re.S)
+    body = re.sub(r"`[^`\n]*`", "", body)
+    out = []
+    for m in NUMBER.finditer(body):
+        sign = -1.0 if m.group(1) in ("-", "−") else 1.0
+        mantissa, _, exponent = m.group(2).partition("e")
+        decimals = len(mantissa.split(".")[1]) - int(exponent or 0)  # 4.052e4: to the nearest 10
+        out.append((sign * float(m.group(2)), decimals, bool(m.group(3)), m.group(0).strip()))
+    return out
+
+
+@lru_cache(maxsize=None)
+def table_values(path: str) -> np.ndarray:
+    """Every number in the table at ``path`` (relative to the repository), float64."""
+    df = pd.read_csv(ROOT / path)
+    cols = [df[c] for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+    vals = np.concatenate([c.to_numpy(float) for c in cols]) if cols else np.zeros(0)
+    return vals[np.isfinite(vals)]
+
+
+def found(value: float, decimals: int, percent: bool, values: np.ndarray) -> bool:
+    tol = 0.5 * 10.0 ** -decimals + 1e-9
+    candidates = [values, values * 100] if percent else [values]
+    return any(np.any(np.abs(v - value) <= tol) for v in candidates)
+
+
+def _committed(path: str) -> bool:
+    ignored = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+    return (ROOT / path).is_file() and not ignored
+
+
+def _has_provenance(path: str) -> bool:
+    folder = (ROOT / path).parent
+    while folder != ROOT and folder.name != "results":
+        if (folder / "provenance.jsonl").is_file():
+            return True
+        folder = folder.parent
+    return False
+
+
+def test_the_checker_finds_a_number_with_no_source():
+    body = "F ~ tok_error +0.45 [0.21, 0.58] in 6 of 6 blocks; 34.5 % of prompts; 4.052e4; `--delta 0.2` is a flag"
+    assert [q[3] for q in quoted(body)] == ["+0.45", "0.21", "0.58", "34.5 %", "4.052e4"]
+    values = np.array([0.4512, 0.2149, 0.345, 40518.0])
+    assert found(0.45, 2, False, values) and found(34.5, 1, True, values) and not found(0.58, 2, False, values)
+    assert found(40520.0, -1, False, values) and not found(40560.0, -1, False, values)
+
+
+def test_every_source_is_committed_with_its_provenance():
+    cited = sorted(set(SOURCE.findall(DOC.read_text())))
+    assert cited, "RESULTS.md names no source table"
+    missing = [p for p in cited if not _committed(p)]
+    assert not missing, f"sources not committed (or ignored by .gitignore): {missing}"
+    bare = [p for p in cited if not _has_provenance(p)]
+    assert not bare, f"sources whose folder has no provenance.jsonl: {bare}"
+
+
+@pytest.mark.parametrize("heading, body", sections(DOC.read_text()), ids=lambda x: str(x)[:40])
+def test_every_number_in_a_section_is_in_its_sources(heading, body):
+    numbers = quoted(body)
+    sources = SOURCE.findall(body)
+    if not numbers:
+        return
+    assert sources, f"{heading!r} quotes {[n[3] for n in numbers][:5]} and names no source table"
+    values = np.concatenate([table_values(p) for p in sources])
+    unsourced = [w for v, d, pct, w in numbers if not found(v, d, pct, values)]
+    assert not unsourced, f"{heading!r}: numbers in none of {sources}: {unsourced}"
