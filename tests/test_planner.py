@@ -241,8 +241,11 @@ def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
     lines = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
     assert {"start", "total"} <= set(lines) and len(lines) > 2 and "bfloat16 weights" in out
     assert "cpu_s" in out and "host_gib" in out
-    assert main(["plan", "--model", "Qwen/Qwen3-0.6B", command, "--out", "x"]) == 2
-    assert f"not flags of tlgeo {command}: --out x" in capsys.readouterr().err
+    # a command line that runs plans: its output and thread flags too; a flag it lacks does not
+    assert main(["plan", "--model", "Qwen/Qwen3-0.6B", command, *PLANNED[command], "--out", "x", "--threads", "1"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--model", "Qwen/Qwen3-0.6B", command, "--no-such-flag", "x"]) == 2
+    assert f"not flags of tlgeo {command}: --no-such-flag x" in capsys.readouterr().err
 
 
 def test_compress_diag_plans_the_calibration_when_it_compresses():

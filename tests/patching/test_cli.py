@@ -12,7 +12,9 @@ def test_patching_command(tmp_path, capsys):
             "--components", "head,head_perp,self,nonself,mlp", "--exact-components", "head,self,nonself",
             "--out", str(out), "--threads", "1"]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert " done" not in printed and "patching induction:" in captured.err  # a progress bar per task, not a line per sweep
     assert "tasks (accuracy: share of clean prompts answered right):" in printed
     assert "largest effects" in printed and "attribution vs exact" in printed
     assert "head = self + nonself" in printed  # the interaction of the split's parts

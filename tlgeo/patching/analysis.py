@@ -176,8 +176,12 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             blocks = sorted({l for u in mine for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
             baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
                                                                                          seed=cfg.seed)]
+        if progress:  # one bar per task: a sweep of every component at every block is many units
+            from tqdm.auto import tqdm
+
+            mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
         for u in mine:
-            rows = _patch(model, cfg, runs, label, u, rlog, progress, skip_write=bool(refused))
+            rows = _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))
             effect_rows += [_effect_row(r, runs, cfg) for r in rows]
     tasks_df = pd.DataFrame(task_rows)
     effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2]))
@@ -209,7 +213,7 @@ def _refused(model: Model, runs: TaskRuns, comps: list[str], layers: list[int]) 
 
 
 def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, rlog: ResultLog | None,
-           progress: bool, skip_write: bool = False) -> list[dict]:
+           skip_write: bool = False) -> list[dict]:
     """The log rows of one unit: read back where a previous run finished them, else computed and logged
     (``skip_write``: leave out the components of a head's residual write)."""
     method, name, direction = unit[:3]
@@ -235,9 +239,6 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     rows = [by_cell[k] for k in expected]  # the order of a run read back from the log
     if rlog is not None:
         rlog.extend(r for r in rows if not rlog.done(**{k: r[k] for k in LOG_KEY}))
-    if progress:
-        what = "attribution, every component" if method == "attribution" else f"exact {unit[3]} at block {unit[4]}"
-        print(f"  {name} {direction}: {what} done", flush=True)
     return rows
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import pandas as pd
 
@@ -45,18 +44,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config_parser(command: str, config: type) -> argparse.ArgumentParser:
-    """The config flags of ``tlgeo <command>`` as that command names them (``tlgeo tokenwise``'s
-    ``--patch-tokens``), without its model, output and thread flags."""
+    """Every flag of ``tlgeo <command>`` as that command names them (``tlgeo tokenwise``'s
+    ``--patch-tokens``), none required: a command line that runs is a command line that plans. Its
+    config flags make the plan; the others (output, threads, placement) are accepted and change nothing
+    the planner counts."""
     from .registry import load_commands
 
-    full = argparse.ArgumentParser(add_help=False)
+    full = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
     load_commands()[command].add_args(full)
-    fields = {f.name for f in dataclasses.fields(config)}
-    sub = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
     for action in full._actions:
-        if action.dest in fields:
-            sub._add_action(action)
-    return sub
+        action.required = False
+    return full
 
 
 def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
