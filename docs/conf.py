@@ -31,7 +31,7 @@ def generate() -> None:
 
     os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
     from tlgeo.cli import build_parser
-    from tlgeo.families import support_table
+    from tlgeo.families import markdown_table
 
     out = HERE / "_generated"
     out.mkdir(exist_ok=True)
@@ -44,14 +44,10 @@ def generate() -> None:
             p.print_help()
         lines += [f"## `tlgeo {name}`", "", "```text", buf.getvalue().rstrip(), "```", ""]
     (out / "cli.md").write_text("\n".join(lines))
-    table = support_table()
     md = ["# Support matrix", "",
           "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "
           "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
-          "difference; `no`: refused.", "",
-          "| family | " + " | ".join(str(c) for c in table.columns) + " |",
-          "|---|" + "---|" * len(table.columns)]
-    md += [f"| {idx} | " + " | ".join(str(v) for v in row) + " |" for idx, row in table.iterrows()]
+          "difference; `no`: refused.", "", markdown_table()]
     (out / "support.md").write_text("\n".join(md) + "\n")
 
 

@@ -1,7 +1,9 @@
 """Every number RESULTS.md quotes comes from a committed table with its provenance.
 
 RESULTS.md names its tables in HTML comments, ``<!-- source: results/<folder>/<table>.csv -->``,
-inside the section (``##`` or ``###`` heading) that quotes them. Each decimal number of a
+inside the section (``##`` or ``###`` heading) that quotes them; a seed paper's own numbers quoted
+beside them come from the module that keeps them, ``<!-- paper: tlgeo/<analysis>/paper.py -->``
+(its numeric literals). Each decimal number of a
 section's prose and tables (code spans and blocks aside: they are commands) must be a value of
 one of the section's tables, rounded as written (a number followed by ``%`` may be the value
 times 100). Each table must be committed (not ignored by git) and its folder must hold the
@@ -22,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "RESULTS.md"
 SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
+PAPER = re.compile(r"<!--\s*paper:\s*(\S+)\s*-->")  # a seed paper's numbers, as tlgeo's code keeps them
 NUMBER = re.compile(r"(?<![\w.])([-−+]?)(\d+\.\d+(?:e[+-]?\d+)?)(?![\w.])(\s*%)?")
 
 
@@ -54,6 +57,17 @@ def table_values(path: str) -> np.ndarray:
     cols = [df[c] for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
     vals = np.concatenate([c.to_numpy(float) for c in cols]) if cols else np.zeros(0)
     return vals[np.isfinite(vals)]
+
+
+@lru_cache(maxsize=None)
+def paper_values(path: str) -> np.ndarray:
+    """Every numeric literal of the Python module at ``path`` (a seed paper's numbers)."""
+    import ast
+
+    tree = ast.parse((ROOT / path).read_text())
+    vals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, (int, float))
+            and not isinstance(n.value, bool)]
+    return np.asarray(vals, dtype=float)
 
 
 def found(value: float, decimals: int, percent: bool, values: np.ndarray) -> bool:
@@ -96,10 +110,10 @@ def test_every_source_is_committed_with_its_provenance():
 @pytest.mark.parametrize("heading, body", sections(DOC.read_text()), ids=lambda x: str(x)[:40])
 def test_every_number_in_a_section_is_in_its_sources(heading, body):
     numbers = quoted(body)
-    sources = SOURCE.findall(body)
+    sources, papers = SOURCE.findall(body), PAPER.findall(body)
     if not numbers:
         return
     assert sources, f"{heading!r} quotes {[n[3] for n in numbers][:5]} and names no source table"
-    values = np.concatenate([table_values(p) for p in sources])
+    values = np.concatenate([table_values(p) for p in sources] + [paper_values(p) for p in papers])
     unsourced = [w for v, d, pct, w in numbers if not found(v, d, pct, values)]
     assert not unsourced, f"{heading!r}: numbers in none of {sources}: {unsourced}"

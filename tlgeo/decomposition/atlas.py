@@ -35,6 +35,7 @@ from ..evals.zeroshot import evaluate_zeroshot, paired_accuracy_change
 from ..hooks.edits import Edit
 from ..models import Model
 from ..analysis import StepContext, atlas_budgets, budget, register_family, register_step
+from ..results import stamp
 from .audit import audit_overall, post_wo_audit
 from .closed_form import closed_form_check, diag_summary
 from .compare import baseline_key, compare_edits
@@ -260,7 +261,7 @@ def _step_compare(ctx: StepContext) -> None:
         zs.groupby("condition", sort=False)[["acc", "acc_norm"]].mean().mul(100).add_prefix("zeroshot_").reset_index(),
         on="condition", how="left",
     ).merge(rl.groupby("condition", sort=False)["score"].mean().rename("ruler").reset_index(), on="condition", how="left")
-    table.to_csv(ctx.csv("compare"), index=False)
+    stamp(table, ctx.identity).to_csv(ctx.csv("compare"), index=False)
 
     n_zs = int(zs["n"].min()) if len(zs) else None
     n_rl = int(rl["n"].min()) if len(rl) else None
@@ -391,9 +392,9 @@ def _step_closed_form(ctx: StepContext) -> None:
     b, model = ctx.budget, ctx.model
     tokens = corpus_batches(model, ctx.text, b.closed_form_tokens, b.closed_form_tokens + 8)[:1]
     res = closed_form_check(model, tokens, 0.0, skip_first=b.skip_first, progress=True)
-    res.errors.to_csv(ctx.csv("closed_form_errors"), index=False)
+    stamp(res.errors, ctx.identity).to_csv(ctx.csv("closed_form_errors"), index=False)
     summary = diag_summary(res.diag)
-    summary.to_csv(ctx.csv("closed_form_diag"), index=False)
+    stamp(summary, ctx.identity).to_csv(ctx.csv("closed_form_diag"), index=False)
     layer = model.cfg.n_layers // 2
     ctx.report.section("6. The diagonal closed form (Table 5, Figure 4)",
                        "A value-space parallel edit changes only the attention diagonal: "
@@ -438,7 +439,7 @@ def _step_audit(ctx: StepContext) -> None:
     per_layer = ctx.cached("audit_layers", lambda: post_wo_audit(
         model, tokens, mode="all", skip_first=b.skip_first, log_path=ctx.log("audit"), progress=True))
     overall = audit_overall(per_layer)
-    overall.to_csv(ctx.csv("audit"), index=False)
+    stamp(overall, ctx.identity).to_csv(ctx.csv("audit"), index=False)
     ctx.report.section("7. Post-W_O audit (Table 6)",
                        "At s_par = 0, all blocks edited: ||y~ − y||/||y|| (perturbation), its square (energy) and "
                        "||y~||/||y|| (retained) of the attention output after W_O, per token, averaged over tokens "
