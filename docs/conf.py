@@ -29,7 +29,6 @@ def generate() -> None:
     matrix: families x sites and analyses)."""
     import os
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
     from tlgeo.cli import build_parser
     from tlgeo.families import markdown_table
 
@@ -37,12 +36,24 @@ def generate() -> None:
     out.mkdir(exist_ok=True)
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "cmd")
-    lines = ["# Command-line reference", "", "Every command's `--help`, generated from the code when the docs are built.", ""]
-    for name, p in sub.choices.items():
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            p.print_help()
-        lines += [f"## `tlgeo {name}`", "", "```text", buf.getvalue().rstrip(), "```", ""]
+    lines = ["# Command-line reference", "",
+             "Every command's `--help`, generated from the code when the docs are built.", ""]
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
+    try:
+        helps = {}
+        for name, p in sub.choices.items():
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                p.print_help()
+            helps[name] = buf.getvalue()
+    finally:
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    for name, text in helps.items():
+        lines += [f"## `tlgeo {name}`", "", "```text", text.rstrip(), "```", ""]
     (out / "cli.md").write_text("\n".join(lines))
     md = ["# Support matrix", "",
           "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "

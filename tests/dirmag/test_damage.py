@@ -143,7 +143,8 @@ def test_the_summary_is_the_table_of_each_run_kept_apart():
     rows = [{"model": "m", "kind": k, "delta": d, "seed": s, "relative": False, "mode": "exact", "flip": "allow",
              "layers": [1, 2], "n_sentences": n, "max_tokens": 64, "text_sha1": "x", "damage": dmg,
              "delta_over_norm": d / 10}
-            for n in (5, 9) for d in (1.0, 2.0) for k in ("magnitude", "angle") for s, dmg in ((42, 0.1 * n), (43, 0.3 * n))]
+            for n in (5, 9) for d in (1.0, 2.0) for k in ("magnitude", "angle")
+            for s, dmg in ((42, 0.1 * n), (43, 0.3 * n))]
     got = damage_summary(pd.DataFrame(rows))
     assert len(got) == 4 and list(got.columns[:2]) == ["model", "relative"]
     nine = got[(got["n_sentences"] == 9) & (got["delta"] == 2.0)].iloc[0]

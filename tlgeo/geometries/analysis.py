@@ -42,8 +42,8 @@ FDR = 0.05  # a relation row counts as significant after Benjamini-Hochberg when
 @dataclass
 class GeometriesResult(Result):
     """``tokens`` (one row per pool token and block: every quantity, its window, position, id and log
-    frequency, and its atypicality ``state_norm``, ``knn_dist`` and ``knn_dist_out``) and ``relations`` (one row per block and pair
-    of quantities: Spearman's rho with its bootstrap CI, SE and Wald p over windows, the Benjamini–Hochberg q over
+    frequency, and its atypicality ``state_norm``, ``knn_dist`` and ``knn_dist_out``) and ``relations`` (one row
+    per block and pair of quantities: Spearman's rho with its bootstrap CI, SE and Wald p over windows, the Benjamini–Hochberg q over
     the run's rows, rho after shuffling within windows, the partial rho given position and frequency, and given
     those and the atypicality) and ``summary`` (one row per pair: :func:`relation_summary` over the blocks)."""
 
@@ -90,8 +90,8 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
     ``2 (1 - Phi(|rho| / rho_se))``; 1 where rho or its SE is undefined), ``q_bh`` (Benjamini–Hochberg over every
     row returned, :func:`with_q`), ``rho_shuffled`` (each quantity shuffled within its window, mean of 10),
     ``rho_partial`` (partial Spearman given position and log frequency) and ``rho_partial_atypical`` (given those
-    and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them). The atypicality measures are
-    controls only: no pair of their own."""
+    and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them). The
+    atypicality measures are controls only: no pair of their own."""
     rows = []
     atypical = all(c in tokens for c in ATYPICALITY)
     for layer, df in tokens.groupby("layer", sort=True):
@@ -146,7 +146,8 @@ def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.Data
     ``significant`` (blocks whose CI excludes 0, uncorrected), ``significant_bh`` (blocks whose ``q_bh`` <
     :data:`FDR`: Benjamini–Hochberg over all pairs x blocks of the run; NaN for a table without q),
     ``same_sign`` (all blocks' rho of one sign), the mean ``partial`` (given position and frequency),
-    ``partial_atypical`` (given those and ``state_norm``, ``knn_dist``, ``knn_dist_out``) and ``shuffled`` rho; ``across``: only
+    ``partial_atypical`` (given those and ``state_norm``, ``knn_dist``, ``knn_dist_out``) and ``shuffled`` rho;
+    ``across``: only
     pairs from two different analyses. Strongest first. The q-values are read from the table (computed over
     all its rows, not only the pairs shown)."""
     rel = relations.dropna(subset=["rho"])

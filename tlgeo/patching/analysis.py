@@ -127,7 +127,8 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     check_support(model, "patching")  # a family it means nothing on fails here, before any work
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row()) if log_dir is not None else None
+    rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row())
+            if log_dir is not None else None)
     label = model_label(model)
     task_rows: list[dict] = []
     effect_rows: list[dict] = []
