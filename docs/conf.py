@@ -42,7 +42,7 @@ def generate() -> None:
     os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
     try:
         helps = {}
-        for name, p in sub.choices.items():
+        for name, p in sorted(sub.choices.items()):  # by name: the registry's order follows import order
             buf = io.StringIO()
             with contextlib.redirect_stdout(buf):
                 p.print_help()

@@ -48,9 +48,13 @@ def load_steps() -> dict[str, analysis.Step]:
 
 
 def load_analyses() -> dict[str, analysis.Analysis]:
-    """Import every package's ``analysis`` module; the registered analyses by name."""
+    """Import every package's ``analysis`` module; the registered analyses by name, in report order (by the
+    position of their package in :data:`ANALYSES`, then as each registered them), whatever imported first."""
     _modules("analysis")
-    return analysis.analyses()
+    rank = {pkg: i for i, pkg in enumerate(ANALYSES)}
+    found = list(analysis.analyses().items())
+    found.sort(key=lambda kv: rank.get(kv[1].run.__module__.rsplit(".", 1)[0], len(rank)))
+    return dict(found)
 
 
 def load_commands() -> dict[str, analysis.Command]:
