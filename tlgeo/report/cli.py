@@ -15,15 +15,15 @@ __all__ = ["COMMANDS"]
 DESCRIPTION = ("Every registered analysis step on one model: report.html + one CSV per table in --out. Finished steps "
                "are reused and unfinished ones resume from their logs, so rerun the same command after an "
                "interruption; use a new --out for new budgets. Costs in brackets are rough, for SmolLM2-135M on a "
-               "2-core CPU: seconds where a bare 4x256-token forward took ~1.4 s, or bare forwards. The defaults "
-               "took 253 bare forwards on 2026-12-02 (9 min 16 s, a bare forward 2.20 s on that machine); "
-               "under torchrun the steps are dealt out over the ranks.")
+               "2-core CPU: seconds where a bare 4x256-token forward took ~1.4 s, or bare forwards; a run's "
+               "timings.csv records what each step took. Under torchrun the steps are dealt out over the ranks.")
 
 
 def budget_flags(p: argparse.ArgumentParser) -> None:
     """One flag per budget field of every registered analysis family (``--<field-name>``)."""
-    load_steps()
-    for name, (family, f) in budget_fields().items():
+    order = list(dict.fromkeys(step.family for step in load_steps().values()))  # report order
+    fields = sorted(budget_fields().items(), key=lambda kv: order.index(kv[1][0]) if kv[1][0] in order else len(order))
+    for name, (family, f) in fields:
         meta, default = f.metadata, f.default
         if default is dataclasses.MISSING:
             default = f.default_factory()  # type: ignore[misc]
