@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-            seen_identities()
+            seen_identities(), resumed_lines()  # forget what ran in this process before this command
             rc = args._run(args)
             for line in resumed_lines():  # what this run took back from its logs instead of computing
                 print(line)
