@@ -4,8 +4,8 @@
 clean pass (the next-token NLL, the model's own predictions, the residual where perturbed runs resume),
 then per block (its work unit) computes every quantity with its own analysis's code
 (:mod:`.quantities`) and relates them (:func:`relations`). The relations' Benjamini–Hochberg q-values are over
-every row of one run (all pairs x blocks, :func:`with_q`): ``run`` computes them once the blocks are known, and
-:meth:`GeometriesResult.merge` again over the merged blocks."""
+every row of one run (all pairs x blocks, :func:`with_q`): a :class:`GeometriesResult` computes them whenever it
+is made, from a run's blocks or from merged ones."""
 
 from __future__ import annotations
 
@@ -54,18 +54,15 @@ class GeometriesResult(Result):
     TABLES = (
         Table("tokens", (*KEY, "layer", "index"), "geometries_tokens.csv.gz"),
         Table("relations", (*KEY, "layer", "a", "b"), "geometries_relations.csv"),
-        Table("summary", (*KEY, "a", "b"), "geometries_summary.csv"),
+        Table("summary", (*KEY, "a", "b"), "geometries_summary.csv", derive=lambda r: summary_table(r.relations)),
     )
 
-    @classmethod
-    def merge(cls, parts: Sequence[Result]) -> "GeometriesResult":
-        """The parts' tables concatenated (:meth:`Result.merge`), the q-values recomputed over the merged rows
-        of each run (:func:`with_q`): split into blocks and merged equals the whole."""
-        merged = super().merge(parts)
-        if merged.relations is not None:
-            merged.relations = with_q(merged.relations)
-            merged.summary = summary_table(merged.relations)
-        return merged
+    def __post_init__(self) -> None:
+        """The q-values over all rows of each run (:func:`with_q`) whenever the result is made: split into blocks
+        and merged equals the whole; then the summary (derived) from them."""
+        if self.relations is not None:
+            self.relations = with_q(self.relations)
+        super().__post_init__()
 
 
 def token_windows(model: Model, cfg: GeometriesConfig):
@@ -212,11 +209,12 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
                         GeometriesResult(**{name_: df}).save(out)
                     if on_table is not None and name_ == "tokens":
                         on_table(name_, df)
-    res = GeometriesResult(**{n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable")
-                              .reset_index(drop=True) if v else None for n, v in tables.items()})
+    merged = {n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable").reset_index(drop=True)
+              if v else None for n, v in tables.items()}
+    if merged.get("relations") is not None:  # earlier blocks' rows carry the identity, this run's not yet: one run
+        merged["relations"] = merged["relations"].drop(columns=[c for c in IDENTITY if c in merged["relations"]])
+    res = GeometriesResult(**merged)  # q over every block of the run, and the summary
     if res.relations is not None:
-        res.relations = with_q(res.relations.drop(columns=[c for c in IDENTITY if c in res.relations]))
-        res.summary = summary_table(res.relations)
         if out is not None:  # every block's q over all the blocks of this run; the summary over them
             GeometriesResult(relations=res.relations if todo else None, summary=res.summary).save(out)
         if todo and on_table is not None:
