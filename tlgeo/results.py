@@ -146,7 +146,7 @@ class ResultLog:
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
         """Store ``rows`` durably, with one flush to disk (each must hold every key column, and none be stored)."""
-        rows = [{**self.identity, **row, **self.identity} for row in rows]
+        rows = [{**self.identity, **row, **self.identity} for row in rows]  # identity first, and never overridden
         keys = []
         for row in rows:
             missing = [k for k in self.key if k not in row]
