@@ -119,3 +119,35 @@ def torchrun_launch(tmp_path_factory):
                                env=env, capture_output=True, text=True, timeout=900)
             done.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}))
     return out, json.loads(done.read_text())
+
+
+@pytest.fixture(scope="session")
+def atlas_run(tmp_path_factory, llama):
+    """A tiny atlas run of every step (:func:`tests.report.conftest.tiny_cfg`): ``(out, stdout, stderr)``;
+    tests that change the folder copy it.
+
+    Under pytest-xdist the workers share one run: the first to get here makes it in a folder of
+    this test run (``PYTEST_XDIST_TESTRUNUID``), the others wait on its lock and read it."""
+    import contextlib
+    import io
+
+    from tlgeo.report.atlas import run_atlas
+
+    from .report.conftest import tiny_cfg
+    from .shared import shared_folder
+
+    root, lock = shared_folder(tmp_path_factory, "atlas")
+    out, printed = root / "tiny", root / "printed.json"
+    with lock:
+        if not printed.exists():
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                run_atlas(tiny_cfg(out), model=llama)
+            printed.write_text(json.dumps({"stdout": stdout.getvalue(), "stderr": stderr.getvalue()}))
+    got = json.loads(printed.read_text())
+    return out, got["stdout"], got["stderr"]
+
+
+@pytest.fixture(scope="session")
+def atlas_dir(atlas_run):
+    return atlas_run[0]

@@ -42,18 +42,32 @@ from .results import IDENTITY, current_identity, merge_csv, stamp
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
            "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family", "register_step",
+           "register_analysis_step",
            "steps", "headlines", "family_headline", "family_title", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
 class Step:
-    """One atlas step: ``run(ctx)`` writes ``csvs`` (names without ``.csv``) and a report section."""
+    """One atlas step: ``run(ctx)`` writes ``csvs`` (names without ``.csv``) and a report section.
+
+    A step of a registered analysis (:func:`register_analysis_step`) has ``analysis`` and
+    ``config(budgets) -> Config``: the atlas runs that analysis as its command does and ``run(ctx, result)``
+    only draws the section from the result."""
 
     name: str
     family: str
-    run: Callable[["StepContext"], None]
+    run: Callable[..., None]
     csvs: tuple[str, ...]
     description: str
+    analysis: "Analysis | None" = None
+    config: Callable[[Any], "Config"] | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The file names of its tables (``.csv`` or ``.csv.gz``)."""
+        if self.analysis is not None:
+            return tuple(t.filename for t in self.analysis.result.TABLES)
+        return tuple(f"{c}.csv" for c in self.csvs)
 
 
 @dataclass
@@ -130,6 +144,27 @@ def register_step(name: str, family: str, csvs: tuple[str, ...], description: st
     return wrap
 
 
+def register_analysis_step(name: str, family: str, analysis: "Analysis", config: Callable[[Any], "Config"],
+                           description: str):
+    """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of ``family``, a run of the
+    registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas calls
+    :func:`tlgeo.distributed.run_analysis` on it into its folder, as the analysis's command does (the
+    same tables, resumed from the same logs; under torchrun its units are shared out over the ranks),
+    then ``render`` draws the report section from the result. Its CSVs: every table of the result."""
+    if family not in _FAMILIES:
+        raise ValueError(f"register the family {family!r} before its steps")
+    csvs = tuple(t.name for t in analysis.result.TABLES)  # its tables' names (Step.files: their files)
+
+    def wrap(render: Callable[[StepContext, Result], None]) -> Callable[[StepContext, Result], None]:
+        old = _STEPS.get(name)
+        if old is not None and old.run.__qualname__ != render.__qualname__:
+            raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
+        _STEPS[name] = Step(name, family, render, csvs, description, analysis, config)
+        return render
+
+    return wrap
+
+
 def steps() -> dict[str, Step]:
     """The registered steps, in registration order."""
     return dict(_STEPS)
@@ -176,7 +211,8 @@ def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepContext:
-    """What a step gets: the run's config, model, text, its family's budgets, the report.
+    """What a step gets: the run's config, model, text, its family's budgets, the report (and, in a step of
+    an analysis, ``config``: the analysis config it ran with).
 
     ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
     resumable JSON-lines log in the output directory; ``cached(name, compute)``
@@ -189,6 +225,7 @@ class StepContext:
         self.cfg, self.model, self.text, self.report, self.budget = cfg, model, text, report, budget
         self.out = Path(out)
         self.identity = dict(identity or {})  # the model's identity columns, stamped on every table saved
+        self.config: Config | None = None  # a step of an analysis: the config the atlas ran it with
 
     def csv(self, name: str) -> Path:
         return self.out / f"{name}.csv"
@@ -225,7 +262,7 @@ def param(default: Any, help: str, **meta: Any) -> Any:
     int, default 1; 0 where 0 means "all" or "skip"), ``cost`` (the run time it drives on a
     reference machine), ``atlas`` (its default as an atlas budget, where that differs),
     ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
-    type), ``required`` (a flag that must be given)."""
+    type), ``required`` (a flag that must be given), ``flag`` (its name when not ``--<field-name>``)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
@@ -367,7 +404,7 @@ class Result:
             if not dfs:
                 tables[t.name] = None
                 continue
-            df = pd.concat(dfs, ignore_index=True)
+            df = pd.concat(dfs, ignore_index=True).infer_objects()  # a part's all-None column: numbers again
             key = [k for k in t.row_key if k in df.columns]
             if key:
                 df = df[~df[key].astype(str).duplicated(keep="last")].reset_index(drop=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
-           "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg",
+           "config_argv", "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg",
            "model_key", "print_written", "files_since", "set_threads", "RunRecord", "default_out", "output_dir"]
 
 
@@ -139,6 +139,36 @@ def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
             kw.pop("default")
         out[f.name] = {"flag": meta.get("flag", "--" + (prefix + f.name).replace("_", "-")), **kw}
     return out
+
+
+def config_argv(cfg: Any) -> list[str]:
+    """The flags of :func:`add_config_args` that make ``cfg`` (a config dataclass instance): one per
+    field whose value is not its default, so that ``config_from_args`` of them gives ``cfg`` back.
+    Raises ``ValueError`` naming a field set to what no flag can say (a ``cli=False`` field)."""
+    flags = config_flags(type(cfg))
+    argv: list[str] = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, list):
+            default = tuple(default)
+        if v == default and not flags.get(f.name, {}).get("required"):
+            continue
+        if f.name not in flags:
+            raise ValueError(f"{type(cfg).__name__}.{f.name} = {v!r} has no flag (the command sets it)")
+        kw, flag = flags[f.name], flags[f.name]["flag"]
+        if kw.get("action") is argparse.BooleanOptionalAction:
+            argv.append(flag if v else "--no-" + flag[2:])
+        elif isinstance(v, tuple):
+            argv += [flag, ",".join(str(x) for x in v)]
+        elif v is None:
+            if kw.get("type") is not index_list:
+                raise ValueError(f"{type(cfg).__name__}.{f.name} = None has no flag value (its default is "
+                                 f"{default!r})")
+            argv += [flag, "all"]
+        else:
+            argv += [flag, str(v)]
+    return argv
 
 
 def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "",

@@ -21,6 +21,7 @@ import contextvars
 import itertools
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -137,16 +138,20 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     units = analysis.units(model, cfg)
     costs = [analysis.cost(model, cfg, u) for u in units] if analysis.cost is not None else None
     mine = deal(units, r.rank, r.size, costs)
-    part = None
+    part, error = None, None
     busy = _ALL_BUSY.set(all(deal(units, i, r.size, costs) for i in range(r.size)))
     try:
         if mine:  # more ranks than units: this one has nothing to do
             folder = None if out is None else rank_folder(out, r)
             part = analysis.run(model, cfg, out=folder, units=mine, progress=progress and r.main, **kwargs)
+    except Exception as e:  # noqa: BLE001 - the other ranks wait in the gather: every rank raises below
+        error = f"{analysis.name}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        print(f"[{analysis.name}] rank {r.rank}: {error}", file=sys.stderr, flush=True)
     finally:
         _ALL_BUSY.reset(busy)
     parts: list | None = [None] * r.size if r.main else None
     dist.gather_object(part, parts, dst=0)
+    all_errors(error, r)  # what the other ranks finished is in their rank folders: a rerun resumes it
     if not r.main:
         return None
     merged = analysis.result.merge([p for p in parts if p is not None])

@@ -1,46 +1,32 @@
-"""The direction-vs-magnitude step of the atlas: its CSV, its report section and its headline."""
+"""The direction-vs-magnitude step of the atlas (the shared tiny atlas run): its sections and headline."""
 
 import pandas as pd
 
 from tlgeo.dirmag.atlas import DirmagBudgets, headline
-from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
+from tlgeo.report.atlas import STEPS
 
 
-def test_the_steps_are_registered_after_the_decomposition_ones():
-    assert list(STEPS[STEPS.index("dirmag_damage"):][:3]) == ["dirmag_damage", "dirmag_blimp", "dirmag_probes"]
-    assert STEPS.index("audit") < STEPS.index("dirmag_damage")
+def test_the_step_comes_after_the_decomposition_ones():
+    assert STEPS.index("audit") < STEPS.index("dirmag") < STEPS.index("tokenwise")
 
 
-def test_step_writes_its_csv_section_and_headline(tmp_path, llama):
-    out = tmp_path / "atlas"
-    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("dirmag_damage",),
-                      budgets=dict(dirmag_sentences=5, dirmag_seeds=2, dirmag_deltas=(0.02,),
-                                   dirmag_norm_fractions=(0.5,)))
-    html = run_atlas(cfg, model=llama).read_text()
-    df = pd.read_csv(out / "dirmag_damage.csv")
-    assert len(df) == 2 * 2 * 2 and set(df["kind"]) == {"magnitude", "angle"}  # deltas x kinds x seeds
-    assert "Direction vs magnitude (seed paper 003)" in html and "indication only" in html.lower()
-    h = headline(out, DirmagBudgets())
-    assert h.sentences[0].startswith("Direction vs magnitude: at delta 0.02") and h.warnings
-
-
-def test_blimp_and_probe_steps(tmp_path, llama):
-    out = tmp_path / "atlas"
-    budgets = dict(dirmag_seeds=1, dirmag_deltas=(0.05,), dirmag_norm_fractions=(), dirmag_blimp_pairs=2,
-                   dirmag_probe_sentences=6, dirmag_probe_layers=2)
-    html = run_atlas(AtlasConfig(model="tiny:llama", out=out, steps=("dirmag_blimp", "dirmag_probes"),
-                                 budgets=budgets), model=llama).read_text()
-    blimp = pd.read_csv(out / "dirmag_blimp.csv")
-    assert len(blimp) == 2 * 7 and set(blimp["n"]) == {2, 12}  # kinds x (6 paradigms + pooled)
-    probes = pd.read_csv(out / "dirmag_probes.csv")
+def test_sections_and_headline(atlas_dir):
+    html = (atlas_dir / "report.html").read_text()
+    df = pd.read_csv(atlas_dir / "dirmag_damage.csv")
+    assert len(df) == 2 * 3 and set(df["kind"]) == {"magnitude", "angle"}  # kinds x (delta 5 + 2 norm fractions)
+    for title in ("Direction vs magnitude (seed paper 003)", "subject–verb agreement", "what linear probes read"):
+        assert title in html
+    assert "indication only" in html.lower()
+    probes = pd.read_csv(atlas_dir / "dirmag_probes.csv")
     assert set(probes["layer"]) == {0, 2} and len(probes) == 2 * 2 * 3
-    assert "subject–verb agreement" in html and "what linear probes read" in html
-    assert "Probes: the best part-of-speech accuracy" in " ".join(headline(out).sentences)
-    assert html.count("<img") >= 2
-    skipped = tmp_path / "skipped"
-    run_atlas(AtlasConfig(model="tiny:llama", out=skipped, steps=("dirmag_blimp", "dirmag_probes"),
-                          budgets={**budgets, "dirmag_blimp_pairs": 0, "dirmag_probe_sentences": 0}), model=llama)
-    assert not (skipped / "dirmag_blimp.csv").exists() and not (skipped / "dirmag_probes.csv").exists()
+    h = headline(atlas_dir, DirmagBudgets())
+    assert h.sentences[0].startswith("Direction vs magnitude: at delta") and h.warnings
+    assert "Probes: the best part-of-speech accuracy" in h.sentences[1]
+
+
+def test_zero_budgets_leave_only_the_damage():
+    b = DirmagBudgets(dirmag_blimp_pairs=0, dirmag_probe_sentences=0)
+    assert b.config().parts() == ("damage",)
 
 
 def test_the_headline_follows_the_csv(tmp_path):

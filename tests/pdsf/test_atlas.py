@@ -1,16 +1,15 @@
-"""The PDSF atlas step on a tiny model: its CSVs, sections and headline, and the reuse of its CSVs."""
+"""The PDSF atlas step (the shared tiny atlas run): its tables, sections and headline."""
+
+import re
 
 import pandas as pd
 
 from tlgeo.pdsf.atlas import PDSFBudgets, headline
-from tlgeo.report.atlas import AtlasConfig, run_atlas
 
 
-def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch):
-    out = tmp_path / "atlas"
-    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("pdsf",),
-                      budgets=dict(pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3))
-    html = run_atlas(cfg, model=llama).read_text()
+def test_sections_and_headline(atlas_dir, llama):
+    out = atlas_dir
+    html = (out / "report.html").read_text()
     layers = pd.read_csv(out / "pdsf_layers.csv")
     assert len(layers) == llama.cfg.n_layers + 1 and (layers["n_prompts"] == 28).all()
     s = pd.read_csv(out / "pdsf_generation_summary.csv")
@@ -24,18 +23,8 @@ def test_step_writes_its_csvs_sections_and_headline(tmp_path, llama, monkeypatch
     assert "single-pass edits at the last prompt token" in html and "per prompt the static part is F" in html
     assert any("indication only" in w for w in h.warnings)
     # the rotations table shows what varies (11 columns); the settings and the proxy's base rate are in its caption
-    import re
-
     table = html[html.index("10b. PDSF: persistent rotations during generation"):]
     table = table[table.index("<table"): table.index("</table>")]
     assert len(re.findall(r"<th[ >]", table.split("</tr>")[0])) == 11 and "its base rate %" in table
     assert "Same for every row: prompt_set specB" in html
     assert "Base rate of the proxy on the unedited continuations" in html or "cannot tell a frame shift" in html
-
-    import tlgeo.pdsf.atlas as A
-
-    boom = lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun"))  # noqa: E731
-    monkeypatch.setattr(A, "run_geometry", boom)
-    monkeypatch.setattr(A, "run_generation", boom)
-    monkeypatch.setattr(A, "run_single_pass", boom)
-    run_atlas(cfg, model=llama)  # the CSVs are reused

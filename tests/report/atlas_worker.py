@@ -22,8 +22,9 @@ from tlgeo.report.registry import load_steps
 
 from tests.report.conftest import tiny_cfg
 
-# a share of the steps on each side of the ranks' cut (the one-process run of the report tests ran them all)
-SHARED = ("profile", "sweeps", "closed_form", "audit", "dirmag_probes", "tokenwise", "patching")
+# steps dealt out whole on each side of the ranks' cut, and steps of analyses whose units the ranks share (the
+# one-process run of the report tests ran them all)
+SHARED = ("profile", "sweeps", "closed_form", "audit", "tokenwise", "patching")
 FAIL_STEPS, FAIL = ("profile", "closed_form", "audit"), "audit"  # audit fails on rank 1
 
 

@@ -1,14 +1,6 @@
-"""One tiny atlas run, shared by the report tests (its directory and what it printed)."""
+"""The settings of the tiny atlas run the tests share (``atlas_run`` in tests/conftest.py)."""
 
-import contextlib
-import io
-import json
-
-import pytest
-
-from tlgeo.report.atlas import AtlasConfig, run_atlas
-
-from ..shared import shared_folder
+from tlgeo.report.atlas import AtlasConfig
 
 
 def tiny_cfg(out):
@@ -20,29 +12,6 @@ def tiny_cfg(out):
         closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1, dirmag_probe_sentences=8, dirmag_probe_layers=2,
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
-        patching_tasks=("induction",), patching_prompts=4, patching_min_accuracy=0.0,
+        patching_tasks=("induction", "ioi"), patching_prompts=4, patching_min_accuracy=0.0,
         geometries_tokens=60, geometries_seq_len=16, geometries_layer_count=2, geometries_k=8,
     ))
-
-
-@pytest.fixture(scope="session")
-def atlas_run(tmp_path_factory, llama):
-    """A tiny atlas run of every step: ``(out, stdout, stderr)``; tests that change the folder copy it.
-
-    Under pytest-xdist the workers share one run: the first to get here makes it in a folder of
-    this test run (``PYTEST_XDIST_TESTRUNUID``), the others wait on its lock and read it."""
-    root, lock = shared_folder(tmp_path_factory, "atlas")
-    out, printed = root / "tiny", root / "printed.json"
-    with lock:
-        if not printed.exists():
-            stdout, stderr = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-                run_atlas(tiny_cfg(out), model=llama)
-            printed.write_text(json.dumps({"stdout": stdout.getvalue(), "stderr": stderr.getvalue()}))
-    got = json.loads(printed.read_text())
-    return out, got["stdout"], got["stderr"]
-
-
-@pytest.fixture(scope="session")
-def atlas_dir(atlas_run):
-    return atlas_run[0]

@@ -1,13 +1,13 @@
-"""The tokenwise atlas step: its CSVs, section and headline on a tiny model, and the reuse of its CSVs."""
+"""The tokenwise atlas step (the shared tiny atlas run): its tables, section and headline."""
 
 import pandas as pd
 
-from tlgeo.report.atlas import STEPS, AtlasConfig, run_atlas
+from tlgeo.report.atlas import STEPS
 from tlgeo.tokenwise.atlas import TokenwiseBudgets, headline, patched_layers
 
 
-def test_the_step_comes_after_the_direction_magnitude_ones():
-    assert STEPS.index("dirmag_probes") < STEPS.index("tokenwise") < STEPS.index("pdsf")
+def test_the_step_comes_after_the_direction_magnitude_one():
+    assert STEPS.index("dirmag") < STEPS.index("tokenwise") < STEPS.index("pdsf")
 
 
 def test_patched_layers_are_evenly_spaced():
@@ -15,22 +15,26 @@ def test_patched_layers_are_evenly_spaced():
     assert patched_layers(4, 6) == [0, 1, 2, 3]
 
 
-def test_step_writes_its_csvs_section_and_headline(tmp_path, llama, monkeypatch):
-    out = tmp_path / "atlas"
-    budgets = dict(tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
-                   tokenwise_patch_layers=1, tokenwise_classes=("diag_psd", "linear", "global"))
-    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("tokenwise",), budgets=budgets)
-    html = run_atlas(cfg, model=llama).read_text()
-    geo = pd.read_csv(out / "tokenwise_geometry.csv")
-    assert len(geo) == llama.cfg.n_layers * 3 and geo["n_tokens"].iloc[0] >= 150
-    corr = pd.read_csv(out / "tokenwise_correlation.csv")
-    assert set(corr["layer"]) == {0}  # one patched layer: the first
+def test_section_and_headline(atlas_dir, llama):
+    html = (atlas_dir / "report.html").read_text()
+    geo = pd.read_csv(atlas_dir / "tokenwise_geometry.csv")
+    classes = TokenwiseBudgets().config().classes
+    assert len(geo) == llama.cfg.n_layers * len(classes) and geo["n_tokens"].iloc[0] >= 150
+    corr = pd.read_csv(atlas_dir / "tokenwise_correlation.csv")
+    assert set(corr["layer"]) == set(patched_layers(llama.cfg.n_layers, TokenwiseBudgets().tokenwise_patch_layers))
     assert "Tokenwise layer maps (seed paper 002)" in html
-    h = headline(out, TokenwiseBudgets())
+    h = headline(atlas_dir, TokenwiseBudgets())
     assert h.sentences[0].startswith("Tokenwise maps (") and "Spearman" in h.sentences[1]
     assert any("indication only" in w for w in h.warnings)  # 12 patched tokens
 
-    import tlgeo.tokenwise.atlas as A
 
-    monkeypatch.setattr(A, "tokenwise_analysis", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun")))
-    run_atlas(cfg, model=llama)  # the CSVs are reused
+def test_zero_tokens_skip_the_step():
+    from tlgeo.report.atlas import step_config
+    from tlgeo.report.registry import load_steps
+
+    from ..report.conftest import tiny_cfg
+
+    cfg = tiny_cfg("unused")
+    budgets = cfg.family_budgets()
+    budgets["tokenwise"].tokenwise_tokens = 0
+    assert step_config(load_steps()["tokenwise"], cfg, budgets) is None

@@ -34,15 +34,16 @@ from ..evals.ruler import evaluate_ruler
 from ..evals.zeroshot import evaluate_zeroshot, paired_accuracy_change
 from ..hooks.edits import Edit
 from ..models import Model
-from ..analysis import StepContext, atlas_budgets, budget, register_family, register_step
+from ..analysis import StepContext, atlas_budgets, budget, register_analysis_step, register_family, register_step
+from .analysis import PROFILE, ProfileResult
 from ..results import stamp
 from .audit import audit_overall, post_wo_audit
 from .closed_form import closed_form_check, diag_summary
 from .compare import baseline_key, compare_edits
-from .config import DecompositionConfig
+from .config import DecompositionConfig, ProfileConfig
 from .heads import head_alpha_map, head_sensitivity
 from .mlp_carrier import carrier_table_wide, mlp_carrier_table
-from .observe import corpus_batches, parallel_profile, summarize_profile
+from .observe import corpus_batches
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 from .plots import attention_before_after, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
 from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
@@ -125,13 +126,13 @@ register_family(FAMILY, DecompositionBudgets, headline=headline,
                 title="Directional decomposition (seed paper 000)")
 
 
-@register_step("profile", FAMILY, ("profile_summary",),
-               "parallel ratios per layer and site (Figure 1 analogue)")
-def _step_profile(ctx: StepContext) -> None:
-    b = ctx.budget
-    summary = ctx.cached("profile_summary", lambda: summarize_profile(parallel_profile(
-        ctx.model, ctx.text, seq_len=min(b.context, ctx.model.cfg.n_ctx), max_tokens=b.profile_tokens,
-        progress=True)))
+@register_analysis_step("profile", FAMILY, PROFILE,
+                        lambda b: ProfileConfig(tokens=b.profile_tokens, seq_len=b.context),
+                        "parallel ratios per layer and site (Figure 1 analogue)")
+def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
+    b, summary = ctx.budget, result.profile_summary
+    if summary is None:
+        return
     ctx.report.section("1. How parallel are the updates? (Figure 1 analogue)",
                        "Per layer and site: the median over tokens of the parallel ratio |alpha| ||r|| / ||y_perp|| "
                        "of the update y against its reference r (position 0, the attention sink, left out). A ratio "

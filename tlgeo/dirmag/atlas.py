@@ -1,15 +1,13 @@
-"""The direction-vs-magnitude steps of ``tlgeo atlas``.
+"""The direction-vs-magnitude step of ``tlgeo atlas``: ``tlgeo dirmag`` at the atlas budgets, three sections.
 
-* ``dirmag_damage``: LM damage of magnitude vs angle perturbations of the
-  middle third of the blocks on the notebook's WikiText sentences, at the
-  absolute deltas and the fractions of the median state norm of its budgets
-  (:func:`tlgeo.dirmag.damage.lm_damage`);
-* ``dirmag_blimp``: BLiMP agreement accuracy under the same perturbations;
-* ``dirmag_probes``: part-of-speech and depth probes on the direction vs the
-  magnitude of the states (UD English EWT).
+* LM damage of magnitude vs angle perturbations of the middle third of the blocks on the
+  notebook's WikiText sentences, at the absolute deltas and the fractions of the median state
+  norm of its budgets (:func:`tlgeo.dirmag.damage.lm_damage`);
+* BLiMP agreement accuracy under the same perturbations;
+* part-of-speech and depth probes on the direction vs the magnitude of the states (UD English EWT).
 
-With the defaults the three add about 80 s on SmolLM2 on a 2-core CPU.
-``tlgeo dirmag`` runs the full sweep, the repairs and the attention entropy.
+``tlgeo dirmag`` with its defaults runs the full sweep; with ``--repair-sentences`` and
+``--entropy-sentences`` the repairs and the attention entropy.
 """
 
 from __future__ import annotations
@@ -19,13 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .damage import damage_table, lm_damage, wikitext_sentences
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from .analysis import ANALYSIS, DirmagResult
+from .damage import damage_table
 from .config import DirmagConfig
 from .plots import plot_blimp, plot_damage, plot_probes
-from .probes import default_probe_layers, direction_magnitude_probes
 from .paper import FULL_SEEDS, FULL_SENTENCES, PAPER_PROBES, PAPER_RATIOS
-from .syntax import agreement_pairs, blimp_damage
 
 __all__ = ["FAMILY", "DirmagBudgets", "headline"]
 
@@ -81,13 +78,20 @@ def headline(out: Path, budgets: DirmagBudgets | None = None) -> Headline:
 register_family(FAMILY, DirmagBudgets, headline=headline, title="Direction vs magnitude (seed paper 003)")
 
 
-@register_step("dirmag_damage", FAMILY, ("dirmag_damage",),
-               "direction vs magnitude: LM damage of L2-matched perturbations (seed paper 003)")
-def _step_damage(ctx: StepContext) -> None:
+@register_analysis_step("dirmag", FAMILY, ANALYSIS, lambda b: b.config(),
+                        "direction vs magnitude: LM damage of L2-matched perturbations, BLiMP agreement under them, "
+                        "probes of h/||h|| vs ||h|| (seed paper 003)")
+def _section(ctx: StepContext, result: DirmagResult) -> None:
+    if result.damage is not None:
+        _damage_section(ctx, result.damage)
+    if result.blimp is not None:
+        _blimp_section(ctx, result.blimp)
+    if result.probes is not None:
+        _probes_section(ctx, result.probes)
+
+
+def _damage_section(ctx: StepContext, df: pd.DataFrame) -> None:
     b = ctx.budget
-    df = ctx.cached("dirmag_damage", lambda: lm_damage(
-        ctx.model, wikitext_sentences(b.dirmag_sentences), b.grid(), log_path=ctx.log("dirmag_damage"),
-        progress=True))
     table = damage_table(df)
     layers = df["layers"].iloc[0]
     layers = json.loads(layers) if isinstance(layers, str) else list(layers)  # a list, or its text from the CSV
@@ -114,15 +118,8 @@ def _step_damage(ctx: StepContext) -> None:
                      "paper's Pythia-410M damage at its absolute deltas (none at the norm fractions).")
 
 
-@register_step("dirmag_blimp", FAMILY, ("dirmag_blimp",),
-               "direction vs magnitude: BLiMP agreement under the perturbations (seed paper 003)")
-def _step_blimp(ctx: StepContext) -> None:
+def _blimp_section(ctx: StepContext, df: pd.DataFrame) -> None:
     b = ctx.budget
-    if not b.dirmag_blimp_pairs:
-        return
-    df = ctx.cached("dirmag_blimp", lambda: blimp_damage(
-        ctx.model, agreement_pairs(b.dirmag_blimp_pairs), b.grid(), n_boot=500, log_path=ctx.log("dirmag_blimp"),
-        progress=True))
     pooled = df[df["paradigm"] == "pooled"]
     n = int(pooled["n"].iloc[0])
     ctx.report.section(
@@ -137,18 +134,9 @@ def _step_blimp(ctx: StepContext) -> None:
     ctx.report.table(table, "Pooled accuracy (%) per delta and kind, mean over seeds.")
 
 
-@register_step("dirmag_probes", FAMILY, ("dirmag_probes",),
-               "direction vs magnitude: POS and depth probes on h/||h|| vs ||h|| (seed paper 003)")
-def _step_probes(ctx: StepContext) -> None:
-    from ..evals.treebank import load_treebank
-
+def _probes_section(ctx: StepContext, df: pd.DataFrame) -> None:
     b = ctx.budget
-    if not b.dirmag_probe_sentences:
-        return
-    layers = default_probe_layers(ctx.model.cfg.n_layers, b.dirmag_probe_layers)
-    df = ctx.cached("dirmag_probes", lambda: direction_magnitude_probes(
-        ctx.model, load_treebank("dev", b.dirmag_probe_sentences), load_treebank("test", b.dirmag_probe_sentences),
-        layers, n_boot=300, progress=True))
+    layers = sorted(int(l) for l in df["layer"].unique())
     up = df[df["task"] == "upos"]
     best = up.groupby("features")["score"].max()
     ctx.report.section(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .analysis import FDR, relation_summary, run
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 from .config import GeometriesConfig
 
 __all__ = ["FAMILY", "GeometriesBudgets", "headline"]
@@ -44,14 +44,12 @@ def headline(out: Path, budgets: GeometriesBudgets | None = None) -> Headline:
 register_family(FAMILY, GeometriesBudgets, headline=headline, title="One token, four geometries")
 
 
-@register_step("geometries", FAMILY, ("geometries_tokens", "geometries_relations"),
-               "one token, four geometries: every analysis's per-token quantity on one pool, related")
-def _step_geometries(ctx: StepContext) -> None:
+@register_analysis_step("geometries", FAMILY, ANALYSIS, lambda b: b.config(),
+                        "one token, four geometries: every analysis's per-token quantity on one pool, related")
+def _section(ctx: StepContext, result: GeometriesResult) -> None:
     from .plots import plot_pairs, plot_relations, token_view
 
-    cfg = ctx.budget.config()
-    tokens, rel = ctx.cached_tables(("geometries_tokens", "geometries_relations"), lambda: (
-        lambda r: (r.tokens, r.relations))(run(ctx.model, cfg, progress=True)))
+    cfg, tokens, rel = ctx.config, result.tokens, result.relations
     ctx.report.section(
         "12. One token, four geometries",
         f"The four analyses measured on the same {int(tokens['index'].nunique())} tokens ({cfg.corpus} windows of "

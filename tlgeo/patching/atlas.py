@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .analysis import run
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from .analysis import ANALYSIS, PatchingResult
 from .config import PatchingConfig
 from .effects import agreement
 
@@ -81,16 +81,13 @@ def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
 register_family(FAMILY, PatchingBudgets, headline=headline, title="Geometry-resolved activation patching")
 
 
-@register_step("patching", FAMILY, ("patching_tasks", "patching_effects"),
-               "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
-def _step_patching(ctx: StepContext) -> None:
+@register_analysis_step("patching", FAMILY, ANALYSIS, lambda b: b.config(),
+                        "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
+def _section(ctx: StepContext, result: PatchingResult) -> None:
     from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view
     from .tasks import build_task
 
-    b = ctx.budget
-    cfg = b.config()
-    tasks, effects = ctx.cached_tables(("patching_tasks", "patching_effects"), lambda: (
-        lambda r: (r.tasks, r.effects))(run(ctx.model, cfg, log=ctx.out / "logs", progress=True)))
+    cfg, tasks, effects = ctx.config, result.tasks, result.effects
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
     ctx.report.section(
         "11. Geometry-resolved activation patching",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
 from ..results import IDENTITY
-from .analysis import PDSFStates, run_generation, run_geometry, run_single_pass, stage_states
+from .analysis import ANALYSIS, PDSFResult
 from .config import PDSFConfig
 from .interventions import CONDITIONS
 from .paper import MODELS, PAPER_DIVERGENCE, PAPER_GENERATION_PROMPTS, PAPER_INTERFACE_DIM, PAPER_K_D, \
@@ -73,34 +73,20 @@ def headline(out: Path, budgets: PDSFBudgets | None = None) -> Headline:
 register_family(FAMILY, PDSFBudgets, headline=headline, title="Prediction-anchored subspaces (seed paper 001)")
 
 
-@register_step("pdsf", FAMILY, ("pdsf_layers", "pdsf_parts", "pdsf_single_pass_summary", "pdsf_single_pass_angles",
-                                "pdsf_generation_summary", "pdsf_generation", "pdsf_dynamics", "pdsf_dynamics_steps"),
-               "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations; "
-               "static and dynamic F (seed paper 001)")
-def _step_pdsf(ctx: StepContext) -> None:
+@register_analysis_step("pdsf", FAMILY, ANALYSIS, _config,
+                        "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent "
+                        "rotations; static and dynamic F (seed paper 001)")
+def _section(ctx: StepContext, result: PDSFResult) -> None:
+    if result.layers is not None:
+        _geometry_section(ctx, result.layers, result.parts)
+    if result.single_pass_summary is not None:
+        _single_pass_section(ctx, result.single_pass_summary, result.single_pass_angles)
+    if result.generation_summary is not None:
+        _generation_section(ctx, result)
+
+
+def _geometry_section(ctx: StepContext, layers: pd.DataFrame, parts: pd.DataFrame) -> None:
     b = ctx.budget
-    if not b.pdsf_geometry_per_group:
-        return
-    geometry = _geometry_section(ctx)  # its states where it ran (not read back): the single pass's are among them
-    if b.pdsf_single_pass_per_group:
-        _single_pass_section(ctx, geometry)
-    if b.pdsf_generation_per_group:
-        _generation_section(ctx)
-
-
-def _geometry_section(ctx: StepContext) -> PDSFStates | None:
-    """The geometry's tables and section; its prompts' states where it ran (None: read back)."""
-    b = ctx.budget
-    states = None
-
-    def geometry():
-        nonlocal states
-        cfg = _config(b)
-        states = stage_states(ctx.model, cfg, "geometry")
-        g = run_geometry(ctx.model, states, **cfg.geometry_args())
-        return g.layers, g.parts
-
-    layers, parts = ctx.cached_tables(("pdsf_layers", "pdsf_parts"), geometry)
     ctx.report.section(
         "10. Prediction-anchored subspaces (seed paper 001)",
         f"Each of {int(layers['n_prompts'].iloc[0])} SpecA prompts' last-token state split into P (on the unit "
@@ -116,21 +102,9 @@ def _geometry_section(ctx: StepContext) -> PDSFStates | None:
     ctx.report.figure(plot_discrimination(parts), "Group discrimination per part: silhouette of the 14 SpecA groups, "
                                                   "and Cohen's d of the within-minus-between cosine gap against 20 "
                                                   "label shuffles.")
-    return states
 
 
-def _single_pass_section(ctx: StepContext, geometry: PDSFStates | None) -> None:
-    b = ctx.budget
-
-    def single():
-        cfg = _config(b)
-        st = geometry.subset(cfg.single_pass_prompts()) if geometry is not None else None  # its batches: float noise
-        sp = run_single_pass(ctx.model, stage_states(ctx.model, cfg, "single_pass") if st is None else st,
-                             conditions=cfg.single_pass_conditions(), **cfg.single_pass_args(),
-                             log_path=ctx.log("pdsf_single_pass"))
-        return sp.summary, sp.angles
-
-    sp_summary, sp_angles = ctx.cached_tables(("pdsf_single_pass_summary", "pdsf_single_pass_angles"), single)
+def _single_pass_section(ctx: StepContext, sp_summary: pd.DataFrame, sp_angles: pd.DataFrame) -> None:
     ctx.report.section(
         "10a. PDSF: single-pass edits at the last prompt token",
         f"{int(sp_summary['n_prompts'].iloc[0])} SpecA prompts; at state {int(sp_summary['layer'].iloc[0])} "
@@ -146,18 +120,9 @@ def _single_pass_section(ctx: StepContext, geometry: PDSFStates | None) -> None:
                      "changed, and the mean angle of the edited part at the edit and at the last state.", digits=3)
 
 
-def _generation_section(ctx: StepContext) -> None:
+def _generation_section(ctx: StepContext, result: PDSFResult) -> None:
     b = ctx.budget
-
-    def generation():
-        cfg = _config(b)
-        res = run_generation(ctx.model, stage_states(ctx.model, cfg, "generation"),
-                             conditions=cfg.generation_conditions(), **cfg.generation_args(),
-                             log_path=ctx.log("pdsf_generation"), progress=True)
-        return res.summary, res.rows.drop(columns=["kl_steps"]), res.dynamics, res.steps
-
-    summary, df, dynamics, steps = ctx.cached_tables(
-        ("pdsf_generation_summary", "pdsf_generation", "pdsf_dynamics", "pdsf_dynamics_steps"), generation)
+    summary, df, dynamics, steps = result.generation_summary, result.generation, result.dynamics, result.dynamics_steps
     ctx.report.section(
         "10b. PDSF: persistent rotations during generation",
         f"{int(summary['n'].iloc[0])} SpecB prompts, {b.pdsf_new_tokens} greedy tokens each; at state "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,16 +26,16 @@ from typing import Any
 
 import pandas as pd
 
-from ..cliargs import default_out, model_key
+from ..cliargs import config_argv, default_out, model_key
 from ..data import load_text
-from ..distributed import all_errors, deal, gather_files, init, ranks
+from ..distributed import all_errors, deal, gather_files, init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
 from ..results import identity_scope
 from ..analysis import StepContext, family_headline, family_title, make_budgets
 from .html import Report
 from .registry import load_steps
 
-__all__ = ["AtlasConfig", "STEPS", "run_atlas"]
+__all__ = ["AtlasConfig", "STEPS", "run_atlas", "same_command", "step_config"]
 
 STEPS: tuple[str, ...] = tuple(load_steps())
 
@@ -108,27 +109,43 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     r = init(input_device(model))
     print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
           + (f" over {r.size} ranks" if r.size > 1 else "") + f", started {time.strftime('%H:%M:%S')}", flush=True)
-    computed = _run_share(todo, r, cfg, model, text, budgets, out, identity.row()) if r.size > 1 else {}
-    if not r.main:
-        return None
+    legacy = [(name, step) for name, step in todo if step.analysis is None]  # steps dealt out whole
+    computed = _run_share(legacy, r, cfg, model, text, budgets, out, identity.row()) if r.size > 1 else {}
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
+    scratch = Report("scratch")  # another rank draws no section
     for i, (name, step) in enumerate(todo, 1):
-        ctx = StepContext(cfg, model, text, report, budgets[step.family], out, identity.row())
+        if step.analysis is None and not r.main:
+            continue  # its tables are gathered on rank 0, which draws its section
+        ctx = StepContext(cfg, model, text, report if r.main else scratch, budgets[step.family], out, identity.row())
         t = time.perf_counter()
-        print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
-              f"{_duration(t - t_run)} into the run", flush=True)
+        if r.main:
+            print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
+                  f"{_duration(t - t_run)} into the run", flush=True)
         with identity_scope(identity.row()):
-            step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
+            if step.analysis is None:
+                step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
+            else:  # the analysis's own run, as its command runs it (under torchrun: its units over the ranks)
+                ctx.config = step_config(step, cfg, budgets)
+                if ctx.config is not None:  # None: skipped at these budgets
+                    result = run_analysis(step.analysis, model, ctx.config, out=out, progress=r.main)
+                    if r.main:
+                        step.run(ctx, result)
+                        report.text(f"The same tables from the command line: {same_command(step, cfg, ctx.config)}.",
+                                    note=True)
         _release_memory()
+        if not r.main:
+            continue
         timings[name] = time.perf_counter() - t + computed.get(name, {}).get("seconds", 0.0)
         peak_mb[name] = max(_peak_rss_mb(), computed.get(name, {}).get("peak_mb", 0.0))
-        wrote = [f"{c}.csv" for c in step.csvs if ctx.csv(c).exists()]
+        wrote = [f for f in step.files if (out / f).exists()]
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
         _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
+    if not r.main:
+        return None
     total = time.perf_counter() - t_run
     print(f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
           f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each); report: {out / 'report.html'}",
@@ -136,7 +153,8 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
                           "bare_forwards": [t / bare for t in timings.values()],
                           "peak_rss_mb_so_far": [peak_mb[k] for k in timings],
-                          "rank": [computed.get(k, {}).get("rank", 0) for k in timings]})
+                          "rank": [computed.get(k, {}).get("rank", "all" if registered[k].analysis and r.size > 1 else 0)
+                                   for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
     if earlier is not None and "rank" not in earlier:
@@ -145,14 +163,30 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     report.section("Timings").table(
         table.drop(columns=["run"] + (["rank"] if r.size == 1 else [])).rename(
             columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),
-        f"Wall time of each step of this run (s; a step whose CSVs an earlier run left is loaded, ~0 s), the same "
+        f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
         f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured at "
         f"the start of the run ({bare:.2f} s; the whole run: {total / bare:.0f}x), and the process's peak "
         f"resident memory after it" + (f"; under torchrun ({r.size} ranks) a step's time is its rank's plus rank 0's "
-                                       "drawing of its section, and its memory that rank's" if r.size > 1 else "")
+                                       "drawing of its section, and its memory that rank's (rank 'all': an analysis "
+                                       "whose units the ranks shared, rank 0's time and memory)" if r.size > 1 else "")
         + f". Every run's rows: {path}.")
     _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
     return report.save(out / "report.html")
+
+
+def step_config(step, cfg: AtlasConfig, budgets: dict[str, Any]):
+    """The analysis config of an analysis ``step`` (:func:`tlgeo.analysis.register_analysis_step`) from its
+    family's budgets (``None``: the budgets skip it); a config with a ``corpus`` reads the atlas's."""
+    conf = step.config(budgets[step.family])
+    if conf is not None and "corpus" in {f.name for f in dataclasses.fields(conf)}:
+        conf = conf.replace(corpus=cfg.corpus)
+    return conf
+
+
+def same_command(step, cfg: AtlasConfig, conf) -> str:
+    """The ``tlgeo`` command line that runs an analysis ``step``'s analysis with ``conf``, as the atlas does."""
+    line = shlex.join(["tlgeo", step.analysis.command_name, "--model", cfg.model, *config_argv(conf)])
+    return line + (f" (with this run's model flags: {', '.join(sorted(cfg.load))})" if cfg.load else "")
 
 
 def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
@@ -169,12 +203,10 @@ def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
         raise ValueError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
 
 
-# what each step cost at the defaults on SmolLM2-135M, in bare forwards (timings.csv of a default run,
-# 2026-12-02, 253 in all, a bare forward 2.20 s): under torchrun the steps are dealt out over the ranks
-# by these
-STEP_COST = {"profile": 1, "sweeps": 26, "compare": 46, "heads": 34, "mlp": 7, "closed_form": 1, "audit": 3,
-             "dirmag_damage": 20, "dirmag_blimp": 7, "dirmag_probes": 13, "tokenwise": 34, "pdsf": 32,
-             "patching": 14, "geometries": 12}
+# what each step that is not a registered analysis's run cost at the defaults on SmolLM2-135M, in bare forwards
+# (timings.csv of a default run, 2026-12-02, a bare forward 2.20 s): under torchrun these steps are dealt out over
+# the ranks by it (an analysis's step shares its own units out)
+STEP_COST = {"sweeps": 26, "compare": 46, "heads": 34, "mlp": 7, "closed_form": 1, "audit": 3}
 
 
 def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path,
@@ -204,7 +236,7 @@ def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict,
             print(f"[atlas] rank {r.rank}: {error}", file=sys.stderr, flush=True)
             break
         done[name] = {"seconds": time.perf_counter() - t, "peak_mb": _peak_rss_mb(), "rank": r.rank}
-    gather_files(out, [f"{c}.csv" for name, step in mine if name in done for c in step.csvs], r)
+    gather_files(out, [f for name, step in mine if name in done for f in step.files], r)
     parts: list | None = [None] * r.size if r.main else None
     dist.gather_object(done, parts, dst=0)
     all_errors(error, r)

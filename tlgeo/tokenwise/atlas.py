@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_family, register_step
-from .analysis import tokenwise_analysis
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from .analysis import ANALYSIS, TokenwiseResult
 from .config import TokenwiseConfig, evenly_spaced
 from .paper import COS_UPDATE, DEPTH, SECTION, SHARE_ANGLE, SPEARMAN, SPEARMAN_RANGE
 from .plots import plot_error_vs_kl, plot_layer_geometry, plot_residual_angles
@@ -70,28 +70,13 @@ def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:
 register_family(FAMILY, TokenwiseBudgets, headline=headline, title="Tokenwise layer maps (seed paper 002)")
 
 
-@register_step("tokenwise", FAMILY, ("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens"),
-               "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)")
-def _step_tokenwise(ctx: StepContext) -> None:
-    from ..evals.perplexity import corpus_batches
-    from .pool import collect_pool
-
-    b = ctx.budget
-    if not b.tokenwise_tokens:
+@register_analysis_step("tokenwise", FAMILY, ANALYSIS,
+                        lambda b: b.config(n_boot=N_BOOT) if b.tokenwise_tokens else None,  # 0 tokens: skipped
+                        "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)")
+def _section(ctx: StepContext, result: TokenwiseResult) -> None:
+    geometry, corr, tokens = result.geometry, result.correlation, result.tokens
+    if geometry is None or geometry.empty:
         return
-
-    def compute():
-        seq = b.tokenwise_seq_len
-        windows = corpus_batches(ctx.model, ctx.text, seq, b.tokenwise_tokens + 4 * seq)
-        windows = windows[: max(2, -(-b.tokenwise_tokens // (seq - 1)))]
-        pool = collect_pool(ctx.model, windows, ctx.out / "tokenwise_pool", progress=True)
-        cfg = b.config(n_boot=N_BOOT)
-        cfg = cfg.replace(n_patch=min(cfg.n_patch, pool.n_tokens))
-        res = tokenwise_analysis(ctx.model, pool, cfg, log_path=ctx.log("tokenwise"), progress=True)
-        return res.geometry, res.correlation, res.tokens
-
-    geometry, corr, tokens = ctx.cached_tables(("tokenwise_geometry", "tokenwise_correlation", "tokenwise_tokens"),
-                                               compute)
     n_tok, k = int(geometry["n_tokens"].iloc[0]), int(geometry["k"].iloc[0])
     ctx.report.section(
         "9. Tokenwise layer maps (seed paper 002)",

@@ -1,12 +1,12 @@
 """``tlgeo tokenwise``: its flags are :class:`~tlgeo.tokenwise.config.TokenwiseConfig`'s fields
-(``n_patch`` as ``--patch-tokens``, the old command's name)."""
+(``n_patch`` as ``--patch-tokens`` and ``dtype`` as ``--pool-dtype``: their ``flag``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (add_model_arg, add_out_arg, add_threads_arg, config_flags, config_from_args, model_key,
+from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
                        model_kwargs, output_dir, print_written, set_threads)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
@@ -18,16 +18,11 @@ DESCRIPTION = ("Collect every layer's token states over a corpus once (memory-ma
                "each token's nearest neighbours, measure the geometry of the residual per layer and class, and the "
                "KL of patching one token's state with its approximation, with Spearman(error, KL). Resumable.")
 MIN_PATCHED = 100  # patched tokens per layer and class below which a Spearman is an indication only (as the atlas)
-RENAMED = {"n_patch": "--patch-tokens",  # config field -> the old command's flag
-           "dtype": "--pool-dtype"}  # --dtype is the weights' dtype on every command
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
-    for name, kw in config_flags(TokenwiseConfig).items():  # add_config_args, with the old flag names kept
-        kw = dict(kw)
-        flag = kw.pop("flag")
-        p.add_argument(RENAMED.get(name, flag), **kw)
+    add_config_args(p, TokenwiseConfig)
     add_out_arg(p, "runs/<model>")
     add_threads_arg(p)
 

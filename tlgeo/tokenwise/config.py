@@ -48,7 +48,7 @@ class TokenwiseConfig(Config):
     ridge: float = param(1e-3, "ridge of the linear, lowrank and global fits")
     energy: float = param(0.9, "share of the energy of the tokenwise updates Delta_tok that their dominant "
                                "subspace holds (residual_energy: the residual's share in it)")
-    n_patch: int = param(256, "tokens patched per layer and class for the KL", atlas=32,
+    n_patch: int = param(256, "tokens patched per layer and class for the KL", atlas=32, flag="--patch-tokens",
                          cost="~1 s per 16 tokens, patched layer and class")
     patch_layers: tuple[int, ...] | None = param(None, "layer maps patched for the KL (every fitted layer when "
                                                        "neither this nor --patch-layer-count is given)", indices=True)
@@ -59,7 +59,8 @@ class TokenwiseConfig(Config):
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
     fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
                                 "each)")
-    dtype: str = param("float16", "pool storage", choices=DTYPES)
+    dtype: str = param("float16", "pool storage", choices=DTYPES,
+                       flag="--pool-dtype")  # --dtype is the weights' dtype on every command
     batch_size: int = param(16, "windows per forward")
     n_boot: int = param(1000, "bootstrap resamples of windows for the Spearman CIs (0: no CI)", min=0)
 
