@@ -9,7 +9,7 @@
 * :mod:`.entropy`: attention entropy, clean vs perturbed.
 * :mod:`.probes`: part-of-speech and depth probes on the direction vs the magnitude.
 * :mod:`.plots`: the figures (damage, BLiMP, repair, probes) and the per-token circuitsvis view.
-* :mod:`.atlas`: the ``dirmag_damage``, ``dirmag_blimp`` and ``dirmag_probes`` steps of ``tlgeo atlas``.
+* :mod:`.atlas`: the ``dirmag`` step of ``tlgeo atlas`` (this analysis's run at the atlas budgets, three sections).
 
 The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
 :mod:`tlgeo.geometry.perturb` (the math). The matched LayerNorm / RMSNorm pair
