@@ -50,6 +50,14 @@ RUNS = [
                                 "0.5", "--blimp-pairs", "8", "--probe-sentences", "40", "--probe-layer-count", "3"]),
     ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
     ("smollm2-135m", "compress-diag", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
+    ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "16"]),
+    ("smollm2-135m", "sweeps", ["--tokens", "512", "--context", "256", "--s-par-grid", "0,0.5,2", "--s-perp-grid", "0,2"]),
+    ("smollm2-135m", "compare", ["--tokens", "512", "--context", "256", "--zeroshot-limit", "10", "--ruler-samples", "1",
+                                 "--ruler-sites", "value_excl_self"]),
+    ("smollm2-135m", "heads", ["--texts", "4", "--length", "128"]),
+    ("smollm2-135m", "mlp-carrier", ["--tokens", "512", "--context", "256"]),
+    ("smollm2-135m", "closed-form", ["--tokens", "128"]),
+    ("smollm2-135m", "audit", ["--tokens", "512"]),
 ]
 # the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
 # --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
@@ -242,9 +250,11 @@ if __name__ == "__main__":
     p.add_argument("--calibrate", action="store_true")
     p.add_argument("--pair", metavar="DIR", help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) "
                    "instead of the other models")
+    p.add_argument("--only", metavar="CMDS", help="comma-separated commands of RUNS to check (default: all)")
     a = p.parse_args()
     if a.calibrate:
         calibrate()
     else:
-        check(RUNS if a.pair is None else
-              [(str(Path(a.pair) / arch / "model"), cmd, flags) for arch in ("gpt", "llama") for cmd, flags in PAIR_RUNS])
+        runs = (RUNS if a.pair is None else
+                [(str(Path(a.pair) / arch / "model"), cmd, flags) for arch in ("gpt", "llama") for cmd, flags in PAIR_RUNS])
+        check([r for r in runs if not a.only or r[1] in a.only.split(",")])

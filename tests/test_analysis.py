@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tlgeo import analysis as pipeline  # the module was pipeline.py
-from tlgeo.analysis import Headline, StepContext, budget, make_budgets, register_family, register_step
+from tlgeo.analysis import Headline, budget, make_budgets, register_analysis_step, register_family
 
 
 @pytest.fixture
@@ -28,20 +28,31 @@ class OtherBudgets:
     samples: int = budget(2, "samples")
 
 
+def _toy_analysis(name: str):
+    """A registered-analysis stand-in (the step registry reads only its result's tables)."""
+    from tlgeo.analysis import Analysis, Config, Result, Table
+
+    @dataclass
+    class ToyResult(Result):
+        TABLES = (Table(name, ("x",), f"{name}.csv.gz"),)
+
+    return Analysis(name, Config, lambda *a, **k: ToyResult(), ToyResult, lambda m, c: [], "toy")
+
+
 def test_registration_order_budgets_and_overrides(empty_registry):
     register_family("toy", ToyBudgets)
     register_family("other", OtherBudgets)
 
-    @register_step("b_step", "toy", ("b",), "second letter first")
-    def b_step(ctx):
+    @register_analysis_step("b_step", "toy", _toy_analysis("b"), lambda b: None, "second letter first")
+    def b_step(ctx, result):
         pass
 
-    @register_step("a_step", "other", ("a",), "first letter second")
-    def a_step(ctx):
+    @register_analysis_step("a_step", "other", _toy_analysis("a"), lambda b: None, "first letter second")
+    def a_step(ctx, result):
         pass
 
     assert list(pipeline.steps()) == ["b_step", "a_step"]  # registration order, not names
-    assert pipeline.steps()["a_step"].family == "other"
+    assert pipeline.steps()["a_step"].family == "other" and pipeline.steps()["a_step"].files == ("a.csv.gz",)
     assert pipeline.budget_fields()["grid"][1].metadata["item"] is float
     budgets = make_budgets({"tokens": 4, "samples": 9})
     assert budgets["toy"] == ToyBudgets(tokens=4) and budgets["other"] == OtherBudgets(samples=9)
@@ -50,8 +61,9 @@ def test_registration_order_budgets_and_overrides(empty_registry):
 
 
 def test_registration_errors(empty_registry):
+    toy = _toy_analysis("s")
     with pytest.raises(ValueError, match="register the family 'toy' before its steps"):
-        register_step("s", "toy", (), "")
+        register_analysis_step("s", "toy", toy, lambda b: None, "")
     with pytest.raises(TypeError, match="must be a dataclass"):
         register_family("toy", dict)
     register_family("toy", ToyBudgets)
@@ -66,24 +78,9 @@ def test_registration_errors(empty_registry):
     with pytest.raises(ValueError, match="already registered"):
         register_family("toy", OtherBudgets)
 
-    register_step("s", "toy", (), "")(lambda ctx: None)
+    register_analysis_step("s", "toy", toy, lambda b: None, "")(lambda ctx, result: None)
     with pytest.raises(ValueError, match="atlas step 's' is already registered"):
-        register_step("s", "toy", (), "")(test_registration_errors)
-
-
-def test_context_caches_csvs(tmp_path):
-    ctx = StepContext(cfg=None, model=None, text="", report=None, budget=ToyBudgets(), out=tmp_path)
-    calls = []
-
-    def compute():
-        calls.append(1)
-        return pd.DataFrame({"x": [1.5, 2.5]})
-
-    first = ctx.cached("table", compute)
-    again = ctx.cached("table", compute)
-    assert calls == [1] and ctx.csv("table").exists()
-    pd.testing.assert_frame_equal(first, again)
-    assert ctx.log("steps") == tmp_path / "logs" / "steps.jsonl"
+        register_analysis_step("s", "toy", toy, lambda b: None, "")(test_registration_errors)
 
 
 def test_family_headline(empty_registry, tmp_path):
@@ -122,28 +119,6 @@ def test_budget_cost_metadata():
         n: int = budget(3, "items", cost="~1 s per item")
 
     assert Costly.__dataclass_fields__["n"].metadata == {"help": "items", "cost": "~1 s per item"}
-
-
-def test_cached_tables_compute_once_and_check_their_count(tmp_path):
-    import pandas as pd
-
-    from tlgeo.analysis import StepContext
-
-    ctx = StepContext(None, None, "", None, None, tmp_path)
-    calls = []
-
-    def compute():
-        calls.append(1)
-        return pd.DataFrame({"a": [1]}), pd.DataFrame({"b": [2, 3]})
-
-    a, b = ctx.cached_tables(("t1", "t2"), compute)
-    a2, b2 = ctx.cached_tables(("t1", "t2"), compute)
-    assert len(calls) == 1 and b2["b"].tolist() == [2, 3] and a2.equals(a)
-    (tmp_path / "t2.csv").unlink()  # one table missing: both recomputed
-    ctx.cached_tables(("t1", "t2"), compute)
-    assert len(calls) == 2
-    with pytest.raises(ValueError, match="returned 2 tables for 1 names"):
-        ctx.cached_tables(("t3",), compute)
 
 
 def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):

@@ -22,8 +22,9 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "profile", "ppl", "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise",
-                             "pdsf", "patching", "geometries", "train", "sites", "models"}
+    assert set(commands) == {"run", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier", "closed-form", "audit",
+                             "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise", "pdsf", "patching",
+                             "geometries", "train", "sites", "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -146,7 +147,7 @@ def test_ctrl_c_in_a_real_process(tmp_path):
         # as in a terminal: a shell's background jobs (CI) start with SIGINT ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        log = out / "logs" / "sweeps.jsonl"
+        log = out / "sweeps.jsonl"
         deadline = time.monotonic() + 120
         while not (log.exists() and log.stat().st_size) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)  # until the first sweep point is saved

@@ -154,7 +154,7 @@ def test_the_check_catches_bad_imports(path, source, problem):
 @pytest.mark.parametrize("path, source", [
     ("geometry/parallel.py", "import torch\nfrom .value_space import expand_kv"),
     ("hooks/edits.py", "from ..geometry.parallel import scaled_delta\nfrom .sites import get_site"),
-    ("decomposition/atlas.py", "from ..analysis import register_step\nfrom ..evals.ruler import evaluate_ruler"),
+    ("decomposition/atlas.py", "from ..analysis import register_analysis_step\nfrom ..evals.ruler import evaluate_ruler"),
     ("train/loop.py", "from . import distributed as D"),
     ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run\nfrom . import __version__"),
 ])

@@ -109,6 +109,12 @@ PLANNED = {
                "--entropy-sentences", "4", "--probe-sentences", "8"],
     "geometries": ["--tokens", "512", "--layer-count", "2"],
     "compress-diag": ["--methods", "wanda,awq", "--prompts", "4"],
+    "sweeps": ["--tokens", "512", "--s-par-grid", "0,2"],
+    "compare": ["--tokens", "512", "--zeroshot-limit", "5", "--ruler-samples", "1"],
+    "heads": ["--texts", "2"],
+    "mlp-carrier": ["--tokens", "512"],
+    "closed-form": ["--tokens", "64"],
+    "audit": ["--tokens", "512"],
 }
 
 
@@ -297,3 +303,35 @@ def test_defaults_above_the_model_context_are_planned_cut_as_the_command_cuts_th
     whole = plan_table(CALIBRATION_MODEL, "run").set_index("step")
     assert whole.loc["baseline", "window"] == 512 and whole.attrs["notes"] == []
     assert rows.loc["total", "peak_gib"] < whole.loc["total", "peak_gib"]  # 4 windows of 128 tokens, not 512
+
+
+def test_the_atlas_is_planned_step_by_step_from_its_budgets():
+    from tlgeo.report.plan import plan_table
+    from tlgeo.report.registry import load_steps
+
+    shape = model_shape("smollm2-135m")
+    df = plan_table(shape, "atlas", [])
+    body = df[~df["step"].isin(["start", "total"])]
+    assert {s.split(": ")[0] for s in body["step"]} == set(load_steps())  # every step, each its analysis's plan
+    total = df.set_index("step").loc["total"]
+    assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
+    # a budget moves its step's plan and no other: twice the sweep tokens, twice the sweep's forward tokens
+    more = plan_table(shape, "atlas", ["--tokens", "1024", "--steps", "sweeps,heads"])
+    sweeps = lambda d: d[d["step"].str.startswith("sweeps: ")]["forward_tokens"].sum()  # noqa: E731
+    assert set(more["step"].str.split(": ").str[0]) - {"start", "total"} == {"sweeps", "heads"}
+    assert sweeps(more) == pytest.approx(2 * sweeps(df), rel=0.02)
+    with pytest.raises(ValueError, match="unknown step"):
+        plan_table(shape, "atlas", ["--steps", "nope"])
+
+
+def test_one_thread_runs_the_forwards_slower_and_says_so():
+    from tlgeo.planner import ONE_THREAD_SLOWDOWN
+    from tlgeo.report.plan import plan_table
+
+    two = plan_table("smollm2-135m", "profile", ["--tokens", "1024"])
+    one = plan_table("smollm2-135m", "profile", ["--tokens", "1024", "--threads", "1"])
+    step = lambda d: d.set_index("step").loc["profile", "seconds"]  # noqa: E731
+    assert step(one) == pytest.approx(ONE_THREAD_SLOWDOWN * step(two))
+    assert any("--threads 1" in n for n in one.attrs["notes"]) and not two.attrs["notes"]
+    gpu = plan_table("smollm2-135m", "profile", ["--tokens", "1024", "--threads", "1"], device="h100")
+    assert not gpu.attrs["notes"]  # a GPU's forwards do not run on the host's threads

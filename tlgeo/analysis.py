@@ -20,11 +20,11 @@ implements the same shape:
 
 The atlas part: an analysis contributes steps from its ``atlas`` module — one
 budgets dataclass registered with :func:`register_family` (made from the config by
-:func:`atlas_budgets`, or written with :func:`budget` fields), one function per step
-registered with :func:`register_step` (it reads ``ctx.budget``, writes its CSVs through
-``ctx.cached`` and its report section through ``ctx.report``), and optionally a
-headline ``fn(out_dir, budgets) -> Headline``. :mod:`tlgeo.report.atlas` runs what is
-registered; ``tlgeo atlas`` makes one flag per budget field.
+:func:`atlas_budgets`), one step per registered analysis it runs
+(:func:`register_analysis_step`: the analysis, its config from the budgets, and a function that
+draws the report section from the result through ``ctx.report``), and optionally a
+headline ``fn(out_dir, budgets) -> Headline``. :mod:`tlgeo.report.atlas` runs each step's
+analysis as its command does; ``tlgeo atlas`` makes one flag per budget field.
 
 This module holds no model, no report and no argparse code.
 """
@@ -41,33 +41,27 @@ import pandas as pd
 from .results import IDENTITY, current_identity, merge_csv, stamp
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
-           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family", "register_step",
+           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family",
            "register_analysis_step",
            "steps", "headlines", "family_headline", "family_title", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
 class Step:
-    """One atlas step: ``run(ctx)`` writes ``csvs`` (names without ``.csv``) and a report section.
-
-    A step of a registered analysis (:func:`register_analysis_step`) has ``analysis`` and
-    ``config(budgets) -> Config``: the atlas runs that analysis as its command does and ``run(ctx, result)``
-    only draws the section from the result."""
+    """One atlas step: a run of the registered ``analysis`` with ``config(budgets)`` (``None``: skipped at
+    those budgets), whose report section ``render(ctx, result)`` draws (:func:`register_analysis_step`)."""
 
     name: str
     family: str
-    run: Callable[..., None]
-    csvs: tuple[str, ...]
+    render: Callable[["StepContext", "Result"], None]
     description: str
-    analysis: "Analysis | None" = None
-    config: Callable[[Any], "Config"] | None = None
+    analysis: "Analysis"
+    config: Callable[[Any], "Config | None"]
 
     @property
     def files(self) -> tuple[str, ...]:
         """The file names of its tables (``.csv`` or ``.csv.gz``)."""
-        if self.analysis is not None:
-            return tuple(t.filename for t in self.analysis.result.TABLES)
-        return tuple(f"{c}.csv" for c in self.csvs)
+        return tuple(t.filename for t in self.analysis.result.TABLES)
 
 
 @dataclass
@@ -129,37 +123,21 @@ def register_family(name: str, budgets: type, headline: HeadlineFn | None = None
         _HEADLINES[name] = headline
 
 
-def register_step(name: str, family: str, csvs: tuple[str, ...], description: str):
-    """Decorator: register ``fn(ctx)`` as atlas step ``name`` of a registered ``family``."""
-    if family not in _FAMILIES:
-        raise ValueError(f"register the family {family!r} before its steps")
-
-    def wrap(fn: Callable[[StepContext], None]) -> Callable[[StepContext], None]:
-        old = _STEPS.get(name)
-        if old is not None and old.run.__qualname__ != fn.__qualname__:
-            raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
-        _STEPS[name] = Step(name, family, fn, tuple(csvs), description)
-        return fn
-
-    return wrap
-
-
-def register_analysis_step(name: str, family: str, analysis: "Analysis", config: Callable[[Any], "Config"],
+def register_analysis_step(name: str, family: str, analysis: "Analysis", config: Callable[[Any], "Config | None"],
                            description: str):
-    """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of ``family``, a run of the
-    registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas calls
-    :func:`tlgeo.distributed.run_analysis` on it into its folder, as the analysis's command does (the
+    """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of a registered ``family``: a run
+    of the registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas
+    calls :func:`tlgeo.distributed.run_analysis` on it into its folder, as the analysis's command does (the
     same tables, resumed from the same logs; under torchrun its units are shared out over the ranks),
-    then ``render`` draws the report section from the result. Its CSVs: every table of the result."""
+    then ``render`` draws the report section from the result."""
     if family not in _FAMILIES:
         raise ValueError(f"register the family {family!r} before its steps")
-    csvs = tuple(t.name for t in analysis.result.TABLES)  # its tables' names (Step.files: their files)
 
     def wrap(render: Callable[[StepContext, Result], None]) -> Callable[[StepContext, Result], None]:
         old = _STEPS.get(name)
-        if old is not None and old.run.__qualname__ != render.__qualname__:
+        if old is not None and old.render.__qualname__ != render.__qualname__:
             raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
-        _STEPS[name] = Step(name, family, render, csvs, description, analysis, config)
+        _STEPS[name] = Step(name, family, render, description, analysis, config)
         return render
 
     return wrap
@@ -211,43 +189,15 @@ def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepContext:
-    """What a step gets: the run's config, model, text, its family's budgets, the report (and, in a step of
-    an analysis, ``config``: the analysis config it ran with).
+    """What a step's ``render`` gets: the atlas run's config, the model, its family's budgets, the report,
+    the output folder, the model's identity columns and ``config``, the analysis config the step ran."""
 
-    ``csv(name)`` and ``log(name)`` are the paths of a result table and of a
-    resumable JSON-lines log in the output directory; ``cached(name, compute)``
-    loads ``name.csv`` if an earlier run finished it, else computes and saves it;
-    ``cached_tables(names, compute)`` does the same for several tables computed together. Tables
-    computed are stamped with ``identity`` (the model's :data:`tlgeo.results.IDENTITY` columns).
-    """
-
-    def __init__(self, cfg, model, text: str, report, budget, out: Path, identity: Mapping[str, Any] | None = None):
-        self.cfg, self.model, self.text, self.report, self.budget = cfg, model, text, report, budget
+    def __init__(self, cfg, model, report, budget, out: Path, identity: Mapping[str, Any] | None = None,
+                 config: "Config | None" = None):
+        self.cfg, self.model, self.report, self.budget = cfg, model, report, budget
         self.out = Path(out)
-        self.identity = dict(identity or {})  # the model's identity columns, stamped on every table saved
-        self.config: Config | None = None  # a step of an analysis: the config the atlas ran it with
-
-    def csv(self, name: str) -> Path:
-        return self.out / f"{name}.csv"
-
-    def log(self, name: str) -> Path:
-        return self.out / "logs" / f"{name}.jsonl"
-
-    def cached(self, name: str, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-        return self.cached_tables((name,), lambda: (compute(),))[0]
-
-    def cached_tables(self, names: tuple[str, ...],
-                      compute: Callable[[], tuple[pd.DataFrame, ...]]) -> tuple[pd.DataFrame, ...]:
-        """``names.csv`` if an earlier run wrote all of them, else ``compute()`` (one table per name), saved."""
-        paths = [self.csv(n) for n in names]
-        if all(p.exists() for p in paths):
-            return tuple(pd.read_csv(p) for p in paths)
-        dfs = tuple(stamp(df, self.identity) for df in compute())
-        if len(dfs) != len(names):
-            raise ValueError(f"compute returned {len(dfs)} tables for {len(names)} names {list(names)}")
-        for df, path in zip(dfs, paths):
-            df.to_csv(path, index=False)
-        return dfs
+        self.identity = dict(identity or {})
+        self.config = config
 
 
 # ---------------------------------------------------------------------------
@@ -262,7 +212,8 @@ def param(default: Any, help: str, **meta: Any) -> Any:
     int, default 1; 0 where 0 means "all" or "skip"), ``cost`` (the run time it drives on a
     reference machine), ``atlas`` (its default as an atlas budget, where that differs),
     ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
-    type), ``required`` (a flag that must be given), ``flag`` (its name when not ``--<field-name>``)."""
+    type), ``required`` (a flag that must be given), ``flag`` (its name when not ``--<field-name>``),
+    ``accepts`` (a type whose instances are accepted beside ``choices``: in Python, not on the command line)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
@@ -298,11 +249,11 @@ class Config:
     def _check_choices(self) -> None:
         """Every field with ``choices`` (or tuple items with ``choices``) holds allowed values."""
         for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
+            choices, accepts = f.metadata.get("choices"), f.metadata.get("accepts", ())
             v = getattr(self, f.name)
             if choices is None or v is None:
                 continue
-            bad = [x for x in (v if isinstance(v, tuple) else (v,)) if x not in choices]
+            bad = [x for x in (v if isinstance(v, tuple) else (v,)) if not isinstance(x, accepts) and x not in choices]
             if bad:
                 raise ValueError(f"{f.name}: unknown value(s) {bad}; choose from {tuple(choices)}")
 
@@ -476,11 +427,12 @@ def analyses() -> dict[str, Analysis]:
 
 
 def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapping[str, str] | None = None,
-                  **defaults: Any) -> type:
+                  flags: Mapping[str, str] | None = None, **defaults: Any) -> type:
     """An atlas budgets dataclass made from ``config``'s ``fields``: each becomes the budget
     ``<prefix><field>`` (``<prefix><rename[field]>`` where given) with the field's help text,
     cost and choices, and as its default the
-    ``defaults`` given here, else the field's ``atlas`` default, else its own. The class's
+    ``defaults`` given here, else the field's ``atlas`` default, else its own; its flag is
+    ``--<budget-name>``, or ``flags[field]``. The class's
     ``config(**fixed)`` gives back the analysis config with those values (and ``fixed``)."""
     fields = list(fields)
     known = {f.name: f for f in dataclasses.fields(config)}
@@ -493,7 +445,9 @@ def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapp
     for name in fields:
         f = known[name]
         meta = dict(f.metadata)
-        meta.pop("flag", None)  # the budget's flag is always --<prefix><name>
+        meta.pop("flag", None)  # the budget's flag is --<prefix><name>, unless flags names another
+        if name in (flags or {}):
+            meta["flag"] = flags[name]
         default = defaults.get(name, meta.pop("atlas", f.default))
         spec.append((flag[name], f.type, budget(_mutable_default(default), meta.pop("help", ""), **meta)))
 

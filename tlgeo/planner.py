@@ -38,6 +38,8 @@ GIB = 2**30
 GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
 # Measured on this 2-core CPU (float32, 2 threads, 2026-12-02, SmolLM2-135M; scripts/bench_plan.py --calibrate):
 CPU_FLOPS = 1.8e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's FLOPs / its wall time)
+CPU_THREADS = 2  # the torch threads of that measurement
+ONE_THREAD_SLOWDOWN = 1.8  # a bare forward at --threads 1 over one at 2 (2.77-2.95 vs 4.90-5.25 s, 2026-12-03)
 CPU_PROCESS_GIB = 0.57  # resident memory of a command with its model resident, less the weights
 ACTIVATION_FLOATS = 12  # float32 values per token and d_model live during one forward, besides d_mlp and the logits
 LOGIT_COPIES = 1.7  # [tokens, vocab] float32 arrays a bare forward holds at its peak (1.61-1.72 at 4 x 256 tokens)

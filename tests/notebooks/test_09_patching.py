@@ -15,6 +15,7 @@ def test_patching_notebook_tiny(tmp_path):
     out = stdout(nb)
     assert "Task('induction', n=4" in out and "Task('bigram_copy', n=8" in out
     assert "effects" in out and "of the gap" in out
+    assert "bigram_copy: head L" in out or "bigram_copy not patched: " in out  # your own task, patched beside
     assert "not on this tokenizer: task 'capitals'" in out  # a byte tokenizer splits " Paris"
     assert sum(1 for _ in iter_outputs(nb, "image/png")) >= 2
     assert sum(1 for _ in iter_outputs(nb, "text/html")) >= 3  # tables and the circuitsvis view

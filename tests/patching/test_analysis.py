@@ -119,3 +119,54 @@ def test_the_tasks_table_comes_from_the_cached_runs_and_equals_clean_accuracy(ll
     want = clean_accuracy(llama, build_task("induction", llama, n=4), batch_size=3)
     for k in ("accuracy", "corrupted_accuracy", "clean_metric", "corrupted_metric"):
         assert row[k] == pytest.approx(want[k], abs=1e-5), k
+
+
+def test_your_own_task_is_patched_as_a_built_in_one(llama, tmp_path):
+    """A Task object in ``tasks`` runs the same pipeline: its effects are the built-in task's on the same
+    prompts; agreement and the plots read its table."""
+    from dataclasses import replace
+
+    from tlgeo.patching import task_from_texts  # noqa: F401 - importable from the package
+    from tlgeo.patching.effects import agreement
+    from tlgeo.patching.plots import plot_effects
+    from tlgeo.patching.tasks import build_task
+
+    mine = replace(build_task("induction", llama, n=4), name="my_induction")
+    own, built = run(llama, _cfg(tasks=(mine,)), out=tmp_path), run(llama, _cfg())
+    assert own.tasks["patched"].all() and set(own.effects["task"]) == {"my_induction"}
+    cols = ["method", "component", "layer", "head", "effect", "ci_low", "ci_high", "p"]
+    pd.testing.assert_frame_equal(own.effects[cols], built.effects[cols])
+    assert (own.effects["prompts"] == 4).all() and len(agreement(own.effects)) > 0
+    plot_effects(own.effects, "my_induction", method="attribution")
+    assert (tmp_path / "patching_effects.csv").exists()
+    with pytest.raises(ValueError, match="named 'induction', as a built-in task"):
+        _cfg(tasks=(replace(mine, name="induction"),))
+    with pytest.raises(ValueError, match="two tasks named alike"):
+        _cfg(tasks=(mine, mine))
+    with pytest.raises(ValueError, match=r"tasks: unknown value\(s\) \[3\]"):
+        _cfg(tasks=(3,))
+
+
+def test_a_task_the_model_does_not_do_warns_in_python(llama):
+    with pytest.warns(UserWarning, match="task 'induction' not patched: clean accuracy 0.00 < min_accuracy 0.99"):
+        res = run(llama, _cfg(min_accuracy=0.99, methods=("attribution",)))
+    assert not res.tasks["patched"].any() and res.effects.empty
+
+
+def test_every_bad_prompt_of_a_task_is_named_at_once(llama):
+    from tlgeo.patching import TaskError, task_from_texts
+
+    with pytest.raises(TaskError) as e:  # a byte tokenizer: a word is many tokens
+        task_from_texts(llama, "t", ["ab", "abc"], ["ab", "abcd"], [" x", "y"], ["z", " w"])
+    msg = str(e.value)
+    assert "prompt 1 has 4 tokens clean" in msg and "correct answer ' x' of prompt 0" in msg
+    assert "wrong answer ' w' of prompt 1" in msg and "prompt 0 has" not in msg
+
+
+def test_a_component_not_cached_is_one_line(llama):
+    from tlgeo.patching import exact_sweep, task_runs
+    from tlgeo.patching.tasks import build_task
+
+    runs = task_runs(llama, build_task("induction", llama, n=4), ["head"], [0])
+    with pytest.raises(ValueError, match=r"did not cache mlp at block 0, head at block 1, mlp at block 1: make them"):
+        exact_sweep(llama, runs, ["head", "mlp"], layers=[0, 1])

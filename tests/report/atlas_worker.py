@@ -22,8 +22,7 @@ from tlgeo.report.registry import load_steps
 
 from tests.report.conftest import tiny_cfg
 
-# steps dealt out whole on each side of the ranks' cut, and steps of analyses whose units the ranks share (the
-# one-process run of the report tests ran them all)
+# steps whose units the ranks share (the one-process run of the report tests ran them all)
 SHARED = ("profile", "sweeps", "closed_form", "audit", "tokenwise", "patching")
 FAIL_STEPS, FAIL = ("profile", "closed_form", "audit"), "audit"  # audit fails on rank 1
 
@@ -37,14 +36,15 @@ def _run(model, out: str, steps: str) -> None:
 
 
 def _break(name: str) -> None:
-    """Make step ``name`` raise on rank 1."""
+    """Make the analysis of step ``name`` raise on rank 1."""
     from tlgeo import analysis
 
-    def broken(ctx):
+    def broken(model, cfg, **kwargs):
         raise ValueError(f"{name} broke on purpose")
 
     if ranks().rank == 1:
-        analysis._STEPS[name] = dataclasses.replace(load_steps()[name], run=broken)
+        step = load_steps()[name]
+        analysis._STEPS[name] = dataclasses.replace(step, analysis=dataclasses.replace(step.analysis, run=broken))
 
 
 def main(out: str, steps: str = "", fail_out: str = "", fail_steps: str = "", fail: str = "") -> int:

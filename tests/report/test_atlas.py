@@ -52,10 +52,10 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     assert all(k[0] in set(summary.index.get_level_values(0)) | {"ruler"} for k in PAPER)
 
     # a rerun loads every finished step: no log grows, the sweep table is the same
-    logs = {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")}
+    logs = {p.name: p.read_text() for p in out.glob("*.jsonl")}
     sweeps = pd.read_csv(out / "sweeps.csv")
     run_atlas(dataclasses.replace(cfg, steps=("compare",)), model=llama)
-    assert {p.name: p.read_text() for p in (out / "logs").glob("*.jsonl")} == logs
+    assert {p.name: p.read_text() for p in out.glob("*.jsonl")} == logs
     pd.testing.assert_frame_equal(pd.read_csv(out / "sweeps.csv"), sweeps)
     # the partial rerun adds its own timing rows and keeps the first run's; the steps stay on record
     again = pd.read_csv(out / "timings.csv")
@@ -65,16 +65,14 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
 
 
 def test_the_comparison_reads_the_perplexities_the_sweeps_measured(atlas_dir, llama):
-    from tlgeo.data import load_text
-    from tlgeo.decomposition.atlas import _compare_edits
-    from tlgeo.decomposition.compare import compare_edits
+    from tlgeo.decomposition.experiments import run_compare
 
     b = tiny_cfg(atlas_dir).family_budgets()["decomposition"]
     shared = pd.read_csv(atlas_dir / "compare_ppl.csv")
     assert (shared["source"] == "sweeps").all()  # not measured again
-    own = compare_edits(llama, load_text("wikitext2"), _compare_edits(b), context=b.context,
-                        max_tokens=b.sweep_tokens, batch_size=max(1, 1024 // b.context))
-    cols = ["site", "s_par", "s_perp", "skip_first", "n_tokens"]
+    own = run_compare(llama, b.compare_config(), units=[("ppl",)]).compare_ppl  # no folder: measured
+    assert (own["source"] == "measured").all()
+    cols = ["condition", "site", "s_par", "s_perp", "skip_first", "n_tokens"]
     pd.testing.assert_frame_equal(shared[cols], own[cols])
     assert shared["ppl"].to_numpy() == pytest.approx(own["ppl"].to_numpy(), rel=1e-5)
     assert shared["delta_ppl"].to_numpy() == pytest.approx(own["delta_ppl"].to_numpy(), rel=1e-4, abs=1e-6)

@@ -87,3 +87,14 @@ def test_bad_probe_input_fails_clearly():
         fit_probe(x, y[:5], x, y)
     with pytest.raises(ValueError, match="groups has 3 entries"):
         fit_probe(x, y, x, y, groups=np.zeros(3))
+
+
+def test_r2_is_sklearns():
+    from sklearn.metrics import r2_score
+
+    from tlgeo.stats.probes import _score
+
+    rng = np.random.default_rng(0)
+    y, pred = rng.normal(size=40), rng.normal(size=40)
+    assert _score("regress", y, pred) == pytest.approx(r2_score(y, pred), abs=1e-12)
+    assert _score("regress", y, y) == 1.0

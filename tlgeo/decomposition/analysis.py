@@ -309,3 +309,5 @@ PROFILE = register_analysis(Analysis(
 PPL = register_analysis(Analysis(
     "ppl", PplConfig, run_ppl, PplResult, ppl_units, "perplexity unedited and under one edit",
     tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0), plan=plan_ppl))
+
+from . import experiments  # noqa: E402,F401 - the paper's other experiments register themselves after these

@@ -27,107 +27,85 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
-from ..evals.ruler import evaluate_ruler
-from ..evals.zeroshot import evaluate_zeroshot, paired_accuracy_change
-from ..hooks.edits import Edit
+from ..analysis import StepContext, atlas_budgets, register_analysis_step, register_family
 from ..models import Model
-from ..analysis import StepContext, atlas_budgets, budget, register_analysis_step, register_family, register_step
 from .analysis import PROFILE, ProfileResult
-from ..results import stamp
-from .audit import audit_overall, post_wo_audit
-from .closed_form import closed_form_check, diag_summary
-from .compare import baseline_key, compare_edits
-from .config import DecompositionConfig, ProfileConfig
-from .heads import head_alpha_map, head_sensitivity
-from .mlp_carrier import carrier_table_wide, mlp_carrier_table
-from .observe import corpus_batches
+from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
+                     ProfileConfig, SweepsConfig)
+from .experiments import (AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, SWEEPS, AuditResult, ClosedFormResult,
+                          CompareResult, HeadsResult, MlpCarrierResult, SweepsResult, closed_form_window)
+from .mlp_carrier import carrier_table_wide
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 from .plots import attention_before_after, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
 from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
                       headline, indication_note, paper_value)
-from .sweeps import sensitivity_sweep
 
 __all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
 
 
-# The budgets that are fields of the main job's config (same meaning there; the atlas defaults
-# are smaller): skip_first, context, profile_tokens. The rest are the atlas's own: the sweep and
-# comparison grids, the zero-shot / RULER / heads / MLP / closed-form sizes have no config field
-# (the steps that use them are not part of ``tlgeo run``). ``sweep_tokens`` is not ``tokens`` of
-# the config either: it sizes every sweep point and comparison condition (its cost says so), and 0
-# is not "all" there.
-_ConfigBudgets = atlas_budgets(DecompositionConfig, "", ("skip_first", "context", "profile_tokens"))
+# Every budget is a field of one of the experiments' configs (its help, cost and atlas default are the
+# field's): skip_first, context and profile_tokens of the main job's; sweep_tokens (flag --tokens: it
+# sizes every sweep point and comparison condition), the grids of the sweeps'; the compared sites and
+# scales, zero-shot and RULER of the comparison's; head_* of the heads'; mlp_tokens and
+# closed_form_tokens of theirs. Each step's config is made from them below.
+_Main = atlas_budgets(DecompositionConfig, "", ("skip_first", "context", "profile_tokens"))
+_Sweeps = atlas_budgets(SweepsConfig, "", ("tokens", "s_par_grid", "s_perp_grid"), rename={"tokens": "sweep_tokens"},
+                        flags={"tokens": "--tokens"})
+_Compare = atlas_budgets(CompareConfig, "", ("sites", "scales", "zeroshot_tasks", "zeroshot_scales", "zeroshot_limit",
+                                             "ruler_tasks", "ruler_sites", "ruler_lengths", "ruler_samples",
+                                             "ruler_template"),
+                         rename={"sites": "compare_sites", "scales": "compare_scales"})
+_Heads = atlas_budgets(HeadsConfig, "head_", ("texts", "length", "layers"), rename={"length": "len"})
+_HeadStats = atlas_budgets(HeadsConfig, "", ("n_boot", "n_perm"))
+_Mlp = atlas_budgets(MlpCarrierConfig, "mlp_", ("tokens",))
+_ClosedForm = atlas_budgets(ClosedFormConfig, "closed_form_", ("tokens",))
 
 
 @dataclass
-class DecompositionBudgets(_ConfigBudgets):
-    """Budgets of the directional-decomposition steps (tokens, tasks, lengths, resamples);
-    ``config()`` gives the :class:`~.config.DecompositionConfig` of ``skip_first``, ``context``
-    and ``profile_tokens``."""
+class DecompositionBudgets(_ClosedForm, _Mlp, _HeadStats, _Heads, _Compare, _Sweeps, _Main):
+    """Budgets of the directional-decomposition steps (tokens, tasks, lengths, resamples), each a field of
+    one experiment's config; ``<step>_config()`` gives that step's config, ``config(**fixed)`` the main
+    job's (:class:`~.config.DecompositionConfig`)."""
 
-    sweep_tokens: int = budget(512, "tokens scored per sweep point and comparison condition", flag="--tokens",
-                               cost="~0.18 s per token: sweeps ~0.15 (78 s at 512), compare perplexity ~0.03")
-    s_par_grid: tuple[float, ...] = budget((-1.0, 0.0, 0.5, 1.5, 3.0), "s_par values swept", item=float,
-                                           cost="~12 s per value at 512 tokens (6 sites x ~2 s)")
-    s_perp_grid: tuple[float, ...] = budget((0.0, 0.5, 1.5), "s_perp values swept", item=float,
-                                            cost="~10 s per value at 512 tokens (5 sites x ~2 s)")
-    compare_sites: tuple[str, ...] = budget(("value_excl_self", "value_full", "attn", "diag"),
-                                            "sites compared", item=str,
-                                            cost="~8 bare forwards per site at the defaults (zero-shot at "
-                                                 "s_par=0, RULER of the ruler sites; the sweep's perplexities)")
-    compare_scales: tuple[float, ...] = budget((0.0, 0.5), "s_par values compared", item=float,
-                                               cost="~6 bare forwards per value at the defaults (RULER of the "
-                                                    "ruler sites; zero-shot of --zeroshot-scales)")
-    zeroshot_tasks: tuple[str, ...] = budget(("piqa", "arc_easy", "winogrande"),
-                                             "zero-shot tasks (piqa,arc_easy,arc_challenge,openbookqa,winogrande,boolq)",
-                                             item=str, cost="~36 s per task at 20 items (9 conditions)")
-    zeroshot_scales: tuple[float, ...] = budget((0.0,), "of the compared scales, those whose removals zero-shot "
-                                                "scores besides the unedited model (the paper's Table 1: s_par = 0)",
-                                                item=float, cost="~20 bare forwards per scale at the defaults (4 sites x 3 tasks)")
-    zeroshot_limit: int = budget(20, "first n items of each zero-shot task (below 50: indication only)",
-                                 cost="~5.4 s per item at the defaults (3 tasks x 9 conditions x ~0.2 s)")
-    ruler_tasks: tuple[str, ...] = budget(("niah_single", "vt"), "RULER-style tasks", item=str,
-                                          cost="~27 s per task at 2 samples of 1024 tokens (5 conditions)")
-    ruler_sites: tuple[str, ...] = budget(("value_excl_self", "value_full"), "of the compared sites, those whose "
-                                          "removals RULER scores besides the unedited model (the paper's Table 2: "
-                                          "the two value-space sites)", item=str,
-                                          cost="~11 s per site at the defaults (2 scales x 2 tasks x 2 samples)")
-    ruler_lengths: tuple[int, ...] = budget((1024,), "RULER prompt lengths in tokens, e.g. 1024,2048,4096", item=int,
-                                            cost="~5 s per sample and condition at 1024 tokens, "
-                                                 "growing faster than linearly with the length")
-    ruler_samples: int = budget(1, "RULER samples per task and length (below 10: indication only)",
-                                cost="~15 bare forwards per sample at the defaults (2 tasks x 5 conditions "
-                                     "at 1024 tokens)")
-    ruler_template: str = budget("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
-                                 choices=("base", "chat"))
-    head_texts: int = budget(8, "texts for the head maps", cost="~10 s per text (82 s at 8 texts of 128 tokens, "
-                                                                 "5 blocks)")
-    head_len: int = budget(128, "tokens per head-map text", cost="~0.6 s per token at 8 texts and 5 blocks")
-    head_layers: tuple[int, ...] | None = budget(None, "blocks of the head sensitivity map (default: every "
-                                                 "6th block after skip_first)", item=int,
-                                                 cost="~16 s per block at 8 texts of 128 tokens")
-    n_boot: int = budget(1000, "bootstrap resamples of the head sensitivity CIs")
-    n_perm: int = budget(2000, "sign-flip permutations of the head sensitivity tests")
-    mlp_tokens: int = budget(512, "tokens scored by the MLP carrier step",
-                             cost="~0.035 s per token (18 s at 512: 11 runs)")
-    closed_form_tokens: int = budget(64, "tokens of the closed-form check",
-                                     cost="~0.04 s per token (2.6 s at 64)")
+    config = _Main.config
 
     def check(self, model: Model) -> None:
         """Fail before any work when a budget does not fit ``model``."""
         if self.context > model.cfg.n_ctx:
             raise ValueError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
 
+    def profile_config(self) -> ProfileConfig:
+        return ProfileConfig(tokens=self.profile_tokens, seq_len=self.context)
+
+    def sweeps_config(self) -> SweepsConfig:
+        return _Sweeps.config(self, context=self.context, skip_first=self.skip_first)
+
+    def compare_config(self, seed: int = 0) -> CompareConfig:
+        return _Compare.config(self, tokens=self.sweep_tokens, context=self.context, skip_first=self.skip_first,
+                               seed=seed)
+
+    def heads_config(self, seed: int = 0) -> HeadsConfig:
+        return HeadsConfig(texts=self.head_texts, length=self.head_len, layers=self.head_layers, n_boot=self.n_boot,
+                           n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
+
+    def mlp_config(self) -> MlpCarrierConfig:
+        return _Mlp.config(self, context=self.context, skip_first=self.skip_first)
+
+    def closed_form_config(self) -> ClosedFormConfig:
+        return _ClosedForm.config(self, skip_first=self.skip_first)
+
+    def audit_config(self) -> AuditConfig:
+        n = min(self.context, 256)  # four windows of at most 256 tokens
+        return AuditConfig(tokens=4 * n, context=n, skip_first=self.skip_first)
+
 
 register_family(FAMILY, DecompositionBudgets, headline=headline,
                 title="Directional decomposition (seed paper 000)")
 
 
-@register_analysis_step("profile", FAMILY, PROFILE,
-                        lambda b: ProfileConfig(tokens=b.profile_tokens, seq_len=b.context),
+@register_analysis_step("profile", FAMILY, PROFILE, DecompositionBudgets.profile_config,
                         "parallel ratios per layer and site (Figure 1 analogue)")
 def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
     b, summary = ctx.budget, result.profile_summary
@@ -147,14 +125,10 @@ def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
                            "above; > 1: parallel part dominates.")
 
 
-@register_step("sweeps", FAMILY, ("sweeps",),
-               "ΔPPL over the s_par and s_perp grids at every site (Figure 3)")
-def _step_sweeps(ctx: StepContext) -> None:
-    b = ctx.budget
-    df = ctx.cached("sweeps", lambda: sensitivity_sweep(
-        ctx.model, ctx.text, s_par_grid=b.s_par_grid, s_perp_grid=b.s_perp_grid,
-        skip_first=b.skip_first, context=b.context, max_tokens=b.sweep_tokens,
-        batch_size=max(1, 1024 // b.context), log_path=ctx.log("sweeps"), progress=True))
+@register_analysis_step("sweeps", FAMILY, SWEEPS, DecompositionBudgets.sweeps_config,
+                        "ΔPPL over the s_par and s_perp grids at every site (Figure 3)")
+def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
+    b, df = ctx.budget, result.sweeps
     base = float((df["ppl"] - df["delta_ppl"]).median())  # the unedited perplexity (every row knows it)
     few = (f" Only {b.sweep_tokens} tokens: differences of a point or two are an indication only."
            if b.sweep_tokens < MIN_PPL_TOKENS else "")
@@ -173,97 +147,16 @@ def _step_sweeps(ctx: StepContext) -> None:
                            f"perplexity {base:.2f}, so a value near it means the edit costs nothing.")
 
 
-def _compare_edits(b: DecompositionBudgets) -> list[Edit]:
-    return [Edit(s, s_par=float(v), skip_first=b.skip_first) for s in b.compare_sites for v in b.compare_scales]
-
-
-def _ppl_from_sweeps(ctx: StepContext, edits: list[Edit]) -> pd.DataFrame | None:
-    """The comparison's perplexities read from this run's sweep table, where it measured every edit
-    (its s_par axis: s_perp = 1, the same tokens, context and skip_first); ``None`` where it did not.
-
-    The same numbers as :func:`~.compare.compare_edits` (a sweep point resumes at ``skip_first`` from
-    the clean run, which equals the full forward), without measuring them twice; ``word_ppl`` is
-    left out (the comparison does not use it)."""
-    path = ctx.csv("sweeps")
-    if not path.exists():
-        return None
-    sweeps = pd.read_csv(path)
-    points = sweeps[sweeps["axis"] == "s_par"].set_index(["site", "scale"])
-    wanted = [(e.site.name, float(e.s_par)) for e in edits]
-    if not all(k in points.index for k in wanted):
-        return None
-    base_ppl = float((sweeps["ppl"] - sweeps["delta_ppl"]).median())
-    rows = [{**baseline_key(), "ppl": base_ppl, "nll": float(np.log(base_ppl)),
-             "n_tokens": int(sweeps["n_tokens"].iloc[0])}]
-    for e, k in zip(edits, wanted):
-        rows.append({**e.describe(), **points.loc[k, ["ppl", "nll", "n_tokens"]].to_dict()})
-    df = pd.DataFrame(rows).astype({"n_tokens": int}).assign(source="sweeps")
-    df["delta_ppl"] = df["ppl"] - base_ppl
-    return df
-
-
-def _label(edit) -> str:
-    return f"{edit.site.name} s_par={edit.s_par:g}"
-
-
-@register_step("compare", FAMILY,
-               ("compare_ppl", "compare_zeroshot", "compare_zeroshot_paired", "compare_ruler", "compare"),
-               "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot, RULER")
-def _step_compare(ctx: StepContext) -> None:
-    from tqdm.auto import tqdm
-
-    b, model = ctx.budget, ctx.model
-    edits = _compare_edits(b)
-
-    def measured() -> pd.DataFrame:  # the sweeps step measured them all at the defaults
-        shared = _ppl_from_sweeps(ctx, edits)
-        return shared if shared is not None else compare_edits(
-            model, ctx.text, edits, context=b.context, max_tokens=b.sweep_tokens,
-            batch_size=max(1, 1024 // b.context), log_path=ctx.log("compare_ppl"), progress=True)
-
-    ppl = ctx.cached("compare_ppl", measured)
-    conditions = [("unedited", [])] + [(_label(e), e.hooks(model)) for e in edits]
-
-    scored_zs = [(label, hooks) for (label, hooks), e in zip(conditions, [None, *edits])
-                 if e is None or float(e.s_par) in b.zeroshot_scales]
-
-    def zeroshot() -> pd.DataFrame:  # conditions > tasks > scoring batches
-        frames = [evaluate_zeroshot(model, b.zeroshot_tasks, limit=b.zeroshot_limit, fwd_hooks=hooks,
-                                    tag=label, log_path=ctx.log("zeroshot"), progress=True).assign(condition=label)
-                  for label, hooks in tqdm(scored_zs, desc="zero-shot conditions", unit="condition")]
-        return pd.concat(frames, ignore_index=True)
-
-    def ruler() -> pd.DataFrame:  # conditions > (task, length) cells > samples
-        lengths = [n for n in b.ruler_lengths if n <= model.cfg.n_ctx]
-        if not lengths or not b.ruler_tasks:
-            return pd.DataFrame(columns=["condition", "task", "length", "n", "score"])
-        scored = [(label, hooks) for label, hooks in conditions
-                  if label == "unedited" or label.split(" ")[0] in b.ruler_sites]
-        frames = [evaluate_ruler(model, b.ruler_tasks, lengths, b.ruler_samples, fwd_hooks=hooks,
-                                 label=label, seed=ctx.cfg.seed, template=b.ruler_template,
-                                 log_path=ctx.log("ruler"), progress=True).assign(condition=label)
-                  for label, hooks in tqdm(scored, desc="RULER conditions", unit="condition")]
-        return pd.concat(frames, ignore_index=True).drop(columns=["preds"], errors="ignore")
-
-    def zeroshot_paired() -> pd.DataFrame:  # per-item results come back from the zero-shot log
-        items = {label: evaluate_zeroshot(model, b.zeroshot_tasks, limit=b.zeroshot_limit, fwd_hooks=hooks,
-                                          tag=label, log_path=ctx.log("zeroshot"), return_items=True)[1]
-                 for label, hooks in tqdm(scored_zs, desc="zero-shot paired", unit="condition")}
-        base = items.pop("unedited")
-        return pd.concat([paired_accuracy_change(it, base, seed=ctx.cfg.seed).assign(condition=label)
-                          for label, it in items.items()], ignore_index=True)
-
-    zs = ctx.cached("compare_zeroshot", zeroshot) if b.zeroshot_tasks else pd.DataFrame(
-        columns=["condition", "task", "n", "acc", "acc_norm"])
-    zs_paired = ctx.cached("compare_zeroshot_paired", zeroshot_paired) if b.zeroshot_tasks else None
-    rl = ctx.cached("compare_ruler", ruler)
-    ppl = ppl.assign(condition=["unedited"] + [_label(e) for e in edits])
-    table = ppl[["condition", "ppl", "delta_ppl"]].merge(
-        zs.groupby("condition", sort=False)[["acc", "acc_norm"]].mean().mul(100).add_prefix("zeroshot_").reset_index(),
-        on="condition", how="left",
-    ).merge(rl.groupby("condition", sort=False)["score"].mean().rename("ruler").reset_index(), on="condition", how="left")
-    stamp(table, ctx.identity).to_csv(ctx.csv("compare"), index=False)
-
+@register_analysis_step("compare", FAMILY, COMPARE, DecompositionBudgets.compare_config,
+                        "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot, "
+                        "RULER")
+def _compare_section(ctx: StepContext, result: CompareResult) -> None:
+    b, model, table = ctx.budget, ctx.model, result.compare
+    empty_zs = pd.DataFrame(columns=["condition", "task", "n", "acc", "acc_norm"])
+    zs = result.compare_zeroshot if result.compare_zeroshot is not None else empty_zs
+    zs_paired = result.compare_zeroshot_paired
+    rl = result.compare_ruler if result.compare_ruler is not None else pd.DataFrame(
+        columns=["condition", "task", "length", "n", "score"])
     n_zs = int(zs["n"].min()) if len(zs) else None
     n_rl = int(rl["n"].min()) if len(rl) else None
     zs_small = n_zs is not None and n_zs < MIN_ZEROSHOT_ITEMS
@@ -307,7 +200,7 @@ def _step_compare(ctx: StepContext) -> None:
                          ("Indication only: " if zs_small else "") +
                          f"zero-shot accuracy per task (%; {n_zs} items each; acc_norm: length-normalised "
                          "log-likelihood), one row per condition.")
-    if zs_paired is not None:
+    if zs_paired is not None and len(zs_paired):
         paired_shown = zs_paired[["condition", "metric", "delta", "ci_low", "ci_high", "p", "n"]].copy()
         paired_shown[["delta", "ci_low", "ci_high"]] = paired_shown[["delta", "ci_low", "ci_high"]].round(1)
         ctx.report.table(paired_shown.rename(columns={"delta": "Δ points", "ci_low": "CI low", "ci_high": "CI high"}),
@@ -325,25 +218,14 @@ def _step_compare(ctx: StepContext) -> None:
                          "samples each), one row per condition.")
 
 
-def _head_layers(b: DecompositionBudgets, n_layers: int) -> list[int]:
-    if b.head_layers is not None:
-        return list(b.head_layers)
-    return list(range(max(b.skip_first, 1), n_layers, 6))
-
-
-@register_step("heads", FAMILY, ("heads_alpha", "heads_sensitivity"),
-               "per-head alpha map and causal sensitivity (Figure 7)")
-def _step_heads(ctx: StepContext) -> None:
-    b, model = ctx.budget, ctx.model
-    texts = corpus_batches(model, ctx.text, b.head_len, b.head_texts * b.head_len + 8)[: b.head_texts]
-    alpha = ctx.cached("heads_alpha", lambda: head_alpha_map(model, texts, progress=True))
-    sens = ctx.cached("heads_sensitivity", lambda: head_sensitivity(
-        model, texts, layers=_head_layers(b, model.cfg.n_layers), n_boot=b.n_boot, n_perm=b.n_perm,
-        seed=ctx.cfg.seed, log_path=ctx.log("heads_sensitivity"), progress=True))
-    n_texts = int(sens["n_texts"].min()) if len(sens) else len(texts)
+@register_analysis_step("heads", FAMILY, HEADS, DecompositionBudgets.heads_config,
+                        "per-head alpha map and causal sensitivity (Figure 7)")
+def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
+    b, alpha, sens = ctx.budget, result.heads_alpha, result.heads_sensitivity
+    n_texts = int(sens["n_texts"].min()) if len(sens) else ctx.config.texts
     note = indication_note(n_texts, MIN_HEAD_TEXTS, "texts")
     ctx.report.section("4. Heads (Figure 7)",
-                       f"Mean alpha of the exclude-self update per head ({len(texts)} texts of {b.head_len} "
+                       f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.head_len} "
                        "tokens), and the change of loss when its parallel part is removed in one head "
                        f"(token-weighted bootstrap CI, {b.n_boot} resamples; sign-flip test, {b.n_perm} "
                        "permutations; Benjamini–Hochberg q). The paper finds heads of both signs.")
@@ -361,13 +243,10 @@ def _step_heads(ctx: StepContext) -> None:
         "part is removed, 95% CI, sign-flip p and BH q over all heads and layers.")
 
 
-@register_step("mlp", FAMILY, ("mlp_carrier",),
-               "MLP carrier: No-Para vs No-Perp Δloss (Table 10)")
-def _step_mlp(ctx: StepContext) -> None:
-    b = ctx.budget
-    df = ctx.cached("mlp_carrier", lambda: mlp_carrier_table(
-        ctx.model, ctx.text, max_tokens=b.mlp_tokens, context=b.context, skip_first=b.skip_first,
-        batch_size=max(1, 1024 // b.context), log_path=ctx.log("mlp_carrier"), progress=True))
+@register_analysis_step("mlp", FAMILY, MLP_CARRIER, DecompositionBudgets.mlp_config,
+                        "MLP carrier: No-Para vs No-Perp Δloss (Table 10)")
+def _mlp_section(ctx: StepContext, result: MlpCarrierResult) -> None:
+    b, df = ctx.budget, result.mlp_carrier
     ctx.report.section("5. MLP carrier (Table 10)",
                        "Mean NLL change when the parallel (No-Para) or perpendicular (No-Perp) part is removed "
                        "at the residual MLP site, inside the MLP relative to its input (h vs x), and per "
@@ -387,15 +266,13 @@ _CF_EXPECTED = {"value_full": "exact (float rounding)", "value_excl_self": "exac
                 "attn": "exact only along z: expected to fail"}
 
 
-@register_step("closed_form", FAMILY, ("closed_form_errors", "closed_form_diag"),
-               "the diagonal closed form reproduces the value-space edit (Table 5, Figure 4)")
-def _step_closed_form(ctx: StepContext) -> None:
-    b, model = ctx.budget, ctx.model
-    tokens = corpus_batches(model, ctx.text, b.closed_form_tokens, b.closed_form_tokens + 8)[:1]
-    res = closed_form_check(model, tokens, 0.0, skip_first=b.skip_first, progress=True)
-    stamp(res.errors, ctx.identity).to_csv(ctx.csv("closed_form_errors"), index=False)
-    summary = diag_summary(res.diag)
-    stamp(summary, ctx.identity).to_csv(ctx.csv("closed_form_diag"), index=False)
+@register_analysis_step("closed_form", FAMILY, CLOSED_FORM, DecompositionBudgets.closed_form_config,
+                        "the diagonal closed form reproduces the value-space edit (Table 5, Figure 4)")
+def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
+    from .closed_form import ClosedFormResult as Check
+
+    b, model, summary = ctx.budget, ctx.model, result.closed_form_diag
+    res = Check(diag=result.closed_form_tokens, errors=result.closed_form_errors)
     layer = model.cfg.n_layers // 2
     ctx.report.section("6. The diagonal closed form (Table 5, Figure 4)",
                        "A value-space parallel edit changes only the attention diagonal: "
@@ -421,6 +298,7 @@ def _step_closed_form(ctx: StepContext) -> None:
                       f"A_tt of block {layer}, head 0, per position t (x): top the original diagonal weight, "
                       "bottom after the exclude-self closed-form edit at s_par = 0 (one colour scale, white = 0; "
                       "blue: negative weights, which the edit allows).")
+    tokens = closed_form_window(model, ctx.config)
     ctx.report.circuitsvis(attention_before_after(model, tokens, layer, "value_excl_self", 0.0, heads=[0, 1]),
                            f"Block {layer}, heads 0–1: the attention pattern before and after the closed-form edit "
                            "(pick a head to view; only the diagonal differs).")
@@ -431,16 +309,10 @@ def _paper_audit(site: str) -> str:
     return " / ".join(f"{PAPER[('audit', site, f'{q} %')]:.2f}%" for q in ("perturbation", "energy", "retained"))
 
 
-@register_step("audit", FAMILY, ("audit_layers", "audit"),
-               "post-W_O perturbation / energy / retained norm (Table 6)")
-def _step_audit(ctx: StepContext) -> None:
-    b, model = ctx.budget, ctx.model
-    tokens = corpus_batches(model, ctx.text, min(b.context, 256), 4 * 256 + 8)[:4]
-    # mode "all": every block edited at once, one forward per site (as the edit is used)
-    per_layer = ctx.cached("audit_layers", lambda: post_wo_audit(
-        model, tokens, mode="all", skip_first=b.skip_first, log_path=ctx.log("audit"), progress=True))
-    overall = audit_overall(per_layer)
-    stamp(overall, ctx.identity).to_csv(ctx.csv("audit"), index=False)
+@register_analysis_step("audit", FAMILY, AUDIT, DecompositionBudgets.audit_config,
+                        "post-W_O perturbation / energy / retained norm (Table 6)")
+def _audit_section(ctx: StepContext, result: AuditResult) -> None:
+    overall = result.audit
     ctx.report.section("7. Post-W_O audit (Table 6)",
                        "At s_par = 0, all blocks edited: ||y~ − y||/||y|| (perturbation), its square (energy) and "
                        "||y~||/||y|| (retained) of the attention output after W_O, per token, averaged over tokens "

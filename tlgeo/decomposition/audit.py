@@ -49,7 +49,7 @@ from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
 from ..results import ResultLog
 from ..hooks.sites import get_site
-from ..models import Model, input_device, run_identity
+from ..models import Model, input_device, read_weights, run_identity
 
 __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 
@@ -127,7 +127,7 @@ def _audit_hooks(model, edit: Edit, layers: list[int], out: dict, skip_first_pos
             hooks.append((name, fn))
     if site.name != "attn":
         for layer in layers:
-            W_O = model.blocks[layer].attn.W_O
+            (W_O,) = read_weights(model.blocks[layer].attn, "W_O")  # from the offload where the block is
 
             def observe(y_new: Tensor, hook, _layer=layer, _W=W_O) -> None:
                 dz = pending.pop(_layer)  # [b, q, head, d_head]

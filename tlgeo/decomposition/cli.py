@@ -1,5 +1,6 @@
-"""``tlgeo run | profile | ppl``: their flags are the fields of :class:`~.config.DecompositionConfig`,
-:class:`~.config.ProfileConfig` and :class:`~.config.PplConfig`."""
+"""``tlgeo run | profile | ppl`` and the paper's other experiments (``tlgeo sweeps | compare | heads |
+mlp-carrier | closed-form | audit``): each command's flags are the fields of its config
+(:mod:`.config`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ..analysis import Command
 from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
                        model_kwargs, output_dir, print_written, set_threads)
 from ..models import Model
-from .config import DecompositionConfig, PplConfig, ProfileConfig
+from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
+                     PplConfig, ProfileConfig, SweepsConfig)
 
 __all__ = ["COMMANDS", "edited_blocks"]
 
@@ -151,9 +153,53 @@ def ppl_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_table(name: str, df) -> None:
+    """A result table on the terminal: its columns but the identity and the settings every row shares."""
+    from ..results import IDENTITY
+
+    same = [c for c in df.columns if c in IDENTITY or (len(df) > 1 and df[c].astype(str).nunique() == 1)]
+    shown = df.drop(columns=same)
+    print(f"\n{name} ({len(df)} rows):")
+    print(shown.head(40).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if len(df) > 40:
+        print(f"... {len(df) - 40} more rows in the CSV")
+
+
+def _experiment_command(name: str, cls: type):
+    """``tlgeo <name>``: the registered analysis ``name`` with the config ``cls`` from the flags."""
+
+    def command(args: argparse.Namespace) -> int:
+        from ..analysis import analyses
+        from ..distributed import run_analysis
+
+        a = analyses()[name]
+        cfg, model, out = _setup(cls, args)
+        args.record.rerun = f"Finished parts are in {out}/*.jsonl. {args.record.rerun}"
+        big = {t.name for t in a.result.TABLES if t.filename.endswith(".gz")}  # per-token rows: in the file only
+        shown = lambda table, df: None if table in big else _show_table(table, df)  # noqa: E731
+        if run_analysis(a, model, cfg, out=out, progress=True, on_table=shown) is None:
+            return 0  # a torchrun rank other than 0: rank 0 writes
+        print_written([out / t.filename for t in a.result.TABLES if (out / t.filename).exists()])
+        return 0
+
+    return command
+
+
+EXPERIMENTS = (  # command, analysis, config, help (the paper's figure or table)
+    ("sweeps", "sweeps", SweepsConfig, "perplexity over the s_par and s_perp grids at every site (Figure 3)"),
+    ("compare", "compare", CompareConfig, "parallel removals compared: perplexity, zero-shot, RULER (Tables 1, 2, 8)"),
+    ("heads", "heads", HeadsConfig, "per-head alpha map and single-head sensitivity (Figure 7)"),
+    ("mlp-carrier", "mlp_carrier", MlpCarrierConfig, "MLP carrier: No-Para vs No-Perp loss change (Table 10)"),
+    ("closed-form", "closed_form", ClosedFormConfig, "the diagonal closed form against the value-space edit (Table 5)"),
+    ("audit", "audit", AuditConfig, "post-W_O perturbation, energy and retained norm of a removal (Table 6)"),
+)
+
 COMMANDS = (
     Command("run", "main job: parallel-ratio profile + perplexity under component removal at every site",
             _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
     Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
     Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
+    *(Command(command, help, _adder(cls), _experiment_command(name, cls),
+              " ".join((cls.__doc__ or "").replace("``", "").split()) + " " + EDIT_HELP + ".")
+      for command, name, cls, help in EXPERIMENTS),
 )

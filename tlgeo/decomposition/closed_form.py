@@ -63,7 +63,7 @@ from ..geometry.value_space import expand_kv, self_weights
 from ..hooks.adapter import HookList, resolve_layers, site_hooks
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..hooks.sites import Site
-from ..models import Model, input_device
+from ..models import Model, input_device, read_weights
 from .observe import check_tokens
 
 __all__ = [
@@ -259,8 +259,7 @@ _CF_SITES = {
 
 
 def _attn_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
-    attn = model.blocks[layer].attn
-    return attn.W_O, getattr(attn, "b_O", None)
+    return read_weights(model.blocks[layer].attn, "W_O", "b_O")  # read from the offload where a block is
 
 
 def closed_form_hooks(

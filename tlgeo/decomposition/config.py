@@ -5,6 +5,10 @@
   ``profile_tokens`` are also the atlas budgets of those names (:mod:`.atlas`).
 * :class:`ProfileConfig`: ``tlgeo profile`` (parallel ratios per layer, site and token).
 * :class:`PplConfig`: ``tlgeo ppl`` (perplexity unedited and under one edit).
+* the paper's other experiments, each a command and an atlas step: :class:`SweepsConfig`
+  (``tlgeo sweeps``), :class:`CompareConfig` (``tlgeo compare``), :class:`HeadsConfig` (``tlgeo heads``),
+  :class:`MlpCarrierConfig` (``tlgeo mlp-carrier``), :class:`ClosedFormConfig` (``tlgeo closed-form``) and
+  :class:`AuditConfig` (``tlgeo audit``).
 
 Each command's flags, and the notebook's keyword arguments, are these classes' fields. The
 text is named, not held: ``corpus`` is read with :func:`tlgeo.data.load_text` when the
@@ -23,8 +27,10 @@ from ..models import Model
 from ..families import check_support
 from ..hooks.sites import DECOMPOSITION_SITES, SITES, UnknownSiteError, get_site
 from .compare import removal_edits
+from .sweeps import S_PAR_GRID, S_PERP_GRID, SWEEP_SITES
 
-__all__ = ["CorpusConfig", "DecompositionConfig", "ProfileConfig", "PplConfig"]
+__all__ = ["CorpusConfig", "DecompositionConfig", "ProfileConfig", "PplConfig", "SweepsConfig", "CompareConfig",
+           "HeadsConfig", "MlpCarrierConfig", "ClosedFormConfig", "AuditConfig"]
 
 SKIP_FIRST_HELP = "leave the first n blocks unedited (the reference code skips block 0)"
 
@@ -179,3 +185,171 @@ class PplConfig(CorpusConfig):
     def edit(self) -> Edit:
         """The edit measured (its layers and heads are checked against a model by ``Edit.hooks``)."""
         return Edit(self.site, self.s_par, self.s_perp, self.layers, self.skip_first, self.heads)
+
+
+# ---------------------------------------------------------------------------
+# the experiments of the paper beyond the main job: one config each (tlgeo sweeps | compare | heads |
+# mlp-carrier | closed-form | audit, and the atlas steps of those names)
+# ---------------------------------------------------------------------------
+
+_BATCH_HELP = "windows per forward (0: 1024 // context)"
+
+
+@dataclass(frozen=True)
+class _EditedCorpusConfig(CorpusConfig):
+    """A corpus scored in windows of ``context`` with edits from block ``skip_first`` on."""
+
+    context: int = param(512, "tokens per perplexity window", atlas=256)
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
+    batch_size: int = param(0, _BATCH_HELP, min=0)
+
+    def _windows(self) -> tuple[str, ...]:
+        return ("context",)
+
+    def batch(self) -> int:
+        """Windows per forward: ``batch_size``, or ``1024 // context`` (at least 1)."""
+        return self.batch_size or max(1, 1024 // self.context)
+
+
+@dataclass(frozen=True)
+class SweepsConfig(_EditedCorpusConfig):
+    """Perplexity with the parallel part (``s_par``) or the perpendicular part (``s_perp``) of every site
+    scaled over a grid (the paper's Figure 3)."""
+
+    tokens: int = param(2048, "text tokens scored per sweep point (0 = all)", min=0, type=TOKENS, atlas=512,
+                        cost="~0.18 s per token at the atlas grids: sweeps ~0.15 (78 s at 512), compare perplexity "
+                             "~0.03 (SmolLM2-135M, 2-core CPU)")
+    sites: tuple[str, ...] = param(SWEEP_SITES, "sites swept", item=str)
+    s_par_grid: tuple[float, ...] = param(S_PAR_GRID, "s_par values swept", item=float,
+                                          atlas=(-1.0, 0.0, 0.5, 1.5, 3.0),
+                                          cost="~12 s per value at 512 tokens (6 sites x ~2 s)")
+    s_perp_grid: tuple[float, ...] = param(S_PERP_GRID, "s_perp values swept (not at diag)", item=float,
+                                           atlas=(0.0, 0.5, 1.5), cost="~10 s per value at 512 tokens (5 sites)")
+
+    def validate(self) -> None:
+        super().validate()
+        object.__setattr__(self, "sites", _site_names("sites", self.sites, False))
+
+
+@dataclass(frozen=True)
+class CompareConfig(_EditedCorpusConfig):
+    """Each site's parallel part scaled by each of ``scales``: perplexity, zero-shot accuracy and
+    RULER-style long-context score against the unedited model (the paper's Tables 1, 2, 8)."""
+
+    tokens: int = param(2048, "text tokens scored per condition (0 = all)", min=0, type=TOKENS, atlas=512)
+    sites: tuple[str, ...] = param(("value_excl_self", "value_full", "attn", "diag"), "sites compared", item=str,
+                                   cost="~8 bare forwards per site at the atlas defaults")
+    scales: tuple[float, ...] = param((0.0, 0.5), "s_par values compared", item=float,
+                                      cost="~6 bare forwards per value at the atlas defaults (RULER of the ruler "
+                                           "sites; zero-shot of --zeroshot-scales)")
+    zeroshot_tasks: tuple[str, ...] = param(("piqa", "arc_easy", "winogrande"), "zero-shot tasks (piqa, arc_easy, "
+                                            "arc_challenge, openbookqa, winogrande, boolq)", item=str,
+                                            cost="~36 s per task at 20 items (9 conditions)")
+    zeroshot_scales: tuple[float, ...] = param((0.0,), "of the compared scales, those whose removals zero-shot "
+                                               "scores besides the unedited model (the paper's Table 1: 0)",
+                                               item=float, cost="~20 bare forwards per scale at the atlas defaults "
+                                                                "(4 sites x 3 tasks)")
+    zeroshot_limit: int = param(100, "first n items of each zero-shot task (below 50: indication only)", atlas=20,
+                                cost="~5.4 s per item at the atlas defaults")
+    ruler_tasks: tuple[str, ...] = param(("niah_single", "vt"), "RULER-style tasks", item=str,
+                                         cost="~27 s per task at 2 samples of 1024 tokens (5 conditions)")
+    ruler_sites: tuple[str, ...] = param(("value_excl_self", "value_full"), "of the compared sites, those whose "
+                                         "removals RULER scores besides the unedited model (the paper's Table 2)",
+                                         item=str, cost="~11 s per site at the atlas defaults (2 scales x 2 tasks)")
+    ruler_lengths: tuple[int, ...] = param((1024,), "RULER prompt lengths in tokens (none: no RULER)", item=int,
+                                           cost="~5 s per sample and condition at 1024 tokens")
+    ruler_samples: int = param(10, "RULER samples per task and length (below 10: indication only)", atlas=1,
+                               cost="~15 bare forwards per sample at the atlas defaults (2 tasks x 5 conditions "
+                                    "at 1024 tokens)")
+    ruler_template: str = param("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
+                                choices=("base", "chat"))
+    seed: int = param(0, "seed of the RULER samples and of the paired bootstrap", min=0)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_choices()
+        object.__setattr__(self, "sites", _site_names("sites", self.sites, False))
+        object.__setattr__(self, "ruler_sites", _site_names("ruler_sites", self.ruler_sites, False)
+                           if self.ruler_sites else ())
+
+    def edits(self) -> list[Edit]:
+        """One edit per site and scale, site first."""
+        return [Edit(s, s_par=float(v), skip_first=self.skip_first) for s in self.sites for v in self.scales]
+
+
+@dataclass(frozen=True)
+class HeadsConfig(CorpusConfig):
+    """Per head: the mean alpha of the exclude-self update, and the change of loss when its parallel part
+    is removed in that head alone (the paper's Figure 7)."""
+
+    tokens: int = param(0, "unused: --texts x --length tokens are read", min=0, type=TOKENS, cli=False)
+    texts: int = param(32, "texts (windows of the corpus)", atlas=8, cost="~10 s per text (82 s at 8 texts of 128 "
+                                                                         "tokens, 5 blocks)")
+    length: int = param(128, "tokens per text", cost="~0.6 s per token at 8 texts and 5 blocks")
+    layers: tuple[int, ...] | None = param(None, "blocks of the sensitivity map (default: every 6th block from "
+                                                 "skip_first)", indices=True,
+                                           cost="~16 s per block at 8 texts of 128 tokens")
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
+    n_boot: int = param(1000, "bootstrap resamples of the sensitivity CIs")
+    n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests")
+    seed: int = param(0, "seed of the bootstrap and the permutations", min=0)
+
+    def _windows(self) -> tuple[str, ...]:
+        return ("length",)
+
+    def sensitivity_layers(self, n_layers: int) -> list[int]:
+        """``layers``, or every 6th block from ``max(skip_first, 1)``."""
+        if self.layers is not None:
+            return list(self.layers)
+        return list(range(max(self.skip_first, 1), n_layers, 6))
+
+
+@dataclass(frozen=True)
+class MlpCarrierConfig(_EditedCorpusConfig):
+    """No-Para vs No-Perp at the residual MLP site, inside the MLP relative to its input, and per
+    down-projection block (the paper's Table 10)."""
+
+    tokens: int = param(2048, "text tokens scored per run (0 = all)", min=0, type=TOKENS, atlas=512,
+                        cost="~0.035 s per token (18 s at 512: 11 runs)")
+
+
+@dataclass(frozen=True)
+class ClosedFormConfig(CorpusConfig):
+    """The diagonal closed form of a value-space parallel edit against the edit itself (the paper's
+    Table 5 and Figure 4)."""
+
+    tokens: int = param(64, "tokens of the one window checked", cost="~0.04 s per token (2.6 s at 64)")
+    s_par: float = param(0.0, "the edit's s_par")
+    variants: tuple[str, ...] = param(("value_full", "value_excl_self", "attn"), "edits checked (attn: the "
+                                      "residual form, exact only along z)", item=str,
+                                      choices=("value_full", "value_excl_self", "attn"))
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_choices()
+
+    def _windows(self) -> tuple[str, ...]:
+        return ("tokens",)
+
+
+@dataclass(frozen=True)
+class AuditConfig(CorpusConfig):
+    """The attention output after W_O under a parallel removal: perturbation, energy and retained norm
+    (the paper's Table 6)."""
+
+    tokens: int = param(1024, "text tokens audited, in windows of --context (0 = all)", min=0, type=TOKENS)
+    context: int = param(256, "tokens per window")
+    sites: tuple[str, ...] = param(("attn", "value_excl_self", "value_full"), "sites audited", item=str)
+    s_par: float = param(0.0, "the edit's s_par")
+    mode: str = param("all", "all: every block edited at once (as the edit is used); each: one block at a time",
+                      choices=("all", "each"))
+    skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
+
+    def validate(self) -> None:
+        super().validate()
+        self._check_choices()
+        object.__setattr__(self, "sites", _site_names("sites", self.sites, True))
+
+    def _windows(self) -> tuple[str, ...]:
+        return ("context",)

@@ -60,7 +60,7 @@ from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hoo
 from ..evals.perplexity import perplexity
 from ..results import ResultLog
 from ..hooks.sites import Site, Update
-from ..models import Model, run_identity
+from ..models import Model, read_weights, run_identity
 
 __all__ = [
     "NARROW",
@@ -83,6 +83,7 @@ __all__ = [
 ]
 
 NARROW = ("include", "skip")
+REMOVALS = ("no_para", "no_perp")  # s_par = 0, s_perp = 0
 
 # ---------------------------------------------------------------- pure tensor math
 
@@ -247,8 +248,7 @@ def mlp_out_weights(model: Model, layer: int) -> tuple[Float[Tensor, "d_mlp d_mo
     """``(W_out [d_mlp, d_model], b_out [d_model] or None)`` of block ``layer``'s MLP, as the
     bridge exposes them (``model.blocks[L].mlp.W_out`` / ``.b_out``)."""
     (layer,) = resolve_layers(model.cfg, layer)
-    mlp = model.blocks[layer].mlp
-    W = getattr(mlp, "W_out", None)
+    W, b = read_weights(model.blocks[layer].mlp, "W_out", "b_out")  # from the offload where the block is
     if W is None:
         raise AttributeError(f"block {layer}'s MLP exposes no W_out")
     d_mlp, d_model = model.cfg.d_mlp, model.cfg.d_model
@@ -257,10 +257,6 @@ def mlp_out_weights(model: Model, layer: int) -> tuple[Float[Tensor, "d_mlp d_mo
             f"block {layer}: W_out has shape {tuple(W.shape)}, expected [d_mlp, d_model] = "
             f"{[d_mlp, d_model]}"
         )
-    try:
-        b = getattr(mlp, "b_out", None)
-    except AttributeError:
-        b = None
     return W, b
 
 
@@ -399,12 +395,14 @@ def mlp_carrier_table(
     skip_first: int = SKIP_FIRST,
     layers: Iterable[int] | None = None,
     narrow: Iterable[str] = NARROW,
+    removals: Iterable[str] = REMOVALS,
     batch_size: int = 4,
     log_path: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
     """Table 10: mean-NLL change of No-Para (``s_par=0``) and No-Perp (``s_perp=0``) at the
-    residual ``mlp`` site, ``h vs x`` and ``y_g vs h_g``, against the unedited model.
+    residual ``mlp`` site, ``h vs x`` and ``y_g vs h_g``, against the unedited model
+    (``removals``: either or both).
 
     Every edit acts on the same blocks (``layers`` minus the first ``skip_first``).
     The carrier sites are measured once per ``narrow`` choice (``include`` / ``skip``
@@ -432,8 +430,14 @@ def mlp_carrier_table(
     if w is None:
         narrow = ["include"]
 
+    removals = list(dict.fromkeys(removals))
+    bad = [r for r in removals if r not in REMOVALS]
+    if bad or not removals:
+        raise ValueError(f"removals: unknown {bad or 'none given'}; choose from {REMOVALS}")
     runs: list[tuple[str, str, str, object]] = [("none", "none", "-", None)]
     for removal, sp, sq in (("no_para", 0.0, 1.0), ("no_perp", 1.0, 0.0)):
+        if removal not in removals:
+            continue
         runs.append(("mlp", removal, "-", Edit("mlp", sp, sq, layers=tuple(layers), skip_first=0)))
         for site in ("h_vs_x", "y_vs_h"):
             for n in narrow:

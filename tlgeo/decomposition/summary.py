@@ -300,7 +300,7 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
                             f"task{'s' if len(tasks) > 1 else ''}): one item moves a task's accuracy by {100 / n:.0f} points and the mean "
                             f"accuracy has a standard error of about ±{se:.0f} points — indication only "
                             f"(use at least {MIN_ZEROSHOT_ITEMS} items per task).")
-    if rl is not None and not len(rl):
+    if (rl is None and read("compare_ppl") is not None) or (rl is not None and not len(rl)):  # compared, no RULER
         warnings.append("RULER-style: not run (no RULER task, or every length is longer than the model's "
                         "context: see section 3); its column is empty.")
     if rl is not None and len(rl):

@@ -28,13 +28,13 @@ from .embedded import EMBEDDED_MODELS, EmbeddedModel, cache_dir, embedded_model_
 from .errors import UnknownModelError
 from .identity import RunIdentity, identified, run_identity, weights_fingerprint
 from .loading import Model, load_model, model_family, model_label
-from .placement import DTYPES, input_device, placement, resolve_device, resolve_dtype
+from .placement import DTYPES, input_device, placement, read_weights, resolve_device, resolve_dtype
 from .tiny import TINY_KINDS, save_tiny_model, tiny_config, tiny_model
 from .tokenizer import byte_tokenizer
 
 __all__ = [
     "EMBEDDED_MODELS", "EmbeddedModel", "UnknownModelError", "Model", "model_label", "model_family", "cache_dir",
     "save_local", "embedded_model_dir", "load_model", "resolve_device", "resolve_dtype", "DTYPES", "input_device",
-    "placement", "tiny_model", "tiny_config", "save_tiny_model", "byte_tokenizer", "TINY_KINDS", "RunIdentity",
-    "run_identity", "weights_fingerprint", "identified",
+    "placement", "read_weights", "tiny_model", "tiny_config", "save_tiny_model", "byte_tokenizer", "TINY_KINDS",
+    "RunIdentity", "run_identity", "weights_fingerprint", "identified",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DTYPES", "resolve_dtype", "resolve_device", "input_device", "placement"]
+__all__ = ["DTYPES", "resolve_dtype", "resolve_device", "input_device", "placement", "read_weights"]
 
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -72,3 +72,26 @@ def placement(model, *, offload_subfolder: str | None = None) -> dict:
             raise ValueError("the model is offloaded to disk: give offload_subfolder for the second model's files")
         kw["offload_folder"] = str(Path(kw["offload_folder"]) / offload_subfolder)
     return kw
+
+
+def read_weights(module, *names: str) -> tuple:
+    """``module``'s attributes ``names`` (e.g. ``"W_O", "b_O"``; ``None`` where it has none) as detached
+    copies, read from accelerate's offload where a dispatched module keeps its weights on the meta device
+    outside a forward (a model larger than memory, ``--device-map``); a model in memory pays nothing."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for mod in module.modules():
+            if getattr(mod, "_hf_hook", None) is not None and any(
+                    p is not None and p.device.type == "meta" for p in mod._parameters.values()):
+                from accelerate.utils import align_module_device
+
+                stack.enter_context(align_module_device(mod))
+        out = []
+        for name in names:
+            try:
+                v = getattr(module, name, None)
+            except AttributeError:  # a bridge property that finds no such weight
+                v = None
+            out.append(None if v is None else v.detach().clone())
+        return tuple(out)

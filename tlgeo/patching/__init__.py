@@ -2,7 +2,8 @@
 carry a behaviour, exactly and by attribution.
 
 * :mod:`.tasks`: clean/corrupted prompt sets with a metric (IOI, subject-verb agreement, greater-than,
-  induction); a :class:`~.tasks.Task` is a small dataclass, so a notebook cell can add its own.
+  induction); a :class:`~.tasks.Task` is a small dataclass, so a notebook cell can add its own
+  (:func:`~.tasks.task_from_texts`) and patch it: ``run(model, PatchingConfig(tasks=(my_task,)))``.
 * :mod:`.components`: what is patched (a head's whole output, its write along / orthogonal to the
   residual, its self message and non-self aggregate, the MLP's output and parts), one registry.
 * :mod:`.runs`: the clean and corrupted runs, cached; :mod:`.exact`: hooks and the batched, resumed
@@ -17,9 +18,10 @@ from .components import COMPONENTS, Component, get_component
 from .exact import exact_sweep, patch_hooks
 from .attribution import attribution_sweep
 from .runs import task_runs
-from .tasks import TASKS, Task, build_task, clean_accuracy
+from .tasks import TASKS, Task, TaskError, build_task, clean_accuracy, task_from_texts
 from .config import PatchingConfig
 from .analysis import PatchingResult, run
 
 __all__ = ["COMPONENTS", "Component", "get_component", "patch_hooks", "exact_sweep", "attribution_sweep",
-           "task_runs", "TASKS", "Task", "build_task", "clean_accuracy", "PatchingConfig", "PatchingResult", "run"]
+           "task_runs", "TASKS", "Task", "TaskError", "build_task", "clean_accuracy", "task_from_texts",
+           "PatchingConfig", "PatchingResult", "run"]

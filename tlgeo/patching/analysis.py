@@ -20,6 +20,8 @@ blocks it patches.
 
 from __future__ import annotations
 
+import warnings
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +42,7 @@ from .config import PatchingConfig
 from .effects import add_qvalues, effect_test
 from .exact import exact_sweep
 from .runs import TaskRuns, check_separable_heads, task_runs
-from .tasks import TaskError, build_task
+from .tasks import Task, TaskError, build_task, own_task
 
 __all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
 
@@ -96,7 +98,7 @@ def units(model: Model, cfg: PatchingConfig) -> list[tuple]:
     """Per task and direction: ``("attribution", task, direction)``, then ``("exact", task, direction,
     component, layer)`` for every exactly patched component and block."""
     out: list[tuple] = []
-    for task in cfg.tasks:
+    for task in cfg.task_names():
         for d in cfg.directions:
             if "attribution" in cfg.methods:
                 out.append(("attribution", task, d))
@@ -115,8 +117,14 @@ def unit_cost(model: Model, cfg: PatchingConfig, unit: Sequence) -> float:
     return reps * (n - unit[4]) / n
 
 
+def task_prompts(cfg: PatchingConfig, name: str) -> int:
+    """The ``prompts`` a task's rows are keyed by: ``cfg.prompts`` for a built-in task, your task's own count."""
+    own = {t.name: t.n for t in cfg.tasks if isinstance(t, Task)}
+    return own.get(name, cfg.prompts)
+
+
 def _task_row(label: str, cfg: PatchingConfig, name: str, **cols: Any) -> dict:
-    return dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, **cols)
+    return dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, **cols)
 
 
 @identified
@@ -134,11 +142,15 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     effect_rows: list[dict] = []
     baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) else None
     built = {}
+    own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
     for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
         try:
-            built[name] = build_task(name, model, n=cfg.prompts, seed=cfg.seed)
+            built[name] = own_task(own[name], model) if name in own else build_task(name, model, n=cfg.prompts,
+                                                                                     seed=cfg.seed)
         except TaskError as e:
             built[name] = e
+            if not progress:
+                warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=3)
             continue
         if cfg.positions != "all" and cfg.positions not in built[name].positions:
             raise ValueError(f"positions: task {name!r} has no position {cfg.positions!r}; "
@@ -166,6 +178,8 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             print(f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
                   f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
                   + (f" -- not patched: {reason}" if reason else ""), flush=True)
+        elif reason:  # in a notebook: said, not only a row of the tasks table
+            warnings.warn(f"patching: task {name!r} not patched: {reason}", stacklevel=3)
         if reason:
             continue
         refused = _refused(model, runs, comps, _layers(model, cfg))
@@ -218,8 +232,8 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     """The log rows of one unit: read back where a previous run finished them, else computed and logged
     (``skip_write``: leave out the components of a head's residual write)."""
     method, name, direction = unit[:3]
-    base = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=method, direction=direction,
-                positions=cfg.positions, frame=cfg.frame)
+    base = dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, method=method,
+                direction=direction, positions=cfg.positions, frame=cfg.frame)
     layers = _layers(model, cfg) if method == "attribution" else [unit[4]]
     comps = list(cfg.components) if method == "attribution" else [unit[3]]
     comps = [c for c in comps if not (skip_write and get_component(c).quantity == "write")]
@@ -265,8 +279,9 @@ def plan(shape, cfg: PatchingConfig) -> list:
     resumed = sum((n - l) / n for l in layers)  # full forwards' worth, one copy of the prompts per block
     out = []
     for task in cfg.tasks:
-        L = PROMPT_TOKENS[task]
-        prompts = cfg.prompts * L
+        L = PROMPT_TOKENS[task] if isinstance(task, str) else int(task.clean.shape[1])
+        task = task if isinstance(task, str) else task.name
+        prompts = task_prompts(cfg, task) * L
         per_token = n * (4 * shape.d_model + (shape.n_heads + shape.n_kv_heads) * shape.d_head + shape.n_heads * L)
         kept = 2 * prompts * per_token * 4  # both runs' cached activations, float32
         out.append(Work(f"{task}: clean + corrupted", 2 * prompts, L, cfg.batch_size, kept_bytes=kept,

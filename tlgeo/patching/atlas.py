@@ -91,7 +91,7 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
     ctx.report.section(
         "11. Geometry-resolved activation patching",
-        f"Clean and corrupted prompts of {', '.join(cfg.tasks)} ({cfg.prompts} per task; IOI: the corrupted prompt "
+        f"Clean and corrupted prompts of {', '.join(cfg.task_names())} ({cfg.prompts} per task; IOI: the corrupted prompt "
         "names three other people, so neither answer is favoured). Each component of each head and MLP is copied "
         "from the clean run into the corrupted one (denoising, all positions); its effect is the share of the "
         "clean - corrupted metric gap it restores. head_par / head_perp: the part of the head's write along / "

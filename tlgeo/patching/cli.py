@@ -67,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
     cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
     out = output_dir(args, model_key(args.model))
     model = load_model(args.model, **model_kwargs(args))
-    print(f"patching {', '.join(cfg.tasks)}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
+    print(f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
           f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: {cfg.frame} run")
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
     if res is None:  # a torchrun rank other than 0: rank 0 writes

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..analysis import Config, param
 from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
-from .tasks import TASKS
+from .tasks import TASKS, Task
 
 __all__ = ["PatchingConfig", "METHODS"]
 
@@ -19,11 +19,14 @@ METHODS = ("exact", "attribution")
 
 @dataclass(frozen=True)
 class PatchingConfig(Config):
-    """Build each task's clean and corrupted prompts, check that the model does the task, and patch
+    """Build each task's clean and corrupted prompts (or take your own :class:`~.tasks.Task`), check that the
+    model does the task, and patch
     every component of every head and MLP from one run into the other: exactly (one resumed forward
     per component and block, all heads at once) and by attribution (one forward and backward)."""
 
-    tasks: tuple[str, ...] = param(("ioi",), "tasks", choices=tuple(TASKS))
+    tasks: tuple[str | Task, ...] = param(("ioi",), "tasks (in Python also your own Task objects, e.g. from "
+                                                    "task_from_texts)", choices=tuple(TASKS), accepts=Task,
+                                         item=str)
     prompts: int = param(32, "prompts per task", atlas=8, cost="exact: ~0.15 s per prompt, component and block "
                                                                 "(SmolLM2, 2-core CPU)")
     seed: int = param(0, "seed of the prompts (names, years, tokens drawn)", min=0)
@@ -55,8 +58,18 @@ class PatchingConfig(Config):
             raise ValueError(f"min_accuracy must be in [0, 1], got {self.min_accuracy}")
         if self.prompts < 2:
             raise ValueError(f"prompts must be >= 2 (a CI over prompts), got {self.prompts}")
+        names = self.task_names()
+        if len(set(names)) < len(names):
+            raise ValueError(f"tasks: two tasks named alike in {list(names)}; give each task its own name")
+        clash = [t.name for t in self.tasks if isinstance(t, Task) and t.name in TASKS]
+        if clash:
+            raise ValueError(f"tasks: your task is named {clash[0]!r}, as a built-in task; give it another name")
         if not self.positions or not self.positions.replace("_", "").isalnum():
             raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
+
+    def task_names(self) -> tuple[str, ...]:
+        """The tasks' names (a :class:`~.tasks.Task` object's own)."""
+        return tuple(t if isinstance(t, str) else t.name for t in self.tasks)
 
     def exact_set(self) -> tuple[str, ...]:
         """The components patched exactly."""

@@ -8,7 +8,6 @@ components need at the chosen blocks, and the per-prompt metric of each run.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -17,7 +16,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..hooks.adapter import check_hook_names, resolve_layers
-from ..models import Model, input_device
+from ..models import Model, input_device, read_weights
 from .components import Component, get_component
 from .tasks import Task
 
@@ -138,24 +137,21 @@ def W_O(model: Model, layer: int) -> Float[Tensor, "head d_head d_model"]:
 
 
 def _out_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
-    from accelerate.utils import align_module_device
-
-    attn = model.blocks[layer].attn
-    with ExitStack() as stack:
-        for mod in attn.modules():  # only the offloaded ones: a model in memory pays nothing
-            if getattr(mod, "_hf_hook", None) is not None and any(
-                    p is not None and p.device.type == "meta" for p in mod._parameters.values()):
-                stack.enter_context(align_module_device(mod))
-        b = getattr(attn, "b_O", None)
-        return attn.W_O.detach().clone(), None if b is None else b.detach().clone()
+    return read_weights(model.blocks[layer].attn, "W_O", "b_O")
 
 
 def sweep_targets(model: Model, runs: TaskRuns, components: Iterable[str | Component],
                   layers: Iterable[int] | None) -> tuple[list[Component], list[int]]:
-    """The components and blocks a sweep patches, checked: blocks in range, and heads whose writes add
-    up to the attention output where a component splits a head's residual write."""
+    """The components and blocks a sweep patches, checked: blocks in range, cached in ``runs`` (a one-line
+    error naming what is not), and heads whose writes add up to the attention output where a component
+    splits a head's residual write."""
     comps = [get_component(c) for c in components]
     chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
+    missing = [f"{c.name} at block {layer}" for layer in chosen for c in comps
+               if any(n not in runs.clean.acts for n in hook_names(model, [c], [layer]))]
+    if missing:
+        raise ValueError(f"the runs of task {runs.task.name!r} did not cache {', '.join(missing)}: make them with "
+                         f"task_runs(model, task, components, layers) naming every component and block patched")
     if any(c.quantity == "write" for c in comps):
         check_separable_heads(model, runs, chosen)
     return comps, chosen

@@ -642,39 +642,55 @@ def task_from_texts(model, name: str, clean: Sequence[str], corrupted: Sequence[
     """A task from text prompts and single-token answers, on ``model``'s tokenizer (BOS first when the
     model prepends one). ``correct[i]`` / ``wrong[i]``: the answer of prompt ``i``'s clean behaviour and
     the competing one (leading space included, e.g. ``" Paris"``); ``wrong`` may be empty for
-    ``"logprob"``. A clean and a corrupted prompt of different token lengths, or an answer that is not
-    one token, is a :class:`TaskError` naming it."""
+    ``"logprob"``. Every prompt pair of different token lengths and every answer that is not one token
+    is named in one :class:`TaskError`."""
     tok = model.tokenizer
     n = len(clean)
     for what, seq in (("corrupted", corrupted), ("correct", correct)) + ((("wrong", wrong),) if wrong else ()):
         if len(seq) != n:
             raise ValueError(f"task {name!r}: {len(seq)} {what} entries for {n} clean prompts")
     bos = [tok.bos_token_id] if model.cfg.default_prepend_bos and tok.bos_token_id is not None else []
+    problems: list[str] = []
     rows = []
     for i, (a, b) in enumerate(zip(clean, corrupted)):
         x, y = bos + _encode(tok, a), bos + _encode(tok, b)
         if len(x) != len(y):
-            raise TaskError(f"task {name!r}: prompt {i} has {len(x)} tokens clean ({a!r}) and {len(y)} corrupted "
-                            f"({b!r}); patching needs aligned positions")
+            problems.append(f"prompt {i} has {len(x)} tokens clean ({a!r}) and {len(y)} corrupted ({b!r})")
         rows.append((x, y))
     lengths = sorted({len(x) for x, _ in rows})
-    if len(lengths) > 1:
-        raise TaskError(f"task {name!r}: prompts of {lengths} tokens; give prompts of one token length "
-                        f"(or build one task per length)")
+    if len(lengths) > 1 and not problems:
+        problems.append(f"prompts of {lengths} tokens; give prompts of one token length (or build one task per "
+                        "length)")
 
     def one(text: str, what: str, i: int) -> int:
         ids = _encode(tok, text)
         if len(ids) != 1:
-            raise TaskError(f"task {name!r}: the {what} answer {text!r} of prompt {i} is {len(ids)} tokens "
+            problems.append(f"the {what} answer {text!r} of prompt {i} is {len(ids)} tokens "
                             f"{[_decode(tok, [t]) for t in ids]}, not one")
+            return -1
         return ids[0]
 
-    right = torch.tensor([[one(t, "correct", i)] for i, t in enumerate(correct)])
-    other = (torch.tensor([[one(t, "wrong", i)] for i, t in enumerate(wrong)]) if wrong
-             else torch.full((n, 1), -1, dtype=torch.long))
-    return Task(name, torch.tensor([x for x, _ in rows]), torch.tensor([y for _, y in rows]), right, other,
-                metric=metric, prompts=tuple(clean), corrupted_prompts=tuple(corrupted),
+    right = [[one(t, "correct", i)] for i, t in enumerate(correct)]
+    other = [[one(t, "wrong", i)] for i, t in enumerate(wrong)] if wrong else [[-1]] * n
+    if problems:
+        raise TaskError(f"task {name!r}: " + "; ".join(problems) + " (patching needs aligned positions and "
+                        "one-token answers)")
+    return Task(name, torch.tensor([x for x, _ in rows]), torch.tensor([y for _, y in rows]), torch.tensor(right),
+                torch.tensor(other), metric=metric, prompts=tuple(clean), corrupted_prompts=tuple(corrupted),
                 d_vocab=int(model.cfg.d_vocab))
+
+
+def own_task(task: Task, model) -> Task:
+    """Your ``task`` checked against ``model``: its token ids inside the vocabulary (a :class:`TaskError`
+    naming the largest), ``d_vocab`` set when it was not."""
+    d_vocab = int(model.cfg.d_vocab)
+    if task.d_vocab is not None and task.d_vocab != d_vocab:
+        raise TaskError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; the model has "
+                        f"{d_vocab}")
+    top = int(max(task.clean.max(), task.corrupted.max(), task.correct.max(), task.wrong.max()))
+    if top >= d_vocab:
+        raise TaskError(f"task {task.name!r} holds token id {top}, outside the model's vocabulary of {d_vocab}")
+    return replace(task, d_vocab=d_vocab)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """``tlgeo atlas``: one model, every registered analysis step, one HTML report + CSVs.
 
-Each analysis family contributes its steps (:mod:`tlgeo.report.registry`
-lists the contributing modules; :mod:`tlgeo.analysis` is the contract). Every
-step writes its CSVs into the output directory as soon as it is done; a rerun
-loads finished steps and resumes unfinished ones from their JSON-lines logs.
-``python -c "import tlgeo.report.atlas as a; print(a.STEPS)"`` lists the steps;
-:mod:`tlgeo.decomposition.atlas` describes the directional-decomposition ones.
+Each analysis family contributes its steps (:mod:`tlgeo.report.registry` lists the contributing
+modules; :mod:`tlgeo.analysis` is the contract). A step is a registered analysis's own run, with a
+config made from the atlas budgets, exactly as its command runs it into the output folder (the
+same tables, resumed from the same logs after an interruption), and a report section drawn from
+its result, ending with that command line. ``python -c "import tlgeo.report.atlas as a;
+print(a.STEPS)"`` lists the steps; :mod:`tlgeo.decomposition.atlas` describes the
+directional-decomposition ones.
 
 The report opens with each family's headline (:func:`tlgeo.analysis.family_headline`),
 recomputed from the CSVs after every step, so the partial report saved after a
@@ -28,7 +29,7 @@ import pandas as pd
 
 from ..cliargs import config_argv, default_out, model_key
 from ..data import load_text
-from ..distributed import all_errors, deal, gather_files, init, ranks, run_analysis
+from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
 from ..results import identity_scope
 from ..analysis import StepContext, family_headline, family_title, make_budgets
@@ -70,15 +71,16 @@ class AtlasConfig:
 def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     """Run the chosen steps and write ``report.html`` + CSVs into ``cfg.out_dir()``.
 
-    Under ``torchrun`` the steps are dealt out over the ranks (:func:`_run_share`); rank 0 then
-    writes the report from their tables and returns its path, the other ranks return ``None``."""
+    Under ``torchrun`` each step's analysis shares its work units out over the ranks
+    (:func:`~tlgeo.distributed.run_analysis`); rank 0 writes the merged tables and the report and returns
+    its path, the other ranks return ``None``."""
     registered = load_steps()
     chosen = list(registered) if cfg.steps is None else list(cfg.steps)
     unknown = [s for s in chosen if s not in registered]
     if unknown:
         raise ValueError(f"unknown atlas step(s) {unknown}; steps: {list(registered)}")
     budgets = cfg.family_budgets()  # unknown budget names fail here, before any work
-    text = load_text(cfg.corpus)
+    load_text(cfg.corpus)  # an unknown corpus fails here, before the model loads
     model = model if model is not None else load_model(cfg.model, **cfg.load)
     for b in budgets.values():
         if hasattr(b, "check"):
@@ -87,16 +89,16 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     identity = run_identity(model)
     earlier = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else None
     _check_same_model(out, earlier, identity)  # one atlas, one model: before any file is written
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    conf = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
-            "identity": identity.row(),
-            "steps": [s for s in registered if s in chosen],
-            "budgets": {fam: dataclasses.asdict(b) for fam, b in budgets.items()}}
+    out.mkdir(parents=True, exist_ok=True)
+    conf_json = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
+                 "identity": identity.row(),
+                 "steps": [s for s in registered if s in chosen],
+                 "budgets": {fam: dataclasses.asdict(b) for fam, b in budgets.items()}}
     if earlier is not None:  # a partial rerun: the steps of earlier runs stay on record
         done = set(earlier.get("steps", ())) | set(chosen)
-        conf["steps"] = [s for s in registered if s in done]
+        conf_json["steps"] = [s for s in registered if s in done]
     if ranks().main:
-        (out / "config.json").write_text(json.dumps(conf, indent=2, default=str))
+        (out / "config.json").write_text(json.dumps(conf_json, indent=2, default=str))
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
@@ -109,40 +111,32 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     r = init(input_device(model))
     print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
           + (f" over {r.size} ranks" if r.size > 1 else "") + f", started {time.strftime('%H:%M:%S')}", flush=True)
-    legacy = [(name, step) for name, step in todo if step.analysis is None]  # steps dealt out whole
-    computed = _run_share(legacy, r, cfg, model, text, budgets, out, identity.row()) if r.size > 1 else {}
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     scratch = Report("scratch")  # another rank draws no section
     for i, (name, step) in enumerate(todo, 1):
-        if step.analysis is None and not r.main:
-            continue  # its tables are gathered on rank 0, which draws its section
-        ctx = StepContext(cfg, model, text, report if r.main else scratch, budgets[step.family], out, identity.row())
+        conf = step_config(step, cfg, budgets)
+        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.family], out, identity.row(), conf)
         t = time.perf_counter()
         if r.main:
             print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
                   f"{_duration(t - t_run)} into the run", flush=True)
-        with identity_scope(identity.row()):
-            if step.analysis is None:
-                step.run(ctx)  # under torchrun the step's tables are there: this draws its section from them
-            else:  # the analysis's own run, as its command runs it (under torchrun: its units over the ranks)
-                ctx.config = step_config(step, cfg, budgets)
-                if ctx.config is not None:  # None: skipped at these budgets
-                    result = run_analysis(step.analysis, model, ctx.config, out=out, progress=r.main)
-                    if r.main:
-                        step.run(ctx, result)
-                        report.text(f"The same tables from the command line: {same_command(step, cfg, ctx.config)}.",
-                                    note=True)
+        if conf is not None:  # None: skipped at these budgets
+            with identity_scope(identity.row()):  # the analysis's own run, as its command runs it (under
+                result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)  # torchrun: its units
+            if r.main:  # over the ranks, merged on rank 0)
+                step.render(ctx, result)
+                report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
         _release_memory()
         if not r.main:
             continue
-        timings[name] = time.perf_counter() - t + computed.get(name, {}).get("seconds", 0.0)
-        peak_mb[name] = max(_peak_rss_mb(), computed.get(name, {}).get("peak_mb", 0.0))
+        timings[name] = time.perf_counter() - t
+        peak_mb[name] = _peak_rss_mb()
         wrote = [f for f in step.files if (out / f).exists()]
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-        _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
+        _set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
     if not r.main:
         return None
@@ -152,35 +146,31 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
           flush=True)
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
                           "bare_forwards": [t / bare for t in timings.values()],
-                          "peak_rss_mb_so_far": [peak_mb[k] for k in timings],
-                          "rank": [computed.get(k, {}).get("rank", "all" if registered[k].analysis and r.size > 1 else 0)
-                                   for k in timings]})
+                          "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
-    if earlier is not None and "rank" not in earlier:
-        earlier["rank"] = 0
     pd.concat([earlier, table], ignore_index=True).to_csv(path, index=False)
     report.section("Timings").table(
-        table.drop(columns=["run"] + (["rank"] if r.size == 1 else [])).rename(
+        table.drop(columns=["run"]).rename(
             columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),
         f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
         f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured at "
         f"the start of the run ({bare:.2f} s; the whole run: {total / bare:.0f}x), and the process's peak "
-        f"resident memory after it" + (f"; under torchrun ({r.size} ranks) a step's time is its rank's plus rank 0's "
-                                       "drawing of its section, and its memory that rank's (rank 'all': an analysis "
-                                       "whose units the ranks shared, rank 0's time and memory)" if r.size > 1 else "")
+        f"resident memory after it" + (f"; under torchrun ({r.size} ranks) every step's units are shared out over "
+                                       "the ranks: rank 0's time and memory" if r.size > 1 else "")
         + f". Every run's rows: {path}.")
-    _set_headline(report, budgets, out, families, _caveats(model, registered, conf["steps"]))
+    _set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]))
     return report.save(out / "report.html")
 
 
 def step_config(step, cfg: AtlasConfig, budgets: dict[str, Any]):
     """The analysis config of an analysis ``step`` (:func:`tlgeo.analysis.register_analysis_step`) from its
-    family's budgets (``None``: the budgets skip it); a config with a ``corpus`` reads the atlas's."""
+    family's budgets (``None``: the budgets skip it); a config with a ``corpus`` or a ``seed`` takes the atlas's."""
     conf = step.config(budgets[step.family])
-    if conf is not None and "corpus" in {f.name for f in dataclasses.fields(conf)}:
-        conf = conf.replace(corpus=cfg.corpus)
-    return conf
+    if conf is None:
+        return None
+    fields = {f.name for f in dataclasses.fields(conf)}
+    return conf.replace(**{k: v for k, v in (("corpus", cfg.corpus), ("seed", cfg.seed)) if k in fields})
 
 
 def same_command(step, cfg: AtlasConfig, conf) -> str:
@@ -201,46 +191,6 @@ def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
     if old != identity.row():
         differ = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in identity.row().items() if old.get(k) != v)
         raise ValueError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
-
-
-# what each step that is not a registered analysis's run cost at the defaults on SmolLM2-135M, in bare forwards
-# (timings.csv of a default run, 2026-12-02, a bare forward 2.20 s): under torchrun these steps are dealt out over
-# the ranks by it (an analysis's step shares its own units out)
-STEP_COST = {"sweeps": 26, "compare": 46, "heads": 34, "mlp": 7, "closed_form": 1, "audit": 3}
-
-
-def _run_share(todo: list, r, cfg: AtlasConfig, model, text: str, budgets: dict, out: Path,
-               identity: dict) -> dict[str, dict]:
-    """This rank's share of ``todo`` (:func:`~tlgeo.distributed.deal` by :data:`STEP_COST`), run into
-    ``out``; every rank's tables gathered to rank 0 (machines need not share a file system).
-
-    Returns, on rank 0, ``{step: {"seconds", "peak_mb", "rank"}}`` of every rank's steps. A step that
-    fails stops its rank's share; once every rank is done (and what they finished is gathered), all
-    ranks raise :class:`~tlgeo.distributed.RankFailed` naming it."""
-    import torch.distributed as dist
-
-    mine = deal(todo, r.rank, r.size, [STEP_COST.get(name, 10) for name, _ in todo])
-    scratch = Report("scratch")  # a rank's figures are not kept: rank 0 draws every section from the tables
-    done: dict[str, dict] = {}
-    error = None
-    for name, step in mine:
-        t = time.perf_counter()
-        print(f"[atlas] rank {r.rank}: step {name} started {time.strftime('%H:%M:%S')}", flush=True)
-        try:
-            with identity_scope(identity):
-                step.run(StepContext(cfg, model, text, scratch, budgets[step.family], out, identity))
-            _release_memory()
-        except Exception as e:  # noqa: BLE001 - the other ranks' work is gathered first, then every rank raises
-            first = (str(e).strip().splitlines() or [""])[0]
-            error = f"step {name}: {type(e).__name__}: {first}"
-            print(f"[atlas] rank {r.rank}: {error}", file=sys.stderr, flush=True)
-            break
-        done[name] = {"seconds": time.perf_counter() - t, "peak_mb": _peak_rss_mb(), "rank": r.rank}
-    gather_files(out, [f for name, step in mine if name in done for f in step.files], r)
-    parts: list | None = [None] * r.size if r.main else None
-    dist.gather_object(done, parts, dst=0)
-    all_errors(error, r)
-    return {k: v for part in parts or [] for k, v in part.items()}
 
 
 BARE_SHAPE = (4, 256)  # a bare forward of 4 windows of 256 tokens: the atlas's unit of time

@@ -58,10 +58,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids (slow)")
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from .atlas import AtlasConfig, run_atlas
+def atlas_config(args: argparse.Namespace):
+    """The :class:`~.atlas.AtlasConfig` of ``tlgeo atlas``'s parsed flags (unknown budgets and steps fail here)."""
+    from .atlas import AtlasConfig
 
-    set_threads(args)
     budgets = {k.removeprefix("budget__"): v for k, v in vars(args).items()
                if k.startswith("budget__") and v is not None}
     if args.full_grids:
@@ -69,11 +69,22 @@ def run_command(args: argparse.Namespace) -> int:
 
         budgets.update(s_par_grid=S_PAR_GRID, s_perp_grid=S_PERP_GRID)
     steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
+    unknown = [x for x in steps or () if x not in load_steps()]
+    if unknown:
+        raise ValueError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
                       budgets=budgets, load=model_kwargs(args))
-    cfg.family_budgets()  # an unknown budget fails here, before the model loads
+    cfg.family_budgets()
+    return cfg
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from .atlas import run_atlas
+
+    set_threads(args)
+    cfg = atlas_config(args)  # an unknown budget or step fails here, before the model loads
     out = output_dir(args, f"atlas-{model_key(args.model)}")  # as cfg.out_dir(); an unwritable --out fails first
-    print(f"[atlas] edits leave the first {budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
+    print(f"[atlas] edits leave the first {cfg.budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
     print_written(sorted(p for p in out.rglob("*") if p.is_file()))
     print(f"open {path} in a browser")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pandas as pd
 
@@ -39,11 +40,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=tuple(DEVICES), help="the device estimated for")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="the weights (default: float32 on cpu, bfloat16 on a GPU)")
-    p.add_argument("analysis", choices=tuple(_plannable()), help="the command whose run is planned")
+    p.add_argument("analysis", choices=(*_plannable(), "atlas"), help="the command whose run is planned")
     p.add_argument("flags", nargs=argparse.REMAINDER, help="that command's flags (its config)")
 
 
-def _config_parser(command: str, config: type) -> argparse.ArgumentParser:
+def _config_parser(command: str) -> argparse.ArgumentParser:
     """Every flag of ``tlgeo <command>`` as that command names them (``tlgeo tokenwise``'s
     ``--patch-tokens``), none required: a command line that runs is a command line that plans. Its
     config flags make the plan; the others (output, threads, placement) are accepted and change nothing
@@ -57,31 +58,64 @@ def _config_parser(command: str, config: type) -> argparse.ArgumentParser:
     return full
 
 
-def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
-               dtype: str | None = None) -> pd.DataFrame:
-    """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
-    :class:`~tlgeo.planner.ModelShape`; :func:`tlgeo.planner.estimate`)."""
-    from ..planner import DEVICES, ModelShape, estimate, model_shape, start_seconds
-
-    a = _plannable()[command]
-    sub = _config_parser(command, a.config)
+def _parse(command: str, flags: list[str]) -> argparse.Namespace:
     try:
-        parsed, extra = sub.parse_known_args(list(flags))
+        parsed, extra = _config_parser(command).parse_known_args(list(flags))
     except argparse.ArgumentError as e:
         raise ValueError(str(e)) from None
     if extra:
         raise ValueError(f"not flags of tlgeo {command}: {' '.join(extra)}")
-    cfg = config_from_args(a.config, parsed)
+    return parsed
+
+
+def _work(shape, command: str, flags: list[str]) -> tuple[list, list[str], argparse.Namespace]:
+    """The planner's work of ``tlgeo <command> <flags>`` and the notes of defaults cut to the model's
+    context; for ``atlas``, every chosen step's work (its analysis's plan of the step's config), each
+    row named ``<step>: <its step>``."""
+    parsed = _parse(command, flags)
+    if command != "atlas":
+        a = _plannable()[command]
+        cfg = config_from_args(a.config, parsed)
+        cfg, cut = cfg.fit_to(shape.n_ctx) if hasattr(cfg, "fit_to") else (cfg, [])  # as the command does
+        return a.plan(shape, cfg), cut, parsed
+    from .atlas import step_config
+    from .cli import atlas_config
+    from .registry import load_steps
+
+    atlas = atlas_config(parsed)
+    budgets, work = atlas.family_budgets(), []
+    for name, step in load_steps().items():
+        conf = step_config(step, atlas, budgets) if atlas.steps is None or name in atlas.steps else None
+        if conf is None or step.analysis.plan is None:
+            continue
+        work += [dataclasses.replace(w, step=f"{name}: {w.step}") for w in step.analysis.plan(shape, conf)]
+    return work, [], parsed
+
+
+def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
+               dtype: str | None = None) -> pd.DataFrame:
+    """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
+    :class:`~tlgeo.planner.ModelShape`; :func:`tlgeo.planner.estimate`); ``command`` may be ``atlas``
+    (every step of the atlas at its budgets)."""
+    from ..planner import CPU_THREADS, DEVICES, ONE_THREAD_SLOWDOWN, ModelShape, estimate, model_shape, start_seconds
+
+    if command != "atlas" and command not in _plannable():
+        raise ValueError(f"tlgeo plan: no plan for {command!r}; choose from {[*_plannable(), 'atlas']}")
     shape = model if isinstance(model, ModelShape) else model_shape(model)
-    cfg, cut = cfg.fit_to(shape.n_ctx) if hasattr(cfg, "fit_to") else (cfg, [])  # as the command does
+    work, notes, parsed = _work(shape, command, flags)
     dtype = dtype or ("bfloat16" if DEVICES[device].gpu else "float32")
-    df = estimate(shape, a.plan(shape, cfg), device, dtype)
+    df = estimate(shape, work, device, dtype)
+    threads = getattr(parsed, "threads", None)
+    if not DEVICES[device].gpu and threads == 1 < CPU_THREADS:  # the forwards on one core
+        df["seconds"] = (df["seconds"] - df["cpu_seconds"]) * ONE_THREAD_SLOWDOWN + df["cpu_seconds"]
+        notes = [*notes, f"--threads 1: the forwards take {ONE_THREAD_SLOWDOWN:g}x their time at the calibration's "
+                         f"{CPU_THREADS} threads"]
     start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, dtype),
                            "note": "imports and booting the model from a local folder"}])
     body, total = df[df["step"] != "total"], df[df["step"] == "total"].copy()
     total["seconds"] += start["seconds"].iloc[0]
     out = pd.concat([start, body, total], ignore_index=True).assign(model=shape.name, device=device, dtype=dtype)
-    out.attrs["notes"] = cut  # defaults the model's context cut, as the command cuts them
+    out.attrs["notes"] = notes  # defaults the model's context cut, as the command cuts them; fewer threads
     return out
 
 

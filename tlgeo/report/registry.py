@@ -43,7 +43,7 @@ def load_steps() -> dict[str, analysis.Step]:
     mods = _modules("atlas")
     rank = {m.__name__: i for i, m in enumerate(mods)}
     steps = list(analysis.steps().items())
-    steps.sort(key=lambda kv: rank.get(kv[1].run.__module__, len(rank)))  # stable: keeps each module's order
+    steps.sort(key=lambda kv: rank.get(kv[1].render.__module__, len(rank)))  # stable: keeps each module's order
     return dict(steps)
 
 
