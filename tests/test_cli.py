@@ -201,3 +201,36 @@ def test_ppl_layers_and_heads_fail_from_the_config_before_the_model_loads(flags,
     code = main(["ppl", "--model", "tiny:llama", "--site", "value_excl_self", "--out", str(tmp_path), *flags])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and msg in err.lower(), err
+
+
+def test_ctrl_c_under_torchrun_names_each_rank_folder_once_from_rank_0(tmp_path, capsys, monkeypatch):
+    from tlgeo import cli
+    from tlgeo.cliargs import RunRecord
+
+    record = RunRecord(tmp_path)
+    for name in ("patching_tasks.csv", "ranks/0-of-2/patching.jsonl", "ranks/1-of-2/patching.jsonl",
+                 "ranks/1-of-2/patching_effects.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert record.saved() == (f"Saved in {tmp_path}: patching_tasks.csv, ranks/0-of-2 (1 file), "
+                              "ranks/1-of-2 (2 files).")
+
+    def interrupted(args):
+        args.record.out = tmp_path
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", lambda: _parser_running(interrupted))
+    for rank, says in (("1", False), ("0", True)):  # every rank is interrupted: rank 0 says it, once
+        monkeypatch.setenv("RANK", rank)
+        assert main(["x"]) == 130
+        err = capsys.readouterr().err
+        assert ("interrupted. Saved in" in err) == says and err.count("ranks/1-of-2 (2 files)") == says
+
+
+def _parser_running(fn):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    sub.add_parser("x").set_defaults(_run=fn)
+    return p

@@ -52,7 +52,7 @@ def _support(model: str | None) -> int:
     """The support matrix: every family, or the row of ``model`` (read from its config alone) with the reasons."""
     import pandas as pd
 
-    from .families import COLUMNS, FAMILIES, support, support_table
+    from .families import COLUMNS, support, support_table
     from .models import model_family
 
     if model is None:
@@ -133,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                 settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
                 print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities())}")
             return rc
-    except KeyboardInterrupt:
-        _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
+    except KeyboardInterrupt:  # under torchrun every rank is interrupted: rank 0 says it, once for all
+        if not quiet:
+            _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
         return 130
     except (ValueError, KeyError, IndexError, FileNotFoundError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e

@@ -301,10 +301,19 @@ class RunRecord:
         self.rerun = "Rerun the same command to resume."
 
     def saved(self) -> str:
+        """``Saved in OUT: a.csv, b.jsonl, ranks/0-of-2 (3 files).``: each file by its path under the
+        output folder, a torchrun rank's folder once, with its count."""
         files = files_since(self.out, self.t0) if self.out is not None else []
         if not files:
             return "Nothing was saved yet."
-        shown = ", ".join(p.name for p in files[:8]) + (f" and {len(files) - 8} more" if len(files) > 8 else "")
+        names: dict[str, int] = {}
+        for f in files:
+            rel = f.relative_to(self.out).parts
+            key = "/".join(rel[:2]) if rel[0] == "ranks" and len(rel) > 2 else "/".join(rel)
+            names[key] = names.get(key, 0) + 1
+        items = [k if k.count("/") != 1 or not k.startswith("ranks/") else f"{k} ({n} file{'s' * (n > 1)})"
+                 for k, n in names.items()]
+        shown = ", ".join(items[:8]) + (f" and {len(items) - 8} more" if len(items) > 8 else "")
         return f"Saved in {self.out}: {shown}."
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,8 @@ from ..data import load_text
 from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
 from ..results import identity_scope
-from ..analysis import StepContext, family_headline, family_title, make_budgets
+from ..analysis import StepContext, make_budgets
+from .headline import set_headline
 from .html import Report
 from .registry import load_steps
 
@@ -136,7 +136,8 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-        _set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]))
+        set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]),
+                     compare=not _random_weights(model))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
     if not r.main:
         return None
@@ -159,7 +160,8 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         f"resident memory after it" + (f"; under torchrun ({r.size} ranks) every step's units are shared out over "
                                        "the ranks: rank 0's time and memory" if r.size > 1 else "")
         + f". Every run's rows: {path}.")
-    _set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]))
+    set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]),
+                     compare=not _random_weights(model))
     return report.save(out / "report.html")
 
 
@@ -220,38 +222,21 @@ def bare_forward_seconds(model, repeats: int = 3) -> float:
     return statistics.median(times)
 
 
+def _random_weights(model) -> bool:
+    return model_label(model).startswith("tiny:")
+
+
 def _caveats(model, registered: dict, done: list[str]) -> list[str]:
     """What the reader must know before any number: a model with random weights, steps not run."""
     out = []
-    label = model_label(model)
-    if label.startswith("tiny:"):
-        out.append(f"{label} is a tiny model with random weights: the report tests the machinery; no number in it "
-                   "says anything about the papers' claims, and the comparisons with them below do not apply.")
+    if _random_weights(model):
+        out.append(f"{model_label(model)} is a tiny model with random weights: the report tests the machinery; no "
+                   "number in it says anything about the papers' claims, so this headline compares none with them "
+                   "(the sections' paper columns do not apply).")
     skipped = [s for s in registered if s not in done]
     if skipped:
         out.append(f"Steps not run: {', '.join(skipped)} (tlgeo atlas --steps chose the others).")
     return out
-
-
-def _set_headline(report: Report, budgets: dict[str, Any], out: Path, families: list[str],
-                  caveats: list[str] = ()) -> None:
-    """The report's opening block: each family's headline (in ``families`` order) from the CSVs in ``out``,
-    after ``caveats`` (first among the warnings).
-
-    A headline that fails is reported in the block (and on stderr) rather than
-    stopping a run whose results are already on disk."""
-    groups: list[tuple[str, list[str]]] = []
-    warnings: list[str] = []
-    for family in families:
-        try:
-            h = family_headline(family, out, budgets[family])
-        except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on
-            print(f"[atlas] headline of {family!r} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            groups.append((family_title(family), [f"(The headline could not be computed: {type(e).__name__}: {e}.)"]))
-            continue
-        groups.append((family_title(family), list(h.sentences)))
-        warnings += h.warnings
-    report.headline([], warnings, caveats=caveats, groups=groups)
 
 
 def _duration(seconds: float) -> str:
