@@ -50,7 +50,7 @@ RUNS = [
                                 "0.5", "--blimp-pairs", "8", "--probe-sentences", "40", "--probe-layer-count", "3"]),
     ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
     ("smollm2-135m", "compress-diag", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
-    ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "16"]),
+    ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "8", "--exact-components", "head,head_par"]),
     ("smollm2-135m", "sweeps", ["--tokens", "512", "--context", "256", "--s-par-grid", "0,0.5,2", "--s-perp-grid", "0,2"]),
     ("smollm2-135m", "compare", ["--tokens", "512", "--context", "256", "--zeroshot-limit", "10", "--ruler-samples", "1",
                                  "--ruler-sites", "value_excl_self"]),
@@ -214,12 +214,13 @@ def machine_factor() -> float:
     return bare / planned
 
 
-def check(runs: list[tuple[str, str, list[str]]]) -> None:
+def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None) -> None:
     from tlgeo.models import UnknownModelError
     from tlgeo.planner import model_shape
     from tlgeo.report.plan import plan_table
 
     factor = machine_factor()
+    rows = []
     print(f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} {'ratio/m':>7} | "
           f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
     for model, cmd, flags in runs:
@@ -243,6 +244,20 @@ def check(runs: list[tuple[str, str, list[str]]]) -> None:
         print(f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {ratio:6.2f} {ratio / factor:7.2f} | "
               f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
               flush=True)
+        rows.append(dict(model=model, command=cmd, flags=" ".join(flags), predicted_s=pred_s, measured_s=got["seconds"],
+                         ratio=ratio, machine_factor=factor, ratio_over_machine=ratio / factor,
+                         predicted_gib=total["peak_gib"], measured_gib=got["peak_gib"],
+                         memory_ratio=got["peak_gib"] / total["peak_gib"]))
+        if out is not None:  # after every command: an interrupted check keeps what it measured
+            import pandas as pd
+
+            from tlgeo.provenance import record
+
+            out.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(rows).to_csv(out / "plan_vs_measured.csv", index=False)
+    if out is not None:
+        record(out, ["scripts/bench_plan.py", *sys.argv[1:]], {"runs": [list(r[:2]) + [" ".join(r[2])] for r in runs]})
+        print(f"wrote {out / 'plan_vs_measured.csv'}")
 
 
 if __name__ == "__main__":
@@ -251,10 +266,11 @@ if __name__ == "__main__":
     p.add_argument("--pair", metavar="DIR", help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) "
                    "instead of the other models")
     p.add_argument("--only", metavar="CMDS", help="comma-separated commands of RUNS to check (default: all)")
+    p.add_argument("--out", type=Path, help="also write plan_vs_measured.csv (and provenance.jsonl) into this folder")
     a = p.parse_args()
     if a.calibrate:
         calibrate()
     else:
         runs = (RUNS if a.pair is None else
                 [(str(Path(a.pair) / arch / "model"), cmd, flags) for arch in ("gpt", "llama") for cmd, flags in PAIR_RUNS])
-        check([r for r in runs if not a.only or r[1] in a.only.split(",")])
+        check([r for r in runs if not a.only or r[1] in a.only.split(",")], a.out)
