@@ -233,10 +233,10 @@ def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None) -> No
             _setup(model, cmd)
         total = plan_table(shape, cmd, flags).set_index("step").loc["total"]  # the start included, as `tlgeo plan`
         pred_s = total["seconds"]
-        out = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
+        scratch = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
         done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", "2",
-                               "--out", str(out)], capture_output=True, text=True, cwd=REPO)
-        shutil.rmtree(out, ignore_errors=True)
+                               "--out", str(scratch)], capture_output=True, text=True, cwd=REPO)
+        shutil.rmtree(scratch, ignore_errors=True)
         if done.returncode:
             sys.exit(f"{cmd} failed: {done.stderr[-2000:]}")
         got = json.loads(done.stderr.strip().splitlines()[-1])
