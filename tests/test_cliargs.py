@@ -72,7 +72,7 @@ def test_run_record_names_only_files_this_run_wrote(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "a.jsonl").write_text("{}\n")
     (tmp_path / "b.csv.tmp").write_text("")  # a half-written file is not saved
-    assert rec.saved() == f"Saved in {tmp_path}: a.jsonl."
+    assert rec.saved() == f"Saved in {tmp_path}: logs/a.jsonl."  # its path under the folder
 
 
 def test_default_output_is_never_the_committed_results(monkeypatch):

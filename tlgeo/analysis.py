@@ -333,6 +333,17 @@ class Result:
             written.append(out / t.filename)
         return written
 
+    def deliver(self, out: str | Path | None = None,
+                on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> "Result":
+        """A finished result: saved into ``out`` (if given), then each table shown with ``on_table(name, df)``
+        (the command line prints them); returns ``self``."""
+        if out is not None:
+            self.save(out)
+        if on_table is not None:
+            for name, df in self.tables().items():
+                on_table(name, df)
+        return self
+
     @classmethod
     def load(cls, out: str | Path) -> "Result":
         """The tables saved in ``out`` (missing ones as ``None``)."""

@@ -56,13 +56,7 @@ def _log(out, log, name: str) -> Path | None:
 
 def _finish(result_cls: type[Result], tables: dict[str, pd.DataFrame], out, on_table: OnTable | None) -> Result:
     """The result of ``tables`` (derived tables made), merged into ``out`` (if given), each table shown."""
-    res = result_cls(**tables)
-    if out is not None:
-        res.save(out)
-    if on_table is not None:
-        for name, df in res.tables().items():
-            on_table(name, df)
-    return res
+    return result_cls(**tables).deliver(out, on_table)
 
 
 def _chosen(units: Sequence[tuple] | None, every: list[tuple]) -> list[tuple]:

@@ -202,13 +202,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2]))
     baseline_df = None if baseline_rows is None else pd.DataFrame(
         baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
-    res = PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df)
-    if out is not None:
-        res.save(out)
-    if on_table is not None:
-        for name, df in res.tables().items():
-            on_table(name, df)
-    return res
+    return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df).deliver(out, on_table)
 
 
 def _wants_baseline(cfg: PatchingConfig) -> bool:
