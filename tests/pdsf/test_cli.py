@@ -11,21 +11,21 @@ def test_pdsf_command(tmp_path, capsys):
     out = tmp_path / "pdsf"
     argv = ["pdsf", "--model", "tiny:llama", "--layers", "0,3", "--per-group", "1", "--new-tokens", "3",
             "--conditions", "D,random", "--bos", "no", "--single-pass", "F_attenuate,D_rotate", "--repeats", "1",
-            "--geometry-per-group", "4", "--out", str(out)]  # 14 groups x 4 specA prompts
+            "--geometry-per-group", "2", "--out", str(out)]  # 14 groups x 2 specA prompts
     assert main(argv) == 0
     layers = pd.read_csv(out / "pdsf_layers.csv")
-    assert list(layers["layer"]) == [0, 3] and (layers["n_prompts"] == 56).all() and not layers["bos"].any()
+    assert list(layers["layer"]) == [0, 3] and (layers["n_prompts"] == 28).all() and not layers["bos"].any()
     s = pd.read_csv(out / "pdsf_generation_summary.csv")
     assert list(s["condition"]) == ["D", "random"] and (s["n"] == 12).all()
     printed = capsys.readouterr().out
-    assert "56 specA prompts (raw, BOS off)" in printed and "immediate divergence D 64 %" in printed
+    assert "28 specA prompts (raw, BOS off)" in printed and "immediate divergence D 64 %" in printed
     assert "single-pass edits at state 1 of the last prompt token (paper, KL nats: F-transplant 5.63" in printed
     assert main(argv) == 0  # again: every stage from its log, rows replaced
     assert "geometry: read back from" in capsys.readouterr().out
     assert len(pd.read_csv(out / "pdsf_layers.csv")) == 2
     assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 2 and len(pd.read_csv(out / "pdsf_generation.csv.gz")) == 24
     sp = pd.read_csv(out / "pdsf_single_pass_summary.csv")
-    assert sorted(sp["condition"]) == ["D_rotate", "F_attenuate"] and len(pd.read_csv(out / "pdsf_single_pass.csv.gz")) == 2 * 56
+    assert sorted(sp["condition"]) == ["D_rotate", "F_attenuate"] and len(pd.read_csv(out / "pdsf_single_pass.csv.gz")) == 2 * 28
     assert list(pd.read_csv(out / "pdsf_dynamics.csv")["layer"]) == [1, 2, 3]
     assert main(argv[:-2] + ["--mode", "faithful", "--out", str(out)]) == 0  # another setting: kept beside
     assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 4 and len(pd.read_csv(out / "pdsf_single_pass_summary.csv")) == 4

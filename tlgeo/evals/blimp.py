@@ -22,7 +22,8 @@ from torch import Tensor
 from ..stats import bootstrap_ci
 from .sentences import sentence_batches, sentence_nll
 
-__all__ = ["AGREEMENT", "MinimalPair", "load_blimp", "pair_nll", "pair_correct", "accuracy_rows", "evaluate_blimp"]
+__all__ = ["AGREEMENT", "MinimalPair", "blimp_rows", "load_blimp", "pair_nll", "pair_correct", "accuracy_rows",
+           "evaluate_blimp"]
 
 AGREEMENT: tuple[str, ...] = (
     "regular_plural_subject_verb_agreement_1", "regular_plural_subject_verb_agreement_2",
@@ -40,25 +41,30 @@ class MinimalPair:
     pair_id: str
 
 
-def load_blimp(paradigm: str, limit: int | None = None) -> list[MinimalPair]:
-    """The first ``limit`` pairs of a BLiMP paradigm (all 1000 by default)."""
+def blimp_rows(paradigm: str) -> list[dict]:
+    """The raw rows of a BLiMP paradigm (``sentence_good``, ``sentence_bad``, ``one_prefix_method``, ...),
+    offline from ``<data>/blimp`` (from the hub, for online users, where there is no copy)."""
     from ..data import data_dir
 
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
     try:
         path = data_dir() / "blimp" / f"{paradigm}.jsonl"
     except FileNotFoundError:
         path = None
     if path is not None and path.is_file():
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif path is not None and path.parent.is_dir():
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if path is not None and path.parent.is_dir():
         known = sorted(p.stem for p in path.parent.glob("*.jsonl"))
         raise ValueError(f"unknown BLiMP paradigm {paradigm!r}; offline ones: {known}")
-    else:  # no offline copy: the hub, for online users
-        from datasets import load_dataset
+    from datasets import load_dataset  # no offline copy: the hub
 
-        rows = list(load_dataset("nyu-mll/blimp", paradigm, split="train"))
+    return [dict(r) for r in load_dataset("nyu-mll/blimp", paradigm, split="train")]
+
+
+def load_blimp(paradigm: str, limit: int | None = None) -> list[MinimalPair]:
+    """The first ``limit`` pairs of a BLiMP paradigm (all 1000 by default)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    rows = blimp_rows(paradigm)
     rows = rows[:limit] if limit is not None else rows
     return [MinimalPair(r["sentence_good"], r["sentence_bad"], paradigm, str(r.get("pairID", i)))
             for i, r in enumerate(rows)]

@@ -39,7 +39,7 @@ from .baseline import COLUMNS as BASELINE_COLUMNS
 from .baseline import par_baseline_rows
 from .components import get_component
 from .config import PatchingConfig
-from .effects import add_qvalues, effect_test
+from .effects import add_qvalues, agreement, effect_test, interactions
 from .exact import exact_sweep
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
@@ -61,7 +61,9 @@ class PatchingResult(Result):
     its Benjamini–Hochberg ``q`` within the family and ``significant`` (``q < 0.05``;
     :func:`.effects.add_qvalues`); ``par_baseline``: per (task, layer, head) the energy share of the
     head's write along the residual on the clean run, of a randomly rotated write, and ``1 / d_model``
-    (:mod:`.baseline`; no rows where the heads' writes are not their own: the task's ``note`` says why).
+    (:mod:`.baseline`; no rows where the heads' writes are not their own: the task's ``note`` says why);
+    ``agreement`` (attribution against exact patching) and ``interactions`` (a split's parts against the
+    whole), made from ``effects``.
 
     ``q`` and ``significant`` are recomputed from ``p`` whenever the result is made (so a merge of work
     units equals the whole run) and on the whole saved table after :meth:`save`."""
@@ -70,6 +72,10 @@ class PatchingResult(Result):
         Table("tasks", ("model", "task", "prompts", "seed"), "patching_tasks.csv"),
         Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
         Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
+        Table("agreement", ("model", *SETTINGS[:3], *SETTINGS[4:], "component"), "patching_agreement.csv",
+              derive=lambda r: _summary(agreement, r.effects)),
+        Table("interactions", ("model", *SETTINGS[:3], *SETTINGS[4:], "split", "layer", "head"),
+              "patching_interactions.csv", derive=lambda r: _summary(interactions, r.effects)),
     )
 
     def __post_init__(self) -> None:
@@ -88,6 +94,14 @@ class PatchingResult(Result):
             df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
             os.replace(tmp, path)
         return written
+
+
+def _summary(fn, effects: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``fn(effects)`` (attribution vs exact, or the interactions of split parts); ``None`` when it has no row."""
+    if effects is None or effects.empty:
+        return None
+    got = fn(effects)
+    return got if len(got) else None
 
 
 def _layers(model: Model, cfg: PatchingConfig) -> list[int]:

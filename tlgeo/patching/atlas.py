@@ -15,7 +15,6 @@ import pandas as pd
 from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
 from .analysis import ANALYSIS, PatchingResult
 from .config import PatchingConfig
-from .effects import agreement
 
 __all__ = ["FAMILY", "PatchingBudgets", "headline", "bh_sentence"]
 
@@ -113,7 +112,8 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
             ctx.report.figure(plot_attribution_vs_exact(effects, task),
                               f"{task}: attribution (y) against exact (x) effect per layer and head; points off the "
                               "diagonal are where the linear approximation fails.")
-            agree = agreement(effects[effects["task"] == task])
+        if result.agreement is not None and (result.agreement["task"] == task).any():
+            agree = result.agreement[result.agreement["task"] == task]
             ctx.report.table(agree[["component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer",
                                     "worst_head"]], f"{task}: attribution vs exact patching over every layer and head.")
         top = effects[(effects["task"] == task) & (effects["head"] >= 0)]

@@ -61,7 +61,6 @@ def run_command(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from ..models import load_model
     from .analysis import ANALYSIS, PatchingResult
-    from .effects import agreement, interactions
 
     set_threads(args)
     cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
@@ -84,19 +83,13 @@ def run_command(args: argparse.Namespace) -> int:
         print("\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
               "and direction; p: Wald, bootstrap SE over prompts):")
         print(significance_summary(res.effects).to_string(index=False, float_format="{:.3g}".format))
-        agree = agreement(res.effects)
-        if len(agree):
-            path = out / "patching_agreement.csv"
-            agree.to_csv(path, index=False)
-            files.append(path)
+        agree = res.agreement
+        if agree is not None:
             print("\nattribution vs exact (over blocks and heads):")
             print(agree[["task", "direction", "component", "pairs", "pearson", "spearman", "max_abs_diff",
                          "worst_layer"]].to_string(index=False, float_format="{:.3f}".format))
-        inter = interactions(res.effects)
-        if len(inter):
-            path = out / "patching_interactions.csv"
-            inter.to_csv(path, index=False)
-            files.append(path)
+        inter = res.interactions
+        if inter is not None:
             big = inter.assign(size=inter["interaction"].abs()).sort_values("size", ascending=False)
             print("\nexact effects of a split's parts vs the whole (the changes add up; effects only to first order):")
             print(big.groupby(["task", "split"]).agg(cells=("interaction", "size"),

@@ -99,11 +99,16 @@ def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     return df
 
 
+def _identified(effects: pd.DataFrame, key: list[str]) -> list[str]:
+    """``key`` after the identity columns ``effects`` has (``model`` at least): a summary keeps them."""
+    return [*dict.fromkeys(["model", *(c for c in IDENTITY if c in effects.columns)]), *key]
+
+
 def agreement(effects: pd.DataFrame) -> pd.DataFrame:
     """Attribution against exact patching: per (model, task, direction, positions, frame, component),
     Pearson and Spearman correlation of the two methods' effects over (layer, head), the number of
     pairs, the largest absolute difference and the block where it is."""
-    key = ["model", "task", "prompts", "seed", "direction", "positions", "frame", "component"]
+    key = _identified(effects, ["task", "prompts", "seed", "direction", "positions", "frame", "component"])
     cell = ["layer", "head"]
     ex = effects[effects["method"] == "exact"].set_index([*key, *cell])["effect"]
     at = effects[effects["method"] == "attribution"].set_index([*key, *cell])["effect"]
@@ -132,7 +137,7 @@ def interactions(effects: pd.DataFrame, method: str = "exact") -> pd.DataFrame:
     ``head_par`` + ``head_perp``, ``head`` into ``self`` + ``nonself``, ``nonself`` into its parts,
     ``mlp`` into its parts), layer and head, ``whole``, ``parts_sum`` and ``interaction = whole -
     parts_sum``. The changes add up exactly; their effects only to first order (0 for attribution)."""
-    key = ["model", "task", "prompts", "seed", "direction", "positions", "frame", "layer", "head"]
+    key = _identified(effects, ["task", "prompts", "seed", "direction", "positions", "frame", "layer", "head"])
     df = effects[effects["method"] == method]
     by = df.set_index([*key, "component"])["effect"].unstack("component")
     rows = []

@@ -122,9 +122,11 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
             print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
                   f"{_duration(t - t_run)} into the run", flush=True)
         if conf is not None:  # None: skipped at these budgets
-            with identity_scope(identity.row()):  # the analysis's own run, as its command runs it (under
-                result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)  # torchrun: its units
-            if r.main:  # over the ranks, merged on rank 0)
+            # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
+            # on rank 0, which draws the section)
+            with identity_scope(identity.row()):
+                result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)
+            if r.main:
                 step.render(ctx, result)
                 report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
         _release_memory()

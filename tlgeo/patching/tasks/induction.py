@@ -1,0 +1,51 @@
+"""Induction: random tokens repeated; the corrupted first half is other tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Task, TaskError, _check_n
+
+
+# ---------------------------------------------------------------------------------------------
+# induction
+
+
+def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, length: int = 10,
+                   min_id: int | None = None, max_id: int | None = None) -> Task:
+    """Induction on repeated random tokens: ``r1..rL r1..r(L-1)`` -> ``rL``.
+
+    ``length`` distinct ids are drawn per prompt from ``[min_id, max_id)`` minus the tokenizer's special
+    ids (defaults: ``min_id`` 100, or 3 for a vocabulary under 300 tokens; ``max_id`` the tokenizer's
+    size). Clean = ``[bos] r1..rL r1..r(L-1)``; corrupted = ``[bos] q1..qL r1..r(L-1)`` with ``length``
+    fresh distinct ids (no repeat, so nothing to copy). ``correct`` = ``rL`` (``[n, 1]``), ``wrong`` all
+    -1; metric ``logprob``; positions ``"end"``. All prompts have length ``2 * length - 1`` (+ BOS), so
+    exactly ``n`` rows are made. Works on any tokenizer with ``2 * length`` ordinary ids.
+    """
+    _check_n(n)
+    if not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an integer >= 2, got {length!r}")
+    size = len(tokenizer)
+    lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
+    hi = size if max_id is None else int(max_id)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = torch.tensor([i for i in range(max(lo, 0), hi) if i not in special], dtype=torch.long)
+    if ids.numel() < 2 * length:
+        raise TaskError(f"induction: only {ids.numel()} ordinary token ids in [{lo}, {hi}); "
+                        f"length {length} needs {2 * length}")
+    gen = torch.Generator().manual_seed(seed)
+    pre = [] if bos is None else [int(bos)]
+    clean, corrupted, correct = [], [], []
+    for _ in range(n):
+        draw = ids[torch.randperm(ids.numel(), generator=gen)[: 2 * length]].tolist()
+        r, q = draw[:length], draw[length:]
+        clean.append(pre + r + r[:-1])
+        corrupted.append(pre + q + r[:-1])
+        correct.append([r[-1]])
+    return Task(
+        name="induction", clean=torch.tensor(clean), corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct), wrong=torch.full((n, 1), -1, dtype=torch.long), metric="logprob",
+        description=f"induction on {length} repeated random tokens: log P(r_L); corrupted first half fresh",
+    )
+
+
