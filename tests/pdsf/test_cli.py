@@ -101,3 +101,11 @@ def test_config_checks_once():
     assert PDSFConfig(new_tokens=1, generate="none").generation_conditions() == ()
     assert PDSFConfig(conditions=()).conditions == PDSFConfig().conditions  # empty: all, as the old flag
     assert PDSFConfig(single_pass=("none",)).single_pass_conditions() == ()
+
+
+def test_one_geometry_prompt_per_group_is_refused_before_any_work(tmp_path, capsys):
+    """The groups' silhouette needs two prompts per group: one is a one-line error, not a late sklearn one."""
+    assert main(["pdsf", "--model", "tiny:llama", "--geometry-per-group", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "geometry_per_group 1: the groups' discrimination" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "pdsf_layers.csv").exists()

@@ -94,6 +94,9 @@ class PDSFConfig(Config):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise ValueError(f"{name} must be a non-negative integer (0: skip), got {v}")
+        if self.geometry_per_group == 1:
+            raise ValueError("geometry_per_group 1: the groups' discrimination (a silhouette over the prompt groups) "
+                             "needs at least 2 prompts per group; give 2 or more (0 skips the geometry)")
         for name in ("repeats", "batch_size", "new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
