@@ -43,3 +43,9 @@ def test_group_angles():
         silhouette(a, np.zeros(40))
     with pytest.raises(ValueError, match="k=5 axes asked of a group of 40 points in 3"):
         group_angles(rng.normal(size=(40, 3)), a, k=5)
+
+
+def test_one_point_per_group_is_a_clear_error():
+    x = np.eye(4)
+    with pytest.raises(ValueError, match="a silhouette of 4 groups needs more than 4 points"):
+        silhouette(x, np.arange(4))

@@ -34,6 +34,10 @@ def silhouette(x, labels, metric: str = "cosine") -> float:
     from sklearn.metrics import silhouette_score
 
     x, labels = _arrays(x, labels)
+    n_groups = len(np.unique(labels))
+    if n_groups >= len(x):
+        raise ValueError(f"a silhouette of {n_groups} groups needs more than {n_groups} points (got {len(x)}): "
+                         "give at least two per group")
     return float(silhouette_score(x, labels, metric=metric))
 
 
