@@ -11,6 +11,7 @@ def tiny_cfg(out):
         ruler_lengths=(), head_texts=3, head_len=32, n_boot=50, n_perm=50, mlp_tokens=128,
         closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1, dirmag_probe_sentences=8, dirmag_probe_layers=2,
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
+        tokenwise_classes=("linear", "global"), dirmag_blimp_pairs=2,
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
         patching_tasks=("induction", "ioi"), patching_prompts=4, patching_min_accuracy=0.0,
         geometries_tokens=60, geometries_seq_len=16, geometries_layer_count=2, geometries_k=8,

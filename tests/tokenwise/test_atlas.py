@@ -16,9 +16,11 @@ def test_patched_layers_are_evenly_spaced():
 
 
 def test_section_and_headline(atlas_dir, llama):
+    from ..report.conftest import tiny_cfg
+
     html = (atlas_dir / "report.html").read_text()
     geo = pd.read_csv(atlas_dir / "tokenwise_geometry.csv")
-    classes = TokenwiseBudgets().config().classes
+    classes = tiny_cfg(atlas_dir).budgets["tokenwise_classes"]
     assert len(geo) == llama.cfg.n_layers * len(classes) and geo["n_tokens"].iloc[0] >= 150
     corr = pd.read_csv(atlas_dir / "tokenwise_correlation.csv")
     assert set(corr["layer"]) == set(patched_layers(llama.cfg.n_layers, TokenwiseBudgets().tokenwise_patch_layers))
