@@ -189,15 +189,11 @@ def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepContext:
-    """What a step's ``render`` gets: the atlas run's config, the model, its family's budgets, the report,
-    the output folder, the model's identity columns and ``config``, the analysis config the step ran."""
+    """What a step's ``render`` gets: the atlas run's config, the model, its family's budgets, the report
+    and ``config``, the analysis config the step ran."""
 
-    def __init__(self, cfg, model, report, budget, out: Path, identity: Mapping[str, Any] | None = None,
-                 config: "Config | None" = None):
-        self.cfg, self.model, self.report, self.budget = cfg, model, report, budget
-        self.out = Path(out)
-        self.identity = dict(identity or {})
-        self.config = config
+    def __init__(self, cfg, model, report, budget, config: "Config | None" = None):
+        self.cfg, self.model, self.report, self.budget, self.config = cfg, model, report, budget, config
 
 
 # ---------------------------------------------------------------------------

@@ -154,13 +154,7 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     all_errors(error, r)  # what the other ranks finished is in their rank folders: a rerun resumes it
     if not r.main:
         return None
-    merged = analysis.result.merge([p for p in parts if p is not None])
-    if out is not None:
-        merged.save(out)
-    if on_table is not None:
-        for name, df in merged.tables().items():
-            on_table(name, df)
-    return merged
+    return analysis.result.merge([p for p in parts if p is not None]).deliver(out, on_table)
 
 
 def all_errors(error: str | None, r: Ranks) -> None:

@@ -87,8 +87,7 @@ class DecompositionBudgets(_ClosedForm, _Mlp, _HeadStats, _Heads, _Compare, _Swe
                                seed=seed)
 
     def heads_config(self, seed: int = 0) -> HeadsConfig:
-        return HeadsConfig(texts=self.head_texts, length=self.head_len, layers=self.head_layers, n_boot=self.n_boot,
-                           n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
+        return _Heads.config(self, n_boot=self.n_boot, n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
 
     def mlp_config(self) -> MlpCarrierConfig:
         return _Mlp.config(self, context=self.context, skip_first=self.skip_first)

@@ -116,7 +116,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     scratch = Report("scratch")  # another rank draws no section
     for i, (name, step) in enumerate(todo, 1):
         conf = step_config(step, cfg, budgets)
-        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.family], out, identity.row(), conf)
+        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.family], conf)
         t = time.perf_counter()
         if r.main:
             print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
