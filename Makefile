@@ -11,7 +11,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	env -u PYTHONDONTWRITEBYTECODE .venv/bin/tlgeo run --model smollm2-135m
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/tlgeo decompose --model smollm2-135m
 
 test: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal

@@ -30,7 +30,7 @@ from tlgeo.report.registry import load_analyses  # noqa: E402
 
 # command, its analysis, flags: a few minutes each on SmolLM2 on 2 cores
 BENCHES = {
-    "run": ("decomposition", ["--tokens", "2048", "--context", "512", "--profile-tokens", "256",
+    "decompose": ("decomposition", ["--tokens", "2048", "--context", "512", "--profile-tokens", "256",
                               "--sites", "attn,mlp,value_excl_self"]),
     "pdsf": ("pdsf", ["--geometry-per-group", "4", "--no-complexity", "--single-pass-per-group", "2",
                       "--per-group", "1", "--new-tokens", "16", "--conditions", "D,S,F_top,random"]),

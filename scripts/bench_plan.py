@@ -32,10 +32,10 @@ sys.path.insert(0, str(REPO))
 
 # commands checked against the planner (none of them is a calibration setting)
 RUNS = [
-    ("smollm2-135m", "run", []),
+    ("smollm2-135m", "decompose", []),
     ("smollm2-135m", "ppl", ["--site", "attn", "--s-perp", "0", "--tokens", "4096"]),
     ("smollm2-135m", "profile", ["--tokens", "2048", "--sites", "attn,mlp"]),
-    ("tiny:llama", "run", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
+    ("tiny:llama", "decompose", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
     ("gemma3-270m", "ppl", ["--site", "value_excl_self", "--s-par", "0", "--tokens", "2048"]),  # TLGEO_GEMMA=1 setup
     ("gemma3-270m", "profile", ["--tokens", "1024", "--sites", "attn,mlp,value_full"]),
     ("smollm2-135m", "pdsf", ["--geometry-per-group", "4", "--single-pass-per-group", "1", "--per-group", "1",
@@ -61,7 +61,7 @@ RUNS = [
 ]
 # the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
 # --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
-PAIR_RUNS = [(c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("run", "pdsf", "dirmag")]  # SmolLM2's flags
+PAIR_RUNS = [(c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("decompose", "pdsf", "dirmag")]  # SmolLM2's flags
 # made before a run when missing, not measured: the compressed models compress-diag reads (in $TLGEO_CACHE)
 SETUP = {"compress-diag": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 RECIPES: dict[str, tuple[str, tuple[str, ...], list[str]]] = {
     "decomposition": ("000 directional decomposition: parallel ratios and removal perplexities, by scale",
                       ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"),
-                      ["run", "--tokens", "0", "--context", "2048", "--profile-tokens", "8192", "--profile-seq-len",
+                      ["decompose", "--tokens", "0", "--context", "2048", "--profile-tokens", "8192", "--profile-seq-len",
                        "1024", "--dtype", "bfloat16"]),
     "pdsf": ("001 prediction-anchored subspaces: SpecA geometry, single-pass edits, SpecB rotations",
              ("google/gemma-2-9b",),

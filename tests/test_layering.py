@@ -25,8 +25,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;
                                                            #   data-parallel runs and cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
-    frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries"},  # 5 the analyses: the registry's packages
-    frozenset({"geometries"}),                             # 6 one token, four geometries: reads the analyses
+    frozenset(p.split(".")[1] for p in ANALYSES) - {"four_geometries"},  # 5 the analyses: the registry's packages
+    frozenset({"four_geometries"}),                        # 6 one token, four geometries: reads the analyses
     frozenset({"report"}),                                 # 7 atlas and HTML report
     frozenset({"cli"}),                                    # 8 the command line
     frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)
@@ -155,7 +155,7 @@ def test_the_check_catches_bad_imports(path, source, problem):
     ("geometry/parallel.py", "import torch\nfrom .value_space import expand_kv"),
     ("hooks/edits.py", "from ..geometry.parallel import scaled_delta\nfrom .sites import get_site"),
     ("decomposition/atlas.py", "from ..analysis import register_analysis_step\nfrom ..evals.ruler import evaluate_ruler"),
-    ("train/loop.py", "from . import distributed as D"),
+    ("train/loop.py", "from . import parallel as D"),
     ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run\nfrom . import __version__"),
 ])
 def test_the_check_allows_downward_imports(path, source):

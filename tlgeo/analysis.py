@@ -19,7 +19,7 @@ implements the same shape:
   ``cli.py`` (its commands: :class:`Command`).
 
 The atlas part: an analysis contributes steps from its ``atlas`` module — one
-budgets dataclass registered with :func:`register_family` (made from the config by
+budgets dataclass registered with :func:`register_chapter` (made from the config by
 :func:`atlas_budgets`), one step per registered analysis it runs
 (:func:`register_analysis_step`: the analysis, its config from the budgets, and a function that
 draws the report section from the result through ``ctx.report``), and optionally a
@@ -41,9 +41,9 @@ import pandas as pd
 from .results import IDENTITY, current_identity, merge_csv, stamp
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
-           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_family",
+           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
            "register_analysis_step",
-           "steps", "headlines", "family_headline", "family_title", "budget_fields", "make_budgets"]
+           "steps", "headlines", "chapter_headline", "chapter_title", "budget_fields", "make_budgets"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Step:
     those budgets), whose report section ``render(ctx, result)`` draws (:func:`register_analysis_step`)."""
 
     name: str
-    family: str
+    chapter: str
     render: Callable[["StepContext", "Result"], None]
     description: str
     analysis: "Analysis"
@@ -66,7 +66,7 @@ class Step:
 
 @dataclass
 class Headline:
-    """What a family's results show, for the top of the report.
+    """What a chapter's results show, for the top of the report.
 
     ``sentences``: plain sentences with their numbers, computed from the CSVs
     (the most telling first); ``warnings``: one sentence per budget too small to
@@ -82,7 +82,7 @@ class Headline:
 
 HeadlineFn = Callable[[Path, Any], "Headline | list[str]"]
 
-_FAMILIES: dict[str, type] = {}
+_CHAPTERS: dict[str, type] = {}
 _HEADLINES: dict[str, HeadlineFn] = {}
 _TITLES: dict[str, str] = {}
 _STEPS: dict[str, Step] = {}
@@ -97,47 +97,48 @@ def budget(default: Any, help: str, **meta: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
-def register_family(name: str, budgets: type, headline: HeadlineFn | None = None, title: str = "") -> None:
-    """Register an analysis family and its budgets dataclass (field names unique across families).
+def register_chapter(name: str, budgets: type, headline: HeadlineFn | None = None, title: str = "") -> None:
+    """Register an atlas chapter (an analysis package's part of the report) and its budgets dataclass (field
+    names unique across chapters).
 
-    ``headline(out_dir, budgets)``, if given, returns the family's :class:`Headline`
+    ``headline(out_dir, budgets)``, if given, returns the chapter's :class:`Headline`
     (or a plain list of sentences) computed from the CSVs in ``out_dir``; it must
-    cope with steps not yet run (their CSVs missing). ``title``: the family's heading in the
+    cope with steps not yet run (their CSVs missing). ``title``: the chapter's heading in the
     report's headline (default: its name)."""
     if not dataclasses.is_dataclass(budgets):
         raise TypeError(f"budgets of {name!r} must be a dataclass, got {budgets!r}")
-    if name in _FAMILIES and _FAMILIES[name] is not budgets:
-        raise ValueError(f"atlas family {name!r} is already registered")
+    if name in _CHAPTERS and _CHAPTERS[name] is not budgets:
+        raise ValueError(f"atlas chapter {name!r} is already registered")
     if headline is not None and not callable(headline):
         raise TypeError(f"headline of {name!r} must be a function (out_dir, budgets) -> Headline, got {headline!r}")
     old = _HEADLINES.get(name)
     if headline is not None and old is not None and old.__qualname__ != headline.__qualname__:
-        raise ValueError(f"atlas family {name!r} already has a headline ({old.__qualname__})")
-    taken = {f: fam for f, (fam, _) in budget_fields().items() if fam != name}
+        raise ValueError(f"atlas chapter {name!r} already has a headline ({old.__qualname__})")
+    taken = {f: chap for f, (chap, _) in budget_fields().items() if chap != name}
     clash = sorted(f.name for f in dataclasses.fields(budgets) if f.name in taken)
     if clash:
         raise ValueError(f"budget name(s) {clash} of {name!r} are already used by {taken[clash[0]]!r}")
-    _FAMILIES[name] = budgets
+    _CHAPTERS[name] = budgets
     _TITLES[name] = title or _TITLES.get(name, name)
     if headline is not None:
         _HEADLINES[name] = headline
 
 
-def register_analysis_step(name: str, family: str, analysis: "Analysis", config: Callable[[Any], "Config | None"],
+def register_analysis_step(name: str, chapter: str, analysis: "Analysis", config: Callable[[Any], "Config | None"],
                            description: str):
-    """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of a registered ``family``: a run
+    """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of a registered ``chapter``: a run
     of the registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas
     calls :func:`tlgeo.distributed.run_analysis` on it into its folder, as the analysis's command does (the
     same tables, resumed from the same logs; under torchrun its units are shared out over the ranks),
     then ``render`` draws the report section from the result."""
-    if family not in _FAMILIES:
-        raise ValueError(f"register the family {family!r} before its steps")
+    if chapter not in _CHAPTERS:
+        raise ValueError(f"register the chapter {chapter!r} before its steps")
 
     def wrap(render: Callable[[StepContext, Result], None]) -> Callable[[StepContext, Result], None]:
         old = _STEPS.get(name)
         if old is not None and old.render.__qualname__ != render.__qualname__:
-            raise ValueError(f"atlas step {name!r} is already registered by {old.family!r}")
-        _STEPS[name] = Step(name, family, render, description, analysis, config)
+            raise ValueError(f"atlas step {name!r} is already registered by {old.chapter!r}")
+        _STEPS[name] = Step(name, chapter, render, description, analysis, config)
         return render
 
     return wrap
@@ -148,19 +149,19 @@ def steps() -> dict[str, Step]:
     return dict(_STEPS)
 
 
-def family_title(family: str) -> str:
-    """A family's heading in the report's headline."""
-    return _TITLES.get(family, family)
+def chapter_title(chapter: str) -> str:
+    """A chapter's heading in the report's headline."""
+    return _TITLES.get(chapter, chapter)
 
 
 def headlines() -> dict[str, HeadlineFn]:
-    """The families' headline functions, by family, in registration order."""
-    return {fam: _HEADLINES[fam] for fam in _FAMILIES if fam in _HEADLINES}
+    """The chapters' headline functions, by chapter, in registration order."""
+    return {chap: _HEADLINES[chap] for chap in _CHAPTERS if chap in _HEADLINES}
 
 
-def family_headline(family: str, out: Path, budgets: Any) -> Headline:
-    """``family``'s :class:`Headline` for the results in ``out`` (empty if it has none)."""
-    fn = _HEADLINES.get(family)
+def chapter_headline(chapter: str, out: Path, budgets: Any) -> Headline:
+    """``chapter``'s :class:`Headline` for the results in ``out`` (empty if it has none)."""
+    fn = _HEADLINES.get(chapter)
     if fn is None:
         return Headline()
     got = fn(Path(out), budgets)
@@ -168,28 +169,28 @@ def family_headline(family: str, out: Path, budgets: Any) -> Headline:
         return got
     if isinstance(got, (list, tuple)) and all(isinstance(x, str) for x in got):
         return Headline(list(got))
-    raise TypeError(f"headline of {family!r} must return a Headline or a list of str, got {type(got).__name__}")
+    raise TypeError(f"headline of {chapter!r} must return a Headline or a list of str, got {type(got).__name__}")
 
 
 def budget_fields() -> dict[str, tuple[str, dataclasses.Field]]:
-    """Every budget field by name: ``(family, field)``."""
-    return {f.name: (fam, f) for fam, cls in _FAMILIES.items() for f in dataclasses.fields(cls)}
+    """Every budget field by name: ``(chapter, field)``."""
+    return {f.name: (chap, f) for chap, cls in _CHAPTERS.items() for f in dataclasses.fields(cls)}
 
 
 def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """One budgets instance per family: defaults, with ``overrides`` (by field name) applied."""
+    """One budgets instance per chapter: defaults, with ``overrides`` (by field name) applied."""
     fields = budget_fields()
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
         raise ValueError(f"unknown atlas budget(s) {unknown}; known: {sorted(fields)}")
-    per_family: dict[str, dict[str, Any]] = {fam: {} for fam in _FAMILIES}
+    per_chapter: dict[str, dict[str, Any]] = {chap: {} for chap in _CHAPTERS}
     for k, v in overrides.items():
-        per_family[fields[k][0]][k] = v
-    return {fam: cls(**per_family[fam]) for fam, cls in _FAMILIES.items()}
+        per_chapter[fields[k][0]][k] = v
+    return {chap: cls(**per_chapter[chap]) for chap, cls in _CHAPTERS.items()}
 
 
 class StepContext:
-    """What a step's ``render`` gets: the atlas run's config, the model, its family's budgets, the report
+    """What a step's ``render`` gets: the atlas run's config, the model, its chapter's budgets, the report
     and ``config``, the analysis config the step ran."""
 
     def __init__(self, cfg, model, report, budget, config: "Config | None" = None):
@@ -209,7 +210,8 @@ def param(default: Any, help: str, **meta: Any) -> Any:
     reference machine), ``atlas`` (its default as an atlas budget, where that differs),
     ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
     type), ``required`` (a flag that must be given), ``flag`` (its name when not ``--<field-name>``),
-    ``accepts`` (a type whose instances are accepted beside ``choices``: in Python, not on the command line)."""
+    ``group`` (the title of the ``--help`` section its flag is listed in), ``accepts`` (a type whose
+    instances are accepted beside ``choices``: in Python, not on the command line)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
@@ -412,6 +414,7 @@ class Command:
     add_args: Callable[[Any], None]
     run: Callable[[Any], int]
     description: str = ""
+    aliases: tuple[str, ...] = ()  # former names that still run it
 
 
 _ANALYSES: dict[str, Analysis] = {}

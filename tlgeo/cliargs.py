@@ -138,6 +138,8 @@ def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
             kw["required"] = True
             kw.pop("default")
         out[f.name] = {"flag": meta.get("flag", "--" + (prefix + f.name).replace("_", "-")), **kw}
+        if meta.get("group"):
+            out[f.name]["group"] = meta["group"]
     return out
 
 
@@ -174,15 +176,19 @@ def config_argv(cfg: Any) -> list[str]:
 def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "",
                     exclude: Iterable[str] = ()) -> None:
     """One flag per field of the config ``cls`` (``--<prefix><field>``), with its help text,
-    cost and default."""
+    cost and default; a field with a ``group`` goes into the parser's argument group of that title."""
     exclude = set(exclude)
+    groups = {g.title: g for g in getattr(p, "_action_groups", ())}
     for name, kw in config_flags(cls, prefix).items():
         if name in exclude:
             continue
         kw = dict(kw)
-        flag = kw.pop("flag")
+        flag, title = kw.pop("flag"), kw.pop("group", None)
         kw["dest"] = prefix + kw["dest"]
-        p.add_argument(flag, **kw)
+        target = p
+        if title is not None and hasattr(p, "add_argument_group"):
+            target = groups.get(title) or groups.setdefault(title, p.add_argument_group(title))
+        target.add_argument(flag, **kw)
 
 
 def config_from_args(cls: type, args: argparse.Namespace, prefix: str = "", **fixed: Any):

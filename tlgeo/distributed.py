@@ -62,17 +62,18 @@ def ranks() -> Ranks:
                  int(env.get("LOCAL_WORLD_SIZE", str(size))))
 
 
-def init(device: torch.device | str | None = None) -> Ranks:
-    """Join the process group once (NCCL on a CUDA ``device``, else gloo); a no-op alone."""
+def init(device: torch.device | str | None = None, alone: bool = False) -> Ranks:
+    """Join the process group once (NCCL on a CUDA ``device``, else gloo); a no-op in a process that
+    is not one of several, unless ``alone`` (a group of one: FSDP needs it)."""
     import torch.distributed as dist
 
     r = ranks()
-    if r.size > 1 and not dist.is_initialized():
+    if (r.size > 1 or alone) and not dist.is_initialized():
         cuda = device is not None and torch.device(device).type == "cuda"
         if cuda:
             torch.cuda.set_device(torch.device(device))
         timeout = timedelta(seconds=float(os.environ.get("TLGEO_DIST_TIMEOUT", 24 * 3600)))
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=r.rank, world_size=r.size, timeout=timeout)
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
         try:
             signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank dies

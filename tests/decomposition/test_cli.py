@@ -1,4 +1,4 @@
-"""tlgeo run | profile | ppl on a tiny model: outputs, resume, settings-keyed merges, clear errors
+"""tlgeo decompose | profile | ppl on a tiny model: outputs, resume, settings-keyed merges, clear errors
 (moved from tests/test_cli.py with the commands)."""
 
 import json
@@ -12,7 +12,7 @@ from tlgeo.results import IDENTITY
 
 def test_run_writes_outputs_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["run", "--model", "tiny:llama", "--tokens", "300", "--profile-tokens", "256",
+    argv = ["decompose", "--model", "tiny:llama", "--tokens", "300", "--profile-tokens", "256",
             "--context", "128", "--out", str(out)]
     assert main(argv) == 0
     edits = pd.read_csv(out / "edits.csv")
@@ -42,7 +42,7 @@ def test_run_writes_outputs_and_resumes(tmp_path, capsys):
 
 def test_run_default_out_is_runs_not_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
-    argv = ["run", "--model", "tiny:llama", "--tokens", "100", "--profile-tokens", "64", "--profile-seq-len", "32",
+    argv = ["decompose", "--model", "tiny:llama", "--tokens", "100", "--profile-tokens", "64", "--profile-seq-len", "32",
             "--context", "32", "--sites", "attn"]
     assert main(argv) == 0
     out = tmp_path / "runs" / "tiny-llama"
@@ -81,7 +81,7 @@ def test_ppl_errors(tmp_path, capsys, extra, msg):
 def test_profile_and_run_errors(tmp_path, capsys):
     assert main(["profile", "--model", "tiny:llama", "--sites", "attn,diag", "--out", str(tmp_path)]) == 2
     assert "have no decomposition to profile" in capsys.readouterr().err
-    assert main(["run", "--model", "tiny:llama", "--sites", "attn,nope", "--out", str(tmp_path)]) == 2
+    assert main(["decompose", "--model", "tiny:llama", "--sites", "attn,nope", "--out", str(tmp_path)]) == 2
     assert "sites: unknown site 'nope'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # refused before any work
 
@@ -89,7 +89,7 @@ def test_profile_and_run_errors(tmp_path, capsys):
 def test_rerun_with_other_settings_does_not_reuse_rows(tmp_path):
     """The resume log is keyed by the measurement settings too, not just the edit."""
     out = tmp_path / "ppl"
-    base = ["run", "--model", "tiny:llama", "--profile-tokens", "256", "--context", "64", "--out", str(out)]
+    base = ["decompose", "--model", "tiny:llama", "--profile-tokens", "256", "--context", "64", "--out", str(out)]
     assert main(base + ["--tokens", "150"]) == 0
     first = pd.read_csv(out / "edits.csv")
     assert main(base + ["--tokens", "250"]) == 0
@@ -106,7 +106,7 @@ def test_help_shows_the_old_defaults():
     from tlgeo.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    run_help = " ".join(sub.choices["run"].format_help().split())
+    run_help = " ".join(sub.choices["decompose"].format_help().split())
     assert "tokens per perplexity window (default: 512)" in run_help
     assert "skips block 0) (default: 1)" in run_help and "tokens profiled" in run_help
     assert "(default: runs/<model>)" in run_help
@@ -123,7 +123,7 @@ def test_ppl_needs_a_site(capsys):
 
 
 def test_context_too_long_fails_before_any_progress_bar(tmp_path, capsys):
-    code = main(["run", "--model", "tiny:llama", "--context", "100000", "--out", str(tmp_path)])
+    code = main(["decompose", "--model", "tiny:llama", "--context", "100000", "--out", str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 2 and "--context 100000 exceeds the model's context of 256 tokens" in captured.err
     assert "%|" not in captured.err + captured.out and not (tmp_path / "profile_summary.csv").exists()
@@ -179,11 +179,11 @@ def test_ctrl_c_prints_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(compare, "compare_edits", interrupted)
     out = tmp_path / "run"
-    code = main(["run", "--model", "tiny:llama", "--tokens", "200", "--profile-tokens", "300", "--context", "64",
+    code = main(["decompose", "--model", "tiny:llama", "--tokens", "200", "--profile-tokens", "300", "--context", "64",
                  "--out", str(out)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "%|" not in line]
     assert code == 130 and len(err) == 1, err
-    assert err[0].startswith("tlgeo run: interrupted.") and f"{out}/edits.jsonl" in err[0]
+    assert err[0].startswith("tlgeo decompose: interrupted.") and f"{out}/edits.jsonl" in err[0]
     assert "profile_summary.csv" in err[0]  # saved by this run before the interruption
     assert err[0].endswith("Rerun the same command to resume.")
 

@@ -74,7 +74,7 @@ def test_pdsf_rotations_with_and_without_the_cache(family_model, family):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_tokenwise_pool_holds_the_residual_stream_and_patching_it_back_is_a_no_op(family_model, family, tmp_path):
     from tlgeo.tokenwise import collect_pool
-    from tlgeo.tokenwise.patching import patch_kl
+    from tlgeo.tokenwise.output_kl import patch_kl
 
     model = family_model(family)
     pool = collect_pool(model, TOKENS, tmp_path / "p", dtype="float32", batch_size=2)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tlgeo.geometry.patching import part_delta, project_part, value_parts
+from tlgeo.geometry.patch_parts import part_delta, project_part, value_parts
 from tlgeo.patching.components import COMPONENTS, get_component
 from tlgeo.patching.exact import patch_hooks
 from tlgeo.patching.runs import hook_names, task_runs

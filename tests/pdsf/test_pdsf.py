@@ -68,7 +68,7 @@ def test_states_of_a_right_padded_batch_equal_single_prompt_runs(llama, monkeypa
 
 def test_readout_cosines_through_the_gram_matrix_equal_the_logit_vectors():
     """The readout alignment through ``W_U W_Uᵀ`` equals the cosines of the ``[n, vocab]`` logit vectors."""
-    from tlgeo.pdsf.geometry import _readout, logit_gram
+    from tlgeo.pdsf.layer_stats import _readout, logit_gram
 
     gen = torch.Generator().manual_seed(0)
     d, vocab, n = 12, 1000, 9

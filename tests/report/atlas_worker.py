@@ -23,7 +23,7 @@ from tlgeo.report.registry import load_steps
 from tests.report.conftest import tiny_cfg
 
 # steps whose units the ranks share (the one-process run of the report tests ran them all)
-SHARED = ("profile", "sweeps", "tokenwise", "patching")  # (every analysis runs under torchrun in tests/distributed)
+SHARED = ("profile", "patching")  # (every analysis runs under torchrun in tests/distributed)
 FAIL_STEPS, FAIL = ("closed_form", "audit"), "audit"  # audit fails on rank 1
 
 

@@ -67,7 +67,7 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
 def test_the_comparison_reads_the_perplexities_the_sweeps_measured(atlas_dir, llama):
     from tlgeo.decomposition.experiments import run_compare
 
-    b = tiny_cfg(atlas_dir).family_budgets()["decomposition"]
+    b = tiny_cfg(atlas_dir).chapter_budgets()["decomposition"]
     shared = pd.read_csv(atlas_dir / "compare_ppl.csv")
     assert (shared["source"] == "sweeps").all()  # not measured again
     own = run_compare(llama, b.compare_config(), units=[("ppl",)]).compare_ppl  # no folder: measured

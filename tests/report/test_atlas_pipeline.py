@@ -33,7 +33,7 @@ def test_atlas_tables_equal_the_commands_tables(atlas_dir, tmp_path, capsys):
     """Each step's command (the line its section names), run in report order into one folder, writes the
     atlas's tables (the comparison reads the sweep's perplexities there, as in the atlas)."""
     cfg, report = tiny_cfg(atlas_dir), html.unescape((atlas_dir / "report.html").read_text())
-    budgets = cfg.family_budgets()
+    budgets = cfg.chapter_budgets()
     differ, compared = {}, []
     for name, step in STEPS.items():
         conf = step_config(step, cfg, budgets)

@@ -16,7 +16,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
-from tlgeo.geometries.atlas import headline as geometries_headline
+from tlgeo.four_geometries.atlas import headline as geometries_headline
 from tlgeo.patching.atlas import headline as patching_headline
 from tlgeo.pdsf.atlas import headline as pdsf_headline
 from tlgeo.tokenwise.atlas import headline as tokenwise_headline

@@ -37,6 +37,6 @@ def test_zero_tokens_skip_the_step():
     from ..report.conftest import tiny_cfg
 
     cfg = tiny_cfg("unused")
-    budgets = cfg.family_budgets()
+    budgets = cfg.chapter_budgets()
     budgets["tokenwise"].tokenwise_tokens = 0
     assert step_config(load_steps()["tokenwise"], cfg, budgets) is None

@@ -99,7 +99,7 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
     # patching through a forward hook on the layer: the clean state changes nothing, a patch of
     # position p changes nothing before p, and the whole analysis runs
     from tlgeo.tokenwise import tokenwise_analysis
-    from tlgeo.tokenwise.patching import patch_kl
+    from tlgeo.tokenwise.output_kl import patch_kl
 
     idx = np.array([3, 12, 25])
     clean = {1: torch.from_numpy(np.array(pool.states(2)[idx]))}
@@ -111,7 +111,7 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
 
 
 def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_path, llama):
-    from tlgeo.tokenwise.patching import patch_kl
+    from tlgeo.tokenwise.output_kl import patch_kl
 
     w = _windows(n=4, seq=10)
     pool = collect_pool(llama, w, tmp_path / "p", dtype="float32")

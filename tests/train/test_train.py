@@ -222,9 +222,9 @@ def test_unknown_tokenizer_fails_clearly(tmp_path):
 def test_the_default_warmup_fits_a_short_run():
     import argparse
 
-    from tlgeo.train.cli import add_train_args, config_from_args
+    from tlgeo.train.cli import add_train_args, train_config
 
-    parse = lambda *a: config_from_args(add_train_args(argparse.ArgumentParser()).parse_args(list(a)))  # noqa: E731
+    parse = lambda *a: train_config(add_train_args(argparse.ArgumentParser()).parse_args(list(a)))  # noqa: E731
     assert parse("--steps", "3").warmup == 0  # was 20 > 3 steps: a ConfigError
     assert parse("--steps", "100").warmup == 10 and parse("--steps", "1000").warmup == 20
     assert parse("--steps", "3", "--warmup", "2").warmup == 2  # given: kept

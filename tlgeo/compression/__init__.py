@@ -14,8 +14,8 @@ update (perpendicular) rather than its size (parallel), and direction-aware comp
   and the direction-aware Wanda score;
 * :mod:`.counterfactual` -- local-counterfactual and end-to-end runners on a dense and
   a compressed model (tidy DataFrames);
-* :mod:`.experiment` -- the summary tables of per-prompt rows, the PPL prediction
-  table, and ``run_diagnosis`` (the same diagnosis for in-memory models: the notebook's);
+* :mod:`.summary` -- pure: the per-layer and across-layer tables of per-prompt rows, the PPL
+  prediction table;
 * :mod:`.plots` -- the figures: per-layer error (Figure 6) and its files, error against quality;
 * :mod:`.methods` -- method names (``awq_perp_l0.5``, ``sgpt_2_4``, ``owl_s70``, ...) parsed into specs;
 * :mod:`.llmc` -- compress with llmcompressor (AWQ, RTN, Wanda, SparseGPT, N:M, per-layer

@@ -155,7 +155,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
     from ..data import load_text
     from .compress import model_id
     from .counterfactual import diagnose, prompt_windows
-    from .experiment import summary_tables
+    from .summary import summary_tables
 
     say = say or (lambda s: print(s, flush=True))
     chosen = list(cfg.methods) if units is None else list(units)

@@ -65,7 +65,7 @@ def run_diag(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from .analysis import ANALYSIS, DiagResult
     from .compress import compressed_root
-    from .experiment import ppl_prediction
+    from .summary import ppl_prediction
     from .plots import save_figures
     from .paper import paper_line
 

@@ -1,10 +1,10 @@
 """Directional decomposition (seed paper 000): how much of each attention / MLP update is parallel
 vs perpendicular to the state it updates, and what removing either part costs.
 
-* :mod:`.config`: the parameters of ``tlgeo run`` / ``profile`` / ``ppl`` (one frozen config each).
+* :mod:`.config`: the parameters of ``tlgeo decompose`` / ``profile`` / ``ppl`` (one frozen config each).
 * :mod:`.analysis`: ``run`` (the main job: profile + perplexity under every removal), ``run_profile``,
   ``run_ppl``, on the analysis contract (typed results, work units, resumable).
-* :mod:`.cli`: the commands ``tlgeo run``, ``tlgeo profile``, ``tlgeo ppl``.
+* :mod:`.cli`: the commands ``tlgeo decompose``, ``tlgeo profile``, ``tlgeo ppl``.
 * :mod:`.observe`: per-layer/site/token parallel ratios (Figure 1).
 * :mod:`.sweeps`: ΔPPL over ``s_par`` / ``s_perp`` grids, resumable (Figure 3).
 * :mod:`.compare`: perplexity under a list of edits.

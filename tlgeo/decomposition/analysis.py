@@ -1,5 +1,5 @@
 """The directional decomposition of one model on the analysis contract:
-``run(model, DecompositionConfig(...)) -> DecompositionResult`` (``tlgeo run``), and the two
+``run(model, DecompositionConfig(...)) -> DecompositionResult`` (``tlgeo decompose``), and the two
 small analyses it is made of, ``run_profile`` (``tlgeo profile``) and ``run_ppl`` (``tlgeo ppl``).
 
 Work units:
@@ -14,7 +14,7 @@ Work units:
 
 A run over some units followed by ``Result.merge`` equals a run over all of them. The text is
 read from ``cfg.corpus`` with :func:`tlgeo.data.load_text`. With ``out`` each table is merged
-into its CSV (the file names and columns of the old ``tlgeo run | profile | ppl``) as soon as it
+into its CSV (the file names and columns of the old ``tlgeo decompose | profile | ppl``) as soon as it
 is done; the perplexity runs resume from JSON-lines logs in ``log`` (default ``out``):
 ``edits.jsonl`` and ``ppl.jsonl``.
 """
@@ -130,7 +130,7 @@ def _done(cls: type[Result], name: str, df: pd.DataFrame, out, on_table: OnTable
 
 
 # ---------------------------------------------------------------------------
-# decomposition: tlgeo run
+# decomposition: tlgeo decompose
 # ---------------------------------------------------------------------------
 
 
@@ -301,7 +301,7 @@ ANALYSIS = register_analysis(Analysis(
     "decomposition", DecompositionConfig, run, DecompositionResult, units,
     "main job: parallel-ratio profile + perplexity under component removal at every site (seed paper 000)",
     tiny=dict(tokens=128, context=64, profile_tokens=128, profile_seq_len=64, sites=("attn", "diag")),
-    command="run", plan=plan))
+    command="decompose", plan=plan))
 PROFILE = register_analysis(Analysis(
     "profile", ProfileConfig, run_profile, ProfileResult, profile_units,
     "parallel ratios per layer, site and token",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..analysis import StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import StepContext, atlas_budgets, register_analysis_step, register_chapter
 from ..models import Model
 from .analysis import PROFILE, ProfileResult
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
@@ -39,10 +39,10 @@ from .experiments import (AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, SWEEP
 from .mlp_carrier import carrier_table_wide
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 from .plots import attention_before_after, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
-from .summary import (FAMILY, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
+from .summary import (CHAPTER, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
                       headline, indication_note, paper_value)
 
-__all__ = ["FAMILY", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
+__all__ = ["CHAPTER", "DecompositionBudgets", "PAPER", "atlas_summary", "headline"]
 
 
 # Every budget is a field of one of the experiments' configs (its help, cost and atlas default are the
@@ -100,11 +100,11 @@ class DecompositionBudgets(_ClosedForm, _Mlp, _HeadStats, _Heads, _Compare, _Swe
         return AuditConfig(tokens=4 * n, context=n, skip_first=self.skip_first)
 
 
-register_family(FAMILY, DecompositionBudgets, headline=headline,
+register_chapter(CHAPTER, DecompositionBudgets, headline=headline,
                 title="Directional decomposition (seed paper 000)")
 
 
-@register_analysis_step("profile", FAMILY, PROFILE, DecompositionBudgets.profile_config,
+@register_analysis_step("profile", CHAPTER, PROFILE, DecompositionBudgets.profile_config,
                         "parallel ratios per layer and site (Figure 1 analogue)")
 def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
     b, summary = ctx.budget, result.profile_summary
@@ -124,7 +124,7 @@ def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
                            "above; > 1: parallel part dominates.")
 
 
-@register_analysis_step("sweeps", FAMILY, SWEEPS, DecompositionBudgets.sweeps_config,
+@register_analysis_step("sweeps", CHAPTER, SWEEPS, DecompositionBudgets.sweeps_config,
                         "ΔPPL over the s_par and s_perp grids at every site (Figure 3)")
 def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
     b, df = ctx.budget, result.sweeps
@@ -146,7 +146,7 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
                            f"perplexity {base:.2f}, so a value near it means the edit costs nothing.")
 
 
-@register_analysis_step("compare", FAMILY, COMPARE, DecompositionBudgets.compare_config,
+@register_analysis_step("compare", CHAPTER, COMPARE, DecompositionBudgets.compare_config,
                         "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot, "
                         "RULER")
 def _compare_section(ctx: StepContext, result: CompareResult) -> None:
@@ -217,7 +217,7 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
                          "samples each), one row per condition.")
 
 
-@register_analysis_step("heads", FAMILY, HEADS, DecompositionBudgets.heads_config,
+@register_analysis_step("heads", CHAPTER, HEADS, DecompositionBudgets.heads_config,
                         "per-head alpha map and causal sensitivity (Figure 7)")
 def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
     b, alpha, sens = ctx.budget, result.heads_alpha, result.heads_sensitivity
@@ -242,7 +242,7 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
         "part is removed, 95% CI, sign-flip p and BH q over all heads and layers.")
 
 
-@register_analysis_step("mlp", FAMILY, MLP_CARRIER, DecompositionBudgets.mlp_config,
+@register_analysis_step("mlp", CHAPTER, MLP_CARRIER, DecompositionBudgets.mlp_config,
                         "MLP carrier: No-Para vs No-Perp Δloss (Table 10)")
 def _mlp_section(ctx: StepContext, result: MlpCarrierResult) -> None:
     b, df = ctx.budget, result.mlp_carrier
@@ -265,7 +265,7 @@ _CF_EXPECTED = {"value_full": "exact (float rounding)", "value_excl_self": "exac
                 "attn": "exact only along z: expected to fail"}
 
 
-@register_analysis_step("closed_form", FAMILY, CLOSED_FORM, DecompositionBudgets.closed_form_config,
+@register_analysis_step("closed_form", CHAPTER, CLOSED_FORM, DecompositionBudgets.closed_form_config,
                         "the diagonal closed form reproduces the value-space edit (Table 5, Figure 4)")
 def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
     from .closed_form import ClosedFormResult as Check
@@ -308,7 +308,7 @@ def _paper_audit(site: str) -> str:
     return " / ".join(f"{PAPER[('audit', site, f'{q} %')]:.2f}%" for q in ("perturbation", "energy", "retained"))
 
 
-@register_analysis_step("audit", FAMILY, AUDIT, DecompositionBudgets.audit_config,
+@register_analysis_step("audit", CHAPTER, AUDIT, DecompositionBudgets.audit_config,
                         "post-W_O perturbation / energy / retained norm (Table 6)")
 def _audit_section(ctx: StepContext, result: AuditResult) -> None:
     overall = result.audit

@@ -1,4 +1,4 @@
-"""``tlgeo run | profile | ppl`` and the paper's other experiments (``tlgeo sweeps | compare | heads |
+"""``tlgeo decompose | profile | ppl`` and the paper's other experiments (``tlgeo sweeps | compare | heads |
 mlp-carrier | closed-form | audit``): each command's flags are the fields of its config
 (:mod:`.config`)."""
 
@@ -195,8 +195,8 @@ EXPERIMENTS = (  # command, analysis, config, help (the paper's figure or table)
 )
 
 COMMANDS = (
-    Command("run", "main job: parallel-ratio profile + perplexity under component removal at every site",
-            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
+    Command("decompose", "main job: parallel-ratio profile + perplexity under component removal at every site",
+            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION, aliases=("run",)),
     Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
     Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
     *(Command(command, help, _adder(cls), _experiment_command(name, cls),

@@ -1,6 +1,6 @@
 """The parameters of the directional-decomposition commands: one frozen config per analysis, checked once.
 
-* :class:`DecompositionConfig`: ``tlgeo run``, the main job (the parallel-ratio profile, then
+* :class:`DecompositionConfig`: ``tlgeo decompose``, the main job (the parallel-ratio profile, then
   perplexity with each part removed at every site). Its ``skip_first``, ``context`` and
   ``profile_tokens`` are also the atlas budgets of those names (:mod:`.atlas`).
 * :class:`ProfileConfig`: ``tlgeo profile`` (parallel ratios per layer, site and token).

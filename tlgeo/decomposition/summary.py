@@ -21,9 +21,9 @@ from .paper import PAPER, PAPER_PROFILE, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, P
 if TYPE_CHECKING:
     from .atlas import DecompositionBudgets
 
-FAMILY = "decomposition"  # the atlas family these CSVs belong to (config.json budgets)
+CHAPTER = "decomposition"  # the atlas chapter these CSVs belong to (config.json budgets)
 
-__all__ = ["FAMILY", "PAPER", "atlas_summary", "headline", "indication_note", "paper_value", "MIN_ZEROSHOT_ITEMS",
+__all__ = ["CHAPTER", "PAPER", "atlas_summary", "headline", "indication_note", "paper_value", "MIN_ZEROSHOT_ITEMS",
            "MIN_RULER_SAMPLES", "MIN_HEAD_TEXTS", "MIN_PPL_TOKENS"]
 
 
@@ -140,7 +140,7 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
 
     conf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
     corpus = conf.get("corpus", "the corpus")
-    skip = budgets.skip_first if budgets is not None else conf.get("budgets", {}).get(FAMILY, {}).get("skip_first", 1)
+    skip = budgets.skip_first if budgets is not None else conf.get("budgets", {}).get(CHAPTER, {}).get("skip_first", 1)
     sentences: list[str] = []
     warnings: list[str] = []
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, DirmagResult
 from .damage import damage_table
 from .config import DirmagConfig
 from .plots import plot_blimp, plot_damage, plot_probes
 from .paper import FULL_SEEDS, FULL_SENTENCES, PAPER_PROBES, PAPER_RATIOS
 
-__all__ = ["FAMILY", "DirmagBudgets", "headline"]
+__all__ = ["CHAPTER", "DirmagBudgets", "headline"]
 
-FAMILY = "dirmag"
+CHAPTER = "dirmag"
 
 
 DirmagBudgets = atlas_budgets(
@@ -75,10 +75,10 @@ def headline(out: Path, budgets: DirmagBudgets | None = None) -> Headline:
     return h
 
 
-register_family(FAMILY, DirmagBudgets, headline=headline, title="Direction vs magnitude (seed paper 003)")
+register_chapter(CHAPTER, DirmagBudgets, headline=headline, title="Direction vs magnitude (seed paper 003)")
 
 
-@register_analysis_step("dirmag", FAMILY, ANALYSIS, lambda b: b.config(),
+@register_analysis_step("dirmag", CHAPTER, ANALYSIS, lambda b: b.config(),
                         "direction vs magnitude: LM damage of L2-matched perturbations, BLiMP agreement under them, "
                         "probes of h/||h|| vs ||h|| (seed paper 003)")
 def _section(ctx: StepContext, result: DirmagResult) -> None:

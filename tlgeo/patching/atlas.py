@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, PatchingResult
 from .config import PatchingConfig
 
-__all__ = ["FAMILY", "PatchingBudgets", "headline", "bh_sentence"]
+__all__ = ["CHAPTER", "PatchingBudgets", "headline", "bh_sentence"]
 
-FAMILY = "patching"
+CHAPTER = "patching"
 SMALL = 16  # prompts below which an effect is an indication only
 
 PatchingBudgets = atlas_budgets(PatchingConfig, "patching_", ("tasks", "prompts", "components", "exact_components",
@@ -77,10 +77,10 @@ def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, PatchingBudgets, headline=headline, title="Geometry-resolved activation patching")
+register_chapter(CHAPTER, PatchingBudgets, headline=headline, title="Geometry-resolved activation patching")
 
 
-@register_analysis_step("patching", FAMILY, ANALYSIS, lambda b: b.config(),
+@register_analysis_step("patching", CHAPTER, ANALYSIS, lambda b: b.config(),
                         "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
 def _section(ctx: StepContext, result: PatchingResult) -> None:
     from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view

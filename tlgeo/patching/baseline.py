@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..geometry.patching import project_part
+from ..geometry.patch_parts import project_part
 from ..models import Model
 from .components import get_component, head_write_part
 from .runs import W_O, TaskRuns

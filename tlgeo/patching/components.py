@@ -15,7 +15,7 @@
 
 The references are those of the decomposition sites ``attn``, ``mlp`` and
 ``value_excl_self``. A part is the part of the *difference* ``source - target`` (see
-:mod:`tlgeo.geometry.patching`), taken against the **patched run's** reference by default
+:mod:`tlgeo.geometry.patch_parts`), taken against the **patched run's** reference by default
 (``frame="patched"``): after a ``head_par`` patch the head's write has the source's
 component along the state it is written into, and its component orthogonal to that state
 is the patched run's own. ``frame="source"`` projects on the source run's reference instead.
@@ -35,7 +35,7 @@ from typing import Mapping
 from jaxtyping import Float
 from torch import Tensor
 
-from ..geometry.patching import head_writes, project_part, value_parts
+from ..geometry.patch_parts import head_writes, project_part, value_parts
 from ..hooks.sites import Site
 
 __all__ = ["Component", "COMPONENTS", "HEAD_COMPONENTS", "LAYER_COMPONENTS", "FRAMES", "get_component",

@@ -24,10 +24,10 @@ from ..results import IDENTITY
 from ..stats.multiple import bh_qvalues, wald_pvalue
 from ..stats.resampling import ratio_bootstrap, ratio_ci
 
-__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "FAMILY", "ALPHA", "agreement", "interactions",
+__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "TEST_FAMILY", "ALPHA", "agreement", "interactions",
            "SPLITS"]
 
-FAMILY = ("task", "prompts", "seed", "method", "direction", "positions", "frame")  # with the identity columns
+TEST_FAMILY = ("task", "prompts", "seed", "method", "direction", "positions", "frame")  # with the identity columns
 ALPHA = 0.05  # the false discovery rate of ``significant``
 
 
@@ -81,7 +81,7 @@ def effect_test(patched, clean, corrupted, direction: str, *, n_boot: int = 1000
 
 def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """``effects`` with ``q`` (Benjamini–Hochberg over the ``p`` of each family: the rows that share the
-    identity and :data:`FAMILY` columns, i.e. every component, layer and head of one task, method and
+    identity and :data:`TEST_FAMILY` columns, i.e. every component, layer and head of one task, method and
     direction, :func:`tlgeo.stats.multiple.bh_qvalues`) and ``significant`` (``q < alpha``) set afresh, so
     they must be computed on the complete table. A table without ``p`` is returned as it is."""
     if "p" not in effects.columns:
@@ -89,7 +89,7 @@ def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     df = effects.copy()
     q = np.full(len(df), np.nan)
     if len(df):
-        fam = [c for c in (*IDENTITY, *FAMILY) if c in df.columns]
+        fam = [c for c in (*IDENTITY, *TEST_FAMILY) if c in df.columns]
         keys = df[fam].astype(str).agg("\x1f".join, axis=1) if fam else pd.Series("", index=df.index)
         p = pd.to_numeric(df["p"], errors="coerce").to_numpy(dtype=np.float64)
         for idx in keys.groupby(keys, sort=False).indices.values():

@@ -8,7 +8,7 @@ and the complement F, and what do edits of each part do to the next token and to
   :func:`run_geometry`, :func:`run_single_pass`, :func:`run_generation`;
 * :mod:`.prompts`: the paper's prompt sets (``<data>/pdsf_prompts``) and how they are encoded;
 * :mod:`.states`: last-token states at every layer, prediction directions;
-* :mod:`.geometry`: per layer and part: ranks, energies, participation ratios, angles, readout,
+* :mod:`.layer_stats`: the geometry step per layer and part: ranks, energies, participation ratios, angles, readout,
   manifold complexity, group discrimination;
 * :mod:`.generation`: batched greedy continuations with the KV cache, divergence, KL;
 * :mod:`.single_pass`: one edit at the last prompt token (rotate, attenuate, transplant, mix);
@@ -30,7 +30,7 @@ from .analysis import run as run_pdsf
 from .config import PDSFConfig
 from .dynamics import FDynamics, dynamic_basis, f_dynamics
 from .generation import divergence_step, greedy_continuations, teacher_forced_kl
-from .geometry import PDSFGeometry, pdsf_geometry
+from .layer_stats import PDSFGeometry, pdsf_geometry
 from .interventions import CONDITIONS, condition_bases, default_layer, divergence_summary, persistent_rotations
 from .prompts import PROMPT_SETS, PromptSet, encode_prompts, load_prompt_set
 from .single_pass import DEFAULT_SINGLE_PASS, SINGLE_PASS, next_group_donors, single_pass, single_pass_layer, single_pass_summary

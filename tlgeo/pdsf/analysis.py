@@ -17,7 +17,7 @@ an interrupted run resumes.
 
 * :func:`pdsf_states`: encode a prompt set, collect its last-token states and prediction
   directions (one forward per batch);
-* :func:`run_geometry`: :func:`tlgeo.pdsf.geometry.pdsf_geometry` on them, resumable;
+* :func:`run_geometry`: :func:`tlgeo.pdsf.layer_stats.pdsf_geometry` on them, resumable;
 * :func:`run_single_pass`: :func:`tlgeo.pdsf.single_pass.single_pass` (one forward per edit),
   resumable condition by condition;
 * :func:`run_generation`: :func:`tlgeo.pdsf.interventions.persistent_rotations`, one condition
@@ -44,7 +44,7 @@ from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from .config import PDSFConfig
 from .dynamics import f_dynamics
-from .geometry import PDSFGeometry, pdsf_geometry
+from .layer_stats import PDSFGeometry, pdsf_geometry
 from .interventions import (CONDITIONS, default_layer, divergence_summary, frame_shift_base_rate, frame_shifts,
                             persistent_rotations)
 from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_pass_layer, single_pass_summary
@@ -446,7 +446,7 @@ def plan(shape, cfg: PDSFConfig) -> list:
 
     from ..planner import CALIBRATION_MODEL, CPU_FLOPS, PPL_LOGIT_COPIES, Work, padded_batches
     from .dynamics import MAX_COV_WIDTH
-    from .geometry import GRAM_CHUNK
+    from .layer_stats import GRAM_CHUNK
     from .single_pass import CLEAN_CACHE_BYTES
 
     cfg.check_depth(shape.n_layers)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from ..results import IDENTITY
 from .analysis import ANALYSIS, PDSFResult
 from .config import PDSFConfig
@@ -22,9 +22,9 @@ from .paper import MODELS, PAPER_DIVERGENCE, PAPER_GENERATION_PROMPTS, PAPER_INT
     PAPER_NEW_TOKENS, divergence_text, single_pass_text
 from .plots import plot_complexity, plot_discrimination, plot_divergence, plot_energy_pr, plot_f_dynamics, plot_single_pass
 
-__all__ = ["FAMILY", "PDSFBudgets", "headline"]
+__all__ = ["CHAPTER", "PDSFBudgets", "headline"]
 
-FAMILY = "pdsf"
+CHAPTER = "pdsf"
 ATLAS_CONDITIONS = ("D", "S", "F_top", "random")  # F_dynamic in tlgeo pdsf (it needs another generation)
 
 # the budgets are PDSFConfig fields; the step also fixes one repeat per single-pass edit and ATLAS_CONDITIONS
@@ -70,10 +70,10 @@ def headline(out: Path, budgets: PDSFBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, PDSFBudgets, headline=headline, title="Prediction-anchored subspaces (seed paper 001)")
+register_chapter(CHAPTER, PDSFBudgets, headline=headline, title="Prediction-anchored subspaces (seed paper 001)")
 
 
-@register_analysis_step("pdsf", FAMILY, ANALYSIS, _config,
+@register_analysis_step("pdsf", CHAPTER, ANALYSIS, _config,
                         "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent "
                         "rotations; static and dynamic F (seed paper 001)")
 def _section(ctx: StepContext, result: PDSFResult) -> None:

@@ -1,6 +1,6 @@
 """``tlgeo atlas``: one model, every registered analysis step, one HTML report + CSVs.
 
-Each analysis family contributes its steps (:mod:`tlgeo.report.registry` lists the contributing
+Each analysis chapter contributes its steps (:mod:`tlgeo.report.registry` lists the contributing
 modules; :mod:`tlgeo.analysis` is the contract). A step is a registered analysis's own run, with a
 config made from the atlas budgets, exactly as its command runs it into the output folder (the
 same tables, resumed from the same logs after an interruption), and a report section drawn from
@@ -8,7 +8,7 @@ its result, ending with that command line. ``python -c "import tlgeo.report.atla
 print(a.STEPS)"`` lists the steps; :mod:`tlgeo.decomposition.atlas` describes the
 directional-decomposition ones.
 
-The report opens with each family's headline (:func:`tlgeo.analysis.family_headline`),
+The report opens with each chapter's headline (:func:`tlgeo.analysis.chapter_headline`),
 recomputed from the CSVs after every step, so the partial report saved after a
 step says what is known so far. Each step prints its start (clock time and
 time since the run began) and its end; the steps show tqdm progress bars.
@@ -45,7 +45,7 @@ STEPS: tuple[str, ...] = tuple(load_steps())
 class AtlasConfig:
     """One atlas run: the model, the text, which steps, and the steps' budgets.
 
-    ``budgets`` overrides budget fields by name (each analysis family declares
+    ``budgets`` overrides budget fields by name (each analysis chapter declares
     its own in a dataclass, e.g. :class:`tlgeo.decomposition.atlas.DecompositionBudgets`;
     ``tlgeo atlas --help`` lists them all); unknown names are an error.
     ``steps=None`` runs every registered step. ``load``: the keyword arguments of
@@ -63,8 +63,8 @@ class AtlasConfig:
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else default_out(f"atlas-{model_key(self.model)}")
 
-    def family_budgets(self) -> dict[str, Any]:
-        """One budgets instance per family, with ``budgets`` applied."""
+    def chapter_budgets(self) -> dict[str, Any]:
+        """One budgets instance per chapter, with ``budgets`` applied."""
         return make_budgets(self.budgets)
 
 
@@ -79,7 +79,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     unknown = [s for s in chosen if s not in registered]
     if unknown:
         raise ValueError(f"unknown atlas step(s) {unknown}; steps: {list(registered)}")
-    budgets = cfg.family_budgets()  # unknown budget names fail here, before any work
+    budgets = cfg.chapter_budgets()  # unknown budget names fail here, before any work
     load_text(cfg.corpus)  # an unknown corpus fails here, before the model loads
     model = model if model is not None else load_model(cfg.model, **cfg.load)
     for b in budgets.values():
@@ -93,7 +93,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     conf_json = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
                  "identity": identity.row(),
                  "steps": [s for s in registered if s in chosen],
-                 "budgets": {fam: dataclasses.asdict(b) for fam, b in budgets.items()}}
+                 "budgets": {chap: dataclasses.asdict(b) for chap, b in budgets.items()}}
     if earlier is not None:  # a partial rerun: the steps of earlier runs stay on record
         done = set(earlier.get("steps", ())) | set(chosen)
         conf_json["steps"] = [s for s in registered if s in done]
@@ -106,7 +106,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     bare = bare_forward_seconds(model)  # the run's unit of time: machines of one kind differ ~2x
     todo = [(name, step) for name, step in registered.items() if name in chosen]
-    families = list(dict.fromkeys(step.family for step in registered.values()))  # report order
+    chapters = list(dict.fromkeys(step.chapter for step in registered.values()))  # report order
     t_run = time.perf_counter()
     r = init(input_device(model))
     print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
@@ -116,7 +116,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     scratch = Report("scratch")  # another rank draws no section
     for i, (name, step) in enumerate(todo, 1):
         conf = step_config(step, cfg, budgets)
-        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.family], conf)
+        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.chapter], conf)
         t = time.perf_counter()
         if r.main:
             print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
@@ -138,7 +138,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
               f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
               f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-        set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]),
+        set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
                      compare=not _random_weights(model))
         report.save(out / "report.html")  # a partial report after every step, headline of what is done
     if not r.main:
@@ -162,15 +162,15 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         f"resident memory after it" + (f"; under torchrun ({r.size} ranks) every step's units are shared out over "
                                        "the ranks: rank 0's time and memory" if r.size > 1 else "")
         + f". Every run's rows: {path}.")
-    set_headline(report, budgets, out, families, _caveats(model, registered, conf_json["steps"]),
+    set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
                      compare=not _random_weights(model))
     return report.save(out / "report.html")
 
 
 def step_config(step, cfg: AtlasConfig, budgets: dict[str, Any]):
     """The analysis config of an analysis ``step`` (:func:`tlgeo.analysis.register_analysis_step`) from its
-    family's budgets (``None``: the budgets skip it); a config with a ``corpus`` or a ``seed`` takes the atlas's."""
-    conf = step.config(budgets[step.family])
+    chapter's budgets (``None``: the budgets skip it); a config with a ``corpus`` or a ``seed`` takes the atlas's."""
+    conf = step.config(budgets[step.chapter])
     if conf is None:
         return None
     fields = {f.name for f in dataclasses.fields(conf)}

@@ -1,4 +1,4 @@
-"""``tlgeo atlas``: one flag per budget of every registered analysis family."""
+"""``tlgeo atlas``: one flag per budget of every registered analysis chapter."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ DESCRIPTION = ("Every registered analysis step on one model: report.html + one C
 
 
 def budget_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per budget field of every registered analysis family (``--<field-name>``)."""
-    order = list(dict.fromkeys(step.family for step in load_steps().values()))  # report order
+    """One flag per budget field of every registered analysis chapter (``--<field-name>``)."""
+    order = list(dict.fromkeys(step.chapter for step in load_steps().values()))  # report order
     fields = sorted(budget_fields().items(), key=lambda kv: order.index(kv[1][0]) if kv[1][0] in order else len(order))
-    for name, (family, f) in fields:
+    for name, (chapter, f) in fields:
         meta, default = f.metadata, f.default
         if default is dataclasses.MISSING:
             default = f.default_factory()  # type: ignore[misc]
@@ -43,7 +43,7 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
         cost = f"; {meta['cost']}" if meta.get("cost") else ""
         p.add_argument(meta.get("flag", "--" + name.replace("_", "-")), dest=f"budget__{name}", type=kind,
                        default=None, choices=choices, metavar=None if choices else metavar,
-                       help=f"{meta.get('help', '')} [{family}{'' if shown is None else f'; default {shown}'}{cost}]")
+                       help=f"{meta.get('help', '')} [{chapter}{'' if shown is None else f'; default {shown}'}{cost}]")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -74,7 +74,7 @@ def atlas_config(args: argparse.Namespace):
         raise ValueError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
                       budgets=budgets, load=model_kwargs(args))
-    cfg.family_budgets()
+    cfg.chapter_budgets()
     return cfg
 
 

@@ -1,4 +1,4 @@
-"""The atlas report's opening block: each family's headline, and for a model with random weights the
+"""The atlas report's opening block: each chapter's headline, and for a model with random weights the
 same sentences without their comparisons with the seed papers (they mean nothing there)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..analysis import family_headline, family_title
+from ..analysis import chapter_headline, chapter_title
 
 __all__ = ["set_headline", "without_paper"]
 
@@ -60,9 +60,9 @@ def without_paper(sentence: str) -> str:
     return " ".join(kept)
 
 
-def set_headline(report, budgets: dict[str, Any], out: Path, families: list[str], caveats: list[str] = (),
+def set_headline(report, budgets: dict[str, Any], out: Path, chapters: list[str], caveats: list[str] = (),
                  compare: bool = True) -> None:
-    """The report's opening block: each family's headline (in ``families`` order) from the CSVs in ``out``,
+    """The report's opening block: each chapter's headline (in ``chapters`` order) from the CSVs in ``out``,
     after ``caveats`` (first among the warnings); ``compare=False`` (a model with random weights) leaves
     out every comparison with a paper.
 
@@ -71,13 +71,13 @@ def set_headline(report, budgets: dict[str, Any], out: Path, families: list[str]
     groups: list[tuple[str, list[str]]] = []
     warnings: list[str] = []
     plain = (lambda s: s) if compare else without_paper
-    for family in families:
+    for chapter in chapters:
         try:
-            h = family_headline(family, out, budgets[family])
+            h = chapter_headline(chapter, out, budgets[chapter])
         except Exception as e:  # noqa: BLE001 - the CSVs are saved; say so, carry on
-            print(f"[atlas] headline of {family!r} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            groups.append((family_title(family), [f"(The headline could not be computed: {type(e).__name__}: {e}.)"]))
+            print(f"[atlas] headline of {chapter!r} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            groups.append((chapter_title(chapter), [f"(The headline could not be computed: {type(e).__name__}: {e}.)"]))
             continue
-        groups.append((family_title(family), [t for s in h.sentences if (t := plain(s))]))
+        groups.append((chapter_title(chapter), [t for s in h.sentences if (t := plain(s))]))
         warnings += [t for w in h.warnings if (t := plain(w))]
     report.headline([], warnings, caveats=caveats, groups=groups)

@@ -17,7 +17,7 @@ DESCRIPTION = ("Forward tokens, FLOPs, peak memory (weights, one forward's activ
                "from the model's config.json only: no weights, no network. --model takes what every command takes, a "
                "config.json, or a seed paper's model by hub id (tlgeo.planner.SEED_MODELS). The analysis's own flags "
                "follow its name, as on its command: tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 "
-               "run --tokens 8192. CPU times are measured on a 2-core machine (machines of its kind differ ~2x); GPU "
+               "decompose --tokens 8192. CPU times are measured on a 2-core machine (machines of its kind differ ~2x); GPU "
                "times assume tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s for the forwards. Host work that is "
                "not a forward (fits, probes, loading, generation's per-step calls: cpu_s) is counted as measured on "
                "the CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the peak on a CPU and "
@@ -27,9 +27,12 @@ COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "cpu_s", "weights_gib"
 
 
 def _plannable() -> dict:
-    from .registry import load_analyses
+    from .registry import load_analyses, load_commands
 
-    return {a.command_name: a for a in load_analyses().values() if a.plan is not None}
+    out = {a.command_name: a for a in load_analyses().values() if a.plan is not None}
+    for c in load_commands().values():  # a command's former names plan it too
+        out.update({alias: out[c.name] for alias in c.aliases if c.name in out})
+    return out
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -49,10 +52,10 @@ def _config_parser(command: str) -> argparse.ArgumentParser:
     ``--patch-tokens``), none required: a command line that runs is a command line that plans. Its
     config flags make the plan; the others (output, threads, placement) are accepted and change nothing
     the planner counts."""
-    from .registry import load_commands
+    from .registry import command_named
 
     full = argparse.ArgumentParser(prog=f"tlgeo plan {command}", add_help=False, exit_on_error=False)
-    load_commands()[command].add_args(full)
+    command_named(command).add_args(full)
     for action in full._actions:
         action.required = False
     return full
@@ -83,7 +86,7 @@ def _work(shape, command: str, flags: list[str]) -> tuple[list, list[str], argpa
     from .registry import load_steps
 
     atlas = atlas_config(parsed)
-    budgets, work = atlas.family_budgets(), []
+    budgets, work = atlas.chapter_budgets(), []
     for name, step in load_steps().items():
         conf = step_config(step, atlas, budgets) if atlas.steps is None or name in atlas.steps else None
         if conf is None or step.analysis.plan is None:

@@ -13,7 +13,7 @@ import importlib.util
 
 from .. import analysis
 
-__all__ = ["ANALYSES", "load_steps", "load_analyses", "load_commands"]
+__all__ = ["ANALYSES", "load_steps", "load_analyses", "load_commands", "command_named"]
 
 ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition",
@@ -23,7 +23,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.patching",
     "tlgeo.compression",
     "tlgeo.train",
-    "tlgeo.geometries",  # reads the four analyses above: it closes the report
+    "tlgeo.four_geometries",  # reads the four analyses above: it closes the report
 )
 REPORT_COMMANDS = ("tlgeo.report.cli", "tlgeo.report.plan")  # tlgeo atlas (every package's steps, one report), tlgeo plan
 
@@ -63,7 +63,17 @@ def load_commands() -> dict[str, analysis.Command]:
     out: dict[str, analysis.Command] = {}
     for m in mods:
         for c in getattr(m, "COMMANDS", ()):
-            if c.name in out:
-                raise ValueError(f"command {c.name!r} is defined twice ({m.__name__})")
+            taken = [n for n in (c.name, *c.aliases) if n in out or any(n in o.aliases for o in out.values())]
+            if taken:
+                raise ValueError(f"command {taken[0]!r} is defined twice ({m.__name__})")
             out[c.name] = c
     return out
+
+
+def command_named(name: str) -> analysis.Command:
+    """The command ``tlgeo <name>`` runs: by its name or one of its former names (``run``: ``decompose``)."""
+    cmds = load_commands()
+    found = cmds.get(name) or next((c for c in cmds.values() if name in c.aliases), None)
+    if found is None:
+        raise KeyError(f"no command {name!r}; choose from {sorted(cmds)}")
+    return found

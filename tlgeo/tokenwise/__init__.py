@@ -10,7 +10,7 @@ residual it cannot explain looks like and does to the output.
   Hugging Face model), memory-mapped on disk, resumable.
 * :mod:`.fits`: neighbours per layer (cached), the local map classes and pool-wide baselines
   (global linear, MLP), and the per-layer geometry of the residual.
-* :mod:`.patching`: KL of the next-token distribution when one token's ``h_{l+1}`` is
+* :mod:`.output_kl`: KL of the next-token distribution when one token's ``h_{l+1}`` is
   replaced by its tokenwise approximation, resumed from the cached residual.
 * :mod:`.jacobian`: ground truth: one token's exact block map, its Jacobian, and how close a
   local fit on sampled neighbours comes to it.
@@ -27,7 +27,7 @@ from .analysis import TokenwiseResult, run, tokenwise_analysis, units
 from .config import TokenwiseConfig
 from .fits import CLASSES, layer_geometry, neighbours, tokenwise_outputs
 from .jacobian import block_map, jacobian_agreement, tokenwise_jacobian
-from .patching import patch_kl
+from .output_kl import patch_kl
 from .pool import StatePool, collect_pool, layer_list
 
 __all__ = ["StatePool", "collect_pool", "layer_list", "CLASSES", "neighbours", "tokenwise_outputs",

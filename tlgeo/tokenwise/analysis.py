@@ -50,7 +50,7 @@ from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
 from .fits import CLASSES, POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
 from .paper import PAPER
-from .patching import patch_kl
+from .output_kl import patch_kl
 from .pool import StatePool, collect_pool, n_layer_maps
 
 __all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "config_of", "run", "units", "pool_windows",
@@ -357,7 +357,7 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
     ``l`` (``(n - l) / n`` of the blocks) and read out only where the patch can change the logits.
     The Spearman bootstraps (scipy on the host, per patched layer and class) are not counted."""
     from ..planner import PPL_LOGIT_COPIES, Work
-    from .patching import LOGIT_BUDGET
+    from .output_kl import LOGIT_BUDGET
 
     n_layers, d, seq = shape.n_layers, shape.d_model, cfg.seq_len
     if seq > shape.n_ctx:

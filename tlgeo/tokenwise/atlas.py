@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, TokenwiseResult
 from .config import TokenwiseConfig, evenly_spaced
 from .paper import COS_UPDATE, DEPTH, SECTION, SHARE_ANGLE, SPEARMAN, SPEARMAN_RANGE
 from .plots import plot_error_vs_kl, plot_layer_geometry, plot_residual_angles
 
-__all__ = ["FAMILY", "TokenwiseBudgets", "headline", "patched_layers"]
+__all__ = ["CHAPTER", "TokenwiseBudgets", "headline", "patched_layers"]
 
-FAMILY = "tokenwise"
+CHAPTER = "tokenwise"
 N_BOOT = 500  # bootstrap resamples of the atlas's Spearman CIs (tlgeo tokenwise: 1000)
 
 
@@ -67,10 +67,10 @@ def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:
     return Headline(sentences, warnings)
 
 
-register_family(FAMILY, TokenwiseBudgets, headline=headline, title="Tokenwise layer maps (seed paper 002)")
+register_chapter(CHAPTER, TokenwiseBudgets, headline=headline, title="Tokenwise layer maps (seed paper 002)")
 
 
-@register_analysis_step("tokenwise", FAMILY, ANALYSIS,
+@register_analysis_step("tokenwise", CHAPTER, ANALYSIS,
                         lambda b: b.config(n_boot=N_BOOT) if b.tokenwise_tokens else None,  # 0 tokens: skipped
                         "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)")
 def _section(ctx: StepContext, result: TokenwiseResult) -> None:

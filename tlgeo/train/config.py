@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config"]
+from ..analysis import Config, param
+
+__all__ = ["ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config", "warmup_for"]
 
 ARCHS = ("gpt", "llama")
 VARIANTS = ("none", "value_full", "attn", "gate", "value_excl_self")
@@ -30,21 +32,22 @@ class ConfigError(ValueError):
     """A training or model configuration that cannot work."""
 
 
-@dataclass
-class ModelSpec:
+@dataclass(frozen=True)
+class ModelSpec(Config):
     """Size of a model. ``d_mlp=None``: 4x d_model (gpt) or 8/3 x d_model rounded to 32 (llama).
 
     ``n_kv_heads=None``: as many as ``n_heads`` (no GQA)."""
 
-    arch: str = "gpt"
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int | None = None
-    d_mlp: int | None = None
-    context: int = 256
-    vocab_size: int = 258
-    rope_theta: float = 10000.0
+    arch: str = param("gpt", "gpt: LayerNorm/GELU/RoPE; llama: RMSNorm/SwiGLU/GQA", choices=ARCHS, group="model")
+    d_model: int = param(128, "residual width", group="model")
+    n_layers: int = param(4, "blocks", flag="--layers", group="model")
+    n_heads: int = param(4, "query heads per block", flag="--heads", group="model")
+    n_kv_heads: int | None = param(None, "GQA key/value heads (default: --heads)", flag="--kv-heads", group="model")
+    d_mlp: int | None = param(None, "MLP width (default: 4 d_model for gpt, the Llama ratio for llama)",
+                              group="model")
+    context: int = param(256, "the model's maximum positions", group="model")
+    vocab_size: int = param(258, "vocabulary (follows --tokenizer)", cli=False)
+    rope_theta: float = param(10000.0, "RoPE base", group="model")
 
     def validate(self) -> None:
         if self.arch not in ARCHS:
@@ -62,9 +65,13 @@ class ModelSpec:
             )
 
 
+def warmup_for(steps: int) -> int:
+    """The default warm-up of a run of ``steps`` steps: 20, at most a tenth of the run."""
+    return min(20, max(0, int(steps) // 10))
+
+
 def hf_config(spec: ModelSpec, *, bos_token_id: int = 256, eos_token_id: int = 257):
     """The Hugging Face config of ``spec`` (dropout off, tied embeddings)."""
-    spec.validate()
     kv = spec.n_kv_heads or spec.n_heads
     common = dict(
         vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
@@ -88,52 +95,64 @@ def hf_config(spec: ModelSpec, *, bos_token_id: int = 256, eos_token_id: int = 2
     return LlamaConfig(intermediate_size=d_mlp, rms_norm_eps=1e-5, attention_bias=False, **common)
 
 
-@dataclass
-class TrainConfig:
-    """Everything one pretraining run needs; saved with every checkpoint.
+@dataclass(frozen=True)
+class TrainConfig(Config):
+    """Everything one pretraining run needs; saved with every checkpoint. Every field but ``model``
+    (``ModelSpec``'s own flags) and ``betas`` is a flag of ``tlgeo train``.
 
     Optimisation follows the paper: AdamW (0.9, 0.95), weight decay 0.1 on
     matrices, clip 1.0, linear warmup then cosine decay to ``min_lr_ratio * lr``.
     ``batch_size`` is sequences per optimizer step over all ranks; each rank runs
-    ``batch_size / world / grad_accum`` sequences per micro-step.
+    ``batch_size / world / grad_accum`` sequences per micro-step. ``warmup=None``:
+    :func:`warmup_for` ``steps`` (20, at most a tenth of the run).
     """
 
-    model: ModelSpec = field(default_factory=ModelSpec)
-    variant: str = "none"
-    skip_first: int = 0  # suppression in blocks skip_first.. (0: every block)
-    gate_site: str = "value_full"
-    gate_bias_init: float = 0.0  # sigmoid(0) = 0.5: half the parallel part removed at init
-    data: str = "austen,mobydick,bible"
-    # "bytes" (vocab 258) or a model whose tokenizer is used: an embedded name such as
-    # "smollm2-135m" or an HF directory; the model's vocab_size follows the tokenizer
-    tokenizer: str = "bytes"
-    data_dir: str = "checkpoints/data"  # token stream cache (memmaps)
-    val_frac: float = 0.01
-    max_data_tokens: int | None = None
-    seq_len: int = 128
-    batch_size: int = 16
-    grad_accum: int = 1
-    steps: int = 200
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup: int = 20
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
-    eval_every: int = 50
-    eval_batches: int = 8
-    save_every: int = 0  # 0: only at the end
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "auto"  # bf16 autocast on GPU, float32 on CPU
-    dist: str = "none"  # none | ddp | fsdp (set by scripts/pretrain.py under torchrun)
-    threads: int = 0  # torch.set_num_threads on CPU (0: leave it)
-    out: str = "checkpoints/pretrain/run"
-    tensorboard: bool = False
-    wandb: str | None = None  # project name
+    model: ModelSpec = param(ModelSpec(), "the architecture and its size", cli=False)
+    variant: str = param("none", "what is suppressed: none, the parallel part at a site, or a learned gate",
+                         choices=VARIANTS, group="suppression")
+    skip_first: int = param(0, "suppress in blocks skip_first.. (0: every block)", min=0, group="suppression")
+    gate_site: str = param("value_full", "site of the learned gate (--variant gate)", group="suppression")
+    gate_bias_init: float = param(0.0, "initial gate bias (sigmoid(0) = 0.5: half the parallel part removed)",
+                                  group="suppression")
+    data: str = param("austen,mobydick,bible", "comma-separated corpora / text files / "
+                                               "hf:<dataset>[:<config>[:<split>]]", group="data")
+    tokenizer: str = param("bytes", "bytes, or a model whose tokenizer to train with (smollm2-135m, an HF "
+                                    "directory); the vocabulary follows it", group="data")
+    data_dir: str = param("checkpoints/data", "token stream cache (memory-mapped)", group="data")
+    val_frac: float = param(0.01, "share of the tokens held out for validation", group="data")
+    max_data_tokens: int | None = param(None, "cap per source", group="data")
+    seq_len: int = param(128, "tokens per training sequence", group="optimisation")
+    batch_size: int = param(16, "sequences per optimizer step, over all ranks", group="optimisation")
+    grad_accum: int = param(1, "micro-batches accumulated per optimizer step", group="optimisation")
+    steps: int = param(200, "optimizer steps", group="optimisation")
+    lr: float = param(1e-3, "peak learning rate (AdamW)", group="optimisation")
+    min_lr_ratio: float = param(0.1, "final learning rate as a fraction of the peak", group="optimisation")
+    warmup: int | None = param(None, "linear warm-up steps before the cosine decay (default: 20, at most a tenth "
+                                     "of --steps)", min=0, group="optimisation")
+    weight_decay: float = param(0.1, "AdamW weight decay", group="optimisation")
+    betas: tuple[float, float] = param((0.9, 0.95), "AdamW betas", cli=False)
+    clip: float = param(1.0, "gradient-norm clip", group="optimisation")
+    eval_every: int = param(50, "steps between validation losses", group="optimisation")
+    eval_batches: int = param(8, "batches per validation loss", group="optimisation")
+    save_every: int = param(0, "steps between checkpoints (0: only at the end)", min=0, group="optimisation")
+    seed: int = param(0, "seed of the initialisation and the data order", min=0, group="optimisation")
+    device: str = param("auto", "cpu, cuda, cuda:1, ...", group="optimisation")
+    dtype: str = param("auto", "auto (bf16 autocast on GPU), bf16, fp32", group="optimisation")
+    dist: str = param("none", "data parallelism under torchrun", choices=("none", "ddp", "fsdp"),
+                      group="optimisation")
+    threads: int = param(0, "torch CPU threads (0: torch's own choice)", min=0, group="optimisation")
+    out: str = param("checkpoints/pretrain/run", "run directory: log.csv, checkpoint.pt, model/", group="output")
+    tensorboard: bool = param(False, "also log to TensorBoard in <out>/tb", group="output")
+    wandb: str | None = param(None, "also log to this Weights & Biases project", group="output")
+
+    def __post_init__(self) -> None:
+        if self.warmup is None:
+            object.__setattr__(self, "warmup", warmup_for(self.steps))
+        super().__post_init__()
 
     def validate(self) -> None:
-        self.model.validate()
+        if not isinstance(self.model, ModelSpec):
+            raise ConfigError(f"model must be a ModelSpec, got {type(self.model).__name__}")
         if self.variant not in VARIANTS:
             raise ConfigError(f"unknown suppression variant {self.variant!r}; choose from {VARIANTS}")
         if self.seq_len > self.model.context:
@@ -155,6 +174,9 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def settings(self) -> dict:
+        return self.to_dict()
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":

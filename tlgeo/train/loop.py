@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict, set_optimizer_state_dict,
 )
 
-from . import distributed as D
+from . import parallel as D
 from .config import ConfigError, TrainConfig
 from .data import TokenStream, build_token_stream
 from .model import build_bridge, export_hf, hf_names, load_tokenizer, special_ids

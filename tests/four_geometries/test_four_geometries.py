@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tlgeo.geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
-from tlgeo.geometries.analysis import relation_summary, token_windows
+from tlgeo.four_geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
+from tlgeo.four_geometries.analysis import relation_summary, token_windows
 from tlgeo.hooks.perturb import Perturbation
 from tlgeo.stats.correlation import shuffle_within, spearman_matrix
 
@@ -168,7 +168,7 @@ def test_relations_table_of_a_block(result):
 
 
 def test_a_rerun_resumes_by_block(llama, tmp_path, monkeypatch):
-    import tlgeo.geometries.analysis as A
+    import tlgeo.four_geometries.analysis as A
 
     first = run(llama, CFG, out=tmp_path, units=[("layer", CFG.chosen_layers(llama.cfg.n_layers)[0])])
     calls = []

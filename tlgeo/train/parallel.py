@@ -1,49 +1,57 @@
-"""torchrun set-up: DDP (gloo on CPU, NCCL on GPU) and FSDP for models that do not fit one device."""
+"""Data parallelism of a training run: DDP or FSDP2 around the model being trained, on the process
+group that :func:`tlgeo.distributed.init` joins (the one every analysis under torchrun joins: gloo on
+CPU, NCCL on GPU), and the reductions the loop needs."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..distributed import Ranks, init, ranks
+
 __all__ = ["DistInfo", "setup", "wrap", "all_mean", "barrier", "cleanup"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistInfo:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
+    """This process's place in the run (:class:`tlgeo.distributed.Ranks`), its device and the wrapping."""
+
+    place: Ranks = Ranks()
     device: torch.device = torch.device("cpu")
     mode: str = "none"
 
     @property
+    def rank(self) -> int:
+        return self.place.rank
+
+    @property
+    def world(self) -> int:
+        return self.place.size
+
+    @property
+    def local_rank(self) -> int:
+        return self.place.local_rank
+
+    @property
     def main(self) -> bool:
-        return self.rank == 0
+        return self.place.main
 
 
 def setup(mode: str = "none", device: str = "auto") -> DistInfo:
-    """Initialise the process group when launched by ``torchrun`` (``WORLD_SIZE`` set).
-
-    ``mode``: ``none`` | ``ddp`` | ``fsdp``; under torchrun ``none`` becomes ``ddp``.
-    """
+    """Join the process group when launched by ``torchrun`` (``WORLD_SIZE`` > 1; FSDP needs one even
+    alone). ``mode``: ``none`` | ``ddp`` | ``fsdp``; under torchrun ``none`` becomes ``ddp``. A
+    CUDA ``device`` is ``cuda:LOCAL_RANK``."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1 and mode == "none":
-        return DistInfo(device=torch.device(device))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if device.startswith("cuda"):
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
-    else:
-        dev = torch.device("cpu")
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
-    return DistInfo(rank, world, local, dev, "ddp" if mode == "none" else mode)
+    place = ranks()
+    dev = torch.device("cuda", place.local_rank) if device.startswith("cuda") else torch.device("cpu")
+    if place.size == 1 and mode == "none":
+        return DistInfo(place, torch.device(device))
+    init(dev, alone=True)
+    return DistInfo(place, dev, "ddp" if mode == "none" else mode)
 
 
 def wrap(module: nn.Module, info: DistInfo, blocks: list[nn.Module] | None = None) -> nn.Module:
@@ -65,6 +73,7 @@ def wrap(module: nn.Module, info: DistInfo, blocks: list[nn.Module] | None = Non
 
 
 def all_mean(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The mean of ``x`` over the ranks (``x`` itself alone)."""
     if info.world > 1:
         x = x.clone()
         dist.all_reduce(x)

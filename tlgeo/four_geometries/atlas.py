@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_family
+from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 from .config import GeometriesConfig
 
-__all__ = ["FAMILY", "GeometriesBudgets", "headline"]
+__all__ = ["CHAPTER", "GeometriesBudgets", "headline"]
 
-FAMILY = "geometries"
+CHAPTER = "geometries"
 GeometriesBudgets = atlas_budgets(GeometriesConfig, "geometries_", ("tokens", "seq_len", "layer_count", "seeds", "k"),
                                   seeds=1)
 
@@ -41,10 +41,10 @@ def headline(out: Path, budgets: GeometriesBudgets | None = None) -> Headline:
                      f"frequency {top['partial']:+.2f}{atyp}, shuffled within windows {top['shuffled']:+.2f})."])
 
 
-register_family(FAMILY, GeometriesBudgets, headline=headline, title="One token, four geometries")
+register_chapter(CHAPTER, GeometriesBudgets, headline=headline, title="One token, four geometries")
 
 
-@register_analysis_step("geometries", FAMILY, ANALYSIS, lambda b: b.config(),
+@register_analysis_step("geometries", CHAPTER, ANALYSIS, lambda b: b.config(),
                         "one token, four geometries: every analysis's per-token quantity on one pool, related")
 def _section(ctx: StepContext, result: GeometriesResult) -> None:
     from .plots import plot_pairs, plot_relations, token_view
