@@ -102,8 +102,8 @@ def tiny_runs(llama, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def torchrun_launch(tmp_path_factory):
-    """One launch of ``tests/torchrun_worker.py`` on two gloo ranks, shared by the data-parallel and
-    the atlas-ranks tests: ``(out, {"returncode", "stdout", "stderr"})``. Under pytest-xdist the
+    """One launch of ``tests/torchrun_worker.py`` on two gloo ranks, shared by the data-parallel, the
+    atlas-ranks and the DDP training tests: ``(out, {"returncode", "stdout", "stderr"})``. Under pytest-xdist the
     workers share it: the first to get here launches it in a folder of this test run, the others
     wait on its lock and read it."""
     from .shared import shared_folder

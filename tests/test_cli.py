@@ -141,8 +141,8 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     import time
 
     out = tmp_path / "sweeps"
-    proc = subprocess.Popen(  # the paper's full grids: ~90 points of 4,000 tokens, far more than the test waits for
-        [sys.executable, "-m", "tlgeo.cli", "sweeps", "--model", "tiny:llama", "--out", str(out), "--tokens", "4000",
+    proc = subprocess.Popen(  # the paper's full grids: ~90 points of 1,024 tokens, far more than the test waits for
+        [sys.executable, "-m", "tlgeo.cli", "sweeps", "--model", "tiny:llama", "--out", str(out), "--tokens", "1024",
          "--context", "64"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         # as in a terminal: a shell's background jobs (CI) start with SIGINT ignored

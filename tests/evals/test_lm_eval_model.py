@@ -85,7 +85,7 @@ def test_local_yaml_tasks_match_zeroshot(llama, monkeypatch):
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.chdir(DATA)  # the YAMLs name their data files relative to tests/data
-    tm = TaskManager(include_path=str(DATA / "lm_eval"))
+    tm = TaskManager(include_path=str(DATA / "lm_eval"), include_defaults=False)  # not lm-eval's ~10,000 YAMLs
     lm = TLGeoLM(model=llama, site="value_excl_self", s_par=0.0, skip_first=1, batch_size=4)
     res = lm_eval.simple_evaluate(
         model=lm, tasks=["tlgeo_tiny_arc", "tlgeo_tiny_winogrande"], task_manager=tm,

@@ -127,8 +127,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         # every evaluation through the bridge (to_tokens prepends it) will
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(tokenizer)))
         stream_tokenizer, bos = tokenizer, special_ids(tokenizer)[0]
-    # built before the process group exists: transformers' save_pretrained (used to boot
-    # the bridge from a temporary directory) writes nothing on ranks other than 0
     lm = make_model(cfg, tokenizer)
     info = D.setup(cfg.dist, cfg.device)
     if info.device.type == "cpu" and cfg.threads:

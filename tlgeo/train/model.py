@@ -45,7 +45,7 @@ def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.floa
     from transformers import AutoModelForCausalLM
 
     from ..models import byte_tokenizer
-    from ..models.bridge import boot
+    from ..models.bridge import boot, save_local
 
     tokenizer = tokenizer if tokenizer is not None else byte_tokenizer()
     bos, eos = special_ids(tokenizer)
@@ -55,7 +55,7 @@ def build_bridge(spec: ModelSpec, seed: int = 0, dtype: torch.dtype = torch.floa
         warnings.simplefilter("ignore")
         hf = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
         with tempfile.TemporaryDirectory(prefix="tlgeo-train-") as d:
-            hf.save_pretrained(d)
+            save_local(hf, d)  # on every rank, also where a process group exists already
             tokenizer.save_pretrained(d)
             bridge = boot(d, "cpu", dtype)
     bridge.train()
