@@ -14,7 +14,7 @@ run: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/tlgeo decompose --model smollm2-135m
 
 test: setup
-	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=15
 
 bench: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/bench_overhead.py

@@ -86,3 +86,18 @@ def test_every_log_in_the_package_says_whose_rows_it_holds():
                 if not any(k.arg == "identity" for k in node.keywords):
                     missing.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not missing, f"ResultLog without identity= at {missing}"
+
+
+def test_merge_csv_replaces_rows_of_the_same_key_missing_values_included(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from tlgeo.results import merge_csv
+
+    path = tmp_path / "t.csv"
+    first = pd.DataFrame({"site": ["attn", "mlp", "attn"], "scale": [0.0, 0.1 + 0.2, np.nan], "v": [1.0, 2.0, 3.0]})
+    assert merge_csv(path, first, ["site", "scale"]) == 3
+    again = pd.DataFrame({"site": ["mlp", "attn"], "scale": [0.1 + 0.2, np.nan], "v": [20.0, 30.0]})
+    assert merge_csv(path, again, ["site", "scale"]) == 3  # both rows replaced (a float key, a missing one)
+    got = pd.read_csv(path).sort_values("v")
+    assert list(got["v"]) == [1.0, 20.0, 30.0]

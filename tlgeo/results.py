@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-__all__ = ["IDENTITY", "ResultLog", "merge_csv", "stamp", "current_identity", "identity_scope", "of_identity",
+__all__ = ["IDENTITY", "ResultLog", "merge_csv", "row_ids", "stamp", "current_identity", "identity_scope", "of_identity",
            "resumed_lines", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
@@ -192,11 +192,21 @@ def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> 
             if k not in old.columns and k in df.columns:
                 old[k] = "(not recorded)"
         if all(k in old.columns for k in key) and all(k in df.columns for k in key):
-            ids = lambda d: d[key].astype(str).agg("\x1f".join, axis=1)  # noqa: E731
-            old = old[~ids(old).isin(set(ids(df)))]
+            old = old[~row_ids(old, key).isin(set(row_ids(df, key)))]
             df = pd.concat([old, df], ignore_index=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
     os.replace(tmp, path)
     return len(df)
+
+
+def row_ids(df: pd.DataFrame, key: Iterable[str]) -> pd.Series:
+    """Each row's ``key`` values (``str`` of each, missing ones included) as one string, column by column
+    (a row-wise join costs ~0.1 ms a row)."""
+    key = list(key)
+    text = [df[k].map(str).astype(object) for k in key]  # object: an empty column maps to float64
+    ids = text[0]
+    for t in text[1:]:
+        ids = ids + "\x1f" + t
+    return ids

@@ -28,6 +28,26 @@ def test_group_bootstrap_is_wider_when_groups_are_correlated():
     assert grouped.ci_high - grouped.ci_low > items.ci_high - items.ci_low
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_the_bootstrap_ci_is_scipys_spearman_over_the_same_resamples(grouped):
+    """The resamples' rank correlations, computed all at once, are scipy.stats.spearmanr's one by one
+    (ties, unequal groups and constant resamples included)."""
+    from scipy.stats import spearmanr
+
+    from tlgeo.stats.resampling import group_resamples
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=40)
+    y = x + rng.normal(size=40)
+    x[:6] = x[0]  # ties
+    groups = rng.integers(0, 9, 40) if grouped else None  # groups of unequal size: resamples of unequal length
+    got = spearman_ci(x, y, groups=groups, n_boot=300, seed=4)
+    want = [spearmanr(x[i], y[i]).statistic for i in group_resamples(np.arange(40) if groups is None else groups, 300, 4)
+            if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0]
+    np.testing.assert_allclose([got.ci_low, got.ci_high], np.quantile(want, [0.025, 0.975]), rtol=0, atol=1e-12)
+    assert got.rho == pytest.approx(spearmanr(x, y).statistic, abs=1e-15)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="at least 3"):
         spearman_ci([1, 2], [1, 2])

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..results import IDENTITY
+from ..results import IDENTITY, row_ids
 from ..stats.multiple import bh_qvalues, wald_pvalue
 from ..stats.resampling import ratio_bootstrap, ratio_ci
 
@@ -90,7 +90,7 @@ def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     q = np.full(len(df), np.nan)
     if len(df):
         fam = [c for c in (*IDENTITY, *TEST_FAMILY) if c in df.columns]
-        keys = df[fam].astype(str).agg("\x1f".join, axis=1) if fam else pd.Series("", index=df.index)
+        keys = row_ids(df, fam) if fam else pd.Series("", index=df.index)
         p = pd.to_numeric(df["p"], errors="coerce").to_numpy(dtype=np.float64)
         for idx in keys.groupby(keys, sort=False).indices.values():
             q[idx] = bh_qvalues(p[idx])
