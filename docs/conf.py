@@ -15,6 +15,7 @@ sys.path.insert(0, str(HERE.parent))
 
 project = "tlgeo"
 author = "the tlgeo developers"
+copyright = "the tlgeo developers (MIT licence)"
 extensions = ["myst_parser"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "README.md"]

@@ -231,3 +231,21 @@ def test_the_default_warmup_fits_a_short_run():
     parse("--steps", "3").validate()
     with pytest.raises(Exception, match="warmup=5 must be between 0 and steps=3"):
         parse("--steps", "3", "--warmup", "5").validate()
+
+
+def test_the_flags_are_the_configs_fields_and_a_bad_one_is_one_line(capsys):
+    """tlgeo train's flags come from ModelSpec and TrainConfig: no flags give the default config, a
+    config's own flags (train_argv) give it back, and a bad value is one line naming it."""
+    import argparse
+
+    from tlgeo.cli import main
+    from tlgeo.train.cli import add_train_args, train_argv, train_config
+
+    parse = lambda *a: train_config(add_train_args(argparse.ArgumentParser()).parse_args(list(a)))  # noqa: E731
+    assert parse() == TrainConfig()
+    spec = ModelSpec(arch="llama", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, rope_theta=500.0)
+    cfg = TrainConfig(model=spec, variant="attn", steps=30, lr=3e-4, max_data_tokens=1000, tensorboard=True)
+    assert parse(*train_argv(cfg)) == cfg and train_argv(TrainConfig()) == []
+    assert main(["train", "--heads", "3", "--steps", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["tlgeo train: error: d_model=128 is not divisible by n_heads=3"]

@@ -5,11 +5,12 @@ their fields, and ``--resume``."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from ..cliargs import Formatter, add_config_args, config_from_args
-from .config import ModelSpec, TrainConfig
+from ..cliargs import Formatter, add_config_args, config_argv, config_from_args
+from .config import ModelSpec, TrainConfig, warmup_for
 
-__all__ = ["add_train_args", "train_config", "main"]
+__all__ = ["add_train_args", "train_config", "train_argv", "main"]
 
 
 def add_train_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -23,6 +24,16 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of the parsed flags of :func:`add_train_args` (a bad value raises
     :class:`~tlgeo.train.config.ConfigError` naming it, before any work)."""
     return config_from_args(TrainConfig, args, model=config_from_args(ModelSpec, args))
+
+
+def train_argv(cfg: TrainConfig) -> list[str]:
+    """The flags of ``tlgeo train`` that make ``cfg`` (each one whose value is not its default; ``--warmup``
+    where it is not the one ``--steps`` gives)."""
+    argv = config_argv(dataclasses.replace(cfg, model=ModelSpec()))
+    if cfg.warmup == warmup_for(cfg.steps):
+        i = argv.index("--warmup")
+        del argv[i:i + 2]
+    return config_argv(cfg.model) + argv
 
 
 def run(args: argparse.Namespace) -> int:
