@@ -17,6 +17,7 @@ time since the run began) and its end; the steps show tqdm progress bars.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import shlex
 import time
@@ -114,33 +115,38 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     scratch = Report("scratch")  # another rank draws no section
-    for i, (name, step) in enumerate(todo, 1):
-        conf = step_config(step, cfg, budgets)
-        ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.chapter], conf)
-        t = time.perf_counter()
-        if r.main:
-            print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
-                  f"{_duration(t - t_run)} into the run", flush=True)
-        if conf is not None:  # None: skipped at these budgets
-            # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
-            # on rank 0, which draws the section)
-            with identity_scope(identity.row()):
-                result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)
+    gc.collect()
+    gc.freeze()  # what exists now (modules, the model) is no step's garbage: each step's collection skips it
+    try:
+        for i, (name, step) in enumerate(todo, 1):
+            conf = step_config(step, cfg, budgets)
+            ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.chapter], conf)
+            t = time.perf_counter()
             if r.main:
-                step.render(ctx, result)
-                report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
-        _release_memory()
-        if not r.main:
-            continue
-        timings[name] = time.perf_counter() - t
-        peak_mb[name] = _peak_rss_mb()
-        wrote = [f for f in step.files if (out / f).exists()]
-        print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
-              f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
-              f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-        set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
-                     compare=not _random_weights(model))
-        report.save(out / "report.html")  # a partial report after every step, headline of what is done
+                print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
+                      f"{_duration(t - t_run)} into the run", flush=True)
+            if conf is not None:  # None: skipped at these budgets
+                # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
+                # on rank 0, which draws the section)
+                with identity_scope(identity.row()):
+                    result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)
+                if r.main:
+                    step.render(ctx, result)
+                    report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
+            _release_memory()
+            if not r.main:
+                continue
+            timings[name] = time.perf_counter() - t
+            peak_mb[name] = _peak_rss_mb()
+            wrote = [f for f in step.files if (out / f).exists()]
+            print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
+                  f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
+                  f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
+            set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
+                         compare=not _random_weights(model))
+            report.save(out / "report.html")  # a partial report after every step, headline of what is done
+    finally:
+        gc.unfreeze()
     if not r.main:
         return None
     total = time.perf_counter() - t_run
