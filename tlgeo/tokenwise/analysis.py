@@ -9,7 +9,7 @@ temporary folder) and calls :func:`tokenwise_analysis`, which works on a collect
    geometry (:func:`tlgeo.tokenwise.fits.layer_geometry`'s columns), plus the
    relative error of a fixed random subset of ``n_patch`` tokens;
 2. per class, the KL of patching each subset token's ``h_{l+1}`` to its
-   approximation at every patched layer (:func:`tlgeo.tokenwise.patching.patch_kl`);
+   approximation at every patched layer (:func:`tlgeo.tokenwise.output_kl.patch_kl`);
 3. per (layer, class), Spearman(error, KL) with a bootstrap CI over windows.
 
 Work units: ``(class, layer)`` for every class and fitted layer. A unit's geometry row, its
