@@ -75,8 +75,8 @@ def cache_dir() -> Path:
 def _gguf_parsed_once() -> Iterator[None]:
     """transformers parses a GGUF file anew for the tokenizer, its config, the model's config and
     its weights (four parses of SmolLM2's 49,152-token vocabulary and merges), and builds gguf's
-    tensor-name map once per module of the model (397 times for SmolLM2, 7 of the conversion's
-    27 s): inside this, each file is parsed once and its reader (read-only, memory-mapped) handed
+    tensor-name map once per module of the model (397 times for SmolLM2: building it once took the conversion
+    from 23 s to 16 s): inside this, each file is parsed once and its reader (read-only, memory-mapped) handed
     out again, and each name map (a pure function of the architecture and block count) built once."""
     import gguf
 

@@ -10,34 +10,24 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..distributed import Ranks, init, ranks
+from ..distributed import init, ranks
 
 __all__ = ["DistInfo", "setup", "wrap", "all_mean", "barrier", "cleanup"]
 
 
 @dataclass(frozen=True)
 class DistInfo:
-    """This process's place in the run (:class:`tlgeo.distributed.Ranks`), its device and the wrapping."""
+    """This process's place in the run (from :func:`tlgeo.distributed.ranks`), its device and the wrapping."""
 
-    place: Ranks = Ranks()
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
     device: torch.device = torch.device("cpu")
     mode: str = "none"
 
     @property
-    def rank(self) -> int:
-        return self.place.rank
-
-    @property
-    def world(self) -> int:
-        return self.place.size
-
-    @property
-    def local_rank(self) -> int:
-        return self.place.local_rank
-
-    @property
     def main(self) -> bool:
-        return self.place.main
+        return self.rank == 0
 
 
 def setup(mode: str = "none", device: str = "auto") -> DistInfo:
@@ -46,12 +36,12 @@ def setup(mode: str = "none", device: str = "auto") -> DistInfo:
     CUDA ``device`` is ``cuda:LOCAL_RANK``."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    place = ranks()
-    dev = torch.device("cuda", place.local_rank) if device.startswith("cuda") else torch.device("cpu")
-    if place.size == 1 and mode == "none":
-        return DistInfo(place, torch.device(device))
+    r = ranks()
+    dev = torch.device("cuda", r.local_rank) if device.startswith("cuda") else torch.device("cpu")
+    if r.size == 1 and mode == "none":
+        return DistInfo(device=torch.device(device))
     init(dev, alone=True)
-    return DistInfo(place, dev, "ddp" if mode == "none" else mode)
+    return DistInfo(r.rank, r.size, r.local_rank, dev, "ddp" if mode == "none" else mode)
 
 
 def wrap(module: nn.Module, info: DistInfo, blocks: list[nn.Module] | None = None) -> nn.Module:
