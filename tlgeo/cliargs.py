@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -93,26 +94,31 @@ def items(kind: type):
     return parse
 
 
-def _base_type(f: dataclasses.Field, owner: type) -> Any:
-    """The field's type with ``X | None`` reduced to ``X`` (annotations may be strings)."""
+@functools.cache
+def _field_types(owner: type) -> dict[str, Any]:
+    """``{field name: type}`` of the dataclass ``owner`` with ``X | None`` reduced to ``X`` (annotations
+    may be strings; resolved once per class: a command line builds every command's flags)."""
     hints = typing.get_type_hints(owner)
-    t = hints.get(f.name, f.type)
-    args = [a for a in typing.get_args(t) if a is not type(None)]
-    if typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
-        t = args[0]
-    return t
+    out = {}
+    for f in dataclasses.fields(owner):
+        t = hints.get(f.name, f.type)
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        if typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
+            t = args[0]
+        out[f.name] = t
+    return out
 
 
 def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
     """``{field name: argparse keyword arguments}`` for every field of the config ``cls`` that
     has a flag (``cli=False`` fields have none)."""
-    out = {}
+    out, types_ = {}, _field_types(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if meta.get("cli", True) is False:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        t = _base_type(f, cls)
+        t = types_[f.name]
         kw: dict[str, Any] = {"dest": f.name, "default": default}
         cost = f"; {meta['cost']}" if meta.get("cost") else ""
         kw["help"] = meta.get("help", "") + cost

@@ -222,11 +222,14 @@ class Report:
         return self
 
     def figure(self, fig, caption: str | None = None, dpi: int = 110) -> "Report":
-        """Embed a matplotlib figure as PNG (the figure is closed afterwards)."""
+        """Embed a matplotlib figure as PNG (the figure is closed afterwards). A figure with a layout
+        engine (``layout="constrained"``) is saved as laid out; one without is cropped to what it draws
+        (``bbox_inches="tight"`` costs a second drawing of the figure)."""
         import matplotlib.pyplot as plt
 
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+        crop = {} if fig.get_layout_engine() is not None else {"bbox_inches": "tight"}
+        fig.savefig(buf, format="png", dpi=dpi, **crop)
         plt.close(fig)
         b64 = base64.b64encode(buf.getvalue()).decode()
         cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
