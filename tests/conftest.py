@@ -53,14 +53,15 @@ def tiny(request):
 
 
 def pytest_collection_modifyitems(items):
-    """The notebooks first, then the tests on the real SmolLM2, then the rest in file order. Under
+    """The tests of the tiny atlas first, then the notebooks, then the rest in file order. Under
     ``--dist worksteal`` each worker starts on a contiguous half of this order and steals from the end
-    of the other's, so the first worker runs all notebooks in one kernel and loads SmolLM2 alone
-    (a notebook kernel's start costs ~9 s of imports, SmolLM2's load ~3 s: once each, not per worker)."""
+    of the other's, so one worker makes the atlas (:func:`atlas_run`: ~20 s) and runs every test that
+    reads it (the other does not sit waiting on its lock), then runs all the notebooks in one kernel
+    (a kernel's start is ~9 s of imports: once, not once per worker)."""
     def rank(item) -> int:
-        if item.path.parent.name == "notebooks":
+        if "atlas_run" in getattr(item, "fixturenames", ()):
             return 0
-        return 1 if "smollm2" in getattr(item, "fixturenames", ()) else 2
+        return 1 if item.path.parent.name == "notebooks" else 2
 
     items.sort(key=rank)  # stable: file order within each rank
 

@@ -129,6 +129,27 @@ def test_run_compresses_missing_methods_on_the_fly(tmp_path):
         run(model, cfg, units=["awq"])
 
 
+def test_each_dtype_compresses_into_a_folder_of_its_own(tmp_path, monkeypatch):
+    """A bfloat16 run compresses its rounded weights next to the float32 models, not over them: a float32
+    rerun afterwards reuses its models (their ids unchanged)."""
+    pytest.importorskip("llmcompressor")
+    from tlgeo.compression.analysis import MODEL_COLUMN, default_root, run
+    from tlgeo.compression.config import CompressConfig, DiagConfig
+    from tlgeo.models import tiny_model
+
+    monkeypatch.setenv("TLGEO_CACHE", str(tmp_path / "cache"))
+    f32, bf16 = tiny_model("llama"), tiny_model("llama", dtype=torch.bfloat16)
+    assert default_root(f32) == tmp_path / "cache" / "compressed" / "tiny-llama"
+    assert default_root(bf16) == tmp_path / "cache" / "compressed" / "tiny-llama-bfloat16"
+    cfg = DiagConfig(methods=("rtn_w4g32",), prompts=2, seq_len=16, modes=("local",),
+                     compress=CompressConfig(n_calib=2, calib_seq_len=16, pipeline="basic"))
+    first = run(f32, cfg).prompts[MODEL_COLUMN].unique()
+    run(bf16, cfg)
+    said = []
+    again = run(f32, cfg, say=said.append).prompts[MODEL_COLUMN].unique()
+    assert not any("compress" in s for s in said) and list(again) == list(first)
+
+
 def test_cli_compress(tiny_dir, tmp_path, monkeypatch, capsys):
     pytest.importorskip("llmcompressor")
     from tlgeo.compression.llmc import MANIFEST

@@ -72,10 +72,14 @@ def loaded_key(model: Model) -> str:
 
 
 def default_root(model: Model) -> Path:
-    """``$TLGEO_CACHE/compressed/<model>``: where ``tlgeo compress`` writes the compressed models."""
+    """``$TLGEO_CACHE/compressed/<model>``: where ``tlgeo compress`` writes the compressed models; for
+    weights loaded in another dtype than float32, ``<model>-<dtype>`` (their models are compressed from
+    the rounded weights: in one folder each dtype's run would recompress the other's)."""
     from .llmc import compressed_dir
 
-    return compressed_dir(loaded_key(model), "x").parent
+    dtype = str(getattr(model.cfg, "dtype", "float32")).removeprefix("torch.")
+    key = loaded_key(model)
+    return compressed_dir(key if dtype == "float32" else f"{key}-{dtype}", "x").parent
 
 
 def units(model: Model, cfg: DiagConfig) -> list[str]:

@@ -88,7 +88,8 @@ class DiagConfig(Config):
 
     methods: tuple[str, ...] = param(DEFAULT_METHODS, "methods under --root (comma list)", item=str)
     root: str | None = param(None, "folder with one compressed model dir per method (default: "
-                                   "$TLGEO_CACHE/compressed/<model>, as written by tlgeo compress)")
+                                   "$TLGEO_CACHE/compressed/<model>, as written by tlgeo compress; "
+                                   "<model>-<dtype> for --dtype bfloat16 / float16)")
     corpus: str = param("wikitext2", "held-out text for the prompts")
     prompts: int = param(12, "number of prompts (windows of the corpus)",
                          cost="~11 s per prompt and method at 128 tokens, both modes (SmolLM2, loaded "
