@@ -18,8 +18,6 @@ copies the two seed-0 baselines to ``checkpoints/tiny-gpt-layernorm`` and
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import sys
 import time

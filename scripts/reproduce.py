@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tlgeo.provenance import git_state, read  # noqa: E402
-from tlgeo.results import IDENTITY  # noqa: E402
 
 VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
 

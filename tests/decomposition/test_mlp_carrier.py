@@ -205,7 +205,7 @@ def test_narrow_choice_matters_only_with_a_narrow_block(llama, gpt2, tokens):
 
 
 def test_full_removal_leaves_bias(gpt2, tokens):
-    out = f"blocks.1.hook_mlp_out"
+    out = "blocks.1.hook_mlp_out"
     b = mlp_out_weights(gpt2, 1)[1].detach()
     for site in SITES:
         seen = run_recording(gpt2, tokens, CarrierEdit(site, 0.0, 0.0, layers=1).hooks(gpt2), [out])

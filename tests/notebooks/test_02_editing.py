@@ -3,7 +3,6 @@
 import math
 import re
 
-import pytest
 
 from .test_notebooks import NOTEBOOKS, iter_outputs, run_notebook, stdout
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 
-import pytest
 
 from .test_notebooks import iter_outputs, printed_perplexities, run_notebook, stdout, NOTEBOOKS
 

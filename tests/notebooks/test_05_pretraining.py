@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 
 from .test_notebooks import NOTEBOOKS, run_notebook, stdout
 

@@ -174,7 +174,7 @@ def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
 
 
 def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
-    from tlgeo.report.atlas import AtlasConfig, run_atlas
+    from tlgeo.report.atlas import AtlasConfig
 
     html = run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",),
                                  budgets=dict(context=64, profile_tokens=64)), model=llama).read_text()

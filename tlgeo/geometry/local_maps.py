@@ -156,7 +156,6 @@ def _orthogonal_fast(x: Batch, y: Batch, q: Queries) -> tuple[Queries, Tensor]:
         keep, x64, u64, q, lz, x_sq, ok = keep[ok], x64[ok], u64[ok], q[ok], lz[ok], x_sq[ok], ok[ok]
         if merge is not None:
             merge, unit = merge[keep], unit[keep]
-    n = len(lz)
     eye = torch.eye(2 * k, dtype=f64, device=x.device)
     lz = torch.where(ok[:, None, None], lz, eye)  # z = lz @ B: x = [L11, 0] B, y - x = [L21, L22] B
     l11 = lz[:, :k, :k]

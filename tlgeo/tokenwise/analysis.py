@@ -48,7 +48,7 @@ from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
 from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
-from .fits import CLASSES, POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
+from .fits import POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
 from .paper import PAPER
 from .output_kl import patch_kl
 from .pool import StatePool, collect_pool, n_layer_maps
