@@ -61,3 +61,30 @@ def test_bad_heads_and_sizes_are_refused_before_a_forward(setup):
         exact_sweep(model, runs, ["head"], layers=[0], direction="sideways")
     with pytest.raises(ValueError, match="no position 'S2'"):
         position_mask(task, "S2")
+
+
+@pytest.mark.parametrize("max_rows", [5, 256])
+def test_the_plan_counts_the_rows_of_the_sweep_s_forwards(llama, max_rows):
+    """`tlgeo plan`'s exact step holds as many sequences per forward as the sweep runs (a copy of the
+    prompts per head of a block, cut to max_rows): its memory is planned from them."""
+    from tlgeo.patching.analysis import ANALYSIS
+    from tlgeo.patching.config import PatchingConfig
+    from tlgeo.planner import model_shape
+
+    task = build_task("induction", llama, n=3, seed=1)
+    comps = ("head_perp", "mlp_perp")
+    runs = task_runs(llama, task, comps)
+    seen = []
+
+    def rows(module, args, kwargs):
+        x = next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        seen.append(x.shape[0])
+
+    handle = llama.blocks[-1].register_forward_pre_hook(rows, with_kwargs=True)
+    try:
+        exact_sweep(llama, runs, comps, layers=[0], max_rows=max_rows)
+    finally:
+        handle.remove()
+    cfg = PatchingConfig(tasks=("induction",), prompts=3, methods=("exact",), components=comps, max_rows=max_rows)
+    exact = next(w for w in ANALYSIS.plan(model_shape("tiny:llama"), cfg) if w.step.endswith("exact"))
+    assert max(seen) == exact.batch == 3 * min(llama.cfg.n_heads, max(1, max_rows // 3))

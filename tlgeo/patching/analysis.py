@@ -298,8 +298,12 @@ def plan(shape, cfg: PatchingConfig) -> list:
             out.append(Work(f"{task}: attribution", int(ATTRIBUTION_PASSES * prompts), L, cfg.batch_size,
                             kept_bytes=kept, note=f"{len(cfg.components)} components, forward + backward"))
         if "exact" in cfg.methods:
-            reps = sum(shape.n_heads if get_component(c).scope == "head" else 1 for c in cfg.exact_set())
-            out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, max(1, cfg.max_rows // cfg.prompts),
+            scopes = [get_component(c).scope for c in cfg.exact_set()]
+            reps = sum(shape.n_heads if s == "head" else 1 for s in scopes)
+            # a head component's forward patches a copy of the prompts per head (rows = heads x n, cut to max_rows)
+            n_prompts = task_prompts(cfg, task)
+            rows = n_prompts * (min(shape.n_heads, max(1, cfg.max_rows // n_prompts)) if "head" in scopes else 1)
+            out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, rows,
                             kept_bytes=kept, note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed"))
     return [w for w in out for _ in cfg.directions]
 
