@@ -141,7 +141,7 @@ def run_notebook(
     nb.cells = _injected_cells(nb, params)
     if shared_kernel:
         # A fresh namespace, and torch's global modes as a new kernel has them. `%reset` collects
-        # garbage twice over the whole heap (torch and TransformerLens: ~0.5 s each): what exists is
+        # garbage twice over the whole heap (torch and TransformerLens: ~1 s a reset, profiled): what exists is
         # frozen out of the collector first (the last notebook's objects are freed by reference count;
         # a cycle among them stays, tiny models only).
         reset = nbformat.v4.new_code_cell(
