@@ -40,7 +40,7 @@ from .baseline import par_baseline_rows
 from .components import get_component
 from .config import PatchingConfig
 from .effects import add_qvalues, agreement, effect_test, interactions
-from .exact import exact_sweep
+from .exact import exact_sweep, heads_per_forward
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
 
@@ -300,9 +300,8 @@ def plan(shape, cfg: PatchingConfig) -> list:
         if "exact" in cfg.methods:
             scopes = [get_component(c).scope for c in cfg.exact_set()]
             reps = sum(shape.n_heads if s == "head" else 1 for s in scopes)
-            # a head component's forward patches a copy of the prompts per head (rows = heads x n, cut to max_rows)
-            n_prompts = task_prompts(cfg, task)
-            rows = n_prompts * (min(shape.n_heads, max(1, cfg.max_rows // n_prompts)) if "head" in scopes else 1)
+            n_prompts = task_prompts(cfg, task)  # a head component's forward: a copy of them per head
+            rows = n_prompts * (heads_per_forward(shape.n_heads, n_prompts, cfg.max_rows) if "head" in scopes else 1)
             out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, rows,
                             kept_bytes=kept, note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed"))
     return [w for w in out for _ in cfg.directions]

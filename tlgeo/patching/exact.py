@@ -23,7 +23,7 @@ from ..models import Model
 from .components import FRAMES, Component, get_component
 from .runs import W_O, RunCache, TaskRuns, position_mask, score_rows, sweep_targets
 
-__all__ = ["patch_hooks", "exact_sweep", "patched_metric"]
+__all__ = ["patch_hooks", "exact_sweep", "patched_metric", "heads_per_forward"]
 
 Row = dict
 
@@ -135,6 +135,12 @@ def _readout_ok(model: Model, run: RunCache, layer: int) -> bool:
     return bool(torch.allclose(read.float(), full.float(), rtol=1e-3, atol=1e-3))
 
 
+def heads_per_forward(n_heads: int, n_prompts: int, max_rows: int) -> int:
+    """Heads patched in one forward of :func:`exact_sweep` (each in its own copy of the ``n_prompts``
+    prompts: ``rows = heads x n_prompts``, cut to ``max_rows``, at least one head)."""
+    return min(n_heads, max(1, max_rows // n_prompts))
+
+
 def exact_sweep(
     model: Model,
     runs: TaskRuns,
@@ -156,8 +162,7 @@ def exact_sweep(
     if direction not in runs.readout:  # checked once per runs and direction (two small forwards)
         runs.readout[direction] = _readout_ok(model, target, chosen[0])
     use_readout = runs.readout[direction]
-    n = runs.task.n
-    per = max(1, max_rows // n)
+    per = heads_per_forward(model.cfg.n_heads, runs.task.n, max_rows)
     out: list[Row] = []
     for layer in chosen:
         for c in comps:
