@@ -134,30 +134,19 @@ def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
     assert code == 1 and len(err.splitlines()) == 1 and says in err and "Rerun the same command" in err
 
 def test_ctrl_c_in_a_real_process(tmp_path):
-    """SIGINT while a sweep runs: one line on stderr, no traceback, exit 130."""
-    import signal
-    import subprocess
-    import sys
-    import time
+    """SIGINT while a sweep runs (a process of its own, forked with tlgeo imported): one line on stderr, no
+    traceback, exit 130."""
+    import transformer_lens  # noqa: F401 - the run forks from this process, with everything imported
+
+    from tests.faults.kill import Case, run_once
 
     out = tmp_path / "sweeps"
-    proc = subprocess.Popen(  # the paper's full grids: ~90 points of 1,024 tokens, far more than the test waits for
-        [sys.executable, "-m", "tlgeo.cli", "sweeps", "--model", "tiny:llama", "--out", str(out), "--tokens", "1024",
-         "--context", "64"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        # as in a terminal: a shell's background jobs (CI) start with SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        log = out / "sweeps.jsonl"
-        deadline = time.monotonic() + 120
-        while not (log.exists() and log.stat().st_size) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the first sweep point is saved
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    # the paper's full grids: ~90 points of 1,024 tokens, far more than the test waits for
+    case = Case("sweeps", ("sweeps", "--model", "tiny:llama", "--tokens", "1024", "--context", "64"))
+    r = run_once(case, out, interrupt_when=out / "sweeps.jsonl", expect_error=True, stdout=False)
+    err = r.log
     lines = [l for l in err.replace("\r", "\n").splitlines() if l.strip() and "%|" not in l and "it/s" not in l]
-    assert proc.returncode == 130, err[-2000:]
+    assert r.rc == 130, err[-2000:]
     assert "Traceback" not in err and len(lines) == 1, lines
     assert lines[0].startswith(f"tlgeo sweeps: interrupted. Saved in {out}: ") and "sweeps.jsonl" in lines[0]
     assert lines[0].endswith("Rerun the same command to resume.")

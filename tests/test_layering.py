@@ -18,7 +18,9 @@ from tlgeo.report.registry import ANALYSES  # noqa: E402  (imports only the cont
 PACKAGE = Path(__file__).resolve().parents[1] / "tlgeo"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"geometry", "stats", "version"}),           # 0 pure math: tensors in, tensors out; the version
+    frozenset({"geometry", "stats", "version", "errors"}),  # 0 pure math: tensors in, tensors out; the version;
+                                                           #   the user's errors
+    frozenset({"storage"}),                                # 0b atomic writes, folder locks, checksums
     frozenset({"data", "results", "cliargs", "plotting", "families", "provenance"}),  # 1 text, logs and CSV merges, CLI
                                                            #   arguments, figure style, model families
     frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
@@ -31,12 +33,14 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"cli"}),                                    # 8 the command line
     frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)
 )
-ROOT_LAYER = 5  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
+LAYER_NAMES = ("0", "0b", "1", "2", "3", "4", "5", "6", "7", "8", "9")  # as ARCHITECTURE.md numbers them
+ROOT_LAYER = 6  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
 
 # third-party code the pure layers must not touch (they know nothing of models or plots)
 MODEL_CODE = ("transformer_lens", "transformers", "accelerate", "datasets", "llmcompressor", "lm_eval",
               "circuitsvis", "tlgeo.models")
-FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "analysis", "cliargs")}
+FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "analysis", "cliargs", "storage",
+                                                                     "errors")}
 FORBIDDEN["plotting"] = MODEL_CODE  # figures, yes; models, no
 
 
@@ -110,9 +114,10 @@ def violations(path: Path, source: str) -> list[str]:
             continue
         theirs = layer_of(other)
         if theirs > own:
-            found.append(f"{where}: upward, layer {own} ({unit or 'tlgeo'}) -> layer {theirs} ({other})")
+            found.append(f"{where}: upward, layer {LAYER_NAMES[own]} ({unit or 'tlgeo'}) -> "
+                         f"layer {LAYER_NAMES[theirs]} ({other})")
         elif theirs == own and unit:
-            found.append(f"{where}: sideways, {unit} and {other} share layer {own}")
+            found.append(f"{where}: sideways, {unit} and {other} share layer {LAYER_NAMES[own]}")
     return found
 
 

@@ -119,3 +119,58 @@ def test_bfloat16_on_a_cpu_warns_that_it_is_slow_float32_does_not():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         load_model("tiny:llama", device="cpu")
+
+
+def test_a_damaged_converted_model_is_converted_again(monkeypatch, tmp_path, capsys):
+    """The embedded models' cache is sealed at conversion: a changed byte in it is found at the next load and
+    the model converted again (here a stand-in conversion that writes a tiny model)."""
+    from tlgeo.models import embedded
+    from tlgeo.storage import seal
+
+    monkeypatch.setenv("TLGEO_CACHE", str(tmp_path))
+    conversions = []
+
+    def convert(gguf, out):
+        conversions.append(out)
+        models.save_tiny_model(out, "llama")
+        seal(out)
+
+    monkeypatch.setattr(embedded, "_convert_gguf", convert)
+    spec = models.EMBEDDED_MODELS["smollm2-135m"]
+    monkeypatch.setitem(models.EMBEDDED_MODELS, "smollm2-135m",
+                        models.EmbeddedModel(spec.name, spec.package, spec.pip_name, lambda: tmp_path / "x.gguf"))
+    d = embedded.embedded_model_dir("smollm2-135m")
+    assert len(conversions) == 1 and embedded.embedded_model_dir("smollm2-135m") == d and len(conversions) == 1
+    w = d / "model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-3] ^= 0x01
+    w.write_bytes(bytes(data))
+    assert embedded.embedded_model_dir("smollm2-135m") == d and len(conversions) == 2
+    assert "is damaged (model.safetensors: its content changed since it was sealed): converting it again" in \
+        capsys.readouterr().err
+
+
+def test_a_model_folder_is_checked_before_use(tmp_path):
+    """A local folder: its config must be JSON of an architecture transformers has, may not ask for its own
+    code, and if sealed (a folder tlgeo wrote) must be as sealed; each refusal is one line."""
+    import json
+
+    from tlgeo.storage import CorruptFileError, seal
+
+    d = models.save_tiny_model(tmp_path / "m", "llama")
+    seal(d)
+    cfg = json.loads((d / "config.json").read_text())
+    for text, match in ((b"\xff\xfe{", "not a JSON file"), (b"[1, 2]", "a JSON list, not an object"),
+                        (json.dumps({**cfg, "auto_map": {"AutoModel": "x.Y"}}).encode(), "auto_map"),
+                        (json.dumps({**cfg, "model_type": "nonesuch"}).encode(), "model_type 'nonesuch'")):
+        bad = tmp_path / f"bad{len(match)}"
+        bad.mkdir()
+        (bad / "config.json").write_bytes(text)
+        with pytest.raises(UnknownModelError, match=match) as e:
+            load_model(str(bad))
+        assert "\n" not in str(e.value)
+    assert load_model(str(d)).cfg.n_layers == cfg["num_hidden_layers"]  # whole: it boots
+    with open(d / "model.safetensors", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(CorruptFileError, match=r"the model folder .* is damaged: model.safetensors: 100 bytes"):
+        load_model(str(d))

@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .results import IDENTITY, current_identity, merge_csv, stamp
+from .results import IDENTITY, current_identity, merge_csv, stamp, wide_floats
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
            "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
@@ -300,6 +300,10 @@ class Result:
                 setattr(cls, t.name, None)
 
     def __post_init__(self) -> None:
+        for t in self.TABLES:  # numbers as a rerun reads them back (float32 columns as float64)
+            df = getattr(self, t.name, None)
+            if df is not None:
+                setattr(self, t.name, wide_floats(df))
         for t in self.TABLES:  # derived tables from the others, unless given (e.g. read back from a CSV)
             if t.derive is not None and getattr(self, t.name, None) is None:
                 setattr(self, t.name, t.derive(self))

@@ -88,10 +88,16 @@ def _commands() -> dict:
     return cmds
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag or value is one line (not the usage of sixty flags): what is wrong and where the flags are."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (the flags: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     cmds = _commands()
-    parser = argparse.ArgumentParser(prog="tlgeo", description="Commands: " + " | ".join(cmds),
-                                     formatter_class=Formatter)
+    parser = _Parser(prog="tlgeo", description="Commands: " + " | ".join(cmds), formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     for c in cmds.values():
@@ -114,10 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # answered without building the commands (which import torch)
         print(f"tlgeo {_version()}")
         return 0
-    from .distributed import RankFailed
+    from .distributed import RankDied, RankFailed, dead_ranks, stopping
+    from .errors import UserError
+    from .storage import DiskFullError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        where = f"tlgeo {args.cmd}" if args.cmd else "tlgeo"
+        parser.exit(2, f"{where}: error: unrecognized arguments: {' '.join(extra)} (the flags: {where} --help)\n")
     if args.cmd is None:
         parser.print_help()
         return 0
@@ -134,11 +145,29 @@ def main(argv: list[str] | None = None) -> int:
                 settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
                 print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities())}")
             return rc
+    except RankDied as e:  # torchrun: another rank was killed; this one stops with what it finished saved
+        _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()} {args.record.rerun}")
+        return 1
     except KeyboardInterrupt:  # under torchrun every rank is interrupted: rank 0 says it, once for all
         if not quiet:
             _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
         return 130
-    except (ValueError, KeyError, IndexError, FileNotFoundError) as e:
+    except DiskFullError as e:  # what was saved before is whole: a rerun with more space resumes
+        _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()}")
+        return 2
+    except UserError as e:  # a busy output folder, a damaged cache, ...
+        _error_line(f"tlgeo {args.cmd}: error: {e}")
+        return 2
+    except FileNotFoundError as e:  # a file or folder the user named is not there
+        _error_line(f"tlgeo {args.cmd}: error: {e}")
+        return 2
+    except OSError as e:  # a path the user gave that the system refuses (too long, not a folder, no permission)
+        if e.filename is None:
+            raise
+        name = str(e.filename)
+        _error_line(f"tlgeo {args.cmd}: error: {e.strerror or e}: {name[:120]}{'...' if len(name) > 120 else ''}")
+        return 2
+    except (ValueError, KeyError, IndexError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         _error_line(f"tlgeo {args.cmd}: error: {msg}")
         return 2
@@ -148,14 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:  # a kernel the device lacks for the weights' dtype (e.g. float16 on a CPU)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if _lost_ranks(e):
-            _error_line(f"tlgeo {args.cmd}: error: lost contact with the other ranks (one of them died?): {first}. "
-                        f"{args.record.saved()} {args.record.rerun}")
+            stopping()
+            who = dead_ranks() or f"lost contact with the other ranks (one of them died?): {first}"
+            _error_line(f"tlgeo {args.cmd}: error: {who}. {args.record.saved()} {args.record.rerun}")
             return 1
         if "not implemented for" not in first or not any(t in first for t in ("'Half'", "'BFloat16'")):
             raise
         _error_line(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
                     f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}")
         return 2
+    finally:
+        args.record.release()
 
 
 def _lost_ranks(e: RuntimeError) -> bool:

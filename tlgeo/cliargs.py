@@ -295,12 +295,13 @@ def print_written(paths: Iterable[str | Path]) -> None:
 
 
 def files_since(folder: str | Path, t0: float) -> list[Path]:
-    """The files under ``folder`` written at or after ``t0`` (seconds since the epoch)."""
+    """The files under ``folder`` written at or after ``t0`` (seconds since the epoch); not tlgeo's own
+    bookkeeping (the folder's lock, a cache's checksums, temporary files)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
-                  and p.stat().st_mtime >= t0 - 1)
+                  and not p.name.startswith(".tlgeo") and p.stat().st_mtime >= t0 - 1)
 
 
 class RunRecord:
@@ -311,6 +312,12 @@ class RunRecord:
         self.out = Path(out) if out is not None else None
         self.t0 = time.time()
         self.rerun = "Rerun the same command to resume."
+        self.locks: list = []  # the output folders this command holds (tlgeo.storage.folder_lock)
+
+    def release(self) -> None:
+        """Let go of the folders this command holds."""
+        while self.locks:
+            self.locks.pop().release()
 
     def saved(self) -> str:
         """``Saved in OUT: a.csv, b.jsonl, ranks/0-of-2 (3 files).``: each file by its path under the
@@ -334,14 +341,23 @@ def output_dir(args: argparse.Namespace, name: str) -> Path:
     work (a bad one is a one-line ``ValueError``), and recorded for the Ctrl-C message."""
     import tempfile
 
+    from .storage import folder_lock
+
     out = Path(args.out) if getattr(args, "out", None) else default_out(name)
     try:
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()
     except OSError as e:
         raise ValueError(f"--out {out}: cannot write there ({e.strerror or e})") from None
-    if getattr(args, "record", None) is not None:
-        args.record.out = out
+    record = getattr(args, "record", None)
+    if int(os.environ.get("RANK", "0")) == 0:  # torchrun: rank 0 holds the folder, each rank its rank folder
+        lock = folder_lock(out).acquire(f"tlgeo {getattr(args, 'cmd', '') or name}")  # a second writer: refused
+        if record is not None:
+            record.locks.append(lock)
+        else:
+            lock.release()  # checked, not held: nobody would let go of it
+    if record is not None:
+        record.out = out
     return out
 
 

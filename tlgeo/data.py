@@ -9,6 +9,7 @@ through ``datasets.load_dataset``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -72,8 +73,12 @@ def corpus_path(name: str) -> Path:
 
 def _read_file(path: Path, max_chars: int | None) -> str:
     # Universal-newline mode turns "\r\n" and "\r" into "\n"; max_chars counts decoded chars.
-    with open(path, encoding="utf-8-sig", newline=None) as f:
-        return f.read() if max_chars is None else f.read(max_chars)
+    try:
+        with open(path, encoding="utf-8-sig", newline=None) as f:
+            return f.read() if max_chars is None else f.read(max_chars)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"corpus file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); "
+                         "convert it to UTF-8 (e.g. iconv -t utf-8)") from None
 
 
 def _load_hf(spec: str, max_chars: int | None) -> str:
@@ -115,8 +120,16 @@ def load_text(name_or_path: str | os.PathLike, *, max_chars: int | None = None) 
         text = _load_hf(name, max_chars)
     else:
         path = Path(name).expanduser()
+        try:
+            path.stat()
+        except OSError as e:  # a name too long for a path, a folder that is a file, ...
+            if e.errno not in (errno.ENOENT,):
+                raise ValueError(f"corpus {name[:80]!r}{'...' if len(name) > 80 else ''} is not a usable path "
+                                 f"({e.strerror})") from None
         if path.is_file():
             text = _read_file(path, max_chars)
+        elif path.is_dir():
+            raise ValueError(f"corpus {name!r} is a directory, not a text file")
         elif isinstance(name_or_path, os.PathLike) or path.suffix or os.sep in name or name.startswith(("~", ".")):
             raise FileNotFoundError(f"corpus file {name!r} does not exist")
         else:

@@ -21,6 +21,7 @@ import contextvars
 import itertools
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +33,7 @@ import torch
 from .analysis import Analysis, Result
 from .models import input_device
 
-__all__ = ["Ranks", "RankFailed", "ranks", "init", "deal", "rank_folder", "run_analysis", "gather_files",
+__all__ = ["Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder", "run_analysis",
            "all_errors", "all_ranks_busy"]
 
 
@@ -52,6 +53,15 @@ class Ranks:
 
 class RankFailed(RuntimeError):
     """A rank of a torchrun job failed: raised on every rank, with each failed rank's one line."""
+
+
+class RankDied(KeyboardInterrupt):
+    """Another rank of this torchrun job died (killed, out of memory): raised on a survivor when torchrun
+    stops it. A ``KeyboardInterrupt``, so that it unwinds as Ctrl-C does (what was saved stays whole)."""
+
+
+_PEERS: list[tuple[str, int]] = []  # (host, pid) of every rank, by rank, once the process group is up
+_STOPPING = False  # this process is already saying why it stops: a later SIGTERM changes nothing
 
 
 def ranks() -> Ranks:
@@ -75,6 +85,9 @@ def init(device: torch.device | str | None = None, alone: bool = False) -> Ranks
         timeout = timedelta(seconds=float(os.environ.get("TLGEO_DIST_TIMEOUT", 24 * 3600)))
         dist.init_process_group("nccl" if cuda else "gloo", rank=r.rank, world_size=r.size, timeout=timeout)
         atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+        peers: list = [None] * r.size
+        dist.all_gather_object(peers, (socket.gethostname(), os.getpid()))  # who to look for if one dies
+        _PEERS[:] = peers
         try:
             signal.signal(signal.SIGTERM, _terminated)  # torchrun stops the others when a rank dies
         except ValueError:  # not the main thread: SIGTERM keeps its default
@@ -83,8 +96,42 @@ def init(device: torch.device | str | None = None, alone: bool = False) -> Ranks
 
 
 def _terminated(signum, frame) -> None:
-    """SIGTERM as Ctrl-C: the command line says in one line what is saved and how to resume."""
+    """SIGTERM as Ctrl-C: the command line says in one line what is saved and how to resume. torchrun
+    sends it to the survivors when a rank dies: then :class:`RankDied`, naming that rank."""
+    global _STOPPING
+    if _STOPPING:
+        return
+    _STOPPING = True
+    dead = dead_ranks()
+    if dead:
+        raise RankDied(dead)
     raise KeyboardInterrupt
+
+
+def stopping() -> None:
+    """This process is stopping on an error it reports itself: a SIGTERM from here on is ignored."""
+    global _STOPPING
+    _STOPPING = True
+
+
+def dead_ranks() -> str:
+    """The ranks of this job whose process is gone (those on this machine; ``""`` if none is known to be):
+    ``rank 1 (pid 4242) died``."""
+    import psutil
+
+    host, dead = socket.gethostname(), []
+    for i, (h, pid) in enumerate(_PEERS):
+        if h != host or pid == os.getpid():
+            continue
+        try:
+            gone = psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            gone = True
+        if gone:
+            dead.append(f"rank {i} (pid {pid})")
+    if not dead:
+        return ""
+    return f"{' and '.join(dead)} {'has' if len(dead) == 1 else 'have'} died (killed or out of memory)"
 
 
 def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = None) -> list:
@@ -172,30 +219,3 @@ def all_errors(error: str | None, r: Ranks) -> None:
     failed = [f"rank {i}: {e}" for i, e in enumerate(errors) if e is not None]
     if failed:
         raise RankFailed("; ".join(failed))
-
-
-def gather_files(root: str | os.PathLike, names: Sequence[str], r: Ranks) -> list[str]:
-    """The files ``names`` (relative to ``root``) of every rank, written by rank 0 into its ``root``
-    where they are missing or differ (ranks on several machines need not share a file system).
-    Returns, on rank 0, the names it wrote; elsewhere ``[]``."""
-    root = Path(root)
-    mine = {n: (root / n).read_bytes() for n in names if (root / n).is_file()}
-    if r.size == 1:
-        return []
-    import torch.distributed as dist
-
-    parts: list | None = [None] * r.size if r.main else None
-    dist.gather_object(mine, parts, dst=0)
-    if not r.main:
-        return []
-    wrote = []
-    for part in parts[1:]:
-        for name, data in part.items():
-            path = root / name
-            if not path.is_file() or path.read_bytes() != data:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(data)
-                tmp.replace(path)
-                wrote.append(name)
-    return wrote

@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .storage import append_lines, read_lines
+
 __all__ = ["FILENAME", "PACKAGES", "provenance", "record", "read", "git_state"]
 
 FILENAME = "provenance.jsonl"
@@ -93,17 +95,17 @@ def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, A
            identities: Iterable[Mapping[str, Any]] = ()) -> Path:
     """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
     path = Path(out) / FILENAME
-    line = json.dumps(provenance(argv, settings, identities), sort_keys=True)
-    with path.open("a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_lines(path, [json.dumps(provenance(argv, settings, identities), sort_keys=True)])
     return path
 
 
 def read(folder: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every provenance line of ``folder`` (oldest first); ``[]`` if it has none."""
-    path = Path(folder) / FILENAME
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every provenance line of ``folder`` (oldest first); ``[]`` if it has none. A line torn by a kill
+    (or otherwise unreadable) is left out."""
+    out = []
+    for line in read_lines(Path(folder) / FILENAME)[0]:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out

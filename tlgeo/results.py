@@ -22,7 +22,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-__all__ = ["IDENTITY", "ResultLog", "merge_csv", "row_ids", "stamp", "current_identity", "identity_scope", "of_identity",
+from .storage import append_lines, read_lines, write_csv, write_text
+
+__all__ = ["IDENTITY", "ResultLog", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity", "identity_scope", "of_identity",
            "resumed_lines", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
@@ -104,17 +106,14 @@ class ResultLog:
         self._index: dict[tuple, dict[str, Any]] = {}
         self._taken: set[tuple] = set()
         self.resumed = 0
-        if self.path.exists():
-            with self.path.open() as f:
-                for line in f:
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        self._all.append(json.loads(line))
-                    except json.JSONDecodeError:  # a line cut by an interruption
-                        break
-            self._rewrite()  # drop a torn last line, if any
+        lines, torn = read_lines(self.path)
+        for line in lines:
+            try:
+                self._all.append(json.loads(line))
+            except json.JSONDecodeError:  # a line damaged on disk: its unit is computed again
+                torn = True
+        if torn:
+            self._rewrite()  # drop the torn or damaged line(s)
         mine = json.loads(json.dumps(self.identity))
         self.rows: list[dict[str, Any]] = [r for r in self._all if all(r.get(k) == v for k, v in mine.items())]
         for r in self.rows:
@@ -141,12 +140,19 @@ class ResultLog:
         return self._lookup(key)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Store ``row`` durably (it must hold every key column; the identity columns are added)."""
+        """Store ``row`` durably (it must hold every key column; the identity columns are added).
+
+        ``row`` itself becomes what a rerun reads back (the identity columns first, then its values
+        through JSON: tuples as lists, numpy floats as floats), so that a table of freshly computed
+        rows and one of resumed rows are equal value for value."""
         self.extend([row])
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Store ``rows`` durably, with one flush to disk (each must hold every key column, and none be stored)."""
-        rows = [{**self.identity, **row, **self.identity} for row in rows]  # identity first, and never overridden
+        """Store ``rows`` durably, with one flush to disk (each must hold every key column, and none be stored);
+        each row becomes what a rerun reads back, as in :meth:`add`."""
+        given = list(rows)
+        lines = [json.dumps({**self.identity, **row, **self.identity}) for row in given]  # identity first, kept
+        rows = [json.loads(line) for line in lines]
         keys = []
         for row in rows:
             missing = [k for k in self.key if k not in row]
@@ -158,22 +164,17 @@ class ResultLog:
             keys.append(k)
         if not rows:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-            f.flush()
-            os.fsync(f.fileno())
-        for k, row in zip(keys, rows):
+        append_lines(self.path, lines)
+        for k, row, stored in zip(keys, given, rows):
+            row.clear()
+            row.update(stored)
             self._all.append(row)
             self.rows.append(row)
             self._index[k] = row
             self._taken.add(k)
 
     def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        with tmp.open("w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self._all)
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(json.dumps(r) + "\n" for r in self._all))
 
     def frame(self) -> pd.DataFrame:
         """This identity's rows."""
@@ -194,11 +195,15 @@ def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> 
         if all(k in old.columns for k in key) and all(k in df.columns for k in key):
             old = old[~row_ids(old, key).isin(set(row_ids(df, key)))]
             df = pd.concat([old, df], ignore_index=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
-    os.replace(tmp, path)
+    write_csv(path, wide_floats(df))
     return len(df)
+
+
+def wide_floats(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its float16 / float32 columns as float64 (a copy if any; ``df`` itself otherwise): the
+    numbers a rerun reads back from a log or a CSV, so that a fresh table and a resumed one are written alike."""
+    narrow = [c for c, t in df.dtypes.items() if t in ("float16", "float32")]
+    return df.astype({c: "float64" for c in narrow}) if narrow else df
 
 
 def row_ids(df: pd.DataFrame, key: Iterable[str]) -> pd.Series:

@@ -208,3 +208,28 @@ def test_pool_classes_are_cross_fitted_and_the_mlp_learns_a_nonlinear_tokenwise_
     assert seen == [1000, 1000]  # each fold is predicted by a map fitted on the other half
     with pytest.raises(ValueError, match="at least two windows"):
         cross_fit(spy, x, y, np.zeros(2000, dtype=int))
+
+
+def test_a_damaged_pool_is_found_and_collected_again(tmp_path, llama, capsys):
+    """A finished pool is sealed: a changed byte is found before its states are read, never read as numbers;
+    ``collect_pool`` collects it again (and ``StatePool.open`` refuses it in one line)."""
+    from tlgeo.storage import CorruptFileError
+
+    w = _windows()
+    d = tmp_path / "p"
+    pool = collect_pool(llama, w, d, dtype="float32", batch_size=4)
+    good = np.array(pool.states(2))
+    f = d / "states_2.npy"
+    data = bytearray(f.read_bytes())
+    data[-5] ^= 0xFF  # one byte of the last state
+    f.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=r"the state pool .* is damaged: states_2.npy: its content changed"):
+        StatePool.open(d)
+    again = collect_pool(llama, w, d, dtype="float32", batch_size=4)
+    assert "is damaged (states_2.npy: its content changed since it was sealed): collecting it again" in \
+        capsys.readouterr().err
+    np.testing.assert_array_equal(again.states(2), good)
+    with open(d / "index.npy", "r+b") as fh:  # a truncated file: found by its size alone
+        fh.truncate(50)
+    with pytest.raises(CorruptFileError, match="index.npy: 50 bytes, sealed with"):
+        StatePool.open(d)

@@ -249,3 +249,26 @@ def test_the_flags_are_the_configs_fields_and_a_bad_one_is_one_line(capsys):
     assert main(["train", "--heads", "3", "--steps", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["tlgeo train: error: d_model=128 is not divisible by n_heads=3"]
+
+
+class _Payload:
+    """A pickle that would run code when loaded with ``weights_only=False``."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED-by-checkpoint",))
+
+
+def test_a_checkpoint_from_elsewhere_runs_no_code(tmp_path, monkeypatch):
+    """Resuming reads the checkpoint with ``weights_only=True``: one that holds more than tensors and plain values
+    (here a pickle that would run a shell command) is refused in one line and runs nothing."""
+    from tlgeo.train.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_cfg(tmp_path, out=str(tmp_path / "run"))
+    train(cfg, stop_after=1, log=lambda *_: None)  # a real checkpoint: it loads (the resume test compares numbers)
+    torch.save({"model": _Payload()}, tmp_path / "run" / "checkpoint.pt")
+    with pytest.raises(ConfigError, match="is not a checkpoint of this tlgeo") as e:
+        train(cfg, resume=True, log=lambda *_: None)
+    assert "\n" not in str(e.value) and not (tmp_path / "PWNED-by-checkpoint").exists()

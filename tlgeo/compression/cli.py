@@ -13,6 +13,7 @@ from pathlib import Path
 from ..analysis import Command
 from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
                        model_kwargs, output_dir, print_written, set_threads)
+from ..storage import write_csv
 from .config import CompressConfig, DiagConfig
 
 __all__ = ["COMMANDS"]
@@ -88,7 +89,7 @@ def run_diag(args: argparse.Namespace) -> int:
     written = [out / DiagResult.table(n).filename for n in res.tables()]
     written += save_figures(res.layers, cfg.modes, out)
     if ppl is not None and len(ppl):
-        ppl_prediction(res.table12, ppl).to_csv(out / "ppl_prediction.csv", index=False)
+        write_csv(out / "ppl_prediction.csv", ppl_prediction(res.table12, ppl))
         written.append(out / "ppl_prediction.csv")
     t = res.table12
     t = t[(t["ref"] == "delta") & (t["tokens"] == "last")]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..models import Model, save_local
+from ..storage import append_lines, write_csv, write_json
 from .config import CompressConfig
 from .llmc import MANIFEST, calibration_windows, compress_model, compressed_dir, quiet_llmcompressor
 
@@ -189,9 +190,7 @@ def compress_methods(model: str, cfg: CompressConfig, out: Path | None = None, *
                              extra=_extra(cfg, spec))
         log(f"[{m}] {time.time() - t0:.0f} s -> {target}\n  checks: {json.dumps(man['checks'])}")
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            with (out / "compress_log.jsonl").open("a") as f:
-                f.write(json.dumps(man) + "\n")
+            append_lines(out / "compress_log.jsonl", [json.dumps(man)])
         done[m] = man
     return done
 
@@ -217,10 +216,7 @@ def _bind_models(out: Path, dirs: dict[str, Path], logged: set[str]) -> None:
             raise ValueError(f"{out} holds perplexity / zero-shot results of {m!r} from a run that did not record its "
                              f"model ({MODELS}); use another --out or delete them")
         ids[m] = now
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(ids, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json(path, ids, indent=1, sort_keys=True)
 
 
 def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callable[[str], None] = print) -> list[Path]:
@@ -267,11 +263,11 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
     written = []
     ppl = plog.frame()
     if len(ppl):
-        ppl.to_csv(out / "ppl.csv", index=False)
+        write_csv(out / "ppl.csv", ppl)
         written.append(out / "ppl.csv")
     if cfg.zeroshot_tasks and zpath.exists():
         zs = ResultLog(zpath, LOG_KEY, identity={}).frame().drop(columns=["items"])  # every method's rows
-        zs.rename(columns={"tag": "method"}).to_csv(out / "zeroshot.csv", index=False)
+        write_csv(out / "zeroshot.csv", zs.rename(columns={"tag": "method"}))
         written.append(out / "zeroshot.csv")
     return written
 

@@ -17,7 +17,6 @@ quantisation grid.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -29,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..models import save_local
+from ..storage import seal, write_json
 from .methods import MethodSpec, UnknownMethodError, parse_method
 
 __all__ = [
@@ -401,7 +401,8 @@ def compress_model(
                     "max_iso_increase": max_iso_increase if refit else None, "refit": refit or None,
                     "base": str(model_dir), "n_calib": len(calib), "calib_seq_len": seq_len,
                     "seconds": seconds, "device": device, "pipeline": pipeline, "checks": checks, **(extra or {})}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        write_json(tmp / MANIFEST, manifest, indent=2)
+        seal(tmp)  # load_model checks a sealed folder before it boots it
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)

@@ -11,6 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from ..storage import atomic_write
 from .counterfactual import SITES
 from .evaluation import PREDICTORS
 
@@ -85,7 +86,8 @@ def save_figures(layers: pd.DataFrame, modes: Iterable[str], out: str | os.PathL
     for mode in modes:
         fig = plot_layers(layers, mode=mode, tokens="all")
         path = Path(out) / f"figure6_{mode}.png"
-        fig.savefig(path, dpi=110)
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=110)
         plt.close(fig)
         written.append(path)
     return written

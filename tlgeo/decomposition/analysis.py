@@ -33,6 +33,7 @@ from ..geometry.parallel import is_unit
 from ..hooks.edits import Edit
 from ..models import Model, identified
 from ..results import merge_csv
+from ..storage import write_csv
 from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
 from .config import DecompositionConfig, PplConfig, ProfileConfig
 from .observe import parallel_profile, summarize_profile
@@ -196,8 +197,7 @@ def run_profile(model: Model, cfg: ProfileConfig, *, out: str | Path | None = No
     if out is not None and cfg.per_token:
         path = Path(out) / cfg.per_token_file()
         if chosen is None:  # the whole profile: the file is this run's
-            path.parent.mkdir(parents=True, exist_ok=True)
-            per_token.to_csv(path, index=False)
+            write_csv(path, per_token)
         else:
             merge_csv(path, per_token, _PER_TOKEN_KEY)
     _done(ProfileResult, "profile_summary", summary, out, on_table)

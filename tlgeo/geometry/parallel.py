@@ -72,9 +72,32 @@ def check_scale(s: Scale, name: str = "scale") -> Scale:
     return value
 
 
+def _pow2(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per vector (``[..., 1]``, no gradient), a power of two ``s >= 1`` above ``max |x|`` (1 for vectors below
+    1) and ``1 / s``: ``x / s`` has entries below 1, so its squared norm cannot overflow, and a power of two
+    scales without rounding."""
+    _, e = torch.frexp(x.detach().abs().amax(-1, keepdim=True))
+    one = torch.ones(e.shape, dtype=x.dtype, device=x.device)
+    e = e.clamp_min(0)
+    return torch.ldexp(one, e), torch.ldexp(one, -e)
+
+
 def _alpha(y: Tensor, r: Tensor, eps: float) -> Tensor:
-    """``<y, r> / max(||r||^2, eps)`` over the last axis, in y's and r's (compute) dtype."""
-    return (y * r).sum(-1) / (r * r).sum(-1).clamp_min(eps)
+    """``<y, r> / max(||r||^2, eps)`` over the last axis, in y's and r's (compute) dtype.
+
+    Computed on ``r`` scaled by a power of two (:func:`_pow2`): the same bits as without it wherever
+    ``||r||^2`` is representable, and finite where it would overflow (``||r|| > 1.8e19`` in float32)."""
+    s, inv = _pow2(r)
+    rs = r * inv
+    sq = (rs * rs).sum(-1)
+    denom = torch.maximum(sq, eps * (inv * inv).squeeze(-1))
+    return (y * rs).sum(-1) / denom * inv.squeeze(-1)
+
+
+def _norm(x: Tensor) -> Tensor:
+    """``||x||`` over the last axis without overflow in the squares (:func:`_pow2`)."""
+    s, inv = _pow2(x)
+    return (x * inv).norm(dim=-1) * s.squeeze(-1)
 
 
 def split_parallel(
@@ -164,7 +187,7 @@ def parallel_ratio(
     yc, rc = y.to(dt), ref.to(dt)
     alpha = _alpha(yc, rc, eps)
     perp = yc - alpha.unsqueeze(-1) * rc
-    return alpha.abs() * rc.norm(dim=-1) / perp.norm(dim=-1).clamp_min(math.sqrt(eps))
+    return alpha.abs() * _norm(rc) / _norm(perp).clamp_min(math.sqrt(eps))
 
 
 def norm_ratio(
@@ -174,7 +197,7 @@ def norm_ratio(
 
     ``||ref||`` is clamped at ``sqrt(eps)`` (as ``alpha`` clamps ``||ref||^2``)."""
     dt = compute_dtype(y, ref)
-    return y.to(dt).norm(dim=-1) / ref.to(dt).norm(dim=-1).clamp_min(math.sqrt(eps))
+    return _norm(y.to(dt)) / _norm(ref.to(dt)).clamp_min(math.sqrt(eps))
 
 
 def cosine(
@@ -183,6 +206,7 @@ def cosine(
     """Cosine of the angle between ``y`` and ``ref`` (0 when either is zero)."""
     dt = compute_dtype(y, ref)
     yc, rc = y.to(dt), ref.to(dt)
-    denom = yc.norm(dim=-1) * rc.norm(dim=-1)
-    cos = (yc * rc).sum(-1) / denom.clamp_min(torch.finfo(dt).tiny)
+    ys, rs = yc * _pow2(yc)[1], rc * _pow2(rc)[1]  # a cosine is scale-free
+    denom = ys.norm(dim=-1) * rs.norm(dim=-1)
+    cos = (ys * rs).sum(-1) / denom.clamp_min(torch.finfo(dt).tiny)
     return torch.where(denom > 0, cos, torch.zeros_like(cos))

@@ -40,7 +40,7 @@ def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **sha
         with warnings.catch_warnings(), opt.post_ln_final_norm():
             warnings.simplefilter("ignore")
             bridge = TransformerBridge.boot_transformers(name_or_dir, device=None if shard else device, dtype=dtype,
-                                                         **shard)
+                                                         trust_remote_code=False, **shard)  # never a model's own code
     finally:
         if bars:
             hf_logging.enable_progress_bar()

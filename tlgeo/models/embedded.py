@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..storage import is_sealed, seal, verify
 from .bridge import save_local
 from .errors import UnknownModelError
 from .tokenizer import gemma_unigram_to_bpe
@@ -123,6 +124,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         if hf.config.model_type.startswith("gemma"):
             gemma_unigram_to_bpe(tmp / "tokenizer.json")
         del hf
+        seal(tmp)  # every file's size and SHA-256: a damaged cache is found before it is read
         try:
             os.replace(tmp, out)
         except OSError:  # another process converted it meanwhile (parallel test workers): keep theirs
@@ -147,7 +149,16 @@ def embedded_model_dir(name: str) -> Path:
     spec = EMBEDDED_MODELS[name]
     out = cache_dir() / name
     if (out / "config.json").exists():
-        return out
+        if not is_sealed(out):  # converted by a tlgeo before checksums: sealed as it is now
+            seal(out)
+            return out
+        bad = verify(out)
+        if not bad:
+            return out
+        print(f"the converted {name} in {out} is damaged ({bad[0]}): converting it again", file=sys.stderr, flush=True)
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
     try:
         gguf = spec.locate()
     except (ModuleNotFoundError, FileNotFoundError) as e:

@@ -23,6 +23,7 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from ..results import IDENTITY, identity_scope
+from ..storage import folder_lock
 from ..version import __version__
 from .loading import model_label
 from .placement import input_device
@@ -150,13 +151,20 @@ def run_identity(model) -> RunIdentity:
 def identified(run: Callable[..., R]) -> Callable[..., R]:
     """Decorate an analysis's ``run(model, cfg, ...)``: inside, every table saved and every resume log
     opened carries the model's identity (:func:`tlgeo.results.identity_scope`), and the result it
-    returns has the identity columns in every table."""
+    returns has the identity columns in every table. With ``out=``, the run holds that folder
+    (:func:`tlgeo.storage.folder_lock`): a second process writing there is refused."""
 
     @functools.wraps(run)
     def wrapped(model, *args: Any, **kwargs: Any) -> R:
         identity = run_identity(model).row()
-        with identity_scope(identity):
-            result = run(model, *args, **kwargs)
+        out = kwargs.get("out")
+        lock = folder_lock(out).acquire(f"{run.__module__}.run") if out is not None else None  # one writer
+        try:
+            with identity_scope(identity):
+                result = run(model, *args, **kwargs)
+        finally:
+            if lock is not None:
+                lock.release()
         stamp_result = getattr(result, "stamp", None)
         return stamp_result(identity) if stamp_result is not None else result
 

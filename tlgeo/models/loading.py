@@ -110,8 +110,7 @@ def _load_model(name, device, dtype, shard=None):
         return boot(str(embedded_model_dir(name)), device, dtype, **shard)
     path = Path(name).expanduser()
     if path.is_dir():
-        if not (path / "config.json").exists():
-            raise UnknownModelError(f"directory {path} has no config.json: not a HF model directory")
+        check_model_dir(path)
         return boot(str(path), device, dtype, **shard)
     if path.suffix or name.startswith((".", "/", "~")):
         raise UnknownModelError(f"model directory {name!r} does not exist")
@@ -122,6 +121,41 @@ def _load_model(name, device, dtype, shard=None):
         return boot(name, device, dtype, **shard)
     except OSError as e:  # no such repository, or the hub went away
         raise UnknownModelError(_unknown(name, f"{type(e).__name__}: {e}")) from e
+
+
+def check_model_dir(path: Path) -> None:
+    """A local model folder, checked before any of it is used: a ``config.json`` that is a JSON object
+    of an architecture transformers has, no request to run the folder's own code (``auto_map``:
+    tlgeo never passes ``trust_remote_code``), and, if tlgeo sealed it (a converted, compressed or
+    trained model), every file as sealed. Each failure is one line naming the folder."""
+    from transformers import CONFIG_MAPPING
+
+    from ..storage import check, is_sealed
+
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise UnknownModelError(f"directory {path} has no config.json: not a HF model directory")
+    try:
+        config = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UnknownModelError(f"{cfg_path}: not a JSON file ({type(e).__name__}: {e})") from None
+    if not isinstance(config, dict):
+        raise UnknownModelError(f"{cfg_path}: a JSON {type(config).__name__}, not an object of settings")
+    if "auto_map" in config:
+        raise UnknownModelError(f"{cfg_path} asks for the folder's own Python code (auto_map); tlgeo never runs a "
+                                "model's own code (trust_remote_code): use a model of an architecture transformers has")
+    kind = config.get("model_type")
+    if not isinstance(kind, str) or kind not in CONFIG_MAPPING:
+        raise UnknownModelError(f"{cfg_path}: model_type {kind!r} is no architecture transformers "
+                                f"{_transformers_version()} knows")
+    if is_sealed(path):
+        check(path, "the model folder")
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")

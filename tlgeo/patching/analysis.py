@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import warnings
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,6 +33,7 @@ from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, identified, model_label, run_identity
 from ..results import ResultLog
+from ..storage import write_csv
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
 from .baseline import par_baseline_rows
@@ -89,10 +89,7 @@ class PatchingResult(Result):
         written = super().save(out)
         path = Path(out) / self.table("effects").filename
         if self.effects is not None and path.exists():
-            df = add_qvalues(pd.read_csv(path))
-            tmp = path.with_name(path.name + ".tmp")
-            df.to_csv(tmp, index=False, compression="gzip" if path.suffix == ".gz" else None)
-            os.replace(tmp, path)
+            write_csv(path, add_qvalues(pd.read_csv(path)))
         return written
 
 

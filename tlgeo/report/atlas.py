@@ -32,6 +32,7 @@ from ..data import load_text
 from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
 from ..results import identity_scope
+from ..storage import write_csv, write_json
 from ..analysis import StepContext, make_budgets
 from .headline import set_headline
 from .html import Report
@@ -99,7 +100,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         done = set(earlier.get("steps", ())) | set(chosen)
         conf_json["steps"] = [s for s in registered if s in done]
     if ranks().main:
-        (out / "config.json").write_text(json.dumps(conf_json, indent=2, default=str))
+        write_json(out / "config.json", conf_json, indent=2, default=str)
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
                 f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
@@ -158,7 +159,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
                           "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
-    pd.concat([earlier, table], ignore_index=True).to_csv(path, index=False)
+    write_csv(path, pd.concat([earlier, table], ignore_index=True))
     report.section("Timings").table(
         table.drop(columns=["run"]).rename(
             columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import IDENTITY
+from ..storage import write_text
 
 __all__ = ["Report", "format_column", "readable_frame", "save_view"]
 
@@ -125,11 +126,8 @@ def _circuitsvis_bundle() -> str:
 def save_view(rendered, path: str | Path, title: str = "tlgeo view") -> Path:
     """Write a circuitsvis view (``RenderedHTML``) as one HTML file that works offline: its
     JavaScript inlined (``str(view)`` loads it from unpkg.com at every opening)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-                    f"<body>{rendered.local_src}</body></html>", encoding="utf-8")
-    return path
+    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                            f"</head><body>{rendered.local_src}</body></html>")
 
 
 class Report:
@@ -262,9 +260,4 @@ class Report:
         return f"<!DOCTYPE html><html><head>{head}</head><body>{body}</body></html>"
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.html(), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_text(path, self.html())

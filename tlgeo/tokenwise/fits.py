@@ -26,6 +26,7 @@ import torch
 from ..geometry.local_maps import LOCAL_MAPS, global_linear, tokenwise_fits
 from ..geometry.neighbours import knn
 from ..geometry.tokenwise import update_geometry
+from ..storage import atomic_write
 from .pool import StatePool
 
 __all__ = ["CLASSES", "POOL_CLASSES", "neighbours", "fit_mlp", "cross_fit", "tokenwise_outputs", "layer_outputs",
@@ -46,7 +47,8 @@ def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = 
     h, _ = pool.pair(layer)
     groups = torch.from_numpy(pool.window)
     _, idx = knn(h, k, groups=groups, exclude_group=exclude_sequence, chunk=chunk, backend=backend)
-    np.save(path, idx.numpy())
+    with atomic_write(path, "wb") as f:  # a kill mid-write leaves no half file to load next time
+        np.save(f, idx.numpy())
     return idx
 
 

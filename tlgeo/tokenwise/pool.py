@@ -21,6 +21,7 @@ interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from ..models import Model, run_identity
+from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, write_json
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
 
@@ -111,6 +113,7 @@ class StatePool:
         if meta["done_windows"] < meta["n_windows"]:
             raise ValueError(f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
                              "run collect_pool again to finish it")
+        check(d, "the state pool", _pool_files(int(meta["n_layers"])))  # a damaged file is never read as states
         idx = np.load(d / "index.npy")
         return cls(d, int(meta["n_tokens"]), int(meta["d_model"]), int(meta["n_layers"]), meta["dtype"],
                    idx[0], idx[1])
@@ -161,14 +164,21 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
         other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
         raise ValueError(f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
                          "use another directory")
+    if meta is not None and is_sealed(d):  # a finished pool: collected again if a file of it is damaged
+        bad = verify(d, _pool_files(n_maps))
+        if bad:
+            print(f"the state pool {d} is damaged ({bad[0]}): collecting it again", file=sys.stderr, flush=True)
+            for f in [d / MANIFEST, *d.glob("neighbours_*.npy")]:
+                f.unlink(missing_ok=True)
+            meta = None
     files = [d / f"states_{l}.npy" for l in range(n_maps + 1)]
     if meta is None:
         for f in files:
             np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
-        np.save(d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
-        np.save(d / "tokens.npy", windows.cpu().numpy())
+        _save_npy(d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
+        _save_npy(d / "tokens.npy", windows.cpu().numpy())
         meta = {**settings, "done_windows": 0}
-        meta_path.write_text(json.dumps(meta))
+        write_json(meta_path, meta)
     mm = [np.load(f, mmap_mode="r+") for f in files]
     starts = list(range(0, n_win, batch_size))
     if ranks is not None and ranks.size > 1:
@@ -191,10 +201,22 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
         for m in mm:
             m.flush()
         meta["done_windows"] = s + len(batch)
-        meta_path.write_text(json.dumps(meta))
+        write_json(meta_path, meta)  # after the states are flushed: a kill before it redoes this batch
     if ranks is not None and ranks.size > 1:
         _share_states(mm, meta, meta_path, share, per, ranks)
+    del mm
+    if not is_sealed(d):
+        seal(d, _pool_files(n_maps))  # whole: from now on a damaged file is found before it is read
     return StatePool.open(d)
+
+
+def _pool_files(n_maps: int) -> list[str]:
+    return [*(f"states_{l}.npy" for l in range(n_maps + 1)), "index.npy", "tokens.npy"]
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    with atomic_write(path, "wb") as f:
+        np.save(f, arr)
 
 
 def _share_states(mm: list, meta: dict, meta_path: Path, share: tuple[int, int], per: int, ranks) -> None:
@@ -215,4 +237,4 @@ def _share_states(mm: list, meta: dict, meta_path: Path, share: tuple[int, int],
             m[a * per: b * per] = rows
         m.flush()
     meta.update(done_windows=n_win, shared=True, collected=list(share))
-    meta_path.write_text(json.dumps(meta))
+    write_json(meta_path, meta)

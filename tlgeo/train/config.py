@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis import Config, param
+from ..storage import write_json
 
 __all__ = ["ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config", "warmup_for"]
 
@@ -191,7 +192,7 @@ class TrainConfig(Config):
         return cls(**d)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+        write_json(path, self.to_dict(), indent=2)
 
     @classmethod
     def load(cls, path: str | Path) -> "TrainConfig":

@@ -18,11 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import torch
+
+from ..storage import is_sealed, seal, verify, write_json
 
 __all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids"]
 
@@ -115,7 +118,13 @@ def build_token_stream(
     key = hashlib.sha1(json.dumps([srcs, val_frac, max_tokens, tok_name]).encode()).hexdigest()[:12]
     d = Path(out_dir) / key
     if (d / "meta.json").exists():
-        return d
+        bad = verify(d) if is_sealed(d) else []
+        if not bad:
+            return d
+        print(f"the token stream {d} is damaged ({bad[0]}): building it again", file=sys.stderr, flush=True)
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
     vocab = 258 if tokenizer is None else len(tokenizer)
     dtype = np.uint16 if vocab < 2**16 else np.uint32
     eos = EOS if tokenizer is None else tokenizer.eos_token_id
@@ -146,7 +155,8 @@ def build_token_stream(
     np.concatenate(val).tofile(tmp / "val.bin")
     meta = {"sources": srcs, "val_frac": val_frac, "max_tokens": max_tokens, "tokenizer": tok_name,
             "dtype": np.dtype(dtype).name, "vocab_size": vocab, "counts": counts}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    write_json(tmp / "meta.json", meta, indent=2)
+    seal(tmp)  # a damaged stream is found (and built again) before it is read
     try:
         os.replace(tmp, d)
     except OSError:  # built concurrently by another process: keep theirs

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import io
 import math
-import os
+import pickle
 import random
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict, set_optimizer_state_dict,
 )
 
+from ..storage import append_lines, atomic_write, read_lines, write_csv
 from . import parallel as D
 from .config import ConfigError, TrainConfig
 from .data import TokenStream, build_token_stream
@@ -65,7 +67,11 @@ def _param_groups(lm: torch.nn.Module, wd: float):
 
 
 def _rng_state() -> dict:
-    s = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every generator's state as tensors and plain values (a checkpoint loads with ``weights_only=True``)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    s = {"torch": torch.get_rng_state(), "python": random.getstate(),
+         "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                   "has_gauss": int(has_gauss), "gauss": float(gauss)}}
     if torch.cuda.is_available():
         s["cuda"] = torch.cuda.get_rng_state_all()
     return s
@@ -73,7 +79,8 @@ def _rng_state() -> dict:
 
 def _set_rng_state(s: dict) -> None:
     torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
+    n = s["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     random.setstate(s["python"])
     if "cuda" in s and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
@@ -106,11 +113,12 @@ def _evaluate(model, batches, info: D.DistInfo, cfg: TrainConfig) -> float:
 
 
 def _rewrite_log(path: Path, upto: int) -> None:
-    """Keep only rows with ``step <= upto`` (rows after the checkpoint are redone)."""
-    if not path.exists():
+    """Keep only rows with ``step <= upto`` (rows after the checkpoint are redone; a line torn by a kill goes)."""
+    lines = read_lines(path)[0]
+    if not lines:
         return
-    df = pd.read_csv(path)
-    df[df["step"] <= upto].to_csv(path, index=False)
+    df = pd.read_csv(io.StringIO("\n".join(lines)))
+    write_csv(path, df[df["step"] <= upto])
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
@@ -161,7 +169,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
 
     start, elapsed0 = 0, 0.0
     if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        try:  # tensors and plain values only: a checkpoint from elsewhere cannot run code here
+            ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise ConfigError(f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
+                              f"values: {str(e).strip().splitlines()[0]}); move it away to train from the start") from None
         if ck["config"]["model"] != cfg.to_dict()["model"] or ck["config"]["variant"] != cfg.variant:
             raise ConfigError(f"{ckpt_path} was written for another model or variant")
         set_model_state_dict(model, ck["model"], options=_FULL)
@@ -186,11 +198,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         else:
             rngs = [_rng_state()]
         if info.main:
-            tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({"model": msd, "optimizer": osd, "scheduler": sched.state_dict(), "rng": rngs,
-                        "step": step, "data_position": {"step": step, "seed": cfg.seed},
-                        "elapsed_s": elapsed, "config": cfg.to_dict()}, tmp)
-            os.replace(tmp, ckpt_path)
+            with atomic_write(ckpt_path, "wb") as f:
+                torch.save({"model": msd, "optimizer": osd, "scheduler": sched.state_dict(), "rng": rngs,
+                            "step": step, "data_position": {"step": step, "seed": cfg.seed},
+                            "elapsed_s": elapsed, "config": cfg.to_dict()}, f)
         D.barrier(info)
 
     micro = per_rank // cfg.grad_accum
@@ -230,12 +241,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
                 f"({row['elapsed_s']:.0f}s)")
         rows.append(row)
         if info.main:
-            new = not log_path.exists()
-            with open(log_path, "a", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
-                if new:
-                    w.writeheader()
-                w.writerow(row)
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, lineterminator="\n")
+            if not log_path.exists() or not log_path.stat().st_size:
+                w.writeheader()
+            w.writerow(row)
+            append_lines(log_path, buf.getvalue().splitlines())
         if (cfg.save_every and n % cfg.save_every == 0) or n == end:
             save(n, row["elapsed_s"])
         _external_log(cfg, row, info)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from ..storage import seal, write_json
 
 from .config import ModelSpec, hf_config
 
@@ -94,11 +98,16 @@ def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: Model
     if missing or unexpected:
         raise RuntimeError(f"export: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()
-    hf.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "suppression.json").write_text(json.dumps(suppression, indent=2))
+    tmp = out.with_name(f".{out.name}.tmp")  # written whole, then renamed: a kill leaves no half model
+    shutil.rmtree(tmp, ignore_errors=True)
+    hf.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    write_json(tmp / "suppression.json", suppression, indent=2)
     if gate_state:
-        save_file({k: v.contiguous() for k, v in gate_state.items()}, str(out / "gate.safetensors"))
+        save_file({k: v.contiguous() for k, v in gate_state.items()}, str(tmp / "gate.safetensors"))
+    seal(tmp)  # load_model checks a sealed folder before it boots it
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
     return out
 
 

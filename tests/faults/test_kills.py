@@ -1,0 +1,77 @@
+"""Killed at seeded moments and rerun into the same folder, a command ends with the tables of an
+uninterrupted run, row for row; a full disk and a second writer are each one line before anything is
+lost. The larger numbers: ``scripts/bench_faults.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tlgeo.storage import folder_lock
+
+from .kill import analysis_cases, kill_series, read_tables, reference_run, run_once
+
+# (analysis, seed): a short seeded set; every analysis, hundreds of kills: scripts/bench_faults.py
+SHORT = (("decompose", 11), ("dirmag", 12))
+
+
+@pytest.fixture(scope="module")
+def cases():
+    import transformer_lens  # noqa: F401 - the runs fork from this process, with everything imported
+
+    return {c.name: c for c in analysis_cases()}
+
+
+@pytest.fixture(scope="module")
+def references(cases, tmp_path_factory):
+    """Each case's uninterrupted run, made once: ``name -> (tables, run)``."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = reference_run(cases[name], tmp_path_factory.mktemp("reference") / name)
+        return made[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name,seed", SHORT)
+def test_killed_and_rerun_gives_the_uninterrupted_tables(cases, references, tmp_path, name, seed):
+    case = cases[name]
+    reference, ref_run = references(name)
+    assert reference and ref_run.writes > 2, ref_run
+    series = kill_series(case, tmp_path / "killed", reference, ref_run, kills=2, seed=seed, mode="mixed")
+    assert series.kills_tried >= 1, series  # at least one kill struck a running process
+    assert series.comparison.identical, series.comparison.detail
+
+
+def test_a_full_disk_is_one_line_and_a_rerun_with_space_resumes(cases, references, tmp_path):
+    case = cases["dirmag"]
+    reference, _ = references("dirmag")
+    out = tmp_path / "full"
+    r = run_once(case, out, fsize=4096, expect_error=True)  # no file of this run may grow past 4 KiB
+    err = [line for line in r.log.splitlines() if "error:" in line]
+    assert r.rc == 2 and len(err) == 1, r.log
+    assert f"over the file-size limit in {out}" in err[0] and "needs" in err[0] and "rerun" in err[0], err[0]
+    log = out / "dirmag_damage.jsonl"
+    kept = log.read_text().splitlines()
+    assert kept and log.read_bytes().endswith(b"\n")  # the rows saved before are whole
+    again = run_once(case, out)
+    assert f"resumed {len(kept)} rows from {log}" in again.log, again.log
+    assert _equal(read_tables(out), reference)
+
+
+def test_a_second_writer_is_refused_in_one_line(cases, tmp_path):
+    case = cases["decompose"]
+    out = tmp_path / "busy"
+    with folder_lock(out).acquire("the test's first writer"):
+        r = run_once(case, out, expect_error=True)
+    err = [line for line in r.log.splitlines() if "error:" in line]
+    assert r.rc == 2 and len(err) == 1, r.log
+    assert f"{out.resolve()} is being written by process" in err[0] and "the test's first writer" in err[0]
+    assert not out.exists() or not any(out.iterdir())  # nothing written; the first writer let go
+    assert run_once(case, out).rc == 0
+
+
+def _equal(a, b) -> bool:
+    return set(a) == set(b) and all(a[k].sort_values(list(a[k].columns)).reset_index(drop=True).equals(
+        b[k].sort_values(list(b[k].columns)).reset_index(drop=True)) for k in a)
