@@ -101,3 +101,17 @@ def test_merge_csv_replaces_rows_of_the_same_key_missing_values_included(tmp_pat
     assert merge_csv(path, again, ["site", "scale"]) == 3  # both rows replaced (a float key, a missing one)
     got = pd.read_csv(path).sort_values("v")
     assert list(got["v"]) == [1.0, 20.0, 30.0]
+
+
+def test_stamp_puts_the_identity_first_as_a_rerun_reads_it():
+    """A table computed with the identity columns among the others (a groupby over them) is written with them
+    first, as the rows a rerun reads back from its log: the same CSV either way (found by bench_faults.py)."""
+    import pandas as pd
+
+    from tlgeo.results import stamp
+
+    ident = {"model": "m", "weights": "w"}
+    df = pd.DataFrame({"site": ["a"], "model": ["m"], "x": [1.0], "weights": ["w"]})
+    assert list(stamp(df, ident).columns) == ["model", "weights", "site", "x"]
+    first = stamp(df, ident)
+    assert stamp(first, ident) is first

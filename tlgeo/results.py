@@ -56,7 +56,10 @@ def stamp(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.DataFrame:
     if not identity or df is None:
         return df
     if all(k in df.columns and (df[k].astype(str) == str(v)).all() for k, v in identity.items()):
-        return df
+        first = list(identity)
+        if list(df.columns[: len(first)]) == first:
+            return df
+        return df[[*first, *(c for c in df.columns if c not in identity)]]  # first, as a rerun has them
     rest = df.drop(columns=[k for k in identity if k in df.columns])
     front = pd.DataFrame({k: [v] * len(df) for k, v in identity.items()}, index=df.index)
     return pd.concat([front, rest], axis=1)

@@ -75,3 +75,14 @@ def test_a_second_writer_is_refused_in_one_line(cases, tmp_path):
 def _equal(a, b) -> bool:
     return set(a) == set(b) and all(a[k].sort_values(list(a[k].columns)).reset_index(drop=True).equals(
         b[k].sort_values(list(b[k].columns)).reset_index(drop=True)) for k in a)
+
+
+def test_geometries_killed_in_its_last_table_write_resumes_to_the_whole_runs_q(cases, references, tmp_path):
+    """Found by scripts/bench_faults.py: a geometries run killed after its blocks but in the final save of the
+    relations (q over every block) left each block's q over the blocks done so far, and a rerun that resumed
+    every block did not write the relations again."""
+    reference, ref_run = references("geometries")
+    case, out = cases["geometries"], tmp_path / "g"
+    assert run_once(case, out, kill_write=ref_run.writes - 2).rc is None  # the relations, rewritten with the final q
+    run_once(case, out)
+    assert _equal(read_tables(out), reference)

@@ -216,7 +216,9 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     res = GeometriesResult(**merged)  # q over every block of the run, and the summary
     if res.relations is not None:
         if out is not None:  # every block's q over all the blocks of this run; the summary over them
-            GeometriesResult(relations=res.relations if todo else None, summary=res.summary).save(out)
+            # (also when every block was resumed: a run killed before this line left the per-block q of its
+            # blocks so far in the file)
+            GeometriesResult(relations=res.relations, summary=res.summary).save(out)
         if todo and on_table is not None:
             on_table("relations", res.relations)
     return res
