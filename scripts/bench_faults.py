@@ -4,6 +4,7 @@ and out-of-range values for every flag of every command. Run nothing else meanwh
 
     .venv/bin/python scripts/bench_faults.py --out results/faults            # every analysis, 3 series x 5 kills
     .venv/bin/python scripts/bench_faults.py --only dirmag --series 10 --kills 6
+    .venv/bin/python scripts/bench_faults.py --markdown results/faults      # the reliability page's numbers
 
 Writes ``kills.csv`` (one row per series: the analysis, the seed, kills that struck a running process, runs,
 whether the tables were identical, rows lost, rows extra), ``inputs.csv`` (per command: values tried, one-line
@@ -32,6 +33,30 @@ from tlgeo import provenance  # noqa: E402
 from tlgeo.storage import write_csv  # noqa: E402
 
 
+def markdown(folder: str | Path) -> str:
+    """The reliability page's section of measured numbers, from the tables in ``folder``."""
+    folder = Path(folder)
+    kills, inputs = pd.read_csv(folder / "kills.csv"), pd.read_csv(folder / "inputs.csv")
+    cmd = provenance.read(folder)[-1]["command"].replace("tlgeo scripts/", "python scripts/")
+    per = kills.groupby("analysis", sort=False).agg(series=("seed", "size"), kills=("kills_tried", "sum"),
+                                                     identical=("identical", "sum"), rows_lost=("rows_lost", "sum"),
+                                                     rows_extra=("rows_extra", "sum")).reset_index()
+    lines = [f"Measured by `{cmd}` on `tiny:llama`, one torch thread per run ({folder}/kills.csv, "
+             f"{folder}/inputs.csv, with their provenance):", "",
+             f"- **{int(kills.kills_tried.sum())} kills** struck a running command (alternately at a random moment "
+             f"and in the middle of a write), in {len(kills)} series over {kills.analysis.nunique()} analyses, each "
+             f"series then rerun into its folder until it finished: **{int(kills.identical.sum())} of {len(kills)}** "
+             f"series ended with every table identical to an uninterrupted run's; rows lost "
+             f"{int(kills.rows_lost.sum())}, rows extra {int(kills.rows_extra.sum())}.",
+             f"- **{int(inputs.tried.sum())} flag values** (random and out of range) over {len(inputs)} commands: "
+             f"{int(inputs.one_line_error.sum())} one-line errors before any work, {int(inputs.valid.sum())} valid "
+             f"configurations, {int(inputs.other.sum())} anything else (a traceback or an error of several lines).",
+             "", "| analysis | series | kills | identical | rows lost | rows extra |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.analysis} | {r.series} | {r.kills} | {r.identical} | {r.rows_lost} | {r.rows_extra} |"
+              for r in per.itertuples()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/bench-faults", help="folder of the tables")
@@ -41,7 +66,11 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=5, help="kills per series")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--inputs", type=int, default=40, help="random flag values per command (0: none)")
+    p.add_argument("--markdown", metavar="FOLDER", help="print the reliability page's numbers from FOLDER's tables")
     args = p.parse_args()
+    if args.markdown:
+        print(markdown(args.markdown), end="")
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = {s for s in args.only.split(",") if s}

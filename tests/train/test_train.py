@@ -272,3 +272,17 @@ def test_a_checkpoint_from_elsewhere_runs_no_code(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="is not a checkpoint of this tlgeo") as e:
         train(cfg, resume=True, log=lambda *_: None)
     assert "\n" not in str(e.value) and not (tmp_path / "PWNED-by-checkpoint").exists()
+
+
+def test_a_damaged_token_stream_is_built_again(tmp_path, capsys):
+    """The token stream is sealed when built: a changed byte is found at the next use and the stream rebuilt."""
+    text = tmp_path / "t.txt"
+    text.write_text("Some words to tokenise, again and again. " * 200)
+    d = build_token_stream(str(text), tmp_path / "d")
+    good = (d / "train.bin").read_bytes()
+    data = bytearray(good)
+    data[10] ^= 0xFF
+    (d / "train.bin").write_bytes(bytes(data))
+    assert build_token_stream(str(text), tmp_path / "d") == d
+    assert "is damaged (train.bin: its content changed since it was sealed): building it again" in capsys.readouterr().err
+    assert (d / "train.bin").read_bytes() == good

@@ -94,19 +94,22 @@ class _Counting(io.RawIOBase):
     """A binary file whose writes go through :func:`_write`, counted (for the disk-full message)."""
 
     def __init__(self, f: IO[bytes]):
-        self.f, self.n = f, 0
+        self.f, self.n, self.dropped = f, 0, False
 
     def writable(self) -> bool:
         return True
 
     def write(self, b) -> int:
+        if self.dropped:  # the write failed: what a buffer above still holds goes nowhere
+            return len(b)
         b = bytes(b)
         _write(self.f, b)
         self.n += len(b)
         return len(b)
 
     def flush(self) -> None:
-        self.f.flush()
+        if not self.dropped:
+            self.f.flush()
 
 
 @contextlib.contextmanager
@@ -138,11 +141,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str = "u
             raw.close()
         os.replace(tmp, path)
     except OSError as e:
+        counted.dropped = True
         tmp.unlink(missing_ok=True)
         if e.errno in _FULL and not isinstance(e, DiskFullError):
             raise DiskFullError(path, size_hint or max(counted.n, 1), e) from None
         raise
     except BaseException:
+        counted.dropped = True
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
