@@ -134,10 +134,8 @@ def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
     assert code == 1 and len(err.splitlines()) == 1 and says in err and "Rerun the same command" in err
 
 def test_ctrl_c_in_a_real_process(tmp_path):
-    """SIGINT while a sweep runs (a process of its own, forked with tlgeo imported): one line on stderr, no
-    traceback, exit 130."""
-    import transformer_lens  # noqa: F401 - the run forks from this process, with everything imported
-
+    """SIGINT while a sweep runs (a process of its own, forked from a server with tlgeo imported): one line on
+    stderr, no traceback, exit 130."""
     from tests.faults.kill import Case, run_once
 
     out = tmp_path / "sweeps"

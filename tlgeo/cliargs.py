@@ -269,6 +269,10 @@ def set_threads(args: argparse.Namespace) -> None:
     if threads:
         import torch
 
+        cores = os.cpu_count() or 1
+        if threads > 4 * cores:  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
+            raise ValueError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core only "
+                             "slows torch down")
         torch.set_num_threads(threads)
 
 

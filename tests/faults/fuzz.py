@@ -79,7 +79,9 @@ def one_try(command: str, flag: str, value: str, out: Path) -> tuple[str, str]:
     # compress works on a model folder: the embedded one (a tiny model is made in Python); train makes its own
     model = [] if command == "train" else ["--model", "smollm2-135m" if command == "compress" else "tiny:llama"]
     argv = [command, *BASE.get(command, []), *model, flag, value, "--out", str(out)]
-    err = io.StringIO()
+    import torch
+
+    err, threads = io.StringIO(), torch.get_num_threads()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             rc = main(argv)
@@ -89,6 +91,8 @@ def one_try(command: str, flag: str, value: str, out: Path) -> tuple[str, str]:
         rc = e.code
     except BaseException as e:  # noqa: BLE001 - a traceback is what this looks for
         return "other", f"{' '.join(argv)}: {type(e).__name__}: {e}"
+    finally:
+        torch.set_num_threads(threads)  # a valid --threads took effect in this process: the tests after keep theirs
     lines = [line for line in err.getvalue().split("\n") if line.strip()]  # terminal lines ("\x1e" is none)
     if rc == 0:
         return "valid", ""

@@ -30,16 +30,13 @@ _CTX = None
 
 
 def _context():
-    """Processes forked from this one where it has imported tlgeo's commands already (a test worker: no second
-    import, each run starts in milliseconds; the child runs torch on one thread, so no OpenMP pool is used across
-    the fork), else from a fork server that imports them once (:mod:`tests.faults.preload`)."""
+    """Processes forked from a fork server that imports tlgeo's commands once (:mod:`tests.faults.preload`):
+    each run starts in milliseconds. (Forking a test worker itself, with its torch threads running, crashed
+    that worker once in a full test run: the server is a process that has run nothing.)"""
     global _CTX
     if _CTX is None:
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
-        if "tlgeo.cli" in sys.modules and "transformer_lens" in sys.modules:
-            _CTX = multiprocessing.get_context("fork")
-            return _CTX
         _CTX = multiprocessing.get_context("forkserver")
         _CTX.set_forkserver_preload(["tests.faults.preload"])
         warm = _CTX.Process(target=_nothing)  # the fork server starts (and imports) now, not inside a timed run

@@ -20,7 +20,8 @@ def stopped():
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_flag_value_is_one_line_or_a_valid_config(stopped, tmp_path, command, data):
     acts = flags(commands()[command])

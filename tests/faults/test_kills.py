@@ -10,14 +10,13 @@ from tlgeo.storage import folder_lock
 
 from .kill import analysis_cases, kill_series, read_tables, reference_run, run_once
 
-# (analysis, seed): a short seeded set; every analysis, hundreds of kills: scripts/bench_faults.py
-SHORT = (("decompose", 11), ("dirmag", 12))
+# (analysis, seed): a short seeded set (with the geometries case below); every analysis, hundreds of kills:
+# scripts/bench_faults.py
+SHORT = (("dirmag", 12),)
 
 
 @pytest.fixture(scope="module")
 def cases():
-    import transformer_lens  # noqa: F401 - the runs fork from this process, with everything imported
-
     return {c.name: c for c in analysis_cases()}
 
 
