@@ -31,8 +31,8 @@ _CTX = None
 
 def _context():
     """Processes forked from a fork server that imports tlgeo's commands once (:mod:`tests.faults.preload`):
-    each run starts in milliseconds. (Forking a test worker itself, with its torch threads running, crashed
-    that worker once in a full test run: the server is a process that has run nothing.)"""
+    each run starts in milliseconds. (A test worker forked itself once, while a fuzzed ``--threads`` had given it
+    hundreds of torch threads, and crashed: the server is a process that has run nothing.)"""
     global _CTX
     if _CTX is None:
         if str(ROOT) not in sys.path:
