@@ -5,10 +5,17 @@
 # Python runs with PYTHONDONTWRITEBYTECODE unset: the first process to import a module writes its .pyc
 # and every later one (workers, torchrun ranks, notebook kernels, command-line subprocesses) reads it
 # (scripts/setup.sh compiles nothing at install).
+# A set-up that is up to date is not redone: .venv/.tlgeo-setup is touched when scripts/setup.sh succeeds, and
+# setup runs again only when it is missing or older than what the environment is made from.
 .PHONY: setup run test bench
 
-setup:
+SETUP_STAMP := .venv/.tlgeo-setup
+
+setup: $(SETUP_STAMP)
+
+$(SETUP_STAMP): pyproject.toml constraints.txt scripts/setup.sh
 	bash scripts/setup.sh
+	touch $(SETUP_STAMP)
 
 run: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/tlgeo decompose --model smollm2-135m
