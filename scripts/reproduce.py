@@ -4,8 +4,8 @@
     python scripts/reproduce.py results/X --out runs/X-again --line -1     # the last command only
     python scripts/reproduce.py results/X --dry-run                        # print the commands
 
-Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.provenance`) is one finished ``tlgeo``
-command; it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
+Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.provenance`) is one finished ``tlgeo`` command (or a run from
+Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
 commit it was made with is printed beside it). Then every CSV the folder and the rerun both hold
 is compared, row by row: the rows of the rerun's model identities, matched on the columns that
 are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="tlgeo-reproduce-"))
     here = git_state()["commit"]
     for p in chosen:
+        if p.get("argv") is None:  # a run from Python that no command line can say
+            print(f"reproduce: cannot rerun {p['command']}: rerun it from Python", file=sys.stderr)
+            return 2
         cmd = with_out(p["argv"], out)
         made = (p.get("git") or {}).get("commit")
         note = "" if made == here else f" (made at commit {str(made)[:12]}, rerun at {str(here)[:12]})"

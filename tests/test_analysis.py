@@ -145,3 +145,29 @@ def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):
         Toy.table("nope")
     with pytest.raises(ValueError, match="nothing to merge"):
         Toy.merge([])
+
+
+def test_a_run_from_python_records_its_command_line_progress_and_resumes_as_the_command(llama, tmp_path, capsys):
+    """``run(model, cfg, out=...)`` from Python writes the provenance line a command would, with the command line
+    that makes the same tables (scripts/reproduce.py reruns it), shows progress, and says what it resumed."""
+    import json
+
+    from tlgeo.cli import main
+    from tlgeo.decomposition.config import PplConfig
+    from tlgeo.decomposition.analysis import run_ppl
+
+    cfg = PplConfig(tokens=128, context=64, site="value_excl_self", s_par=0.0)
+    run_ppl(llama, cfg, out=tmp_path / "api")
+    first = capsys.readouterr()
+    lines = [json.loads(x) for x in (tmp_path / "api" / "provenance.jsonl").read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["made_from"] == "python"
+    argv = lines[0]["argv"]
+    assert argv[:3] == ["ppl", "--model", "tiny:llama"] and argv[-2:] == ["--out", str(tmp_path / "api")]
+    assert "%|" in first.err and "provenance:" in first.out  # a progress bar, and where the provenance went
+    run_ppl(llama, cfg, out=tmp_path / "api")
+    assert f"resumed 2 rows from {tmp_path / 'api' / 'ppl.jsonl'}" in capsys.readouterr().out  # unedited, edited
+    assert main([*argv[:-1], str(tmp_path / "cli")]) == 0  # the recorded command line makes the same table
+    api = pd.read_csv(tmp_path / "api" / "ppl.csv").drop(columns=["wall_s"], errors="ignore")
+    cli = pd.read_csv(tmp_path / "cli" / "ppl.csv").drop(columns=["wall_s"], errors="ignore")
+    pd.testing.assert_frame_equal(api, cli)
+    assert len((tmp_path / "cli" / "provenance.jsonl").read_text().splitlines()) == 1  # the command's own line only

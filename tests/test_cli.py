@@ -220,3 +220,37 @@ def _parser_running(fn):
     sub = p.add_subparsers(dest="cmd")
     sub.add_parser("x").set_defaults(_run=fn)
     return p
+
+
+def test_a_layer_range_beyond_the_model_is_one_short_line(capsys):
+    code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--layers", "1-400", "--out", "/tmp/never-written"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "tlgeo ppl: error: layer(s) 3-400 out of range: the model has 3 layers (0..2)"
+
+
+def test_a_bug_keeps_its_traceback_and_a_users_mistake_is_one_line(monkeypatch, capsys, tmp_path):
+    """A KeyError or IndexError that is not a UserError, or a ValueError raised inside a library, is a bug: it
+    leaves main with its traceback instead of passing for bad input; a ValueError of tlgeo's own checks is one
+    line."""
+    import pandas as pd
+
+    import tlgeo.decomposition.cli as decomposition_cli
+
+    def lookup_bug(*a, **k):
+        return {}["damage_summary"]
+
+    def library_bug(*a, **k):
+        return pd.DataFrame({"a": [1]}).astype({"a": "no such dtype"})
+
+    argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path)]
+    for fn, raised in ((lookup_bug, KeyError), (library_bug, TypeError), (lambda *a, **k: [][1], IndexError)):
+        monkeypatch.setattr(decomposition_cli, "_setup", fn)
+        with pytest.raises(raised):
+            main(argv)
+    monkeypatch.setattr(decomposition_cli, "_setup", lambda *a, **k: pd.to_datetime("not a date at all"))
+    with pytest.raises(ValueError):  # raised by pandas: a bug of the caller, shown whole
+        main(argv)
+    monkeypatch.undo()
+    assert main([*argv, "--corpus", "nonesuch"]) == 2  # tlgeo.data's check of the corpus name: one line
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tlgeo ppl: error: unknown corpus 'nonesuch'") and "\n" not in err

@@ -165,3 +165,4 @@ def test_the_check_catches_bad_imports(path, source, problem):
 ])
 def test_the_check_allows_downward_imports(path, source):
     assert violations(PACKAGE / path, source) == []
+

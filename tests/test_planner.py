@@ -223,9 +223,9 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     ("pdsf", ["--new-tokens", "1"], ValueError, "new_tokens must be at least 2"),
     ("tokenwise", ["--layers", "30"], ValueError, "out of range: the pool has layer maps 0..29"),
     ("tokenwise", ["--seq-len", "1"], ValueError, "seq_len must be at least 2"),
-    ("geometries", ["--layers", "30"], IndexError, "layer(s) [30] out of range"),
+    ("geometries", ["--layers", "30"], IndexError, "layer(s) 30 out of range"),
     ("geometries", ["--tokens", "32"], ValueError, "neighbours from other windows"),
-    ("dirmag", ["--layers", "31"], IndexError, "layer(s) [31] out of range"),
+    ("dirmag", ["--layers", "31"], IndexError, "layer(s) 31 out of range"),
     ("dirmag", ["--seeds", "0"], ValueError, "seeds"),
     ("compress-diag", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
     ("tokenwise", ["--n-patch", "8"], ValueError, "not flags of tlgeo tokenwise: --n-patch"),  # --patch-tokens

@@ -38,6 +38,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from .errors import UnknownNameError
 from .results import IDENTITY, current_identity, merge_csv, stamp, wide_floats
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
@@ -380,7 +381,7 @@ class Result:
         for t in cls.TABLES:
             if t.name == name:
                 return t
-        raise KeyError(f"{cls.__name__} has no table {name!r}; tables: {[t.name for t in cls.TABLES]}")
+        raise UnknownNameError(f"{cls.__name__} has no table {name!r}; tables: {[t.name for t in cls.TABLES]}")
 
 
 @dataclass(frozen=True)
@@ -432,6 +433,7 @@ def register_analysis(analysis: Analysis) -> Analysis:
     if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
         raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
     _ANALYSES[analysis.name] = analysis
+    analysis.config.tlgeo_command = analysis.command_name  # what a run from Python records as its command line
     return analysis
 
 

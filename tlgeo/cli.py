@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 
-from .cliargs import Formatter, RunRecord
+from .cliargs import Formatter, RunRecord, command_scope
 from .provenance import record as record_provenance
 from .results import resumed_lines, seen_identities
 
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
             seen_identities(), resumed_lines()  # forget what ran in this process before this command
-            rc = args._run(args)
+            with command_scope():
+                rc = args._run(args)
             for line in resumed_lines():  # what this run took back from its logs instead of computing
                 print(line)
             if rc == 0 and args.record.out is not None and not quiet:
@@ -167,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         name = str(e.filename)
         _error_line(f"tlgeo {args.cmd}: error: {e.strerror or e}: {name[:120]}{'...' if len(name) > 120 else ''}")
         return 2
-    except (ValueError, KeyError, IndexError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        _error_line(f"tlgeo {args.cmd}: error: {msg}")
+    except ValueError as e:  # a check of tlgeo's on what the user gave; one raised elsewhere is a bug
+        if not _raised_by_tlgeo(e):
+            raise
+        _error_line(f"tlgeo {args.cmd}: error: {e}")
         return 2
     except RankFailed as e:  # torchrun: a rank's step failed; every rank's finished work is saved
         _error_line(f"tlgeo {args.cmd}: error: a rank failed: {e}. {args.record.saved()} {args.record.rerun}")
@@ -188,6 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         args.record.release()
+
+
+def _raised_by_tlgeo(e: BaseException) -> bool:
+    """Whether ``e`` was raised in tlgeo's own code (a check on the user's input), not inside a library (where a
+    ``ValueError`` is a bug of how tlgeo called it, to be shown with its traceback)."""
+    import traceback
+    from pathlib import Path
+
+    frames = traceback.extract_tb(e.__traceback__)
+    package = str(Path(__file__).resolve().parent)
+    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(package)
 
 
 def _lost_ranks(e: RuntimeError) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from .storage import append_lines, read_lines
 
-__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "read", "git_state"]
+__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "read", "git_state"]
 
 FILENAME = "provenance.jsonl"
 PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", "numpy", "pandas")
@@ -96,6 +96,22 @@ def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, A
     """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
     path = Path(out) / FILENAME
     append_lines(path, [json.dumps(provenance(argv, settings, identities), sort_keys=True)])
+    return path
+
+
+def record_api(out: str | os.PathLike, argv: list[str] | None, cfg: Any,
+               identities: Iterable[Mapping[str, Any]] = ()) -> Path:
+    """Append the provenance of a run made from Python (``run(model, cfg, out=...)``) to ``out/provenance.jsonl``:
+    ``argv`` is the command line that makes the same tables (``scripts/reproduce.py`` reruns it), or ``None``
+    where none can (then ``command`` says so); ``settings`` are the config's fields."""
+    settings = cfg.settings() if hasattr(cfg, "settings") else {}
+    line = provenance(argv or [], settings, identities)
+    line["made_from"] = "python"
+    if argv is None:
+        line["command"] = f"python: {type(cfg).__name__}(...) (no command line says this run)"
+        line["argv"] = None
+    path = Path(out) / FILENAME
+    append_lines(path, [json.dumps(line, sort_keys=True)])
     return path
 
 

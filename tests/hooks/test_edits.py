@@ -242,9 +242,9 @@ def test_bfloat16_model_edits():
     "kwargs,exc,match",
     [
         (dict(site="nope"), UnknownSiteError, "unknown site 'nope'"),
-        (dict(site="attn", layers=[3]), IndexError, r"layer\(s\) \[3\] out of range: the model has 3 layers"),
+        (dict(site="attn", layers=[3]), IndexError, r"layer\(s\) 3 out of range: the model has 3 layers"),
         (dict(site="attn", layers=[-1]), IndexError, "out of range"),
-        (dict(site="value_full", heads=[4]), IndexError, r"head\(s\) \[4\] out of range: the model has 4 heads"),
+        (dict(site="value_full", heads=[4]), IndexError, r"head\(s\) 4 out of range: the model has 4 heads"),
         (dict(site="attn", heads=[0]), ValueError, "heads apply only to per-head sites"),
         (dict(site="attn", s_par=math.nan), ValueError, "s_par must be finite"),
         (dict(site="attn", s_perp=math.inf), ValueError, "s_perp must be finite"),

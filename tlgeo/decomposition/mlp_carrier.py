@@ -54,6 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import UnknownNameError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
@@ -315,7 +316,7 @@ _ALIASES = {
 def _carrier_site(name: str) -> str:
     key = _ALIASES.get(str(name))
     if key is None:
-        raise KeyError(f"unknown MLP-carrier site {name!r}; known: {sorted(_ALIASES)}")
+        raise UnknownNameError(f"unknown MLP-carrier site {name!r}; known: {sorted(_ALIASES)}")
     return key
 
 

@@ -33,12 +33,6 @@ DirmagBudgets = atlas_budgets(
     DirmagConfig, "dirmag_", ("sentences", "seeds", "absolute_deltas", "norm_fractions", "mode", "blimp_pairs",
                               "probe_sentences", "probe_layer_count"),
     rename={"absolute_deltas": "deltas", "probe_layer_count": "probe_layers"})
-DirmagBudgets.grid = lambda self: self.config().grid()  # the perturbation grid of the damage and BLiMP steps
-
-
-def _table(out: Path) -> pd.DataFrame | None:
-    path = out / "dirmag_damage.csv"
-    return damage_table(pd.read_csv(path)) if path.exists() else None
 
 
 def _damage_headline(path: Path) -> Headline:

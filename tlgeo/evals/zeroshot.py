@@ -48,6 +48,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from ..errors import UnknownNameError
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device, run_identity
 from ..results import ResultLog
@@ -422,7 +423,7 @@ def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], li
     for task in tasks:
         row = log.get(task=task, limit=limit, tag=tag)
         if row is None:
-            raise KeyError(f"no zero-shot log of {task!r} (limit {limit}) for {tag!r} in {log_path}")
+            raise UnknownNameError(f"no zero-shot log of {task!r} (limit {limit}) for {tag!r} in {log_path}")
         frames.append(_item_frame(task, row))
     return pd.concat(frames, ignore_index=True)
 

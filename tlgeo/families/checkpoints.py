@@ -22,6 +22,8 @@ import copy
 import math
 from typing import Any
 
+from ..errors import UnknownNameError
+
 __all__ = ["SEED_CHECKPOINTS", "SEED_FAMILIES", "reduced_config", "REDUCED"]
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +232,7 @@ def reduced_config(hub_id: str, *, n_layers: int = 2):
     the real ratio to the hidden size, 256 positions, windows of 8, the byte tokenizer's 258 ids.
     """
     if hub_id not in SEED_CHECKPOINTS:
-        raise KeyError(f"unknown seed checkpoint {hub_id!r}; known: {', '.join(SEED_CHECKPOINTS)}")
+        raise UnknownNameError(f"unknown seed checkpoint {hub_id!r}; known: {', '.join(SEED_CHECKPOINTS)}")
     if n_layers < 1:
         raise ValueError(f"n_layers must be at least 1, got {n_layers}")
     import transformers

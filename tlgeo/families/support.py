@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import UnknownNameError
 from .registry import FAMILIES, Family, family_of
 
 __all__ = ["Support", "SITE_COLUMNS", "ANALYSIS_COLUMNS", "COLUMNS", "support", "support_table", "check_support",
@@ -49,7 +50,7 @@ def support(family: Family | str, column: str) -> Support:
     """What ``column`` (a site or an analysis, :data:`COLUMNS`) means on ``family``."""
     f = family if isinstance(family, Family) else FAMILIES[family]
     if column not in COLUMNS:
-        raise KeyError(f"unknown support column {column!r}; choose from {COLUMNS}")
+        raise UnknownNameError(f"unknown support column {column!r}; choose from {COLUMNS}")
     post_ln = ("post-LN: the update is measured against the state it is added to; the norm after the add "
                "then rescales the sum, so the parallel part also turns it")
     if column in ("attn", "mlp"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import OutOfRangeError, spans
 from ..analysis import Config, param
 
 __all__ = ["GeometriesConfig", "QUANTITIES", "CONTROLS", "ATYPICALITY"]
@@ -63,7 +64,7 @@ class GeometriesConfig(Config):
         if self.layers is not None:
             bad = [l for l in self.layers if not 0 <= l < n_layers]
             if bad:
-                raise IndexError(f"layer(s) {bad} out of range: the model has {n_layers} blocks (0..{n_layers - 1})")
+                raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n_layers} blocks (0..{n_layers - 1})")
             return sorted(set(self.layers))
         first = min(1, n_layers - 1)
         count = min(self.layer_count, n_layers - first)

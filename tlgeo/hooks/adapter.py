@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor
 
+from ..errors import OutOfRangeError, UnknownNameError, spans
 from ..families import SITE_COLUMNS, UnsupportedError, check_support
 from .sites import Site, get_site
 
@@ -42,7 +43,7 @@ def resolve_layers(
         chosen = [layers] if isinstance(layers, int) else list(layers)
         bad = [l for l in chosen if not isinstance(l, int) or not 0 <= l < n]
         if bad:
-            raise IndexError(f"layer(s) {bad} out of range: the model has {n} layers (0..{n - 1})")
+            raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n} layers (0..{n - 1})")
     out = sorted({l for l in chosen if l >= skip_first})
     if not out:
         hint = (f"; blocks 0..{skip_first - 1} are left alone by default: give skip_first=0 (--skip-first 0) "
@@ -64,7 +65,7 @@ def resolve_heads(cfg, site: Site, heads: int | Iterable[int] | None) -> Tensor 
     chosen = [heads] if isinstance(heads, int) else list(heads)
     bad = [h for h in chosen if not isinstance(h, int) or not 0 <= h < n]
     if bad:
-        raise IndexError(f"head(s) {bad} out of range: the model has {n} heads (0..{n - 1})")
+        raise OutOfRangeError(f"head(s) {spans(bad)} out of range: the model has {n} heads (0..{n - 1})")
     mask = torch.zeros(n, dtype=torch.bool)
     mask[chosen] = True
     return mask
@@ -75,7 +76,7 @@ def check_hook_names(model, names: Iterable[str]) -> None:
     have = model.hook_dict  # built afresh on each access by TransformerBridge: read it once
     missing = [n for n in names if n not in have]
     if missing:
-        raise KeyError(f"the model has no hook(s) {missing}")
+        raise UnknownNameError(f"the model has no hook(s) {missing}")
 
 
 def pattern_is_live(model, layer: int = 0) -> bool:

@@ -13,16 +13,19 @@ back from accelerate's weights map), and different for a different checkpoint or
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from ..results import IDENTITY, identity_scope
+from ..cliargs import config_argv, in_command
+from ..provenance import record_api as record_provenance
+from ..results import IDENTITY, identity_scope, resumed_lines
 from ..storage import folder_lock
 from ..version import __version__
 from .loading import model_label
@@ -158,15 +161,46 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
     def wrapped(model, *args: Any, **kwargs: Any) -> R:
         identity = run_identity(model).row()
         out = kwargs.get("out")
+        api = out is not None and _DEPTH.get() == 0 and not in_command()  # a run from Python, into a folder
+        if api:
+            kwargs.setdefault("progress", True)  # as the command shows it
+            resumed_lines()  # forget what this process took back before this run
         lock = folder_lock(out).acquire(f"{run.__module__}.run") if out is not None else None  # one writer
+        depth = _DEPTH.set(_DEPTH.get() + 1)
         try:
             with identity_scope(identity):
                 result = run(model, *args, **kwargs)
         finally:
+            _DEPTH.reset(depth)
             if lock is not None:
                 lock.release()
         stamp_result = getattr(result, "stamp", None)
-        return stamp_result(identity) if stamp_result is not None else result
+        result = stamp_result(identity) if stamp_result is not None else result
+        if api:
+            for line in resumed_lines():
+                print(line)
+            cfg = args[0] if args else kwargs.get("cfg")
+            print(f"provenance: {record_provenance(out, command_argv(cfg, model, identity, out), cfg, [identity])}")
+        return result
 
     wrapped.identified = True  # type: ignore[attr-defined]
     return wrapped
+
+
+_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("tlgeo_run_depth", default=0)  # identified runs open
+
+
+def command_argv(cfg: Any, model, identity: Mapping[str, Any], out) -> list[str] | None:
+    """The ``tlgeo`` command line that makes what ``run(model, cfg, out=out)`` made from Python: the analysis's
+    command (the config class's ``tlgeo_command``, set when it was registered), the model by its label and
+    dtype, the config's flags; ``None`` where no command line can say it (a field that has no flag, a model
+    object that no name loads)."""
+    command = getattr(type(cfg), "tlgeo_command", None)
+    if command is None or not model_label(model) or model_label(model) == "model":
+        return None
+    try:
+        flags = config_argv(cfg)
+    except ValueError:
+        return None
+    dtype = [] if identity.get("dtype") == "float32" else ["--dtype", str(identity.get("dtype"))]
+    return [command, "--model", model_label(model), *dtype, *flags, "--out", str(out)]

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 import torch
 from torch import Tensor
 
+from ..errors import OutOfRangeError, spans
 from ..hooks.adapter import HookList, site_hooks
 from ..hooks.resume import readout, resume_forward, resumed_last_block_output
 from ..models import Model
@@ -95,7 +96,7 @@ def patched_metric(
     if heads is not None:
         bad = [h for h in heads if not isinstance(h, int) or not 0 <= h < model.cfg.n_heads]
         if bad:
-            raise IndexError(f"head(s) {bad} out of range: the model has {model.cfg.n_heads} heads "
+            raise OutOfRangeError(f"head(s) {spans(bad)} out of range: the model has {model.cfg.n_heads} heads "
                              f"(0..{model.cfg.n_heads - 1})")
         if c.scope == "layer":
             raise ValueError(f"component {c.name!r} is one per block: give heads=None")

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..cliargs import config_argv, default_out, model_key
+from ..cliargs import command_scope, config_argv, default_out, model_key
 from ..data import load_text
 from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
@@ -75,7 +75,13 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
 
     Under ``torchrun`` each step's analysis shares its work units out over the ranks
     (:func:`~tlgeo.distributed.run_analysis`); rank 0 writes the merged tables and the report and returns
-    its path, the other ranks return ``None``."""
+    its path, the other ranks return ``None``. Its steps are the atlas's work, not runs of their own: they
+    record no provenance line (``tlgeo atlas`` records the atlas's)."""
+    with command_scope():
+        return _run_atlas(cfg, model)
+
+
+def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     registered = load_steps()
     chosen = list(registered) if cfg.steps is None else list(cfg.steps)
     unknown = [s for s in chosen if s not in registered]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from ..errors import UnknownNameError
 from .. import analysis
 
 __all__ = ["ANALYSES", "load_steps", "load_analyses", "load_commands", "command_named"]
@@ -75,5 +76,5 @@ def command_named(name: str) -> analysis.Command:
     cmds = load_commands()
     found = cmds.get(name) or next((c for c in cmds.values() if name in c.aliases), None)
     if found is None:
-        raise KeyError(f"no command {name!r}; choose from {sorted(cmds)}")
+        raise UnknownNameError(f"no command {name!r}; choose from {sorted(cmds)}")
     return found

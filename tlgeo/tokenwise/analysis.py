@@ -53,7 +53,7 @@ from .paper import PAPER
 from .output_kl import patch_kl
 from .pool import StatePool, collect_pool, n_layer_maps
 
-__all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "config_of", "run", "units", "pool_windows",
+__all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "run", "units", "pool_windows",
            "LOG"]
 
 KEY = ("model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "n_patch", "seed")  # of every row
@@ -78,25 +78,6 @@ class TokenwiseResult(Result):
         Table("correlation", (*KEY, "layer", "class", "target"), "tokenwise_correlation.csv"),
         Table("tokens", (*KEY, "layer", "class", "index"), "tokenwise_tokens.csv.gz"),
     )
-
-
-_OLD_NAMES = {"exclude_sequence": "same_sequence", "threads": "fit_workers"}
-
-
-def config_of(**kwargs: Any) -> TokenwiseConfig:
-    """A :class:`TokenwiseConfig` from :func:`tokenwise_analysis`'s keyword arguments of old
-    (``exclude_sequence``, ``threads`` = ``fit_workers``, default 1; lists for tuples)."""
-    values: dict[str, Any] = {"fit_workers": kwargs.pop("threads", 1)}
-    if "exclude_sequence" in kwargs:
-        values["same_sequence"] = not kwargs.pop("exclude_sequence")
-    for name in ("layers", "patch_layers", "classes"):
-        if kwargs.get(name) is not None:
-            kwargs[name] = tuple(kwargs[name])
-    known = set(TokenwiseConfig.__dataclass_fields__)
-    bad = sorted(set(kwargs) - known)
-    if bad:
-        raise TypeError(f"unknown tokenwise setting(s) {bad}; known: {sorted(known | set(_OLD_NAMES))}")
-    return TokenwiseConfig(**{**kwargs, **values})
 
 
 def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, **kw) -> Float[Tensor, "n d"]:
@@ -140,12 +121,12 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
                        **kwargs: Any) -> TokenwiseResult:
     """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
     ``seq_len`` and ``dtype`` describe the pool and are not used here), on ``units`` (``(class,
-    layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments under their
-    old names (:func:`config_of`: ``exclude_sequence``, ``threads``). ``log_path``: the resume log.
+    layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments. ``log_path``: the
+    resume log.
     ``on_table(name, df)`` is called when the geometry is done, then with the tokens and the
     correlation."""
     if cfg is None:
-        cfg = config_of(**kwargs)
+        cfg = TokenwiseConfig(**kwargs)
     elif kwargs:
         raise TypeError(f"give a TokenwiseConfig or its keyword arguments, not both ({sorted(kwargs)})")
     layers = cfg.fitted_layers(pool.n_layers)

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from ...errors import OutOfRangeError, spans
+
 __all__ = ["TaskError", "Task", "METRICS", "logit_diff", "prob_diff", "logprob"]
 
 
@@ -203,7 +205,7 @@ class Task:
             rows = t.flatten().tolist()
             bad = [i for i in rows if not -self.n <= i < self.n]
             if bad:
-                raise IndexError(f"task {self.name!r}: row(s) {bad[:5]} out of range for n = {self.n}")
+                raise OutOfRangeError(f"task {self.name!r}: row(s) {spans(bad[:50])} out of range for n = {self.n}")
             rows = [i % self.n for i in rows]
         ix = torch.tensor(rows, dtype=torch.long)
 
