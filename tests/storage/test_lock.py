@@ -54,3 +54,18 @@ def test_the_lock_nests_within_a_process(tmp_path):
     assert a.lock.count == 1
     a.release()
     assert tmp_path.resolve() not in held_folders()
+
+
+def test_a_file_system_without_flock_writes_unguarded_and_says_so(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from tlgeo.storage import lock as L
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(L.fcntl, "flock", no_locks)
+    with folder_lock(tmp_path / "nfs").acquire("tlgeo x"):
+        pass
+    err = capsys.readouterr().err
+    assert "cannot be locked (No locks available)" in err and "not refused" in err

@@ -56,6 +56,11 @@ class FolderLock:
                     os.close(fd)
                     raise FolderBusyError(f"{self.folder} is being written by {holder}: wait for it to finish or "
                                           "choose another output folder") from None
+                except OSError as e:  # a file system without flock (some network mounts): write unguarded
+                    os.close(fd)
+                    _warn_unlocked(self.folder, e)
+                    self.count += 1
+                    return Hold(self)
                 try:
                     if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
                         break
@@ -146,6 +151,16 @@ def folder_lock(folder: str | os.PathLike) -> FolderLock:
 def held_folders() -> list[Path]:
     """The folders this process holds now."""
     return [p for p, lock in _LOCKS.items() if lock.count]
+
+
+def _warn_unlocked(folder: Path, e: OSError) -> None:
+    if folder not in _UNLOCKED:
+        _UNLOCKED.add(folder)
+        print(f"tlgeo: {folder} cannot be locked ({e.strerror or e}): a second process writing there is not "
+              "refused", file=sys.stderr, flush=True)
+
+
+_UNLOCKED: set[Path] = set()
 
 
 def _holder(fd: int) -> str:
