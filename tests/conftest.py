@@ -117,13 +117,10 @@ def tiny_runs(llama, tmp_path_factory):
 @pytest.fixture(scope="session")
 def torchrun_launch(tmp_path_factory):
     """One launch of ``tests/torchrun_worker.py`` on two gloo ranks, shared by the data-parallel, the
-    atlas-ranks, the DDP training and the dying-rank tests: ``(out, {"returncode", "stdout", "stderr", "dying"})``
-    (``dying``: the launch before it, whose rank 1 was killed, :mod:`tests.faults.rank_worker`). Under pytest-xdist the
+    atlas-ranks and the DDP training tests: ``(out, {"returncode", "stdout", "stderr"})``. Under pytest-xdist the
     workers share it: the first to get here launches it in a folder of this test run, the others
     wait on its lock and read it."""
     from .shared import shared_folder
-
-    from .faults.rank_worker import DYING
 
     root, lock = shared_folder(tmp_path_factory, "torchrun")
     out, done = root / "out", root / "done.json"
@@ -131,15 +128,10 @@ def torchrun_launch(tmp_path_factory):
     with lock:
         if not done.exists():
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
-            launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                      "--monitor-interval", "0.2"]
-            # first a launch whose rank 1 is killed mid-write (the shared launch then reruns its command)
-            dying = subprocess.run([*launch, str(repo / "tests" / "faults" / "rank_worker.py"), "2",
-                                    str(out / "dying"), *DYING], env=env, capture_output=True, text=True, timeout=300)
-            r = subprocess.run([*launch, str(repo / "tests" / "torchrun_worker.py"), str(out)],
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                str(repo / "tests" / "torchrun_worker.py"), str(out)],
                                env=env, capture_output=True, text=True, timeout=900)
-            done.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr,
-                                        "dying": {"returncode": dying.returncode, "stderr": dying.stderr}}))
+            done.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}))
     return out, json.loads(done.read_text())
 
 

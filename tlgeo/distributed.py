@@ -33,8 +33,8 @@ import torch
 from .analysis import Analysis, Result
 from .models import input_device
 
-__all__ = ["Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder", "run_analysis",
-           "all_errors", "all_ranks_busy"]
+__all__ = ["Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder",
+           "run_analysis", "all_errors", "all_ranks_busy"]
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def stopping() -> None:
 
 def dead_ranks() -> str:
     """The ranks of this job whose process is gone (those on this machine; ``""`` if none is known to be):
-    ``rank 1 (pid 4242) died``."""
+    ``rank 1 (pid 4242) has died (killed or out of memory)``."""
     import psutil
 
     host, dead = socket.gethostname(), []

@@ -74,11 +74,14 @@ def analysis_cases(model: str = "tiny:llama") -> list[Case]:
     return out
 
 
-def _child(argv: list[str], kill_write: int | None, stats: str, log, fsize: int | None, stdout: bool = True) -> None:
+def _child(argv: list[str], kill_write: int | None, stats: str, log, fsize: int | None, stdout: bool = True,
+           env: dict | None = None) -> None:
     """In the forked process: ``tlgeo <argv>``, killed mid-way through its ``kill_write``-th write; ``fsize``:
     from its first result write on, no file may grow beyond that many bytes (a disk that fills up, as
-    ``RLIMIT_FSIZE``)."""
+    ``RLIMIT_FSIZE``); ``env``: set first (a rank's torchrun variables)."""
     import resource
+
+    os.environ.update(env or {})
 
     import torch
 
@@ -163,6 +166,48 @@ def run_once(case: Case, out: Path, *, kill_after: float | None = None, kill_wri
     if p.exitcode != 0 and not expect_error:
         raise RuntimeError(f"{case.name}: exit code {p.exitcode}: {text[-2000:]}")
     return Run(p.exitcode, seconds, json.loads(stats.read_text())["writes"] if stats.exists() else None, text)
+
+
+def run_ranks(case: Case, out: Path, *, size: int = 2, kill_rank: int | None = None,
+              kill_write: int | None = None) -> list[Run]:
+    """``case`` as ``size`` ranks of one job, as torchrun starts them (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
+    and ``MASTER_PORT`` set; a gloo process group), forked from the fork server: rank ``kill_rank`` is killed in
+    the middle of its ``kill_write``-th write. One :class:`Run` per rank (its log: what it printed)."""
+    import socket
+
+    ctx = _context()
+    out.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(size):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_WORLD_SIZE": str(size),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TLGEO_DIST_TIMEOUT": "120"}
+        read_end, write_end = ctx.Pipe(duplex=False)
+        stats = out.parent / f".{out.name}.rank{rank}.stats"
+        stats.unlink(missing_ok=True)
+        p = ctx.Process(target=_child, args=([*case.argv, "--out", str(out)], kill_write if rank == kill_rank else None,
+                                             str(stats), write_end, None, True, env))
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_drain, args=(read_end, chunks), daemon=True)
+        p.start()
+        write_end.close()
+        reader.start()
+        procs.append((p, reader, read_end, chunks, stats))
+    runs = []
+    for p, reader, read_end, chunks, stats in procs:
+        p.join(300)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        reader.join(10)
+        read_end.close()
+        text = b"".join(chunks).decode(errors="replace")
+        killed = p.exitcode == -signal.SIGKILL
+        runs.append(Run(None if killed else p.exitcode, 0.0,
+                        json.loads(stats.read_text())["writes"] if stats.exists() else None, text))
+    return runs
 
 
 def _drain(conn, chunks: list[bytes]) -> None:

@@ -4,6 +4,8 @@ work, or in a valid configuration; never a traceback."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,7 +28,7 @@ def stopped():
 def test_any_flag_value_is_one_line_or_a_valid_config(stopped, tmp_path, command, data):
     acts = flags(commands()[command])
     act = data.draw(st.sampled_from(acts), label="flag")
-    value = data.draw(st.one_of(st.sampled_from(values(act, __import__("random").Random(0), 12) + WILD),
+    value = data.draw(st.one_of(st.sampled_from(values(act, random.Random(0), 12) + WILD),
                                 st.text(max_size=12), st.integers(-10**15, 10**15).map(str),
                                 st.floats().map(str)), label="value")
     kind, what = one_try(command, act.option_strings[-1], value, tmp_path / "o")

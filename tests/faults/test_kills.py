@@ -8,7 +8,7 @@ import pytest
 
 from tlgeo.storage import folder_lock
 
-from .kill import analysis_cases, kill_series, read_tables, reference_run, run_once
+from .kill import analysis_cases, compare, kill_series, read_tables, reference_run, run_once, run_ranks
 
 # (analysis, seed): a short seeded set (with the geometries case below); every analysis, hundreds of kills:
 # scripts/bench_faults.py
@@ -85,3 +85,27 @@ def test_geometries_killed_in_its_last_table_write_resumes_to_the_whole_runs_q(c
     assert run_once(case, out, kill_write=ref_run.writes - 2).rc is None  # the relations, rewritten with the final q
     run_once(case, out)
     assert _equal(read_tables(out), reference)
+
+
+def test_a_dying_rank_is_one_line_and_a_rerun_on_two_ranks_completes(cases, references, tmp_path):
+    """Two ranks of one job (as torchrun starts them: its variables, a gloo group), rank 1 killed in the middle of
+    its second write: rank 0 says in one line which rank died and what is saved; every saved table is whole; the
+    same command on two ranks resumes and ends with the one-process tables."""
+    import re
+
+    import pandas as pd
+
+    reference, _ = references("dirmag")
+    case, out = cases["dirmag"], tmp_path / "ranks"
+    first = run_ranks(case, out, kill_rank=1, kill_write=2)
+    said = [line for line in first[0].log.splitlines() if line.startswith("tlgeo dirmag: error:")]
+    assert first[1].rc is None and first[0].rc == 1 and len(said) == 1, first[0].log[-3000:]
+    assert re.search(r"rank 1 \(pid \d+\) has died", said[0]) and "Rerun the same command to resume" in said[0], said
+    for p in out.rglob("*.csv"):
+        pd.read_csv(p)  # every saved table is whole: only a hidden temporary file may be half
+    again = run_ranks(case, out)
+    assert [r.rc for r in again] == [0, 0], again[0].log[-3000:]
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # the rerun cleared the dead one's half file
+    c = compare(reference, read_tables(out))
+    assert c.identical, c.detail
+

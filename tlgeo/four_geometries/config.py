@@ -64,7 +64,8 @@ class GeometriesConfig(Config):
         if self.layers is not None:
             bad = [l for l in self.layers if not 0 <= l < n_layers]
             if bad:
-                raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n_layers} blocks (0..{n_layers - 1})")
+                raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n_layers} blocks "
+                                      f"(0..{n_layers - 1})")
             return sorted(set(self.layers))
         first = min(1, n_layers - 1)
         count = min(self.layer_count, n_layers - first)

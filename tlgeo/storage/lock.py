@@ -4,10 +4,10 @@ A command (or an analysis's ``run`` with ``out=``) holds ``<folder>/.tlgeo.lock`
 there. A second process that wants the folder is refused at once, in one line naming the process
 that holds it (:class:`FolderBusyError`). The lock is an ``flock`` on that file: the kernel lets go
 of it when its process dies, so the lock of a killed process is simply taken by the next run. While
-held, the file says who holds it (and a temporary file a killed writer left is removed); on release it is unlinked (and a folder the lock made, if nothing
-else was written there), and a process that locked a file already unlinked sees that the name now
-points elsewhere and locks again. Within one process the lock is re-entrant: the atlas holds
-its folder and each step's run takes it again.
+held, the file says who holds it, and a temporary file a killed writer left is removed. On release
+the file is unlinked (and a folder the lock made, if nothing else was written there); a process that
+locked a file already unlinked sees that the name now points elsewhere and locks again. Within one
+process the lock is re-entrant: the atlas holds its folder and each step's run takes it again.
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     if meta is None:
         for f in files:
             np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
-        _save_npy(d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
+        _save_npy(d / "index.npy",
+                  np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
         _save_npy(d / "tokens.npy", windows.cpu().numpy())
         meta = {**settings, "done_windows": 0}
         write_json(meta_path, meta)

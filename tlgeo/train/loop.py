@@ -172,8 +172,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         try:  # tensors and plain values only: a checkpoint from elsewhere cannot run code here
             ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()[0]
             raise ConfigError(f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
-                              f"values: {str(e).strip().splitlines()[0]}); move it away to train from the start") from None
+                              f"values: {first}); move it away to train from the start") from None
         if ck["config"]["model"] != cfg.to_dict()["model"] or ck["config"]["variant"] != cfg.variant:
             raise ConfigError(f"{ckpt_path} was written for another model or variant")
         set_model_state_dict(model, ck["model"], options=_FULL)
