@@ -96,9 +96,13 @@ def test_only_the_continuations_go_through_the_unembedding(llama, monkeypatch):
     widths = []
     handle = llama.unembed.register_forward_hook(lambda m, args, out: widths.append(args[0].shape[-2]))
     try:
-        fast = score_items(llama, items, batch_size=3)["logprobs"].tolist()
+        scored = score_items(llama, items, batch_size=3)
+        fast = scored["logprobs"].tolist()
+        n_requests = sum(len(it.continuations) for it in items)
+        # every continuation position once, a batch's in one call (3 inputs a batch): not the contexts' positions
+        assert sum(widths) == sum(sum(n) for n in scored["n_tokens"]) and len(widths) == -(-n_requests // 3)
         longest = max(len(enc(llama, " " + c)) for it in items for c in it.continuations)
-        assert widths and max(widths) <= longest  # not the contexts' positions
+        widths.clear()
         monkeypatch.setitem(resume._READOUT_OK, llama, False)  # a model whose readout differs: full logits
         full = score_items(llama, items, batch_size=3)["logprobs"].tolist()
         assert max(widths) > longest

@@ -46,3 +46,24 @@ def test_resume_forward_stops_before_a_later_block(tiny, tokens):
     assert not ran  # block 2 and the unembedding are not run
     with pytest.raises(ValueError, match="stop_at_layer 1 must be in 2..3"):
         resume_forward(tiny, cache["blocks.1.hook_resid_pre"], 1, stop_at_layer=1)
+
+
+def test_activations_equal_the_cache_and_end_the_forward_at_the_last_one(tiny, tokens):
+    from tlgeo.hooks.resume import activations
+
+    names = ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_post", "blocks.0.attn.hook_z"]
+    edit = Edit("attn", s_par=0, layers=1, skip_first=0).hooks(tiny)
+    with torch.inference_mode():
+        with tiny.hooks(fwd_hooks=edit):
+            _, cache = tiny.run_with_cache(tokens, names_filter=lambda n: n in names)
+        ran = []
+        handles = [tiny.blocks[2].original_component.register_forward_hook(lambda *a: ran.append("block 2")),
+                   tiny.unembed.register_forward_hook(lambda *a: ran.append("unembed"))]
+        try:
+            got = activations(tiny, tokens, names, edit)
+        finally:
+            for h in handles:
+                h.remove()
+    assert sorted(got) == sorted(names) and not ran  # the edit applied, then nothing after block 1
+    for n in names:
+        torch.testing.assert_close(got[n], cache[n], rtol=0, atol=0)

@@ -184,7 +184,9 @@ def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
 
 
 def test_a_ruler_step_that_did_not_run_says_so(atlas_dir):
-    """The tiny atlas gives no RULER length (tests/report/conftest.py): the section and the headline say so."""
+    """The atlas runs no RULER task unless asked (one sample per condition decides nothing): the section and
+    the headline say so, and the comparison table has no RULER column."""
     html = (atlas_dir / "report.html").read_text()
-    assert "RULER was not run: no task or length was given." in html
+    assert "RULER was not run: the atlas runs no RULER task unless asked (--ruler-tasks" in html
+    assert "paper RULER %" not in html
     assert any(w.startswith("RULER-style: not run") for w in headline(atlas_dir).warnings)

@@ -26,7 +26,7 @@ def test_units_split_share_a_log_and_a_whole_run_resumes_from_it(tmp_path, llama
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(A, "patch_kl", boom)
+    monkeypatch.setattr(A, "patch_kl_sets", boom)
     monkeypatch.setattr(A, "layer_outputs", boom)
     whole = run(llama, CFG, out=tmp_path)  # geometry and patching (layers 0 and 2 together) from the parts' log
     merged = TokenwiseResult.merge(parts)

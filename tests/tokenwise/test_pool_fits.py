@@ -142,6 +142,28 @@ def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_
         patch_kl(llama, pool, idx, {9: clean[0]})
 
 
+def test_patch_sets_share_each_batch_clean_forward_and_equal_one_call_per_set(tmp_path, llama, monkeypatch):
+    from tlgeo.tokenwise.output_kl import patch_kl, patch_kl_sets
+
+    pool = collect_pool(llama, _windows(n=4, seq=10), tmp_path / "p", dtype="float32")
+    idx = np.array([0, 5, 12, 30, 33])
+    g = torch.Generator().manual_seed(1)
+    sets = {c: {l: torch.from_numpy(np.array(pool.states(l + 1)[idx])) + s * torch.randn(len(idx), pool.d_model,
+                                                                                           generator=g)
+                for l in (0, 1)} for c, s in (("a", 0.5), ("b", 2.0))}
+    alone = {c: patch_kl(llama, pool, idx, reps, batch_size=2) for c, reps in sets.items()}
+    calls = []
+    clean_forward = type(llama).run_with_cache
+    monkeypatch.setattr(type(llama), "run_with_cache", lambda self, *a, **k: calls.append(1) or clean_forward(
+        self, *a, **k))
+    both = patch_kl_sets(llama, pool, idx, sets, batch_size=2)
+    assert len(calls) == 3  # one clean forward per batch of 2 rows, not one per set
+    assert list(both["set"].unique()) == ["a", "b"]
+    for c, df in alone.items():
+        pd.testing.assert_frame_equal(both[both["set"] == c].drop(columns="set").reset_index(drop=True), df)
+    assert not np.allclose(alone["a"]["kl"], alone["b"]["kl"])  # the sets differ: it is not one set twice
+
+
 def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     import tlgeo.tokenwise.analysis as A
 
@@ -170,7 +192,7 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     with pytest.raises(ValueError, match="subset of the fitted layers"):
         A.tokenwise_analysis(llama, pool, **kw, patch_layers=[1])
 
-    monkeypatch.setattr(A, "patch_kl", boom)
+    monkeypatch.setattr(A, "patch_kl_sets", boom)
     monkeypatch.setattr(A, "tokenwise_outputs", boom)
     monkeypatch.setattr(A, "layer_outputs", boom)
     again = A.tokenwise_analysis(llama, pool, **kw)  # everything from the log

@@ -147,8 +147,8 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
 
 
 @register_analysis_step("compare", CHAPTER, COMPARE, DecompositionBudgets.compare_config,
-                        "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot, "
-                        "RULER")
+                        "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot "
+                        "(RULER when asked)")
 def _compare_section(ctx: StepContext, result: CompareResult) -> None:
     b, model, table = ctx.budget, ctx.model, result.compare
     empty_zs = pd.DataFrame(columns=["condition", "task", "n", "acc", "acc_norm"])
@@ -163,19 +163,21 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
     zs_note, rl_note = (" (indication only)" if zs_small else ""), (" (indication only)" if rl_small else "")
     too_long = [n for n in b.ruler_lengths if n > model.cfg.n_ctx]
     why = (f"its lengths {too_long} exceed the model's context of {model.cfg.n_ctx} tokens" if too_long
-           else "no task or length was given")
-    rl_skipped = "" if len(rl) else f" RULER was not run: {why}."
+           else "the atlas runs no RULER task unless asked (--ruler-tasks niah_single,vt --ruler-samples 10 or "
+                "more): the one or two samples per condition an atlas can afford decide nothing"
+           if not b.ruler_tasks else "no length was given")
+    ruler = (f", and RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
+             f"{', '.join(b.ruler_tasks)} at {list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, "
+             f"{b.ruler_template} prompts, %)" if len(rl) else "")
     ctx.report.section("3. Which parallel removal is cheapest? (Tables 1, 2, 8)",
                        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
-                       f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens), zero-shot accuracy (unedited and s_par in "
-                       f"{list(b.zeroshot_scales)}) averaged over "
-                       f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %), and "
-                       f"RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
-                       f"{', '.join(b.ruler_tasks) or 'no tasks'} at "
-                       f"{list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, {b.ruler_template} "
-                       f"prompts, %). The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}, RULER of "
-                       f"{PAPER_RULER_MODEL} — other models and budgets, so compare orderings, not values."
-                       + rl_skipped)
+                       f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens) and zero-shot accuracy (unedited "
+                       f"and s_par in {list(b.zeroshot_scales)}) averaged over "
+                       f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %)"
+                       f"{ruler}. The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}"
+                       + (f", RULER of {PAPER_RULER_MODEL}" if len(rl) else "") +
+                       " — other models and budgets, so compare orderings, not values."
+                       + ("" if len(rl) else f" RULER was not run: {why}."))
     shown = pd.DataFrame({"condition": table["condition"], "PPL": table["ppl"], "ΔPPL": table["delta_ppl"],
                           "zero-shot acc %" + zs_note: table["zeroshot_acc"],
                           "paper zero-shot acc %": [paper_value(PAPER.get(("zeroshot", c, "acc")))
@@ -183,6 +185,8 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
                           "zero-shot acc_norm %" + zs_note: table["zeroshot_acc_norm"],
                           "RULER %" + rl_note: table["ruler"],
                           "paper RULER %": [paper_value(PAPER.get(("ruler", c, "score"))) for c in table["condition"]]})
+    if not len(rl):
+        shown = shown.drop(columns=["RULER %", "paper RULER %"])
     small = [f"zero-shot on {n_zs} items per task" if zs_small else "",
              f"RULER on {n_rl} samples per task and length" if rl_small else ""]
     ctx.report.table(shown, "One row per condition (site and s_par; unedited first). Lower ΔPPL and higher "

@@ -301,8 +301,8 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
                             f"accuracy has a standard error of about ±{se:.0f} points — indication only "
                             f"(use at least {MIN_ZEROSHOT_ITEMS} items per task).")
     if (rl is None and read("compare_ppl") is not None) or (rl is not None and not len(rl)):  # compared, no RULER
-        warnings.append("RULER-style: not run (no RULER task, or every length is longer than the model's "
-                        "context: see section 3); its column is empty.")
+        warnings.append("RULER-style: not run (the atlas runs it only when asked, with --ruler-tasks; or every "
+                        "length is longer than the model's context: see section 3).")
     if rl is not None and len(rl):
         n = int(rl["n"].min())
         if n < MIN_RULER_SAMPLES:

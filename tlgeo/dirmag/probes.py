@@ -21,6 +21,7 @@ import torch
 
 from ..evals.sentences import sentence_batches
 from ..evals.treebank import TreebankSentence, first_subtokens
+from ..hooks.resume import activations
 from ..stats.probes import FEATURES, fit_probe, probe_features
 from .paper import PAPER_PROBES
 
@@ -80,7 +81,7 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
     with torch.inference_mode():
         for i, (toks, _) in zip(range(0, len(kept), batch_size), batches):
             chunk, pchunk = kept[i : i + batch_size], positions[i : i + batch_size]
-            _, cache = model.run_with_cache(toks, names_filter=lambda n: n in names, return_type=None)
+            cache = activations(model, toks, names)  # ends at the last probed block: no unembedding
             b_idx = [j for j, pos in enumerate(pchunk) for p in pos if p is not None]
             t_idx = [p for pos in pchunk for p in pos if p is not None]
             for l, name in zip(layers, names):

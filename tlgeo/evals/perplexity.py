@@ -197,9 +197,11 @@ def perplexity(
         for idx in batches:
             inp = torch.stack([windows[i][0] for i in idx]).to(device)  # [b, t]
             logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-            nll = F.cross_entropy(  # [b, t-1]: loss of token j+1 given tokens <= j
-                logits[:, :-1].float().flatten(0, 1), inp[:, 1:].flatten(), reduction="none"
-            ).view(len(idx), -1).cpu()
+            # [b, t-1]: loss of token j+1 given tokens <= j, a row at a time (one row's log-softmax beside the
+            # logits, not a copy and a log-softmax of the whole batch's: 2 x 400 MB at SmolLM2's vocabulary)
+            nll = torch.stack([F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none")
+                               for r in range(len(idx))]).cpu()
+            del logits
             for row, i in enumerate(idx):
                 losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
 

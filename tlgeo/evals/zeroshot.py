@@ -331,15 +331,19 @@ def score_requests(
                 final = last_block_output(model, inp, hooks)
             else:
                 logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-            for row, u in enumerate(batch):
-                length = len(uniq[u])
-                for i in by_input[u]:
-                    t = len(targets[i])
-                    rows = readout(model, final[row, length - t : length]) if fast else logits[row, length - t : length]
-                    lp = torch.log_softmax(rows.float(), dim=-1)  # [t, vocab]
-                    tgt = torch.tensor(targets[i], device=lp.device)
-                    logprob[i] = lp.gather(-1, tgt[:, None]).double().sum().cpu()
-                    greedy[i] = bool((lp.argmax(-1) == tgt).all())
+            spans = [(i, row, len(uniq[u]) - len(targets[i]), len(uniq[u]))
+                     for row, u in enumerate(batch) for i in by_input[u]]  # (request, row, first, end position)
+            if fast:  # every continuation position of the batch through the unembedding in one call
+                got = readout(model, torch.cat([final[row, a:b] for _, row, a, b in spans]))
+                cut = torch.tensor([0] + [b - a for *_, a, b in spans]).cumsum(0).tolist()
+                parts = [got[cut[k] : cut[k + 1]] for k in range(len(spans))]
+            else:
+                parts = [logits[row, a:b] for _, row, a, b in spans]
+            for (i, *_), rows in zip(spans, parts):
+                lp = torch.log_softmax(rows.float(), dim=-1)  # [t, vocab]
+                tgt = torch.tensor(targets[i], device=lp.device)
+                logprob[i] = lp.gather(-1, tgt[:, None]).double().sum().cpu()
+                greedy[i] = bool((lp.argmax(-1) == tgt).all())
     return Scores(logprob=logprob, is_greedy=greedy, n_tokens=n_tok, truncated=truncated)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import weakref
 from contextlib import contextmanager, nullcontext
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 from jaxtyping import Float
@@ -23,7 +23,7 @@ from ..families import family_of
 from .adapter import HookList
 
 __all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "readout_ok", "last_block_output",
-           "resumed_last_block_output", "final_norm", "unembedding"]
+           "resumed_last_block_output", "final_norm", "unembedding", "activations"]
 
 
 class StopForward(Exception):
@@ -100,6 +100,31 @@ def resumed_last_block_output(model, resid: Tensor, layer: int,
     """:func:`last_block_output` of the forward :func:`resume_forward` resumes at block ``layer``
     from ``resid`` (the residual entering it)."""
     return _stopped_at_last_block(model, lambda hooks: resume_forward(model, resid, layer, hooks), fwd_hooks)
+
+
+def activations(model, tokens: Tensor, names: Iterable[str], fwd_hooks: HookList = (),
+                **kwargs) -> dict[str, Tensor]:
+    """The activations of the hooks ``names`` in a forward with ``fwd_hooks`` (``kwargs``: the model's),
+    as ``run_with_cache`` gives them, but the forward ends as soon as the last of them is read: the blocks
+    after it, the final norm and the unembedding are never run."""
+    wanted, got = list(dict.fromkeys(names)), {}
+
+    def grab(name: str):  # by the name asked for (the bridge's hooks carry their canonical names)
+        def fn(x: Tensor, hook) -> None:
+            got[name] = x.detach()
+            if len(got) == len(wanted):
+                raise StopForward
+        return fn
+
+    with model.hooks(fwd_hooks=[*fwd_hooks, *[(n, grab(n)) for n in wanted]]):
+        try:
+            model(tokens, **kwargs)
+        except StopForward:
+            pass
+    missing = set(wanted) - set(got)
+    if missing:
+        raise ValueError(f"the forward never reached {sorted(missing)}")
+    return got
 
 
 def _stopped_at_last_block(model, forward, fwd_hooks: HookList) -> Tensor:

@@ -157,9 +157,11 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     if not r.main:
         return None
     total = time.perf_counter() - t_run
+    bare_start, bare_end = bare, bare_forward_seconds(model)
+    bare = (bare_start + bare_end) / 2  # measured before and after the steps: a machine that drifted counts half
     print(f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
-          f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each); report: {out / 'report.html'}",
-          flush=True)
+          f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each: {bare_start:.2f} s before the "
+          f"steps, {bare_end:.2f} s after); report: {out / 'report.html'}", flush=True)
     table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
                           "bare_forwards": [t / bare for t in timings.values()],
                           "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
@@ -170,8 +172,9 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         table.drop(columns=["run"]).rename(
             columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),
         f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
-        f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured at "
-        f"the start of the run ({bare:.2f} s; the whole run: {total / bare:.0f}x), and the process's peak "
+        f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured "
+        f"before and after the steps ({bare:.2f} s, the mean of {bare_start:.2f} and {bare_end:.2f} s; the whole "
+        f"run: {total / bare:.0f}x), and the process's peak "
         f"resident memory after it" + (f"; under torchrun ({r.size} ranks) every step's units are shared out over "
                                        "the ranks: rank 0's time and memory" if r.size > 1 else "")
         + f". Every run's rows: {path}.")

@@ -50,7 +50,7 @@ from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
 from .fits import POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
 from .paper import PAPER
-from .output_kl import patch_kl
+from .output_kl import patch_kl_sets
 from .pool import StatePool, collect_pool, n_layer_maps
 
 __all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "run", "units", "pool_windows",
@@ -178,23 +178,25 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     if on_table is not None:
         on_table("geometry", geometry)
 
-    token_rows = []
+    keys, done, todo = {}, {}, {}
     for c in cfg.classes:
         patched = [l for l in patch_layers if wanted(c, l)]
         if not patched:
             continue
-        key = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patched}
-        row = (log.get(**key) or _patching_from_log(log, c, settings, patched)) if log else None
-        if row is None:
+        keys[c] = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patched}
+        done[c] = (log.get(**keys[c]) or _patching_from_log(log, c, settings, patched)) if log else None
+        if done[c] is None:
             reps = {l: fitted.pop((l, c), None) for l in patched}
-            reps = {l: r if r is not None else _subset_outputs(pool, l, c, subset, **kw) for l, r in reps.items()}
-            df = patch_kl(model, pool, subset, reps, batch_size=cfg.batch_size, progress=progress)
-            row = {**key, "kl": df["kl"].tolist(), "kl_following": df["kl_following"].tolist(),
-                   "layers": df["layer"].tolist(), "index": df["index"].tolist()}
+            todo[c] = {l: r if r is not None else _subset_outputs(pool, l, c, subset, **kw) for l, r in reps.items()}
+    if todo:  # every class's patches in one pass: each batch's clean forward is shared
+        df = patch_kl_sets(model, pool, subset, todo, batch_size=cfg.batch_size, progress=progress)
+        for c, got in df.groupby("set", sort=False):
+            done[c] = {**keys[c], "kl": got["kl"].tolist(), "kl_following": got["kl_following"].tolist(),
+                       "layers": got["layer"].tolist(), "index": got["index"].tolist()}
             if log:
-                log.add(row)
-        token_rows.append(pd.DataFrame({"class": c, "layer": row["layers"], "index": row["index"],
-                                        "kl": row["kl"], "kl_following": row["kl_following"]}))
+                log.add(done[c])
+    token_rows = [pd.DataFrame({"class": c, "layer": row["layers"], "index": row["index"], "kl": row["kl"],
+                                "kl_following": row["kl_following"]}) for c, row in done.items()]
     if not token_rows:  # only unpatched layers among the units
         return TokenwiseResult(geometry=geometry)
     tokens = pd.concat(token_rows, ignore_index=True)

@@ -15,7 +15,7 @@ layer ``l`` (:func:`tlgeo.tokenwise.pool.layer_list`) in whole forwards.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Hashable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ from ..hooks.resume import readout, readout_matches, resume_forward, resumed_las
 from ..models import Model
 from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
 
-__all__ = ["patch_kl"]
+__all__ = ["patch_kl", "patch_kl_sets"]
 
 
 LOGIT_BUDGET = 1 << 24  # float32 logits (64 MiB) per patched forward
@@ -39,22 +39,36 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
 
     Columns: ``index, layer, window, position, kl`` (at the patched position, nats) and
     ``kl_following`` (summed over it and the later positions)."""
+    return patch_kl_sets(model, pool, indices, {None: replacements}, batch_size=batch_size,
+                         progress=progress).drop(columns="set")
+
+
+def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
+                  sets: Mapping[Hashable, Mapping[int, Float[Tensor, "n d"]]], *, batch_size: int = 16,
+                  progress: bool = False) -> pd.DataFrame:
+    """:func:`patch_kl` of several sets of replacements (e.g. one per approximation class) at once: each
+    batch's clean forward and clean log-probabilities are computed once and shared by every set.
+
+    Columns: ``set`` (the key of ``sets``) and :func:`patch_kl`'s; the rows of one set in the order
+    :func:`patch_kl` gives them."""
     indices = np.asarray(indices)
     n_layers = n_layer_maps(model)
     d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
-    for l, rep in replacements.items():
-        if not 0 <= l < n_layers:
-            raise ValueError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
-        if rep.shape != (len(indices), d_model):
-            raise ValueError(f"replacements[{l}] must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
+    for name, replacements in sets.items():
+        for l, rep in replacements.items():
+            if not 0 <= l < n_layers:
+                raise ValueError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
+            if rep.shape != (len(indices), d_model):
+                where = f"replacements[{l}]" if name is None else f"replacements[{name!r}][{l}]"
+                raise ValueError(f"{where} must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
     windows = pool.windows
     # rows per forward: each holds [positions, vocab] float32 logits several times over (clean, patched, their
     # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)
     vocab = model.cfg.d_vocab if _is_bridge(model) else model.config.vocab_size
     batch_size = max(1, min(batch_size, LOGIT_BUDGET // max(1, windows.shape[1] * vocab)))
-    layers = sorted(replacements)
-    names = [f"blocks.{l}.hook_resid_pre" for l in layers]
-    rows = []
+    patches = [(name, l, reps[l]) for name, reps in sets.items() for l in sorted(reps)]  # per batch, in this order
+    names = sorted({f"blocks.{l}.hook_resid_pre" for _, l, _ in patches})
+    rows: dict[Hashable, list[dict]] = {name: [] for name in sets}
     starts = range(0, len(indices), batch_size)
     if progress:
         from tqdm.auto import tqdm
@@ -77,8 +91,8 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
             sel = after.to(logits.device)
             clean = torch.log_softmax(logits[sel].float(), -1) if fast else torch.log_softmax(logits.float(), -1)
             p_clean = clean.exp()  # once per batch, shared by every layer
-            for l in layers:
-                rep = replacements[l][s : s + batch_size]
+            for name, l, rep in patches:
+                rep = rep[s : s + batch_size]
                 if fast:  # only the positions that can change go through the unembedding
                     h = _patched_final(model, cache, l, b, pos, rep)
                     out = readout(model, h[sel])
@@ -91,10 +105,11 @@ def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: M
                     firsts = [float(kl[j, pos[j]]) for j in range(len(idx))]
                     sums = [float(kl[j][after[j]].sum()) for j in range(len(idx))]
                 for j in range(len(idx)):
-                    rows.append({"index": int(idx[j]), "layer": l, "window": int(win[j]), "position": int(pos[j]),
-                                 "kl": firsts[j], "kl_following": sums[j]})
+                    rows[name].append({"set": name, "index": int(idx[j]), "layer": l, "window": int(win[j]),
+                                       "position": int(pos[j]), "kl": firsts[j], "kl_following": sums[j]})
             del cache
-    return pd.DataFrame(rows)
+    cols = ["set", "index", "layer", "window", "position", "kl", "kl_following"]
+    return pd.DataFrame([r for name in sets for r in rows[name]], columns=cols)
 
 
 def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,

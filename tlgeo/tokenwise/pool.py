@@ -31,6 +31,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from ..models import Model, run_identity
+from ..hooks.resume import activations
 from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, write_json
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
@@ -59,8 +60,8 @@ def _is_bridge(model) -> bool:
 def _states_bridge(model, tokens: torch.Tensor) -> list[torch.Tensor]:
     n = model.cfg.n_layers
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n)]
-    _, cache = model.run_with_cache(tokens, names_filter=lambda x: x in names, return_type=None)
-    return [cache[name] for name in names]
+    got = activations(model, tokens, names)  # ends at the last block: no unembedding
+    return [got[name] for name in names]
 
 
 def _states_hf(model, tokens: torch.Tensor) -> list[torch.Tensor]:
