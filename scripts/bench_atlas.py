@@ -29,6 +29,9 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tlgeo.data import data_dir  # noqa: E402
 
 
 def run_atlas(model: str, out: Path, source: Path, extra: list[str]) -> tuple[pd.DataFrame, float, float]:
@@ -36,7 +39,7 @@ def run_atlas(model: str, out: Path, source: Path, extra: list[str]) -> tuple[pd
     checkout ``source`` into the empty folder ``out``, in a child process of its own."""
     if out.exists():
         shutil.rmtree(out)
-    env = {**os.environ, "PYTHONPATH": str(source)}
+    env = {**os.environ, "PYTHONPATH": str(source), "TLGEO_DATA": str(data_dir())}  # a worktree has no ../shared
     cmd = [sys.executable, "-m", "tlgeo", "atlas", "--model", model, "--out", str(out), *extra]
     print(f"[bench] {source.name or source}: {' '.join(cmd[1:])}", flush=True)
     t = time.perf_counter()
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=200.0, help="the whole run, in bare forwards")
     ap.add_argument("--stretch", type=float, default=150.0)
     ap.add_argument("--memory-gib", type=float, default=1.8, help="peak resident memory of the atlas process")
-    ap.add_argument("--csv", type=Path, default=None, help="write the step table here")
+    ap.add_argument("--csv", type=Path, default=None, help="write the step table here, and each run's totals "
+                                                            "beside it (<name>_summary.csv)")
     ap.add_argument("atlas_args", nargs="*", help="after --: more flags of tlgeo atlas (e.g. -- --steps heads)")
     a = ap.parse_args(argv)
 
@@ -122,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.csv:
         a.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(a.csv)
+        pd.DataFrame([{"tree": label, "steps_s": steps, "bare_forward_s": bare, "bare_forwards": steps / bare,
+                       "process_wall_s": wall, "peak_rss_gib": peak}
+                      for label, (steps, bare, wall, peak) in totals.items()]).to_csv(
+            a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
     print("targets met" if not missed else "a target is missed")
     return int(missed)
 
