@@ -125,3 +125,25 @@ def test_pdsf_and_tokenwise_figures_keep_legends_and_ticks_off_each_other():
     lines = plot_single_pass(summary, angles).axes[1].get_lines()
     assert len({(l.get_color(), l.get_marker()) for l in lines}) == len(conds)  # each condition told apart
     plt.close("all")
+
+
+def test_attention_rows_keep_a_causal_pattern_and_draw_it_again():
+    import numpy as np
+
+    from tlgeo.plotting import attention_rows, attention_view
+
+    rng = np.random.default_rng(0)
+    pats = np.tril(rng.random((2, 4, 4)))
+    rows = attention_rows(pats, ["a", "b"], ["x", " y", "\n", "z"])
+    assert len(rows) == 2 * 10 and (rows["key"] <= rows["query"]).all()
+    back = np.zeros_like(pats)
+    for i, v in enumerate(["a", "b"]):
+        r = rows[rows["view"] == v]
+        back[i, r["query"], r["key"]] = r["weight"]
+    np.testing.assert_array_equal(back, pats)  # nothing above the diagonal is lost: it is 0
+    html = str(attention_view(rows, ["b"], ["b (label)"]))
+    assert "b (label)" in html and '" y"' in html
+    with pytest.raises(ValueError, match="no attention view 'c'"):
+        attention_view(rows, ["c"])
+    with pytest.raises(ValueError, match="patterns must be"):
+        attention_rows(pats, ["a"], ["x", "y", "z", "w"])

@@ -3,13 +3,15 @@ integer layer ticks, one colour per site.
 
 The report embeds figures at 110 dpi in a page about 1000 px wide, so a figure
 :data:`WIDTH` inches wide (legend included) shows at its natural size, with
-10-point text about 15 px high. Nothing here touches the data of a plot.
+10-point text about 15 px high. Nothing here touches the data of a plot; :func:`attention_rows` / :func:`attention_view` store
+attention patterns as table rows (computed by an analysis's run) and draw them back as a circuitsvis view,
+so a report section needs no model.
 """
 
 from __future__ import annotations
 
 __all__ = ["WIDTH", "FONT", "SITE_COLORS", "site_color", "integer_ticks", "legend_outside", "plain_log_ticks",
-           "style"]
+           "style", "attention_rows", "attention_view"]
 
 WIDTH = 9.0  # inches, legend included: ~1000 px at the report's 110 dpi
 FONT = 11  # points
@@ -72,3 +74,42 @@ def legend_outside(fig, title: str | None = None, **kwargs):
     if isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
         return fig.legend(list(seen.values()), list(seen), loc="outside right upper", **kw)
     return fig.legend(list(seen.values()), list(seen), loc="upper left", bbox_to_anchor=(1.0, 1.0), **kw)
+
+
+def attention_rows(patterns, names, tokens) -> "pd.DataFrame":
+    """Attention patterns ``[n, q, k]`` (one per view, named ``names``) over the string ``tokens`` as
+    tidy rows ``view, query, key, weight, query_token``: the causal part ``key <= query`` only (the rest
+    of a causal pattern is 0), so that :func:`attention_view` draws them again without a model."""
+    import numpy as np
+    import pandas as pd
+
+    pats = np.asarray(patterns, dtype=np.float64)
+    if pats.ndim != 3 or pats.shape[1] != pats.shape[2] or pats.shape[0] != len(names) or pats.shape[1] != len(tokens):
+        raise ValueError(f"patterns must be [{len(names)}, {len(tokens)}, {len(tokens)}], got {pats.shape}")
+    q, k = np.tril_indices(len(tokens))
+    return pd.DataFrame({"view": np.repeat(list(names), len(q)), "query": np.tile(q, len(names)),
+                         "key": np.tile(k, len(names)), "weight": pats[:, q, k].reshape(-1),
+                         "query_token": np.tile(np.asarray(tokens, dtype=object)[q], len(names))})
+
+
+def attention_view(rows: "pd.DataFrame", views=None, labels=None, **kwargs):
+    """circuitsvis ``attention_heads`` of the patterns :func:`attention_rows` stored (``views``: which, in
+    this order; default every view in the order stored; ``labels``: their names in the view, default the
+    views'); ``kwargs`` go to circuitsvis (e.g. ``min_value``)."""
+    import circuitsvis as cv
+    import numpy as np
+
+    views = list(dict.fromkeys(rows["view"])) if views is None else list(views)
+    if not views:
+        raise ValueError("no attention view to draw")
+    n = int(rows["query"].max()) + 1
+    diag = rows[rows["query"] == rows["key"]].drop_duplicates("query").sort_values("query")
+    tokens = [str(t) for t in diag["query_token"]]
+    pats = np.zeros((len(views), n, n))
+    for i, v in enumerate(views):
+        r = rows[rows["view"] == v]
+        if r.empty:
+            raise ValueError(f"no attention view {v!r}; stored: {sorted(set(rows['view']))}")
+        pats[i, r["query"].to_numpy(), r["key"].to_numpy()] = r["weight"].to_numpy()
+    return cv.attention.attention_heads(attention=pats, tokens=tokens, attention_head_names=list(labels or views),
+                                        **kwargs)

@@ -139,6 +139,22 @@ def test_your_own_task_is_patched_as_a_built_in_one(llama, tmp_path):
     assert (own.effects["prompts"] == 4).all() and len(agreement(own.effects)) > 0
     plot_effects(own.effects, "my_induction", method="attribution")
     assert (tmp_path / "patching_effects.csv").exists()
+    # its section in the atlas, drawn from the saved tables alone (no model, no task rebuilt by its name)
+    from tlgeo.analysis import StepContext
+    from tlgeo.patching.analysis import PatchingResult
+    from tlgeo.patching.plots import head_attention_rows, top_heads
+    from tlgeo.report.html import Report
+    from tlgeo.report.registry import load_steps
+
+    saved = PatchingResult.load(tmp_path)
+    top = top_heads(saved.effects, "my_induction", method="exact")
+    views = saved.attention.set_index(["view", "query", "key"])["weight"]
+    want = head_attention_rows(llama, mine.clean[:1], zip(top["layer"], top["head"])).set_index(
+        ["view", "query", "key"])["weight"]
+    pd.testing.assert_series_equal(views.loc[want.index], want, rtol=1e-6)  # the clean pattern of its top heads
+    report = Report("patching")
+    load_steps()["patching"].render(StepContext(None, report, None, _cfg(tasks=(mine,))), saved)
+    assert "my_induction: clean attention of the heads with the largest exact effect" in report.html()
     with pytest.raises(ValueError, match="named 'induction', as a built-in task"):
         _cfg(tasks=(replace(mine, name="induction"),))
     with pytest.raises(ValueError, match="two tasks named alike"):

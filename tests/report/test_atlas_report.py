@@ -190,3 +190,30 @@ def test_a_ruler_step_that_did_not_run_says_so(atlas_dir):
     assert "RULER was not run: the atlas runs no RULER task unless asked (--ruler-tasks" in html
     assert "paper RULER %" not in html
     assert any(w.startswith("RULER-style: not run") for w in headline(atlas_dir).warnings)
+
+
+def test_every_section_draws_from_its_saved_tables_without_a_model(atlas_dir):
+    """A render gets no model (StepContext has none): each step's section drawn again from the tables the
+    tiny atlas saved, attention views included (closed form, patching: computed by the run, kept in a table)."""
+    from tlgeo.analysis import StepContext
+    from tlgeo.report.atlas import step_config
+    from tlgeo.report.html import Report
+    from tlgeo.report.registry import load_steps
+
+    from .conftest import tiny_cfg
+
+    cfg = tiny_cfg(atlas_dir)
+    budgets = cfg.chapter_budgets()
+    assert not hasattr(StepContext(cfg, Report("x"), None), "model")
+    drawn = {}
+    for name, step in load_steps().items():
+        conf = step_config(step, cfg, budgets)
+        if conf is None or not any((atlas_dir / f).exists() for f in step.files):
+            continue
+        report = Report(name)
+        step.render(StepContext(cfg, report, budgets[step.chapter], conf), step.analysis.result.load(atlas_dir))
+        drawn[name] = report.html()
+    assert {"profile", "closed_form", "patching", "geometries", "tokenwise", "pdsf", "dirmag"} <= set(drawn)
+    assert "h0 after" in drawn["closed_form"]  # the before/after attention view, from closed_form_attention.csv.gz
+    assert "induction: clean attention of the heads with the largest" in drawn["patching"]
+    assert "per token of the first window at block" in drawn["geometries"]  # the token view, from the table's text

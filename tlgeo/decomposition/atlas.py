@@ -38,7 +38,7 @@ from .experiments import (AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, SWEEP
                           CompareResult, HeadsResult, MlpCarrierResult, SweepsResult, closed_form_window)
 from .mlp_carrier import carrier_table_wide
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
-from .plots import attention_before_after, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
+from .plots import attention_view_signed, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
 from .summary import (CHAPTER, MIN_HEAD_TEXTS, MIN_PPL_TOKENS, MIN_RULER_SAMPLES, MIN_ZEROSHOT_ITEMS, atlas_summary,
                       headline, indication_note, paper_value)
 
@@ -150,7 +150,7 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
                         "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot "
                         "(RULER when asked)")
 def _compare_section(ctx: StepContext, result: CompareResult) -> None:
-    b, model, table = ctx.budget, ctx.model, result.compare
+    b, table = ctx.budget, result.compare
     empty_zs = pd.DataFrame(columns=["condition", "task", "n", "acc", "acc_norm"])
     zs = result.compare_zeroshot if result.compare_zeroshot is not None else empty_zs
     zs_paired = result.compare_zeroshot_paired
@@ -161,11 +161,10 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
     zs_small = n_zs is not None and n_zs < MIN_ZEROSHOT_ITEMS
     rl_small = n_rl is not None and n_rl < MIN_RULER_SAMPLES
     zs_note, rl_note = (" (indication only)" if zs_small else ""), (" (indication only)" if rl_small else "")
-    too_long = [n for n in b.ruler_lengths if n > model.cfg.n_ctx]
-    why = (f"its lengths {too_long} exceed the model's context of {model.cfg.n_ctx} tokens" if too_long
-           else "the atlas runs no RULER task unless asked (--ruler-tasks niah_single,vt --ruler-samples 10 or "
-                "more): the one or two samples per condition an atlas can afford decide nothing"
-           if not b.ruler_tasks else "no length was given")
+    why = ("the atlas runs no RULER task unless asked (--ruler-tasks niah_single,vt --ruler-samples 10 or "
+           "more): the one or two samples per condition an atlas can afford decide nothing" if not b.ruler_tasks
+           else f"no length of {list(b.ruler_lengths)} fits the model's context" if b.ruler_lengths
+           else "no length was given")
     ruler = (f", and RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
              f"{', '.join(b.ruler_tasks)} at {list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, "
              f"{b.ruler_template} prompts, %)" if len(rl) else "")
@@ -272,18 +271,18 @@ _CF_EXPECTED = {"value_full": "exact (float rounding)", "value_excl_self": "exac
 @register_analysis_step("closed_form", CHAPTER, CLOSED_FORM, DecompositionBudgets.closed_form_config,
                         "the diagonal closed form reproduces the value-space edit (Table 5, Figure 4)")
 def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
-    from .closed_form import ClosedFormResult as Check
+    from .closed_form import error_summary
 
-    b, model, summary = ctx.budget, ctx.model, result.closed_form_diag
-    res = Check(diag=result.closed_form_tokens, errors=result.closed_form_errors)
-    layer = model.cfg.n_layers // 2
+    b, summary, diag, view = ctx.budget, result.closed_form_diag, result.closed_form_tokens, result.closed_form_attention
+    layer = (int(view["layer"].iloc[0]) if view is not None and len(view)
+             else (int(diag["layer"].max()) + 1) // 2)  # n_layers // 2, as the run chose it
     ctx.report.section("6. The diagonal closed form (Table 5, Figure 4)",
                        "A value-space parallel edit changes only the attention diagonal: "
                        "ΔA_tt = (s_par − 1)<o_t, v_t>/||v_t||² (c_t for exclude-self). Editing the pattern "
                        "by this amount reproduces the edit. The residual-space (attn) form, one coefficient per "
                        "token shared by all heads, matches the edit only along z = resid_pre, so its rows are "
                        "expected to fail: that is the point of the comparison.")
-    errs = res.summary()
+    errs = error_summary(result.closed_form_errors)
     errs.insert(1, "expected", [_CF_EXPECTED.get(v, "") for v in errs["variant"]])
     ctx.report.table(errs, f"Largest |closed form − edit| over blocks {b.skip_first}.. at s_par = 0 "
                            f"({b.closed_form_tokens} tokens), per variant and quantity (z: per-head outputs, "
@@ -297,14 +296,16 @@ def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
             "(the closed form does not renormalise rows). attn only: resid_local_rel_err, the edit's miss off z "
             "relative to ||attn_out|| (large: expected), and resid_local_par_rel_err, its miss along z (~0: "
             "exact there)."))
-    ctx.report.figure(plot_diagonal(res.diag, "value_excl_self", layer, head=0),
+    ctx.report.figure(plot_diagonal(diag, "value_excl_self", layer, head=0),
                       f"A_tt of block {layer}, head 0, per position t (x): top the original diagonal weight, "
                       "bottom after the exclude-self closed-form edit at s_par = 0 (one colour scale, white = 0; "
                       "blue: negative weights, which the edit allows).")
-    tokens = closed_form_window(model, ctx.config)
-    ctx.report.circuitsvis(attention_before_after(model, tokens, layer, "value_excl_self", 0.0, heads=[0, 1]),
-                           f"Block {layer}, heads 0–1: the attention pattern before and after the closed-form edit "
-                           "(pick a head to view; only the diagonal differs).")
+    if view is not None and len(view):
+        heads = sorted({v.split()[0][1:] for v in view["view"]}, key=int)
+        ctx.report.circuitsvis(attention_view_signed(view),
+                               f"Block {int(view['layer'].iloc[0])}, heads {', '.join(heads)}: the attention pattern "
+                               f"before and after the exclude-self closed-form edit at s_par = {ctx.config.s_par:g} "
+                               "(pick a head to view; only the diagonal differs).")
 
 
 def _paper_audit(site: str) -> str:

@@ -346,9 +346,14 @@ class ClosedFormResult:
     errors: pd.DataFrame
 
     def summary(self) -> pd.DataFrame:
-        """Largest error per variant and quantity, over layers."""
-        return (self.errors.groupby(["variant", "quantity"], sort=False)
-                [["max_abs_err", "rel_err", "max_rel_err", "ref_max_abs"]].max().reset_index())
+        """Largest error per variant and quantity, over layers (:func:`error_summary`)."""
+        return error_summary(self.errors)
+
+
+def error_summary(errors: pd.DataFrame) -> pd.DataFrame:
+    """Largest error per variant and quantity of a closed-form check's ``errors`` table, over layers."""
+    return (errors.groupby(["variant", "quantity"], sort=False)
+            [["max_abs_err", "rel_err", "max_rel_err", "ref_max_abs"]].max().reset_index())
 
 
 def _capture_hooks(layers: Sequence[int], store: dict) -> HookList:

@@ -348,13 +348,18 @@ _CF = ("model", "corpus", "tokens", "s_par", "skip_first", "variant")
 class ClosedFormResult(Result):
     """``closed_form_errors``: per variant, quantity and block, the closed form's error against the
     edit; ``closed_form_diag``: the attention diagonal before and after, summarised per variant;
-    ``closed_form_tokens``: the diagonal per variant, block, head and position."""
+    ``closed_form_tokens``: the diagonal per variant, block, head and position; ``closed_form_attention``:
+    the exclude-self variant's attention pattern of block ``n_layers // 2``, heads 0 and 1, before and after
+    the edit (:func:`tlgeo.plotting.attention_rows`; the report's attention view)."""
 
     TABLES = (
         Table("closed_form_errors", (*_CF, "quantity", "layer")),
         Table("closed_form_diag", _CF),
         Table("closed_form_tokens", (*_CF, "layer", "head", "seq", "pos"), "closed_form_tokens.csv.gz"),
+        Table("closed_form_attention", (*_CF, "layer", "view", "query", "key"), "closed_form_attention.csv.gz"),
     )
+
+    VIEW_VARIANT, VIEW_HEADS = "value_excl_self", (0, 1)  # the attention view's edit and heads
 
 
 def closed_form_units(model: Model, cfg: ClosedFormConfig) -> list[tuple]:
@@ -375,9 +380,17 @@ def run_closed_form(model: Model, cfg: ClosedFormConfig, *, out=None, log=None, 
     res = closed_form_check(model, closed_form_window(model, cfg), cfg.s_par, variants=variants,
                             skip_first=cfg.skip_first, progress=progress)
     settings = {"model": model_label(model), **_settings(cfg, "corpus", "tokens", "s_par", "skip_first")}
-    return _finish(ClosedFormResult, {"closed_form_errors": res.errors.assign(**settings),
-                                      "closed_form_diag": diag_summary(res.diag).assign(**settings),
-                                      "closed_form_tokens": res.diag.assign(**settings)}, out, on_table)
+    tables = {"closed_form_errors": res.errors.assign(**settings),
+              "closed_form_diag": diag_summary(res.diag).assign(**settings),
+              "closed_form_tokens": res.diag.assign(**settings)}
+    if ClosedFormResult.VIEW_VARIANT in variants:  # the attention view, in the unit of its variant
+        from .plots import attention_before_after_rows
+
+        layer, heads = model.cfg.n_layers // 2, [h for h in ClosedFormResult.VIEW_HEADS if h < model.cfg.n_heads]
+        rows = attention_before_after_rows(model, closed_form_window(model, cfg), layer, ClosedFormResult.VIEW_VARIANT,
+                                           cfg.s_par, heads=heads)
+        tables["closed_form_attention"] = rows.assign(**settings, variant=ClosedFormResult.VIEW_VARIANT, layer=layer)
+    return _finish(ClosedFormResult, tables, out, on_table)
 
 
 # ---------------------------------------------------------------------------

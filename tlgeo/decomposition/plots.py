@@ -16,11 +16,13 @@ from torch import Tensor
 
 from ..hooks.adapter import resolve_layers
 from ..models import Model, input_device
+from ..plotting import attention_rows, attention_view
 from .closed_form import _check_variant, closed_form_hooks
 from .heads import ALL
 from .observe import check_tokens
 
-__all__ = ["plot_profile", "plot_sweep", "plot_head_maps", "plot_diagonal", "attention_before_after"]
+__all__ = ["plot_profile", "plot_sweep", "plot_head_maps", "plot_diagonal", "attention_before_after",
+           "attention_before_after_rows", "attention_view_signed"]
 
 
 def plot_profile(summary: pd.DataFrame, stat: str = "parallel_ratio_median"):
@@ -176,7 +178,7 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
     return fig
 
 
-def attention_before_after(
+def attention_before_after_rows(
     model: Model,
     tokens: Int[Tensor, "batch pos"],
     layer: int,
@@ -184,11 +186,10 @@ def attention_before_after(
     s_par: float = 0.0,
     seq: int = 0,
     heads: Sequence[int] | None = None,
-):
-    """circuitsvis ``attention_heads`` of one layer's pattern before and after the closed-form
-    edit (only that layer edited; heads labelled ``"h0 before"``, ``"h0 after"``, ...)."""
-    import circuitsvis as cv
-
+) -> pd.DataFrame:
+    """One layer's attention pattern before and after the closed-form edit (only that layer edited), as
+    :func:`tlgeo.plotting.attention_rows` (views ``"h0 before"``, ``"h0 after"``, ...): what
+    :func:`attention_before_after` draws, kept in a result so that a report draws it without the model."""
     tokens = check_tokens(model, tokens)
     _check_variant(variant)
     resolve_layers(model.cfg, layer)
@@ -209,6 +210,24 @@ def attention_before_after(
     heads = list(range(model.cfg.n_heads)) if heads is None else list(heads)
     pats = torch.stack([got[k][h] for h in heads for k in ("before", "after")])
     names = [f"h{h} {k}" for h in heads for k in ("before", "after")]
-    str_tokens = model.to_str_tokens(tokens[seq])
-    return cv.attention.attention_heads(attention=pats, tokens=str_tokens, attention_head_names=names,
-                                        min_value=float(min(pats.min(), -1e-6)), max_value=1.0)
+    return attention_rows(pats.numpy(), names, model.to_str_tokens(tokens[seq]))
+
+
+def attention_before_after(
+    model: Model,
+    tokens: Int[Tensor, "batch pos"],
+    layer: int,
+    variant: str = "value_excl_self",
+    s_par: float = 0.0,
+    seq: int = 0,
+    heads: Sequence[int] | None = None,
+):
+    """circuitsvis ``attention_heads`` of one layer's pattern before and after the closed-form
+    edit (only that layer edited; heads labelled ``"h0 before"``, ``"h0 after"``, ...)."""
+    return attention_view_signed(attention_before_after_rows(model, tokens, layer, variant, s_par, seq, heads))
+
+
+def attention_view_signed(rows: pd.DataFrame):
+    """:func:`tlgeo.plotting.attention_view` on a scale from the smallest weight (the closed form allows
+    negative ones) to 1."""
+    return attention_view(rows, min_value=float(min(rows["weight"].min(), -1e-6)), max_value=1.0)

@@ -335,8 +335,7 @@ def score_requests(
                      for row, u in enumerate(batch) for i in by_input[u]]  # (request, row, first, end position)
             if fast:  # every continuation position of the batch through the unembedding in one call
                 got = readout(model, torch.cat([final[row, a:b] for _, row, a, b in spans]))
-                cut = torch.tensor([0] + [b - a for *_, a, b in spans]).cumsum(0).tolist()
-                parts = [got[cut[k] : cut[k + 1]] for k in range(len(spans))]
+                parts = got.split([b - a for *_, a, b in spans])
             else:
                 parts = [logits[row, a:b] for _, row, a, b in spans]
             for (i, *_), rows in zip(spans, parts):

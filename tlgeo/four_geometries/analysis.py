@@ -267,10 +267,10 @@ def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, pro
         tokenwise_quantities(pool, [layer], k=cfg.k, ridge=cfg.ridge),
     ]
     parts.append(atypicality_quantities(pool, [layer], k=cfg.k))  # after the fit: its neighbours are cached
-    df = base_rows[["index", "window", "position", "token", "log_freq"]].assign(layer=layer)
+    df = base_rows[["index", "window", "position", "token", "text", "log_freq"]].assign(layer=layer)
     for p in parts:
         df = df.merge(p, on=["layer", "index"], how="left")
-    return df[["layer", "index", "window", "position", "token", "log_freq", *ALL, *ATYPICALITY]]
+    return df[["layer", "index", "window", "position", "token", "text", "log_freq", *ALL, *ATYPICALITY]]
 
 
 # ---------------------------------------------------------------------------

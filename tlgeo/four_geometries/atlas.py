@@ -74,8 +74,8 @@ def _section(ctx: StepContext, result: GeometriesResult) -> None:
         ctx.report.figure(plot_pairs(tokens, summary.head(3)), "The three strongest pairs, token by token (ranks), "
                                                                "coloured by block.")
     top = summary.iloc[0] if len(summary) else None
-    if top is not None and ctx.model.tokenizer is not None:
+    if top is not None and "text" in tokens and tokens["text"].notna().all():
         layer = int(rel[(rel["a"] == top["a"]) & (rel["b"] == top["b"])].set_index("layer")["rho"].abs().idxmax())
         for q in (top["a"], top["b"]):
-            ctx.report.circuitsvis(token_view(tokens, ctx.model.tokenizer, q, layer),
+            ctx.report.circuitsvis(token_view(tokens, None, q, layer),
                                    f"{q} per token of the first window at block {layer}.")

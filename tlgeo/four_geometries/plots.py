@@ -69,7 +69,7 @@ def plot_pairs(tokens: pd.DataFrame, pairs: pd.DataFrame, max_points: int = 3000
 
 def token_view(tokens: pd.DataFrame, tokenizer, quantity: str, layer: int, window: int = 0):
     """circuitsvis ``colored_tokens`` of one window's ``quantity`` at block ``layer`` (the text as the model
-    read it, BOS left out)."""
+    read it, BOS left out: the table's ``text``, or the ids decoded by ``tokenizer`` where it has none)."""
     import circuitsvis as cv
 
     if quantity not in tokens:
@@ -77,5 +77,10 @@ def token_view(tokens: pd.DataFrame, tokenizer, quantity: str, layer: int, windo
     df = tokens[(tokens["layer"] == layer) & (tokens["window"] == window)].sort_values("position")
     if df.empty:
         raise ValueError(f"no tokens of window {window} at block {layer}")
-    text = [tokenizer.decode([int(t)]) for t in df["token"]]
+    if "text" in df and df["text"].notna().all():
+        text = df["text"].astype(str).tolist()
+    elif tokenizer is not None:
+        text = [tokenizer.decode([int(t)]) for t in df["token"]]
+    else:
+        raise ValueError("the tokens table has no text and no tokenizer was given")
     return cv.tokens.colored_tokens(tokens=text, values=df[quantity].fillna(0).astype(float).tolist())

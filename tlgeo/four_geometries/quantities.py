@@ -39,7 +39,7 @@ def _nll_next(logits: Tensor, tokens: Tensor) -> Tensor:
 
 
 def clean_pass(model: Model, windows: Int[Tensor, "n seq"], layers: Sequence[int], batch_size: int = 8):
-    """``(tokens, resid_pre)``: per pool token its window, position, id, the id's log frequency in the pool,
+    """``(tokens, resid_pre)``: per pool token its window, position, id and text, the id's log frequency in the pool,
     the next token's NLL and the model's own prediction (argmax of its logits); and every window's
     ``blocks.l.hook_resid_pre`` for ``l`` in ``layers`` (float32 on the CPU: where perturbed runs resume)."""
     names = [f"blocks.{l}.hook_resid_pre" for l in layers]
@@ -57,8 +57,11 @@ def clean_pass(model: Model, windows: Int[Tensor, "n seq"], layers: Sequence[int
     n, per = nll.shape
     ids = windows[:, 1:]
     counts = torch.bincount(ids.flatten())
+    tok = getattr(model, "tokenizer", None)
+    text = {int(t): tok.decode([int(t)]) for t in ids.unique()} if tok is not None else {}
     df = pd.DataFrame({"index": np.arange(n * per), "window": np.repeat(np.arange(n), per),
                        "position": np.tile(np.arange(1, per + 1), n), "token": ids.flatten().numpy(),
+                       "text": [text.get(int(t)) for t in ids.flatten()],  # as the model read it: for a report
                        "log_freq": np.log(counts[ids.flatten()].numpy()), "nll": nll.flatten().numpy(),
                        "predicted": pred.flatten().numpy()})
     return df, {int(n.split(".")[1]): torch.cat(v) for n, v in pre.items()}

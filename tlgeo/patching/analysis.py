@@ -41,6 +41,7 @@ from .components import get_component
 from .config import PatchingConfig
 from .effects import add_qvalues, agreement, effect_test, interactions
 from .exact import exact_sweep, heads_per_forward
+from .plots import head_attention_rows, top_heads
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
 
@@ -72,6 +73,7 @@ class PatchingResult(Result):
         Table("tasks", ("model", "task", "prompts", "seed"), "patching_tasks.csv"),
         Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
         Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
+        Table("attention", ("model", "task", "prompts", "seed", "view", "query", "key"), "patching_attention.csv.gz"),
         Table("agreement", ("model", *SETTINGS[:3], *SETTINGS[4:], "component"), "patching_agreement.csv",
               derive=lambda r: _summary(agreement, r.effects)),
         Table("interactions", ("model", *SETTINGS[:3], *SETTINGS[4:], "split", "layer", "head"),
@@ -152,6 +154,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     task_rows: list[dict] = []
     effect_rows: list[dict] = []
     baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) else None
+    attention: list[pd.DataFrame] = []
     built = {}
     own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
     for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
@@ -206,14 +209,40 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             from tqdm.auto import tqdm
 
             mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
+        mine_rows = []
         for u in mine:
             rows = _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))
-            effect_rows += [_effect_row(r, runs, cfg) for r in rows]
+            mine_rows += [_effect_row(r, runs, cfg) for r in rows]
+        effect_rows += mine_rows
+        heads = _viewed_heads(pd.DataFrame(mine_rows))
+        if heads:  # the report's attention view, kept here so that it draws without the model
+            attention.append(head_attention_rows(model, task.clean[:1], heads).assign(
+                **_task_row(label, cfg, name)))
     tasks_df = pd.DataFrame(task_rows)
     effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2]))
     baseline_df = None if baseline_rows is None else pd.DataFrame(
         baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
-    return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df).deliver(out, on_table)
+    attention_df = pd.concat(attention, ignore_index=True) if attention else None
+    return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df,
+                          attention=attention_df).deliver(out, on_table)
+
+
+VIEWED_HEADS = 4  # the attention view's heads per method and direction
+
+
+def _viewed_heads(effects: pd.DataFrame) -> list[tuple[int, int]]:
+    """The heads whose clean attention a report shows for one task: the :data:`VIEWED_HEADS` largest
+    ``|effect|`` of the whole head, per method and direction these work units measured. The largest of
+    a merge of units are among the largest of its parts, so the merged rows hold every head a report
+    of the whole run picks."""
+    if effects.empty:
+        return []
+    whole = effects[(effects["component"] == "head") & (effects["head"] >= 0)]
+    heads: list[tuple[int, int]] = []
+    for (method, direction), _ in whole.groupby(["method", "direction"], sort=False):
+        top = top_heads(whole, str(whole["task"].iloc[0]), method=method, direction=direction, k=VIEWED_HEADS)
+        heads += [(int(l), int(h)) for l, h in zip(top["layer"], top["head"])]
+    return list(dict.fromkeys(heads))
 
 
 def _wants_baseline(cfg: PatchingConfig) -> bool:

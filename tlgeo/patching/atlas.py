@@ -83,8 +83,7 @@ register_chapter(CHAPTER, PatchingBudgets, headline=headline, title="Geometry-re
 @register_analysis_step("patching", CHAPTER, ANALYSIS, lambda b: b.config(),
                         "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
 def _section(ctx: StepContext, result: PatchingResult) -> None:
-    from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view
-    from .tasks import build_task
+    from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view_of
 
     cfg, tasks, effects = ctx.config, result.tasks, result.effects
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
@@ -123,7 +122,10 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
                          f"{task}: the eight largest head effects by size, either method; effect = share of the "
                          "clean - corrupted gap restored, CI over prompts." + bh_sentence(effects, task))
         method = "exact" if "exact" in methods else "attribution"
-        ctx.report.circuitsvis(top_heads_view(ctx.model, build_task(task, ctx.model, n=cfg.prompts, seed=cfg.seed),
-                                              effects, method=method),
-                               f"{task}: clean attention of the heads with the largest {method} effect (whole head), "
-                               "on the first prompt; each named with its effect.")
+        views = result.attention
+        if views is not None and (views["task"] == task).any():
+            direction = "denoise" if (effects["direction"] == "denoise").any() else str(effects["direction"].iloc[0])
+            ctx.report.circuitsvis(top_heads_view_of(views[views["task"] == task], effects, task, method=method,
+                                                     direction=direction),
+                                   f"{task}: clean attention of the heads with the largest {method} effect (whole "
+                                   f"head, {direction}), on the first prompt; each named with its effect.")

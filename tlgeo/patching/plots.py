@@ -6,7 +6,8 @@
   component, points coloured by layer (where the linear approximation fails shows as the
   early layers leaving the diagonal).
 * :func:`top_heads_view`: circuitsvis ``attention_heads`` of the heads with the largest
-  effects on one clean prompt, each named with its effect.
+  effects on one clean prompt, each named with its effect (:func:`top_heads_view_of`: the same from
+  the attention rows a patching run stores, :func:`head_attention_rows`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pandas as pd
 
 from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
 
-__all__ = ["plot_effects", "plot_attribution_vs_exact", "top_heads_view"]
+__all__ = ["plot_effects", "plot_attribution_vs_exact", "top_heads", "head_attention_rows", "top_heads_view",
+           "top_heads_view_of"]
 
 
 def _select(effects: pd.DataFrame, **match) -> pd.DataFrame:
@@ -137,24 +139,54 @@ def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: st
     return fig
 
 
+def top_heads(effects: pd.DataFrame, task: str, *, component: str = "head", method: str = "exact",
+              direction: str = "denoise", k: int = 4) -> pd.DataFrame:
+    """The ``k`` rows of ``effects`` (one task, method, direction and head component) with the largest
+    ``|effect|``, largest first."""
+    df = _select(effects, task=task, method=method, direction=direction, component=component)
+    df = df[df["head"] >= 0]
+    return df.assign(size=df["effect"].abs()).nlargest(k, "size").drop(columns="size")
+
+
+def head_view_name(layer: int, head: int) -> str:
+    """``L5H3``: a head's view in the stored attention rows."""
+    return f"L{int(layer)}H{int(head)}"
+
+
+def head_attention_rows(model, tokens, heads) -> pd.DataFrame:
+    """The attention pattern of each ``(layer, head)`` of ``heads`` on the one prompt ``tokens [1, pos]``,
+    as :func:`tlgeo.plotting.attention_rows` (views ``L<layer>H<head>``): what a report draws without the
+    model."""
+    import torch
+
+    from ..models import input_device
+    from ..plotting import attention_rows
+
+    heads = list(dict.fromkeys((int(l), int(h)) for l, h in heads))
+    names = {f"blocks.{l}.attn.hook_pattern" for l, _ in heads}
+    with torch.inference_mode():
+        _, cache = model.run_with_cache(tokens.to(input_device(model)), names_filter=lambda n: n in names)
+    pats = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, h].float().cpu() for l, h in heads])
+    return attention_rows(pats.numpy(), [head_view_name(l, h) for l, h in heads], model.to_str_tokens(tokens[0]))
+
+
+def top_heads_view_of(rows: pd.DataFrame, effects: pd.DataFrame, task: str, *, component: str = "head",
+                      method: str = "exact", direction: str = "denoise", k: int = 4):
+    """circuitsvis ``attention_heads`` of the ``k`` heads with the largest ``|effect|`` (:func:`top_heads`)
+    from stored attention ``rows`` (:func:`head_attention_rows`), each named ``L<layer>H<head> <effect>``."""
+    from ..plotting import attention_view
+
+    top = top_heads(effects, task, component=component, method=method, direction=direction, k=k)
+    return attention_view(rows, [head_view_name(l, h) for l, h in zip(top["layer"], top["head"])],
+                          [f"{head_view_name(l, h)} {e:+.2f}" for l, h, e in zip(top["layer"], top["head"],
+                                                                                 top["effect"])])
+
+
 def top_heads_view(model, task, effects: pd.DataFrame, *, component: str = "head", method: str = "exact",
                    direction: str = "denoise", k: int = 4, prompt: int = 0):
     """circuitsvis ``attention_heads``: the clean attention pattern of the ``k`` heads with the largest
     ``|effect|`` of ``component`` on prompt ``prompt`` of ``task`` (a :class:`~.tasks.Task`), each
     named ``L<layer>H<head> <effect>``."""
-    import circuitsvis as cv
-    import torch
-
-    from ..models import input_device
-
-    df = _select(effects, task=task.name, method=method, direction=direction, component=component)
-    df = df[df["head"] >= 0]
-    top = df.assign(size=df["effect"].abs()).nlargest(k, "size")
-    names = [f"blocks.{int(l)}.attn.hook_pattern" for l in top["layer"]]
-    tokens = task.clean[prompt: prompt + 1]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens.to(input_device(model)), names_filter=lambda n: n in set(names))
-    pats = torch.stack([cache[n][0, int(h)].float().cpu() for n, h in zip(names, top["head"])])
-    labels = [f"L{int(l)}H{int(h)} {e:+.2f}" for l, h, e in zip(top["layer"], top["head"], top["effect"])]
-    return cv.attention.attention_heads(attention=pats, tokens=model.to_str_tokens(tokens[0]),
-                                        attention_head_names=labels)
+    top = top_heads(effects, task.name, component=component, method=method, direction=direction, k=k)
+    rows = head_attention_rows(model, task.clean[prompt: prompt + 1], zip(top["layer"], top["head"]))
+    return top_heads_view_of(rows, effects, task.name, component=component, method=method, direction=direction, k=k)

@@ -127,7 +127,7 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     try:
         for i, (name, step) in enumerate(todo, 1):
             conf = step_config(step, cfg, budgets)
-            ctx = StepContext(cfg, model, report if r.main else scratch, budgets[step.chapter], conf)
+            ctx = StepContext(cfg, report if r.main else scratch, budgets[step.chapter], conf)
             t = time.perf_counter()
             if r.main:
                 print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
