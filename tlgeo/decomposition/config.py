@@ -251,8 +251,8 @@ class CompareConfig(_EditedCorpusConfig):
                                                                 "(4 sites x 3 tasks)")
     zeroshot_limit: int = param(100, "first n items of each zero-shot task (below 50: indication only)", atlas=20,
                                 cost="~5.4 s per item at the atlas defaults")
-    ruler_tasks: tuple[str, ...] = param(("niah_single", "vt"), "RULER-style tasks (the atlas: none by default, "
-                                         "since the samples it can afford decide nothing; give them with enough "
+    ruler_tasks: tuple[str, ...] = param(("niah_single", "vt"), "RULER-style tasks (the atlas runs none unless "
+                                         "given: the samples it can afford decide nothing; give enough "
                                          "--ruler-samples for a CI)", item=str, atlas=(),
                                          cost="~27 s per task at 2 samples of 1024 tokens (5 conditions)")
     ruler_sites: tuple[str, ...] = param(("value_excl_self", "value_full"), "of the compared sites, those whose "

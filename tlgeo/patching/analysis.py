@@ -209,12 +209,13 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             from tqdm.auto import tqdm
 
             mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
-        mine_rows = []
+        heads = []
         for u in mine:
-            rows = _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))
-            mine_rows += [_effect_row(r, runs, cfg) for r in rows]
-        effect_rows += mine_rows
-        heads = _viewed_heads(pd.DataFrame(mine_rows))
+            rows = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog,
+                                                              skip_write=bool(refused))]
+            effect_rows += rows
+            heads += _viewed_heads(pd.DataFrame(rows))
+        heads = list(dict.fromkeys(heads))
         if heads:  # the report's attention view, kept here so that it draws without the model
             attention.append(head_attention_rows(model, task.clean[:1], heads).assign(
                 **_task_row(label, cfg, name)))
@@ -231,10 +232,10 @@ VIEWED_HEADS = 4  # the attention view's heads per method and direction
 
 
 def _viewed_heads(effects: pd.DataFrame) -> list[tuple[int, int]]:
-    """The heads whose clean attention a report shows for one task: the :data:`VIEWED_HEADS` largest
-    ``|effect|`` of the whole head, per method and direction these work units measured. The largest of
-    a merge of units are among the largest of its parts, so the merged rows hold every head a report
-    of the whole run picks."""
+    """The heads whose clean attention a report may show for one task, from the effects of one work unit:
+    the :data:`VIEWED_HEADS` largest ``|effect|`` of the whole head, per method and direction. Taken unit by
+    unit, so that a run split into units stores what the whole run stores; the largest of a task's effects
+    are among the largest of some unit's, so the stored rows hold every head a report picks."""
     if effects.empty:
         return []
     whole = effects[(effects["component"] == "head") & (effects["head"] >= 0)]

@@ -32,7 +32,7 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
         if isinstance(default, tuple) or kind is not None:
             kind, metavar = items(kind or type(default[0])), "LIST"
             choices = None  # a list's items are checked by the config, not by argparse
-            shown = ",".join(map(str, default)) if default is not None else None
+            shown = (",".join(map(str, default)) or "none") if default is not None else None
         elif isinstance(default, bool):
             kind, metavar, shown = (lambda v: v.lower() in ("1", "true", "yes")), "BOOL", default
         else:
