@@ -71,6 +71,39 @@ def step_table(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def commit_of(source: Path) -> tuple[str, bool]:
+    """``(the commit checked out in source, whether its tree has changes not committed)``."""
+    head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout
+    return head.strip(), bool(dirty.strip())
+
+
+STEP_NAMES = {"dirmag": "direction vs magnitude", "pdsf": "PDSF", "mlp": "the MLP carrier",
+              "closed_form": "the closed form"}
+
+
+def markdown(csv: str | Path) -> str:
+    """The atlas page's paragraph on what the atlas costs, from a committed step table and its totals."""
+    csv = Path(csv)
+    steps = pd.read_csv(csv, index_col=0)
+    runs = pd.read_csv(csv.with_name(f"{csv.stem}_summary.csv"))
+    now, before = runs.iloc[-1], (runs.iloc[0] if len(runs) > 1 else None)
+    per_step = steps[f"{now['tree']} bare fwd"].sort_values(ascending=False)
+    big = [f"{STEP_NAMES.get(s, s)} {v:.0f}" for s, v in per_step.items() if v >= 5]
+    rest = per_step[per_step < 5].sum()
+    text = (f"Measured by `scripts/bench_atlas.py` (`{csv}`: a fresh process into an empty folder, at commit "
+            f"{str(now['commit'])[:7]}{' with changes' if now['dirty'] else ''}): all {len(per_step)} steps took "
+            f"**{now['bare_forwards']:.0f}** bare 4×256-token forwards of the model (one took "
+            f"{now['bare_forward_s']:.2f} s there, measured before and after the steps; the steps "
+            f"{now['steps_s'] / 60:.1f} min), peak resident memory **{now['peak_rss_gib']:.2f} GiB**. By step, in "
+            f"bare forwards: {', '.join(big)}, the rest {rest:.0f}.")
+    if before is not None:
+        text += (f" The same bench ran the atlas of commit {str(before['commit'])[:7]} just before, on the same "
+                 f"machine: {before['bare_forwards']:.0f} bare forwards, {before['peak_rss_gib']:.2f} GiB.")
+    return text + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -81,24 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-gib", type=float, default=1.8, help="peak resident memory of the atlas process")
     ap.add_argument("--csv", type=Path, default=None, help="write the step table here, and each run's totals "
                                                             "beside it (<name>_summary.csv)")
+    ap.add_argument("--markdown", type=Path, default=None, help="print the atlas page's paragraph from a step table "
+                                                                 "this script wrote, and stop")
     ap.add_argument("atlas_args", nargs="*", help="after --: more flags of tlgeo atlas (e.g. -- --steps heads)")
     a = ap.parse_args(argv)
+    if a.markdown:
+        print(markdown(a.markdown), end="")
+        return 0
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-atlas-"))
     out = a.out or scratch / "atlas"
     runs: dict[str, pd.DataFrame] = {}
     totals: dict[str, tuple[float, float, float, float]] = {}  # label -> (steps s, bare s, wall s, peak GiB)
+    commits: dict[str, tuple[str, bool]] = {}  # label -> (commit, dirty)
     try:
         if a.against:
             tree = scratch / f"tree-{a.against}"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.against], check=True,
                            stdout=subprocess.DEVNULL)
             try:
+                commits[a.against] = commit_of(tree)
                 t, wall, peak = run_atlas(a.model, scratch / "atlas-against", tree, a.atlas_args)
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
             runs[a.against] = t
             totals[a.against] = (*summary(t), wall, peak)
+        commits["this tree"] = commit_of(ROOT)
         t, wall, peak = run_atlas(a.model, out, ROOT, a.atlas_args)
         runs["this tree"] = t
         totals["this tree"] = (*summary(t), wall, peak)
@@ -126,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.csv:
         a.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(a.csv)
-        pd.DataFrame([{"tree": label, "steps_s": steps, "bare_forward_s": bare, "bare_forwards": steps / bare,
-                       "process_wall_s": wall, "peak_rss_gib": peak}
+        pd.DataFrame([{"tree": label, "commit": commits[label][0], "dirty": commits[label][1], "model": a.model,
+                       "atlas_args": " ".join(a.atlas_args), "steps_s": steps, "bare_forward_s": bare,
+                       "bare_forwards": steps / bare, "process_wall_s": wall, "peak_rss_gib": peak}
                       for label, (steps, bare, wall, peak) in totals.items()]).to_csv(
             a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
     print("targets met" if not missed else "a target is missed")
