@@ -182,6 +182,41 @@ def test_hooks(model, text):
     torch.testing.assert_close(after.token_losses, base.token_losses, atol=0, rtol=0)
 
 
+def test_hooked_blocks_read_out_a_row_at_a_time_with_the_same_losses(model, text, monkeypatch):
+    """Hooks on the blocks only: the forward stops at the last block and each row goes through the unembedding
+    alone (never the batch's [b, t, vocab] logits); the losses are the full forward's. A hook past the blocks
+    (here the final norm's) gets the full forward, so that it runs."""
+    from tlgeo.hooks import resume
+
+    def half(x, hook):
+        return 0.5 * x
+
+    def scale(x, hook):
+        return 10.0 * x
+
+    assert resume.readout_ok(model, torch.tensor([[1, 2, 3]]))  # checked once per model, before the widths
+    widths = []
+    handle = model.unembed.register_forward_hook(lambda m, args, out: widths.append(tuple(out.shape[:-1])))
+    try:
+        fast = perplexity(model, text, context=64, batch_size=3, fwd_hooks=[("blocks.0.hook_resid_post", scale)])
+        assert widths and all(w[-1] <= 63 and (len(w) == 1 or w[0] == 1) for w in widths), widths  # one row each
+        monkeypatch.setitem(resume._READOUT_OK, model, False)  # readout unlike the model's: the full logits
+        widths.clear()
+        full = perplexity(model, text, context=64, batch_size=3, fwd_hooks=[("blocks.0.hook_resid_post", scale)])
+        assert max(w[0] for w in widths) == 3  # a batch of three rows at once
+    finally:
+        handle.remove()
+    torch.testing.assert_close(fast.token_losses, full.token_losses, atol=1e-5, rtol=1e-5)
+    assert abs(fast.nll - perplexity(model, text, context=64, batch_size=3).nll) > 1e-4  # the hook ran
+    widths.clear()
+    handle = model.unembed.register_forward_hook(lambda m, args, out: widths.append(tuple(out.shape[:-1])))
+    try:
+        perplexity(model, text, context=64, batch_size=3, fwd_hooks=[("ln_final.hook_normalized", half)])
+    finally:
+        handle.remove()
+    assert max(w[0] for w in widths) == 3  # a hook past the blocks: the whole forward
+
+
 def test_max_tokens_progress_and_to_dict(model, text):
     res = perplexity(model, text, context=64, max_tokens=100, progress=True)
     assert isinstance(res, PerplexityResult)

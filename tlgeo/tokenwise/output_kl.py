@@ -90,13 +90,13 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
                 logits, cache, fast = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
             sel = after.to(logits.device)
             clean = torch.log_softmax(logits[sel].float(), -1) if fast else torch.log_softmax(logits.float(), -1)
+            del logits  # [B, T, vocab]: what is needed of it is in clean
             p_clean = clean.exp()  # once per batch, shared by every layer
             for name, l, rep in patches:
                 rep = rep[s : s + batch_size]
                 if fast:  # only the positions that can change go through the unembedding
                     h = _patched_final(model, cache, l, b, pos, rep)
-                    out = readout(model, h[sel])
-                    kl = (p_clean * (clean - torch.log_softmax(out.float(), -1))).sum(-1).clamp_min(0).cpu()
+                    kl = _kl(p_clean, clean, readout(model, h[sel])).clamp_min(0).cpu()
                     per_row = torch.split(kl, seg.tolist())
                     firsts, sums = [float(r[0]) for r in per_row], [float(r.sum()) for r in per_row]
                 else:
@@ -110,6 +110,13 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
             del cache
     cols = ["set", "index", "layer", "window", "position", "kl", "kl_following"]
     return pd.DataFrame([r for name in sets for r in rows[name]], columns=cols)
+
+
+def _kl(p_clean: Tensor, clean: Tensor, logits: Tensor, rows: int = 64) -> Tensor:
+    """``[n]``: ``KL(p_clean || softmax(logits))`` of each of ``n`` positions (``clean``: ``log p_clean``), some
+    ``rows`` at a time: the temporaries are a few ``[rows, vocab]`` arrays, not ``[n, vocab]`` ones."""
+    return torch.cat([(p_clean[i: i + rows] * (clean[i: i + rows] - torch.log_softmax(logits[i: i + rows].float(), -1)))
+                      .sum(-1) for i in range(0, len(logits), rows)])
 
 
 def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
