@@ -115,6 +115,22 @@ def _error_line(line: str) -> None:
     sys.stderr.flush()
 
 
+MMAP_THRESHOLD = 4 << 20  # bytes: glibc maps allocations this large and returns them to the system when freed
+
+
+def _map_large_allocations() -> None:
+    """A command's process gives back the memory its large tensors held as soon as they are freed: glibc's
+    allocator maps every allocation of :data:`MMAP_THRESHOLD` bytes or more (by default the threshold grows
+    with the freed blocks, and a heap of freed logits stays resident: the SmolLM2 atlas's peak was ~85 MB
+    higher, at the same speed). Nothing happens where the C library is not glibc."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv in (["--version"], ["-V"]):  # answered without building the commands (which import torch)
@@ -133,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args.record = RunRecord()
+    _map_large_allocations()
     quiet = int(os.environ.get("RANK", "0")) > 0  # torchrun: rank 0 prints, the others only their errors
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \

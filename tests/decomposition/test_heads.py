@@ -89,6 +89,9 @@ def test_single_head_edit_changes_only_that_head(llama, tokens):
 def test_edited_forwards_start_at_the_layer(llama, texts):
     """Only the unedited forward per batch (and the one check against a full forward)
     runs block 0; every edited forward of a layer-2 map starts at block 2."""
+    from tlgeo.hooks.resume import readout_ok
+
+    assert readout_ok(llama, torch.tensor([[1, 2, 3]]))  # checked once per model (a forward), before the count
     runs = []
     handle = llama.blocks[0].original_component.register_forward_hook(lambda *a: runs.append(1))
     try:
@@ -126,6 +129,25 @@ def test_sensitivity_rows_match_direct_forwards(llama, texts):
     assert (df.ci_low <= df.delta_loss + 1e-12).all() and (df.delta_loss <= df.ci_high + 1e-12).all()
     assert (df.q >= df.p - 1e-12).all() and df.q.le(1).all()
     assert (df.n_texts == 6).all() and (df.n_tokens == 6 * 15).all()
+
+
+def test_edited_forwards_read_each_text_out_alone(llama, texts, monkeypatch):
+    """Resumed edited forwards stop at the last block and each text goes through the unembedding alone (one text's
+    [pos, vocab] logits at a time, not the batch's); the rows equal those of full logits."""
+    from tlgeo.hooks import resume
+
+    assert resume.readout_ok(llama, torch.tensor([[1, 2, 3]]))
+    shapes = []
+    handle = llama.unembed.register_forward_hook(lambda m, args, out: shapes.append(tuple(out.shape[:-1])))
+    try:
+        fast = head_sensitivity(llama, texts, layers=[2], batch_size=3, **FAST)
+        n_edited = 2 * (llama.cfg.n_heads + 1) * 3  # 2 batches x conditions x texts, each alone
+        assert sum(1 for s in shapes if s[0] == 1) >= n_edited and max(s[0] for s in shapes) == 3  # 3: the base
+        monkeypatch.setitem(resume._READOUT_OK, llama, False)
+        full = head_sensitivity(llama, texts, layers=[2], batch_size=3, **FAST)
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(fast["delta_loss"], full["delta_loss"], rtol=0, atol=1e-6)
 
 
 def test_sensitivity_token_weighting_and_batches(llama):

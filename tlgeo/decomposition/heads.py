@@ -40,7 +40,7 @@ from ..hooks.adapter import HookList, resolve_layers
 from .observe import parallel_profile
 from ..evals.perplexity import perplexity, tokenize_text
 from ..results import ResultLog
-from ..hooks.resume import resume_forward
+from ..hooks.resume import readout, readout_ok, resume_forward, resumed_last_block_output
 from ..hooks.sites import get_site
 from ..stats.resampling import benjamini_hochberg, paired_test
 from ..models import Model, run_identity
@@ -167,6 +167,16 @@ def per_text_loss(
     ]).cpu()
 
 
+def read_out_text_loss(model: Model, final: Float[Tensor, "b pos d"], tokens: Int[Tensor, "b pos"]) -> Float[Tensor, "b"]:
+    """:func:`per_text_loss` of the logits read out of the last block's output ``final``
+    (:func:`tlgeo.hooks.resume.readout`), one text at a time: one text's ``[pos, vocab]`` logits exist
+    at once, not the batch's."""
+    tokens = tokens.to(final.device)
+    return torch.stack([
+        F.cross_entropy(readout(model, final[i, :-1]).float(), tokens[i, 1:]).float() for i in range(tokens.shape[0])
+    ]).cpu()
+
+
 def _fingerprint(tokens: Tensor) -> str:
     return hashlib.sha1(tokens.cpu().numpy().astype(np.int64).tobytes()).hexdigest()[:16]
 
@@ -269,14 +279,18 @@ def head_sensitivity(
                     if not use_start:
                         resid = None
                 losses = []
+                by_row = resid is not None and readout_ok(model, inp)
                 for c in conditions:
                     e = Edit(s, s_par, layers=L, skip_first=0, heads=None if c == ALL else [c])
-                    if resid is not None:
-                        out = resume_forward(model, resid, L, e.hooks(model))
+                    if by_row:  # stop at the last block, read each text out alone: no [b, pos, vocab] logits
+                        final = resumed_last_block_output(model, resid, L, e.hooks(model))
+                        losses.append(read_out_text_loss(model, final, inp))
+                        del final
                     else:
-                        out = model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
-                    losses.append(per_text_loss(out, inp))
-                    del out  # free the logits before the next forward allocates its own
+                        out = (resume_forward(model, resid, L, e.hooks(model)) if resid is not None
+                               else model.run_with_hooks(inp, fwd_hooks=e.hooks(model)))
+                        losses.append(per_text_loss(out, inp))
+                        del out  # free the logits before the next forward allocates its own
                     edited[(L, c)].append(losses[-1])
                 if log:
                     log.add({"kind": "edited", "layer": L, **key, "loss": [x.tolist() for x in losses]})
