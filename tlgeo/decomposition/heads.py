@@ -38,9 +38,9 @@ from torch import Tensor
 from ..hooks.edits import Edit
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import parallel_profile
-from ..evals.perplexity import perplexity, tokenize_text
+from ..evals.perplexity import perplexity, read_out_losses, tokenize_text
 from ..results import ResultLog
-from ..hooks.resume import readout, readout_ok, resume_forward, resumed_last_block_output
+from ..hooks.resume import readout_ok, resume_forward, resumed_last_block_output
 from ..hooks.sites import get_site
 from ..stats.resampling import benjamini_hochberg, paired_test
 from ..models import Model, run_identity
@@ -167,16 +167,6 @@ def per_text_loss(
     ]).cpu()
 
 
-def read_out_text_loss(model: Model, final: Float[Tensor, "b pos d"], tokens: Int[Tensor, "b pos"]) -> Float[Tensor, "b"]:
-    """:func:`per_text_loss` of the logits read out of the last block's output ``final``
-    (:func:`tlgeo.hooks.resume.readout`), one text at a time: one text's ``[pos, vocab]`` logits exist
-    at once, not the batch's."""
-    tokens = tokens.to(final.device)
-    return torch.stack([
-        F.cross_entropy(readout(model, final[i, :-1]).float(), tokens[i, 1:]).float() for i in range(tokens.shape[0])
-    ]).cpu()
-
-
 def _fingerprint(tokens: Tensor) -> str:
     return hashlib.sha1(tokens.cpu().numpy().astype(np.int64).tobytes()).hexdigest()[:16]
 
@@ -284,7 +274,7 @@ def head_sensitivity(
                     e = Edit(s, s_par, layers=L, skip_first=0, heads=None if c == ALL else [c])
                     if by_row:  # stop at the last block, read each text out alone: no [b, pos, vocab] logits
                         final = resumed_last_block_output(model, resid, L, e.hooks(model))
-                        losses.append(read_out_text_loss(model, final, inp))
+                        losses.append(read_out_losses(model, final, inp).mean(-1).cpu())
                         del final
                     else:
                         out = (resume_forward(model, resid, L, e.hooks(model)) if resid is not None

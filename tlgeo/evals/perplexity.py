@@ -20,7 +20,7 @@ from torch import Tensor
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device
 
-__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "corpus_batches", "perplexity"]
+__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "corpus_batches", "perplexity", "read_out_losses"]
 
 Hook = tuple[str | Callable, Callable]
 
@@ -141,6 +141,15 @@ def _batches(windows: Sequence[tuple[torch.Tensor, int]], batch_size: int) -> It
         yield batch
 
 
+def read_out_losses(model, final: Tensor, tokens: Int[Tensor, "b pos"]) -> Tensor:
+    """``[b, pos - 1]`` next-token NLL (nats, float32) of the logits read out of the last block's output
+    ``final [b, pos, d]`` (:func:`tlgeo.hooks.resume.readout`), one row at a time: one row's
+    ``[pos, vocab]`` logits exist at once, not the batch's."""
+    tokens = tokens.to(final.device)
+    return torch.stack([F.cross_entropy(readout(model, final[r, :-1]).float(), tokens[r, 1:], reduction="none")
+                        for r in range(tokens.shape[0])])
+
+
 def perplexity(
     model,
     text_or_tokens: str | torch.Tensor,
@@ -200,16 +209,14 @@ def perplexity(
     with torch.inference_mode():
         for idx in batches:
             inp = torch.stack([windows[i][0] for i in idx]).to(device)  # [b, t]
+            # [b, t-1]: loss of token j+1 given tokens <= j, a row at a time
             if by_row and readout_ok(model, inp):
-                final = last_block_output(model, inp, hooks)
-                rows = (readout(model, final[r, :-1]) for r in range(len(idx)))
+                nll = read_out_losses(model, last_block_output(model, inp, hooks), inp).cpu()
             else:
                 logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-                rows = (logits[r, :-1] for r in range(len(idx)))
-            # [b, t-1]: loss of token j+1 given tokens <= j, a row at a time
-            nll = torch.stack([F.cross_entropy(x.float(), inp[r, 1:], reduction="none")
-                               for r, x in enumerate(rows)]).cpu()
-            final = logits = rows = None
+                nll = torch.stack([F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none")
+                                   for r in range(len(idx))]).cpu()
+                del logits
             for row, i in enumerate(idx):
                 losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
 
