@@ -21,7 +21,9 @@ scikit-dimension==0.5.0`` (six pure-Python wheels, 2.6 MB; the last two only for
 analyses), carry ``.whl`` and begin the command there with ``python3 -m pip install -q --no-index --no-deps
 --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site``. Checked here: that download and install (into a --target folder), and a
 tiny run with every package outside the image's list and those wheels hidden (the forwards and all
-analyses but compression ran); not yet run on a GPU. The analyses read corpora from ``$TLGEO_DATA``
+analyses but compression ran). Run on an H200 on 2026-12-04 (``results/bench-gpu/``, ``docs/cli.md``),
+with ``circuitsvis==1.43.3`` and ``importlib-metadata==8.7.0`` carried too for the atlas's views
+(importlib-metadata 10 needs ``lazy_importer``, which is not in the image). The analyses read corpora from ``$TLGEO_DATA``
 (default ``../shared/data``, which does not travel with the checkout: copy it into an ignored folder,
 carry it and set ``TLGEO_DATA``), else each prints an error line. compression (needs llmcompressor) is
 skipped at the 8B shapes unless named in ``--analyses``: it hashes and exports the dense model in
@@ -30,6 +32,8 @@ float32 on the CPU.
     python scripts/bench_gpu.py --shape llama-8b                  # GPU: batch 4 x 1024, bf16
     python scripts/bench_gpu.py --shape qwen3-8b --repeats 7 --out qwen3.csv
     python scripts/bench_gpu.py --shape tiny --device cpu --dtype float32 --batch 1 --seq 16 --repeats 1
+    python scripts/bench_gpu.py --shape tiny --device cuda --parity parity.csv   # CPU against GPU, float32
+    python scripts/bench_gpu.py --compare-folders atlas-cpu atlas-gpu --out diff.csv
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +135,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=420.0,
                    help="seconds for the whole run: no analysis starts, or runs, past it (0: no limit)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--parity", default=None, metavar="CSV",
+                   help="instead of timing: each analysis's tiny run on the CPU and on --device, float32, same "
+                        "weights; the largest difference per table, written to CSV (tiny shapes only)")
+    p.add_argument("--compare-folders", nargs=2, default=None, metavar=("CPU_DIR", "DEVICE_DIR"),
+                   help="only compare the tables of two result folders of one run on two devices (no model); "
+                        "with --out, the rows go to that CSV")
+    p.add_argument("--parity-dump", default=None, metavar="DIR",
+                   help="with --parity: every table of both runs, as DIR/{cpu,device}/<analysis>/<table>.csv")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the rows to this CSV file")
     args = p.parse_args(argv)
@@ -158,9 +171,10 @@ def _record_peak(row: Row, device: torch.device, before: float) -> None:
         row.extra.append(peak - before)
 
 
-def build_model(shape: str, device: torch.device, dtype: torch.dtype, seed: int):
+def build_model(shape: str, device: torch.device, dtype: torch.dtype, seed: int, *, init_on_cpu: bool = False):
     """A random model of ``shape`` made directly on ``device`` in ``dtype``, booted in the bridge from
-    a temporary folder holding only its config and the byte tokenizer (``hf_model=``: no weights on disk)."""
+    a temporary folder holding only its config and the byte tokenizer (``hf_model=``: no weights on disk).
+    ``init_on_cpu``: initialise on the CPU, then move, so that every device gets the same weights."""
     import transformers
     from transformer_lens.model_bridge import TransformerBridge
     from transformers.utils import logging as hf_logging
@@ -170,8 +184,10 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype, seed: int)
     cls_name, kwargs = SHAPES[shape]
     config = getattr(transformers, cls_name)(**kwargs, **_SPECIAL)
     torch.manual_seed(seed)
-    with torch.device(device):  # parameters are allocated and initialised on the device
-        hf = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device("cpu" if init_on_cpu else device):  # else allocated and initialised on the device
+        hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32 if init_on_cpu else dtype)
+    if init_on_cpu:
+        hf = hf.to(device=device, dtype=dtype)
     hf.eval()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -302,6 +318,7 @@ def run_analyses(model, args, device: torch.device, deadline: float = math.inf) 
                     a.run(model, cfg)  # its own progress lines go to stderr, the table stays on stdout
                     _sync(device)
             except Exception as e:  # noqa: BLE001 - one failing analysis must not stop the benchmark
+                traceback.print_exc(file=sys.stderr)  # on stderr, where its progress lines went
                 msg = " ".join(str(e).split())
                 row.status = f"error: {type(e).__name__}: {msg[:300]}"
                 with contextlib.suppress(Exception):
@@ -312,6 +329,115 @@ def run_analyses(model, args, device: torch.device, deadline: float = math.inf) 
             _record_peak(row, device, before)
             print(f"  {name:<14} {row.seconds:9.2f} {_fmt(row.peak_gib, '9.2f')}  {row.status}", flush=True)
     return rows
+
+
+def _table_difference(a: "pd.DataFrame", b: "pd.DataFrame", skip: set[str]) -> tuple[int, float, str]:
+    """``(numeric cells compared, largest difference, its column)`` of two runs' tables; a difference is
+    ``|a - b| / max(1, |a|)`` (absolute below 1, relative above); inf where the shapes, the labels or the
+    missing values differ."""
+    import numpy as np
+
+    if a.shape != b.shape or list(a.columns) != list(b.columns):
+        return 0, math.inf, f"shape {a.shape} vs {b.shape}"
+    n, worst, where = 0, 0.0, "-"
+    for col in a.columns:
+        if col in skip:
+            continue
+        x, y = a[col], b[col]
+        if x.dtype.kind in "fiub" and y.dtype.kind in "fiub":
+            x, y = x.to_numpy(np.float64), y.to_numpy(np.float64)
+            if not np.array_equal(np.isnan(x), np.isnan(y)):
+                return n, math.inf, f"{col} (missing values differ)"
+            ok = ~np.isnan(x)
+            n += int(ok.sum())
+            d = np.abs(x[ok] - y[ok]) / np.maximum(1.0, np.abs(x[ok]))
+            if d.size and float(d.max()) > worst:
+                worst, where = float(d.max()), col
+        elif not x.astype(str).equals(y.astype(str)):
+            return n, math.inf, f"{col} (labels differ)"
+    return n, worst, where
+
+
+def _by_key(df: "pd.DataFrame", key: list[str]) -> "pd.DataFrame":
+    """``df``'s rows in the order of their key columns (as text: a key cell may be a list), index reset."""
+    if not key:
+        return df.reset_index(drop=True)
+    text = df[key].astype(str).agg("\x1f".join, axis=1)
+    return df.iloc[text.argsort(kind="stable").to_numpy()].reset_index(drop=True)
+
+
+def compare_folders(cpu_dir: str, device_dir: str) -> list[dict]:
+    """Every table (``*.csv``, ``*.csv.gz``) of two result folders of the same run on two devices (e.g. the
+    tiny atlas on the CPU and on the GPU), compared as :func:`run_parity` compares tables; identity and
+    timing columns left out. A table in one folder only is reported as such."""
+    import pandas as pd
+
+    from tlgeo.results import IDENTITY
+
+    skip = set(IDENTITY) | {"seconds", "wall_s", "bare_forwards", "peak_rss_mb", "started", "finished"}
+    a, b = Path(cpu_dir), Path(device_dir)
+    names = sorted({p.name for d in (a, b) for p in d.glob("*.csv*")})
+    out = []
+    for name in names:
+        if not (a / name).exists() or not (b / name).exists():
+            out.append(dict(table=name, cells=0, max_diff=math.inf, column=f"only in {a if (a / name).exists() else b}"))
+            continue
+        n, worst, col = _table_difference(pd.read_csv(a / name), pd.read_csv(b / name), skip)
+        out.append(dict(table=name, cells=n, max_diff=worst, column=col))
+    return out
+
+
+def run_parity(args, device: torch.device) -> list[dict]:
+    """Every registered analysis's tiny run on the CPU and on ``device``, both in float32 with the same
+    weights (initialised on the CPU under ``--seed``): per table, the numeric cells compared and the largest
+    difference (:func:`_table_difference`); timing and identity columns are left out."""
+    from tlgeo.report.registry import load_analyses
+    from tlgeo.results import IDENTITY
+
+    models = {d: build_model(args.shape, torch.device(d) if d == "cpu" else device, torch.float32, args.seed,
+                             init_on_cpu=True) for d in ("cpu", "device")}
+    registered = load_analyses()
+    wanted = [a.strip() for a in args.analyses.split(",")] if args.analyses else list(registered)
+    out = []
+    with scratch_cache():
+        for name in (n for n in registered if n in wanted):
+            a = registered[name]
+            results, status = {}, "ok"
+            for d, model in models.items():
+                try:
+                    with contextlib.redirect_stdout(sys.stderr), time_limit(args.analysis_timeout):
+                        results[d] = a.run(model, a.config(**a.tiny))
+                except Exception as e:  # noqa: BLE001 - reported, the other analyses go on
+                    traceback.print_exc(file=sys.stderr)
+                    status = f"error on {d}: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+                    with contextlib.suppress(Exception):
+                        model.reset_hooks()
+                    break
+            if status != "ok":
+                out.append(dict(analysis=name, table="-", cells=0, max_diff=math.nan, column="-", status=status))
+                print(f"  {name:<14} {'-':<22} {'-':>7} {'-':>10}  {status}", flush=True)
+                continue
+            tables = {d: r.tables() for d, r in results.items()}
+            if args.parity_dump:
+                for d, ts in tables.items():
+                    for t_name, df in ts.items():
+                        folder = Path(args.parity_dump) / d / name
+                        folder.mkdir(parents=True, exist_ok=True)
+                        df.to_csv(folder / f"{t_name}.csv", index=False)
+            for t in a.result.TABLES:
+                if t.name not in tables["cpu"] and t.name not in tables["device"]:
+                    continue
+                if (t.name in tables["cpu"]) != (t.name in tables["device"]):
+                    n, worst, col = 0, math.inf, "made on one device only"
+                else:
+                    skip = set(t.volatile) | set(IDENTITY)
+                    key = [c for c in t.key if c not in skip and c in tables["cpu"][t.name].columns]
+                    # rows by their key: a table ranked by a value (geometries' summary) may swap near-ties
+                    cpu_t, dev_t = (_by_key(tables[d][t.name], key) for d in ("cpu", "device"))
+                    n, worst, col = _table_difference(cpu_t, dev_t, skip)
+                out.append(dict(analysis=name, table=t.name, cells=n, max_diff=worst, column=col, status="ok"))
+                print(f"  {name:<14} {t.name:<22} {n:>7} {worst:10.2e}  {col}", flush=True)
+    return out
 
 
 def _fmt(x: float, spec: str) -> str:
@@ -353,6 +479,17 @@ def write_csv(path: str, rows: list[Row], meta: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compare_folders:
+        rows = compare_folders(*args.compare_folders)
+        print(f"  {'table':<36} {'cells':>7} {'max_diff':>10}  column")
+        for r in rows:
+            print(f"  {r['table']:<36} {r['cells']:>7} {r['max_diff']:10.2e}  {r['column']}")
+        if args.out:
+            with open(args.out, "w", newline="") as f:
+                w = csv.DictWriter(f, ["table", "cells", "max_diff", "column"])
+                w.writeheader()
+                w.writerows(rows)
+        return 0
     start = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -367,6 +504,21 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.device("cuda", torch.cuda.current_device())
     dtype = getattr(torch, args.dtype)
     seq = args.seq or (1024 if device.type == "cuda" else 128)
+    if args.parity:
+        if args.shape.endswith("-8b"):
+            print("bench_gpu: --parity runs on the tiny shapes only (it runs every analysis on the CPU too)",
+                  file=sys.stderr)
+            return 2
+        print(f"parity   {args.shape}: each analysis's tiny run on cpu and on {_device_name(device)}, float32, "
+              f"same weights; max_diff = max |cpu - device| / max(1, |cpu|) over a table's numeric cells")
+        print(f"  {'analysis':<14} {'table':<22} {'cells':>7} {'max_diff':>10}  column")
+        rows = run_parity(args, device)
+        with open(args.parity, "w", newline="") as f:
+            w = csv.DictWriter(f, [*rows[0], "device"] if rows else ["analysis"])
+            w.writeheader()
+            w.writerows({**r, "device": _device_name(device)} for r in rows)
+        print(f"\nrows written to {args.parity}")
+        return 0
 
     print(__doc__.strip().splitlines()[0])
     print(f"device   {_device_name(device)}")

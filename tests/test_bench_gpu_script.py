@@ -64,3 +64,71 @@ def test_cuda_asked_without_cuda_is_a_one_line_error(bench, capsys):
     err = capsys.readouterr().err.strip()
     assert rc != 0
     assert len(err.splitlines()) == 1 and "CUDA is not available" in err, err
+
+
+def test_parity_on_one_device_finds_no_difference_and_writes_every_table(bench, tmp_path, capsys):
+    """``--parity`` with the CPU on both sides: the same numbers (a run is deterministic), a row per table."""
+    from tlgeo.report.registry import load_analyses
+
+    out = tmp_path / "parity.csv"
+    assert bench.main(["--shape", "tiny", "--device", "cpu", "--parity", str(out), "--analyses", "ppl,patching"]) == 0
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    registered = load_analyses()
+    made = {(r["analysis"], r["table"]) for r in rows}
+    for name in ("ppl", "patching"):
+        assert {t.name for t in registered[name].result.TABLES} >= {t for a, t in made if a == name}
+        assert any(a == name for a, _ in made)
+    assert all(r["status"] == "ok" and float(r["max_diff"]) == 0.0 and int(r["cells"]) > 0 for r in rows), rows
+
+
+def test_table_difference_and_folder_comparison_see_a_changed_cell(bench, tmp_path):
+    import pandas as pd
+
+    a = pd.DataFrame({"layer": [0, 1], "x": [0.5, 200.0], "name": ["u", "v"], "device": ["cpu", "cpu"]})
+    b = a.assign(x=[0.5 + 1e-3, 200.0 * (1 + 1e-2)], device="cuda")
+    n, worst, col = bench._table_difference(a, b, {"device"})
+    assert (n, col) == (4, "x") and worst == pytest.approx(1e-2)  # relative above 1, absolute below
+    assert bench._table_difference(a, b.assign(name=["u", "w"]), {"device"})[1] == float("inf")
+    assert bench._table_difference(a, b.iloc[:1], set())[1] == float("inf")
+    (tmp_path / "c").mkdir(), (tmp_path / "g").mkdir()
+    a.to_csv(tmp_path / "c" / "t.csv", index=False)
+    b.to_csv(tmp_path / "g" / "t.csv.gz", index=False)
+    a.to_csv(tmp_path / "c" / "t.csv.gz", index=False)
+    rows = {r["table"]: r for r in bench.compare_folders(tmp_path / "c", tmp_path / "g")}
+    assert rows["t.csv.gz"]["max_diff"] == pytest.approx(1e-2)
+    assert rows["t.csv"]["max_diff"] == float("inf") and "only in" in rows["t.csv"]["column"]
+
+
+def test_the_gpu_paragraph_quotes_the_committed_h200_tables():
+    """docs/cli.md's H200 numbers, computed again from results/bench-gpu/."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    text = " ".join((root / "docs" / "cli.md").read_text().split())
+    res = root / "results" / "bench-gpu"
+    fwd = pd.read_csv(res / "h200-llama-8b-forwards.csv").query("section == 'forward'")
+    edit = fwd.query("name == 'edit'").set_index("site")
+    noop = fwd.query("name == 'noop'")
+    bare = fwd.query("name == 'bare'").iloc[0]
+    quoted = [f"bare forward {bare.median_s:.3f} s", f"**{edit.loc['value_excl_self', 'ratio']:.3f}×**",
+              f"(paired {edit.loc['value_excl_self', 'paired_ratio']:.3f}×)", f"`attn` {edit.loc['attn', 'ratio']:.3f}×",
+              f"`diag` {edit.loc['diag', 'ratio']:.3f}×", f"peak {bare.peak_gib:.2f} GiB, {bare.extra_gib:.2f} GiB over",
+              f"no-op edit {noop.ratio.min():.2f}–{noop.ratio.max():.2f}×"]
+    ana = pd.read_csv(res / "h200-llama-8b-analyses.csv").query("section == 'analysis'")
+    ran = ana.query("status == 'ok'")
+    assert set(ana.query("status != 'ok'").name) == {"compression"}
+    quoted += [f"all {len(ana) - 1} analyses but compression", f"{ran.median_s.min():.1f}–{ran.median_s.max():.1f} s each",
+               f"`mlp_carrier` peaked at {ran.set_index('name').loc['mlp_carrier', 'peak_gib']:.2f} GiB"]
+    par = pd.read_csv(res / "h200-parity.csv")
+    assert (par.status == "ok").all() and par.analysis.nunique() == len(ana) - 1
+    rest = par[~par.analysis.isin(["patching", "geometries"])]
+    assert rest.max_diff.max() < 3.3e-5
+    q = par[(par.analysis == "patching") & (par.column == "q")].max_diff.max()
+    g = par[par.analysis == "geometries"].max_diff.max()
+    sci = lambda x: f"{x:.1e}".replace("e-0", "e-")  # noqa: E731 - 3.1e-4 as the page writes it
+    quoted += [f"{len(par)} tables, {par.cells.sum():,} numeric cells", f"q-values ({sci(q)})", f"(q {sci(g)}:"]
+    missing = [s for s in quoted if s not in text]
+    assert not missing, missing

@@ -174,3 +174,60 @@ def test_a_model_folder_is_checked_before_use(tmp_path):
         f.truncate(100)
     with pytest.raises(CorruptFileError, match=r"the model folder .* is damaged: model.safetensors: 100 bytes"):
         load_model(str(d))
+
+
+class _Stub:
+    """A stand-in bridge: records where the ids and mask its forward is called with are."""
+
+    def __init__(self):
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.seen = {}
+
+    def parameters(self):
+        return iter([self.w])
+
+    def forward(self, input, attention_mask=None, other=None):
+        self.seen = {"input": getattr(input, "device", input), "attention_mask": attention_mask.device,
+                     "other": other.device}
+        return "logits"
+
+
+def test_inputs_follow_the_models_device(monkeypatch):
+    """Token ids made on the CPU go where the model is at every entry: the bridge moves text only, and a GPU model
+    fed CPU ids failed in its embedding ("index is on cpu", seen on an H200 in dirmag, tokenwise and geometries).
+    ``meta`` stands in for the GPU, the one other device a CPU machine has; other keywords stay where they are."""
+    import tlgeo.models.bridge as bridge
+
+    monkeypatch.setattr(bridge, "input_device", lambda model: torch.device("meta"))
+    stub, ids = _Stub(), torch.zeros(1, 3, dtype=torch.long)
+    bridge.inputs_follow_model(stub)
+    bridge.inputs_follow_model(stub)  # idempotent: wrapped once
+    assert stub.forward(ids, attention_mask=torch.ones(1, 3), other=torch.ones(1)) == "logits"
+    assert stub.seen == {"input": torch.device("meta"), "attention_mask": torch.device("meta"),
+                         "other": torch.device("cpu")}
+    stub.forward("some text", attention_mask=torch.ones(1), other=torch.ones(1))
+    assert stub.seen["input"] == "some text"
+
+
+def test_every_entry_of_a_bridge_goes_through_the_move_and_an_analysis_installs_it(monkeypatch, llama):
+    """``model(ids)``, ``run_with_hooks`` and ``run_with_cache`` all call the instance's forward; a bridge booted
+    outside tlgeo gets the move from the first analysis run on it. Logits are unchanged."""
+    import tlgeo.models.bridge as bridge
+    from tlgeo.decomposition.analysis import run_ppl
+    from tlgeo.decomposition.config import PplConfig
+
+    ids = torch.randint(0, llama.cfg.d_vocab, (1, 8))
+    vars(llama).pop("forward", None)  # as TransformerBridge.boot_transformers leaves it
+    plain = llama(ids)
+    try:
+        asked = []
+        monkeypatch.setattr(bridge, "input_device", lambda model: asked.append(1) or torch.device("cpu"))
+        run_ppl(llama, PplConfig(tokens=16, context=8, site="attn", s_par=0.0))
+        assert "forward" in vars(llama)
+        asked.clear()
+        out = [llama(ids), llama.run_with_hooks(ids), llama.run_with_cache(ids)[0]]
+        assert len(asked) == 3
+        for logits in out:
+            torch.testing.assert_close(logits, plain, rtol=0, atol=0)
+    finally:
+        bridge.inputs_follow_model(llama)  # the session's fixture as boot leaves it

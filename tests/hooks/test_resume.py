@@ -25,7 +25,7 @@ def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
     assert (out - clean).abs().max() > 1e-4  # the edit did something
     assert fired == [layer]  # hooks at the start block fire, once
     assert len(ran) == (2 if layer == 0 else 0)  # earlier blocks are skipped, not run
-    assert not any("forward" in vars(m) for m in tiny.modules())  # nothing left patched
+    assert not any("forward" in vars(m) for m in tiny.modules() if m is not tiny)  # nothing left patched (the bridge: inputs_follow_model)
     with torch.inference_mode():
         torch.testing.assert_close(tiny(tokens), clean, rtol=0, atol=0)
     if layer > 0:

@@ -35,7 +35,7 @@ from .analysis import PROFILE, ProfileResult
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
                      ProfileConfig, SweepsConfig)
 from .experiments import (AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, SWEEPS, AuditResult, ClosedFormResult,
-                          CompareResult, HeadsResult, MlpCarrierResult, SweepsResult, closed_form_window)
+                          CompareResult, HeadsResult, MlpCarrierResult, SweepsResult)
 from .mlp_carrier import carrier_table_wide
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 from .plots import attention_view_signed, plot_diagonal, plot_head_maps, plot_profile, plot_sweep

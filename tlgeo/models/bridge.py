@@ -3,6 +3,7 @@ workarounds applied: :mod:`tlgeo.models.opt`), and saving an HF folder from any 
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Any
@@ -10,8 +11,40 @@ from typing import Any
 import torch
 
 from . import opt
+from .placement import input_device
 
-__all__ = ["boot", "save_local"]
+__all__ = ["boot", "save_local", "inputs_follow_model", "is_bridge"]
+
+_MOVED_KWARGS = ("input", "input_ids", "attention_mask", "position_ids")
+
+
+def is_bridge(model) -> bool:
+    """A TransformerLens bridge (or a model with its hook API), not a bare HF model."""
+    return hasattr(model, "run_with_cache") and hasattr(model, "blocks")
+
+
+def inputs_follow_model(bridge) -> None:
+    """Token ids (and masks, position ids) handed to ``bridge`` as tensors on another device go to its
+    input device (:func:`tlgeo.models.placement.input_device`) at every entry: ``bridge(ids)``,
+    ``run_with_hooks`` and ``run_with_cache`` (all call the instance's ``forward``). HookedTransformer
+    moved them; the bridge moves text only, so ids made on the CPU fail in a GPU model's embedding.
+    Idempotent; text and tensors already there pass untouched."""
+    if "forward" in vars(bridge):
+        return  # already wrapped (or a forward of the caller's own: left alone)
+    forward = bridge.forward  # the class's, bound
+
+    def move(x: Any, device: torch.device) -> Any:
+        return x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x
+
+    @functools.wraps(forward)
+    def follow(*args: Any, **kwargs: Any) -> Any:
+        device = input_device(bridge)  # never "meta": offloaded weights are skipped
+        args = (move(args[0], device), *args[1:]) if args else args
+        kwargs = {k: move(v, device) if k in _MOVED_KWARGS else v for k, v in kwargs.items()}
+        return forward(*args, **kwargs)
+
+    # object.__setattr__: the bridge's own __setattr__ forwards assignments to the wrapped HF model
+    object.__setattr__(bridge, "forward", follow)
 
 
 def save_local(hf, path: str | os.PathLike) -> None:
@@ -46,5 +79,6 @@ def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **sha
             hf_logging.enable_progress_bar()
     opt.post_ln_blocks(bridge)
     opt.live_pattern(bridge)
+    inputs_follow_model(bridge)
     bridge.eval()
     return bridge

@@ -28,6 +28,7 @@ from ..provenance import record_api as record_provenance
 from ..results import IDENTITY, identity_scope, resumed_lines
 from ..storage import folder_lock
 from ..version import __version__
+from .bridge import inputs_follow_model, is_bridge
 from .loading import model_label
 from .placement import input_device
 
@@ -159,6 +160,8 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(run)
     def wrapped(model, *args: Any, **kwargs: Any) -> R:
+        if is_bridge(model):  # a bridge booted elsewhere (TransformerBridge.boot_transformers) too
+            inputs_follow_model(model)
         identity = run_identity(model).row()
         out = kwargs.get("out")
         api = out is not None and _DEPTH.get() == 0 and not in_command()  # a run from Python, into a folder

@@ -25,7 +25,8 @@ from torch import Tensor
 
 from ..hooks.resume import readout, readout_matches, resume_forward, resumed_last_block_output
 from ..models import Model
-from .pool import StatePool, _is_bridge, layer_list, n_layer_maps
+from ..models.bridge import is_bridge
+from .pool import StatePool, layer_list, n_layer_maps
 
 __all__ = ["patch_kl", "patch_kl_sets"]
 
@@ -53,7 +54,7 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
     :func:`patch_kl` gives them."""
     indices = np.asarray(indices)
     n_layers = n_layer_maps(model)
-    d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
+    d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
     for name, replacements in sets.items():
         for l, rep in replacements.items():
             if not 0 <= l < n_layers:
@@ -64,7 +65,7 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
     windows = pool.windows
     # rows per forward: each holds [positions, vocab] float32 logits several times over (clean, patched, their
     # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)
-    vocab = model.cfg.d_vocab if _is_bridge(model) else model.config.vocab_size
+    vocab = model.cfg.d_vocab if is_bridge(model) else model.config.vocab_size
     batch_size = max(1, min(batch_size, LOGIT_BUDGET // max(1, windows.shape[1] * vocab)))
     patches = [(name, l, reps[l]) for name, reps in sets.items() for l in sorted(reps)]  # per batch, in this order
     names = sorted({f"blocks.{l}.hook_resid_pre" for _, l, _ in patches})
@@ -83,7 +84,7 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
         after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
         seg = after.sum(1)  # per row: the patched position and the ones after it, in order
         with torch.inference_mode():
-            if _is_bridge(model):
+            if is_bridge(model):
                 logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names or n == final)
                 fast = readout_matches(model, cache[final], logits)
             else:

@@ -31,6 +31,7 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from ..models import Model, run_identity
+from ..models.bridge import is_bridge
 from ..hooks.resume import activations
 from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, write_json
 
@@ -51,10 +52,6 @@ def layer_list(model: Model) -> nn.ModuleList:
         if isinstance(obj, nn.ModuleList) and len(obj):
             return obj
     raise ValueError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(_LAYER_PATHS)})")
-
-
-def _is_bridge(model) -> bool:
-    return hasattr(model, "run_with_cache") and hasattr(model, "blocks")
 
 
 def _states_bridge(model, tokens: torch.Tensor) -> list[torch.Tensor]:
@@ -87,7 +84,7 @@ def _states_hf(model, tokens: torch.Tensor) -> list[torch.Tensor]:
 
 
 def n_layer_maps(model: Model) -> int:
-    return model.cfg.n_layers if _is_bridge(model) else len(layer_list(model))
+    return model.cfg.n_layers if is_bridge(model) else len(layer_list(model))
 
 
 @dataclass
@@ -154,7 +151,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     per = seq - skip_first
     n_tok = n_win * per
     n_maps = n_layer_maps(model)
-    d_model = model.cfg.d_model if _is_bridge(model) else model.config.hidden_size
+    d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
     settings = {"n_windows": n_win, "seq_len": seq, "skip_first": skip_first, "dtype": dtype, "n_tokens": n_tok,
                 "n_layers": n_maps, "d_model": d_model,
                 "tokens_sum": int(windows.sum()), "tokens_head": windows[0, :8].tolist(),
@@ -196,7 +193,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     for s in it:
         batch = windows[s : s + batch_size]
         with torch.inference_mode():
-            states = _states_bridge(model, batch) if _is_bridge(model) else _states_hf(model, batch)
+            states = _states_bridge(model, batch) if is_bridge(model) else _states_hf(model, batch)
         rows = slice(s * per, (s + len(batch)) * per)
         for l, h in enumerate(states):
             mm[l][rows] = h[:, skip_first:].reshape(-1, d_model).float().cpu().numpy().astype(dtype)
