@@ -26,8 +26,9 @@ html_title = "tlgeo"
 
 
 def generate() -> None:
-    """Write ``_generated/cli.md`` (every command's ``--help``) and ``_generated/support.md`` (the support
-    matrix: families x sites and analyses)."""
+    """Write ``_generated/cli.md`` (every command's ``--help``), ``_generated/support.md`` (the support
+    matrix: families x sites and analyses) and ``_generated/analyses.md`` (every analysis's record, and the
+    table of contents of their pages)."""
     import os
 
     from tlgeo.cli import build_parser
@@ -61,6 +62,9 @@ def generate() -> None:
           "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
           "difference; `no`: refused.", "", markdown_table()]
     (out / "support.md").write_text("\n".join(md) + "\n")
+    from tlgeo.report.registry import analyses_markdown
+
+    (out / "analyses.md").write_text(analyses_markdown())
 
 
 generate()

@@ -393,7 +393,12 @@ class Analysis:
     arguments of a run of a few seconds on a tiny random model (the contract test's, and a
     first try in a notebook). ``cost(model, cfg, unit)``: a unit's relative run time, by which a
     data-parallel run shares the units out (:func:`tlgeo.distributed.deal`). ``plan(shape, cfg)``:
-    its steps as :class:`tlgeo.planner.Work` from the model's shape alone (``tlgeo plan``)."""
+    its steps as :class:`tlgeo.planner.Work` from the model's shape alone (``tlgeo plan``).
+
+    The record is all a new analysis registers: its ``tlgeo`` command (unless its package's ``cli``
+    module defines one), its atlas step (with ``render``, unless its package's ``atlas`` module registers
+    one), its support-matrix column (with ``support``), its line in the docs' list of analyses and the
+    contract tests are derived from it (:mod:`tlgeo.report.registry`)."""
 
     name: str
     config: type
@@ -405,6 +410,12 @@ class Analysis:
     command: str = ""  # its tlgeo subcommand (default: the name)
     cost: Callable[[Any, Any, Any], float] | None = None  # cost(model, cfg, unit): relative run time (default 1 each)
     plan: Callable[[Any, Any], list] | None = None  # plan(shape, cfg): its steps as planner Work (tlgeo plan)
+    # what the rest of tlgeo derives from the record (:mod:`tlgeo.report.registry`), where no module says otherwise:
+    render: Callable[["StepContext", Result], None] | None = None  # its atlas section (a step of its own chapter)
+    headline: HeadlineFn | None = None  # its chapter's headline in the atlas, from the result folder
+    title: str = ""  # the section's and the chapter's title (default: the description)
+    support: Callable[[Any], Any] | None = None  # support(family) -> tlgeo.families.Support: its support-matrix column
+    docs: str = ""  # its page in the docs (e.g. "analyses/dirmag"), listed in the docs' analyses table of contents
 
     @property
     def command_name(self) -> str:
@@ -433,6 +444,10 @@ def register_analysis(analysis: Analysis) -> Analysis:
         raise ValueError(f"analysis {analysis.name!r} is already registered")
     if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
         raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
+    if analysis.support is not None and analysis.name not in _ANALYSES:
+        from .families import register_support
+
+        register_support(analysis.name, analysis.support)
     _ANALYSES[analysis.name] = analysis
     analysis.config.tlgeo_command = analysis.command_name  # what a run from Python records as its command line
     return analysis

@@ -52,8 +52,11 @@ def _support(model: str | None) -> int:
     """The support matrix: every family, or the row of ``model`` (read from its config alone) with the reasons."""
     import pandas as pd
 
-    from .families import COLUMNS, support, support_table
+    from .families import columns, support, support_table
     from .models import model_family
+    from .report.registry import load_analyses
+
+    load_analyses()  # the columns of analyses that register their own rule
 
     if model is None:
         with pd.option_context("display.width", 200, "display.max_columns", None):
@@ -65,7 +68,7 @@ def _support(model: str | None) -> int:
         print(f"{model}: {source}: tlgeo has no rules for this architecture; every site and analysis runs unchecked")
         return 0
     print(f"{model}: family {family.name} ({source}): {family.differs}")
-    for c in COLUMNS:
+    for c in columns():
         s = support(family, c)
         print(f"  {c:>16}  {s.cell():<4}  {s.why}")
     return 0

@@ -280,4 +280,4 @@ ANALYSIS = register_analysis(Analysis(
     "compression", DiagConfig, run, DiagResult, units,
     "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
     tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
-    command="compress-diag", plan=plan))
+    command="compress-diag", plan=plan, docs="analyses/compression"))

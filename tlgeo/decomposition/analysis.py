@@ -301,13 +301,15 @@ ANALYSIS = register_analysis(Analysis(
     "decomposition", DecompositionConfig, run, DecompositionResult, units,
     "main job: parallel-ratio profile + perplexity under component removal at every site (seed paper 000)",
     tiny=dict(tokens=128, context=64, profile_tokens=128, profile_seq_len=64, sites=("attn", "diag")),
-    command="decompose", plan=plan))
+    command="decompose", plan=plan, docs="analyses/decomposition"))
 PROFILE = register_analysis(Analysis(
     "profile", ProfileConfig, run_profile, ProfileResult, profile_units,
     "parallel ratios per layer, site and token",
-    tiny=dict(tokens=128, seq_len=64, sites=("attn", "value_excl_self")), plan=plan_profile))
+    tiny=dict(tokens=128, seq_len=64, sites=("attn", "value_excl_self")), plan=plan_profile,
+    docs="analyses/decomposition"))
 PPL = register_analysis(Analysis(
     "ppl", PplConfig, run_ppl, PplResult, ppl_units, "perplexity unedited and under one edit",
-    tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0), plan=plan_ppl))
+    tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0), plan=plan_ppl,
+    docs="analyses/decomposition"))
 
 from . import experiments  # noqa: E402,F401 - the paper's other experiments register themselves after these

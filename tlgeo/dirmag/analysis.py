@@ -219,4 +219,4 @@ ANALYSIS = register_analysis(Analysis(
     "dirmag", DirmagConfig, run, DirmagResult, units,
     "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
     tiny=dict(sentences=3, seeds=2, absolute_deltas=(1.0,), norm_fractions=(), blimp_pairs=1, probe_sentences=4,
-              probe_layer_count=2, batch_size=4), plan=plan))
+              probe_layer_count=2, batch_size=4), plan=plan, docs="analyses/dirmag"))

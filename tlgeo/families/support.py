@@ -15,11 +15,25 @@ from ..errors import UnknownNameError
 from .registry import FAMILIES, Family, family_of
 
 __all__ = ["Support", "SITE_COLUMNS", "ANALYSIS_COLUMNS", "COLUMNS", "support", "support_table", "check_support",
-           "UnsupportedError", "markdown_table"]
+           "UnsupportedError", "markdown_table", "register_support", "columns"]
 
 SITE_COLUMNS = ("attn", "mlp", "block", "value_full", "value_excl_self", "diag")
 ANALYSIS_COLUMNS = ("dirmag", "pdsf", "tokenwise", "patching", "compression", "train")
 COLUMNS = SITE_COLUMNS + ANALYSIS_COLUMNS
+_RULES: dict = {}  # column -> rule(family) -> Support: an analysis's own column (register_support)
+
+
+def register_support(column: str, rule) -> None:
+    """Add ``column`` to the matrix, ``rule(family) -> Support`` its cells (what
+    :func:`tlgeo.analysis.register_analysis` does with a record's ``support``)."""
+    if column in COLUMNS:
+        raise ValueError(f"support column {column!r} is one of the matrix's own; name the analysis otherwise")
+    _RULES[column] = rule
+
+
+def columns() -> tuple[str, ...]:
+    """Every column: the sites, the analyses above, then those registered with :func:`register_support`."""
+    return COLUMNS + tuple(_RULES)
 
 
 class UnsupportedError(ValueError):
@@ -49,8 +63,13 @@ def _no_attention(f: Family, what: str) -> Support:
 def support(family: Family | str, column: str) -> Support:
     """What ``column`` (a site or an analysis, :data:`COLUMNS`) means on ``family``."""
     f = family if isinstance(family, Family) else FAMILIES[family]
+    if column in _RULES:
+        got = _RULES[column](f)
+        if not isinstance(got, Support):
+            raise TypeError(f"the support rule of {column!r} returned {got!r}, not a Support")
+        return got
     if column not in COLUMNS:
-        raise UnknownNameError(f"unknown support column {column!r}; choose from {COLUMNS}")
+        raise UnknownNameError(f"unknown support column {column!r}; choose from {columns()}")
     post_ln = ("post-LN: the update is measured against the state it is added to; the norm after the add "
                "then rescales the sum, so the parallel part also turns it")
     if column in ("attn", "mlp"):
@@ -114,14 +133,14 @@ def support_table(families: list[Family] | None = None) -> pd.DataFrame:
     """One row per family, one column per site and analysis (``yes``, ``yes*``, ``no``)."""
     rows = []
     for f in families or FAMILIES.values():
-        rows.append({"family": f.name, **{c: support(f, c).cell() for c in COLUMNS}})
+        rows.append({"family": f.name, **{c: support(f, c).cell() for c in columns()}})
     return pd.DataFrame(rows).set_index("family")
 
 
 def _reasons(f: Family, skip: set[tuple[str, str]]) -> str:
     """``f``'s differences and refusals, columns with the same reason together."""
     by_why: dict[tuple[str, str], list[str]] = {}
-    for c in COLUMNS:
+    for c in columns():
         s = support(f, c)
         if s.status != "yes" and (c, s.why) not in skip:
             by_why.setdefault((s.status, s.why), []).append(f"`{c}`")
@@ -135,7 +154,7 @@ def markdown_table() -> str:
     lines = ["| family | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(row) + " |" for name, row in table.iterrows()]
     lines += ["", "`yes*`: supported with a documented difference; `no`: refused with the reason."]
-    shared = {(c, support(f, c).why) for f in FAMILIES.values() for c in COLUMNS
+    shared = {(c, support(f, c).why) for f in FAMILIES.values() for c in columns()
               if len({support(g, c).why for g in FAMILIES.values()}) == 1 and support(f, c).status != "yes"}
     lines += [f"`{c}` on every family: {why}." for c, why in sorted(shared)] + [""]
     for f in FAMILIES.values():

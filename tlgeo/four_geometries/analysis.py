@@ -332,4 +332,5 @@ ANALYSIS = register_analysis(Analysis(
     name="geometries", config=GeometriesConfig, run=run, result=GeometriesResult, units=units,
     description="one token, four geometries: the four analyses' per-token quantities on one pool, related",
     tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4), plan=plan,
+    docs="analyses/geometries",
 ))

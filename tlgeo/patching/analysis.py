@@ -338,4 +338,4 @@ ANALYSIS = register_analysis(Analysis(
     "patching", PatchingConfig, run, PatchingResult, units,
     "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
     tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50),
-    cost=unit_cost, plan=plan))
+    cost=unit_cost, plan=plan, docs="analyses/patching"))

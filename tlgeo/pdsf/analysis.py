@@ -510,4 +510,4 @@ ANALYSIS = register_analysis(Analysis(
     "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed paper 001)",
     tiny=dict(geometry_per_group=2, layers=(0, 2), single_pass=("D_rotate", "F_attenuate"), single_pass_per_group=1,
               repeats=1, per_group=1, new_tokens=3, conditions=("D", "random")),
-    cost=unit_cost, plan=plan))
+    cost=unit_cost, plan=plan, docs="analyses/pdsf"))

@@ -373,4 +373,4 @@ ANALYSIS = register_analysis(Analysis(
     "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
     "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
     tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, n_patch=12, n_boot=20, fit_workers=1,
-              batch_size=4), plan=plan))
+              batch_size=4), plan=plan, docs="analyses/tokenwise"))
