@@ -92,6 +92,9 @@ table = support_table()
 got["support"] = table["toy"].to_dict() if "toy" in table.columns else None
 got["docs"] = analyses_markdown()
 got["analyses"] = list(load_analyses())
+from tlgeo.report.registry import load_steps
+
+got["n_steps"] = len(load_steps())
 print(json.dumps(got))
 '''
 
@@ -122,6 +125,7 @@ def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
     assert "the residual stream&#x27;s mean norm after each block" in report or \
         "the residual stream's mean norm after each block" in report
     assert "toy: mean residual norm after each block" in report
+    assert f"<h2>{got['n_steps']}. the residual stream" in report  # the last step's number, in a partial run too
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "atlas" / "toy_norms.csv"), cmd)  # the atlas = the command
     assert got["support"]["llama"] == "yes" and "no" in got["support"].values()  # the support matrix (mamba: no)
     assert "| [toy](../analyses/toy.md) | `tlgeo toy` |" in got["docs"] and "/analyses/toy" in got["docs"]

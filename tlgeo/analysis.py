@@ -191,12 +191,13 @@ def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepContext:
-    """What a step's ``render`` gets: the atlas run's config, its chapter's budgets, the report and
-    ``config``, the analysis config the step ran. No model: a section draws what its result holds (a
+    """What a step's ``render`` gets: the atlas run's config, its chapter's budgets, the report,
+    ``config``, the analysis config the step ran, and ``number``, its sections' number (the report numbers
+    them: titles carry none). No model: a section draws what its result holds (a
     view that needs a forward is computed by the analysis's run and kept in a table)."""
 
-    def __init__(self, cfg, report, budget, config: "Config | None" = None):
-        self.cfg, self.report, self.budget, self.config = cfg, report, budget, config
+    def __init__(self, cfg, report, budget, config: "Config | None" = None, number: int | None = None):
+        self.cfg, self.report, self.budget, self.config, self.number = cfg, report, budget, config, number
 
 
 # ---------------------------------------------------------------------------

@@ -217,3 +217,21 @@ def test_every_section_draws_from_its_saved_tables_without_a_model(atlas_dir):
     assert "h0 after" in drawn["closed_form"]  # the before/after attention view, from closed_form_attention.csv.gz
     assert "induction: clean attention of the heads with the largest" in drawn["patching"]
     assert "per token of the first window at block" in drawn["geometries"]  # the token view, from the table's text
+
+
+def test_sections_are_numbered_by_the_atlas_from_the_registered_step_order(atlas_dir):
+    """Renders write no numbers: each step's sections are N., Nb., Nc. ... with N its place among the registered
+    steps (``load_steps``), so a section keeps its number in a partial run."""
+    from tlgeo.report.registry import load_steps
+
+    html = (atlas_dir / "report.html").read_text()
+    heads = [h for h in re.findall(r"<h2>(.*?)</h2>", html) if re.match(r"\d+[a-z]?\. ", h)]
+    steps = list(load_steps())
+    assert heads[0].startswith("1. How parallel")
+    assert f"{steps.index('dirmag') + 1}. Direction vs magnitude (seed paper 003): LM damage" in heads
+    assert f"{steps.index('dirmag') + 1}b. Direction vs magnitude: subject–verb agreement" in heads
+    assert f"{steps.index('geometries') + 1}. One token, four geometries" in [h.split(" (")[0] for h in heads] or \
+        any(h.startswith(f"{steps.index('geometries') + 1}. One token, four geometries") for h in heads)
+    numbers = [int(re.match(r"\d+", h)[0]) for h in heads]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(steps)  # every step, in order, once
+    assert f"under the perturbations of section {steps.index('dirmag') + 1}." in html

@@ -110,7 +110,7 @@ def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
     b, summary = ctx.budget, result.profile_summary
     if summary is None:
         return
-    ctx.report.section("1. How parallel are the updates? (Figure 1 analogue)",
+    ctx.report.section("How parallel are the updates? (Figure 1 analogue)",
                        "Per layer and site: the median over tokens of the parallel ratio |alpha| ||r|| / ||y_perp|| "
                        "of the update y against its reference r (position 0, the attention sink, left out). A ratio "
                        "above 1 means the update is mostly a rescaling of its reference; the paper's Figure 1 "
@@ -131,7 +131,7 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
     base = float((df["ppl"] - df["delta_ppl"]).median())  # the unedited perplexity (every row knows it)
     few = (f" Only {b.sweep_tokens} tokens: differences of a point or two are an indication only."
            if b.sweep_tokens < MIN_PPL_TOKENS else "")
-    ctx.report.section("2. Sensitivity sweeps (Figure 3)",
+    ctx.report.section("Sensitivity sweeps (Figure 3)",
                        f"Perplexity on {ctx.cfg.corpus} ({b.sweep_tokens} tokens, context {b.context}) with the "
                        f"parallel part (s_par) or the perpendicular part (s_perp) of every site scaled in blocks "
                        f"{b.skip_first}..; unedited perplexity {base:.2f}." + few)
@@ -168,7 +168,7 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
     ruler = (f", and RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
              f"{', '.join(b.ruler_tasks)} at {list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, "
              f"{b.ruler_template} prompts, %)" if len(rl) else "")
-    ctx.report.section("3. Which parallel removal is cheapest? (Tables 1, 2, 8)",
+    ctx.report.section("Which parallel removal is cheapest? (Tables 1, 2, 8)",
                        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
                        f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens) and zero-shot accuracy (unedited "
                        f"and s_par in {list(b.zeroshot_scales)}) averaged over "
@@ -226,7 +226,7 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
     b, alpha, sens = ctx.budget, result.heads_alpha, result.heads_sensitivity
     n_texts = int(sens["n_texts"].min()) if len(sens) else ctx.config.texts
     note = indication_note(n_texts, MIN_HEAD_TEXTS, "texts")
-    ctx.report.section("4. Heads (Figure 7)",
+    ctx.report.section("Heads (Figure 7)",
                        f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.head_len} "
                        "tokens), and the change of loss when its parallel part is removed in one head "
                        f"(token-weighted bootstrap CI, {b.n_boot} resamples; sign-flip test, {b.n_perm} "
@@ -249,7 +249,7 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
                         "MLP carrier: No-Para vs No-Perp Δloss (Table 10)")
 def _mlp_section(ctx: StepContext, result: MlpCarrierResult) -> None:
     b, df = ctx.budget, result.mlp_carrier
-    ctx.report.section("5. MLP carrier (Table 10)",
+    ctx.report.section("MLP carrier (Table 10)",
                        "Mean NLL change when the parallel (No-Para) or perpendicular (No-Perp) part is removed "
                        "at the residual MLP site, inside the MLP relative to its input (h vs x), and per "
                        f"down-projection block (y_g vs h_g), in blocks {b.skip_first}.. ({b.mlp_tokens} tokens).")
@@ -276,7 +276,7 @@ def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
     b, summary, diag, view = ctx.budget, result.closed_form_diag, result.closed_form_tokens, result.closed_form_attention
     layer = (int(view["layer"].iloc[0]) if view is not None and len(view)
              else (int(diag["layer"].max()) + 1) // 2)  # n_layers // 2, as the run chose it
-    ctx.report.section("6. The diagonal closed form (Table 5, Figure 4)",
+    ctx.report.section("The diagonal closed form (Table 5, Figure 4)",
                        "A value-space parallel edit changes only the attention diagonal: "
                        "ΔA_tt = (s_par − 1)<o_t, v_t>/||v_t||² (c_t for exclude-self). Editing the pattern "
                        "by this amount reproduces the edit. The residual-space (attn) form, one coefficient per "
@@ -317,7 +317,7 @@ def _paper_audit(site: str) -> str:
                         "post-W_O perturbation / energy / retained norm (Table 6)")
 def _audit_section(ctx: StepContext, result: AuditResult) -> None:
     overall = result.audit
-    ctx.report.section("7. Post-W_O audit (Table 6)",
+    ctx.report.section("Post-W_O audit (Table 6)",
                        "At s_par = 0, all blocks edited: ||y~ − y||/||y|| (perturbation), its square (energy) and "
                        "||y~||/||y|| (retained) of the attention output after W_O, per token, averaged over tokens "
                        f"and blocks. {PAPER_SMALL_MODEL} in the paper: residual attention {_paper_audit('attn')}; "

@@ -92,7 +92,7 @@ def _damage_section(ctx: StepContext, df: pd.DataFrame) -> None:
     layers = f"{min(layers)}..{max(layers)}"
     small = b.dirmag_sentences < FULL_SENTENCES or b.dirmag_seeds < FULL_SEEDS
     ctx.report.section(
-        "8. Direction vs magnitude (seed paper 003): LM damage",
+        "Direction vs magnitude (seed paper 003): LM damage",
         f"Every token state at blocks.L.hook_resid_post of blocks {layers} (the middle third) moved by the same L2 "
         f"distance delta, along itself (magnitude) or by turning it (angle, {b.dirmag_mode} mode), on "
         f"{int(df['n_sentences'].iloc[0])} of the notebook's WikiText sentences, {b.dirmag_seeds} seed(s). Damage = "
@@ -117,10 +117,10 @@ def _blimp_section(ctx: StepContext, df: pd.DataFrame) -> None:
     pooled = df[df["paradigm"] == "pooled"]
     n = int(pooled["n"].iloc[0])
     ctx.report.section(
-        "8b. Direction vs magnitude: subject–verb agreement",
+        "Direction vs magnitude: subject–verb agreement",
         f"BLiMP agreement accuracy (log P(good) > log P(bad), whole sentences) on {n} pairs "
         f"({b.dirmag_blimp_pairs} of each of the 6 paradigms; about +-{100 / n ** 0.5:.0f} points at this size), "
-        f"clean {pooled['clean_accuracy'].iloc[0]:.1f} %, under the perturbations of section 8. The paper "
+        f"clean {pooled['clean_accuracy'].iloc[0]:.1f} %, under the perturbations of section {ctx.number}. The paper "
         "(Pythia-410M, clean 89.5 %): magnitude perturbations hurt agreement more (69.1 vs 87.9 % at delta 5).")
     ctx.report.figure(plot_blimp(df), "Pooled agreement accuracy against delta / median norm, mean and sd over "
                                       "seeds; crosses: the paper's Pythia-410M at its absolute deltas.")
@@ -134,7 +134,7 @@ def _probes_section(ctx: StepContext, df: pd.DataFrame) -> None:
     up = df[df["task"] == "upos"]
     best = up.groupby("features")["score"].max()
     ctx.report.section(
-        "8c. Direction vs magnitude: what linear probes read",
+        "Direction vs magnitude: what linear probes read",
         f"Logistic (part of speech, 17 UPOS tags) and ridge (depth to the root) probes on each word's first token at "
         f"blocks {', '.join(map(str, layers))}, trained on {b.dirmag_probe_sentences} UD English EWT dev sentences "
         f"({int(df['n_train'].iloc[0])} words) and scored on as many test sentences. Best POS accuracy: direction "

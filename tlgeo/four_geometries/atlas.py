@@ -51,7 +51,7 @@ def _section(ctx: StepContext, result: GeometriesResult) -> None:
 
     cfg, tokens, rel = ctx.config, result.tokens, result.relations
     ctx.report.section(
-        "12. One token, four geometries",
+        "One token, four geometries",
         f"The four analyses measured on the same {int(tokens['index'].nunique())} tokens ({cfg.corpus} windows of "
         f"{cfg.seq_len}) at blocks {', '.join(map(str, sorted(tokens['layer'].unique())))}: the parallel ratio and "
         "alpha of each attention and MLP update and of the exclude-self value aggregate (decomposition); the loss "

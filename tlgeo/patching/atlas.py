@@ -88,7 +88,7 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
     cfg, tasks, effects = ctx.config, result.tasks, result.effects
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
     ctx.report.section(
-        "11. Geometry-resolved activation patching",
+        "Geometry-resolved activation patching",
         f"Clean and corrupted prompts of {', '.join(cfg.task_names())} ({cfg.prompts} per task; IOI: the corrupted prompt "
         "names three other people, so neither answer is favoured). Each component of each head and MLP is copied "
         "from the clean run into the corrupted one (denoising, all positions); its effect is the share of the "

@@ -88,7 +88,7 @@ def _section(ctx: StepContext, result: PDSFResult) -> None:
 def _geometry_section(ctx: StepContext, layers: pd.DataFrame, parts: pd.DataFrame) -> None:
     b = ctx.budget
     ctx.report.section(
-        "10. Prediction-anchored subspaces (seed paper 001)",
+        "Prediction-anchored subspaces (seed paper 001)",
         f"Each of {int(layers['n_prompts'].iloc[0])} SpecA prompts' last-token state split into P (on the unit "
         "unembedding of its predicted token), D and S (PCA subspaces over the prompts of the P-residual and of "
         f"what D leaves, ranks round(PR) in [2, 12] and [4, 16]) and the complement F, {b.pdsf_mode} mode, prompts "
@@ -106,7 +106,7 @@ def _geometry_section(ctx: StepContext, layers: pd.DataFrame, parts: pd.DataFram
 
 def _single_pass_section(ctx: StepContext, sp_summary: pd.DataFrame, sp_angles: pd.DataFrame) -> None:
     ctx.report.section(
-        "10a. PDSF: single-pass edits at the last prompt token",
+        "PDSF: single-pass edits at the last prompt token",
         f"{int(sp_summary['n_prompts'].iloc[0])} SpecA prompts; at state {int(sp_summary['layer'].iloc[0])} "
         "(the authors' max(1, int(0.15 L))) one edit of the last prompt token: D, S, the top of F or a random "
         "subspace of D's rank rotated (Haar), F scaled by 0.5, mixed (signed permutation) or replaced by another group's prompt's "
@@ -124,7 +124,7 @@ def _generation_section(ctx: StepContext, result: PDSFResult) -> None:
     b = ctx.budget
     summary, df, dynamics, steps = result.generation_summary, result.generation, result.dynamics, result.dynamics_steps
     ctx.report.section(
-        "10b. PDSF: persistent rotations during generation",
+        "PDSF: persistent rotations during generation",
         f"{int(summary['n'].iloc[0])} SpecB prompts, {b.pdsf_new_tokens} greedy tokens each; at state "
         f"{int(summary['layer'].iloc[0])} (int(0.7 L)) each prompt's coordinates in D, S, the top of F or a random "
         "subspace of D's rank rotated (Haar, seed 42 + prompt) at the position being generated, every step, with "

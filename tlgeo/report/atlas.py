@@ -127,7 +127,8 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     try:
         for i, (name, step) in enumerate(todo, 1):
             conf = step_config(step, cfg, budgets)
-            ctx = StepContext(cfg, report if r.main else scratch, budgets[step.chapter], conf)
+            number = list(registered).index(name) + 1  # its place in the whole atlas: the same in a partial run
+            ctx = StepContext(cfg, report if r.main else scratch, budgets[step.chapter], conf, number)
             t = time.perf_counter()
             if r.main:
                 print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
@@ -138,7 +139,9 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
                 with identity_scope(identity.row()):
                     result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)
                 if r.main:
+                    report.numbered(number)
                     step.render(ctx, result)
+                    report.numbered(None)
                     report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
             _release_memory()
             if not r.main:

@@ -140,6 +140,8 @@ class Report:
         self.parts: list[str] = []
         self._headline = ""
         self._uses_circuitsvis = False
+        self._number: int | None = None  # the atlas step whose sections are drawn now (numbered)
+        self._sections = 0
 
     def headline(self, sentences: Iterable[str], warnings: Iterable[str] = (), title: str = "Headline",
                  caveats: Iterable[str] = (), groups: Iterable[tuple[str, Sequence[str]]] = ()) -> "Report":
@@ -168,7 +170,17 @@ class Report:
         self._headline = block + "</section>"
         return self
 
+    def numbered(self, number: int | None) -> "Report":
+        """Number the sections that follow ``number``. (the first), ``<number>b.``, ``<number>c.`` ...; ``None``:
+        unnumbered. The atlas numbers each step's sections by the step's place in the registered order."""
+        self._number, self._sections = number, 0
+        return self
+
     def section(self, title: str, text: str | None = None) -> "Report":
+        if self._number is not None:
+            letter = "" if self._sections == 0 else chr(ord("a") + min(self._sections, 25))
+            title = f"{self._number}{letter}. {title}"
+            self._sections += 1
         self.parts.append(f"<h2>{html.escape(title)}</h2>")
         if text:
             self.text(text)

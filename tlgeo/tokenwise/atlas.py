@@ -79,7 +79,7 @@ def _section(ctx: StepContext, result: TokenwiseResult) -> None:
         return
     n_tok, k = int(geometry["n_tokens"].iloc[0]), int(geometry["k"].iloc[0])
     ctx.report.section(
-        "9. Tokenwise layer maps (seed paper 002)",
+        "Tokenwise layer maps (seed paper 002)",
         f"Each layer map h_l -> h_(l+1) of {n_tok} WikiText tokens, fitted per token by least squares on its {k} "
         "nearest neighbours in h_l (no token of its own window), in restricted tokenwise classes, and by one global "
         "linear map (cross-fitted). Delta_full = h_(l+1) - h_l, Delta_tok = T(h_l) - h_l, r = h_(l+1) - T(h_l). "
