@@ -92,3 +92,17 @@ def test_bad_input():
         fit_pdsf(h, u, mode="approx")
     with pytest.raises(ValueError, match=r"must both be \[n, d\]"):
         split_pdsf(h, u[:, :3], fit_pdsf(h, u, k_D=2, k_S=2))
+
+
+def test_a_part_at_rounding_level_has_no_participation_whatever_its_rounding():
+    """A part whose energy is ~1e-16 of the states' (the F part of a layer the subspaces fill, seen on a tiny model:
+    PR 1 on the CPU, 0 on a GPU) has PR 0 given the states' scale; a real part keeps its PR (float64)."""
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(40, 8, generator=g, dtype=torch.float64)
+    scale = float((states * states).sum(-1).mean())
+    for noise in (1e-9, 3e-10, 0.0):  # variance ~1e-18..1e-20 of the states'
+        tiny = noise * torch.randn(40, 1, generator=g, dtype=torch.float64)
+        assert subspace_participation(tiny, scale=scale) == 0.0
+    assert subspace_participation(1e-9 * torch.randn(40, 1, generator=g, dtype=torch.float64)) == pytest.approx(1.0)
+    real = states[:, :3]
+    assert subspace_participation(real, scale=scale) == subspace_participation(real) > 2

@@ -179,14 +179,23 @@ def energy_shares(parts: dict[str, Tensor]) -> dict[str, Float[Tensor, "n"]]:
                               torch.zeros_like(total)) for name, t in parts.items()}
 
 
-def subspace_participation(coords: Float[Tensor, "n k"], center: bool = True) -> float:
-    """Participation ratio of the variance of the states' coordinates inside a subspace."""
+RELATIVE_VARIANCE_FLOOR = 1e-12  # a part's variance below this share of the states' mean energy is rounding
+
+
+def subspace_participation(coords: Float[Tensor, "n k"], center: bool = True, scale: float | None = None) -> float:
+    """Participation ratio of the variance of the states' coordinates inside a subspace. ``scale``: the states'
+    mean squared norm; variance directions below :data:`RELATIVE_VARIANCE_FLOOR` of it count as none (a part
+    whose energy is at rounding level has PR 0, not 0 or 1 by the rounding of one device or another)."""
     if coords.shape[0] < 2 or coords.shape[1] == 0:
         return 0.0
     c = coords.to(compute_dtype(coords))
     if center:
         c = c - c.mean(0)
-    return float(participation_ratio(torch.linalg.svdvals(c) ** 2))
+    spectrum = torch.linalg.svdvals(c) ** 2  # sums over the n states
+    if scale is not None:
+        spectrum = torch.where(spectrum > RELATIVE_VARIANCE_FLOOR * scale * c.shape[0], spectrum,
+                               torch.zeros_like(spectrum))
+    return float(participation_ratio(spectrum))
 
 
 def axis_angles(u: Float[Tensor, "n d"], axes: Float[Tensor, "d k"]) -> Float[Tensor, "n k"]:

@@ -81,7 +81,8 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
         coords = part_coordinates(parts, u64, basis, f_axes)
         axes, _ = pca_basis(h, basis.k_D, center=True)
         ang = axis_angles(u64, axes)
-        pr = {p: subspace_participation(coords[p]) for p in PARTS}
+        scale = float((h * h).sum(-1).mean())  # the states' mean energy: below 1e-12 of it, a part has none
+        pr = {p: subspace_participation(coords[p], scale=scale) for p in PARTS}
         row = {"layer": l, "k_D": basis.k_D, "k_S": basis.k_S, "pr_D": pr["D"], "pr_S": pr["S"], "pr_F": pr["F"],
                "interface_dim": 1 + pr["D"] + pr["S"],
                "angle_u_top_axis": float(ang[:, 0].mean()), "angle_u_nearest_axis": float(ang.min(1).values.mean()),
