@@ -86,6 +86,10 @@ with contextlib.redirect_stdout(io.StringIO()):
     got["rc"] = main(["toy", "--model", "tiny:llama", "--out", str(out / "cmd"), "--tokens", "8"])
     got["atlas_rc"] = main(["atlas", "--model", "tiny:llama", "--out", str(out / "atlas"), "--steps", "toy",
                             "--toy-tokens", "8"])
+err = io.StringIO()
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+    got["refused_rc"] = main(["toy", "--model", "tiny:mamba", "--out", str(out / "refused")])
+got["refused"] = err.getvalue()
 from tlgeo.families import support_table
 
 table = support_table()
@@ -127,7 +131,9 @@ def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
     assert "toy: mean residual norm after each block" in report
     assert f"<h2>{got['n_steps']}. the residual stream" in report  # the last step's number, in a partial run too
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "atlas" / "toy_norms.csv"), cmd)  # the atlas = the command
-    assert got["support"]["llama"] == "yes" and "no" in got["support"].values()  # the support matrix (mamba: no)
+    assert got["support"]["llama"] == "yes" and got["support"]["mamba"] == "no"  # the support matrix
+    assert got["refused_rc"] != 0 and "toy: reads attention blocks" in got["refused"]  # refused before any work
+    assert not (tmp_path / "refused" / "toy_norms.csv").exists()
     assert "| [toy](../analyses/toy.md) | `tlgeo toy` |" in got["docs"] and "/analyses/toy" in got["docs"]
     # the contract tests: the toy's config, save/load, units split and merged, a rerun of another identity
     contract = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",

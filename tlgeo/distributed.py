@@ -177,6 +177,10 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     (:meth:`Result.merge`), saves them into ``out``, calls ``on_table`` on each merged table
     and returns the result; the other ranks return ``None``. ``progress`` shows on rank 0 only.
     """
+    if analysis.support is not None:  # a record's own support column: a family it refuses fails before any work
+        from .families import check_support
+
+        check_support(model, analysis.name)
     r = init(input_device(model))
     extra = {"on_table": on_table} if on_table is not None else {}
     if r.size == 1:
