@@ -6,6 +6,7 @@ The CLI reference and the support matrix are generated from the code at build ti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ sys.path.insert(0, str(HERE.parent))
 project = "tlgeo"
 author = "the tlgeo developers"
 copyright = "the tlgeo developers (MIT licence)"
-extensions = ["myst_parser"]
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
+autodoc_typehints = "none"  # the signatures show them; jaxtyping annotations make no links
+autodoc_member_order = "bysource"
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "README.md"]
 myst_heading_anchors = 4
@@ -65,6 +68,47 @@ def generate() -> None:
     from tlgeo.report.registry import analyses_markdown
 
     (out / "analyses.md").write_text(analyses_markdown())
+    (out / "api.md").write_text(api_markdown())
+
+
+def api_markdown() -> str:
+    """The API reference: the package's public names (``tlgeo.__all__``), the analysis contract, and each
+    registered analysis's config, run and result (from its record), documented from their docstrings."""
+    import tlgeo
+    from tlgeo.report.registry import load_analyses
+
+    def rst(kind: str, target: str, **options: str) -> list[str]:
+        return ["```{eval-rst}", f".. auto{kind}:: {target}", *(f"   :{k}:{' ' + v if v else ''}"
+                                                               for k, v in options.items()), "```", ""]
+
+    lines = ["# API reference", "",
+             "Generated from the docstrings when the docs are built: the names `import tlgeo` gives, the analysis "
+             "contract every analysis follows (`tlgeo.analysis`), and each registered analysis's config, run and "
+             "typed result, from its record.", "", "## `tlgeo`", ""]
+    for name in sorted(tlgeo.__all__, key=str.lower):
+        value = getattr(tlgeo, name)
+        module = value.__module__ if hasattr(value, "__module__") and callable(value) else None
+        if module is None:
+            continue  # a constant (SITES): its module's page says what it holds
+        kind = "class" if isinstance(value, type) else "function"
+        lines += rst(kind, f"{module}.{value.__qualname__}")
+    lines += ["## The analysis contract (`tlgeo.analysis`)", ""]
+    for name in ("Analysis", "Config", "Result", "Table", "param", "register_analysis"):
+        value = getattr(__import__("tlgeo.analysis", fromlist=[name]), name)
+        lines += rst("class" if isinstance(value, type) else "function", f"tlgeo.analysis.{name}")
+    lines += ["## The analyses", ""]
+    for a in load_analyses().values():
+        lines += [f"### `{a.name}`", "", f"{a.description} (`tlgeo {a.command_name}`; its settings:)", "",
+                  "| setting | default | what it is |", "|---|---|---|"]
+        for f in dataclasses.fields(a.config):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            text = " ".join(str(f.metadata.get("help", "")).split()).replace("|", "\\|")
+            lines.append(f"| `{f.name}` | `{default!r}` | {text} |".replace("``", "` `"))
+        lines += [""]
+        lines += rst("class", f"{a.config.__module__}.{a.config.__qualname__}")
+        lines += rst("function", f"{a.run.__module__}.{a.run.__qualname__}")
+        lines += rst("class", f"{a.result.__module__}.{a.result.__qualname__}")
+    return "\n".join(lines)
 
 
 generate()

@@ -3,6 +3,7 @@ code's, and the README keeps to its length."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,16 @@ def test_the_site_builds_without_warnings_and_has_a_page_per_analysis(tmp_path, 
     assert all(f"tlgeo {analyses[n].command_name}" in page for n in decomposition - {"decomposition"}), decomposition
     index = (tmp_path / "index.html").read_text()
     assert "Direction vs magnitude" in index and "Command-line reference" in index
+    # the API reference, from the docstrings: the public names, and each analysis's config, run and result
+    import tlgeo
+
+    api = (tmp_path / "_generated" / "api.html").read_text()
+    documented = set(re.findall(r'<dt class="sig[^>]*id="([^"]+)"', api))
+    for a in analyses.values():
+        for obj in (a.config, a.run, a.result):
+            assert f"{obj.__module__}.{obj.__qualname__}" in documented, (a.name, obj)
+    assert {n for n in tlgeo.__all__ if callable(getattr(tlgeo, n))} <= {d.rsplit(".", 1)[1] for d in documented}
+    assert "Scale the parallel and perpendicular parts of the update" in api  # a docstring, rendered
     # the generated pages committed for readers of the repository are the ones the build makes
     assert before == generated(), "docs/_generated is stale: build the docs and commit it"
     _render_index(tmp_path)
