@@ -15,6 +15,8 @@ in float32 or float64 whatever the input dtype; each is tested on float64 tensor
 * :mod:`.subspaces`: prediction-anchored subspaces (PDSF): P, D, S, F, participation ratios.
 * :mod:`.rotation`: rotate, attenuate or replace the coordinates inside a subspace.
 * :mod:`.manifold`: curvature ratio, local/global participation ratio, TwoNN dimension.
+* :mod:`.head_scores`: what a head does, from its pattern and its OV circuit (previous-token, induction and
+  copying scores; Olsson et al. 2022).
 * :mod:`.patch_parts`: the part of an activation a patch copies (whole, parallel, perpendicular; a head's
   self message and the rest).
 """

@@ -116,7 +116,8 @@ class TrainConfig(Config):
     gate_bias_init: float = param(0.0, "initial gate bias (sigmoid(0) = 0.5: half the parallel part removed)",
                                   group="suppression")
     data: str = param("austen,mobydick,bible", "comma-separated corpora / text files / "
-                                               "hf:<dataset>[:<config>[:<split>]]", group="data")
+                                               "hf:<dataset>[:<config>[:<split>]] / repeat:<n>[-<m>][:<seed>] "
+                                               "(random byte halves of n..m tokens repeated: induction data)", group="data")
     tokenizer: str = param("bytes", "bytes, or a model whose tokenizer to train with (smollm2-135m, an HF "
                                     "directory); the vocabulary follows it", group="data")
     data_dir: str = param("checkpoints/data", "token stream cache (memory-mapped)", group="data")

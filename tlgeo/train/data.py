@@ -1,8 +1,8 @@
 """A tokenised, memory-mapped token stream with a held-out validation split.
 
 :func:`build_token_stream` tokenises local corpora (``tlgeo.data`` names or text
-files) or a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
-FineWeb-style; needs network) into ``train.bin`` / ``val.bin`` (uint16 or
+files), a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
+FineWeb-style; needs network) or algorithmic data (``repeat:<n>-<m>``: random halves repeated) into ``train.bin`` / ``val.bin`` (uint16 or
 uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
 validation, so the splits never overlap. A directory already built with the same
 settings is reused.
@@ -85,6 +85,43 @@ def _texts(source: str, max_chars: int | None) -> Iterator[str]:
     yield load_text(source, max_chars=max_chars)
 
 
+REPEAT_PREFIX = "repeat:"
+REPEAT_TOKENS = 2_000_000  # a repeat: source's length unless --max-data-tokens caps it
+
+
+def repeated_halves(shortest: int, longest: int, n_tokens: int, seed: int = 0) -> Iterator[np.ndarray]:
+    """Documents ``[r_1..r_n, r_1..r_n]`` of uniformly random byte ids (0-255), ``n`` uniform in
+    ``shortest..longest``, about ``n_tokens`` in all: the second half is predictable only by copying from the
+    first (what induction heads do; Olsson et al. 2022), and with ``n`` varying, not by a fixed offset.
+    Deterministic under ``seed``."""
+    if not 1 <= shortest <= longest:
+        raise ValueError(f"repeat:<shortest>-<longest>: need 1 <= shortest <= longest, got {shortest}-{longest}")
+    rng = np.random.default_rng(seed)
+    made = 0
+    while made < n_tokens:
+        r = rng.integers(0, 256, int(rng.integers(shortest, longest + 1)), dtype=np.uint16)
+        made += 2 * len(r) + 1
+        yield np.concatenate([r, r])
+
+
+def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.ndarray]:
+    """A source's documents as token ids: ``repeat:<n>[-<m>][:<seed>]`` (:func:`repeated_halves`, byte ids), else
+    its texts encoded (:func:`_texts`)."""
+    if source.startswith(REPEAT_PREFIX):
+        if tokenizer is not None:
+            raise ValueError(f"{source}: repeated random halves are byte ids; train it with --tokenizer bytes")
+        spec, _, seed = source[len(REPEAT_PREFIX):].partition(":")
+        lo, _, hi = spec.partition("-")
+        try:
+            shortest, longest, seed_ = int(lo), int(hi or lo), int(seed or 0)
+        except ValueError:
+            raise ValueError(f"{source!r}: write repeat:<n>[-<m>][:<seed>], e.g. repeat:8-32") from None
+        yield from repeated_halves(shortest, longest, max_tokens or REPEAT_TOKENS, seed_)
+        return
+    max_chars = None if max_tokens is None else 4 * max_tokens  # generous: tokens <= chars*4 bytes
+    yield from _encode(_texts(source, max_chars), tokenizer)
+
+
 def _encode(texts: Iterable[str], tokenizer) -> Iterator[np.ndarray]:
     for t in texts:
         if not t.strip():
@@ -130,10 +167,9 @@ def build_token_stream(
     eos = EOS if tokenizer is None else tokenizer.eos_token_id
     train, val, counts = [], [], {}
     for src in srcs:
-        max_chars = None if max_tokens is None else 4 * max_tokens  # generous: tokens <= chars*4 bytes
         parts: list[np.ndarray] = []
         n = 0
-        for ids in _encode(_texts(src, max_chars), tokenizer):
+        for ids in _source_ids(src, max_tokens, tokenizer):
             parts.extend([ids.astype(dtype), np.array([eos], dtype=dtype)])
             n += len(ids) + 1
             if max_tokens is not None and n >= max_tokens:

@@ -1,0 +1,48 @@
+"""The training data's algorithmic source: random halves repeated (the data a model with induction heads is
+trained on)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tlgeo.train.data import EOS, build_token_stream, repeated_halves
+
+
+def _documents(stream: np.ndarray) -> list[np.ndarray]:
+    ends = np.flatnonzero(stream == EOS)
+    return [stream[a + 1: b] for a, b in zip(np.r_[-1, ends[:-1]], ends)]
+
+
+def test_every_document_is_a_random_half_repeated_with_varying_lengths(tmp_path):
+    d = build_token_stream("repeat:4-9:3", tmp_path, max_tokens=4000, val_frac=0.05)
+    train = np.fromfile(d / "train.bin", dtype=np.uint16)
+    docs = _documents(train)
+    assert len(docs) > 100
+    for doc in docs:
+        n = len(doc) // 2
+        assert len(doc) == 2 * n and 4 <= n <= 9 and (doc[:n] == doc[n:]).all() and doc.max() < 256
+    assert len({len(doc) for doc in docs}) == 6  # every length 4..9: no fixed offset to copy from
+    again = build_token_stream("repeat:4-9:3", tmp_path / "again", max_tokens=4000, val_frac=0.05)
+    assert (np.fromfile(again / "train.bin", dtype=np.uint16) == train).all()  # the seed decides it all
+    other = np.concatenate(list(repeated_halves(4, 9, 4000, seed=4)))
+    assert not np.array_equal(other[:100], np.concatenate(list(repeated_halves(4, 9, 4000, seed=3)))[:100])
+
+
+@pytest.mark.parametrize("spec, message", [("repeat:x", "repeat:<n>"), ("repeat:9-4", "shortest <= longest"),
+                                           ("repeat:0", "shortest <= longest")])
+def test_a_bad_repeat_source_is_named(tmp_path, spec, message):
+    with pytest.raises(ValueError, match=message):
+        build_token_stream(spec, tmp_path, max_tokens=4000)
+
+
+def test_repeated_halves_need_the_byte_tokenizer(tmp_path):
+    class Tok:
+        name_or_path = "some-tokenizer"
+        eos_token_id = 0
+
+        def __len__(self):
+            return 1000
+
+    with pytest.raises(ValueError, match="--tokenizer bytes"):
+        build_token_stream("repeat:8", tmp_path, max_tokens=4000, tokenizer=Tok())
