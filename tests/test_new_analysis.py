@@ -66,22 +66,17 @@ import pandas as pd
 from tlgeo.cli import main
 from tlgeo.report.registry import analyses_markdown, load_analyses
 
+
+
+def help_of(command):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+        main([command, "--help"])
+    return buf.getvalue()
+
+
 out = Path(sys.argv[1])
-got = {}
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    try:
-        main(["toy", "--help"])
-    except SystemExit:
-        pass
-got["help"] = buf.getvalue()
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    try:
-        main(["atlas", "--help"])
-    except SystemExit:
-        pass
-got["atlas_help"] = buf.getvalue()
+got = {"help": help_of("toy"), "atlas_help": help_of("atlas")}
 with contextlib.redirect_stdout(io.StringIO()):
     got["rc"] = main(["toy", "--model", "tiny:llama", "--out", str(out / "cmd"), "--tokens", "8"])
     got["atlas_rc"] = main(["atlas", "--model", "tiny:llama", "--out", str(out / "atlas"), "--steps", "toy",
