@@ -231,3 +231,19 @@ def test_every_entry_of_a_bridge_goes_through_the_move_and_an_analysis_installs_
             torch.testing.assert_close(logits, plain, rtol=0, atol=0)
     finally:
         bridge.inputs_follow_model(llama)  # the session's fixture as boot leaves it
+
+
+def test_a_deep_copy_of_a_bridge_runs_its_own_forward():
+    """The move is a method bound to the bridge: a copy's forward is the copy's, not the original's."""
+    import copy
+
+    from tlgeo.models import tiny_model
+
+    model = tiny_model("llama")
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    ids = torch.randint(0, model.cfg.d_vocab, (1, 6))
+    assert twin.forward.__self__ is twin
+    assert not torch.allclose(twin(ids), model(ids))

@@ -3,8 +3,8 @@ workarounds applied: :mod:`tlgeo.models.opt`), and saving an HF folder from any 
 
 from __future__ import annotations
 
-import functools
 import os
+import types
 import warnings
 from typing import Any
 
@@ -28,23 +28,24 @@ def inputs_follow_model(bridge) -> None:
     input device (:func:`tlgeo.models.placement.input_device`) at every entry: ``bridge(ids)``,
     ``run_with_hooks`` and ``run_with_cache`` (all call the instance's ``forward``). HookedTransformer
     moved them; the bridge moves text only, so ids made on the CPU fail in a GPU model's embedding.
-    Idempotent; text and tensors already there pass untouched."""
+    Idempotent; text and tensors already there pass untouched; a deep copy of the bridge moves to its own."""
     if "forward" in vars(bridge):
         return  # already wrapped (or a forward of the caller's own: left alone)
-    forward = bridge.forward  # the class's, bound
+    # a method bound to the bridge (copy.deepcopy binds it to the copy), set with object.__setattr__: the
+    # bridge's own __setattr__ forwards assignments to the wrapped HF model
+    object.__setattr__(bridge, "forward", types.MethodType(_forward_on_input_device, bridge))
 
-    def move(x: Any, device: torch.device) -> Any:
-        return x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x
 
-    @functools.wraps(forward)
-    def follow(*args: Any, **kwargs: Any) -> Any:
-        device = input_device(bridge)  # never "meta": offloaded weights are skipped
-        args = (move(args[0], device), *args[1:]) if args else args
-        kwargs = {k: move(v, device) if k in _MOVED_KWARGS else v for k, v in kwargs.items()}
-        return forward(*args, **kwargs)
+def _move(x: Any, device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x
 
-    # object.__setattr__: the bridge's own __setattr__ forwards assignments to the wrapped HF model
-    object.__setattr__(bridge, "forward", follow)
+
+def _forward_on_input_device(self, *args: Any, **kwargs: Any) -> Any:
+    """The class's ``forward`` with the ids and masks on the model's input device."""
+    device = input_device(self)  # never "meta": offloaded weights are skipped
+    args = (_move(args[0], device), *args[1:]) if args else args
+    kwargs = {k: _move(v, device) if k in _MOVED_KWARGS else v for k, v in kwargs.items()}
+    return type(self).forward(self, *args, **kwargs)
 
 
 def save_local(hf, path: str | os.PathLike) -> None:
