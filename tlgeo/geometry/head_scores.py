@@ -54,7 +54,8 @@ def copying_score(w_e: Float[Tensor, "vocab d"], w_ov: Float[Tensor, "h d d"],
     """Olsson et al.'s copying score of each head: ``Σ Re(λ) / Σ |λ|`` over the eigenvalues ``λ`` of its
     full OV circuit ``W_E W_OV W_U`` (``[vocab, vocab]``, eigenvalues of the equal-spectrum ``[d, d]``
     matrix ``W_OV W_U W_E``), in ``[-1, 1]``: near 1, attending to a token raises that token's logit."""
-    if w_ov.ndim != 3 or w_ov.shape[1] != w_ov.shape[2] or w_e.shape[1] != w_ov.shape[1] or w_u.shape[0] != w_ov.shape[1]:
+    d = w_ov.shape[-1]
+    if w_ov.ndim != 3 or w_ov.shape[1] != d or w_e.shape[1] != d or w_u.shape[0] != d:
         raise ValueError(f"shapes do not chain: W_E {tuple(w_e.shape)}, W_OV {tuple(w_ov.shape)}, "
                          f"W_U {tuple(w_u.shape)}")
     dt = torch.float64
