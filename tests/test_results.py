@@ -115,3 +115,44 @@ def test_stamp_puts_the_identity_first_as_a_rerun_reads_it():
     assert list(stamp(df, ident).columns) == ["model", "weights", "site", "x"]
     first = stamp(df, ident)
     assert stamp(first, ident) is first
+
+
+def test_content_digest_tells_content_apart_and_is_stable():
+    import numpy as np
+    import torch
+
+    from tlgeo.results import content_digest
+
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    assert content_digest(ids, "logit_diff") == content_digest(ids.clone(), "logit_diff")
+    assert content_digest(ids) == content_digest(ids.numpy())  # a tensor digests as its values
+    others = [ids.flip(0), ids.reshape(3, 2), ids.to(torch.int32), ids[:, :2]]
+    assert len({content_digest(x) for x in [ids, *others]}) == 5  # values, shape, dtype, length
+    assert content_digest("ab", "c") != content_digest("a", "bc")  # parts are delimited
+    assert content_digest({"a": 1, "b": 2}) == content_digest({"b": 2, "a": 1})
+    assert content_digest(1) != content_digest("1") != content_digest(np.int64(2))
+    with pytest.raises(TypeError, match="cannot digest a object"):
+        content_digest(object())
+
+
+def test_a_row_of_other_content_under_the_same_settings_is_computed_again_and_said(tmp_path):
+    from tlgeo.results import resumed_lines
+
+    path = tmp_path / "log.jsonl"
+    resumed_lines()
+    log = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))
+    log.extend([{"task": "capitals", "layer": l, "inputs": "aaaa", "value": l} for l in range(3)])
+    again = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))
+    assert again.get(task="capitals", layer=0, inputs="bbbb") is None  # other prompts under the same name
+    assert again.get(task="capitals", layer=0, inputs="bbbb") is None
+    assert again.get(task="capitals", layer=5, inputs="bbbb") is None  # settings never logged: only new
+    assert again.get(task="capitals", layer=1, inputs="aaaa")["value"] == 1  # the same content: read back
+    assert again.changed == 1 and again.resumed == 1
+    said = resumed_lines()
+    assert len(said) == 2 and said[0].startswith("resumed 1 row from") and said[1].startswith(
+        f"recomputed 1 row of {path}: the rows logged there under the same settings measured other inputs")
+    again.add({"task": "capitals", "layer": 0, "inputs": "bbbb", "value": 10})  # both contents kept in the log
+    assert ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",)).get(
+        task="capitals", layer=0, inputs="aaaa")["value"] == 0
+    with pytest.raises(ValueError, match=r"content column\(s\) \['digest'\] are not key columns"):
+        ResultLog(path, ("task", "layer"), identity={}, content=("digest",))

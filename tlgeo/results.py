@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,13 +26,14 @@ import pandas as pd
 
 from .storage import append_lines, read_lines, write_csv, write_text
 
-__all__ = ["IDENTITY", "ResultLog", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity", "identity_scope",
+__all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity", "identity_scope",
            "of_identity", "resumed_lines", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
 _CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlgeo_identity", default=None)
 _RESUMED: dict[Path, int] = {}  # rows taken back from each log since resumed_lines() last said so
+_CHANGED: dict[Path, int] = {}  # rows of each log computed again because what they measure changed
 _SEEN: list[dict] = []  # identities run since seen_identities() was last asked
 
 
@@ -86,10 +89,55 @@ def seen_identities() -> list[dict]:
 
 
 def resumed_lines() -> list[str]:
-    """``resumed N rows from LOG`` for every log this process read finished rows back from (once each)."""
+    """``resumed N rows from LOG`` for every log this process read finished rows back from, and ``recomputed
+    N rows of LOG: ...`` for every log whose rows of the same settings measured other inputs (once each)."""
     out = [f"resumed {n} row{'s' if n != 1 else ''} from {path}" for path, n in sorted(_RESUMED.items())]
+    out += [f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
+            "measured other inputs (other prompts, text or token ids under the same name)"
+            for path, n in sorted(_CHANGED.items())]
     _RESUMED.clear()
+    _CHANGED.clear()
     return out
+
+
+def content_digest(*parts: Any) -> str:
+    """A 16-hex-digit SHA-256 of what a row measures: tensors and arrays (dtype, shape and values), ``str``,
+    ``bytes``, numbers, ``None``, mappings, sequences and dataclasses of them. Equal content gives equal
+    digests in any process; a changed token id, prompt or answer gives another."""
+    h = hashlib.sha256()
+    _feed(h, parts)
+    return h.hexdigest()[:16]
+
+
+def _feed(h, x: Any) -> None:
+    import numpy as np
+
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        a = np.ascontiguousarray(x)
+        h.update(f"a{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    elif isinstance(x, (bytes, bytearray)):
+        h.update(b"b%d:" % len(x) + bytes(x))
+    elif isinstance(x, str):
+        b = x.encode("utf-8")
+        h.update(b"s%d:" % len(b) + b)
+    elif x is None or isinstance(x, (bool, int, float, np.integer, np.floating)):
+        h.update(f"n{x!r};".encode())
+    elif isinstance(x, Mapping):
+        h.update(b"m%d:" % len(x))
+        for k in sorted(x, key=str):
+            _feed(h, str(k))
+            _feed(h, x[k])
+    elif isinstance(x, (list, tuple)):
+        h.update(b"l%d:" % len(x))
+        for v in x:
+            _feed(h, v)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        _feed(h, {f.name: getattr(x, f.name) for f in dataclasses.fields(x)})
+    else:
+        raise TypeError(f"content_digest: cannot digest a {type(x).__name__}")
 
 
 class ResultLog:
@@ -99,12 +147,25 @@ class ResultLog:
     run's, :func:`current_identity`, if any). They join the key and every row stored; rows of
     other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
     :meth:`done` and :meth:`frame` see only this identity's. :attr:`resumed` counts the rows a
-    run took back instead of computing them (:func:`resumed_lines` says so)."""
+    run took back instead of computing them (:func:`resumed_lines` says so).
 
-    def __init__(self, path: str | os.PathLike, key: Iterable[str], *, identity: Mapping[str, Any] | None = None):
+    ``content``: the key columns that hold a digest of what a row measures (:func:`content_digest` of a
+    task's token ids, a text's bytes, a prompt set). A row logged under the same settings with another
+    digest is not taken back: its unit is computed again, counted in :attr:`changed` and said by
+    :func:`resumed_lines`."""
+
+    def __init__(self, path: str | os.PathLike, key: Iterable[str], *, identity: Mapping[str, Any] | None = None,
+                 content: Iterable[str] = ()):
         self.path = Path(path)
         self.identity = dict(identity) if identity is not None else dict(current_identity() or {})
         self.key = tuple(dict.fromkeys([*self.identity, *key]))
+        self.content = tuple(content)
+        unknown = [c for c in self.content if c not in self.key]
+        if unknown:
+            raise ValueError(f"content column(s) {unknown} are not key columns of {self.path.name}")
+        self._settings = tuple(k for k in self.key if k not in self.content)  # the key less the content digests
+        self._measured: dict[tuple, set] = {}  # settings -> the content keys logged under them
+        self.changed = 0
         self._all: list[dict[str, Any]] = []
         self._index: dict[tuple, dict[str, Any]] = {}
         self._taken: set[tuple] = set()
@@ -121,9 +182,17 @@ class ResultLog:
         self.rows: list[dict[str, Any]] = [r for r in self._all if all(r.get(k) == v for k, v in mine.items())]
         for r in self.rows:
             self._index.setdefault(self._key(r), r)  # the first row of a key, as before
+            self._note_measured(self._key(r))
 
     def _key(self, row: dict[str, Any]) -> tuple:
         return tuple(json.dumps(row.get(k), sort_keys=True) for k in self.key)
+
+    def _note_measured(self, k: tuple) -> None:
+        if self.content:
+            self._measured.setdefault(self._settings_of(k), set()).add(k)
+
+    def _settings_of(self, k: tuple) -> tuple:
+        return tuple(v for name, v in zip(self.key, k) if name not in self.content)
 
     def _lookup(self, key: dict[str, Any]) -> dict[str, Any] | None:
         k = self._key({**key, **self.identity})
@@ -132,6 +201,10 @@ class ResultLog:
             self._taken.add(k)
             self.resumed += 1
             _RESUMED[self.path] = _RESUMED.get(self.path, 0) + 1
+        elif row is None and k not in self._taken and self._measured.get(self._settings_of(k), set()) - {k}:
+            self._taken.add(k)  # said once: the same settings were logged with other inputs
+            self.changed += 1
+            _CHANGED[self.path] = _CHANGED.get(self.path, 0) + 1
         return row
 
     def done(self, **key: Any) -> bool:
@@ -175,6 +248,7 @@ class ResultLog:
             self.rows.append(row)
             self._index[k] = row
             self._taken.add(k)
+            self._note_measured(k)
 
     def _rewrite(self) -> None:
         write_text(self.path, "".join(json.dumps(r) + "\n" for r in self._all))

@@ -39,9 +39,48 @@ def test_a_run_resumes_from_its_log_and_gives_the_same_tables(llama, tmp_path):
     row["patched"] = [x + 1.0 for x in row["patched"]]
     (tmp_path / "a" / "patching.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
     again = run(llama, cfg, out=tmp_path / "a")
-    key = [k for k in LOG_KEY]
+    key = [k for k in LOG_KEY if k != "inputs"]
     changed = again.effects.set_index(key)["effect"] - whole.effects.set_index(key)["effect"]
     assert (changed != 0).sum() == 1
+
+
+def _own_task(seed: int, length: int):
+    """A task of one's own named "capitals": 8 prompts of random token ids, their answers drawn too."""
+    import torch
+
+    from tlgeo.patching.tasks import Task
+
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(1, 200, (8, length), generator=g)
+    corrupted = clean.clone()
+    corrupted[:, 1] = torch.randint(1, 200, (8,), generator=g)
+    correct = torch.randint(1, 200, (8, 1), generator=g)
+    return Task("capitals", clean, corrupted, correct, correct % 199 + 1)
+
+
+def test_a_task_rerun_under_its_name_with_other_prompts_is_computed_again(llama, tmp_path, capsys):
+    """Run as a new user did: a task of one's own, then the same name with other prompts (7 tokens instead of
+    9) into the same folder. The second run's numbers are a fresh run's, not the old patched metrics divided
+    by the new gap, and the run says that it recomputed them."""
+    first, second = _own_task(0, 9), _own_task(1, 7)
+    cfg = _cfg(tasks=(first,), methods=("exact",), components=("head",))
+    assert run(llama, cfg, out=tmp_path / "same").tasks["patched"].all()
+    capsys.readouterr()
+    again = run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "same")
+    said = capsys.readouterr().out.splitlines()
+    fresh = run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "fresh")
+    pd.testing.assert_frame_equal(again.effects, fresh.effects)
+    saved = pd.read_csv(tmp_path / "same" / "patching_effects.csv")
+    assert len(saved) == len(fresh.effects)  # the old prompts' rows replaced, not kept beside the new ones
+    assert [line for line in said if line.startswith("recomputed")], said
+    assert not [line for line in said if line.startswith("resumed")], said
+    assert again.tasks["inputs"].iloc[0] != run(llama, cfg, out=tmp_path / "same").tasks["inputs"].iloc[0]
+    # the same content again is read back, not recomputed
+    capsys.readouterr()
+    run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "same")
+    said = capsys.readouterr().out.splitlines()
+    assert [line for line in said if line.startswith("resumed")] and not [
+        line for line in said if line.startswith("recomputed")], said
 
 
 def test_a_task_the_model_cannot_do_is_reported_not_patched(llama):

@@ -32,7 +32,7 @@ from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog
+from ..results import ResultLog, content_digest
 from ..storage import write_csv
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
@@ -45,11 +45,11 @@ from .plots import head_attention_rows, top_heads
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
 
-__all__ = ["PatchingResult", "run", "units", "unit_cost", "LOG_KEY"]
+__all__ = ["PatchingResult", "run", "units", "unit_cost", "task_digest", "LOG_KEY"]
 
 SETTINGS = ("task", "prompts", "seed", "method", "direction", "positions", "frame")
-LOG_KEY = ("model", *SETTINGS, "component", "layer", "head")
-EFFECT_COLUMNS = (*LOG_KEY, "effect", "ci_low", "ci_high", "n", "se", "p", "q", "significant")
+LOG_KEY = ("model", *SETTINGS, "component", "layer", "head", "inputs")  # inputs: the task's digest (task_digest)
+EFFECT_COLUMNS = (*LOG_KEY[:-1], "effect", "ci_low", "ci_high", "n", "se", "p", "q", "significant")
 BASELINE_KEY = ("model", "task", "prompts", "seed", "layer", "head")
 
 
@@ -148,7 +148,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     check_support(model, "patching")  # a family it means nothing on fails here, before any work
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row())
+    rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
             if log_dir is not None else None)
     label = model_label(model)
     task_rows: list[dict] = []
@@ -187,7 +187,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         elif not gap > 0:
             reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
         task_rows.append(_task_row(label, cfg, name, **{**acc, "n": task.n}, gap=gap, patched=not reason,
-                                   reason=reason, note=""))
+                                   reason=reason, note="", inputs=task_digest(task)))
         if progress:
             print(f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
                   f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
@@ -262,13 +262,20 @@ def _refused(model: Model, runs: TaskRuns, comps: list[str], layers: list[int]) 
     return ""
 
 
+def task_digest(task: Task) -> str:
+    """What a task's rows measure (:func:`tlgeo.results.content_digest`): its token ids, answers, metric and
+    named positions. A task run again under its name with other prompts has another digest, so its rows
+    are computed again rather than read back from the log."""
+    return content_digest(task.clean, task.corrupted, task.correct, task.wrong, task.metric, dict(task.positions))
+
+
 def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, rlog: ResultLog | None,
            skip_write: bool = False) -> list[dict]:
-    """The log rows of one unit: read back where a previous run finished them, else computed and logged
-    (``skip_write``: leave out the components of a head's residual write)."""
+    """The log rows of one unit: read back where a previous run finished them with the same task content,
+    else computed and logged (``skip_write``: leave out the components of a head's residual write)."""
     method, name, direction = unit[:3]
     base = dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, method=method,
-                direction=direction, positions=cfg.positions, frame=cfg.frame)
+                direction=direction, positions=cfg.positions, frame=cfg.frame, inputs=task_digest(runs.task))
     layers = _layers(model, cfg) if method == "attribution" else [unit[4]]
     comps = list(cfg.components) if method == "attribution" else [unit[3]]
     comps = [c for c in comps if not (skip_write and get_component(c).quantity == "write")]
@@ -295,7 +302,7 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
 def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
-    return {**{k: row[k] for k in LOG_KEY}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+    return {**{k: row[k] for k in LOG_KEY[:-1]}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
             "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
 
 
