@@ -27,7 +27,7 @@ import pandas as pd
 from .storage import append_lines, read_lines, write_csv, write_text
 
 __all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity", "identity_scope",
-           "of_identity", "resumed_lines", "seen_identities"]
+           "of_identity", "resumed_lines", "note_recomputed", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
@@ -98,6 +98,13 @@ def resumed_lines() -> list[str]:
     _RESUMED.clear()
     _CHANGED.clear()
     return out
+
+
+def note_recomputed(path: str | os.PathLike, n: int) -> None:
+    """Say (:func:`resumed_lines`) that ``n`` rows saved in ``path`` under the same settings measured other inputs
+    and were computed again (for an analysis that resumes from its tables rather than a :class:`ResultLog`)."""
+    if n > 0:
+        _CHANGED[Path(path)] = _CHANGED.get(Path(path), 0) + n
 
 
 def content_digest(*parts: Any) -> str:

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.rerun import changed_corpus_runs
 from tlgeo.four_geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
 from tlgeo.four_geometries.analysis import relation_summary, token_windows
 from tlgeo.hooks.perturb import Perturbation
@@ -178,6 +179,15 @@ def test_a_rerun_resumes_by_block(llama, tmp_path, monkeypatch):
     assert calls == CFG.chosen_layers(llama.cfg.n_layers)[1:]  # the finished block is read back
     pd.testing.assert_frame_equal(whole.tokens[whole.tokens["layer"] == first.tokens["layer"].iloc[0]]
                                   .reset_index(drop=True), first.tokens, check_dtype=False, rtol=1e-6)
+
+
+def test_a_corpus_file_changed_under_its_name_is_computed_again(llama, tmp_path, capsys):
+    again, fresh, said = changed_corpus_runs(run, llama, CFG, tmp_path, capsys)
+    for name in ("tokens", "relations", "summary"):
+        pd.testing.assert_frame_equal(again.tables()[name], fresh.tables()[name], check_exact=False, rtol=1e-9)
+    assert [line for line in said if line.startswith("recomputed")], said
+    saved = GeometriesResult.load(tmp_path / "same")
+    assert len(saved.relations) == len(fresh.relations)  # the old text's rows replaced
 
 
 def test_bad_input_fails_before_any_forward(llama, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from tests.rerun import changed_corpus_runs
 from tlgeo.tokenwise import TokenwiseConfig, TokenwiseResult, run, units
 
 CFG = TokenwiseConfig(tokens=90, seq_len=16, classes=("diag_psd", "global"), k=6, n_patch=8, n_boot=10,
@@ -48,3 +49,13 @@ def test_bad_units_and_layers_fail_before_any_work(llama):
         TokenwiseConfig(layers=(0, 1), patch_layers=(2,))
     assert TokenwiseConfig(patch_layer_count=2).patched_layers(30) == [0, 29]
     assert TokenwiseConfig(layers=(4, 5, 6, 7), patch_layer_count=3).patched_layers(30) == [4, 6, 7]
+
+
+def test_a_corpus_file_changed_under_its_name_is_computed_again(tmp_path, llama, capsys):
+    again, fresh, said = changed_corpus_runs(run, llama, CFG, tmp_path, capsys)
+    for name in ("geometry", "correlation", "tokens"):
+        pd.testing.assert_frame_equal(again.tables()[name], fresh.tables()[name])
+    assert [line for line in said if line.startswith("recomputed")], said
+    assert len(list(tmp_path.glob("same/tokenwise_pool-*"))) == 2  # the old text's pool is not reused
+    saved = TokenwiseResult.load(tmp_path / "same")
+    assert len(saved.geometry) == len(fresh.geometry)  # the old text's rows replaced

@@ -36,7 +36,7 @@ def test_tokenwise_command(tmp_path, capsys):
                                         "residual_angle", "window"]
     assert len(tokens) == 3 * 2 * 12 and (tokens["n_patch"] == 12).all()
     key = RunIdentity(**{k: geo[k].iloc[0] for k in IDENTITY}).key
-    assert (out / f"tokenwise_pool-wikitext2-t200-s21-float16-{key}" / "meta.json").exists()
+    assert [p.name for p in out.glob(f"tokenwise_pool-wikitext2-t200-s21-float16-{key}-*/meta.json")] == ["meta.json"]
     assert (out / "tokenwise.jsonl").exists()
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
 from ..models import Model, identified, model_label, run_identity
-from ..results import IDENTITY, of_identity
+from ..results import IDENTITY, content_digest, note_recomputed, of_identity
 from ..stats.correlation import partial_spearman, spearman_matrix
 from ..stats.multiple import bh_qvalues
 from ..tokenwise.pool import collect_pool
@@ -184,14 +184,14 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     _check_pool(len(windows), windows.shape[1], cfg.k)
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
                 "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
-                "k": cfg.k, "seed": cfg.seed}
+                "k": cfg.k, "seed": cfg.seed, "inputs": content_digest(windows)}  # another text: computed again
     identity = run_identity(model)
     earlier = _earlier(out, settings, chosen, identity.row())
     done = set(earlier["relations"]["layer"].astype(int)) if earlier else set()
     todo = [l for l in chosen if l not in done]
     tables: dict[str, list[pd.DataFrame]] = {n: [df] for n, df in earlier.items()}
     if todo:
-        name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}-{identity.key}"
+        name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}-{identity.key}-{settings['inputs'][:8]}"
         with tempfile.TemporaryDirectory(prefix="geometries-") if out is None else nullcontext(out) as base:
             pool = collect_pool(model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size,
                                 progress=progress)
@@ -249,8 +249,12 @@ def _earlier(out, settings: dict, chosen: Sequence[int], identity: dict) -> dict
         df = of_identity(getattr(old, name), identity)
         keep = df["layer"].isin(chosen)
         for k, v in settings.items():
-            keep &= df[k] == v
-        got[name] = df[keep]
+            if k != "inputs":
+                keep &= df[k] == v
+        same = keep & (df["inputs"] == settings["inputs"]) if "inputs" in df.columns else keep & False
+        if name == "relations":  # the same settings measured on other tokens: computed again, and said
+            note_recomputed(Path(out) / GeometriesResult.table(name).filename, int((keep & ~same).sum()))
+        got[name] = df[same]
     done = set(got["relations"]["layer"])
     return {n: df[df["layer"].isin(done)] for n, df in got.items()} if done else {}
 

@@ -45,7 +45,7 @@ from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
 from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog
+from ..results import ResultLog, content_digest
 from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
 from .fits import POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs
@@ -143,9 +143,10 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
 
     subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.n_patch, replace=False))
     settings = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "ridge": cfg.ridge,
-                "energy": cfg.energy, "n_patch": cfg.n_patch, "seed": cfg.seed, "n_tokens": pool.n_tokens}
+                "energy": cfg.energy, "n_patch": cfg.n_patch, "seed": cfg.seed, "n_tokens": pool.n_tokens,
+                "inputs": content_digest(pool.windows)}  # the pool's tokens: another text is computed again
     log = (ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers"),
-                     identity=run_identity(model).row()) if log_path else None)
+                     identity=run_identity(model).row(), content=("inputs",)) if log_path else None)
     kw = dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
 
     geo_rows = []
@@ -172,7 +173,7 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
                 if log:
                     log.add(rows[c])
         geo_rows += [rows[c] for c in classes]
-    hidden = ("stage", "patch_layers")
+    hidden = ("stage", "patch_layers", "inputs")
     geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden}
                              for r in geo_rows])
     if on_table is not None:
@@ -264,7 +265,7 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
     label = model_label(model)
     settings = {"model": label, "corpus": cfg.corpus, "seq_len": cfg.seq_len}
     with tempfile.TemporaryDirectory(prefix="tokenwise-") if out is None else nullcontext(out) as base:
-        pool_dir = Path(base) / cfg.pool_name(run_identity(model).key)
+        pool_dir = Path(base) / cfg.pool_name(run_identity(model).key, content_digest(windows))
         if progress:
             print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
         r = ranks()  # under torchrun each rank collects its share of the pool, then they all-gather it

@@ -121,7 +121,10 @@ class TokenwiseConfig(Config):
         self._check_patch(layers, patch)
         return patch
 
-    def pool_name(self, identity_key: str) -> str:
+    def pool_name(self, identity_key: str, inputs: str) -> str:
         """The pool's folder name inside the output folder (``tlgeo tokenwise``'s), for the model of
-        ``identity_key`` (:attr:`tlgeo.models.RunIdentity.key`: two models' pools never share a folder)."""
-        return f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.dtype}-{identity_key}".replace("/", "_")
+        ``identity_key`` (:attr:`tlgeo.models.RunIdentity.key`: two models' pools never share a folder) and the
+        windows of digest ``inputs`` (:func:`tlgeo.results.content_digest`: a corpus file changed under its
+        name gets a pool of its own)."""
+        return (f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.dtype}-{identity_key}-"
+                f"{inputs[:8]}").replace("/", "_")

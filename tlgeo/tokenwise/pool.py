@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from ..models import Model, run_identity
 from ..models.bridge import is_bridge
 from ..hooks.resume import activations
+from ..results import content_digest
 from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, write_json
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
@@ -154,7 +155,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
     settings = {"n_windows": n_win, "seq_len": seq, "skip_first": skip_first, "dtype": dtype, "n_tokens": n_tok,
                 "n_layers": n_maps, "d_model": d_model,
-                "tokens_sum": int(windows.sum()), "tokens_head": windows[0, :8].tolist(),
+                "tokens": content_digest(windows),
                 "identity": run_identity(model).row()}
     meta_path = d / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
