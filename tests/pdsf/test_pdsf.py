@@ -252,3 +252,32 @@ def test_the_states_of_a_subset_of_the_prompts_are_the_geometrys(llama):
     other = A.PDSFStates(load_prompt_set("specB").take(1), *(getattr(geo, f) for f in ("tokens", "encoding", "states", "u",
                                                                                        "fold_norm")))
     assert other.subset(cfg.single_pass_prompts()) is None  # not among them: another prompt set
+
+
+def test_a_prompt_set_changed_under_its_name_is_computed_again(llama, tmp_path, capsys, monkeypatch):
+    """The prompt set's texts change (e.g. a newer data folder) while its name stays: every stage's rows are
+    computed again, equal to a fresh folder's, and the rerun says so."""
+    import dataclasses
+
+    import pandas as pd
+
+    import tlgeo.pdsf.config as config_module
+    from tlgeo.pdsf import PDSFConfig
+    from tlgeo.pdsf.analysis import ANALYSIS, run
+
+    cfg = PDSFConfig(**ANALYSIS.tiny)
+    run(llama, cfg, out=tmp_path / "same")
+    real = config_module.load_prompt_set
+
+    def reworded(name):
+        got = real(name)
+        return dataclasses.replace(got, texts=[f"In short, {t}" for t in got.texts])
+
+    monkeypatch.setattr(config_module, "load_prompt_set", reworded)
+    capsys.readouterr()
+    again = run(llama, cfg, out=tmp_path / "same")
+    said = capsys.readouterr().out.splitlines()
+    fresh = run(llama, cfg, out=tmp_path / "fresh")
+    for name, df in fresh.tables().items():
+        pd.testing.assert_frame_equal(again.tables()[name], df, obj=name)
+    assert [line for line in said if line.startswith("recomputed")], said

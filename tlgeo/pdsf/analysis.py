@@ -41,7 +41,7 @@ from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..hooks.resume import unembedding
 from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog
+from ..results import ResultLog, content_digest
 from .config import PDSFConfig
 from .dynamics import f_dynamics
 from .layer_stats import PDSFGeometry, pdsf_geometry
@@ -110,8 +110,10 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
         raise ValueError(f"prediction must be 'final' or 'lens', got {prediction!r}")
     meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
     key = {"stage": "geometry", "model": model_label(model), **meta, "k_D": k_D, "k_S": k_S,
-           "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed}
-    log = ResultLog(log_path, key=tuple(key), identity=run_identity(model).row()) if log_path else None
+           "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed,
+           "inputs": content_digest(st.tokens)}  # the prompts' token ids: another prompt set is computed again
+    log = (ResultLog(log_path, key=tuple(key), identity=run_identity(model).row(), content=("inputs",))
+           if log_path else None)
     row = log.get(**key) if log else None
     if row is not None:
         if progress:
@@ -156,8 +158,9 @@ def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] =
     conditions = list(conditions)
     meta = {**st.settings(), "mode": mode, "layer": layer, "alpha": alpha, "repeats": repeats, "rotation": rotation,
             "seed": seed}
-    key = {"model": model_label(model), **meta}
-    log = ResultLog(log_path, key=("condition", *key), identity=run_identity(model).row()) if log_path else None
+    key = {"model": model_label(model), **meta, "inputs": content_digest(st.tokens)}
+    log = (ResultLog(log_path, key=("condition", *key), identity=run_identity(model).row(), content=("inputs",))
+           if log_path else None)
     done = {c: row for c in conditions if log and (row := log.get(condition=c, **key)) is not None}
     todo = [c for c in conditions if c not in done]
     if progress and done:
@@ -203,9 +206,10 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
     h = st.states.states[layer]
     settings = {**st.settings(), "mode": mode, "layer": layer, "max_new_tokens": max_new_tokens,
                 "rotation": rotation, "seed": seed}
-    log = (ResultLog(log_path, key=("stage", "condition", *settings), identity=run_identity(model).row())
-           if log_path else None)
-    key = {"stage": "base", "condition": "none", **settings}
+    logged = {**settings, "inputs": content_digest(st.tokens)}  # the log's key: the settings and the prompts
+    log = (ResultLog(log_path, key=("stage", "condition", *logged), identity=run_identity(model).row(),
+                     content=("inputs",)) if log_path else None)
+    key = {"stage": "base", "condition": "none", **logged}
     row = log.get(**key) if log else None
     base = torch.tensor(row["tokens"]) if row else None
     if base is None:
@@ -214,7 +218,7 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
         base = greedy_continuations(model, st.tokens, max_new_tokens, batch_size=batch_size)
         if log:
             log.add({**key, "tokens": base.tolist()})
-    dkey = {"stage": "dynamics", "condition": "none", **settings}
+    dkey = {"stage": "dynamics", "condition": "none", **logged}
     drow = log.get(**dkey) if log else None
     basis = None
     if drow is None or "F_dynamic" in conditions:
@@ -231,7 +235,7 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
     kl_cache = {} if len(st.tokens) * max_new_tokens * vocab * 4 <= KL_CACHE_BYTES else None
     frames = []
     if progress and log:
-        resumed = [c for c in conditions if log.done(stage="generation", condition=c, **settings)]
+        resumed = [c for c in conditions if log.done(stage="generation", condition=c, **logged)]
         if resumed:
             print(f"persistent rotations: {', '.join(resumed)} read back from {log_path}")
     it = list(conditions)
@@ -240,7 +244,7 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
 
         it = tqdm(it, desc="persistent rotations", leave=False)
     for c in it:
-        ckey = {"stage": "generation", "condition": c, **settings}
+        ckey = {"stage": "generation", "condition": c, **logged}
         done = log.get(**ckey) if log else None
         if done is None:
             df, gens = persistent_rotations(model, st.tokens, st.prompts.groups, h, st.u, layer=layer,
