@@ -147,3 +147,26 @@ def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name
     for table, df in a.result.load(shared).tables().items():
         kinds = df[list(IDENTITY)].drop_duplicates()
         assert len(kinds) == (len(first.tables().get(table, ())) > 0) + (len(again.tables().get(table, ())) > 0), table
+
+
+# the analyses that read a text by name (a named corpus or a file); tokenwise and geometries are tested in their
+# folders (with their state pools), compression's prompts come after a compression of its own
+TEXT_FIELD = {n: f for n, a in ANALYSES.items() for f in ("corpus", "sentence_corpus")
+              if f in {x.name for x in dataclasses.fields(a.config)} and n not in ("tokenwise", "geometries",
+                                                                                   "compression")}
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_FIELD))
+def test_a_text_changed_under_its_file_name_is_computed_again(name, llama, tmp_path, capsys):
+    """Run on a text file, the file rewritten, run again into the same folder: the numbers of a fresh folder
+    (a changed input under an old name is recomputed), and a run that keeps a log says that it recomputed rows
+    (what does not read the text, e.g. BLiMP or zero-shot items, may be read back)."""
+    from tests.rerun import changed_corpus_runs
+
+    a = ANALYSES[name]
+    cfg = a.config(**{**a.tiny, **({"sentence_tail": 1.0} if TEXT_FIELD[name] == "sentence_corpus" else {})})
+    again, fresh, said = changed_corpus_runs(lambda m, c, out: a.run(m, c, out=out), llama, cfg, tmp_path, capsys,
+                                             field=TEXT_FIELD[name])
+    _assert_same(again, fresh)
+    if [f for f in (tmp_path / "same").glob("*.jsonl") if f.name != "provenance.jsonl"]:  # a resume log
+        assert [line for line in said if line.startswith("recomputed")], said

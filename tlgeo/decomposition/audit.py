@@ -47,7 +47,7 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
-from ..results import ResultLog
+from ..results import ResultLog, content_digest
 from ..hooks.sites import get_site
 from ..models import Model, input_device, read_weights, run_identity
 
@@ -55,7 +55,7 @@ __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 
 AUDIT_SITES: tuple[str, ...] = ("attn", "value_excl_self", "value_full")
 MODES = ("each", "all")
-KEY = ("site", "s_par", "s_perp", "mode", "layer", "n_tokens", "skip_first_pos")
+KEY = ("site", "s_par", "s_perp", "mode", "layer", "n_tokens", "skip_first_pos", "inputs")  # inputs: the tokens' digest
 _SUMS = ("n", "rho_sum", "rho2_sum", "kappa_sum", "diff_norm_sum", "diff_sq_sum",
          "y_norm_sum", "y_sq_sum", "new_norm_sum")
 
@@ -175,7 +175,9 @@ def post_wo_audit(
     if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
         raise ValueError("post_wo_audit takes numeric s_par / s_perp")
     chosen = resolve_layers(model.cfg, layers, skip_first)
-    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
+    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("inputs",))
+           if log_path is not None else None)
+    inputs = content_digest(tokens)
     device = input_device(model)
     n_tokens = int(tokens.numel())
     groups = [[l] for l in chosen] if mode == "each" else [chosen]
@@ -187,7 +189,7 @@ def post_wo_audit(
         work = tqdm(work, desc="audit", unit="run")
     for site, group in work:
         keys = [{"site": site.name, "s_par": s_par, "s_perp": s_perp, "mode": mode, "layer": l,
-                 "n_tokens": n_tokens, "skip_first_pos": skip_first_pos} for l in group]
+                 "n_tokens": n_tokens, "skip_first_pos": skip_first_pos, "inputs": inputs} for l in group]
         stored = [log.get(**k) if log is not None else None for k in keys]
         if all(r is not None for r in stored):
             rows += stored

@@ -51,7 +51,8 @@ def compare_edits(
     ``ppl, nll, word_ppl, n_tokens, delta_ppl`` (against the unedited row).
     """
     edits = list(edits)
-    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
+    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("text_sha1",))
+           if log_path is not None else None)
     rows: list[dict] = []
     runs: list[tuple[dict, list]] = [(baseline_key(), [])]
     runs += [(e.describe(), e.hooks(model)) for e in edits]  # validates every edit up front

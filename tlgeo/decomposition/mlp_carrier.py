@@ -59,7 +59,7 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
 from ..evals.perplexity import perplexity
-from ..results import ResultLog
+from ..results import ResultLog, content_digest
 from ..hooks.sites import Site, Update
 from ..models import Model, read_weights, run_identity
 
@@ -384,7 +384,7 @@ class CarrierEdit:
 # ---------------------------------------------------------------- experiment
 
 _LABELS = {"mlp": "residual mlp", "h_vs_x": "h vs x", "y_vs_h": "y_g vs h_g"}
-_KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "narrow", "context", "max_tokens", "n_chars")
+_KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "narrow", "context", "max_tokens", "n_chars", "inputs")
 
 
 def mlp_carrier_table(
@@ -445,7 +445,9 @@ def mlp_carrier_table(
                 runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
     hooks = [e.hooks(model) if e is not None else [] for *_, e in runs]  # validate up front
 
-    log = ResultLog(log_path, _KEY, identity=run_identity(model).row()) if log_path is not None else None
+    log = (ResultLog(log_path, _KEY, identity=run_identity(model).row(), content=("inputs",))
+           if log_path is not None else None)
+    inputs = content_digest(text)  # the text scored: another text under the same name is computed again
     rows = []
     it = list(zip(runs, hooks))
     if progress:
@@ -457,7 +459,7 @@ def mlp_carrier_table(
             "site": site, "s_par": 1.0 if e is None else e.s_par,
             "s_perp": 1.0 if e is None else e.s_perp, "layers": list(layers) if e else "none",
             "skip_first": skip_first, "narrow": n, "context": context, "max_tokens": max_tokens,
-            "n_chars": len(text),
+            "n_chars": len(text), "inputs": inputs,
         }
         row = log.get(**key) if log is not None else None
         if row is None:

@@ -250,7 +250,8 @@ def _run_sweep(
     batches, ids = _corpus(model, text, context, max_tokens, batch_size)
     key_extra = {**key_extra, "context": context, "max_tokens": max_tokens,
                  "corpus": _fingerprint(ids), "model": _model_name(model)}
-    log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
+    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("corpus",))  # corpus: its digest
+           if log_path is not None else None)
 
     def key_of(fields: dict) -> dict:
         return {k: fields[k] if k in fields else key_extra.get(k) for k in KEY}

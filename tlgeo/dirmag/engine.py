@@ -113,7 +113,9 @@ class SweepGrid:
         ``measure`` scores the clean pass's sentences under the perturbation (e.g. with
         :func:`perturbed_scores`) and returns the row's values. With ``log_path`` each row is
         stored at once and a rerun reads it back instead (``key``: the log's key columns)."""
-        log = ResultLog(log_path, key, identity=run_identity(model).row()) if log_path is not None else None
+        key = tuple(key)
+        log = (ResultLog(log_path, key, identity=run_identity(model).row(),
+                         content=[c for c in ("text_sha1",) if c in key]) if log_path is not None else None)
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
         grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)
