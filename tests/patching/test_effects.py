@@ -49,9 +49,29 @@ def test_effect_test_p_value_separates_a_planted_effect_from_none():
     none = effect_test(corrupted, clean, corrupted, "denoise", n_boot=50)  # exactly 0 on every prompt
     assert none["effect"] == 0 and none["se"] == 0 and none["p"] == 1
     full = effect_test(clean, clean, corrupted, "denoise", n_boot=50)  # exactly 1 in every resample
-    assert full["effect"] == 1 and full["se"] == 0 and full["p"] == 0
+    assert full["effect"] == 1 and full["se"] == 0 and 0 < full["p"] < 1e-6  # the t-test of the numerators
     undefined = effect_test([1.0, 2.0], [2.0, 2.0], [2.0, 2.0], "denoise", n_boot=20)  # zero gap
     assert np.isnan(undefined["effect"]) and undefined["p"] == 1
+
+
+def test_the_p_value_of_a_handful_of_prompts_is_the_t_test_of_their_numerators_not_a_normal_tail():
+    """Eight prompts whose patch moves the metric consistently: the normal (Wald) p from the bootstrap SE was
+    below 1e-100; the t-test with 7 degrees of freedom, what eight prompts can say, is about 1e-9, written to
+    two significant digits."""
+    from scipy.stats import ttest_1samp
+
+    from tlgeo.stats.multiple import wald_pvalue
+
+    rng = np.random.default_rng(3)
+    clean, corrupted = 4 + 0.1 * rng.normal(size=8), np.zeros(8)
+    patched = 2 + 0.06 * rng.normal(size=8)  # half the gap restored on every prompt
+    t = effect_test(patched, clean, corrupted, "denoise", n_boot=1000, seed=0)
+    assert wald_pvalue(t["effect"], t["se"]) < 1e-100  # what the table said before
+    exact = ttest_1samp(patched - corrupted, 0.0).pvalue
+    assert 1e-12 < t["p"] < 1e-6 and t["p"] == float(f"{exact:.2g}")
+    noising = effect_test(patched, clean, corrupted, "noise", n_boot=100)
+    assert noising["p"] == float(f"{ttest_1samp(clean - patched, 0.0).pvalue:.2g}")
+    assert effect_test([3.0], [4.0], [0.0], "denoise", n_boot=10)["p"] == 1  # one prompt: no test
 
 
 def test_q_values_are_benjamini_hochberg_within_each_family():

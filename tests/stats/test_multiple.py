@@ -44,8 +44,10 @@ def test_spearman_matrix_p_values():
     x = np.column_stack([a, a + rng.normal(size=240), rng.normal(size=240), np.ones(240)])
     m = spearman_matrix(x, groups=window, n_boot=100)
     assert m["p"].dtype == np.float64 and not np.isnan(m["p"]).any()
-    np.testing.assert_allclose(m["p"][:3, :3], 2 * norm.sf(np.abs(m["rho"][:3, :3]) / m["se"][:3, :3]), rtol=1e-9,
-                               atol=1e-300)  # diagonal: rho 1 and SE 0, p 0
+    from scipy.stats import t
+
+    np.testing.assert_allclose(m["p"][:3, :3], 2 * t.sf(np.abs(m["rho"][:3, :3]) / m["se"][:3, :3], 29), rtol=1e-9,
+                               atol=1e-300)  # Student's t over the 30 windows; diagonal: rho 1 and SE 0, p 0
     assert m["p"][0, 1] < 1e-6 and (m["p"][3, :3] == 1).all()  # a constant column: rho undefined, p = 1
     # under the null the 5% test rejects about 5% of the time (the SE is the bootstrap's, not its variance)
     # (about 5% at n_boot=200 with 20 windows; a little more with this test's few resamples)
@@ -54,3 +56,19 @@ def test_spearman_matrix_p_values():
         g = np.random.default_rng(s)
         hits += spearman_matrix(g.normal(size=(50, 2)), n_boot=30, n_shuffle=1, seed=s)["p"][0, 1] < 0.05
     assert 0.0 < hits / 100 < 0.15
+
+
+def test_a_small_sample_gets_students_t_and_the_t_test_of_its_mean():
+    from scipy.stats import t, ttest_1samp
+
+    from tlgeo.stats.multiple import mean_test_pvalue, significant_digits
+
+    assert wald_pvalue(5.0, 1.0, df=9) == pytest.approx(2 * t.sf(5.0, 9), rel=1e-12)
+    assert wald_pvalue(5.0, 1.0, df=9) > 1000 * wald_pvalue(5.0, 1.0)  # 7.4e-4 against 5.7e-7
+    assert wald_pvalue(5.0, 1.0, df=0) == 1  # one unit: no test
+    x = np.array([0.9, 1.1, 1.3, 0.7, 1.0, 1.2, 0.8, 1.05])
+    assert mean_test_pvalue(x) == pytest.approx(ttest_1samp(x, 0.0).pvalue, rel=1e-12)
+    assert mean_test_pvalue([1.0]) == 1 and mean_test_pvalue([0.0, 0.0]) == 1 and mean_test_pvalue([2.0, 2.0]) == 0
+    assert mean_test_pvalue([1.0, np.nan, 2.0]) == 1
+    np.testing.assert_array_equal(significant_digits([0.012345, 1.03e-300, 0.0, np.nan, 1.0, 0.996]),
+                                  [0.012, 1e-300, 0.0, np.nan, 1.0, 1.0])

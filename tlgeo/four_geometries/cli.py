@@ -27,7 +27,7 @@ LEGEND = "\n".join((
     "  subspace of the rest (D), the next one (S) and the remainder (F); tok_error: the local linear tokenwise",
     "  fit's relative error.",
     "significant: blocks whose 95% CI (windows resampled) excludes 0; significant_bh: blocks with",
-    "  Benjamini-Hochberg q < 0.05 over all pairs x blocks (Wald p from the bootstrap SE).",
+    "  Benjamini-Hochberg q < 0.05 over all pairs x blocks (p: |rho| / bootstrap SE against Student's t over the windows).",
     "partial: rho given position and token frequency; partial_atypical: given those, the state's norm and the",
     "  mean distances of h_l and h_l+1 to their k nearest pool states (both sides may only track how atypical",
     "  a token is);",

@@ -81,7 +81,7 @@ def run_command(args: argparse.Namespace) -> int:
               "within the task, method and direction):")
         print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3g}".format))
         print("\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
-              "and direction; p: Wald, bootstrap SE over prompts):")
+              "and direction; p: t-test of the per-prompt numerators):")
         print(significance_summary(res.effects).to_string(index=False, float_format="{:.3g}".format))
         agree = res.agreement
         if agree is not None:

@@ -190,8 +190,9 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     [n, c]`` (:func:`partial_spearman`).
 
     Returns ``{"rho", "low", "high", "se", "p", "shuffled", "partial"}``, each ``[k, k]`` float64: ``se`` is the
-    standard deviation of the bootstrap rhos (NaN with fewer than two defined), ``p`` the two-sided Wald p-value
-    ``2 (1 - Phi(|rho| / se))`` of rho = 0 (:func:`~tlgeo.stats.multiple.wald_pvalue`; 1 where rho or se is
+    standard deviation of the bootstrap rhos (NaN with fewer than two defined), ``p`` the two-sided p-value of
+    rho = 0 from ``|rho| / se`` against Student's t with one degree of freedom less than there are groups (the
+    independent units the bootstrap resampled; :func:`~tlgeo.stats.multiple.wald_pvalue`; 1 where rho or se is
     undefined, e.g. for a constant column); ``partial`` only with ``controls``. The ``n`` items must be finite."""
     x = np.asarray(x, dtype=float)
     if x.ndim != 2 or x.shape[0] < 3:
@@ -211,7 +212,7 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
         se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
                       np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
     rho = _spearman_matrix(x)
-    out = {"rho": rho, "low": low, "high": high, "se": se, "p": wald_pvalue(rho, se),
+    out = {"rho": rho, "low": low, "high": high, "se": se, "p": wald_pvalue(rho, se, df=len(np.unique(groups)) - 1),
            "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
     if controls is not None:
         out["partial"] = partial_spearman(x, controls)
