@@ -1,0 +1,501 @@
+"""The claims of RESULTS.md, each a check over the committed tables it reads, and the tables RESULTS.md prints
+from them.
+
+    .venv/bin/python results/claims.py            # every claim: holds or not, and the numbers that decided it
+    .venv/bin/python results/claims.py --table patching-heads   # a generated table's Markdown
+
+RESULTS.md cites a claim by its id in a code span inside the sentence it backs (`` `[1.perp-carries]` ``);
+``tests/test_claims.py`` evaluates every claim on the committed tables, fails on one they contradict, on an id
+cited but not registered (or registered but not cited), on a sentence of a finding that says something
+checkable without an id, and on a generated table that differs from what :data:`TABLES` prints now. A
+sentence marked `` `[interpretation]` `` is a reading of the numbers, not a finding of the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tlgeo.report.claims import Claims, Verdict, ci_excludes_zero, differs  # noqa: E402
+
+CLAIMS = Claims()
+claim = CLAIMS.claim
+
+EDITS = "results/run-smollm2-135m/edits.csv"
+PROFILE = "results/run-smollm2-135m/profile_summary.csv"
+ZEROSHOT = "results/atlas-smollm2-135m/compare_zeroshot_paired.csv"
+AUDIT = "results/atlas-smollm2-135m/audit.csv"
+CARRIER = "results/atlas-smollm2-135m/mlp_carrier.csv"
+DAMAGE = "results/dirmag-smollm2-135m/dirmag_damage.csv"
+DAMAGE_SUMMARY = "results/dirmag-smollm2-135m/dirmag_damage_summary.csv"
+TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
+EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
+BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
+RELATIONS = "results/geometries-smollm2-135m/geometries_relations.csv"
+GEO_TOKENS = "results/geometries-smollm2-135m/geometries_tokens.csv.gz"
+
+
+def _near(x: float, quoted: float, decimals: int) -> bool:
+    return round(float(x), decimals) == quoted
+
+
+# -- 1. directional decomposition ---------------------------------------------------------------------------
+
+def _ppl(edits: pd.DataFrame, site: str, s_par: float = 1.0, s_perp: float = 1.0) -> float:
+    row = edits[(edits["site"] == site) & (edits["s_par"] == s_par) & (edits["s_perp"] == s_perp)]
+    return float(row["ppl"].iloc[0])
+
+
+@claim("1.perp-carries", "Removing the perpendicular part is catastrophic at every site: at least 1,000 times the "
+       "unedited perplexity.", EDITS)
+def _(edits):
+    base = _ppl(edits, "none")
+    ratios = {s: _ppl(edits, s, 1.0, 0.0) / base for s in edits.loc[edits["s_perp"] == 0, "site"]}
+    return Verdict(min(ratios.values()) >= 1000, f"perplexity ratios {ratios}")
+
+
+@claim("1.par-not-free", "Removing the parallel part of the exclude-self value aggregate costs 73.2 perplexity points "
+       "(more than the paper's one point), a little less than removing it from the residual attention update "
+       "(85.89).", EDITS)
+def _(edits):
+    base = _ppl(edits, "none")
+    excl, attn = _ppl(edits, "value_excl_self", 0.0) - base, _ppl(edits, "attn", 0.0) - base
+    return Verdict(_near(excl, 73.2, 1) and _near(attn, 85.89, 2) and 1 < excl < attn, f"{excl=:.3f} {attn=:.3f}")
+
+
+@claim("1.excl-self-less", "Exclude-self removal costs less than half of what full value-aggregate removal costs "
+       "(197.3).", EDITS)
+def _(edits):
+    base = _ppl(edits, "none")
+    excl, full = _ppl(edits, "value_excl_self", 0.0) - base, _ppl(edits, "value_full", 0.0) - base
+    return Verdict(_near(full, 197.3, 1) and excl < full / 2, f"{excl=:.3f} {full=:.3f}")
+
+
+@claim("1.self-is-parallel", "value_full and value_excl_self agree for s_perp = 0 (relative difference below 1e-5).",
+       EDITS)
+def _(edits):
+    a, b = _ppl(edits, "value_full", 1.0, 0.0), _ppl(edits, "value_excl_self", 1.0, 0.0)
+    return Verdict(abs(a - b) / b < 1e-5, f"{a=} {b=}")
+
+
+@claim("1.mostly-perp", "The median parallel ratio is below 1 at every layer and site but value_full at layer 27 "
+       "(1.140); attention 0.083 to 0.834, MLP 0.032 to 0.314.", PROFILE)
+def _(prof):
+    above = prof[prof["parallel_ratio_median"] >= 1]
+    attn, mlp = (prof.loc[prof["site"] == s, "parallel_ratio_median"] for s in ("attn", "mlp"))
+    one = len(above) == 1 and above["site"].iloc[0] == "value_full" and int(above["layer"].iloc[0]) == 27
+    ranges = [_near(attn.min(), 0.083, 3), _near(attn.max(), 0.834, 3), _near(mlp.min(), 0.032, 3),
+              _near(mlp.max(), 0.314, 3), _near(above["parallel_ratio_median"].iloc[0], 1.140, 3)]
+    return Verdict(one and all(ranges), f"{len(above)} rows at or above 1")
+
+
+@claim("1.block-below-one", "The mean parallel ratio of the block's whole update is below 1 at all 30 layers (0.060 to "
+       "0.400): the reverse of the paper's Figure 1.", PROFILE)
+def _(prof):
+    b = prof[prof["site"] == "block"]["parallel_ratio_mean"]
+    return Verdict(len(b) == 30 and b.max() < 1 and _near(b.min(), 0.060, 3) and _near(b.max(), 0.400, 3),
+                   f"block mean ratio {b.min():.4f}..{b.max():.4f} over {len(b)} layers")
+
+
+@claim("1.zeroshot-none-differs", "Of the four edited conditions' paired zero-shot changes, none differs from the "
+       "unedited model after Benjamini-Hochberg over the table's eight tests; diagonal removal's accuracy has the "
+       "only uncorrected p below 0.05 (-13.33 points, CI -23.33 to -3.33, p 0.021).", ZEROSHOT)
+def _(z):
+    from tlgeo.stats.multiple import bh_qvalues
+
+    z = z.assign(q=bh_qvalues(z["p"].to_numpy()))
+    diag = z[(z["condition"] == "diag s_par=0") & (z["metric"] == "acc")].iloc[0]
+    uncorrected = z[z["p"] < 0.05]
+    return Verdict(z["condition"].nunique() == 4 and not any(differs(r) for _, r in z.iterrows())
+                   and len(uncorrected) == 1 and uncorrected.index[0] == diag.name and ci_excludes_zero(diag)
+                   and _near(diag["delta"], -13.33, 2) and _near(diag["p"], 0.021, 3),
+                   f"smallest q {z['q'].min():.3f}")
+
+
+@claim("1.zeroshot-value-full", "60 items per condition. Value-full removal's paired accuracy change is -13.33 points, CI -28.33 to +1.67 "
+       "(p 0.139); exclude-self's +5.0, CI -5.0 to +15.0.", ZEROSHOT)
+def _(z):
+    acc = z[z["metric"] == "acc"].set_index("condition")
+    full, excl = acc.loc["value_full s_par=0"], acc.loc["value_excl_self s_par=0"]
+    return (_near(full["delta"], -13.33, 2) and _near(full["ci_low"], -28.33, 2) and _near(full["ci_high"], 1.67, 2)
+            and _near(full["p"], 0.139, 3) and _near(excl["delta"], 5.0, 1) and _near(excl["ci_low"], -5.0, 1)
+            and _near(excl["ci_high"], 15.0, 1) and bool(z["n"].eq(60).all()))
+
+
+@claim("1.audit-excl-more", "Residual attention perturbation 0.2046, energy 0.0670, retained 0.9642; exclude-self "
+       "0.3353, 0.1406, 0.8671: the exclude-self edit changes more of the attention output than the residual one "
+       "(perturbation, energy; less retained), as in the paper.", AUDIT)
+def _(audit):
+    from tlgeo.decomposition.paper import PAPER
+
+    a, e = (audit[audit["site"] == s].iloc[0] for s in ("attn", "value_excl_self"))
+    quoted = [(a, [0.2046, 0.0670, 0.9642]), (e, [0.3353, 0.1406, 0.8671])]
+    if not all(_near(r[c], v, 4) for r, vs in quoted for c, v in zip(("perturbation_mean", "energy_mean",
+                                                                       "retained_mean"), vs)):
+        return Verdict(False, "a quoted audit number is not its row's")
+    ours = (e["perturbation_mean"] > a["perturbation_mean"] and e["energy_mean"] > a["energy_mean"]
+            and e["retained_mean"] < a["retained_mean"])
+    paper = [PAPER[("audit", "value_excl_self", k)] > PAPER[("audit", "attn", k)] for k in ("perturbation %", "energy %")]
+    paper.append(PAPER[("audit", "value_excl_self", "retained %")] < PAPER[("audit", "attn", "retained %")])
+    return Verdict(bool(ours and all(paper)), f"ours {e['perturbation_mean']:.4f} vs {a['perturbation_mean']:.4f}")
+
+
+@claim("1.mlp-carrier", "Removing the parallel part of the residual MLP update costs 4.569 nats, of h relative to x "
+       "0.1195, of the gated output relative to the gate 0.0177; the perpendicular part 17.20 nats at the residual.",
+       CARRIER)
+def _(mc):
+    d = mc.set_index(["site", "removal"])["delta_loss"] if "removal" in mc else None
+    if d is None:
+        return Verdict(False, f"columns {list(mc.columns)}")
+    got = {k: float(d.loc[k].iloc[0] if isinstance(d.loc[k], pd.Series) else d.loc[k])
+           for k in [("mlp", "no_para"), ("h_vs_x", "no_para"), ("y_vs_h", "no_para"), ("mlp", "no_perp")]}
+    return Verdict(_near(got[("mlp", "no_para")], 4.569, 3) and _near(got[("h_vs_x", "no_para")], 0.1195, 4)
+                   and _near(got[("y_vs_h", "no_para")], 0.0177, 4) and _near(got[("mlp", "no_perp")], 17.20, 2),
+                   str(got))
+
+
+# -- 2. direction vs magnitude ------------------------------------------------------------------------------
+
+def _damages(damage: pd.DataFrame) -> pd.DataFrame:
+    return damage.pivot_table(index=["delta", "seed"], columns="kind", values="damage")
+
+
+@claim("2.angle-more-in-the-mean", "The angle perturbation does more damage than the magnitude in the mean over seeds "
+       "at every delta, by a factor of 1.15 to 1.75.", DAMAGE_SUMMARY)
+def _(s):
+    r = s["angle_damage"] / s["magnitude_damage"]
+    return Verdict(bool((r > 1).all()) and _near(r.min(), 1.15, 2) and _near(r.max(), 1.75, 2),
+                   f"ratios {r.round(3).tolist()}")
+
+
+@claim("2.angle-more-per-seed", "At every seed the angle does more damage from delta = 5 on; at delta = 1 and 2 one "
+       "seed of three shows the reverse.", DAMAGE)
+def _(d):
+    w = _damages(d)
+    more = w["angle"] > w["magnitude"]
+    small = ~more[more.index.get_level_values("delta") <= 2]
+    per_delta = small.groupby(level="delta").sum()
+    return Verdict(bool(more[more.index.get_level_values("delta") >= 5].all()) and list(per_delta) == [1, 1]
+                   and d["seed"].nunique() == 3, f"reversed (delta, seed): {list(small[small].index)}")
+
+
+@claim("2.paper-ratio-falls", "The paper's Pythia-410M is damaged by the angle many times more than by the magnitude "
+       "at small delta (over ten times at delta 1 and 2), and the two come together as delta grows; here the ratio "
+       "stays below 2 at every delta.", DAMAGE_SUMMARY)
+def _(s):
+    p = s.dropna(subset=["paper_angle"]).sort_values("delta")
+    pr = (p["paper_angle"] / p["paper_magnitude"]).to_numpy()
+    ours = s["angle_damage"] / s["magnitude_damage"]
+    return Verdict(bool(pr[0] > 10 and pr[1] > 10 and pr[-1] < 2 and np.all(np.diff(pr) < 0) and (ours < 2).all()),
+                   f"paper ratios {np.round(pr, 2).tolist()}")
+
+
+@claim("2.small-grid", "The paper's absolute grid (delta up to 20) moves SmolLM2's states (median norm 171.6) by at "
+       "most about a tenth of their norm, where both damages stay below a tenth of the clean loss (4.823); at a "
+       "quarter, half and the whole of the median norm the ratio is between 1.24 and 1.59.", DAMAGE_SUMMARY, DAMAGE)
+def _(s, d):
+    grid = s[s["delta"] <= 20]
+    clean = float(d["clean_loss"].iloc[0])
+    big = s[s["delta"] > 20]
+    r = big["angle_damage"] / big["magnitude_damage"]
+    return Verdict(bool(grid["delta_over_norm"].max() < 0.15 and (grid[["angle_damage", "magnitude_damage"]]
+                                                                  < clean / 10).all().all()
+                        and _near(clean, 4.823, 3) and _near(float(d["median_norm"].iloc[0]), 171.6, 1)
+                        and _near(r.min(), 1.24, 2) and _near(r.max(), 1.59, 2)),
+                   f"largest delta/norm on the grid {grid['delta_over_norm'].max():.4f}")
+
+
+@claim("2.spread", "From delta = 5 on the sd over seeds is at most a third of the mean (e.g. 0.0676 +- 0.0080 at "
+       "delta = 10); at delta = 1 and 2 it is more than half the mean.", DAMAGE_SUMMARY)
+def _(s):
+    rel = pd.concat([s["magnitude_sd"] / s["magnitude_damage"], s["angle_sd"] / s["angle_damage"]], axis=1).max(axis=1)
+    big, small = rel[s["delta"] >= 5], rel[s["delta"] <= 2]
+    ten = s[s["delta"] == 10].iloc[0]
+    return Verdict(bool(big.max() <= 1 / 3 and (small > 0.5).all() and _near(ten["angle_damage"], 0.0676, 4)
+                        and _near(ten["angle_sd"], 0.0080, 4)),
+                   f"largest sd/mean from delta 5: {big.max():.3f}; at 1 and 2: {small.round(2).tolist()}")
+
+
+@claim("2.rmsnorm-reverse", "SmolLM2 normalises with RMSNorm, for which the paper predicts that magnitude does more "
+       "damage than angle; here the angle does more at every seed from delta = 5 on, the reverse, on 3 seeds.",
+       DAMAGE)
+def _(d):
+    from tlgeo.families.registry import get_family
+    from tlgeo.planner import CALIBRATION_MODEL  # SmolLM2-135M's shape, its family included
+
+    w = _damages(d)
+    big = w[w.index.get_level_values("delta") >= 5]
+    norm = get_family(CALIBRATION_MODEL.family).norm
+    return Verdict(bool((big["angle"] > big["magnitude"]).all()) and d["seed"].nunique() == 3
+                   and d["model"].eq(CALIBRATION_MODEL.name).all() and norm == "RMSNorm",
+                   f"norm of SmolLM2's family: {norm}")
+
+
+# -- 5. geometry-resolved activation patching ---------------------------------------------------------------
+
+def _exact(effects: pd.DataFrame) -> pd.DataFrame:
+    return effects[(effects["method"] == "exact") & (effects["direction"] == "denoise")]
+
+
+def _cell(effects: pd.DataFrame, seed: int, name: str, component: str = "head") -> pd.Series:
+    l, h = int(name[1:].split("H")[0]), int(name.split("H")[1])
+    d = effects[(effects["seed"] == seed) & (effects["component"] == component) & (effects["layer"] == l)
+                & (effects["head"] == h)]
+    return d.iloc[0]
+
+
+TOP_HEADS = 5  # the heads table: each sample's strongest heads by |whole-head effect|, their union
+
+
+def top_heads(effects: pd.DataFrame, k: int = TOP_HEADS) -> list[str]:
+    """The union of each prompt sample's ``k`` heads with the largest |exact whole-head denoising effect|, ordered
+    by their mean |effect| over the samples."""
+    h = _exact(effects)
+    h = h[h["component"] == "head"].assign(size=lambda x: x["effect"].abs())
+    names = {f"L{int(r['layer'])}H{int(r['head'])}" for s in sorted(h["seed"].unique())
+             for _, r in h[h["seed"] == s].nlargest(k, "size").iterrows()}
+    mean = h.assign(name="L" + h["layer"].astype(str) + "H" + h["head"].astype(str)).groupby("name")["size"].mean()
+    return sorted(names, key=lambda n: -mean[n])
+
+
+def _fmt_cell(r: pd.Series, ci: bool) -> str:
+    text = f"{r['effect']:.4f}".replace("-", "−")
+    if ci:
+        text += f" [{r['ci_low']:.4f}, {r['ci_high']:.4f}]".replace("-", "−")
+    if not r["q"] < 0.05:
+        text += f" (q {r['q']:.4f})"
+    return text
+
+
+def patching_heads_table(effects: pd.DataFrame) -> str:
+    """RESULTS §5's heads table: every head among the union of each sample's strongest (:func:`top_heads`), both
+    samples in every cell (seed 0; seed 1), the whole head with its CI, each part's effect, and q wherever it is
+    0.05 or more."""
+    ex = _exact(effects)
+    parts = ["head", "head_par", "head_perp", "self", "nonself"]
+    lines = ["| head | whole head | `head_par` | `head_perp` | `self` | `nonself` |", "|---|---|---|---|---|---|"]
+    for name in top_heads(effects):
+        cells = ["; ".join(_fmt_cell(_cell(ex, s, name, c), c == "head") for s in (0, 1)) for c in parts]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"patching-heads": (patching_heads_table, EFFECTS)}
+
+
+@claim("5.task", "The model answers 0.938 (seed 0) and 1.000 (seed 1) of the clean IOI prompts right; clean / "
+       "corrupted metric 4.593 / -0.015 and 4.945 / -0.491.", TASKS)
+def _(t):
+    a, b = (t[t["seed"] == s].iloc[0] for s in (0, 1))
+    return (_near(a["accuracy"], 0.938, 3) and _near(b["accuracy"], 1.0, 3) and _near(a["clean_metric"], 4.593, 3)
+            and _near(a["corrupted_metric"], -0.015, 3) and _near(b["clean_metric"], 4.945, 3)
+            and _near(b["corrupted_metric"], -0.491, 3))
+
+
+@claim("5.top-heads-shared", "The two samples share three of their four strongest heads (L23H3, L23H0, L29H1); L24H4 is "
+       "second on seed 1 (q 0.0005) and not significant on seed 0 (q 0.305).", EFFECTS)
+def _(e):
+    h = _exact(e)
+    h = h[h["component"] == "head"].assign(size=lambda x: x["effect"].abs())
+    top4 = [{f"L{int(r['layer'])}H{int(r['head'])}" for _, r in h[h["seed"] == s].nlargest(4, "size").iterrows()}
+            for s in (0, 1)]
+    second = h[h["seed"] == 1].nlargest(2, "size").iloc[1]
+    l24 = [_cell(h, s, "L24H4") for s in (0, 1)]
+    return Verdict(top4[0] & top4[1] == {"L23H3", "L23H0", "L29H1"} and (int(second["layer"]), int(second["head"]))
+                   == (24, 4) and differs(l24[1]) and not differs(l24[0]) and _near(l24[0]["q"], 0.305, 3)
+                   and _near(l24[1]["q"], 0.0005, 4), f"top four per sample: {top4}")
+
+
+@claim("5.sample-moves-within-ci", "For every head of the table the change of its whole-head effect between the two "
+       "samples is less than the width of either sample's CI.", EFFECTS)
+def _(e):
+    ex = _exact(e)
+    worst = []
+    for name in top_heads(e):
+        a, b = (_cell(ex, s, name) for s in (0, 1))
+        worst.append((abs(a["effect"] - b["effect"]) / min(a["ci_high"] - a["ci_low"], b["ci_high"] - b["ci_low"]),
+                      name))
+    return Verdict(max(worst)[0] < 1, f"largest change / narrower CI width: {max(worst)[0]:.3f} ({max(worst)[1]})")
+
+
+@claim("5.l23h2", "L23H2 passes the corrected test on one sample (q 0.0043) and not on the other (q 0.0696).", EFFECTS)
+def _(e):
+    a, b = (_cell(_exact(e), s, "L23H2") for s in (0, 1))
+    return differs(a) and not differs(b) and _near(a["q"], 0.0043, 4) and _near(b["q"], 0.0696, 4)
+
+
+@claim("5.counts", "Rows with q < 0.05: 40 of 660 per method on seed 0; 56 (exact) and 59 (attribution) of 660 on "
+       "seed 1.", EFFECTS)
+def _(e):
+    c = e.groupby(["seed", "method"]).agg(n=("q", "size"), sig=("q", lambda q: int((q < 0.05).sum())))
+    want = {(0, "exact"): 40, (0, "attribution"): 40, (1, "exact"): 56, (1, "attribution"): 59}
+    return Verdict(all(c.loc[k, "sig"] == v and c.loc[k, "n"] == 660 for k, v in want.items()), c.to_string())
+
+
+@claim("5.par-tiny", "The largest |effect| of any head's head_par is 0.0016 (seed 0) and 0.0019 (seed 1): less than "
+       "0.2 % of the gap.", EFFECTS)
+def _(e):
+    hp = _exact(e)
+    hp = hp[hp["component"] == "head_par"].groupby("seed")["effect"].apply(lambda x: x.abs().max())
+    return Verdict(_near(hp[0], 0.0016, 4) and _near(hp[1], 0.0019, 4) and hp.max() < 0.002, str(hp.to_dict()))
+
+
+@claim("5.par-baseline", "Heads write along the residual several times as much as a random direction would (the "
+       "median head over seven times on each sample, L23H3 nine times); quoted shares: L23H3 0.01608 against 0.00180 "
+       "(1/d_model 0.00174), L29H1 0.01529 against 0.00193, L23H0 0.00180 against 0.00156; over the 90 heads from "
+       "0.0009 to 0.2542, the median head a percent or two.", BASELINE)
+def _(b):
+    b = b.assign(ratio=b["par_share"] / b["par_share_rotated"])
+    s0 = b[b["seed"] == 0].set_index(["layer", "head"])
+    med = b.groupby("seed")["ratio"].median()
+    quoted = [(23, 3, 0.01608, 0.00180), (29, 1, 0.01529, 0.00193), (23, 0, 0.00180, 0.00156)]
+    return Verdict(bool((med > 7).all() and round(float(s0.loc[(23, 3), "ratio"])) == 9
+                        and all(_near(s0.loc[(l, h), "par_share"], p, 5) and _near(s0.loc[(l, h), "par_share_rotated"],
+                                                                                    r, 5) for l, h, p, r in quoted)
+                        and _near(s0.loc[(23, 3), "par_share_expected"], 0.00174, 5)
+                        and _near(b["par_share"].min(), 0.0009, 4) and _near(b["par_share"].max(), 0.2542, 4)
+                        and 0.01 <= b["par_share"].median() <= 0.02 and b.groupby("seed").size().eq(90).all()),
+                   f"median ratio per seed {med.round(2).to_dict()}; median share {b['par_share'].median():.4f}")
+
+
+@claim("5.l23h3-nonself", "L23H3 acts through its non-self aggregate orthogonal to its own value: on both samples "
+       "nonself_perp lies in the whole head's CI, and neither its self message nor nonself_par differs from 0.",
+       EFFECTS)
+def _(e):
+    ex = _exact(e)
+    ok = []
+    for s in (0, 1):
+        whole, perp = _cell(ex, s, "L23H3"), _cell(ex, s, "L23H3", "nonself_perp")
+        ok += [whole["ci_low"] <= perp["effect"] <= whole["ci_high"], differs(perp),
+               not differs(_cell(ex, s, "L23H3", "self")), not differs(_cell(ex, s, "L23H3", "nonself_par"))]
+    return all(ok)
+
+
+@claim("5.l29-self", "L29H1 and L29H0 act mostly through their self message (more than half of the whole head's "
+       "effect, on both samples), with opposite signs.", EFFECTS)
+def _(e):
+    ex = _exact(e)
+    ok = []
+    for s in (0, 1):
+        for name, sign in (("L29H1", 1), ("L29H0", -1)):
+            whole, self_ = _cell(ex, s, name), _cell(ex, s, name, "self")
+            ok += [differs(self_), np.sign(self_["effect"]) == sign, self_["effect"] / whole["effect"] > 0.5]
+    return all(ok)
+
+
+# -- 6. one token, four geometries --------------------------------------------------------------------------
+
+def _pair(rel: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    return rel[((rel["a"] == a) & (rel["b"] == b)) | ((rel["a"] == b) & (rel["b"] == a))].sort_values("layer")
+
+
+def _quoted(values: pd.Series, quoted: list[float]) -> bool:
+    return [round(float(v), 3) for v in values] == quoted
+
+
+@claim("6.f-tok-error", "F ~ tok_error: rho +0.415, +0.578, +0.512, +0.533, +0.211, +0.449 at blocks 1, 7, 12, 18, 23, "
+       "29, every block's q < 0.05; smaller given position and frequency at every block (+0.090 to +0.493).", RELATIONS)
+def _(rel):
+    p = _pair(rel, "F", "tok_error")
+    return (list(p["layer"]) == [1, 7, 12, 18, 23, 29] and _quoted(p["rho"], [0.415, 0.578, 0.512, 0.533, 0.211, 0.449])
+            and bool((p["q_bh"] < 0.05).all() and (p["rho_partial"] < p["rho"]).all())
+            and _near(p["rho_partial"].min(), 0.090, 3) and _near(p["rho_partial"].max(), 0.493, 3))
+
+
+@claim("6.f-tok-error-atypical", "Given the atypicality the point estimates of F ~ tok_error are -0.164, +0.115, "
+       "+0.094, +0.100, -0.196, +0.007, each smaller in size than rho.", RELATIONS)
+def _(rel):
+    p = _pair(rel, "F", "tok_error")
+    return _quoted(p["rho_partial_atypical"], [-0.164, 0.115, 0.094, 0.1, -0.196, 0.007]) and bool(
+        (p["rho_partial_atypical"].abs() < p["rho"].abs()).all())
+
+
+@claim("6.alpha-tok-error", "attn_alpha ~ tok_error: rho +0.314, +0.173, +0.310, +0.157, +0.238, +0.143, every "
+       "block's q < 0.05; given the atypicality +0.178, +0.181, +0.243, +0.249, +0.325, +0.391, larger than rho at "
+       "four of the six blocks.", RELATIONS)
+def _(rel):
+    p = _pair(rel, "attn_alpha", "tok_error")
+    return (_quoted(p["rho"], [0.314, 0.173, 0.31, 0.157, 0.238, 0.143]) and bool((p["q_bh"] < 0.05).all())
+            and _quoted(p["rho_partial_atypical"], [0.178, 0.181, 0.243, 0.249, 0.325, 0.391])
+            and int((p["rho_partial_atypical"] > p["rho"]).sum()) == 4)
+
+
+@claim("6.angle-lens-rank", "damage_angle ~ lens_rank: rho +0.162, +0.197, +0.143 at blocks 12, 18, 23 (CIs exclude "
+       "0), +0.152, +0.197, +0.104 given the atypicality; not at blocks 1 and 7 (q 0.576 and 0.173); undefined at "
+       "block 29.", RELATIONS)
+def _(rel):
+    p = _pair(rel, "damage_angle", "lens_rank").set_index("layer")
+    mid = p.loc[[12, 18, 23]]
+    return (_quoted(mid["rho"], [0.162, 0.197, 0.143]) and all(ci_excludes_zero(r) for _, r in mid.iterrows())
+            and _quoted(mid["rho_partial_atypical"], [0.152, 0.197, 0.104]) and _near(p.loc[1, "q_bh"], 0.576, 3)
+            and _near(p.loc[7, "q_bh"], 0.173, 3) and np.isnan(p.loc[29, "rho"]))
+
+
+def _cross(rel: pd.DataFrame) -> pd.DataFrame:
+    from tlgeo.four_geometries.analysis import OWNER
+
+    return rel[rel["a"].map(OWNER) != rel["b"].map(OWNER)]
+
+
+@claim("6.counts", "Of the 342 block x pair rows that relate quantities of two different analyses, 188 have a CI that "
+       "excludes 0 and 175 have q < 0.05, with 2,046 tokens per relation.", RELATIONS)
+def _(rel):
+    c = _cross(rel)
+    ci = int(c.apply(ci_excludes_zero, axis=1).sum())
+    return Verdict(len(c) == 342 and ci == 188 and int((c["q_bh"] < 0.05).sum()) == 175
+                   and set(rel["n"].dropna().astype(int)) == {2046}, f"{len(c)} rows, {ci} CIs exclude 0")
+
+
+@claim("6.magnitude", "The largest |rho| of damage_magnitude with a quantity of another analysis is 0.062; 8 of its 66 "
+       "rows have a CI that excludes 0 and 5 have q < 0.05.", RELATIONS)
+def _(rel):
+    m = _cross(rel)
+    m = m[(m["a"] == "damage_magnitude") | (m["b"] == "damage_magnitude")]
+    return (len(m) == 66 and _near(m["rho"].abs().max(), 0.062, 3) and int(m.apply(ci_excludes_zero, axis=1).sum())
+            == 8 and int((m["q_bh"] < 0.05).sum()) == 5)
+
+
+@claim("6.d-f", "D ~ F is negative at every block (-0.912, -0.397, -0.428, -0.583, -0.709, -0.927) and given the "
+       "atypicality (-0.684 to -0.317).", RELATIONS)
+def _(rel):
+    p = _pair(rel, "D", "F")
+    return (_quoted(p["rho"], [-0.912, -0.397, -0.428, -0.583, -0.709, -0.927]) and bool((p["ci_high"] < 0).all())
+            and _near(p["rho_partial_atypical"].min(), -0.684, 3) and _near(p["rho_partial_atypical"].max(), -0.317, 3))
+
+
+@claim("6.shares-sum-to-one", "P + D + S + F = 1 for every token (to float32 rounding).", GEO_TOKENS)
+def _(tok):
+    total = tok[["P", "D", "S", "F"]].sum(axis=1)
+    return Verdict(bool(np.allclose(total, 1.0, atol=1e-4)), f"largest |sum - 1| {float((total - 1).abs().max()):.2e}")
+
+
+@claim("6.par-alpha", "attn_par ~ attn_alpha: +0.875 at block 1, -0.407 at block 12.", RELATIONS)
+def _(rel):
+    p = _pair(rel, "attn_par", "attn_alpha").set_index("layer")
+    return _near(p.loc[1, "rho"], 0.875, 3) and _near(p.loc[12, "rho"], -0.407, 3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--table", choices=sorted(TABLES), help="print a generated table's Markdown instead")
+    args = ap.parse_args()
+    if args.table:
+        fn, path = TABLES[args.table]
+        print(fn(pd.read_csv(ROOT / path)))
+        return 0
+    got = CLAIMS.evaluate(ROOT)
+    with pd.option_context("display.max_colwidth", 90, "display.width", 200):
+        print(got[["id", "holds", "detail"]].to_string(index=False))
+    return 0 if got["holds"].all() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

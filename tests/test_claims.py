@@ -1,0 +1,107 @@
+"""RESULTS.md's sentences as checks: every claim holds on the committed tables, every finding cites one, and
+the generated tables are what their script prints now (results/claims.py, tlgeo.report.claims)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tlgeo.report.claims import CITE, Claims, Verdict, cited, differs, generated_blocks, uncited_findings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "RESULTS.md"
+INTERPRETATION = "interpretation"
+
+
+def _results_claims():
+    spec = importlib.util.spec_from_file_location("results_claims", ROOT / "results" / "claims.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RC = _results_claims()
+VERDICTS = RC.CLAIMS.evaluate(ROOT)
+
+
+@pytest.mark.parametrize("cid", list(RC.CLAIMS.by_id))
+def test_every_claim_holds_on_the_committed_tables(cid):
+    row = VERDICTS.set_index("id").loc[cid]
+    assert row["holds"], f"claim {cid} is contradicted by its tables ({row['detail']}): {row['sentence']}"
+
+
+def test_results_cites_every_claim_and_only_registered_ones():
+    text = DOC.read_text()
+    ids = set(cited(text)) - {INTERPRETATION}
+    assert ids - set(RC.CLAIMS.by_id) == set(), "cited but not registered in results/claims.py"
+    assert set(RC.CLAIMS.by_id) - ids == set(), "registered but cited nowhere in RESULTS.md"
+
+
+def _sections_with_tables(text: str) -> list[tuple[str, str]]:
+    parts = re.split(r"^(## .*)$", text, flags=re.M)
+    return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts) - 1, 2) if "<!-- source:" in parts[i + 1]]
+
+
+def test_every_finding_of_results_cites_a_claim():
+    """In each section that quotes tables, each sentence of a finding (a bullet, a paragraph that opens in bold)
+    that says something checkable cites a claim or is marked as an interpretation."""
+    missing = [f"{head}: {sentence}" for head, body in _sections_with_tables(DOC.read_text())
+               for sentence in uncited_findings(body)]
+    assert not missing, "sentences without a claim id:\n" + "\n".join(missing)
+
+
+def test_generated_tables_are_what_their_script_prints_now():
+    blocks = generated_blocks(DOC.read_text())
+    assert set(blocks) == set(RC.TABLES)
+    for name, (fn, path) in RC.TABLES.items():
+        assert blocks[name] == fn(pd.read_csv(ROOT / path)), f"RESULTS.md's {name} table is stale"
+
+
+# -- the machinery, on documents and tables made here -------------------------------------------------------
+
+def test_a_claim_its_table_contradicts_is_reported_false(tmp_path):
+    pd.DataFrame({"site": ["a", "b"], "ppl": [10.0, 30.0]}).to_csv(tmp_path / "t.csv", index=False)
+    claims = Claims()
+
+    @claims.claim("1.b-worse", "b costs more than a.", "t.csv")
+    def _(t):
+        return t.set_index("site").loc["b", "ppl"] > t.set_index("site").loc["a", "ppl"]
+
+    @claims.claim("1.a-worse", "a costs more than b.", "t.csv")
+    def _(t):
+        a, b = t.set_index("site")["ppl"]
+        return Verdict(a > b, f"{a=} {b=}")
+
+    got = claims.evaluate(tmp_path).set_index("id")
+    assert got.loc["1.b-worse", "holds"] and not got.loc["1.a-worse", "holds"]
+    assert got.loc["1.a-worse", "detail"] == "a=10.0 b=30.0"
+    with pytest.raises(ValueError, match="registered twice"):
+        claims.claim("1.a-worse", "again", "t.csv")(lambda t: True)
+    with pytest.raises(ValueError, match="must look like"):
+        claims.claim("No Section", "bad id", "t.csv")
+
+
+def test_uncited_findings_are_the_checkable_sentences_of_bullets_and_bold_paragraphs():
+    text = """Method: we ran 3 seeds on every block.
+
+- **Bigger hurts more.** The angle does more damage `[2.a]`. It is twice the magnitude at δ = 5.
+  The model was loaded from disk.
+- Heads agree on both samples `[interpretation]`.
+
+**Counts.** 40 of 660 rows pass.
+
+| a | 1.5 |
+"""
+    assert uncited_findings(text) == ["It is twice the magnitude at δ = 5.", "**Counts.** 40 of 660 rows pass."]
+    assert cited(text) == ["2.a", "interpretation"] and CITE.pattern
+
+
+def test_differs_needs_the_ci_and_the_q():
+    assert differs({"ci_low": 0.1, "ci_high": 0.3, "q": 0.01})
+    assert not differs({"ci_low": 0.1, "ci_high": 0.3, "q": 0.2})  # L24H4 on seed 0: CI off 0, q 0.305
+    assert not differs({"ci_low": -0.1, "ci_high": 0.3, "q": 0.001})
+    assert differs({"ci_low": -0.3, "ci_high": -0.1, "p": 0.02})  # no q: the p
