@@ -125,6 +125,13 @@ def test_a_relation_driven_by_atypicality_survives_the_partial_but_not_the_atypi
     s = relation_summary(rel.reset_index()).set_index(["a", "b"])
     assert s.loc[("F", "tok_error"), "partial_atypical"] == pytest.approx(atyp["rho_partial_atypical"])
     assert s.loc[("F", "tok_error"), "significant_bh"] == 1
+    # "vanishes" decided by a CI: the atypicality's partial CI holds 0 for the one, excludes it for the other
+    assert atyp["atypical_ci_low"] < 0 < atyp["atypical_ci_high"]
+    assert real["atypical_ci_low"] > 0 and real["partial_ci_low"] > 0
+    assert atyp["partial_ci_low"] <= atyp["rho_partial"] <= atyp["partial_ci_high"]
+    within = relation_summary(rel.reset_index(), across=False).set_index(["a", "b"])
+    assert s.loc[("F", "tok_error"), "atypical_significant"] == 0
+    assert within.loc[("attn_par", "mlp_par"), "atypical_significant"] == 1
 
 
 def test_q_values_are_over_the_whole_table_and_merging_blocks_recomputes_them(result):

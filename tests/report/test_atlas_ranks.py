@@ -34,7 +34,10 @@ def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_a
         a, b = a.drop(columns=clock), b.drop(columns=clock)
         a, b = _comparable(a, keyed[name]), _comparable(b, keyed[name])  # the ranks' parts merged: rows reordered
         try:
-            pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-8, obj=name)
+            # rtol 1e-4: the tiny model's induction gap is 0.008, so a patching effect carries the metrics' float32
+            # rounding (attribution's gradients summed in another order by another process) times ~100: measured
+            # 1.03e-5 relative on this machine
+            pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-4, atol=1e-8, obj=name)
         except AssertionError as e:
             differ[name] = str(e).splitlines()[:6]
     assert not differ, differ

@@ -72,3 +72,21 @@ def test_a_small_sample_gets_students_t_and_the_t_test_of_its_mean():
     assert mean_test_pvalue([1.0, np.nan, 2.0]) == 1
     np.testing.assert_array_equal(significant_digits([0.012345, 1.03e-300, 0.0, np.nan, 1.0, 0.996]),
                                   [0.012, 1e-300, 0.0, np.nan, 1.0, 1.0])
+
+
+def test_partial_spearman_ci_decides_whether_a_control_explains_a_relation():
+    from tlgeo.stats.correlation import partial_spearman, partial_spearman_ci
+
+    rng = np.random.default_rng(0)
+    window = np.repeat(np.arange(40), 10)
+    z = rng.normal(size=400)  # a common cause
+    own = rng.normal(size=400)
+    x = np.column_stack([z + 0.3 * rng.normal(size=400), z + 0.3 * rng.normal(size=400), own,
+                         own + 0.5 * rng.normal(size=400)])
+    got = partial_spearman_ci(x, z[:, None], groups=window, n_boot=100, seed=1)
+    np.testing.assert_array_equal(got["partial"], partial_spearman(x, z[:, None]))
+    assert got["low"][0, 1] < 0 < got["high"][0, 1] and got["p"][0, 1] > 0.05  # explained by z: vanishes
+    assert got["low"][2, 3] > 0.5 and got["p"][2, 3] < 1e-6  # a relation of its own survives
+    assert (got["low"] <= got["partial"] + 1e-12).all() and (got["partial"] <= got["high"] + 1e-12).all()
+    again = partial_spearman_ci(x, z[:, None], groups=window, n_boot=100, seed=1)
+    np.testing.assert_array_equal(again["low"], got["low"])  # the same resamples for the same seed

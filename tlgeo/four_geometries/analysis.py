@@ -23,7 +23,7 @@ from ..analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
 from ..models import Model, identified, model_label, run_identity
 from ..results import IDENTITY, content_digest, note_recomputed, of_identity
-from ..stats.correlation import partial_spearman, spearman_matrix
+from ..stats.correlation import partial_spearman_ci, spearman_matrix
 from ..stats.multiple import bh_qvalues
 from ..tokenwise.pool import collect_pool
 from .config import ATYPICALITY, CONTROLS, QUANTITIES, GeometriesConfig
@@ -87,22 +87,42 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
     against Student's t with windows - 1 degrees of freedom; 1 where rho or its SE is undefined), ``q_bh`` (Benjamini–Hochberg over every
     row returned, :func:`with_q`), ``rho_shuffled`` (each quantity shuffled within its window, mean of 10),
     ``rho_partial`` (partial Spearman given position and log frequency) and ``rho_partial_atypical`` (given those
-    and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them). The
-    atypicality measures are controls only: no pair of their own."""
+    and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them), each with its
+    95% CI over the same window resamples (``partial_ci_low`` / ``partial_ci_high``, ``atypical_ci_low`` /
+    ``atypical_ci_high``): a relation "vanishes" given the controls when that CI holds 0. ``rho_partial_norm``
+    (with ``norm_ci_low`` / ``norm_ci_high``): given position, frequency and ``state_norm`` only, the check of
+    over-control, since the kNN distances share their construction (the pool's neighbours) with ``tok_error``.
+    The atypicality measures are controls only: no pair of their own."""
     rows = []
     atypical = all(c in tokens for c in ATYPICALITY)
+    nan = {"partial": None, "low": None, "high": None}
     for layer, df in tokens.groupby("layer", sort=True):
         df = df.dropna(subset=[*quantities, *CONTROLS, *(ATYPICALITY if atypical else ())])
         x = df[list(quantities)].to_numpy(float)
-        m = spearman_matrix(x, groups=df["window"].to_numpy(), controls=df[list(CONTROLS)].to_numpy(float),
-                            n_boot=n_boot, seed=seed)
-        both = (partial_spearman(x, df[[*CONTROLS, *ATYPICALITY]].to_numpy(float)) if atypical
-                else np.full_like(m["rho"], np.nan))
+        groups = df["window"].to_numpy()
+
+        def partials(controls: Sequence[str]) -> dict:
+            return partial_spearman_ci(x, df[list(controls)].to_numpy(float), groups=groups, n_boot=n_boot, seed=seed)
+
+        m = spearman_matrix(x, groups=groups, n_boot=n_boot, seed=seed)
+        part = partials(CONTROLS)
+        both = partials([*CONTROLS, *ATYPICALITY]) if atypical else nan
+        norm = partials([*CONTROLS, "state_norm"]) if atypical else nan
+
+        def cell(d: dict, key: str, i: int, j: int) -> float:
+            return float("nan") if d[key] is None else float(d[key][i, j])
+
         for i, j in itertools.combinations(range(len(quantities)), 2):
             rows.append({"layer": int(layer), "a": quantities[i], "b": quantities[j], "rho": m["rho"][i, j],
                          "ci_low": m["low"][i, j], "ci_high": m["high"][i, j], "rho_se": m["se"][i, j],
-                         "p": m["p"][i, j], "rho_shuffled": m["shuffled"][i, j], "rho_partial": m["partial"][i, j],
-                         "rho_partial_atypical": both[i, j], "n": len(df)})
+                         "p": m["p"][i, j], "rho_shuffled": m["shuffled"][i, j],
+                         "rho_partial": part["partial"][i, j], "partial_ci_low": part["low"][i, j],
+                         "partial_ci_high": part["high"][i, j],
+                         "rho_partial_atypical": cell(both, "partial", i, j),
+                         "atypical_ci_low": cell(both, "low", i, j), "atypical_ci_high": cell(both, "high", i, j),
+                         "rho_partial_norm": cell(norm, "partial", i, j),
+                         "norm_ci_low": cell(norm, "low", i, j), "norm_ci_high": cell(norm, "high", i, j),
+                         "n": len(df)})
     return with_q(pd.DataFrame(rows))
 
 
@@ -143,24 +163,29 @@ def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.Data
     ``significant`` (blocks whose CI excludes 0, uncorrected), ``significant_bh`` (blocks whose ``q_bh`` <
     :data:`FDR`: Benjamini–Hochberg over all pairs x blocks of the run; NaN for a table without q),
     ``same_sign`` (all blocks' rho of one sign), the mean ``partial`` (given position and frequency),
-    ``partial_atypical`` (given those and ``state_norm``, ``knn_dist``, ``knn_dist_out``) and ``shuffled`` rho;
-    ``across``: only
+    ``partial_atypical`` (given those and ``state_norm``, ``knn_dist``, ``knn_dist_out``) and ``shuffled`` rho,
+    ``atypical_significant`` (blocks whose CI of ``rho_partial_atypical`` excludes 0; NaN for a table without
+    that CI); ``across``: only
     pairs from two different analyses. Strongest first. The q-values are read from the table (computed over
     all its rows, not only the pairs shown)."""
     rel = relations.dropna(subset=["rho"])
     if across:
         rel = rel[rel["a"].map(OWNER) != rel["b"].map(OWNER)]
-    for c in ("q_bh", "rho_partial_atypical"):  # tables written before these columns existed
+    for c in ("q_bh", "rho_partial_atypical", "atypical_ci_low", "atypical_ci_high"):  # older tables lack them
         if c not in rel:
             rel = rel.assign(**{c: np.nan})
     rel = rel.assign(significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0),
-                     significant_bh=(rel["q_bh"] < FDR).astype(float).where(rel["q_bh"].notna()))
+                     significant_bh=(rel["q_bh"] < FDR).astype(float).where(rel["q_bh"].notna()),
+                     atypical_significant=((rel["atypical_ci_low"] > 0) | (rel["atypical_ci_high"] < 0)).astype(
+                         float).where(rel["atypical_ci_low"].notna()))
     g = rel.groupby(["a", "b"], sort=False).agg(
         mean_rho=("rho", "mean"), min_rho=("rho", "min"), max_rho=("rho", "max"), blocks=("rho", "size"),
         significant=("significant", "sum"), significant_bh=("significant_bh", lambda v: v.sum(min_count=1)),
         partial=("rho_partial", "mean"), partial_atypical=("rho_partial_atypical", "mean"),
-        shuffled=("rho_shuffled", "mean"))
+        shuffled=("rho_shuffled", "mean"),
+        atypical_significant=("atypical_significant", lambda v: v.sum(min_count=1)))
     g["significant_bh"] = g["significant_bh"].astype("Int64")
+    g["atypical_significant"] = g["atypical_significant"].astype("Int64")
     g["same_sign"] = (g["min_rho"] > 0) | (g["max_rho"] < 0)
     return g.reindex(g["mean_rho"].abs().sort_values(ascending=False).index).reset_index()
 

@@ -23,6 +23,7 @@ from .multiple import wald_pvalue
 from .resampling import group_resamples
 
 __all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z", "spearman_matrix",
+           "partial_spearman_ci",
            "partial_spearman", "shuffle_within"]
 
 
@@ -181,6 +182,35 @@ def partial_spearman(x, controls) -> np.ndarray:
         return (res.T @ res) / np.outer(norm, norm)
 
 
+def _boot_summary(boots: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Percentile bounds and standard deviation (``ddof=1``) over the first axis of ``boots``, NaN-aware: 0 where
+    every resample gave the same value, NaN with fewer than two defined."""
+    a = (1 - level) / 2
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
+        low, high = np.nanquantile(boots, [a, 1 - a], axis=0)
+        se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
+                      np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
+    return low, high, se
+
+
+def partial_spearman_ci(x, controls, *, groups=None, n_boot: int = 200, seed: int = 0,
+                        level: float = 0.95) -> dict[str, np.ndarray]:
+    """:func:`partial_spearman` of the columns of ``x [n, k]`` given ``controls [n, c]``, with a percentile CI and
+    standard error over ``n_boot`` resamples of whole ``groups`` (the resamples of :func:`spearman_matrix` for the
+    same ``groups``, ``n_boot`` and ``seed``) and the two-sided ``p`` of ``|partial| / se`` against Student's t
+    with one degree of freedom less than there are groups. Returns ``{"partial", "low", "high", "se", "p"}``,
+    each ``[k, k]`` float64: what decides whether a relation "vanishes" given the controls (its CI holds 0)."""
+    x = np.asarray(x, dtype=float)
+    c = np.asarray(controls, dtype=float).reshape(len(x), -1)
+    groups = np.arange(len(x)) if groups is None else np.asarray(groups)
+    boots = np.stack([partial_spearman(x[idx], c[idx]) for idx in group_resamples(groups, n_boot, seed)])
+    low, high, se = _boot_summary(boots, level)
+    partial = partial_spearman(x, c)
+    return {"partial": partial, "low": low, "high": high, "se": se,
+            "p": wald_pvalue(partial, se, df=len(np.unique(groups)) - 1)}
+
+
 def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0,
                     level: float = 0.95) -> dict[str, np.ndarray]:
     """Spearman's rho between every pair of the columns of ``x [n, k]``, with a percentile bootstrap CI
@@ -205,12 +235,7 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     boots = np.stack([_spearman_matrix(x[idx]) for idx in group_resamples(groups, n_boot, seed)])
-    a = (1 - level) / 2
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
-        low, high = np.nanquantile(boots, [a, 1 - a], axis=0)
-        se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
-                      np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
+    low, high, se = _boot_summary(boots, level)
     rho = _spearman_matrix(x)
     out = {"rho": rho, "low": low, "high": high, "se": se, "p": wald_pvalue(rho, se, df=len(np.unique(groups)) - 1),
            "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
