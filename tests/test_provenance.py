@@ -61,3 +61,28 @@ def test_version_answers_without_importing_torch():
     code = "import sys; from tlgeo.cli import main; main(['--version']); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "tlgeo" and out[-1] == "False"
+
+
+def test_a_resumed_run_says_in_its_provenance_what_it_took_back(tmp_path, capsys):
+    """One line per invocation; the second, which reads every row back from the first's log, says so."""
+    out = tmp_path / "p"
+    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
+            "--layers", "0,1", "--n-boot", "20", "--methods", "exact", "--components", "head", "--out", str(out)]
+    assert main(argv) == 0 and main(argv) == 0
+    first, second = read(out)
+    assert first["resumed"] == [] and first["date"] <= second["date"]
+    assert len(second["resumed"]) == 1 and second["resumed"][0].startswith("resumed 8 rows from")
+
+
+def test_the_atlas_records_the_budgets_it_ran_with_not_none(tmp_path, monkeypatch):
+    import tlgeo.report.atlas as atlas
+    from tlgeo.analysis import budget_fields
+
+    monkeypatch.setattr(atlas, "run_atlas", lambda cfg, model=None: None)  # what it records, not what it runs
+    out = tmp_path / "a"
+    assert main(["atlas", "--model", "tiny:llama", "--patching-prompts", "6", "--out", str(out)]) == 0
+    (line,) = read(out)
+    budgets = {k.removeprefix("budget__"): v for k, v in line["settings"].items() if k.startswith("budget__")}
+    assert set(budgets) == set(budget_fields()) and None not in [budgets[k] for k in ("patching_prompts", "context")]
+    assert budgets["patching_prompts"] == 6
+    assert budgets["context"] == budget_fields()["context"][1].default  # a default, as the run resolved it

@@ -160,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
             seen_identities(), resumed_lines()  # forget what ran in this process before this command
             with command_scope():
                 rc = args._run(args)
-            for line in resumed_lines():  # what this run took back from its logs instead of computing
+            resumed = resumed_lines()
+            for line in resumed:  # what this run took back from its logs instead of computing
                 print(line)
             if rc == 0 and args.record.out is not None and not quiet:
                 settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
-                print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities())}")
+                settings.update(args.record.settings)  # what the command resolved its flags to
+                print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities(), resumed)}")
             return rc
     except RankDied as e:  # torchrun: another rank was killed; this one stops with what it finished saved
         _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()} {args.record.rerun}")

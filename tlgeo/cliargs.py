@@ -337,6 +337,7 @@ class RunRecord:
         self.t0 = time.time()
         self.rerun = "Rerun the same command to resume."
         self.locks: list = []  # the output folders this command holds (tlgeo.storage.folder_lock)
+        self.settings: dict = {}  # what the command resolved its flags to (e.g. the atlas's budgets), for provenance
 
     def release(self) -> None:
         """Let go of the folders this command holds."""

@@ -82,30 +82,34 @@ def _jsonable(v: Any) -> Any:
 
 
 def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
-               identities: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags)."""
+               identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> dict[str, Any]:
+    """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags and what they
+    resolved to); ``resumed``: what the run took back from earlier runs' logs instead of computing it, and
+    what it computed again (:func:`tlgeo.results.resumed_lines`), so that a resumed folder says which of its
+    rows this invocation made."""
     argv = [str(a) for a in argv]
     return {"command": "tlgeo " + shlex.join(argv), "argv": argv,
             "settings": _jsonable({k: v for k, v in (settings or {}).items() if not k.startswith("_")}),
             "identities": [dict(i) for i in identities], "git": git_state(), "versions": _versions(),
-            "machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            "machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "resumed": list(resumed)}
 
 
 def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, Any] | None = None,
-           identities: Iterable[Mapping[str, Any]] = ()) -> Path:
+           identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> Path:
     """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
     path = Path(out) / FILENAME
-    append_lines(path, [json.dumps(provenance(argv, settings, identities), sort_keys=True)])
+    append_lines(path, [json.dumps(provenance(argv, settings, identities, resumed), sort_keys=True)])
     return path
 
 
 def record_api(out: str | os.PathLike, argv: list[str] | None, cfg: Any,
-               identities: Iterable[Mapping[str, Any]] = ()) -> Path:
+               identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> Path:
     """Append the provenance of a run made from Python (``run(model, cfg, out=...)``) to ``out/provenance.jsonl``:
     ``argv`` is the command line that makes the same tables (``scripts/reproduce.py`` reruns it), or ``None``
     where none can (then ``command`` says so); ``settings`` are the config's fields."""
     settings = cfg.settings() if hasattr(cfg, "settings") else {}
-    line = provenance(argv or [], settings, identities)
+    line = provenance(argv or [], settings, identities, resumed)
     line["made_from"] = "python"
     if argv is None:
         line["command"] = f"python: {type(cfg).__name__}(...) (no command line says this run)"

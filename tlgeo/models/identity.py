@@ -180,10 +180,11 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
         stamp_result = getattr(result, "stamp", None)
         result = stamp_result(identity) if stamp_result is not None else result
         if api:
-            for line in resumed_lines():
+            resumed = resumed_lines()
+            for line in resumed:
                 print(line)
             cfg = args[0] if args else kwargs.get("cfg")
-            print(f"provenance: {record_provenance(out, command_argv(cfg, model, identity, out), cfg, [identity])}")
+            print(f"provenance: {record_provenance(out, command_argv(cfg, model, identity, out), cfg, [identity], resumed)}")
         return result
 
     wrapped.identified = True  # type: ignore[attr-defined]

@@ -83,6 +83,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     set_threads(args)
     cfg = atlas_config(args)  # an unknown budget or step fails here, before the model loads
+    args.record.settings = {f"budget__{k}": v for b in cfg.chapter_budgets().values()
+                            for k, v in dataclasses.asdict(b).items()}  # the budgets the run used, defaults included
     out = output_dir(args, f"atlas-{model_key(args.model)}")  # as cfg.out_dir(); an unwritable --out fails first
     print(f"[atlas] edits leave the first {cfg.budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
