@@ -86,3 +86,24 @@ def test_the_atlas_records_the_budgets_it_ran_with_not_none(tmp_path, monkeypatc
     assert set(budgets) == set(budget_fields()) and None not in [budgets[k] for k in ("patching_prompts", "context")]
     assert budgets["patching_prompts"] == 6
     assert budgets["context"] == budget_fields()["context"][1].default  # a default, as the run resolved it
+
+
+def test_dirty_means_the_code_not_the_results_a_run_rewrites(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "results" / "x").mkdir(parents=True)
+    (repo / "tlgeo").mkdir()
+    (repo / "results" / "x" / "t.csv").write_text("a\n1\n")
+    (repo / "tlgeo" / "m.py").write_text("A = 1\n")
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x", "--allow-empty")
+    git("add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "y")
+    assert git_state(repo)["dirty"] is False
+    (repo / "results" / "x" / "t.csv").write_text("a\n2\n")  # a rerun rewriting a committed results folder
+    assert git_state(repo)["dirty"] is False
+    (repo / "tlgeo" / "m.py").write_text("A = 2\n")
+    assert git_state(repo)["dirty"] is True

@@ -32,7 +32,9 @@ PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", 
 
 def git_state(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     """``{"commit": sha or None, "dirty": bool or None}`` of the git tree tlgeo runs from (``None``
-    outside a git checkout, e.g. an installed wheel)."""
+    outside a git checkout, e.g. an installed wheel). ``dirty``: a tracked file outside ``results/`` differs from
+    the commit (the code or data that makes the numbers; a run that rewrites a committed results folder does
+    not make its own tree dirty)."""
     repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[1]
 
     def git(*a: str) -> str | None:
@@ -45,7 +47,7 @@ def git_state(repo: str | os.PathLike | None = None) -> dict[str, Any]:
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
