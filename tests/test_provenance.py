@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 
 from tlgeo.cli import main
-from tlgeo.provenance import git_state, read, record
+from tlgeo.provenance import code_state, git_state, read, record
 
 from .scripts import load_script
 
@@ -20,7 +20,7 @@ def test_a_record_says_what_ran_with_what(tmp_path):
     first, second = read(tmp_path)
     assert first["command"] == "tlgeo ppl --model m" and first["settings"] == {"model": "m", "tokens": 8,
                                                                                "sites": ["a"]}
-    assert first["identities"] == [ident] and first["git"] == git_state() and second["argv"] == ["run"]
+    assert first["identities"] == [ident] and first["git"] == code_state() and second["argv"] == ["run"]
     assert {"tlgeo", "torch", "transformers", "transformer-lens", "python"} <= set(first["versions"])
     assert first["machine"]["cores"] and first["date"].startswith("20")
 
@@ -107,3 +107,14 @@ def test_dirty_means_the_code_not_the_results_a_run_rewrites(tmp_path):
     assert git_state(repo)["dirty"] is False
     (repo / "tlgeo" / "m.py").write_text("A = 2\n")
     assert git_state(repo)["dirty"] is True
+
+
+def test_provenance_records_the_code_a_run_started_with_not_the_tree_at_its_end(tmp_path, monkeypatch):
+    import tlgeo.provenance as prov
+
+    monkeypatch.setattr(prov, "_CODE", {})
+    states = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
+    monkeypatch.setattr(prov, "git_state", lambda repo=None: next(states))
+    assert code_state()["commit"] == "a" * 40  # asked when the run starts
+    record(tmp_path, ["ppl"])  # written when it ends, after an edit and a commit
+    assert read(tmp_path)[0]["git"] == {"commit": "a" * 40, "dirty": False}

@@ -15,6 +15,7 @@ import os
 import sys
 
 from .cliargs import Formatter, RunRecord, command_scope
+from .provenance import code_state
 from .provenance import record as record_provenance
 from .results import resumed_lines, seen_identities
 
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args.record = RunRecord()
+    code_state()  # the checkout this command runs, before it runs (what its provenance records)
     _map_large_allocations()
     quiet = int(os.environ.get("RANK", "0")) > 0  # torchrun: rank 0 prints, the others only their errors
     try:

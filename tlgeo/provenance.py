@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from .storage import append_lines, read_lines
 
-__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "read", "git_state"]
+__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "read", "git_state", "code_state"]
 
 FILENAME = "provenance.jsonl"
 PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", "numpy", "pandas")
@@ -49,6 +49,18 @@ def git_state(repo: str | os.PathLike | None = None) -> dict[str, Any]:
         return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+_CODE: dict[str, Any] = {}
+
+
+def code_state() -> dict[str, Any]:
+    """:func:`git_state` of tlgeo's own checkout as it was when this process first asked (a command asks when it
+    starts, a run from Python when it is called): the code a run has loaded, which is what its numbers come
+    from, not the tree at the moment its provenance is written (a long run outlives edits and commits)."""
+    if not _CODE:
+        _CODE.update(git_state())
+    return dict(_CODE)
 
 
 def _versions() -> dict[str, str | None]:
@@ -92,7 +104,7 @@ def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
     argv = [str(a) for a in argv]
     return {"command": "tlgeo " + shlex.join(argv), "argv": argv,
             "settings": _jsonable({k: v for k, v in (settings or {}).items() if not k.startswith("_")}),
-            "identities": [dict(i) for i in identities], "git": git_state(), "versions": _versions(),
+            "identities": [dict(i) for i in identities], "git": code_state(), "versions": _versions(),
             "machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "resumed": list(resumed)}
 

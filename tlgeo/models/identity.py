@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import torch
 
 from ..cliargs import config_argv, in_command
+from ..provenance import code_state
 from ..provenance import record_api as record_provenance
 from ..results import IDENTITY, identity_scope, resumed_lines
 from ..storage import folder_lock
@@ -167,6 +168,7 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
         api = out is not None and _DEPTH.get() == 0 and not in_command()  # a run from Python, into a folder
         if api:
             kwargs.setdefault("progress", True)  # as the command shows it
+            code_state()  # the checkout this run has loaded, before it runs
             resumed_lines()  # forget what this process took back before this run
         lock = folder_lock(out).acquire(f"{run.__module__}.run") if out is not None else None  # one writer
         depth = _DEPTH.set(_DEPTH.get() + 1)
