@@ -54,3 +54,12 @@ def test_closed_form_figures(llama, tokens):
         plot_diagonal(res.diag, "value_excl_self", 2)
     html = str(attention_before_after(llama, tokens, 1, "value_excl_self", 0.0, heads=[0, 3]))
     assert "h0 before" in html and "h3 after" in html
+
+
+def test_every_sweep_line_passes_through_the_unedited_point_even_when_the_grid_lacks_scale_one():
+    rows = [dict(site="attn", axis="s_par", scale=x, delta_ppl=d) for x, d in ((0.0, 5.0), (0.5, 1.0), (2.0, 3.0))]
+    ax = plot_sweep(pd.DataFrame(rows)).axes[0]
+    (line,) = [l for l in ax.lines if l.get_label() == "attn"]
+    assert list(line.get_xdata()) == [0.0, 0.5, 1.0, 2.0] and list(line.get_ydata()) == [5.0, 1.0, 0.0, 3.0]
+    hollow = [l for l in ax.lines if l.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [1.0]  # drawn apart: not run

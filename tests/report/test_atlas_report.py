@@ -68,7 +68,9 @@ def test_report_opens_with_the_headline(atlas_dir):
     assert got[1:] == [t for s in every if (t := without_paper(s))]  # random weights: no paper comparison
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
-    assert any(w.startswith("Head sensitivity: 3 texts") for w in h.warnings)
+    assert any(w.startswith("Head sensitivity: 3 texts") and "no head can pass" in w for w in h.warnings)
+    heads = next(x for x in h.sentences if x.startswith("Heads:"))  # the headline agrees with its own warning
+    assert " 0 of " in heads and "single-head removals change the loss at BH q < 0.05" in heads, heads
     assert any(w.startswith("Perplexity: 128 tokens") for w in h.warnings)
 
 

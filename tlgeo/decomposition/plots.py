@@ -53,8 +53,10 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
     """Figure 3: one panel per axis, one line per site, ΔPPL against the scale.
 
     The y axis is symlog when ΔPPL spans more than two decades (removal of the
-    perpendicular part explodes perplexity); a dashed line marks the unedited
-    point (scale 1, ΔPPL 0). One legend for both panels, right of them.
+    perpendicular part explodes perplexity); dashed lines mark the unedited
+    point (scale 1, ΔPPL 0), which every line passes through: a scale of 1 is the unedited model (a no-op
+    edit leaves the logits unchanged), so a grid without it gets that point, drawn hollow. One legend for both
+    panels, right of them.
     """
     import matplotlib.pyplot as plt
 
@@ -70,7 +72,12 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
         part = df[df["axis"] == axis]
         for site, g in part.groupby("site", sort=False):
             g = g.sort_values("scale")
-            ax.plot(g["scale"], g["delta_ppl"], marker="o", ms=3, label=site, color=site_color(site))
+            x, y = g["scale"].to_list(), g["delta_ppl"].to_list()
+            if 1.0 not in x:  # the unedited model, not run: ΔPPL 0 by definition
+                i = sum(v < 1.0 for v in x)
+                x, y = x[:i] + [1.0] + x[i:], y[:i] + [0.0] + y[i:]
+                ax.plot([1.0], [0.0], marker="o", ms=5, mfc="white", color=site_color(site), zorder=3)
+            ax.plot(x, y, marker="o", ms=3, label=site, color=site_color(site))
         d = part["delta_ppl"].abs()
         big, small = d.max(), d[d > 0].min() if (d > 0).any() else 1.0
         if big > 100 * max(small, 1e-3) or big > 50:

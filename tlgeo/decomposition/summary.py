@@ -311,9 +311,13 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
     if hs is not None and len(hs):
         n = int(hs["n_texts"].min())
         if n < MIN_HEAD_TEXTS:
+            floor = 2.0 ** (1 - n)  # every text's loss change of one sign: the exact sign-flip test's smallest p
+            passes = floor < 0.05  # BH's smallest q is the floor when every test reaches it
             warnings.append(f"Head sensitivity: {n} texts per head: the sign-flip p of one head cannot fall below "
-                            f"{_num(2.0 ** (1 - n), 2)}, so few single-head effects can pass Benjamini–Hochberg over "
-                            f"{len(hs)} tests — indication only (use at least {MIN_HEAD_TEXTS} texts).")
+                            f"{_num(floor, 2)} (every text's loss moving the same way), so "
+                            + (f"a head passes Benjamini–Hochberg over {len(hs)} tests only when nearly every text "
+                               "agrees" if passes else f"no head can pass Benjamini–Hochberg over {len(hs)} tests")
+                            + f" — indication only (use at least {MIN_HEAD_TEXTS} texts).")
     if (cp := read("compare_ppl")) is not None and len(cp):
         n = int(cp["n_tokens"].iloc[0])
         if n < MIN_PPL_TOKENS:
