@@ -7,7 +7,7 @@
 # (scripts/setup.sh compiles nothing at install).
 # A set-up that is up to date is not redone: .venv/.tlgeo-setup is touched when scripts/setup.sh succeeds, and
 # setup runs again only when it is missing or older than what the environment is made from.
-.PHONY: setup run test bench
+.PHONY: setup run test bench results
 
 SETUP_STAMP := .venv/.tlgeo-setup
 
@@ -22,6 +22,10 @@ run: setup
 
 test: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=15
+
+# `make results`: every folder RESULTS.md quotes, rerun from its provenance at this commit (refuses uncommitted code)
+results: setup
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/reproduce.py --all --replace
 
 bench: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/bench_overhead.py

@@ -3,6 +3,12 @@
     python scripts/reproduce.py results/geometries-smollm2-135m            # every command, into a temp folder
     python scripts/reproduce.py results/X --out runs/X-again --line -1     # the last command only
     python scripts/reproduce.py results/X --dry-run                        # print the commands
+    python scripts/reproduce.py --all --replace                            # every folder RESULTS.md quotes, made again
+
+``--all``: every folder that a ``<!-- source: results/<folder>/... -->`` comment of ``--doc`` (RESULTS.md) names, each
+rerun from its provenance at this commit; it refuses a tree with uncommitted changes outside ``results/`` (a
+number must name the commit that made it). With ``--replace`` each rerun folder takes the place of the old one
+(its provenance then holds this commit's lines only); without, they are compared as for one folder.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.provenance`) is one finished ``tlgeo`` command (or a run from
 Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +34,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tlgeo.provenance import git_state, read  # noqa: E402
+from tlgeo.provenance import code_state, git_state, read  # noqa: E402
+
+SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 
 VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
 
@@ -87,7 +96,57 @@ def _csvs(folder: Path) -> dict[str, Path]:
             if p.suffix in (".csv", ".gz") and ".csv" in p.name}
 
 
+def quoted_folders(doc: Path) -> list[Path]:
+    """The folders whose tables ``doc`` quotes (its ``source`` comments), relative to the doc's folder, in order."""
+    paths = [Path(m) for m in SOURCE.findall(doc.read_text())]
+    return list(dict.fromkeys(doc.parent / p.parent for p in paths))
+
+
+def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float) -> int:
+    """Every folder ``doc`` quotes, rerun from its provenance at this commit (see the module docstring)."""
+    state = code_state()
+    if state.get("dirty"):
+        print("reproduce: the tree has uncommitted changes outside results/: commit them first, so that every "
+              f"rerun folder names the commit that made it ({state.get('commit')})", file=sys.stderr)
+        return 2
+    folders = quoted_folders(doc)
+    missing = [f for f in folders if not read(f)]
+    if missing:
+        print(f"reproduce: {', '.join(map(str, missing))}: no provenance.jsonl, nothing says how to make it",
+              file=sys.stderr)
+        return 2
+    status = 0
+    for folder in folders:
+        print(f"== {folder}", flush=True)
+        if dry_run:
+            status |= main([str(folder), "--dry-run"])
+            continue
+        out = Path(tempfile.mkdtemp(prefix=f"reproduce-{folder.name}-", dir=folder.parent))
+        got = main([str(folder), "--out", str(out), "--rtol", str(rtol), "--atol", str(atol)])
+        if got not in (0, 1):  # a command failed: the old folder stays
+            return got
+        if replace:
+            old = folder.with_name(folder.name + ".old")
+            folder.rename(old)
+            out.rename(folder)
+            shutil.rmtree(old)
+            print(f"replaced {folder} with its rerun at {str(state.get('commit'))[:12]}")
+        status |= got
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--all" in argv:
+        ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        ap.add_argument("--all", action="store_true", required=True)
+        ap.add_argument("--doc", type=Path, default=ROOT / "RESULTS.md", help="the document whose folders to rerun")
+        ap.add_argument("--replace", action="store_true", help="put each rerun folder in place of the old one")
+        ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+        ap.add_argument("--rtol", type=float, default=1e-4)
+        ap.add_argument("--atol", type=float, default=1e-6)
+        a = ap.parse_args(argv)
+        return reproduce_all(a.doc, replace=a.replace, dry_run=a.dry_run, rtol=a.rtol, atol=a.atol)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a folder with a provenance.jsonl")
     ap.add_argument("--out", type=Path, default=None, help="where to rerun (default: a temporary folder)")

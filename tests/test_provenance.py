@@ -118,3 +118,27 @@ def test_provenance_records_the_code_a_run_started_with_not_the_tree_at_its_end(
     assert code_state()["commit"] == "a" * 40  # asked when the run starts
     record(tmp_path, ["ppl"])  # written when it ends, after an edit and a commit
     assert read(tmp_path)[0]["git"] == {"commit": "a" * 40, "dirty": False}
+
+
+def test_reproduce_all_remakes_every_quoted_folder_and_refuses_a_dirty_tree(tmp_path, capsys, monkeypatch):
+    import tlgeo.provenance as prov
+
+    made = tmp_path / "results" / "ppl-tiny"
+    assert main(["ppl", "--model", "tiny:llama", "--site", "attn", "--tokens", "128", "--context", "64",
+                 "--out", str(made)]) == 0
+    doc = tmp_path / "DOC.md"
+    doc.write_text("## 1. A section\n<!-- source: results/ppl-tiny/ppl.csv -->\nA number.\n")
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "rerun", main)
+    monkeypatch.setattr(prov, "_CODE", {"commit": "c" * 40, "dirty": True})
+    assert reproduce.main(["--all", "--doc", str(doc)]) == 2
+    assert "uncommitted changes outside results/" in capsys.readouterr().err
+    monkeypatch.setattr(prov, "_CODE", {"commit": "c" * 40, "dirty": False})
+    assert reproduce.main(["--all", "--doc", str(doc), "--dry-run"]) == 0
+    assert "$ tlgeo ppl --model tiny:llama" in capsys.readouterr().out
+    assert reproduce.main(["--all", "--doc", str(doc), "--replace"]) == 0
+    said = capsys.readouterr().out
+    assert "1 table(s) reproduced, 0 differ" in said and f"replaced {made}" in said
+    (line,) = read(made)  # the folder is the rerun's: one line, this commit's
+    assert line["git"]["commit"] == "c" * 40 and sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "ppl-tiny"]
