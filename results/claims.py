@@ -120,7 +120,8 @@ def _(z):
                    f"smallest q {z['q'].min():.3f}")
 
 
-@claim("1.zeroshot-value-full", "60 items per condition. Value-full removal's paired accuracy change is -13.33 points, CI -28.33 to +1.67 "
+@claim("1.zeroshot-value-full", "60 items per condition. Value-full removal's paired accuracy change is -13.33 points, "
+       "CI -28.33 to +1.67 "
        "(p 0.139); exclude-self's +5.0, CI -5.0 to +15.0.", ZEROSHOT)
 def _(z):
     acc = z[z["metric"] == "acc"].set_index("condition")
@@ -143,7 +144,8 @@ def _(audit):
         return Verdict(False, "a quoted audit number is not its row's")
     ours = (e["perturbation_mean"] > a["perturbation_mean"] and e["energy_mean"] > a["energy_mean"]
             and e["retained_mean"] < a["retained_mean"])
-    paper = [PAPER[("audit", "value_excl_self", k)] > PAPER[("audit", "attn", k)] for k in ("perturbation %", "energy %")]
+    paper = [PAPER[("audit", "value_excl_self", k)] > PAPER[("audit", "attn", k)]
+             for k in ("perturbation %", "energy %")]
     paper.append(PAPER[("audit", "value_excl_self", "retained %")] < PAPER[("audit", "attn", "retained %")])
     return Verdict(bool(ours and all(paper)), f"ours {e['perturbation_mean']:.4f} vs {a['perturbation_mean']:.4f}")
 
@@ -300,7 +302,8 @@ def _(t):
             and _near(b["corrupted_metric"], -0.491, 3))
 
 
-@claim("5.top-heads-shared", "The two samples share three of their four strongest heads (L23H3, L23H0, L29H1); L24H4 is "
+@claim("5.top-heads-shared", "The two samples share three of their four strongest heads (L23H3, L23H0, L29H1); "
+       "L24H4 is "
        "second on seed 1 (q 0.0005) and not significant on seed 0 (q 0.305).", EFFECTS)
 def _(e):
     h = _exact(e)
@@ -415,7 +418,8 @@ def _excludes_zero(p: pd.DataFrame, prefix: str) -> list[int]:
     return [int(l) for l, lo, hi in zip(p["layer"], p[f"{prefix}_ci_low"], p[f"{prefix}_ci_high"]) if lo > 0 or hi < 0]
 
 
-@claim("6.f-tok-error-atypical", "Given the atypicality F ~ tok_error is -0.164, +0.115, +0.094, +0.100, -0.196, +0.007, "
+@claim("6.f-tok-error-atypical", "Given the atypicality F ~ tok_error is -0.164, +0.115, +0.094, +0.100, -0.196, "
+       "+0.007, "
        "each smaller in size than rho; its CI excludes 0 at every block but 29, negative at blocks 1 and 23.",
        RELATIONS)
 def _(rel):

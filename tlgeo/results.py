@@ -26,7 +26,8 @@ import pandas as pd
 
 from .storage import append_lines, read_lines, write_csv, write_text
 
-__all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity", "identity_scope",
+__all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity",
+           "identity_scope",
            "of_identity", "resumed_lines", "note_recomputed", "seen_identities"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")

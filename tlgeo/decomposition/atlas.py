@@ -137,8 +137,9 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
                        f"{b.skip_first}..; unedited perplexity {base:.2f}." + few)
     ctx.report.figure(plot_sweep(df),
                       "ΔPPL against the scale, left: s_par (s_perp = 1), right: s_perp (s_par = 1); one line per "
-                      "site, each through the unedited model (scale 1, ΔPPL 0, where the dashed lines cross; hollow where "
-                      "the grid has no scale 1: not run, a scale of 1 edits nothing); 0 removes that part, "
+                      "site, each through the unedited model (scale 1, ΔPPL 0, where the dashed lines cross; "
+                      "hollow where the grid has no scale 1: not run, a scale of 1 edits nothing); 0 removes that "
+                      "part, "
                       "values above 1 amplify it. The y axis is symmetric-log when ΔPPL spans decades: a site "
                       "whose line stays near 0 tolerates the edit.")
     wide = df.pivot_table(index=["axis", "site"], columns="scale", values="ppl").reset_index()

@@ -220,8 +220,9 @@ def head_sensitivity(
     batches = _as_batches(model, texts_or_token_batches, batch_size, max_len)
     Edit(s, s_par, layers=chosen[0], heads=[0])  # validates s_par for the site
     conditions: list[int | str] = [*range(cfg.n_heads), ALL]
-    log = (ResultLog(log_path, ("kind", "site", "s_par", "batch", "tokens", "layer"), identity=run_identity(model).row(),
-                     content=("tokens",)) if log_path else None)  # tokens: the batch's digest
+    log = (ResultLog(log_path, ("kind", "site", "s_par", "batch", "tokens", "layer"),
+                     identity=run_identity(model).row(), content=("tokens",))  # tokens: the batch's digest
+           if log_path else None)
     device = getattr(cfg, "device", None) or "cpu"
 
     base: list[Tensor] = []  # per batch: [b] unedited mean loss

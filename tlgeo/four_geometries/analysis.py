@@ -43,7 +43,8 @@ FDR = 0.05  # a relation row counts as significant after Benjamini-Hochberg when
 class GeometriesResult(Result):
     """``tokens`` (one row per pool token and block: every quantity, its window, position, id and log
     frequency, and its atypicality ``state_norm``, ``knn_dist`` and ``knn_dist_out``) and ``relations`` (one row
-    per block and pair of quantities: Spearman's rho with its bootstrap CI, SE and p over windows, the Benjamini–Hochberg q over
+    per block and pair of quantities: Spearman's rho with its bootstrap CI, SE and p over windows, the
+    Benjamini–Hochberg q over
     the run's rows, rho after shuffling within windows, the partial rho given position and frequency, and given
     those and the atypicality) and ``summary`` (one row per pair: :func:`relation_summary` over the blocks)."""
 
@@ -83,8 +84,9 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
               quantities: Sequence[str] = ALL) -> pd.DataFrame:
     """Per block, every pair of ``quantities`` of the tokens that have them all (the last position of a window
     has no next token, hence no damage): ``rho`` (Spearman), its 95% CI ``ci_low``/``ci_high`` (percentile, whole
-    windows resampled) and SE ``rho_se`` (the bootstrap rhos' standard deviation), ``p`` (two-sided, ``|rho| / rho_se``
-    against Student's t with windows - 1 degrees of freedom; 1 where rho or its SE is undefined), ``q_bh`` (Benjamini–Hochberg over every
+    windows resampled) and SE ``rho_se`` (the bootstrap rhos' standard deviation), ``p`` (two-sided,
+    ``|rho| / rho_se`` against Student's t with windows - 1 degrees of freedom; 1 where rho or its SE is
+    undefined), ``q_bh`` (Benjamini–Hochberg over every
     row returned, :func:`with_q`), ``rho_shuffled`` (each quantity shuffled within its window, mean of 10),
     ``rho_partial`` (partial Spearman given position and log frequency) and ``rho_partial_atypical`` (given those
     and the token's ``state_norm``, ``knn_dist`` and ``knn_dist_out``; NaN if the table lacks them), each with its

@@ -186,7 +186,8 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
             for line in resumed:
                 print(line)
             cfg = args[0] if args else kwargs.get("cfg")
-            print(f"provenance: {record_provenance(out, command_argv(cfg, model, identity, out), cfg, [identity], resumed)}")
+            argv = command_argv(cfg, model, identity, out)
+            print(f"provenance: {record_provenance(out, argv, cfg, [identity], resumed)}")
         return result
 
     wrapped.identified = True  # type: ignore[attr-defined]

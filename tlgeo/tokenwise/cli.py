@@ -39,7 +39,8 @@ def run_command(args: argparse.Namespace) -> int:
     load_text(cfg.corpus)  # an unknown corpus fails before the model loads
     out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
     model = load_model(args.model, **model_kwargs(args))
-    args.record.rerun = (f"The state pool is in {out / cfg.pool_name(run_identity(model).key, '*')}; finished fits are in {out / LOG}. "
+    pools = out / cfg.pool_name(run_identity(model).key, "*")
+    args.record.rerun = (f"The state pool is in {pools}; finished fits are in {out / LOG}. "
                          + args.record.rerun)
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
