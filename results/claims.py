@@ -171,38 +171,39 @@ def _damages(damage: pd.DataFrame) -> pd.DataFrame:
 
 
 @claim("2.angle-more-in-the-mean", "The angle perturbation does more damage than the magnitude in the mean over seeds "
-       "at every delta, by a factor of 1.15 to 1.75.", DAMAGE_SUMMARY)
+       "at every delta, by a factor of 1.16 to 2.48.", DAMAGE_SUMMARY)
 def _(s):
     r = s["angle_damage"] / s["magnitude_damage"]
-    return Verdict(bool((r > 1).all()) and _near(r.min(), 1.15, 2) and _near(r.max(), 1.75, 2),
+    return Verdict(bool((r > 1).all()) and _near(r.min(), 1.16, 2) and _near(r.max(), 2.48, 2),
                    f"ratios {r.round(3).tolist()}")
 
 
 @claim("2.angle-more-per-seed", "At every seed the angle does more damage from delta = 5 on; at delta = 1 and 2 one "
-       "seed of three shows the reverse.", DAMAGE)
+       "seed of five shows the reverse.", DAMAGE)
 def _(d):
     w = _damages(d)
     more = w["angle"] > w["magnitude"]
     small = ~more[more.index.get_level_values("delta") <= 2]
     per_delta = small.groupby(level="delta").sum()
     return Verdict(bool(more[more.index.get_level_values("delta") >= 5].all()) and list(per_delta) == [1, 1]
-                   and d["seed"].nunique() == 3, f"reversed (delta, seed): {list(small[small].index)}")
+                   and d["seed"].nunique() == 5, f"reversed (delta, seed): {list(small[small].index)}")
 
 
 @claim("2.paper-ratio-falls", "The paper's Pythia-410M is damaged by the angle many times more than by the magnitude "
        "at small delta (over ten times at delta 1 and 2), and the two come together as delta grows; here the ratio "
-       "stays below 2 at every delta.", DAMAGE_SUMMARY)
+       "is at most 2.48 (at delta 1) and below 2 from delta 5 on.", DAMAGE_SUMMARY)
 def _(s):
     p = s.dropna(subset=["paper_angle"]).sort_values("delta")
     pr = (p["paper_angle"] / p["paper_magnitude"]).to_numpy()
     ours = s["angle_damage"] / s["magnitude_damage"]
-    return Verdict(bool(pr[0] > 10 and pr[1] > 10 and pr[-1] < 2 and np.all(np.diff(pr) < 0) and (ours < 2).all()),
+    return Verdict(bool(pr[0] > 10 and pr[1] > 10 and pr[-1] < 2 and np.all(np.diff(pr) < 0) and _near(ours.max(), 2.48, 2)
+                        and (ours[s["delta"] >= 5] < 2).all()),
                    f"paper ratios {np.round(pr, 2).tolist()}")
 
 
 @claim("2.small-grid", "The paper's absolute grid (delta up to 20) moves SmolLM2's states (median norm 171.6) by at "
        "most about a tenth of their norm, where both damages stay below a tenth of the clean loss (4.823); at a "
-       "quarter, half and the whole of the median norm the ratio is between 1.24 and 1.59.", DAMAGE_SUMMARY, DAMAGE)
+       "quarter, half and the whole of the median norm the ratio is between 1.25 and 1.58.", DAMAGE_SUMMARY, DAMAGE)
 def _(s, d):
     grid = s[s["delta"] <= 20]
     clean = float(d["clean_loss"].iloc[0])
@@ -211,23 +212,23 @@ def _(s, d):
     return Verdict(bool(grid["delta_over_norm"].max() < 0.15 and (grid[["angle_damage", "magnitude_damage"]]
                                                                   < clean / 10).all().all()
                         and _near(clean, 4.823, 3) and _near(float(d["median_norm"].iloc[0]), 171.6, 1)
-                        and _near(r.min(), 1.24, 2) and _near(r.max(), 1.59, 2)),
+                        and _near(r.min(), 1.25, 2) and _near(r.max(), 1.58, 2)),
                    f"largest delta/norm on the grid {grid['delta_over_norm'].max():.4f}")
 
 
-@claim("2.spread", "From delta = 5 on the sd over seeds is at most a third of the mean (e.g. 0.0676 +- 0.0080 at "
+@claim("2.spread", "From delta = 5 on the sd over seeds is at most a third of the mean (e.g. 0.0696 +- 0.0071 at "
        "delta = 10); at delta = 1 and 2 it is more than half the mean.", DAMAGE_SUMMARY)
 def _(s):
     rel = pd.concat([s["magnitude_sd"] / s["magnitude_damage"], s["angle_sd"] / s["angle_damage"]], axis=1).max(axis=1)
     big, small = rel[s["delta"] >= 5], rel[s["delta"] <= 2]
     ten = s[s["delta"] == 10].iloc[0]
-    return Verdict(bool(big.max() <= 1 / 3 and (small > 0.5).all() and _near(ten["angle_damage"], 0.0676, 4)
-                        and _near(ten["angle_sd"], 0.0080, 4)),
+    return Verdict(bool(big.max() <= 1 / 3 and (small > 0.5).all() and _near(ten["angle_damage"], 0.0696, 4)
+                        and _near(ten["angle_sd"], 0.0071, 4)),
                    f"largest sd/mean from delta 5: {big.max():.3f}; at 1 and 2: {small.round(2).tolist()}")
 
 
 @claim("2.rmsnorm-reverse", "SmolLM2 normalises with RMSNorm, for which the paper predicts that magnitude does more "
-       "damage than angle; here the angle does more at every seed from delta = 5 on, the reverse, on 3 seeds.",
+       "damage than angle; here the angle does more at every seed from delta = 5 on, the reverse, on 5 seeds.",
        DAMAGE)
 def _(d):
     from tlgeo.families.registry import get_family
@@ -236,7 +237,7 @@ def _(d):
     w = _damages(d)
     big = w[w.index.get_level_values("delta") >= 5]
     norm = get_family(CALIBRATION_MODEL.family).norm
-    return Verdict(bool((big["angle"] > big["magnitude"]).all()) and d["seed"].nunique() == 3
+    return Verdict(bool((big["angle"] > big["magnitude"]).all()) and d["seed"].nunique() == 5
                    and d["model"].eq(CALIBRATION_MODEL.name).all() and norm == "RMSNorm",
                    f"norm of SmolLM2's family: {norm}")
 
