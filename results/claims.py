@@ -41,6 +41,12 @@ EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
 BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
 RELATIONS = "results/geometries-smollm2-135m/geometries_relations.csv"
 GEO_TOKENS = "results/geometries-smollm2-135m/geometries_tokens.csv.gz"
+PDSF = "results/pdsf-smollm2-135m"
+PDSF_LAYERS = f"{PDSF}/pdsf_layers.csv"
+PDSF_SINGLE = f"{PDSF}/pdsf_single_pass_summary.csv"
+PDSF_SINGLE_ROWS = f"{PDSF}/pdsf_single_pass.csv.gz"
+PDSF_GEN = f"{PDSF}/pdsf_generation_summary.csv"
+PDSF_GEN_ROWS = f"{PDSF}/pdsf_generation.csv.gz"
 
 
 def _near(x: float, quoted: float, decimals: int) -> bool:
@@ -242,6 +248,109 @@ def _(d):
                    f"norm of SmolLM2's family: {norm}")
 
 
+# -- 3. prediction-anchored subspaces ----------------------------------------------------------------------
+
+def _immediate(summary: pd.DataFrame, condition: str) -> tuple[float, float, float]:
+    """A condition's immediate-divergence percent and its 95 % Wilson CI, as the run's summary holds them."""
+    r = summary.set_index("condition").loc[condition]
+    return float(r["immediate_pct"]), float(r["immediate_ci_low"]), float(r["immediate_ci_high"])
+
+
+@claim("3.gen-d-as-paper", "A persistent rotation of D changes the first generated token for 64.6 % of the 96 SpecB "
+       "prompts (95 % Wilson CI 54.6-73.4 %), and the paper's 64.0 % lies inside it.", PDSF_GEN)
+def _(s):
+    from tlgeo.pdsf.paper import PAPER_DIVERGENCE
+
+    pct, lo, hi = _immediate(s, "D")
+    n = int(s.set_index("condition").loc["D", "n"])
+    return Verdict(_near(pct, 64.6, 1) and n == 96 and _near(lo, 54.6, 1) and _near(hi, 73.4, 1)
+                   and lo <= PAPER_DIVERGENCE["D"][0] <= hi, f"{pct:.1f} %, CI {lo:.1f}-{hi:.1f}")
+
+
+@claim("3.gen-hierarchy-compressed", "The paper's later divergence of S and later still of the top of F is not "
+       "SmolLM2's: the top of F diverges at once for 59.4 % (CI 49.4-68.7 %, the paper's 23.1 % far outside), "
+       "more often than S (35.4 %; exact McNemar test over the same prompts, p < 0.001).", PDSF_GEN, PDSF_GEN_ROWS)
+def _(s, gen):
+    from scipy.stats import binomtest
+
+    from tlgeo.pdsf.paper import PAPER_DIVERGENCE
+
+    pct, lo, hi = _immediate(s, "F_top")
+    s_pct = _immediate(s, "S")[0]
+    a = gen[gen["condition"] == "F_top"].set_index("prompt")["immediate"].astype(bool)
+    b = gen[gen["condition"] == "S"].set_index("prompt")["immediate"].astype(bool)
+    only_f, only_s = int((a & ~b).sum()), int((~a & b).sum())
+    p = binomtest(only_f, only_f + only_s).pvalue
+    return Verdict(_near(pct, 59.4, 1) and _near(s_pct, 35.4, 1) and _near(lo, 49.4, 1) and _near(hi, 68.7, 1)
+                   and not lo <= PAPER_DIVERGENCE["F_top"][0] <= hi and p < 0.001,
+                   f"discordant prompts: F-top only {only_f}, S only {only_s}, p {p:.2g}")
+
+
+@claim("3.gen-random", "Even the random subspace of D's rank diverges at once for 21.1 % of the prompts whose "
+       "continuation it changes (CI 14.1-30.3 %; the paper's 4.5 % outside).", PDSF_GEN)
+def _(s):
+    from tlgeo.pdsf.paper import PAPER_DIVERGENCE
+
+    pct, lo, hi = _immediate(s, "random")
+    return Verdict(_near(pct, 21.1, 1) and _near(lo, 14.1, 1) and _near(hi, 30.3, 1)
+                   and PAPER_DIVERGENCE["random"][0] < lo, f"CI {lo:.1f}-{hi:.1f}")
+
+
+def _per_prompt_kl(rows: pd.DataFrame, condition: str) -> pd.Series:
+    return rows[rows["condition"] == condition].groupby("prompt")["kl"].mean()
+
+
+@claim("3.sp-mix-largest", "One edit at the last prompt token at state 4: mixing F's coordinates moves the next "
+       "token most (5.85 nats), more than 40 times a rotation of D or S (0.100, 0.125) and 2,000 times a random "
+       "rotation (0.0025).", PDSF_SINGLE)
+def _(s):
+    kl = s.set_index("condition")["kl_mean"]
+    return Verdict(bool(kl.idxmax() == "F_mix" and _near(kl["F_mix"], 5.85, 2) and _near(kl["D_rotate"], 0.100, 3)
+                        and _near(kl["S_rotate"], 0.125, 3) and _near(kl["random_rotate"], 0.0025, 4)
+                        and kl["F_mix"] > 40 * max(kl["D_rotate"], kl["S_rotate"])
+                        and kl["F_mix"] > 2000 * kl["random_rotate"] and (s["layer"] == 4).all()),
+                   f"KL {kl.round(4).to_dict()}")
+
+
+@claim("3.sp-transplant-reverse", "Transplanting another group's prompt's F, the paper's most damaging edit (5.63 "
+       "nats), is SmolLM2's least: 0.0014 nats, below even the random rotation (paired over the 224 prompts, "
+       "Wilcoxon p < 0.001).", PDSF_SINGLE, PDSF_SINGLE_ROWS)
+def _(s, rows):
+    from scipy.stats import wilcoxon
+
+    kl = s.set_index("condition")["kl_mean"]
+    t, r = _per_prompt_kl(rows, "F_transplant"), _per_prompt_kl(rows, "random_rotate")
+    p = wilcoxon(t, r.loc[t.index]).pvalue
+    return Verdict(bool(kl.idxmin() == "F_transplant" and _near(kl["F_transplant"], 0.0014, 4)
+                        and kl["F_transplant"] < kl["random_rotate"] and len(t) == 224 and p < 0.001),
+                   f"Wilcoxon p {p:.2g}")
+
+
+@claim("3.sp-s-over-d", "A rotation of S moves the next token more than one of D (0.125 against 0.100 nats; paired "
+       "over prompts, Wilcoxon p < 0.001), the reverse of the paper's order (D 0.052, S 0.038).",
+       PDSF_SINGLE_ROWS)
+def _(rows):
+    from scipy.stats import wilcoxon
+
+    from tlgeo.pdsf.paper import PAPER_SINGLE_PASS_KL
+
+    d, s_ = _per_prompt_kl(rows, "D_rotate"), _per_prompt_kl(rows, "S_rotate")
+    p = wilcoxon(s_, d.loc[s_.index]).pvalue
+    return Verdict(bool(_near(s_.mean(), 0.125, 3) and _near(d.mean(), 0.100, 3) and s_.mean() > d.mean()
+                        and p < 0.001 and PAPER_SINGLE_PASS_KL["D_rotate"] > PAPER_SINGLE_PASS_KL["S_rotate"]),
+                   f"Wilcoxon p {p:.2g}")
+
+
+@claim("3.interface-small", "The interface dimension 1 + PR_D + PR_S is 4.7-17.0 over the 31 states, below the "
+       "paper's 20 at every one, and the unembedding direction of the prediction is 78-89 degrees from the top "
+       "principal axis at every state.", PDSF_LAYERS)
+def _(g):
+    return Verdict(bool(len(g) == 31 and _near(g["interface_dim"].min(), 4.7, 1)
+                        and _near(g["interface_dim"].max(), 17.0, 1) and (g["interface_dim"] < 20).all()
+                        and round(g["angle_u_top_axis"].min()) == 78 and round(g["angle_u_top_axis"].max()) == 89),
+                   f"angles {g['angle_u_top_axis'].min():.1f}-{g['angle_u_top_axis'].max():.1f}")
+
+
 # -- 5. geometry-resolved activation patching ---------------------------------------------------------------
 
 def _exact(effects: pd.DataFrame) -> pd.DataFrame:
@@ -291,7 +400,20 @@ def patching_heads_table(effects: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"patching-heads": (patching_heads_table, EFFECTS)}
+def pdsf_table(folder: Path) -> str:
+    """RESULTS §3's table: SmolLM2's PDSF run beside the paper's numbers (:func:`tlgeo.pdsf.paper.comparison_table`)."""
+    from tlgeo.pdsf.paper import comparison_table
+
+    return comparison_table({"SmolLM2-135M": folder})
+
+
+TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF)}
+
+
+def table_input(path: str) -> "pd.DataFrame | Path":
+    """What a generated table is made from: a CSV read, or a folder as it is."""
+    p = ROOT / path
+    return p if p.is_dir() else pd.read_csv(p)
 
 
 @claim("5.task", "The model answers 0.938 (seed 0) and 1.000 (seed 1) of the clean IOI prompts right; clean / "
@@ -516,7 +638,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.table:
         fn, path = TABLES[args.table]
-        print(fn(pd.read_csv(ROOT / path)))
+        print(fn(table_input(path)))
         return 0
     got = CLAIMS.evaluate(ROOT)
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):

@@ -41,6 +41,13 @@ def test_results_cites_every_claim_and_only_registered_ones():
     assert set(RC.CLAIMS.by_id) - ids == set(), "registered but cited nowhere in RESULTS.md"
 
 
+def test_the_docs_cite_only_registered_claims():
+    """A docs page points to a finding by its claim id; the id must be one RESULTS.md's checks register."""
+    unknown = {f"{p.relative_to(ROOT)}: {i}" for p in sorted((ROOT / "docs").rglob("*.md"))
+               for i in set(cited(p.read_text())) - {INTERPRETATION} if i not in RC.CLAIMS.by_id}
+    assert not unknown, f"claim ids cited in the docs but not registered: {sorted(unknown)}"
+
+
 def _sections_with_tables(text: str) -> list[tuple[str, str]]:
     parts = re.split(r"^(## .*)$", text, flags=re.M)
     return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts) - 1, 2) if "<!-- source:" in parts[i + 1]]
@@ -58,7 +65,7 @@ def test_generated_tables_are_what_their_script_prints_now():
     blocks = generated_blocks(DOC.read_text())
     assert set(blocks) == set(RC.TABLES)
     for name, (fn, path) in RC.TABLES.items():
-        assert blocks[name] == fn(pd.read_csv(ROOT / path)), f"RESULTS.md's {name} table is stale"
+        assert blocks[name] == fn(RC.table_input(path)), f"RESULTS.md's {name} table is stale"
 
 
 # -- the machinery, on documents and tables made here -------------------------------------------------------

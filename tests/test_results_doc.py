@@ -37,7 +37,11 @@ def sections(text: str) -> list[tuple[str, str]]:
 
 
 def quoted(body: str) -> list[tuple[float, int, bool, str]]:
-    """Each decimal number of ``body`` outside comments and code: (value, decimals, percent, as written)."""
+    """Each decimal number of ``body`` outside comments, code and generated tables (``<!-- table: name -->``
+    blocks, equal to what their script prints from their tables: ``tests/test_claims.py``), and not a test's
+    threshold (``p < 0.001``, ``q < 0.05``: its claim checks it): (value, decimals, percent, as written)."""
+    body = re.sub(r"<!--\s*table:.*?<!--\s*/table\s*-->", "", body, flags=re.S)
+    body = re.sub(r"\b[pq] [<>≤≥] \d+\.\d+", "", body)
     body = re.sub(r"<!--.*?-->", "", body, flags=re.S)
     body = re.sub(r"```.*?```", "", body, flags=re.S)
     body = re.sub(r"`[^`\n]*`", "", body)
@@ -93,6 +97,8 @@ def _has_provenance(path: str) -> bool:
 def test_the_checker_finds_a_number_with_no_source():
     body = "F ~ tok_error +0.45 [0.21, 0.58] in 6 of 6 blocks; 34.5 % of prompts; 4.052e4; `--delta 0.2` is a flag"
     assert [q[3] for q in quoted(body)] == ["+0.45", "0.21", "0.58", "34.5 %", "4.052e4"]
+    assert [q[3] for q in quoted("q < 0.05 and p 0.021\n<!-- table: t -->\n| 0.77 |\n<!-- /table -->\n0.3")] == \
+        ["0.021", "0.3"]
     values = np.array([0.4512, 0.2149, 0.345, 40518.0])
     assert found(0.45, 2, False, values) and found(34.5, 1, True, values) and not found(0.58, 2, False, values)
     assert found(40520.0, -1, False, values) and not found(40560.0, -1, False, values)

@@ -172,6 +172,10 @@ def test_divergence_step_on_constructed_sequences():
                        "divergence_step": [None, 0, 4], "frame_shift": [False, True, False]})
     s = divergence_summary(df).iloc[0]
     assert s["immediate_pct"] == 50 and s["mean_first_divergence"] == 2 and s["unchanged_pct"] == pytest.approx(100 / 3)
+    # Wilson's interval of 1 of 2: (p + z²/2n ± z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), by hand
+    z, n, p = 1.959963984540054, 2, 0.5
+    mid, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert s["immediate_ci_low"] == pytest.approx(100 * (mid - half)) and s["immediate_ci_high"] == pytest.approx(100 * (mid + half))
 
 
 def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypatch):

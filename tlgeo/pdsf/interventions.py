@@ -212,14 +212,20 @@ def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], gr
 
 
 def divergence_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per condition: immediate-divergence rate and mean / median first divergence over the prompts
-    whose continuation changed (the authors' convention), the share unchanged, frame shifts, KL."""
+    """Per condition: immediate-divergence rate (with its 95 % Wilson CI, ``immediate_ci_low`` / ``_high``,
+    percent) and mean / median first divergence over the prompts whose continuation changed (the authors'
+    convention), the share unchanged, frame shifts, KL."""
+    from ..stats.multiple import proportion_ci
+
     out = []
     for c, g in df.groupby("condition", sort=False):
-        changed = g[~g["identical"]]
+        changed = g[~g["identical"].astype(bool)]
+        k = int(changed["immediate"].astype(bool).sum())
+        low, high = proportion_ci(k, len(changed))
         out.append({"condition": c, "rank": int(g["rank"].iloc[0]), "n": len(g),
                     "unchanged_pct": 100 * g["identical"].mean(),
                     "immediate_pct": 100 * changed["immediate"].mean() if len(changed) else 0.0,
+                    "immediate_ci_low": 100 * low, "immediate_ci_high": 100 * high,
                     "mean_first_divergence": changed["divergence_step"].mean() if len(changed) else float("nan"),
                     "median_first_divergence": changed["divergence_step"].median() if len(changed) else float("nan"),
                     "frame_shift_pct": 100 * g["frame_shift"].mean(),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["wald_pvalue", "mean_test_pvalue", "significant_digits", "bh_qvalues"]
+__all__ = ["wald_pvalue", "mean_test_pvalue", "significant_digits", "bh_qvalues", "proportion_ci"]
 
 
 def wald_pvalue(estimate, se, df=None) -> np.ndarray:
@@ -87,3 +87,16 @@ def bh_qvalues(pvalues) -> np.ndarray:
     if ok.any():
         q[ok] = false_discovery_control(p[ok], method="bh")
     return q
+
+
+def proportion_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``k / n`` (``scipy.stats.binomtest``), as fractions; ``(nan, nan)``
+    for ``n = 0``. Honest at small ``n`` and near 0 or 1, where the normal interval leaves [0, 1]."""
+    if n == 0:
+        return float("nan"), float("nan")
+    if not 0 <= k <= n:
+        raise ValueError(f"k = {k} successes out of n = {n}: need 0 <= k <= n")
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
