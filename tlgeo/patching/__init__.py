@@ -18,10 +18,11 @@ from .components import COMPONENTS, Component, get_component
 from .exact import exact_sweep, patch_hooks
 from .attribution import attribution_sweep
 from .runs import task_runs
+from .paths import path_effects, path_runs, path_sweep
 from .tasks import TASKS, Task, TaskError, build_task, clean_accuracy, task_from_texts
 from .config import PatchingConfig
 from .analysis import PatchingResult, run
 
 __all__ = ["COMPONENTS", "Component", "get_component", "patch_hooks", "exact_sweep", "attribution_sweep",
-           "task_runs", "TASKS", "Task", "TaskError", "build_task", "clean_accuracy", "task_from_texts",
+           "task_runs", "path_runs", "path_sweep", "path_effects", "TASKS", "Task", "TaskError", "build_task", "clean_accuracy", "task_from_texts",
            "PatchingConfig", "PatchingResult", "run"]

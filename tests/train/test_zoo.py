@@ -1,0 +1,51 @@
+"""The zoo's committed models: their weights are the ones zoo.json describes, and their heads are what their
+attention scores say (Olsson et al.'s previous-token and induction scores, recomputed here)."""
+
+import json
+
+import pytest
+
+from tlgeo.models import load_model
+from tlgeo.train.zoo import ZOO, ZOO_DIR, head_scores, planted_heads, repeated_batch, weights_digest, zoo_model_dir
+
+EXPORTED = sorted(p.name for p in ZOO_DIR.iterdir() if (p / "zoo.json").exists()) if ZOO_DIR.exists() else []
+
+
+def test_every_zoo_model_is_exported_with_its_record():
+    assert set(EXPORTED) == set(ZOO), "a zoo model without its exported directory (scripts/train_zoo.py NAME)"
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_the_weights_and_the_scores_are_what_zoo_json_records(name):
+    d = zoo_model_dir(name)
+    record = json.loads((d / "zoo.json").read_text())
+    assert weights_digest(d) == record["weights_sha256"]
+    assert record["command"].startswith("tlgeo train ") and f"--steps {ZOO[name].config.steps}" in record["command"]
+    scores = head_scores(load_model(str(d)))
+    for got, want in zip(scores, record["head_scores"], strict=True):
+        assert (got["layer"], got["head"]) == (want["layer"], want["head"])
+        for k in ("previous_token", "induction", "copying"):
+            assert got[k] == pytest.approx(want[k], abs=2e-4), (got, want)
+    assert planted_heads(scores) == record["planted"]
+
+
+def test_the_llama_zoo_model_has_a_previous_token_head_before_its_induction_heads():
+    record = json.loads((zoo_model_dir("induction-llama") / "zoo.json").read_text())
+    planted = record["planted"]
+    assert planted["previous_token"] == [[0, 2]]
+    assert planted["induction"] == [[1, 0], [1, 1], [1, 2]]
+    by = {(r["layer"], r["head"]): r for r in record["head_scores"]}
+    assert all(by[tuple(h)]["copying"] > 0.5 for h in planted["induction"])  # they copy what they attend to
+
+
+def test_repeated_batches_repeat_and_take_a_bos():
+    t = repeated_batch(3, 5, seed=1, bos=256)
+    assert t.shape == (3, 11) and (t[:, 0] == 256).all() and (t[:, 1:6] == t[:, 6:]).all()
+    assert (t[:, 1:] < 256).all()
+
+
+def test_an_unknown_or_missing_zoo_model_is_named(tmp_path):
+    with pytest.raises(ValueError, match="unknown zoo model 'nope'"):
+        zoo_model_dir("nope")
+    with pytest.raises(FileNotFoundError, match="scripts/train_zoo.py induction-gpt"):
+        zoo_model_dir("induction-gpt", tmp_path)
