@@ -5,8 +5,11 @@ import json
 import pandas as pd
 import pytest
 
+from tlgeo.patching import analysis as patching_analysis
 from tlgeo.patching.analysis import LOG_KEY, run, units
 from tlgeo.patching.config import PatchingConfig
+from tlgeo.patching.paths import path_effects, path_runs, path_sweep
+from tlgeo.patching.tasks import build_task
 
 
 def _cfg(**kw):
@@ -225,3 +228,33 @@ def test_a_component_not_cached_is_one_line(llama):
     runs = task_runs(llama, build_task("induction", llama, n=4), ["head"], [0])
     with pytest.raises(ValueError, match=r"did not cache mlp at block 0, head at block 1, mlp at block 1: make them"):
         exact_sweep(llama, runs, ["head", "mlp"], layers=[0, 1])
+
+
+def test_path_patching_in_the_analysis_is_the_sweep_and_resumes_from_its_log(llama, tmp_path, monkeypatch):
+    cfg = _cfg(methods=("paths",), path_senders=("L0H1", "L1"), path_receivers=("L2H0", "logits"),
+               path_components=("head", "nonself"))
+    assert sum(u[0] == "paths" for u in units(llama, cfg)) == 2 * 2  # components x sender blocks
+    res = run(llama, cfg, out=tmp_path)
+    assert res.effects is None and res.par_baseline is None and len(res.paths) == 2 * 5 * 4
+    task = build_task("induction", llama, n=4, seed=0)
+    runs = path_runs(llama, task, ["head", "nonself"], [0, 1], [2], logits=True)
+    senders = [(0, 1), *((1, h) for h in range(llama.cfg.n_heads))]
+    want = path_effects(path_sweep(llama, runs, senders, [(2, 0)], components=["head", "nonself"], logits=True),
+                        runs, n_boot=50)
+    key = ["component", "sender_layer", "sender_head", "receiver_layer", "receiver_head", "receiver_input"]
+    got = res.paths.sort_values(key).reset_index(drop=True)
+    want = want.sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[key + ["effect", "p"]], want[key + ["effect", "p"]], check_dtype=False)
+    assert (got["q"] >= got["p"] - 1e-12).all()
+    monkeypatch.setattr(patching_analysis, "path_sweep", lambda *a, **k: pytest.fail("recomputed"))
+    again = run(llama, cfg, out=tmp_path)  # read back from patching_paths.jsonl
+    pd.testing.assert_frame_equal(again.paths, res.paths)
+
+
+def test_path_patching_needs_its_senders_and_receivers_in_a_form_it_reads():
+    with pytest.raises(ValueError, match="paths needs path_senders and path_receivers"):
+        _cfg(methods=("paths",), path_senders=("L0",))
+    with pytest.raises(ValueError, match="path_senders: 'X1' is not a head"):
+        _cfg(methods=("paths",), path_senders=("X1",), path_receivers=("L1",))
+    with pytest.raises(ValueError, match="path_senders: 'logits' is not a head"):
+        _cfg(methods=("paths",), path_senders=("logits",), path_receivers=("L1",))

@@ -34,7 +34,22 @@ def test_patching_command(tmp_path, capsys):
     assert (out / "patching.jsonl").read_text().count("\n") == lines
 
 
+def test_path_patching_command(tmp_path, capsys):
+    out = tmp_path / "pp"
+    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
+            "--methods", "paths", "--path-senders", "L0H1,L0H2", "--path-receivers", "L1,logits", "--path-inputs", "k,v",
+            "--out", str(out), "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "largest paths (a sender's change let through only to the receiver's input" in printed
+    paths = pd.read_csv(out / "patching_paths.csv")
+    assert len(paths) == 2 * (4 * 2 + 1) and set(paths["receiver_input"]) == {"k", "v", "logits"}
+    assert not (out / "patching_effects.csv").exists()
+
+
 @pytest.mark.parametrize("flags, message", [
+    (["--methods", "paths", "--path-senders", "L0"], "paths needs path_senders and path_receivers"),
+    (["--path-receivers", "L1H"], "path_receivers: 'L1H' is not a head"),
     (["--tasks", "copy"], "tasks: unknown value(s) ['copy']"),
     (["--components", "heads"], "components: unknown value(s) ['heads']"),
     (["--directions", "both"], "directions: unknown value(s) ['both']"),

@@ -38,9 +38,10 @@ from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
 from .baseline import par_baseline_rows
 from .components import get_component
-from .config import PatchingConfig
+from .config import PatchingConfig, parse_heads
 from .effects import add_qvalues, agreement, effect_test, interactions
 from .exact import exact_sweep, heads_per_forward
+from .paths import path_runs, path_sweep
 from .plots import head_attention_rows, top_heads
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
@@ -51,6 +52,9 @@ SETTINGS = ("task", "prompts", "seed", "method", "direction", "positions", "fram
 LOG_KEY = ("model", *SETTINGS, "component", "layer", "head", "inputs")  # inputs: the task's digest (task_digest)
 EFFECT_COLUMNS = (*LOG_KEY[:-1], "effect", "ci_low", "ci_high", "n", "se", "p", "q", "significant")
 BASELINE_KEY = ("model", "task", "prompts", "seed", "layer", "head")
+PATH_CELL = ("through_mlps", "component", "sender_layer", "sender_head", "receiver_layer", "receiver_head",
+             "receiver_input")
+PATH_LOG_KEY = ("model", *SETTINGS, *PATH_CELL, "inputs")
 
 
 @dataclass
@@ -64,7 +68,10 @@ class PatchingResult(Result):
     head's write along the residual on the clean run, of a randomly rotated write, and ``1 / d_model``
     (:mod:`.baseline`; no rows where the heads' writes are not their own: the task's ``note`` says why);
     ``agreement`` (attribution against exact patching) and ``interactions`` (a split's parts against the
-    whole), made from ``effects``.
+    whole), made from ``effects``; ``paths`` (``--methods paths``): per (component, sender, receiver head, input)
+    the effect of the sender's change let through only to that input (:mod:`.paths`; ``receiver_input`` ``logits``
+    with ``receiver_head`` -1 for the direct path to the logits; ``kv_head``: the key/value head a k or v
+    receiver shares under grouped-query attention), with CI, ``p`` and ``q`` over every path of its family.
 
     ``q`` and ``significant`` are recomputed from ``p`` whenever the result is made (so a merge of work
     units equals the whole run) and on the whole saved table after :meth:`save`."""
@@ -74,6 +81,7 @@ class PatchingResult(Result):
         Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
         Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
         Table("attention", ("model", "task", "prompts", "seed", "view", "query", "key"), "patching_attention.csv.gz"),
+        Table("paths", ("model", *SETTINGS, *PATH_CELL), "patching_paths.csv"),
         Table("agreement", ("model", *SETTINGS[:3], *SETTINGS[4:], "component"), "patching_agreement.csv",
               derive=lambda r: _summary(agreement, r.effects)),
         Table("interactions", ("model", *SETTINGS[:3], *SETTINGS[4:], "split", "layer", "head"),
@@ -84,14 +92,17 @@ class PatchingResult(Result):
         super().__post_init__()
         if self.effects is not None:
             self.effects = add_qvalues(self.effects)
+        if self.paths is not None:
+            self.paths = add_qvalues(self.paths)
 
     def save(self, out: str | Path) -> list[Path]:
         """:meth:`Result.save`, then ``q`` and ``significant`` computed again over the saved effects table,
         which may hold rows of other work units saved before (a family is only whole there)."""
         written = super().save(out)
-        path = Path(out) / self.table("effects").filename
-        if self.effects is not None and path.exists():
-            write_csv(path, add_qvalues(pd.read_csv(path)))
+        for name in ("effects", "paths"):
+            path = Path(out) / self.table(name).filename
+            if getattr(self, name) is not None and path.exists():
+                write_csv(path, add_qvalues(pd.read_csv(path)))
         return written
 
 
@@ -109,7 +120,8 @@ def _layers(model: Model, cfg: PatchingConfig) -> list[int]:
 
 def units(model: Model, cfg: PatchingConfig) -> list[tuple]:
     """Per task and direction: ``("attribution", task, direction)``, then ``("exact", task, direction,
-    component, layer)`` for every exactly patched component and block."""
+    component, layer)`` for every exactly patched component and block, then ``("paths", task, direction,
+    component, sender_layer)`` for every path-patched component and sender block."""
     out: list[tuple] = []
     for task in cfg.task_names():
         for d in cfg.directions:
@@ -117,7 +129,22 @@ def units(model: Model, cfg: PatchingConfig) -> list[tuple]:
                 out.append(("attribution", task, d))
             if "exact" in cfg.methods:
                 out += [("exact", task, d, c, l) for c in cfg.exact_set() for l in _layers(model, cfg)]
+            if "paths" in cfg.methods:
+                out += [("paths", task, d, c, l) for c in cfg.path_components for l in _sender_layers(model, cfg)]
     return out
+
+
+def _senders(model: Model, cfg: PatchingConfig) -> list[tuple[int, int]]:
+    return parse_heads(cfg.path_senders, model.cfg.n_layers, model.cfg.n_heads, field="path_senders")[0]
+
+
+def _receivers(model: Model, cfg: PatchingConfig) -> tuple[list[tuple[int, int]], bool]:
+    return parse_heads(cfg.path_receivers, model.cfg.n_layers, model.cfg.n_heads, field="path_receivers",
+                       allow_logits=True)
+
+
+def _sender_layers(model: Model, cfg: PatchingConfig) -> list[int]:
+    return sorted({l for l, _ in _senders(model, cfg)})
 
 
 def unit_cost(model: Model, cfg: PatchingConfig, unit: Sequence) -> float:
@@ -126,6 +153,11 @@ def unit_cost(model: Model, cfg: PatchingConfig, unit: Sequence) -> float:
     if unit[0] == "attribution":
         return 3.0
     n = model.cfg.n_layers
+    if unit[0] == "paths":  # one sender pass per head, then per receiver block and input one pass per receiver
+        senders = sum(1 for l, _ in _senders(model, cfg) if l == unit[4])
+        receivers, logits = _receivers(model, cfg)
+        later = [l for l, _ in receivers if l > unit[4]]
+        return senders * ((n - unit[4]) / n + len(cfg.path_inputs) * sum((n - l) / n for l in later)) + logits
     reps = model.cfg.n_heads if get_component(unit[3]).scope == "head" else 1
     return reps * (n - unit[4]) / n
 
@@ -150,10 +182,14 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
             if log_dir is not None else None)
+    plog = (ResultLog(log_dir / "patching_paths.jsonl", PATH_LOG_KEY, identity=run_identity(model).row(),
+                      content=("inputs",)) if log_dir is not None and any(u[0] == "paths" for u in chosen) else None)
+    path_rows: list[dict] = []
     label = model_label(model)
     task_rows: list[dict] = []
     effect_rows: list[dict] = []
-    baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) else None
+    patched = any(u[0] != "paths" for u in chosen)  # exact or attribution units (effects, their baseline)
+    baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) and patched else None
     attention: list[pd.DataFrame] = []
     built = {}
     own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
@@ -202,7 +238,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             if progress:
                 print(f"  {name}: {refused}", flush=True)
         if baseline_rows is not None and not refused:
-            blocks = sorted({l for u in mine for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
+            blocks = sorted({l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
             baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
                                                                                          seed=cfg.seed)]
         if progress:  # one bar per task: a sweep of every component at every block is many units
@@ -210,7 +246,13 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
 
             mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
         heads = []
+        pruns = None
         for u in mine:
+            if u[0] == "paths":
+                if pruns is None:  # what every path of the task reads, cached once
+                    pruns = _path_runs(model, cfg, task, [v for v in mine if v[0] == "paths"])
+                path_rows += [_path_effect_row(r, pruns, cfg) for r in _paths(model, cfg, pruns, label, u, plog)]
+                continue
             rows = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog,
                                                               skip_write=bool(refused))]
             effect_rows += rows
@@ -220,12 +262,13 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             attention.append(head_attention_rows(model, task.clean[:1], heads).assign(
                 **_task_row(label, cfg, name)))
     tasks_df = pd.DataFrame(task_rows)
-    effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2]))
+    effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2])) if patched else None
     baseline_df = None if baseline_rows is None else pd.DataFrame(
         baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
     attention_df = pd.concat(attention, ignore_index=True) if attention else None
+    paths_df = pd.DataFrame(path_rows) if any(u[0] == "paths" for u in chosen) else None
     return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df,
-                          attention=attention_df).deliver(out, on_table)
+                          attention=attention_df, paths=paths_df).deliver(out, on_table)
 
 
 VIEWED_HEADS = 4  # the attention view's heads per method and direction
@@ -299,6 +342,53 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     return rows
 
 
+def _path_runs(model: Model, cfg: PatchingConfig, task: Task, units: list[tuple]) -> TaskRuns:
+    receivers, logits = _receivers(model, cfg)
+    return path_runs(model, task, list(dict.fromkeys(u[3] for u in units)), [u[4] for u in units],
+                     [l for l, _ in receivers], through_mlps=cfg.through_mlps, logits=logits,
+                     batch_size=cfg.batch_size)
+
+
+def _paths(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple,
+           plog: ResultLog | None) -> list[dict]:
+    """The log rows of one path unit (a component's senders in one block into every receiver after them): read
+    back where a previous run finished them with the same task content, else computed and logged."""
+    _, name, direction, comp, layer = unit
+    base = dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, method="paths",
+                direction=direction, positions=cfg.positions, frame=cfg.frame, through_mlps=cfg.through_mlps,
+                inputs=task_digest(runs.task))
+    senders = [(l, h) for l, h in _senders(model, cfg) if l == layer]
+    if get_component(comp).scope == "layer":
+        senders = [(layer, -1)]
+    receivers, logits = _receivers(model, cfg)
+    expected = [(s, (rl, rh), i) for s in senders for rl, rh in receivers if rl > layer for i in cfg.path_inputs]
+    expected += [(s, (model.cfg.n_layers, -1), "logits") for s in senders] if logits else []
+    if not expected:
+        return []
+    cell = lambda s, r, i: dict(component=comp, sender_layer=s[0], sender_head=s[1], receiver_layer=r[0],  # noqa: E731
+                                receiver_head=r[1], receiver_input=i)
+    if plog is not None:
+        got = [plog.get(**base, **cell(s, r, i)) for s, r, i in expected]
+        if all(g is not None for g in got):
+            return got
+    rows = path_sweep(model, runs, senders, [r for r in receivers if r[0] > layer], components=[comp],
+                      inputs=cfg.path_inputs, logits=logits, direction=direction, positions=cfg.positions,
+                      frame=cfg.frame, through_mlps=cfg.through_mlps, max_rows=cfg.max_rows)
+    by_cell = {(r["sender_layer"], r["sender_head"], r["receiver_layer"], r["receiver_head"], r["receiver_input"]):
+               {**base, **r} for r in rows}
+    rows = [by_cell[(*s, *r, i)] for s, r, i in expected]
+    if plog is not None:
+        plog.extend(r for r in rows if not plog.done(**{k: r[k] for k in PATH_LOG_KEY}))
+    return rows
+
+
+def _path_effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
+    clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
+    t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
+    return {**{k: row[k] for k in PATH_LOG_KEY[:-1]}, "kv_head": row["kv_head"], "effect": t["effect"],
+            "ci_low": t["ci_low"], "ci_high": t["ci_high"], "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
+
+
 def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
@@ -338,6 +428,15 @@ def plan(shape, cfg: PatchingConfig) -> list:
             rows = n_prompts * (heads_per_forward(shape.n_heads, n_prompts, cfg.max_rows) if "head" in scopes else 1)
             out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, rows,
                             kept_bytes=kept, note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed"))
+        if "paths" in cfg.methods:  # per sender: its pass, then per receiver and input one resumed pass
+            senders = parse_heads(cfg.path_senders, n, shape.n_heads, field="path_senders")[0]
+            receivers, logits = parse_heads(cfg.path_receivers, n, shape.n_heads, field="path_receivers",
+                                            allow_logits=True)
+            per = sum((n - sl) / n + len(cfg.path_inputs) * sum((n - rl) / n for rl, _ in receivers if rl > sl)
+                      for sl, _ in senders)
+            out.append(Work(f"{task}: paths", int(len(cfg.path_components) * per * prompts), L, cfg.max_rows,
+                            kept_bytes=kept, note=f"{len(senders)} senders x {len(receivers) + logits} receivers, "
+                                                  f"{len(cfg.path_components)} components"))
     return [w for w in out for _ in cfg.directions]
 
 

@@ -96,6 +96,16 @@ def run_command(args: argparse.Namespace) -> int:
                                                      mean_abs_interaction=("size", "mean"),
                                                      max_abs_interaction=("size", "max")).to_string(
                 float_format="{:.3f}".format))
+    if res.paths is not None and len(res.paths):
+        show = ["task", "direction", "component", "sender_layer", "sender_head", "receiver_layer", "receiver_head",
+                "receiver_input", "effect", "ci_low", "ci_high", "q"]
+        big = res.paths.assign(size=res.paths["effect"].abs()).sort_values("size", ascending=False)
+        print(f"\nlargest paths (a sender's change let through only to the receiver's input; of {len(res.paths)}, "
+              f"{int(res.paths['significant'].eq(True).sum())} with q < 0.05):")
+        big = big.groupby(["task", "direction", "component"], sort=False).head(8)
+        print(big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])[show].to_string(
+            index=False, float_format="{:.3g}".format))
+        files.append(out / "patching_paths.jsonl")
     if res.par_baseline is not None and len(res.par_baseline):
         print("\nhead_par control (clean run, every prompt and position; a head_par effect near 0 means little "
               "where the share is near chance):")

@@ -5,6 +5,7 @@ arguments are all this class's fields."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..analysis import Config, param
@@ -12,9 +13,41 @@ from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
 from .tasks import TASKS, Task
 
-__all__ = ["PatchingConfig", "METHODS"]
+__all__ = ["PatchingConfig", "METHODS", "parse_heads"]
 
-METHODS = ("exact", "attribution")
+METHODS = ("exact", "attribution", "paths")
+INPUTS = ("q", "k", "v")
+_HEAD = re.compile(r"^L?(\d+)(?:[H.](\d+))?$")
+
+
+def _head_spec(spec, field: str, allow_logits: bool) -> tuple[int, int | None] | None:
+    """``(layer, head)`` of ``L23H3`` / ``23.3``, ``(layer, None)`` of ``L23`` / ``23``, ``None`` for ``logits``."""
+    spec = str(spec).strip()
+    if allow_logits and spec == "logits":
+        return None
+    m = _HEAD.match(spec)
+    if not m:
+        what = "a head (L23H3 or 23.3), a block (L23)" + (" or logits" if allow_logits else "")
+        raise ValueError(f"{field}: {spec!r} is not {what}")
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def parse_heads(specs, n_layers: int, n_heads: int, *, field: str, allow_logits: bool = False):
+    """``(heads, logits)``: the ``(layer, head)`` pairs of ``specs`` (``L23H3`` or ``23.3`` one head, ``L23`` or
+    ``23`` every head of block 23) and whether ``logits`` is among them; a spec out of range raises naming it."""
+    heads, logits = [], False
+    for spec in specs:
+        got = _head_spec(spec, field, allow_logits)
+        if got is None:
+            logits = True
+            continue
+        layer, head = got
+        if layer >= n_layers:
+            raise ValueError(f"{field}: block {layer} out of range: the model has {n_layers} (0..{n_layers - 1})")
+        if head is not None and head >= n_heads:
+            raise ValueError(f"{field}: head {head} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
+        heads += [(layer, head)] if head is not None else [(layer, h) for h in range(n_heads)]
+    return list(dict.fromkeys(heads)), logits
 
 
 @dataclass(frozen=True)
@@ -32,8 +65,8 @@ class PatchingConfig(Config):
     seed: int = param(0, "seed of the prompts (names, years, tokens drawn)", min=0)
     components: tuple[str, ...] = param(tuple(COMPONENTS), "components patched", choices=tuple(COMPONENTS),
                                         atlas=("head", "head_par", "head_perp", "mlp"))
-    methods: tuple[str, ...] = param(METHODS, "exact patching, attribution patching (first order) or both",
-                                     choices=METHODS)
+    methods: tuple[str, ...] = param(("exact", "attribution"), "exact patching, attribution patching (first "
+                                     "order), path patching (--path-senders into --path-receivers)", choices=METHODS)
     exact_components: tuple[str, ...] | None = param(None, "components patched exactly (default: --components; "
                                                            "attribution always covers them all)",
                                                      choices=tuple(COMPONENTS), atlas=("head",))
@@ -46,6 +79,16 @@ class PatchingConfig(Config):
                                   "component along the state it updates takes the source's value) or the source's",
                        choices=FRAMES)
     layers: tuple[int, ...] | None = param(None, "blocks patched (default: all)", indices=True)
+    path_senders: tuple[str, ...] = param((), "path patching's senders: heads L23H3 (or 23.3) or blocks L23 (every "
+                                           "head); an MLP component's block from L23", item=str, group="path patching")
+    path_receivers: tuple[str, ...] = param((), "path patching's receivers: heads or blocks after a sender, and/or "
+                                             "logits", item=str, group="path patching")
+    path_inputs: tuple[str, ...] = param(INPUTS, "the receivers' inputs patched", choices=INPUTS,
+                                         group="path patching")
+    path_components: tuple[str, ...] = param(("head",), "the senders' components (their parts: head_par, nonself, "
+                                             "...)", choices=tuple(COMPONENTS), group="path patching")
+    through_mlps: bool = param(True, "a sender's change reaches the receiver through the MLPs between (Wang et al.); "
+                                     "off: the direct path only", group="path patching")
     min_accuracy: float = param(0.7, "a task the model answers right on fewer of its clean prompts is reported, "
                                      "not patched")
     max_rows: int = param(256, "rows per patched forward (heads x prompts)")
@@ -64,6 +107,13 @@ class PatchingConfig(Config):
         clash = [t.name for t in self.tasks if isinstance(t, Task) and t.name in TASKS]
         if clash:
             raise ValueError(f"tasks: your task is named {clash[0]!r}, as a built-in task; give it another name")
+        for field, specs, logits in (("path_senders", self.path_senders, False),
+                                     ("path_receivers", self.path_receivers, True)):
+            for spec in specs:  # the form, before the model loads (the range needs the model)
+                _head_spec(spec, field, logits)
+        if "paths" in self.methods and not (self.path_senders and self.path_receivers):
+            raise ValueError("methods: paths needs path_senders and path_receivers (--path-senders L0H2 "
+                             "--path-receivers L1,logits)")
         if not self.positions or not self.positions.replace("_", "").isalnum():
             raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
 

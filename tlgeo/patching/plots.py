@@ -2,6 +2,8 @@
 
 * :func:`plot_effects`: one layer x head heatmap per head component (one colour scale for all,
   diverging at 0) and the MLP components per layer beside them.
+* :func:`plot_paths`: path patching, one sender x receiver heatmap per receiver input (q, k, v, logits),
+  significant paths marked.
 * :func:`plot_attribution_vs_exact`: attribution against exact effects, one panel per
   component, points coloured by layer (where the linear approximation fails shows as the
   early layers leaving the diagonal).
@@ -19,7 +21,7 @@ import pandas as pd
 
 from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
 
-__all__ = ["plot_effects", "plot_attribution_vs_exact", "top_heads", "head_attention_rows", "top_heads_view",
+__all__ = ["plot_effects", "plot_paths", "plot_attribution_vs_exact", "top_heads", "head_attention_rows", "top_heads_view",
            "top_heads_view_of"]
 
 
@@ -93,6 +95,54 @@ def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", dir
     for ax in axes[panels:]:
         ax.set_visible(False)
     fig.suptitle(f"{task}: {method} patching, {direction}")
+    style(fig)
+    return fig
+
+
+def _head_name(layer: int, head: int) -> str:
+    return f"L{layer}" if head < 0 else f"L{layer}H{head}"
+
+
+def plot_paths(paths: pd.DataFrame, task: str, *, direction: str = "denoise", component: str = "head",
+               model: str | None = None):
+    """Path patching's effects of ``task``: per receiver input (q, k, v, then logits) a heatmap of senders (rows)
+    x receivers (columns), one colour scale diverging at 0, a dot on each path with ``q < 0.05``. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    from ..plotting import WIDTH, style
+
+    df = _select(paths, task=task, direction=direction, component=component, model=model)
+    inputs = [i for i in ("q", "k", "v", "logits") if i in set(df["receiver_input"])]
+    senders = sorted({(int(l), int(h)) for l, h in zip(df["sender_layer"], df["sender_head"])})
+    lim = float(np.nanmax(np.abs(df["effect"].to_numpy(dtype=float)))) or 1.0
+    norm = TwoSlopeNorm(0.0, -lim, lim)
+    widths = [max(1, df[df["receiver_input"] == i][["receiver_layer", "receiver_head"]].drop_duplicates().shape[0])
+              for i in inputs]
+    fig, axes = plt.subplots(1, len(inputs), figsize=(WIDTH, min(1.2 + 0.28 * len(senders), 7.0)), squeeze=False,
+                             layout="constrained", gridspec_kw={"width_ratios": widths})
+    im = None
+    for ax, inp in zip(axes[0], inputs):
+        d = df[df["receiver_input"] == inp]
+        receivers = sorted({(int(l), int(h)) for l, h in zip(d["receiver_layer"], d["receiver_head"])})
+        grid = np.full((len(senders), len(receivers)), np.nan)
+        sig = np.zeros_like(grid, dtype=bool)
+        for _, r in d.iterrows():
+            i, j = senders.index((int(r["sender_layer"]), int(r["sender_head"]))), \
+                receivers.index((int(r["receiver_layer"]), int(r["receiver_head"])))
+            grid[i, j], sig[i, j] = r["effect"], bool(r.get("significant", False))
+        im = ax.imshow(grid, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
+        ys, xs = np.nonzero(sig)
+        ax.scatter(xs, ys, s=6, color="black")
+        ax.set_xticks(range(len(receivers)), ["logits" if inp == "logits" else _head_name(*r) for r in receivers],
+                      rotation=90, fontsize=7)
+        ax.set_yticks(range(len(senders)), [_head_name(*s) for s in senders], fontsize=7)
+        ax.set_title(inp if inp == "logits" else f"receiver {inp}")
+    axes[0][0].set_ylabel("sender")
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[0]), label="effect (share of the gap)", shrink=0.8)
+    fig.suptitle(f"{task}: path patching of {component}, {direction} (dot: q < 0.05)")
     style(fig)
     return fig
 
