@@ -37,13 +37,15 @@ def test_patching_command(tmp_path, capsys):
 def test_path_patching_command(tmp_path, capsys):
     out = tmp_path / "pp"
     argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
-            "--methods", "paths", "--path-senders", "L0H1,L0H2", "--path-receivers", "L1,logits", "--path-inputs", "k,v",
+            "--methods", "paths", "--path-senders", "L0H1,L1H2", "--path-receivers", "L2,logits", "--path-inputs", "k,v",
             "--out", str(out), "--threads", "1"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "largest paths (a sender's change let through only to the receiver's input" in printed
     paths = pd.read_csv(out / "patching_paths.csv")
+    # both sender blocks (a progress bar over the units once hid every block after the first)
     assert len(paths) == 2 * (4 * 2 + 1) and set(paths["receiver_input"]) == {"k", "v", "logits"}
+    assert set(paths["sender_layer"]) == {0, 1}
     assert not (out / "patching_effects.csv").exists()
 
 

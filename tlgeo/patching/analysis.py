@@ -241,6 +241,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             blocks = sorted({l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
             baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
                                                                                          seed=cfg.seed)]
+        path_units = [u for u in mine if u[0] == "paths"]
         if progress:  # one bar per task: a sweep of every component at every block is many units
             from tqdm.auto import tqdm
 
@@ -250,7 +251,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         for u in mine:
             if u[0] == "paths":
                 if pruns is None:  # what every path of the task reads, cached once
-                    pruns = _path_runs(model, cfg, task, [v for v in mine if v[0] == "paths"])
+                    pruns = _path_runs(model, cfg, task, path_units)
                 path_rows += [_path_effect_row(r, pruns, cfg) for r in _paths(model, cfg, pruns, label, u, plog)]
                 continue
             rows = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog,
