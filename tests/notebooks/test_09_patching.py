@@ -17,6 +17,8 @@ def test_patching_notebook_tiny(tmp_path):
     assert "effects" in out and "of the gap" in out
     assert "bigram_copy: head L" in out or "bigram_copy not patched: " in out  # your own task, patched beside
     assert "not on this tokenizer: task 'capitals'" in out  # a byte tokenizer splits " Paris"
-    assert sum(1 for _ in iter_outputs(nb, "image/png")) >= 2
+    assert "path patching from L" in out and "with q < 0.05" in out
+    assert "previous-token head L0H2 into the induction heads" in out  # the zoo's known circuit
+    assert sum(1 for _ in iter_outputs(nb, "image/png")) >= 4
     assert sum(1 for _ in iter_outputs(nb, "text/html")) >= 3  # tables and the circuitsvis view
     assert (tmp_path / "patching.jsonl").exists()
