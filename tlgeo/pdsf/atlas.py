@@ -135,16 +135,21 @@ def _generation_section(ctx: StepContext, result: PDSFResult) -> None:
     shown = ["condition", "rank", "n", "unchanged_pct", "immediate_pct", "mean_first_divergence",
              "median_first_divergence", "kl_first", "kl_mean", "frame_shift_pct", "frame_shift_base_pct"]
     shown = [c for c in shown if c in summary.columns]
+    ci = ("immediate_ci_low", "immediate_ci_high")
     settings = {c: summary[c].iloc[0] for c in summary.columns  # the identity is in the report's header
-                if c not in shown and c not in IDENTITY and summary[c].nunique() <= 1}
+                if c not in shown and c not in IDENTITY and c not in ci and summary[c].nunique() <= 1}
+    table = summary[shown].copy()
+    if set(ci) <= set(summary.columns):  # the rate with its 95 % Wilson CI, in one column
+        table["immediate_pct"] = [f"{p:.1f} ({lo:.1f}-{hi:.1f})" if lo == lo else f"{p:.1f}"
+                                  for p, lo, hi in zip(summary["immediate_pct"], summary[ci[0]], summary[ci[1]])]
     base = float(summary["frame_shift_base_pct"].iloc[0]) if "frame_shift_base_pct" in summary else float("nan")
     caveat = (f" The proxy's base rate (the same test on the unedited continuations) is {base:.0f} %: at this "
               "scale it cannot tell a frame shift from none." if base >= 50 else
               f" Base rate of the proxy on the unedited continuations: {base:.0f} %.") if base == base else ""
-    short = {"unchanged_pct": "unchanged %", "immediate_pct": "immediate %", "mean_first_divergence": "mean 1st div.",
+    short = {"unchanged_pct": "unchanged %", "immediate_pct": "immediate % (95 % CI)", "mean_first_divergence": "mean 1st div.",
              "median_first_divergence": "median 1st div.", "kl_first": "KL 1st", "kl_mean": "KL mean",
              "frame_shift_pct": "frame shift %", "frame_shift_base_pct": "its base rate %"}  # fits 800 px
-    ctx.report.table(summary[shown].rename(columns=short),
+    ctx.report.table(table.rename(columns=short),
                      "Immediate divergence over the prompts whose continuation changed (the authors' convention); "
                      "frame shift: a lexical proxy (TF-IDF nearer another group's unedited continuations)."
                      + caveat + " Same for every row: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
