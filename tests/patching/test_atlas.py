@@ -21,10 +21,14 @@ def test_section_and_headline(atlas_dir):
     assert set(effects.loc[effects["method"] == "exact", "component"]) == set(b.patching_exact_components)
     assert set(effects.loc[effects["method"] == "attribution", "component"]) == set(b.patching_components)
     assert "Geometry-resolved activation patching" in html and "attribution (y) against exact" in html
-    assert "var CircuitsVis=" in html and html.count("<img") >= 2
+    assert "var CircuitsVis=" in html and html.count("<img") >= 3
     n_exact = int((effects["method"] == "exact").sum())
     assert "after Benjamini-Hochberg over every component, layer and head: " in html
     assert f"{int(effects.loc[effects['method'] == 'exact', 'significant'].sum())} of {n_exact} exact" in html
+    paths = pd.read_csv(out / "patching_paths.csv")  # the tiny atlas sends L0H1 into block 1 and the logits
+    assert set(paths["sender_layer"]) == {0} and set(paths["receiver_input"]) == {"q", "k", "v", "logits"}
+    assert "induction: path patching, denoise" in html and "the eight largest paths by size" in html
     h = headline(out, b)
     assert any(s.startswith("Patching (induction") for s in h.sentences)
+    assert any(s.startswith("Path patching (induction): of ") for s in h.sentences)
     assert any("ioi not patched" in s for s in h.sentences) and h.warnings

@@ -71,3 +71,21 @@ def test_a_position_the_task_lacks_is_one_line_before_any_forward(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and "task 'induction' has no position 'S2'; choose from ['all', 'end']" in err
     assert "Traceback" not in err and not (tmp_path / "patching.jsonl").exists()
+
+
+def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path, monkeypatch):
+    """scripts/bench_patching_peers.py on a tiny model: every method's effects against tlgeo's exact sweep (the
+    peers it cannot import are skipped; TransformerLens's way always runs)."""
+    import json
+    import sys
+
+    from tests.scripts import load_script
+
+    bench = load_script("bench_patching_peers")
+    out = tmp_path / "peers.json"
+    monkeypatch.setattr(sys, "argv", ["bench", "--model", "tiny:llama", "--task", "induction", "--prompts", "4",
+                                      "--every", "1", "--rounds", "1", "--threads", "1", "--json", str(out)])
+    bench.main()
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    assert {"tlgeo_exact", "tlgeo_attribution", "transformer_lens"} <= set(rows)
+    assert all(rows[m]["max_abs_effect_diff"] < 1e-3 for m in rows if m != "tlgeo_attribution")

@@ -14,5 +14,6 @@ def tiny_cfg(out):
         tokenwise_classes=("linear", "global"), dirmag_blimp_pairs=2,
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
         patching_tasks=("induction", "ioi"), patching_prompts=4, patching_min_accuracy=0.0,
+        patching_path_senders=("L0H1",), patching_path_receivers=("L1", "logits"),
         geometries_tokens=60, geometries_seq_len=16, geometries_layer_count=2, geometries_k=8,
     ))

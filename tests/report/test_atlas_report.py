@@ -58,7 +58,7 @@ def test_report_opens_with_the_headline(atlas_dir):
                               pdsf_headline(atlas_dir), patching_headline(atlas_dir), geometries_headline(atlas_dir))
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
     assert len(tw.sentences) == 2 and len(pd_.sentences) == 3  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
-    assert len(pt.sentences) == 2  # patching: the induction task's top head; ioi not patched
+    assert len(pt.sentences) == 3  # patching: the induction task's top head and its largest path; ioi not patched
     assert len(ge.sentences) == 1 and "relate most" in ge.sentences[0]  # four geometries: the strongest relation
     caveat = "tiny:llama is a tiny model with random weights: the report tests the machinery"
     got = [html_unescape(x) for x in items]

@@ -267,7 +267,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     baseline_df = None if baseline_rows is None else pd.DataFrame(
         baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
     attention_df = pd.concat(attention, ignore_index=True) if attention else None
-    paths_df = pd.DataFrame(path_rows) if any(u[0] == "paths" for u in chosen) else None
+    paths_df = pd.DataFrame(path_rows) if path_rows else None  # a rank or task without paths adds no empty table
     return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df,
                           attention=attention_df, paths=paths_df).deliver(out, on_table)
 

@@ -2,7 +2,8 @@
 
 ``patching``: IOI on a few prompts; attribution patching of the whole head, its write along and
 orthogonal to the residual and the MLP, exact patching of the whole head at every block (which
-also checks the attribution), denoising at all positions. ``tlgeo patching`` runs every
+also checks the attribution), denoising at all positions; with ``--patching-path-senders`` and
+``--patching-path-receivers`` also path patching between them. ``tlgeo patching`` runs every
 component exactly, more tasks and noising.
 """
 
@@ -22,7 +23,14 @@ CHAPTER = "patching"
 SMALL = 16  # prompts below which an effect is an indication only
 
 PatchingBudgets = atlas_budgets(PatchingConfig, "patching_", ("tasks", "prompts", "components", "exact_components",
-                                                            "min_accuracy"))
+                                                            "min_accuracy", "path_senders", "path_receivers"))
+
+
+def atlas_config(b: PatchingBudgets) -> PatchingConfig:
+    """The step's config: exact and attribution patching, and path patching where senders and receivers are given."""
+    if b.patching_path_senders and b.patching_path_receivers:
+        return b.config(methods=("exact", "attribution", "paths"))
+    return b.config()
 
 
 def _top(effects: pd.DataFrame, task: str, component: str, method: str) -> pd.Series | None:
@@ -74,16 +82,27 @@ def headline(out: Path, budgets: PatchingBudgets | None = None) -> Headline:
             f"{top['ci_high']:.2f}){split}.")
         if int(t["n"]) < SMALL:
             warnings.append(f"Patching: {int(t['n'])} {t['task']} prompts: indication only.")
+        paths_csv = Path(out) / "patching_paths.csv"
+        if paths_csv.exists():
+            paths = pd.read_csv(paths_csv)
+            paths = paths[(paths["task"] == t["task"]) & (paths["component"] == "head")]
+            if len(paths):
+                p = paths.loc[paths["effect"].abs().idxmax()]
+                to = "the logits" if p["receiver_input"] == "logits" else \
+                    f"L{int(p['receiver_layer'])}H{int(p['receiver_head'])}'s {p['receiver_input']}"
+                sentences.append(f"Path patching ({t['task']}): of {len(paths)} paths the largest is "
+                                 f"L{int(p['sender_layer'])}H{int(p['sender_head'])} into {to}, {p['effect']:.2f} of "
+                                 f"the gap (q {p['q']:.2g}).")
     return Headline(sentences, warnings)
 
 
 register_chapter(CHAPTER, PatchingBudgets, headline=headline, title="Geometry-resolved activation patching")
 
 
-@register_analysis_step("patching", CHAPTER, ANALYSIS, lambda b: b.config(),
+@register_analysis_step("patching", CHAPTER, ANALYSIS, atlas_config,
                         "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes")
 def _section(ctx: StepContext, result: PatchingResult) -> None:
-    from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view_of
+    from .plots import plot_attribution_vs_exact, plot_effects, plot_paths, top_heads_view_of
 
     cfg, tasks, effects = ctx.config, result.tasks, result.effects
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
@@ -100,7 +119,18 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
             if c in tasks.columns and (c not in ("reason", "note") or tasks[c].fillna("").astype(str).str.len().any())]
     ctx.report.table(tasks[cols], "Does the model do the task? accuracy: share of clean prompts with the right answer "
                                   "ahead (metric > 0); a task below min_accuracy is not patched.")
-    if effects.empty:
+    paths = result.paths
+    if paths is not None and len(paths):
+        for (task, direction), g in paths.groupby(["task", "direction"], sort=False):
+            ctx.report.figure(plot_paths(g, task, direction=direction),
+                              f"{task}: path patching, {direction}: each sender's change let through only to one "
+                              "receiver's query, key or value input (or the logits), attention in between frozen "
+                              "at the patched run's, MLPs recomputed (Wang et al.); dot: q < 0.05 over every path.")
+            big = g.assign(size=g["effect"].abs()).nlargest(8, "size")
+            ctx.report.table(big[["component", "sender_layer", "sender_head", "receiver_layer", "receiver_head",
+                                  "receiver_input", "effect", "ci_low", "ci_high", "q"]],
+                             f"{task}: the eight largest paths by size (receiver_head -1: the logits).")
+    if effects is None or effects.empty:
         return
     for task in effects["task"].unique():
         methods = set(effects.loc[effects["task"] == task, "method"])
