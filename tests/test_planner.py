@@ -86,6 +86,14 @@ def test_plan_command_plans_a_run_without_weights(capsys, monkeypatch):
     assert "tokens" in capsys.readouterr().err
 
 
+def test_the_command_s_own_model_flag_is_the_model_planned(capsys):
+    """``tlgeo plan pdsf --model M`` plans M (the command line that runs it), not the default model."""
+    assert main(["plan", "pdsf", "--model", "Qwen/Qwen3-8B"]) == 0
+    assert capsys.readouterr().out.startswith("Qwen/Qwen3-8B:")
+    assert main(["plan", "--model", "tiny:llama", "pdsf", "--model=Qwen/Qwen3-8B"]) == 2
+    assert "two models: --model tiny:llama before pdsf and --model Qwen/Qwen3-8B after it" in capsys.readouterr().err
+
+
 def test_unknown_model_names_the_accepted_kinds(capsys):
     assert main(["plan", "--model", "nobody/none", "run"]) == 2
     err = capsys.readouterr().err

@@ -35,10 +35,13 @@ def _plannable() -> dict:
     return out
 
 
+PLAN_MODEL = "smollm2-135m"  # planned when no --model is given
+
+
 def add_args(p: argparse.ArgumentParser) -> None:
     from ..planner import DEVICES
 
-    p.add_argument("--model", default="smollm2-135m",
+    p.add_argument("--model", default=PLAN_MODEL,
                    help="tiny:<kind>, an embedded model, a directory or config.json, or a seed model's hub id")
     p.add_argument("--device", default="cpu", choices=tuple(DEVICES), help="the device estimated for")
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
@@ -122,10 +125,26 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     return out
 
 
+def _planned_model(args: argparse.Namespace) -> str:
+    """The model planned for: ``--model`` before the command, or the command's own ``--model`` after it (a
+    command line that runs is a command line that plans: ``tlgeo plan pdsf --model gemma3-270m``)."""
+    flags, own = list(args.flags), None
+    for i, f in enumerate(flags):
+        if f == "--model" and i + 1 < len(flags):
+            own = flags[i + 1]
+        elif f.startswith("--model="):
+            own = f.split("=", 1)[1]
+    if own is None:
+        return args.model
+    if args.model not in (own, PLAN_MODEL):
+        raise ValueError(f"two models: --model {args.model} before {args.analysis} and --model {own} after it")
+    return own
+
+
 def run_command(args: argparse.Namespace) -> int:
     from ..planner import DEVICES, model_shape
 
-    shape = model_shape(args.model)
+    shape = model_shape(_planned_model(args))
     df = plan_table(shape, args.analysis, args.flags, args.device, args.dtype)
     print(f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
           f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
