@@ -651,7 +651,8 @@ def _(paths):
     logit = own[own["receiver_input"] == "logits"].set_index("component")["effect"]
     ci = own[(own["receiver_input"] == "logits") & (own["component"] == "head")].iloc[0]
     biggest = own[own["component"] == "head"].assign(size=lambda x: x["effect"].abs()).nlargest(1, "size").iloc[0]
-    return Verdict(bool(_near(logit["head"], 0.651, 3) and _near(ci["ci_low"], 0.527, 3) and _near(ci["ci_high"], 0.848, 3)
+    return Verdict(bool(_near(logit["head"], 0.651, 3) and _near(ci["ci_low"], 0.527, 3)
+                        and _near(ci["ci_high"], 0.848, 3)
                         and biggest["receiver_input"] == "logits" and _near(logit["nonself"], 0.651, 3)
                         and _near(logit["head_perp"], 0.651, 3) and abs(logit["self"]) < 0.001
                         and abs(logit["head_par"]) < 0.001), f"{logit.round(4).to_dict()}")
@@ -673,7 +674,8 @@ def _(paths, effects):
 
 
 @claim("5.l23h3-reads-little", "No single head of blocks 0-22 carries much of L23H3's input: of the 621 paths into its "
-       "query, key and value, the largest is L17H4 into its key (0.0328 of the gap), and 78 have q < 0.05 (over every path of the folder).", PATHS)
+       "query, key and value, the largest is L17H4 into its key (0.0328 of the gap), and 78 have q < 0.05 (over every "
+       "path of the folder).", PATHS)
 def _(paths):
     into = paths[(paths["component"] == "head") & (paths["receiver_layer"] == 23) & (paths["receiver_head"] == 3)]
     top = into.assign(size=into["effect"].abs()).nlargest(1, "size").iloc[0]
@@ -693,7 +695,8 @@ def _planted(model: str) -> dict[str, list[tuple[int, int]]]:
 
 
 def _zoo_heads(effects: pd.DataFrame, component: str = "head") -> pd.DataFrame:
-    e = effects[(effects["method"] == "exact") & (effects["direction"] == "noise") & (effects["component"] == component)]
+    e = effects[(effects["method"] == "exact") & (effects["direction"] == "noise")
+                & (effects["component"] == component)]
     return e.set_index(["layer", "head"])
 
 
@@ -701,7 +704,8 @@ def _zoo_heads(effects: pd.DataFrame, component: str = "head") -> pd.DataFrame:
        "the GPT 54.7 % (gap 4.05).", ZOO_TASKS["llama"], ZOO_TASKS["gpt"])
 def _(ll, gp):
     a, b = ll.iloc[0], gp.iloc[0]
-    return Verdict(bool(_near(100 * a["accuracy"], 85.9, 1) and _near(a["gap"], 6.24, 2) and _near(100 * b["accuracy"], 54.7, 1)
+    return Verdict(bool(_near(100 * a["accuracy"], 85.9, 1) and _near(a["gap"], 6.24, 2)
+                        and _near(100 * b["accuracy"], 54.7, 1)
                         and _near(b["gap"], 4.05, 2) and a["patched"] and b["patched"] and a["n"] == b["n"] == 64),
                    "")
 
@@ -721,7 +725,8 @@ def _(ll, gp):
 
 
 @claim("7.unplanted", "Not every other head is null: in the Llama L0H3 (0.066, q 0.040) and in the GPT L0H3 (-0.100, "
-       "q 0.022) also pass; the other unplanted heads have q of 0.078 or more.", ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"])
+       "q 0.022) also pass; the other unplanted heads have q of 0.078 or more.", ZOO_EFFECTS["llama"],
+       ZOO_EFFECTS["gpt"])
 def _(ll, gp):
     out, detail = [], []
     for m, e, (cell, eff, q) in (("llama", ll, ((0, 3), 0.066, 0.040)), ("gpt", gp, ((0, 3), -0.100, 0.022))):
@@ -770,7 +775,8 @@ def _(paths):
 def _(paths):
     t = _k_q_v(paths, "gpt")
     per = t.groupby(level="receiver_head")[["k", "v"]].sum()
-    return Verdict(bool(_near(t["k"].min(), 0.086, 3) and _near(t["k"].max(), 0.540, 3) and _near(t["v"].min(), 0.084, 3)
+    return Verdict(bool(_near(t["k"].min(), 0.086, 3) and _near(t["k"].max(), 0.540, 3)
+                        and _near(t["v"].min(), 0.084, 3)
                         and _near(t["v"].max(), 0.184, 3) and (per["k"] > per["v"]).all()
                         and t["q"].abs().max() <= 0.00025), per.round(3).to_string())
 

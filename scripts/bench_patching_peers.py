@@ -171,7 +171,8 @@ def main() -> None:
         rows.append({"method": name, "median_s": statistics.median(times[name]), "max_abs_effect_diff": diff})
     base = {r["method"]: r["median_s"] for r in rows}
     exact_peers = [m for m in base if m not in ("tlgeo_exact", "tlgeo_attribution")]
-    print(f"{args.model}, {args.task}, {args.prompts} prompts, {len(layers)} blocks x {n_heads} heads, {args.threads} threads, "
+    print(f"{args.model}, {args.task}, {args.prompts} prompts, {len(layers)} blocks x {n_heads} heads, "
+          f"{args.threads} threads, "
           f"median of {args.rounds} rounds")
     print(f"{'method':<18} {'median s':>9} {'x tlgeo exact':>14} {'max |effect - tlgeo exact|':>27}")
     for r in rows:
@@ -180,10 +181,12 @@ def main() -> None:
     if exact_peers:
         fastest = min(exact_peers, key=base.get)
         print(f"tlgeo exact vs the fastest peer ({fastest}): {base['tlgeo_exact'] / base[fastest]:.2f}x its time; "
-              f"attribution vs the fastest exact sweep: {min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster")
+              f"attribution vs the fastest exact sweep: "
+              f"{min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "task": args.task, "prompts": args.prompts, "layers": layers, "threads": args.threads,
+            json.dump({"model": args.model, "task": args.task, "prompts": args.prompts, "layers": layers,
+                       "threads": args.threads,
                        "rounds": args.rounds, "rows": rows}, f, indent=2)
 
 

@@ -238,7 +238,8 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             if progress:
                 print(f"  {name}: {refused}", flush=True)
         if baseline_rows is not None and not refused:
-            blocks = sorted({l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
+            blocks = sorted({l for u in mine if u[0] != "paths"
+                             for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
             baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
                                                                                          seed=cfg.seed)]
         path_units = [u for u in mine if u[0] == "paths"]

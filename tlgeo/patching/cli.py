@@ -103,7 +103,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"\nlargest paths (a sender's change let through only to the receiver's input; of {len(res.paths)}, "
               f"{int(res.paths['significant'].eq(True).sum())} with q < 0.05):")
         big = big.groupby(["task", "direction", "component"], sort=False).head(8)
-        print(big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])[show].to_string(
+        big = big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])
+        print(big[show].to_string(
             index=False, float_format="{:.3g}".format))
         files.append(out / "patching_paths.jsonl")
     if res.par_baseline is not None and len(res.par_baseline):

@@ -66,7 +66,8 @@ def _needed(model: Model, comps: Sequence[Component], sender_layers: Iterable[in
     for layer in s_layers:
         names.append(f"blocks.{layer}.hook_resid_pre")
         for c in comps:
-            names += [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
+            names += [f"blocks.{layer}.{c.site.target}",
+                      *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
     names += [f"blocks.{layer}.hook_resid_pre" for layer in r_layers]
     first = min(s_layers, default=last)
     names += [f"blocks.{layer}.hook_attn_out" for layer in range(first + 1, last)]
@@ -201,7 +202,8 @@ def path_sweep(
     need = _needed(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
     missing = [n for n in need if n not in runs.clean.acts]
     if missing:
-        raise ValueError(f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{'...' if len(missing) > 3 else ''}: "
+        more = "..." if len(missing) > 3 else ""
+        raise ValueError(f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
                          f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
                          f"through_mlps=..., logits=...) naming these senders and receivers")
     target, _ = runs.pair(direction)
@@ -239,8 +241,9 @@ def path_sweep(
                         metric = {}
                         for i in range(0, len(uniq), step):
                             part = uniq[i:i + step]
-                            m = _receiver_metric(model, runs, r_layer, inp, part, got[f"blocks.{r_layer}.attn.hook_{inp}"],
-                                                 direction=direction, use_readout=use_readout)
+                            captured = got[f"blocks.{r_layer}.attn.hook_{inp}"]
+                            m = _receiver_metric(model, runs, r_layer, inp, part, captured, direction=direction,
+                                                 use_readout=use_readout)
                             metric.update({u: m[j] for j, u in enumerate(part)})
                         for h, u in units.items():
                             for j, s in enumerate(s_heads):

@@ -21,7 +21,8 @@ import pandas as pd
 
 from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
 
-__all__ = ["plot_effects", "plot_paths", "plot_attribution_vs_exact", "top_heads", "head_attention_rows", "top_heads_view",
+__all__ = ["plot_effects", "plot_paths", "plot_attribution_vs_exact", "top_heads", "head_attention_rows",
+           "top_heads_view",
            "top_heads_view_of"]
 
 

@@ -146,7 +146,8 @@ def _generation_section(ctx: StepContext, result: PDSFResult) -> None:
     caveat = (f" The proxy's base rate (the same test on the unedited continuations) is {base:.0f} %: at this "
               "scale it cannot tell a frame shift from none." if base >= 50 else
               f" Base rate of the proxy on the unedited continuations: {base:.0f} %.") if base == base else ""
-    short = {"unchanged_pct": "unchanged %", "immediate_pct": "immediate % (95 % CI)", "mean_first_divergence": "mean 1st div.",
+    short = {"unchanged_pct": "unchanged %", "immediate_pct": "immediate % (95 % CI)",
+             "mean_first_divergence": "mean 1st div.",
              "median_first_divergence": "median 1st div.", "kl_first": "KL 1st", "kl_mean": "KL mean",
              "frame_shift_pct": "frame shift %", "frame_shift_base_pct": "its base rate %"}  # fits 800 px
     ctx.report.table(table.rename(columns=short),
