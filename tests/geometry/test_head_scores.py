@@ -54,3 +54,20 @@ def test_bad_patterns_and_periods_are_named():
         induction_score(p, 1)
     with pytest.raises(ValueError, match="no repeated position"):
         induction_score(p, 5, offset=1)
+
+
+def test_a_duplicate_token_head_and_attention_to_positions_that_differ_per_sequence():
+    from tlgeo.geometry.head_scores import attention_to, duplicate_token_score
+
+    n, period = 20, 10  # 10 tokens repeated, no BOS
+    dup = _one_hot(n, lambda q: q - period if q >= period else 0)
+    prev = _one_hot(n, lambda q: max(q - 1, 0))
+    pattern = torch.stack([dup, prev])[None]  # [1, 2, q, k]
+    torch.testing.assert_close(duplicate_token_score(pattern, period), torch.tensor([1.0, 0.0], dtype=torch.float64))
+    # per sequence: from the last position to key 3 in one sequence and key 7 in the other
+    two = torch.zeros(2, 1, n, n, dtype=torch.float64)
+    two[0, 0, -1, 3], two[1, 0, -1, 7], two[1, 0, -1, 2] = 1.0, 0.25, 0.75
+    torch.testing.assert_close(attention_to(two, torch.tensor([n - 1, n - 1]), torch.tensor([3, 7])),
+                               torch.tensor([(1.0 + 0.25) / 2], dtype=torch.float64))
+    with pytest.raises(ValueError, match="one position per sequence"):
+        attention_to(two, torch.tensor([n - 1]), torch.tensor([3, 7]))

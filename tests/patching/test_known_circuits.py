@@ -67,3 +67,29 @@ def test_an_induction_head_acts_through_its_non_self_aggregate_across_the_residu
         assert eff[("nonself", h)] > 0.7 * whole and abs(eff[("self", h)]) < 0.3 * whole
         assert eff[("head_perp", h)] == pytest.approx(whole, abs=0.02)
         assert abs(eff[("head_par", h)]) < 0.02
+
+
+def test_path_patching_finds_v_composition_in_the_predecessor_model():
+    """The zoo's predecessor Llama answers ``r1..rL SEP rj`` with ``r(j-1)``: its duplicate-token heads attend from
+    the query to the earlier ``rj`` and read what the previous-token heads wrote there through their values. Exact
+    patching ranks those heads first; path patching puts the previous-token heads' effect into the duplicate-token
+    heads' values, not their keys or queries (induction's mirror image)."""
+    d = zoo_model_dir("predecessor-llama")
+    planted = json.loads((d / "zoo.json").read_text())["planted"]
+    prev, dup = [tuple(h) for h in planted["previous_token"]], [tuple(h) for h in planted["duplicate_token"]]
+    assert prev and dup and all(l == 0 for l, _ in prev) and all(l == 1 for l, _ in dup)
+    model = load_model(str(d))
+    task = build_task("predecessor", model, n=64, seed=0)
+    runs = task_runs(model, task, ["head"])
+    assert runs.accuracy()["accuracy"] > 0.5 and runs.gap > 3
+    clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
+    tests = {(r["layer"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")
+             for r in exact_sweep(model, runs, ["head"], direction="noise")}
+    ranked = sorted(tests, key=lambda h: -abs(tests[h]["effect"]))
+    assert set(ranked[:len(prev) + len(dup)]) == set(prev) | set(dup)
+    pruns = path_runs(model, task, ["head"], [0], [1])
+    df = path_effects(path_sweep(model, pruns, prev, dup, direction="noise"), pruns, direction="noise")
+    by = df.groupby("receiver_input")["effect"].sum()
+    assert by["v"] > 5 * abs(by["k"]) and abs(by["q"]) < 1e-3
+    v = df[df["receiver_input"] == "v"]
+    assert v["significant"].any() and (v["ci_low"] > 0).any()

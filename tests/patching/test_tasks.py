@@ -144,6 +144,21 @@ def test_subset_takes_the_same_rows_of_every_field():
 # --- induction (any tokenizer) ---------------------------------------------------------------------------
 
 
+def test_predecessor_on_the_byte_tokenizer():
+    from tlgeo.patching.tasks import predecessor_task
+
+    tok = byte_tokenizer()
+    task = predecessor_task(tok, n=8, seed=3, bos=tok.bos_token_id, length=6)
+    assert task.clean.shape == task.corrupted.shape == (8, 9) and task.metric == "logprob"
+    for clean, bad, correct in zip(task.clean.tolist(), task.corrupted.tolist(), task.correct[:, 0].tolist()):
+        r, sep, query = clean[1:7], clean[7], clean[8]
+        j = r.index(query)
+        assert sep == tok.bos_token_id and j >= 1 and correct == r[j - 1] and len(set(r)) == 6
+        diff = [i for i in range(9) if clean[i] != bad[i]]
+        assert diff == [j] and bad[j] not in r  # only the token before the query's occurrence, replaced
+    assert task.positions["end"].tolist() == [8] * 8
+
+
 def test_induction_on_the_byte_tokenizer():
     tok = byte_tokenizer()
     task = induction_task(tok, n=8, seed=3, bos=tok.bos_token_id, length=6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tlgeo.train.data import EOS, build_token_stream, repeated_halves
+from tlgeo.train.data import EOS, SEP, build_token_stream, predecessor_queries, repeated_halves
 
 
 def _documents(stream: np.ndarray) -> list[np.ndarray]:
@@ -27,6 +27,24 @@ def test_every_document_is_a_random_half_repeated_with_varying_lengths(tmp_path)
     assert (np.fromfile(again / "train.bin", dtype=np.uint16) == train).all()  # the seed decides it all
     other = np.concatenate(list(repeated_halves(4, 9, 4000, seed=4)))
     assert not np.array_equal(other[:100], np.concatenate(list(repeated_halves(4, 9, 4000, seed=3)))[:100])
+
+
+def test_predecessor_documents_answer_each_query_with_the_token_before_it(tmp_path):
+    d = build_token_stream("predecessor:4-9:3", tmp_path, max_tokens=4000, val_frac=0.05)
+    docs = _documents(np.fromfile(d / "train.bin", dtype=np.uint16))
+    assert len(docs) > 50
+    for doc in docs:
+        n = next(m for m in range(4, 10) if m + 3 * (m // 2) == len(doc))  # n tokens, then n // 2 queries
+        r, queries = doc[:n], doc[n:].reshape(-1, 3)
+        assert len(set(r.tolist())) == n and r.max() < 256  # distinct: each query has one earlier occurrence
+        for sep, q, answer in queries:
+            j = int(np.flatnonzero(r == q)[0])
+            assert sep == SEP
+            assert j >= 1 and answer == r[j - 1]
+    assert not np.array_equal(np.concatenate(list(predecessor_queries(4, 9, 500, seed=1))),
+                              np.concatenate(list(predecessor_queries(4, 9, 500, seed=2))))
+    with pytest.raises(ValueError, match="2 <= shortest <= longest <= 256"):
+        build_token_stream("predecessor:1-4", tmp_path / "bad", max_tokens=4000)
 
 
 @pytest.mark.parametrize("spec, message", [("repeat:x", "repeat:<n>"), ("repeat:9-4", "shortest <= longest"),

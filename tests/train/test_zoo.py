@@ -21,10 +21,10 @@ def test_the_weights_and_the_scores_are_what_zoo_json_records(name):
     record = json.loads((d / "zoo.json").read_text())
     assert weights_digest(d) == record["weights_sha256"]
     assert record["command"].startswith("tlgeo train ") and f"--steps {ZOO[name].config.steps}" in record["command"]
-    scores = head_scores(load_model(str(d)))
+    scores = head_scores(load_model(str(d)), duplicates=ZOO[name].duplicates)
     for got, want in zip(scores, record["head_scores"], strict=True):
         assert (got["layer"], got["head"]) == (want["layer"], want["head"])
-        for k in ("previous_token", "induction", "copying"):
+        for k in ("previous_token", "induction", "duplicate_token", "copying"):
             assert got[k] == pytest.approx(want[k], abs=2e-4), (got, want)
     assert planted_heads(scores) == record["planted"]
 
@@ -36,6 +36,22 @@ def test_the_llama_zoo_model_has_a_previous_token_head_before_its_induction_head
     assert planted["induction"] == [[1, 0], [1, 1], [1, 2]]
     by = {(r["layer"], r["head"]): r for r in record["head_scores"]}
     assert all(by[tuple(h)]["copying"] > 0.5 for h in planted["induction"])  # they copy what they attend to
+
+
+def test_the_predecessor_model_has_previous_token_heads_before_its_duplicate_token_heads():
+    planted = json.loads((zoo_model_dir("predecessor-llama") / "zoo.json").read_text())["planted"]
+    assert planted["previous_token"] and all(l == 0 for l, _ in planted["previous_token"])
+    assert planted["duplicate_token"] and all(l == 1 for l, _ in planted["duplicate_token"])
+    assert not planted["induction"]
+
+
+def test_predecessor_batches_ask_for_an_earlier_token():
+    from tlgeo.train.data import SEP
+    from tlgeo.train.zoo import predecessor_batch
+
+    tokens, earlier = predecessor_batch(5, 6, seed=2)
+    assert tokens.shape == (5, 8) and (tokens[:, 6] == SEP).all()
+    assert all(t[j] == t[-1] and 1 <= j < 6 and len(set(t[:6].tolist())) == 6 for t, j in zip(tokens, earlier.tolist()))
 
 
 def test_repeated_batches_repeat_and_take_a_bos():

@@ -1,7 +1,7 @@
 """What a head does, read from its attention pattern and its OV circuit (Olsson et al. 2022, "In-context
 learning and induction heads"): on a sequence whose second half repeats its first, a previous-token head
 attends from each token to the one before it, an induction head from a token of the second half to the token
-after that token's earlier occurrence, and a copying head's OV circuit raises the logit of the token it attends
+after that token's earlier occurrence, a duplicate-token head to that earlier occurrence itself, and a copying head's OV circuit raises the logit of the token it attends
 to (its eigenvalues are mostly positive).
 
 Pure tensor functions: patterns ``[batch, heads, query, key]`` in, one score per head out (float32, or
@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .parallel import compute_dtype
 
-__all__ = ["previous_token_score", "induction_score", "copying_score"]
+__all__ = ["previous_token_score", "induction_score", "duplicate_token_score", "attention_to", "copying_score"]
 
 
 def _check(pattern: Tensor) -> Tensor:
@@ -47,6 +47,30 @@ def induction_score(pattern: Float[Tensor, "b h q k"], period: int, offset: int 
         raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
     q = torch.arange(offset + period, p.shape[-1], device=p.device)
     return p[:, :, q, q - period + 1].mean((0, 2))
+
+
+def duplicate_token_score(pattern: Float[Tensor, "b h q k"], period: int, offset: int = 0) -> Float[Tensor, "h"]:
+    """Mean attention from each position ``q`` of the repeat to ``q - period``, the earlier occurrence of ``q``'s own
+    token, on the sequences of :func:`induction_score` (a head that finds where the current token was before)."""
+    p = _check(pattern)
+    if period < 1:
+        raise ValueError(f"period must be at least 1 token, got {period}")
+    if offset + period >= p.shape[-1]:
+        raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
+    q = torch.arange(offset + period, p.shape[-1], device=p.device)
+    return p[:, :, q, q - period].mean((0, 2))
+
+
+def attention_to(pattern: Float[Tensor, "b h q k"], query: Tensor, key: Tensor) -> Float[Tensor, "h"]:
+    """Mean attention of each head from position ``query[b]`` to ``key[b]`` of each sequence (``[b]`` ints): a
+    score of a head's job where the positions differ per sequence (e.g. a query token's earlier occurrence)."""
+    p = _check(pattern)
+    query, key = torch.as_tensor(query, device=p.device), torch.as_tensor(key, device=p.device)
+    if query.shape != (p.shape[0],) or key.shape != (p.shape[0],):
+        raise ValueError(f"query and key must be one position per sequence ({p.shape[0]}), got "
+                         f"{tuple(query.shape)} and {tuple(key.shape)}")
+    rows = torch.arange(p.shape[0], device=p.device)
+    return p[rows, :, query, key].mean(0)
 
 
 def copying_score(w_e: Float[Tensor, "vocab d"], w_ov: Float[Tensor, "h d d"],

@@ -117,7 +117,9 @@ class TrainConfig(Config):
                                   group="suppression")
     data: str = param("austen,mobydick,bible", "comma-separated corpora / text files / "
                                                "hf:<dataset>[:<config>[:<split>]] / repeat:<n>[-<m>][:<seed>] "
-                                               "(random byte halves of n..m tokens repeated: induction data)", group="data")
+                                               "(random byte halves of n..m tokens repeated: induction data) / "
+                                               "predecessor:<n>[-<m>][:<seed>] (each query token followed by the "
+                                               "token before it: V-composition data)", group="data")
     tokenizer: str = param("bytes", "bytes, or a model whose tokenizer to train with (smollm2-135m, an HF "
                                     "directory); the vocabulary follows it", group="data")
     data_dir: str = param("checkpoints/data", "token stream cache (memory-mapped)", group="data")

@@ -2,7 +2,8 @@
 
 :func:`build_token_stream` tokenises local corpora (``tlgeo.data`` names or text
 files), a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
-FineWeb-style; needs network) or algorithmic data (``repeat:<n>-<m>``: random halves repeated) into ``train.bin`` / ``val.bin`` (uint16 or
+FineWeb-style; needs network) or algorithmic data (``repeat:<n>-<m>``: random halves repeated;
+``predecessor:<n>-<m>``: random tokens, then queries answered by the token before) into ``train.bin`` / ``val.bin`` (uint16 or
 uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
 validation, so the splits never overlap. A directory already built with the same
 settings is reused.
@@ -27,7 +28,8 @@ import torch
 
 from ..storage import is_sealed, seal, verify, write_json
 
-__all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids"]
+__all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids", "repeated_halves", "predecessor_queries",
+           "SEP"]
 
 EOS = 257  # byte tokenizer's <|eos|>, written between documents
 
@@ -104,19 +106,52 @@ def repeated_halves(shortest: int, longest: int, n_tokens: int, seed: int = 0) -
         yield np.concatenate([r, r])
 
 
+PREDECESSOR_PREFIX = "predecessor:"
+SEP = 256  # the byte tokenizer's <|bos|>: never inside a document, it marks a query of predecessor_queries
+
+
+def predecessor_queries(shortest: int, longest: int, n_tokens: int, seed: int = 0) -> Iterator[np.ndarray]:
+    """Documents ``[r_1..r_n, SEP, r_j, r_(j-1), SEP, r_k, r_(k-1), ...]``: ``n`` distinct random byte ids (``n``
+    uniform in ``shortest..longest``, at least 2), then ``n // 2`` queries, each :data:`SEP` and a token of ``r`` (not
+    the first) followed by the token before it there. Predicting ``r_(j-1)`` after ``SEP r_j`` takes a head that
+    attends from the query to the earlier ``r_j`` and copies what a previous-token head wrote there: V-composition,
+    where induction (a head reading ``r_(j+1)``) is K-composition. (Without the separator an answer, itself a token of
+    ``r``, would look like a query.) About ``n_tokens`` ids in all; deterministic under ``seed``."""
+    if not 2 <= shortest <= longest <= 256:
+        raise ValueError(f"predecessor:<shortest>-<longest>: need 2 <= shortest <= longest <= 256, got "
+                         f"{shortest}-{longest}")
+    rng = np.random.default_rng(seed)
+    made = 0
+    while made < n_tokens:
+        n = int(rng.integers(shortest, longest + 1))
+        r = rng.choice(256, n, replace=False).astype(np.uint16)
+        j = rng.integers(1, n, n // 2)
+        doc = np.concatenate([r, np.stack([np.full_like(j, SEP), r[j], r[j - 1]], 1).ravel().astype(np.uint16)])
+        made += len(doc) + 1
+        yield doc
+
+
+ALGORITHMIC_FORMAT = "predecessor-with-separator"  # in the cache key: a stream of an older generator is built anew
+_ALGORITHMIC = {REPEAT_PREFIX: (repeated_halves, "repeated random halves", "repeat:8-32"),
+                PREDECESSOR_PREFIX: (predecessor_queries, "predecessor queries", "predecessor:8-24")}
+
+
 def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.ndarray]:
-    """A source's documents as token ids: ``repeat:<n>[-<m>][:<seed>]`` (:func:`repeated_halves`, byte ids), else
-    its texts encoded (:func:`_texts`)."""
-    if source.startswith(REPEAT_PREFIX):
+    """A source's documents as token ids: ``repeat:<n>[-<m>][:<seed>]`` (:func:`repeated_halves`) or
+    ``predecessor:<n>[-<m>][:<seed>]`` (:func:`predecessor_queries`), byte ids; else its texts encoded
+    (:func:`_texts`)."""
+    for prefix, (make, what, example) in _ALGORITHMIC.items():
+        if not source.startswith(prefix):
+            continue
         if tokenizer is not None:
-            raise ValueError(f"{source}: repeated random halves are byte ids; train it with --tokenizer bytes")
-        spec, _, seed = source[len(REPEAT_PREFIX):].partition(":")
+            raise ValueError(f"{source}: {what} are byte ids; train it with --tokenizer bytes")
+        spec, _, seed = source[len(prefix):].partition(":")
         lo, _, hi = spec.partition("-")
         try:
             shortest, longest, seed_ = int(lo), int(hi or lo), int(seed or 0)
         except ValueError:
-            raise ValueError(f"{source!r}: write repeat:<n>[-<m>][:<seed>], e.g. repeat:8-32") from None
-        yield from repeated_halves(shortest, longest, max_tokens or REPEAT_TOKENS, seed_)
+            raise ValueError(f"{source!r}: write {prefix}<n>[-<m>][:<seed>], e.g. {example}") from None
+        yield from make(shortest, longest, max_tokens or REPEAT_TOKENS, seed_)
         return
     max_chars = None if max_tokens is None else 4 * max_tokens  # generous: tokens <= chars*4 bytes
     yield from _encode(_texts(source, max_chars), tokenizer)
@@ -152,7 +187,8 @@ def build_token_stream(
     if not srcs:
         raise EmptyDataError("no data sources given")
     tok_name = "bytes" if tokenizer is None else getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
-    key = hashlib.sha1(json.dumps([srcs, val_frac, max_tokens, tok_name]).encode()).hexdigest()[:12]
+    algorithmic = [ALGORITHMIC_FORMAT] if any(s.startswith(tuple(_ALGORITHMIC)) for s in srcs) else []
+    key = hashlib.sha1(json.dumps([srcs, val_frac, max_tokens, tok_name, *algorithmic]).encode()).hexdigest()[:12]
     d = Path(out_dir) / key
     if (d / "meta.json").exists():
         bad = verify(d) if is_sealed(d) else []

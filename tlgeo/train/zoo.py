@@ -11,6 +11,10 @@ SHA-256 of its weights, its final validation loss and the heads its attention sc
   previous-token head in block 0 and an induction head in block 1 do together (K-composition). The learning
   rates differ: at 3e-3 the LayerNorm model (6,000 steps, seed 0) learned the task without a previous-token or an
   induction head (its block-0 heads attend a fixed 11-13 tokens back), at 1e-3 with both.
+* ``predecessor-llama``: the same Llama on ``predecessor:4-12`` (random distinct bytes, then queries each after a
+  separator and followed by the byte before it; 12,000 steps at 1e-3): the answer is what a previous-token head
+  wrote at the query's earlier occurrence, read by a duplicate-token head through its value (V-composition). On
+  ``predecessor:8-24`` at 3e-3 and 6,000 steps it learned neither head.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import torch
 from ..storage import seal, write_json
 from .config import ModelSpec, TrainConfig
 
-__all__ = ["ZooModel", "ZOO", "ZOO_DIR", "zoo_model_dir", "repeated_batch", "head_scores", "planted_heads",
+__all__ = ["ZooModel", "ZOO", "ZOO_DIR", "zoo_model_dir", "repeated_batch", "predecessor_batch", "head_scores",
+           "planted_heads",
            "train_zoo_model", "weights_digest", "SCORE_THRESHOLD"]
 
 ZOO_DIR = Path(__file__).resolve().parents[2] / "zoo"  # the repository's exported zoo models
@@ -36,28 +41,34 @@ SCORE_THRESHOLD = 0.4  # a head whose mean attention to its pattern's key is abo
 
 @dataclass(frozen=True)
 class ZooModel:
-    """A zoo model: its training configuration and what it is trained to do."""
+    """A zoo model: its training configuration, what it is trained to do, and the data its duplicate-token score
+    is measured on (``repeat``: a random half repeated; ``predecessor``: the ``predecessor:`` format, from a
+    query after the separator to its earlier occurrence)."""
 
     name: str
     config: TrainConfig
     mechanism: str
+    duplicates: str = "repeat"
 
 
-def _induction(arch: str, lr: float) -> TrainConfig:
+def _zoo_config(name: str, arch: str, data: str, lr: float, steps: int = 6000) -> TrainConfig:
     return TrainConfig(
         model=ModelSpec(arch=arch, d_model=64, n_layers=2, n_heads=4, context=64),
-        data="repeat:8-24", max_data_tokens=400_000, seq_len=64, batch_size=32, steps=6000, lr=lr,
+        data=data, max_data_tokens=400_000, seq_len=64, batch_size=32, steps=steps, lr=lr,
         eval_every=500, eval_batches=8, seed=0, threads=2, data_dir="checkpoints/zoo/data",
-        out=f"checkpoints/zoo/induction-{arch}",
+        out=f"checkpoints/zoo/{name}",
     )
 
 
 ZOO: dict[str, ZooModel] = {
     m.name: m for m in (
-        ZooModel("induction-gpt", _induction("gpt", 1e-3),
+        ZooModel("induction-gpt", _zoo_config("induction-gpt", "gpt", "repeat:8-24", 1e-3),
                  "a previous-token head (block 0) and an induction head (block 1) copy the repeated half"),
-        ZooModel("induction-llama", _induction("llama", 3e-3),
+        ZooModel("induction-llama", _zoo_config("induction-llama", "llama", "repeat:8-24", 3e-3),
                  "a previous-token head (block 0) and an induction head (block 1) copy the repeated half"),
+        ZooModel("predecessor-llama", _zoo_config("predecessor-llama", "llama", "predecessor:4-12", 1e-3, 12000),
+                 "a previous-token head (block 0) and a duplicate-token head (block 1) answer a token with the one "
+                 "before its earlier occurrence (V-composition)", duplicates="predecessor"),
     )
 }
 
@@ -80,34 +91,57 @@ def repeated_batch(n: int, length: int, *, seed: int = 0, bos: int | None = None
     return out if bos is None else torch.cat([torch.full((n, 1), int(bos)), out], 1)
 
 
-def head_scores(model, *, n: int = 64, length: int = 20, seed: int = 0) -> list[dict]:
-    """Per block and head: Olsson et al.'s previous-token score (queries after the first repeated token's
-    predecessor), induction score and copying score on :func:`repeated_batch` sequences."""
-    from ..geometry.head_scores import copying_score, induction_score, previous_token_score
+def predecessor_batch(n: int, length: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens, earlier)``: ``[n, length + 2]`` sequences ``r_1..r_L SEP r_j`` of distinct random bytes (the
+    ``predecessor:`` data's format) and the position of each query's earlier occurrence ``[n]``."""
+    from .data import SEP
 
+    g = torch.Generator().manual_seed(seed)
+    r = torch.stack([torch.randperm(256, generator=g)[:length] for _ in range(n)])
+    j = torch.randint(1, length, (n,), generator=g)
+    tokens = torch.cat([r, torch.full((n, 1), SEP), r[torch.arange(n), j][:, None]], 1)
+    return tokens, j
+
+
+def head_scores(model, *, n: int = 64, length: int = 20, seed: int = 0, duplicates: str = "repeat") -> list[dict]:
+    """Per block and head: Olsson et al.'s previous-token score (queries after the first repeated token's
+    predecessor), induction score and copying score on :func:`repeated_batch` sequences, and the duplicate-token
+    score there (``duplicates="repeat"``) or from a query to its earlier occurrence on :func:`predecessor_batch`
+    sequences (``"predecessor"``)."""
+    from ..geometry.head_scores import (attention_to, copying_score, duplicate_token_score, induction_score,
+                                        previous_token_score)
+
+    if duplicates not in ("repeat", "predecessor"):
+        raise ValueError(f"duplicates must be 'repeat' or 'predecessor', got {duplicates!r}")
     tokens = repeated_batch(n, length, seed=seed)
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=lambda k: k in names)
+        if duplicates == "predecessor":
+            queries, earlier = predecessor_batch(n, length, seed=seed)
+            _, qcache = model.run_with_cache(queries, names_filter=lambda k: k in names)
     w_e, w_u = model.W_E.detach(), model.W_U.detach()
     rows = []
     for layer in range(model.cfg.n_layers):
         p = cache[names[layer]]
         prev, ind = previous_token_score(p, start=2), induction_score(p, period=length)
+        dup = (duplicate_token_score(p, period=length) if duplicates == "repeat" else
+               attention_to(qcache[names[layer]], torch.full_like(earlier, queries.shape[1] - 1), earlier))
         w_ov = model.blocks[layer].attn.W_V.detach() @ model.blocks[layer].attn.W_O.detach()
         if w_ov.shape[0] != model.cfg.n_heads:  # grouped-query attention: each head's own value head
             w_ov = torch.stack([model.W_V[layer][h] @ model.W_O[layer][h] for h in range(model.cfg.n_heads)])
         copy = copying_score(w_e, w_ov, w_u)
         rows += [{"layer": layer, "head": h, "previous_token": round(float(prev[h]), 4),
-                  "induction": round(float(ind[h]), 4), "copying": round(float(copy[h]), 4)}
+                  "induction": round(float(ind[h]), 4), "duplicate_token": round(float(dup[h]), 4),
+                  "copying": round(float(copy[h]), 4)}
                  for h in range(model.cfg.n_heads)]
     return rows
 
 
 def planted_heads(scores: list[dict], threshold: float = SCORE_THRESHOLD) -> dict[str, list[list[int]]]:
-    """The ``[layer, head]`` pairs whose previous-token / induction score exceeds ``threshold``."""
+    """The ``[layer, head]`` pairs whose previous-token / induction / duplicate-token score exceeds ``threshold``."""
     return {job: [[r["layer"], r["head"]] for r in scores if r[job] > threshold]
-            for job in ("previous_token", "induction")}
+            for job in ("previous_token", "induction", "duplicate_token")}
 
 
 def weights_digest(directory: str | Path) -> str:
@@ -135,7 +169,7 @@ def train_zoo_model(name: str, root: str | Path | None = None, *, steps: int | N
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(Path(cfg.out) / "model", tmp)
     model = load_model(str(tmp))
-    scores = head_scores(model)
+    scores = head_scores(model, duplicates=ZOO[name].duplicates)
     val = log_df.dropna(subset=["val_loss"])
     write_json(tmp / "zoo.json", {
         "name": name, "mechanism": ZOO[name].mechanism,

@@ -10,7 +10,8 @@ the metric that scores the final position's logits:
 
 Four builders make tasks offline, deterministically by seed, on any tokenizer they can:
 :func:`ioi_task` (Wang et al. 2022), :func:`agreement_task` (BLiMP subject–verb agreement),
-:func:`greater_than_task` (Hanna et al. 2023) and :func:`induction_task` (repeated random tokens).
+:func:`greater_than_task` (Hanna et al. 2023), :func:`induction_task` (repeated random tokens) and
+:func:`predecessor_task` (the token before a repeated one).
 Every prompt of a task has the same token length: a builder makes candidates, groups them by
 length, keeps the largest group (ties: the shorter length) and takes the first ``n`` in a seeded
 order. It returns fewer than ``n`` rows when fewer exist, and raises :class:`TaskError` when fewer
@@ -35,13 +36,13 @@ from .agreement import ONE_PREFIX, agreement_task
 from .base import METRICS, Task, TaskError, logit_diff, logprob, prob_diff
 from .custom import own_task, task_from_texts
 from .greater_than import CENTURIES, YEAR_NOUNS, greater_than_task
-from .induction import induction_task
+from .induction import induction_task, predecessor_task
 from .ioi import IOI_TEMPLATES, NAMES, OBJECTS, PLACES, ioi_task
 
 __all__ = [
     "METRICS", "TaskError", "Task", "logit_diff", "prob_diff", "logprob",
     "IOI_TEMPLATES", "NAMES", "PLACES", "OBJECTS", "ONE_PREFIX", "YEAR_NOUNS", "CENTURIES",
-    "ioi_task", "agreement_task", "greater_than_task", "induction_task",
+    "ioi_task", "agreement_task", "greater_than_task", "induction_task", "predecessor_task",
     "task_from_texts", "own_task", "TASKS", "build_task", "clean_accuracy",
 ]
 
@@ -51,6 +52,7 @@ __all__ = [
 
 TASKS: dict[str, Callable[..., Task]] = {
     "ioi": ioi_task, "agreement": agreement_task, "greater_than": greater_than_task, "induction": induction_task,
+    "predecessor": predecessor_task,
 }
 
 
@@ -62,7 +64,7 @@ def build_task(name: str, model, *, n: int, seed: int = 0, **kwargs: Any) -> Tas
     tok = model.tokenizer
     bos = tok.bos_token_id if model.cfg.default_prepend_bos else None
     d_vocab = int(model.cfg.d_vocab)
-    if name == "induction" and "max_id" not in kwargs:
+    if name in ("induction", "predecessor") and "max_id" not in kwargs:
         kwargs["max_id"] = min(len(tok), d_vocab)
     task = TASKS[name](tok, n=n, seed=seed, bos=bos, **kwargs)
     return replace(task, d_vocab=d_vocab)

@@ -49,3 +49,47 @@ def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, 
     )
 
 
+
+
+def predecessor_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, length: int = 10,
+                     min_id: int | None = None, max_id: int | None = None, sep: int | None = None) -> Task:
+    """The token before a token: ``r1..rL SEP rj`` -> ``r(j-1)`` (a head that attends from ``rj`` to its earlier
+    occurrence copies what a previous-token head wrote there: V-composition; induction is its K-composition twin),
+    the format of ``tlgeo train``'s ``predecessor:`` data.
+
+    ``length`` distinct ids per prompt as in :func:`induction_task`, ``j`` drawn from ``2..L``; ``sep`` the query
+    marker (default the tokenizer's BOS, else its EOS: the ``predecessor:`` data's separator on the byte
+    tokenizer). Clean = ``[bos] r1..rL SEP rj``; corrupted = the same with ``r(j-1)`` replaced by a fresh id (the
+    query's earlier occurrence now follows another token). ``correct`` = ``r(j-1)``, metric ``logprob``,
+    positions ``"end"``; every prompt has ``length + 2`` tokens (+ BOS)."""
+    _check_n(n)
+    if not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an integer >= 2, got {length!r}")
+    size = len(tokenizer)
+    lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
+    hi = size if max_id is None else int(max_id)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = torch.tensor([i for i in range(max(lo, 0), hi) if i not in special], dtype=torch.long)
+    if ids.numel() < length + 1:
+        raise TaskError(f"predecessor: only {ids.numel()} ordinary token ids in [{lo}, {hi}); "
+                        f"length {length} needs {length + 1}")
+    gen = torch.Generator().manual_seed(seed)
+    pre = [] if bos is None else [int(bos)]
+    sep = sep if sep is not None else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
+                                       else tokenizer.eos_token_id)
+    clean, corrupted, correct = [], [], []
+    for _ in range(n):
+        draw = ids[torch.randperm(ids.numel(), generator=gen)[: length + 1]].tolist()
+        r, fresh = draw[:length], draw[length]
+        j = int(torch.randint(1, length, (1,), generator=gen))  # 0-based: r[j] has a predecessor r[j-1]
+        other = list(r)
+        other[j - 1] = fresh
+        clean.append(pre + r + [int(sep), r[j]])
+        corrupted.append(pre + other + [int(sep), r[j]])
+        correct.append([r[j - 1]])
+    return Task(
+        name="predecessor", clean=torch.tensor(clean), corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct), wrong=torch.full((n, 1), -1, dtype=torch.long), metric="logprob",
+        description=f"the token before a query token among {length} random tokens: log P(r_(j-1)); corrupted: "
+                    f"r_(j-1) replaced",
+    )
