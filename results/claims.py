@@ -691,7 +691,7 @@ def _planted(model: str) -> dict[str, list[tuple[int, int]]]:
     import json
 
     rec = json.loads((ROOT / "zoo" / f"induction-{model}" / "zoo.json").read_text())["planted"]
-    return {job: [tuple(h) for h in heads] for job, heads in rec.items()}
+    return {job: [tuple(h) for h in rec[job]] for job in ("previous_token", "induction")}
 
 
 def _zoo_heads(effects: pd.DataFrame, component: str = "head") -> pd.DataFrame:
