@@ -1,7 +1,8 @@
 """What a head does, read from its attention pattern and its OV circuit (Olsson et al. 2022, "In-context
 learning and induction heads"): on a sequence whose second half repeats its first, a previous-token head
 attends from each token to the one before it, an induction head from a token of the second half to the token
-after that token's earlier occurrence, a duplicate-token head to that earlier occurrence itself, and a copying head's OV circuit raises the logit of the token it attends
+after that token's earlier occurrence, a duplicate-token head to that earlier occurrence itself, and a copying
+head's OV circuit raises the logit of the token it attends
 to (its eigenvalues are mostly positive).
 
 Pure tensor functions: patterns ``[batch, heads, query, key]`` in, one score per head out (float32, or

@@ -3,8 +3,8 @@
 :func:`build_token_stream` tokenises local corpora (``tlgeo.data`` names or text
 files), a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
 FineWeb-style; needs network) or algorithmic data (``repeat:<n>-<m>``: random halves repeated;
-``predecessor:<n>-<m>``: random tokens, then queries answered by the token before) into ``train.bin`` / ``val.bin`` (uint16 or
-uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
+``predecessor:<n>-<m>``: random tokens, then queries answered by the token before) into
+``train.bin`` / ``val.bin`` (uint16 or uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
 validation, so the splits never overlap. A directory already built with the same
 settings is reused.
 
