@@ -2,8 +2,7 @@
 learning and induction heads"): on a sequence whose second half repeats its first, a previous-token head
 attends from each token to the one before it, an induction head from a token of the second half to the token
 after that token's earlier occurrence, a duplicate-token head to that earlier occurrence itself, and a copying
-head's OV circuit raises the logit of the token it attends
-to (its eigenvalues are mostly positive).
+head's OV circuit raises the logit of the token it attends to (its eigenvalues are mostly positive).
 
 Pure tensor functions: patterns ``[batch, heads, query, key]`` in, one score per head out (float32, or
 float64 for float64 input).
