@@ -36,29 +36,28 @@ def previous_token_score(pattern: Float[Tensor, "b h q k"], start: int = 1) -> F
     return p[:, :, q, q - 1].mean((0, 2))
 
 
+def _to_earlier(pattern: Tensor, period: int, offset: int, back: int, shortest: int) -> Tensor:
+    """Mean attention from each position ``q`` of the repeat (from ``offset + period``) to ``q - back``."""
+    p = _check(pattern)
+    if period < shortest:
+        raise ValueError(f"period must be at least {shortest} token{'s' if shortest > 1 else ''}, got {period}")
+    if offset + period >= p.shape[-1]:
+        raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
+    q = torch.arange(offset + period, p.shape[-1], device=p.device)
+    return p[:, :, q, q - back].mean((0, 2))
+
+
 def induction_score(pattern: Float[Tensor, "b h q k"], period: int, offset: int = 0) -> Float[Tensor, "h"]:
     """Mean attention from each position ``q`` of the repeat to ``q - period + 1``, the token after the
     earlier occurrence of ``q``'s token, on sequences whose tokens ``offset + period ..`` repeat those from
     ``offset`` (e.g. ``offset=1`` after a BOS)."""
-    p = _check(pattern)
-    if period < 2:
-        raise ValueError(f"period must be at least 2 tokens, got {period}")
-    if offset + period >= p.shape[-1]:
-        raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
-    q = torch.arange(offset + period, p.shape[-1], device=p.device)
-    return p[:, :, q, q - period + 1].mean((0, 2))
+    return _to_earlier(pattern, period, offset, back=period - 1, shortest=2)
 
 
 def duplicate_token_score(pattern: Float[Tensor, "b h q k"], period: int, offset: int = 0) -> Float[Tensor, "h"]:
     """Mean attention from each position ``q`` of the repeat to ``q - period``, the earlier occurrence of ``q``'s own
     token, on the sequences of :func:`induction_score` (a head that finds where the current token was before)."""
-    p = _check(pattern)
-    if period < 1:
-        raise ValueError(f"period must be at least 1 token, got {period}")
-    if offset + period >= p.shape[-1]:
-        raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
-    q = torch.arange(offset + period, p.shape[-1], device=p.device)
-    return p[:, :, q, q - period].mean((0, 2))
+    return _to_earlier(pattern, period, offset, back=period, shortest=1)
 
 
 def attention_to(pattern: Float[Tensor, "b h q k"], query: Tensor, key: Tensor) -> Float[Tensor, "h"]:

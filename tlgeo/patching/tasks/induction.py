@@ -11,6 +11,23 @@ from .base import Task, TaskError, _check_n
 # induction
 
 
+def _ordinary_ids(tokenizer, n: int, length: int, need: int, min_id: int | None, max_id: int | None,
+                  task: str) -> torch.Tensor:
+    """The ids a random-token task draws from: ``[min_id, max_id)`` (defaults: 100, or 3 for a vocabulary under 300
+    tokens; the tokenizer's size) less the special ids; ``TaskError`` when fewer than ``need`` are left."""
+    _check_n(n)
+    if not isinstance(length, int) or length < 2:
+        raise ValueError(f"length must be an integer >= 2, got {length!r}")
+    size = len(tokenizer)
+    lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
+    hi = size if max_id is None else int(max_id)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = torch.tensor([i for i in range(max(lo, 0), hi) if i not in special], dtype=torch.long)
+    if ids.numel() < need:
+        raise TaskError(f"{task}: only {ids.numel()} ordinary token ids in [{lo}, {hi}); length {length} needs {need}")
+    return ids
+
+
 def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, length: int = 10,
                    min_id: int | None = None, max_id: int | None = None) -> Task:
     """Induction on repeated random tokens: ``r1..rL r1..r(L-1)`` -> ``rL``.
@@ -22,17 +39,7 @@ def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, 
     -1; metric ``logprob``; positions ``"end"``. All prompts have length ``2 * length - 1`` (+ BOS), so
     exactly ``n`` rows are made. Works on any tokenizer with ``2 * length`` ordinary ids.
     """
-    _check_n(n)
-    if not isinstance(length, int) or length < 2:
-        raise ValueError(f"length must be an integer >= 2, got {length!r}")
-    size = len(tokenizer)
-    lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
-    hi = size if max_id is None else int(max_id)
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    ids = torch.tensor([i for i in range(max(lo, 0), hi) if i not in special], dtype=torch.long)
-    if ids.numel() < 2 * length:
-        raise TaskError(f"induction: only {ids.numel()} ordinary token ids in [{lo}, {hi}); "
-                        f"length {length} needs {2 * length}")
+    ids = _ordinary_ids(tokenizer, n, length, 2 * length, min_id, max_id, "induction")
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
     clean, corrupted, correct = [], [], []
@@ -62,17 +69,7 @@ def predecessor_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None
     tokenizer). Clean = ``[bos] r1..rL SEP rj``; corrupted = the same with ``r(j-1)`` replaced by a fresh id (the
     query's earlier occurrence now follows another token). ``correct`` = ``r(j-1)``, metric ``logprob``,
     positions ``"end"``; every prompt has ``length + 2`` tokens (+ BOS)."""
-    _check_n(n)
-    if not isinstance(length, int) or length < 2:
-        raise ValueError(f"length must be an integer >= 2, got {length!r}")
-    size = len(tokenizer)
-    lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
-    hi = size if max_id is None else int(max_id)
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    ids = torch.tensor([i for i in range(max(lo, 0), hi) if i not in special], dtype=torch.long)
-    if ids.numel() < length + 1:
-        raise TaskError(f"predecessor: only {ids.numel()} ordinary token ids in [{lo}, {hi}); "
-                        f"length {length} needs {length + 1}")
+    ids = _ordinary_ids(tokenizer, n, length, length + 1, min_id, max_id, "predecessor")
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
     sep = sep if sep is not None else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
