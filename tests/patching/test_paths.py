@@ -96,6 +96,15 @@ def test_a_sender_in_the_last_block_into_the_logits_is_its_exact_patch(setup):
         torch.testing.assert_close(torch.tensor(r["patched"]), torch.tensor(e["patched"]), rtol=1e-4, atol=1e-4)
 
 
+def test_a_path_into_the_logits_alone_from_an_early_block(setup):
+    model, task = setup
+    runs = path_runs(model, task, ["head"], [0], logits=True)  # no receiver head: only block 0 is cached
+    rows = path_sweep(model, runs, [(0, 1)], logits=True)
+    assert [r["receiver_input"] for r in rows] == ["logits"]
+    want = _by_hand(model, task, "head", (0, 1), None, "logits")
+    torch.testing.assert_close(torch.tensor(rows[0]["patched"]), want, rtol=1e-4, atol=1e-4)
+
+
 def test_grouped_query_receivers_share_their_key_and_value_head(llama):
     task = build_task("induction", llama, n=3, seed=1)
     assert llama.cfg.n_key_value_heads < llama.cfg.n_heads  # the tiny llama has GQA

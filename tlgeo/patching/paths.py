@@ -208,7 +208,8 @@ def path_sweep(
                          f"through_mlps=..., logits=...) naming these senders and receivers")
     target, _ = runs.pair(direction)
     if direction not in runs.readout:
-        runs.readout[direction] = _readout_ok(model, target, min(r_layers, default=model.cfg.n_layers - 1))
+        # checked from a block whose residual the runs cached (a sender's: with only logits there is no receiver's)
+        runs.readout[direction] = _readout_ok(model, target, min(l for l, _ in senders))
     use_readout = runs.readout[direction]
     if logits and not use_readout:
         raise ValueError("a path into the logits reads the last block's output out through the final norm and the "
