@@ -3,6 +3,8 @@ the analysis edit, gradients flow through it, runs resume exactly, bad configs f
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -272,6 +274,19 @@ def test_a_checkpoint_from_elsewhere_runs_no_code(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="is not a checkpoint of this tlgeo") as e:
         train(cfg, resume=True, log=lambda *_: None)
     assert "\n" not in str(e.value) and not (tmp_path / "PWNED-by-checkpoint").exists()
+
+
+def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
+    """A run whose settings changed under the same folder (another learning rate or number of steps) would continue
+    another trajectory: it is refused, naming what differs; where it writes and how it logs may change."""
+    from tlgeo.train.config import ConfigError
+
+    cfg = tiny_cfg(tmp_path, out=str(tmp_path / "run"))
+    train(cfg, stop_after=2, log=lambda *_: None)
+    with pytest.raises(ConfigError, match=r"steps: 6 -> 12; lr: 0\.001 -> 0\.002"):
+        train(dataclasses.replace(cfg, lr=2e-3, steps=12), resume=True, log=lambda *_: None)
+    done = train(dataclasses.replace(cfg, eval_every=3, threads=1), resume=True, log=lambda *_: None)
+    assert done.step.tolist() == list(range(1, cfg.steps + 1))
 
 
 def test_a_damaged_token_stream_is_built_again(tmp_path, capsys):

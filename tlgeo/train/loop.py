@@ -57,6 +57,21 @@ def make_model(cfg: TrainConfig, tokenizer=None) -> SuppressedLM:
     return SuppressedLM(bridge, sup)
 
 
+# fields a resumed run may change: where it writes and how it logs, not what it computes
+RUN_ONLY = ("out", "data_dir", "device", "threads", "dist", "tensorboard", "wandb", "eval_every", "eval_batches",
+            "save_every")
+
+
+def trajectory_differences(saved: dict, cfg: TrainConfig) -> list[str]:
+    """``field: saved -> now`` for every setting that decides the training trajectory (all but :data:`RUN_ONLY`)
+    where the checkpoint's config ``saved`` and ``cfg`` differ."""
+    import json
+
+    now = json.loads(json.dumps(cfg.to_dict()))
+    then = json.loads(json.dumps(saved))
+    return [f"{k}: {then.get(k)!r} -> {now[k]!r}" for k in now if k not in RUN_ONLY and then.get(k) != now[k]]
+
+
 def _param_groups(lm: torch.nn.Module, wd: float):
     decay, no_decay = [], []
     for n, p in lm.named_parameters():
@@ -175,8 +190,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
             first = str(e).strip().splitlines()[0]
             raise ConfigError(f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
                               f"values: {first}); move it away to train from the start") from None
-        if ck["config"]["model"] != cfg.to_dict()["model"] or ck["config"]["variant"] != cfg.variant:
-            raise ConfigError(f"{ckpt_path} was written for another model or variant")
+        differ = trajectory_differences(ck["config"], cfg)
+        if differ:
+            raise ConfigError(f"{ckpt_path} was written for another run ({'; '.join(differ)}): resuming it would not "
+                              f"give this run's model; move it away to train from the start")
         set_model_state_dict(model, ck["model"], options=_FULL)
         set_optimizer_state_dict(model, opt, ck["optimizer"], options=_FULL)
         sched.load_state_dict(ck["scheduler"])
