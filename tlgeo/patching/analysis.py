@@ -41,7 +41,7 @@ from .components import get_component
 from .config import PatchingConfig, parse_heads
 from .effects import add_qvalues, agreement, effect_test, interactions
 from .exact import exact_sweep, heads_per_forward
-from .paths import path_runs, path_sweep
+from .paths import path_hook_names, path_sweep
 from .plots import head_attention_rows, top_heads
 from .runs import TaskRuns, check_separable_heads, task_runs
 from .tasks import Task, TaskError, build_task, own_task
@@ -213,7 +213,9 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
                                     *(u[3] for u in mine if u[0] == "exact"),
                                     *(("head_par",) if baseline_rows is not None else ())]))  # its reads
-        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size)  # one pass per run
+        path_units = [u for u in mine if u[0] == "paths"]
+        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size,  # one pass per run,
+                         extra=_path_hooks(model, cfg, path_units))  # what the paths read too
         acc = runs.accuracy()
         gap = acc["clean_metric"] - acc["corrupted_metric"]
         reason = ""
@@ -242,18 +244,14 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
                              for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
             baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
                                                                                          seed=cfg.seed)]
-        path_units = [u for u in mine if u[0] == "paths"]
         if progress:  # one bar per task: a sweep of every component at every block is many units
             from tqdm.auto import tqdm
 
             mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
         heads = []
-        pruns = None
         for u in mine:
             if u[0] == "paths":
-                if pruns is None:  # what every path of the task reads, cached once
-                    pruns = _path_runs(model, cfg, task, path_units)
-                path_rows += [_path_effect_row(r, pruns, cfg) for r in _paths(model, cfg, pruns, label, u, plog)]
+                path_rows += [_path_effect_row(r, runs, cfg) for r in _paths(model, cfg, runs, label, u, plog)]
                 continue
             rows = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog,
                                                               skip_write=bool(refused))]
@@ -344,11 +342,13 @@ def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     return rows
 
 
-def _path_runs(model: Model, cfg: PatchingConfig, task: Task, units: list[tuple]) -> TaskRuns:
+def _path_hooks(model: Model, cfg: PatchingConfig, units: list[tuple]) -> list[str]:
+    """What the task's path units read from its runs (none without path units)."""
+    if not units:
+        return []
     receivers, logits = _receivers(model, cfg)
-    return path_runs(model, task, list(dict.fromkeys(u[3] for u in units)), [u[4] for u in units],
-                     [l for l, _ in receivers], through_mlps=cfg.through_mlps, logits=logits,
-                     batch_size=cfg.batch_size)
+    return path_hook_names(model, list(dict.fromkeys(u[3] for u in units)), [u[4] for u in units],
+                           [l for l, _ in receivers], cfg.through_mlps, logits)
 
 
 def _paths(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple,

@@ -34,17 +34,17 @@ import torch
 from torch import Tensor
 
 from ..errors import OutOfRangeError
-from ..hooks.adapter import HookList, check_hook_names
+from ..hooks.adapter import HookList
 from ..hooks.resume import StopForward, readout, resume_forward
 from ..models import Model
 from ..stats.multiple import bh_qvalues
 from .components import Component, get_component
 from .effects import ALPHA, effect_test
 from .exact import _end_logits, _readout_ok, patch_hooks
-from .runs import TaskRuns, _cache, position_mask, score_rows
+from .runs import TaskRuns, position_mask, score_rows, task_runs
 from .tasks import Task
 
-__all__ = ["RECEIVER_INPUTS", "path_runs", "path_sweep", "path_effects", "PATH_COLUMNS"]
+__all__ = ["RECEIVER_INPUTS", "path_hook_names", "path_runs", "path_sweep", "path_effects", "PATH_COLUMNS"]
 
 RECEIVER_INPUTS = ("q", "k", "v")
 PATH_COLUMNS = ("component", "sender_layer", "sender_head", "receiver_layer", "receiver_head", "receiver_input",
@@ -57,15 +57,15 @@ def _kv_head(model: Model, head: int) -> int:
     return head // (model.cfg.n_heads // n_kv)
 
 
-def _needed(model: Model, comps: Sequence[Component], sender_layers: Iterable[int], receiver_layers: Iterable[int],
-            through_mlps: bool, logits: bool) -> list[str]:
+def path_hook_names(model: Model, comps: Sequence[str | Component], sender_layers: Iterable[int],
+                    receiver_layers: Iterable[int], through_mlps: bool, logits: bool) -> list[str]:
     """Every hook a path sweep reads from the cached runs."""
     s_layers, r_layers = sorted(set(sender_layers)), sorted(set(receiver_layers))
     last = model.cfg.n_layers if logits else max(r_layers, default=0)
     names = []
     for layer in s_layers:
         names.append(f"blocks.{layer}.hook_resid_pre")
-        for c in comps:
+        for c in map(get_component, comps):
             names += [f"blocks.{layer}.{c.site.target}",
                       *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
     names += [f"blocks.{layer}.hook_resid_pre" for layer in r_layers]
@@ -80,12 +80,11 @@ def path_runs(model: Model, task: Task, components: Iterable[str | Component], s
               receiver_layers: Iterable[int] = (), *, through_mlps: bool = True, logits: bool = False,
               batch_size: int = 32) -> TaskRuns:
     """The task's clean and corrupted runs, caching what :func:`path_sweep` needs for these senders' blocks
-    and receivers' blocks (``logits``: also a receiver at the logits)."""
-    comps = [get_component(c) for c in components]
-    names = _needed(model, comps, sender_layers, receiver_layers, through_mlps, logits)
-    check_hook_names(model, names)
-    return TaskRuns(task, _cache(model, task, task.clean, names, batch_size),
-                    _cache(model, task, task.corrupted, names, batch_size))
+    and receivers' blocks (``logits``: also a receiver at the logits): :func:`~.runs.task_runs` with the
+    :func:`path_hook_names`."""
+    senders = sorted(set(sender_layers))
+    names = path_hook_names(model, list(components), senders, receiver_layers, through_mlps, logits)
+    return task_runs(model, task, (), senders, batch_size=batch_size, extra=names)
 
 
 def _rows(t: Tensor, reps: int) -> Tensor:
@@ -199,7 +198,7 @@ def path_sweep(
     if not senders or not (receivers and inputs or logits):
         raise ValueError("a path needs at least one sender and one receiver (a head's input, or logits=True)")
     r_layers = sorted({l for l, _ in receivers})
-    need = _needed(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
+    need = path_hook_names(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
     missing = [n for n in need if n not in runs.clean.acts]
     if missing:
         more = "..." if len(missing) > 3 else ""

@@ -104,11 +104,12 @@ def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch
 
 
 def task_runs(model: Model, task: Task, components: Iterable[str | Component],
-              layers: Iterable[int] | None = None, *, batch_size: int = 32) -> TaskRuns:
-    """Run the task's clean and corrupted prompts once, caching what ``components`` need at ``layers``."""
+              layers: Iterable[int] | None = None, *, batch_size: int = 32, extra: Iterable[str] = ()) -> TaskRuns:
+    """Run the task's clean and corrupted prompts once, caching what ``components`` need at ``layers`` and the
+    hooks ``extra`` (full names: what path patching reads, :func:`~.paths.path_hook_names`)."""
     chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
     comps = [get_component(c) for c in components]
-    names = hook_names(model, comps, chosen)
+    names = list(dict.fromkeys([*hook_names(model, comps, chosen), *extra]))
     check_hook_names(model, names)
     if task.d_vocab is not None and task.d_vocab != model.cfg.d_vocab:
         raise ValueError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; "
