@@ -385,16 +385,14 @@ def _paths(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
 
 
 def _path_effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
-    clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
-    return {**{k: row[k] for k in PATH_LOG_KEY[:-1]}, "kv_head": row["kv_head"], "effect": t["effect"],
-            "ci_low": t["ci_low"], "ci_high": t["ci_high"], "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
+    return _effect_row(row, runs, cfg, key=(*PATH_LOG_KEY[:-1], "kv_head"))
 
 
-def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
+def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig, key: Sequence[str] = LOG_KEY[:-1]) -> dict:
+    """A log row's ``key`` columns and its effect test (effect, CI, n, se, p)."""
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
-    return {**{k: row[k] for k in LOG_KEY[:-1]}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+    return {**{k: row[k] for k in key}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
             "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
 
 
