@@ -3,7 +3,7 @@
 
     python scripts/train_zoo.py                    # every zoo model (a few minutes each on 2 CPU cores)
     python scripts/train_zoo.py induction-gpt      # one
-    python scripts/train_zoo.py --steps 20 --root /tmp/zoo   # a smoke run elsewhere
+    python scripts/train_zoo.py --steps 20 --root /tmp/zoo --checkpoints /tmp/zoo-ck   # a smoke run elsewhere
 
 An interrupted run resumes from checkpoints/zoo/<name>. zoo.json records the command that retrains the
 model, its weights' SHA-256 (a rerun on the same machine and torch reproduces it), the final validation loss
