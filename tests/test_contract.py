@@ -120,7 +120,7 @@ def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name
     import torch
 
     from tlgeo.models import run_identity
-    from tlgeo.results import IDENTITY, resumed_lines
+    from tlgeo.results import IDENTITY, run_state
 
     a, model = ANALYSES[name], second_models[other]
     cfg, first, folder = runs(name)
@@ -130,9 +130,9 @@ def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name
     torch.set_num_threads(1)
     try:
         unit = a.units(model, cfg)[:1]  # one work unit: the same code paths, half the time or less
-        resumed_lines()
-        again = a.run(model, cfg, out=shared, units=unit)
-        assert resumed_lines() == [], "rows of the first model were taken back"
+        with run_state() as state:
+            again = a.run(model, cfg, out=shared, units=unit)
+        assert state.lines() == [], "rows of the first model were taken back"
         fresh = a.run(model, cfg, out=tmp_path / "fresh", units=unit)
     finally:
         torch.set_num_threads(threads)

@@ -41,7 +41,7 @@ def test_a_large_log_is_looked_up_by_key_not_scanned(tmp_path, monkeypatch):
 
 
 def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
-    from tlgeo.results import identity_scope, resumed_lines
+    from tlgeo.results import identity_scope, run_state
 
     p = tmp_path / "r.jsonl"
     a = {"model": "m", "weights": "fp-a", "dtype": "float32"}
@@ -50,11 +50,13 @@ def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
     log_b = ResultLog(p, ["site"], identity=b)
     assert not log_b.done(site="attn") and log_b.rows == [] and log_b.frame().empty
     log_b.add({"site": "attn", "ppl": 2.0})  # the same key of another identity is not a duplicate
-    resumed_lines()
-    with identity_scope(a):  # the run's identity is the default
+    with run_state() as state, identity_scope(a):  # the run's identity is the default
         again = ResultLog(p, ["site"])
-    assert again.get(site="attn")["ppl"] == 1.0 and again.get(site="attn")["ppl"] == 1.0
-    assert again.resumed == 1 and resumed_lines() == [f"resumed 1 row from {p}"] and resumed_lines() == []
+        assert again.get(site="attn")["ppl"] == 1.0 and again.get(site="attn")["ppl"] == 1.0
+    assert again.resumed == 1 and state.lines() == [f"resumed 1 row from {p}"] and state.seen == [a]
+    with run_state() as other:
+        ResultLog(p, ["site"], identity=a).get(site="attn")
+    assert other.lines() == [f"resumed 1 row from {p}"] and state.lines() == [f"resumed 1 row from {p}"]  # apart
     rows = [json.loads(l) for l in p.read_text().splitlines()]
     assert [(r["dtype"], r["ppl"]) for r in rows] == [("float32", 1.0), ("bfloat16", 2.0)]  # both kept, stamped
 
@@ -136,19 +138,19 @@ def test_content_digest_tells_content_apart_and_is_stable():
 
 
 def test_a_row_of_other_content_under_the_same_settings_is_computed_again_and_said(tmp_path):
-    from tlgeo.results import resumed_lines
+    from tlgeo.results import run_state
 
     path = tmp_path / "log.jsonl"
-    resumed_lines()
     log = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))
     log.extend([{"task": "capitals", "layer": l, "inputs": "aaaa", "value": l} for l in range(3)])
-    again = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))
-    assert again.get(task="capitals", layer=0, inputs="bbbb") is None  # other prompts under the same name
-    assert again.get(task="capitals", layer=0, inputs="bbbb") is None
-    assert again.get(task="capitals", layer=5, inputs="bbbb") is None  # settings never logged: only new
-    assert again.get(task="capitals", layer=1, inputs="aaaa")["value"] == 1  # the same content: read back
+    with run_state() as state:
+        again = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))
+        assert again.get(task="capitals", layer=0, inputs="bbbb") is None  # other prompts under the same name
+        assert again.get(task="capitals", layer=0, inputs="bbbb") is None
+        assert again.get(task="capitals", layer=5, inputs="bbbb") is None  # settings never logged: only new
+        assert again.get(task="capitals", layer=1, inputs="aaaa")["value"] == 1  # the same content: read back
     assert again.changed == 1 and again.resumed == 1
-    said = resumed_lines()
+    said = state.lines()
     assert len(said) == 2 and said[0].startswith("resumed 1 row from") and said[1].startswith(
         f"recomputed 1 row of {path}: the rows logged there under the same settings measured other inputs")
     again.add({"task": "capitals", "layer": 0, "inputs": "bbbb", "value": 10})  # both contents kept in the log

@@ -14,10 +14,10 @@ import contextlib
 import os
 import sys
 
-from .cliargs import Formatter, RunRecord, command_scope
+from .cliargs import Formatter, RunRecord
 from .provenance import code_state
 from .provenance import record as record_provenance
-from .results import resumed_lines, seen_identities
+from .results import run_state
 
 __all__ = ["main", "build_parser"]
 
@@ -159,16 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
                 contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-            seen_identities(), resumed_lines()  # forget what ran in this process before this command
-            with command_scope():
+            with run_state(command=True) as state:  # what this command runs, takes back and computes again
                 rc = args._run(args)
-            resumed = resumed_lines()
+            resumed = state.lines()
             for line in resumed:  # what this run took back from its logs instead of computing
                 print(line)
             if rc == 0 and args.record.out is not None and not quiet:
                 settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
                 settings.update(args.record.settings)  # what the command resolved its flags to
-                print(f"provenance: {record_provenance(args.record.out, argv, settings, seen_identities(), resumed)}")
+                print(f"provenance: {record_provenance(args.record.out, argv, settings, state.seen, resumed)}")
             return rc
     except RankDied as e:  # torchrun: another rank was killed; this one stops with what it finished saved
         _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()} {args.record.rerun}")

@@ -9,8 +9,6 @@ dispatches. No model code here.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import json
@@ -308,24 +306,6 @@ def files_since(folder: str | Path, t0: float) -> list[Path]:
         return []
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
                   and not p.name.startswith(".tlgeo") and p.stat().st_mtime >= t0 - 1)
-
-
-_IN_COMMAND: contextvars.ContextVar[bool] = contextvars.ContextVar("tlgeo_in_command", default=False)
-
-
-def in_command() -> bool:
-    """Whether a ``tlgeo`` command is running (it records the provenance of its runs itself)."""
-    return _IN_COMMAND.get()
-
-
-@contextlib.contextmanager
-def command_scope():
-    """Inside: a ``tlgeo`` command's work (:func:`in_command`)."""
-    token = _IN_COMMAND.set(True)
-    try:
-        yield
-    finally:
-        _IN_COMMAND.reset(token)
 
 
 class RunRecord:

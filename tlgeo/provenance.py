@@ -99,7 +99,7 @@ def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
                identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> dict[str, Any]:
     """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags and what they
     resolved to); ``resumed``: what the run took back from earlier runs' logs instead of computing it, and
-    what it computed again (:func:`tlgeo.results.resumed_lines`), so that a resumed folder says which of its
+    what it computed again (:meth:`tlgeo.results.RunState.lines`), so that a resumed folder says which of its
     rows this invocation made."""
     argv = [str(a) for a in argv]
     return {"command": "tlgeo " + shlex.join(argv), "argv": argv,

@@ -27,15 +27,58 @@ import pandas as pd
 from .storage import append_lines, read_lines, write_csv, write_text
 
 __all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity",
-           "identity_scope",
-           "of_identity", "resumed_lines", "note_recomputed", "seen_identities"]
+           "identity_scope", "of_identity", "note_recomputed", "RunState", "run_state", "current_run"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
 _CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlgeo_identity", default=None)
-_RESUMED: dict[Path, int] = {}  # rows taken back from each log since resumed_lines() last said so
-_CHANGED: dict[Path, int] = {}  # rows of each log computed again because what they measure changed
-_SEEN: list[dict] = []  # identities run since seen_identities() was last asked
+
+
+@dataclasses.dataclass
+class RunState:
+    """What one command, or one run from Python, has done so far: the identities it ran under (``seen``), the rows
+    its logs took back instead of computing (``resumed``, per log) and those computed again because what they
+    measure changed (``changed``). ``command``: a ``tlgeo`` command (it records its runs' provenance itself)."""
+
+    command: bool = False
+    seen: list[dict] = dataclasses.field(default_factory=list)
+    resumed: dict[Path, int] = dataclasses.field(default_factory=dict)
+    changed: dict[Path, int] = dataclasses.field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """``resumed N rows from LOG`` for every log rows were taken back from, and ``recomputed N rows of LOG:
+        ...`` for every log whose rows of the same settings measured other inputs."""
+        out = [f"resumed {n} row{'s' if n != 1 else ''} from {path}" for path, n in sorted(self.resumed.items())]
+        out += [f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
+                "measured other inputs (other prompts, text or token ids under the same name)"
+                for path, n in sorted(self.changed.items())]
+        return out
+
+
+_RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("tlgeo_run_state", default=None)
+
+
+def current_run() -> RunState | None:
+    """The state of the command or run in progress (:func:`run_state`), ``None`` outside one."""
+    return _RUN.get()
+
+
+@contextlib.contextmanager
+def run_state(command: bool = False) -> Iterator[RunState]:
+    """Inside: a fresh :class:`RunState` (what :func:`current_run` returns) collects what the work does. The command
+    line opens one per command, the atlas one for its steps, an analysis run from Python one for itself."""
+    token = _RUN.set(RunState(command=command))
+    try:
+        yield _RUN.get()
+    finally:
+        _RUN.reset(token)
+
+
+def _count(kind: str, path: Path, n: int = 1) -> None:
+    state = _RUN.get()
+    if state is not None:  # outside a command or run nobody reports it
+        counts = getattr(state, kind)
+        counts[path] = counts.get(path, 0) + n
 
 
 def current_identity() -> dict | None:
@@ -47,8 +90,9 @@ def current_identity() -> dict | None:
 def identity_scope(identity: Mapping[str, Any]) -> Iterator[dict]:
     """Inside: :func:`current_identity` is ``identity`` (every table saved is stamped with it)."""
     token = _CURRENT.set(dict(identity))
-    if dict(identity) not in _SEEN:
-        _SEEN.append(dict(identity))
+    state = _RUN.get()
+    if state is not None and dict(identity) not in state.seen:
+        state.seen.append(dict(identity))
     try:
         yield dict(identity)
     finally:
@@ -82,30 +126,11 @@ def of_identity(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.Data
     return df[keep]
 
 
-def seen_identities() -> list[dict]:
-    """The identities that ran (:func:`identity_scope`) since the last call, in order (then forgotten)."""
-    out = list(_SEEN)
-    _SEEN.clear()
-    return out
-
-
-def resumed_lines() -> list[str]:
-    """``resumed N rows from LOG`` for every log this process read finished rows back from, and ``recomputed
-    N rows of LOG: ...`` for every log whose rows of the same settings measured other inputs (once each)."""
-    out = [f"resumed {n} row{'s' if n != 1 else ''} from {path}" for path, n in sorted(_RESUMED.items())]
-    out += [f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
-            "measured other inputs (other prompts, text or token ids under the same name)"
-            for path, n in sorted(_CHANGED.items())]
-    _RESUMED.clear()
-    _CHANGED.clear()
-    return out
-
-
 def note_recomputed(path: str | os.PathLike, n: int) -> None:
-    """Say (:func:`resumed_lines`) that ``n`` rows saved in ``path`` under the same settings measured other inputs
+    """Say (:meth:`RunState.lines`) that ``n`` rows saved in ``path`` under the same settings measured other inputs
     and were computed again (for an analysis that resumes from its tables rather than a :class:`ResultLog`)."""
     if n > 0:
-        _CHANGED[Path(path)] = _CHANGED.get(Path(path), 0) + n
+        _count("changed", Path(path), n)
 
 
 def content_digest(*parts: Any) -> str:
@@ -155,12 +180,12 @@ class ResultLog:
     run's, :func:`current_identity`, if any). They join the key and every row stored; rows of
     other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
     :meth:`done` and :meth:`frame` see only this identity's. :attr:`resumed` counts the rows a
-    run took back instead of computing them (:func:`resumed_lines` says so).
+    run took back instead of computing them (:meth:`RunState.lines` says so).
 
     ``content``: the key columns that hold a digest of what a row measures (:func:`content_digest` of a
     task's token ids, a text's bytes, a prompt set). A row logged under the same settings with another
     digest is not taken back: its unit is computed again, counted in :attr:`changed` and said by
-    :func:`resumed_lines`."""
+    :meth:`RunState.lines`."""
 
     def __init__(self, path: str | os.PathLike, key: Iterable[str], *, identity: Mapping[str, Any] | None = None,
                  content: Iterable[str] = ()):
@@ -208,11 +233,11 @@ class ResultLog:
         if row is not None and k not in self._taken:
             self._taken.add(k)
             self.resumed += 1
-            _RESUMED[self.path] = _RESUMED.get(self.path, 0) + 1
+            _count("resumed", self.path)
         elif row is None and k not in self._taken and self._measured.get(self._settings_of(k), set()) - {k}:
             self._taken.add(k)  # said once: the same settings were logged with other inputs
             self.changed += 1
-            _CHANGED[self.path] = _CHANGED.get(self.path, 0) + 1
+            _count("changed", self.path)
         return row
 
     def done(self, **key: Any) -> bool:

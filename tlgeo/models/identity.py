@@ -13,7 +13,7 @@ back from accelerate's weights map), and different for a different checkpoint or
 
 from __future__ import annotations
 
-import contextvars
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -23,10 +23,10 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from ..cliargs import config_argv, in_command
+from ..cliargs import config_argv
 from ..provenance import code_state
 from ..provenance import record_api as record_provenance
-from ..results import IDENTITY, identity_scope, resumed_lines
+from ..results import IDENTITY, current_run, identity_scope, run_state
 from ..storage import folder_lock
 from ..version import __version__
 from .bridge import inputs_follow_model, is_bridge
@@ -165,24 +165,21 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
             inputs_follow_model(model)
         identity = run_identity(model).row()
         out = kwargs.get("out")
-        api = out is not None and _DEPTH.get() == 0 and not in_command()  # a run from Python, into a folder
+        api = out is not None and current_run() is None  # a run from Python into a folder, not inside a command
         if api:
             kwargs.setdefault("progress", True)  # as the command shows it
             code_state()  # the checkout this run has loaded, before it runs
-            resumed_lines()  # forget what this process took back before this run
         lock = folder_lock(out).acquire(f"{run.__module__}.run") if out is not None else None  # one writer
-        depth = _DEPTH.set(_DEPTH.get() + 1)
         try:
-            with identity_scope(identity):
+            with run_state() if api else contextlib.nullcontext(current_run()) as state, identity_scope(identity):
                 result = run(model, *args, **kwargs)
         finally:
-            _DEPTH.reset(depth)
             if lock is not None:
                 lock.release()
         stamp_result = getattr(result, "stamp", None)
         result = stamp_result(identity) if stamp_result is not None else result
         if api:
-            resumed = resumed_lines()
+            resumed = state.lines()
             for line in resumed:
                 print(line)
             cfg = args[0] if args else kwargs.get("cfg")
@@ -192,9 +189,6 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
 
     wrapped.identified = True  # type: ignore[attr-defined]
     return wrapped
-
-
-_DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("tlgeo_run_depth", default=0)  # identified runs open
 
 
 def command_argv(cfg: Any, model, identity: Mapping[str, Any], out) -> list[str] | None:

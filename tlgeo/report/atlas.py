@@ -16,6 +16,7 @@ time since the run began) and its end; the steps show tqdm progress bars.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -27,11 +28,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..cliargs import command_scope, config_argv, default_out, model_key
+from ..cliargs import config_argv, default_out, model_key
 from ..data import load_text
 from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
-from ..results import identity_scope
+from ..results import current_run, identity_scope, run_state
 from ..storage import write_csv, write_json
 from ..analysis import StepContext, make_budgets
 from .headline import set_headline
@@ -77,7 +78,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     (:func:`~tlgeo.distributed.run_analysis`); rank 0 writes the merged tables and the report and returns
     its path, the other ranks return ``None``. Its steps are the atlas's work, not runs of their own: they
     record no provenance line (``tlgeo atlas`` records the atlas's)."""
-    with command_scope():
+    with run_state(command=True) if current_run() is None else contextlib.nullcontext():  # tlgeo atlas has one
         return _run_atlas(cfg, model)
 
 
