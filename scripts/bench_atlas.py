@@ -79,7 +79,7 @@ def commit_of(source: Path) -> tuple[str, bool]:
     return head.strip(), bool(dirty.strip())
 
 
-STEP_NAMES = {"dirmag": "direction vs magnitude", "pdsf": "PDSF", "mlp": "the MLP carrier",
+STEP_NAMES = {"dirmag": "direction vs magnitude", "pdsf": "PDSF", "mlp_carrier": "the MLP carrier",
               "closed_form": "the closed form"}
 
 

@@ -10,7 +10,7 @@ bare forward here first, then runs each command of :data:`RUNS` in a fresh proce
 measured / predicted wall time (the prediction includes the start: imports and loading), that ratio
 divided by this machine's speed against the calibration machine's (``ratio/m``), and peak resident
 memory (the targets: time within 2x, memory within 25 %); a command of :data:`SETUP`
-(compress-diag's compressed models) runs first, unmeasured. The calibration settings and the
+(compression's compressed models) runs first, unmeasured. The calibration settings and the
 checked runs differ.
 """
 
@@ -49,7 +49,7 @@ RUNS = [
     ("smollm2-135m", "dirmag", ["--sentences", "64", "--seeds", "1", "--absolute-deltas", "5", "--norm-fractions",
                                 "0.5", "--blimp-pairs", "8", "--probe-sentences", "40", "--probe-layer-count", "3"]),
     ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
-    ("smollm2-135m", "compress-diag", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
+    ("smollm2-135m", "compression", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
     ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "8", "--exact-components", "head,head_par"]),
     ("smollm2-135m", "sweeps", ["--tokens", "512", "--context", "256", "--s-par-grid", "0,0.5,2", "--s-perp-grid", "0,2"]),
     ("smollm2-135m", "compare", ["--tokens", "512", "--context", "256", "--zeroshot-limit", "10", "--ruler-samples", "1",
@@ -62,8 +62,8 @@ RUNS = [
 # the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
 # --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
 PAIR_RUNS = [(c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("decompose", "pdsf", "dirmag")]  # SmolLM2's flags
-# made before a run when missing, not measured: the compressed models compress-diag reads (in $TLGEO_CACHE)
-SETUP = {"compress-diag": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
+# made before a run when missing, not measured: the compressed models compression reads (in $TLGEO_CACHE)
+SETUP = {"compression": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
 
 CHILD = r"""
 import json, resource, sys, time

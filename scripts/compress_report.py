@@ -5,7 +5,7 @@
         --tasks piqa,arc_easy,winogrande --limit 300
 
 Reads from ``--out`` what ``tlgeo compress`` (``ppl.csv``, ``zeroshot.jsonl``,
-``compress_log.jsonl``) and ``tlgeo compress-diag`` (``table12.csv``) wrote there, and writes
+``compress_log.jsonl``) and ``tlgeo compression`` (``table12.csv``) wrote there, and writes
 ``quality.csv`` (method, PPL, pooled zero-shot accuracy, paired change against the
 method's llmcompressor baseline with a bootstrap CI, compression seconds),
 ``prediction_corr.csv`` and ``prediction_comp.csv`` (:func:`tlgeo.compression.evaluation.prediction_test`)

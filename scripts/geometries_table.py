@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tlgeo.four_geometries import relation_summary
+from tlgeo.geometries import relation_summary
 
 
 def main() -> None:

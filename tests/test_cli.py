@@ -22,10 +22,9 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"decompose", "run", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier",
-                             "closed-form", "audit", "atlas", "plan", "compress-diag", "compress", "dirmag", "tokenwise",
+    assert set(commands) == {"decompose", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier",
+                             "closed-form", "audit", "atlas", "plan", "compression", "compress", "dirmag", "tokenwise",
                              "pdsf", "patching", "geometries", "train", "sites", "models"}
-    assert commands["run"] is commands["decompose"]  # its former name still runs it
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -35,7 +34,7 @@ def test_every_flag_has_help_and_help_shows_defaults():
     atlas_help = " ".join(commands["atlas"].format_help().split())
     limit = next(a for a in commands["atlas"]._actions if "--zeroshot-limit" in a.option_strings)
     assert limit.help.startswith("first n items of each zero-shot task") and "[decomposition; default 20" in limit.help
-    assert "--mlp-tokens" in atlas_help and "--closed-form-tokens" in atlas_help  # every step's budget is a flag
+    assert "--mlp-carrier-tokens" in atlas_help and "--closed-form-tokens" in atlas_help  # every step's budget is a flag
 
 
 def test_version(capsys):

@@ -27,8 +27,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;
                                                            #   data-parallel runs and cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
-    frozenset(p.split(".")[1] for p in ANALYSES) - {"four_geometries"},  # 5 the analyses: the registry's packages
-    frozenset({"four_geometries"}),                        # 6 one token, four geometries: reads the analyses
+    frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries"},  # 5 the analyses: the registry's packages
+    frozenset({"geometries"}),                             # 6 one token, four geometries: reads the analyses
     frozenset({"report"}),                                 # 7 atlas and HTML report
     frozenset({"cli"}),                                    # 8 the command line
     frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)

@@ -75,7 +75,7 @@ def test_plan_command_plans_a_run_without_weights(capsys, monkeypatch):
     import tlgeo.models
 
     monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("the planner loaded a model"))
-    assert main(["plan", "--model", "Qwen/Qwen3-8B", "--device", "h200", "run", "--tokens", "8192",  # decompose's old name
+    assert main(["plan", "--model", "Qwen/Qwen3-8B", "--device", "h200", "decompose", "--tokens", "8192",
                  "--sites", "attn,mlp"]) == 0
     out = capsys.readouterr().out
     assert "8.19 B parameters" in out and "bfloat16 weights" in out
@@ -95,7 +95,7 @@ def test_the_command_s_own_model_flag_is_the_model_planned(capsys):
 
 
 def test_unknown_model_names_the_accepted_kinds(capsys):
-    assert main(["plan", "--model", "nobody/none", "run"]) == 2
+    assert main(["plan", "--model", "nobody/none", "decompose"]) == 2
     err = capsys.readouterr().err
     assert "no shape for 'nobody/none'" in err and "Qwen/Qwen3-8B" in err
 
@@ -116,7 +116,7 @@ PLANNED = {
     "dirmag": ["--sentences", "16", "--seeds", "1", "--blimp-pairs", "2", "--repair-sentences", "4",
                "--entropy-sentences", "4", "--probe-sentences", "8"],
     "geometries": ["--tokens", "512", "--layer-count", "2"],
-    "compress-diag": ["--methods", "wanda,awq", "--prompts", "4"],
+    "compression": ["--methods", "wanda,awq", "--prompts", "4"],
     "sweeps": ["--tokens", "512", "--s-par-grid", "0,2"],
     "compare": ["--tokens", "512", "--zeroshot-limit", "5", "--ruler-samples", "1"],
     "heads": ["--texts", "2"],
@@ -135,8 +135,7 @@ def test_every_analysis_command_is_planned_and_its_tiny_config_too():
     from tlgeo.report.registry import load_analyses
 
     analyses = load_analyses()
-    assert set(_plannable()) - {"run"} == {a.command_name for a in analyses.values()} == set(PLANNED)
-    assert _plannable()["run"] is _plannable()["decompose"]  # its former name plans it too
+    assert set(_plannable()) == {a.command_name for a in analyses.values()} == set(PLANNED)
     shape = model_shape("tiny:llama")
     for a in analyses.values():  # the contract test's config of each: plannable on the tiny model it runs on
         est = estimate(shape, a.plan(shape, a.config(**a.tiny)))
@@ -161,8 +160,8 @@ def test_plan_table_adds_up_each_command(command):
     ("tokenwise", ("--patch-tokens", "16", "32"), "patching"),
     ("pdsf", ("--conditions", "D", "D,S"), "generation: rotations"),
     ("geometries", ("--seeds", "1", "2"), "damage"),
-    ("compress-diag", ("--methods", "wanda", "wanda,awq"), "dense"),
-    ("compress-diag", ("--prompts", "6", "12"), "e2e"),
+    ("compression", ("--methods", "wanda", "wanda,awq"), "dense"),
+    ("compression", ("--prompts", "6", "12"), "e2e"),
 ])
 def test_doubling_a_budget_doubles_its_steps_tokens(command, flag, step):
     from tlgeo.report.plan import plan_table
@@ -235,7 +234,7 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     ("geometries", ["--tokens", "32"], ValueError, "neighbours from other windows"),
     ("dirmag", ["--layers", "31"], IndexError, "layer(s) 31 out of range"),
     ("dirmag", ["--seeds", "0"], ValueError, "seeds"),
-    ("compress-diag", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
+    ("compression", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
     ("tokenwise", ["--n-patch", "8"], ValueError, "not flags of tlgeo tokenwise: --n-patch"),  # --patch-tokens
 ])
 def test_a_bad_config_fails_with_the_analysis_error(command, flags, error, says):
@@ -246,7 +245,7 @@ def test_a_bad_config_fails_with_the_analysis_error(command, flags, error, says)
     assert says in str(e.value)
 
 
-@pytest.mark.parametrize("command", ["pdsf", "tokenwise", "dirmag", "geometries", "compress-diag"])
+@pytest.mark.parametrize("command", ["pdsf", "tokenwise", "dirmag", "geometries", "compression"])
 def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
     import tlgeo.models
 
@@ -265,19 +264,19 @@ def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
 
 def test_compress_diag_plans_the_calibration_when_it_compresses():
     from tlgeo.compression.analysis import ANALYSIS, COMPRESS_SECONDS
-    from tlgeo.compression.config import CompressConfig, DiagConfig
+    from tlgeo.compression.config import CompressConfig, CompressionConfig
 
     shape = CALIBRATION_MODEL
-    plain = {w.step: w for w in ANALYSIS.plan(shape, DiagConfig(methods=("wanda", "awq")))}
+    plain = {w.step: w for w in ANALYSIS.plan(shape, CompressionConfig(methods=("wanda", "awq")))}
     assert "compress" not in plain
     # each compressed model sits beside the dense one, in its dtype on its device: one more copy of the weights
     est = estimate(shape, list(plain.values()), "h100", "bfloat16").set_index("step")
     assert est.loc["load", "kept_gib"] == est.loc["load", "weights_gib"] == pytest.approx(shape.params * 2 / 2**30)
     assert est.loc["load", "host_gib"] == 0 and est.loc["local", "kept_gib"] > est.loc["load", "kept_gib"]
-    cfg = DiagConfig(methods=("wanda", "awq"), compress=CompressConfig(methods=("wanda",), n_calib=32))
+    cfg = CompressionConfig(methods=("wanda", "awq"), compress=CompressConfig(methods=("wanda",), n_calib=32))
     got = {w.step: w for w in ANALYSIS.plan(shape, cfg)}
     assert got["compress"].cpu_seconds == pytest.approx(COMPRESS_SECONDS["wanda"] + COMPRESS_SECONDS["awq"])
-    half = DiagConfig(methods=("wanda",), compress=CompressConfig(methods=("wanda",), n_calib=16))
+    half = CompressionConfig(methods=("wanda",), compress=CompressConfig(methods=("wanda",), n_calib=16))
     rtn = COMPRESS_SECONDS["rtn"]  # the fixed part: loading, saving
     assert {w.step: w for w in ANALYSIS.plan(shape, half)}["compress"].cpu_seconds == pytest.approx(
         rtn + (COMPRESS_SECONDS["wanda"] - rtn) / 2)

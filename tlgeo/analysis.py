@@ -432,7 +432,6 @@ class Command:
     add_args: Callable[[Any], None]
     run: Callable[[Any], int]
     description: str = ""
-    aliases: tuple[str, ...] = ()  # former names that still run it
 
 
 _ANALYSES: dict[str, Analysis] = {}

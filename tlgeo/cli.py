@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     for c in cmds.values():
-        p = sub.add_parser(c.name, aliases=list(c.aliases), help=c.help, description=c.description or c.help,
+        p = sub.add_parser(c.name, help=c.help, description=c.description or c.help,
                            formatter_class=Formatter)
         c.add_args(p)
         p.set_defaults(_run=c.run)

@@ -1,4 +1,4 @@
-"""``tlgeo compress-diag`` and ``tlgeo compress`` on a tiny model; the diagnosis's run() with
+"""``tlgeo compression`` and ``tlgeo compress`` on a tiny model; the diagnosis's run() with
 on-the-fly compression; ``scripts/compress.py`` as a wrapper of the command."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     _zero_cols(tiny_dir, root)
     out = tmp_path / "out"
     pd.DataFrame({"method": ["same", "zero_cols"], "ppl": [10.0, 12.0]}).to_csv(tmp_path / "ppl.csv", index=False)
-    args = ["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
+    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
             "--prompts", "3", "--seq-len", "32", "--out", str(out), "--ppl", str(tmp_path / "ppl.csv")]
     assert main(args) == 0
     for f in ("diag_prompts.csv.gz", "diag_layers.csv", "table12.csv", "ppl_prediction.csv",
@@ -53,7 +53,7 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     assert main(args) == 0
     assert "diagnosis of 0 method(s)" in capsys.readouterr().out
     pd.testing.assert_frame_equal(pd.read_csv(out / "table12.csv"), t)
-    assert main(["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "gone"]) == 2
+    assert main(["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "gone"]) == 2
     assert "compressed model directory missing" in capsys.readouterr().err
     # the identity columns, then the old files' columns in their order
     assert list(t.columns) == [*IDENTITY, "method", "mode", "site", "tokens", "ref", "r_e_perp", "rho_e_perp", "rho_e_par",
@@ -68,7 +68,7 @@ def test_cli_compress_diag_settings_and_model_changes(tiny_dir, tmp_path, monkey
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "root"
     _zero_cols(tiny_dir, root)
-    args = ["compress-diag", "--model", str(tiny_dir), "--root", str(root), "--methods", "zero_cols",
+    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "zero_cols",
             "--prompts", "2", "--seq-len", "16", "--modes", "local"]
     assert main(args) == 0
     out = tmp_path / "runs" / "compression" / "base"  # default_out("compression/<model>"), never results/
@@ -99,20 +99,20 @@ def test_cli_compress_diag_settings_and_model_changes(tiny_dir, tmp_path, monkey
 
 def test_run_compresses_missing_methods_on_the_fly(tmp_path):
     pytest.importorskip("llmcompressor")
-    from tlgeo.compression.analysis import DiagResult, run
-    from tlgeo.compression.config import CompressConfig, DiagConfig
+    from tlgeo.compression.analysis import CompressionResult, run
+    from tlgeo.compression.config import CompressConfig, CompressionConfig
     from tlgeo.compression.llmc import MANIFEST
     from tlgeo.models import tiny_model
 
     model = tiny_model("llama")
     comp = CompressConfig(n_calib=4, calib_seq_len=32, pipeline="basic")
-    cfg = DiagConfig(methods=("wanda", "rtn_w4g32"), prompts=2, seq_len=16, modes=("local",), root=str(tmp_path / "c"),
+    cfg = CompressionConfig(methods=("wanda", "rtn_w4g32"), prompts=2, seq_len=16, modes=("local",), root=str(tmp_path / "c"),
                      compress=comp)
     said = []
     res = run(model, cfg, out=tmp_path / "out", say=said.append)
-    assert isinstance(res, DiagResult) and set(res.table12["method"]) == {"wanda", "rtn_w4g32"}
+    assert isinstance(res, CompressionResult) and set(res.table12["method"]) == {"wanda", "rtn_w4g32"}
     man = json.loads((tmp_path / "c" / "wanda" / MANIFEST).read_text())
-    assert man["made_by"] == "compress-diag" and man["base_fingerprint"] and man["checks"]["pattern_ok"]
+    assert man["made_by"] == "compression" and man["base_fingerprint"] and man["checks"]["pattern_ok"]
     assert sum("compressed in" in s for s in said) == 2
     said.clear()
     again = run(model, cfg, say=said.append)  # the models are reused, not recompressed
@@ -134,14 +134,14 @@ def test_each_dtype_compresses_into_a_folder_of_its_own(tmp_path, monkeypatch):
     rerun afterwards reuses its models (their ids unchanged)."""
     pytest.importorskip("llmcompressor")
     from tlgeo.compression.analysis import MODEL_COLUMN, default_root, run
-    from tlgeo.compression.config import CompressConfig, DiagConfig
+    from tlgeo.compression.config import CompressConfig, CompressionConfig
     from tlgeo.models import tiny_model
 
     monkeypatch.setenv("TLGEO_CACHE", str(tmp_path / "cache"))
     f32, bf16 = tiny_model("llama"), tiny_model("llama", dtype=torch.bfloat16)
     assert default_root(f32) == tmp_path / "cache" / "compressed" / "tiny-llama"
     assert default_root(bf16) == tmp_path / "cache" / "compressed" / "tiny-llama-bfloat16"
-    cfg = DiagConfig(methods=("rtn_w4g32",), prompts=2, seq_len=16, modes=("local",),
+    cfg = CompressionConfig(methods=("rtn_w4g32",), prompts=2, seq_len=16, modes=("local",),
                      compress=CompressConfig(n_calib=2, calib_seq_len=16, pipeline="basic"))
     first = run(f32, cfg).prompts[MODEL_COLUMN].unique()
     run(bf16, cfg)

@@ -7,7 +7,7 @@ import tlgeo.dirmag.engine as eng
 from tlgeo.dirmag.damage import damage_table, lm_damage, wikitext_sentences
 from tlgeo.dirmag.engine import PAPER_DELTAS, SweepGrid, delta_grid
 from tlgeo.dirmag.engine import sentence_batches, sentence_nll
-from tlgeo.hooks.perturb import Perturbation
+from tlgeo.hooks.perturbation import Perturbation
 
 
 def test_the_notebooks_sentence_set():

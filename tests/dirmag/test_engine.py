@@ -3,7 +3,7 @@
 import pytest
 
 from tlgeo.dirmag.engine import clean_pass, perturbed_scores
-from tlgeo.hooks.perturb import Perturbation
+from tlgeo.hooks.perturbation import Perturbation
 
 
 def test_clean_pass_and_a_perturbation_that_starts_too_early(llama, sentences):

@@ -10,7 +10,7 @@ import torch
 from tlgeo.dirmag.engine import SweepGrid, sentence_batches, sentence_nll
 from tlgeo.dirmag.plots import plot_repair
 from tlgeo.dirmag.repair import causal_repair, repair_hooks
-from tlgeo.hooks.perturb import Perturbation
+from tlgeo.hooks.perturbation import Perturbation
 
 
 def test_no_perturbation_recovers_nothing_and_changes_nothing(llama, sentences):

@@ -7,7 +7,7 @@ import torch
 
 from tlgeo.analysis import analyses
 from tlgeo.families import ANALYSIS_COLUMNS, FAMILIES, UnsupportedError, support
-from tlgeo.hooks.perturb import RESID_POST, Perturbation
+from tlgeo.hooks.perturbation import RESID_POST, Perturbation
 from tlgeo.hooks.resume import readout, resume_forward
 from tlgeo.report.registry import load_analyses
 

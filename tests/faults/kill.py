@@ -68,7 +68,7 @@ def analysis_cases(model: str = "tiny:llama") -> list[Case]:
     for a in analyses().values():
         try:
             flags = config_argv(a.config(**a.tiny))
-        except ValueError:  # a tiny config no flags can say (compress-diag's nested compression settings)
+        except ValueError:  # a tiny config no flags can say (compression's nested compression settings)
             continue
         out.append(Case(a.command_name, (a.command_name, "--model", model, *flags)))
     return out

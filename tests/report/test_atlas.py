@@ -86,7 +86,7 @@ def test_atlas_errors(tmp_path, llama):
                   model=llama)
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
-    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag",
+    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag",
                           "tokenwise", "pdsf", "patching", "geometries"}
 
 

@@ -25,7 +25,7 @@ def test_every_step_is_a_registered_analysis_with_a_command():
 
     commands = load_commands()
     assert all(step.analysis.command_name in commands for step in STEPS.values())
-    assert {"profile", "sweeps", "compare", "heads", "mlp", "closed_form", "audit", "dirmag", "tokenwise", "pdsf",
+    assert {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag", "tokenwise", "pdsf",
             "patching", "geometries"} == set(STEPS)
 
 

@@ -16,7 +16,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
-from tlgeo.four_geometries.atlas import headline as geometries_headline
+from tlgeo.geometries.atlas import headline as geometries_headline
 from tlgeo.patching.atlas import headline as patching_headline
 from tlgeo.pdsf.atlas import headline as pdsf_headline
 from tlgeo.tokenwise.atlas import headline as tokenwise_headline
@@ -138,8 +138,8 @@ def test_captions_say_how_to_read(atlas_dir):
 
 def test_every_costly_budget_has_a_cost():
     costly = {"profile_tokens", "sweep_tokens", "s_par_grid", "s_perp_grid", "compare_sites", "compare_scales",
-              "zeroshot_tasks", "zeroshot_limit", "ruler_tasks", "ruler_lengths", "ruler_samples", "head_texts",
-              "head_len", "head_layers", "mlp_tokens", "closed_form_tokens"}
+              "zeroshot_tasks", "zeroshot_limit", "ruler_tasks", "ruler_lengths", "ruler_samples", "heads_texts",
+              "heads_length", "heads_layers", "mlp_carrier_tokens", "closed_form_tokens"}
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
     assert costly <= set(fields)
     for name in costly:

@@ -1,14 +1,14 @@
 """Compression diagnosis: how much of a compressed model's error changes the direction of each
 update (perpendicular) rather than its size (parallel), and direction-aware compression objectives.
 
-* :mod:`.config` -- ``DiagConfig`` (the diagnosis: methods, root, corpus, prompts, seq_len, modes,
+* :mod:`.config` -- ``CompressionConfig`` (the diagnosis: methods, root, corpus, prompts, seq_len, modes,
   optional on-the-fly compression) and ``CompressConfig`` (``tlgeo compress``);
-* :mod:`.analysis` -- the diagnosis on the analysis contract: ``run(model, DiagConfig) -> DiagResult``
+* :mod:`.analysis` -- the diagnosis on the analysis contract: ``run(model, CompressionConfig) -> CompressionResult``
   (``diag_prompts.csv.gz``, ``diag_layers.csv``, ``table12.csv``, ``timing.csv``), one work unit per
-  compressed method, registered as ``compression`` (``tlgeo compress-diag``);
+  compressed method, registered as ``compression`` (``tlgeo compression``);
 * :mod:`.compress` -- ``tlgeo compress``: compress the methods (reused only when made with the same
   settings), perplexity and zero-shot of each; on-the-fly compression of a loaded model;
-* :mod:`.cli` -- the commands ``compress-diag`` and ``compress``; :mod:`.paper` -- the paper's Table 12 claims;
+* :mod:`.cli` -- the commands ``compression`` and ``compress``; :mod:`.paper` -- the paper's Table 12 claims;
 * :mod:`.decompose` -- pure functions: error energies relative to ``Delta_base`` / ``z``,
   per-prompt ratios, per-layer summaries, the across-layer statistics (Table 12),
   and the direction-aware Wanda score;

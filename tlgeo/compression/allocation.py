@@ -10,7 +10,7 @@ the score:
   scores ``|W_ij| ||X_j||`` of a block above ``m`` times their mean (``m = 5``);
 * :func:`perp_sensitivity` -- the direction-aware score: a block's perpendicular
   error ``||e_perp|| / ||Delta_base||`` measured by the local counterfactual
-  (``tlgeo compress-diag``) of the uniformly pruned model.
+  (``tlgeo compression``) of the uniformly pruned model.
 
 The mean is over layers, as in OWL (every Llama / Gemma block has the same number
 of prunable weights, so it is also the global sparsity).

@@ -1,9 +1,9 @@
 """The compression diagnosis of one model, on the analysis contract:
-``run(model, DiagConfig(...)) -> DiagResult``.
+``run(model, CompressionConfig(...)) -> CompressionResult``.
 
 Work units: the compressed methods. Each method's rows (per prompt, per layer, across layers,
 its timing) depend only on the dense model, that method's compressed model and the prompts,
-so a run over some methods followed by :meth:`DiagResult.merge` equals a run over all of them.
+so a run over some methods followed by :meth:`CompressionResult.merge` equals a run over all of them.
 Compressed models are read from ``<root>/<method>``; with ``cfg.compress`` a missing one is
 compressed first (:func:`tlgeo.compression.compress.ensure_compressed`), so a run needs no
 folder prepared (the registered tiny config does this on a tiny model in seconds).
@@ -30,9 +30,9 @@ from ..families import check_support
 from ..analysis import Analysis, Result, Table, register_analysis
 from ..models import Model, identified, model_label, run_identity
 from ..results import of_identity
-from .config import CompressConfig, DiagConfig
+from .config import CompressConfig, CompressionConfig
 
-__all__ = ["DiagResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
+__all__ = ["CompressionResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
 
 PROMPT_KEY = ("method", "mode", "site", "layer", "tokens", "prompt")
 # the settings stored with every per-prompt row (the first two as the old files had them)
@@ -41,7 +41,7 @@ MODEL_COLUMN = "model_cfg"  # the id of the compressed model the row was compute
 
 
 @dataclass
-class DiagResult(Result):
+class CompressionResult(Result):
     """``prompts``: per (method, mode, site, layer, tokens, prompt) the error ratios of
     :func:`tlgeo.compression.decompose.prompt_ratios` with their settings; ``layers``: mean and
     SD over prompts per layer (Figure 6's data); ``table12``: the across-layer statistics per
@@ -82,7 +82,7 @@ def default_root(model: Model) -> Path:
     return compressed_dir(key if dtype == "float32" else f"{key}-{dtype}", "x").parent
 
 
-def units(model: Model, cfg: DiagConfig) -> list[str]:
+def units(model: Model, cfg: CompressionConfig) -> list[str]:
     """The compressed methods, in the config's order."""
     return list(cfg.methods)
 
@@ -105,7 +105,7 @@ def _locked(root: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _compressed_dirs(model: Model, cfg: DiagConfig, methods: list[str], say: Callable[[str], None]) -> dict[str, Path]:
+def _compressed_dirs(model: Model, cfg: CompressionConfig, methods: list[str], say: Callable[[str], None]) -> dict[str, Path]:
     root = Path(cfg.root) if cfg.root else default_root(model)
     if cfg.compress is not None:
         from .compress import ensure_compressed
@@ -125,9 +125,9 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
     """The per-prompt rows and timings in ``store`` of the dense model's ``identity`` (rows of other
     models or dtypes are left alone), and the methods among ``ids`` whose rows there are complete for
     ``modes`` and were computed on the model now in their folder."""
-    if store is None or not (store / DiagResult.table("prompts").filename).exists():
+    if store is None or not (store / CompressionResult.table("prompts").filename).exists():
         return pd.DataFrame(), pd.DataFrame(), set()
-    path = store / DiagResult.table("prompts").filename
+    path = store / CompressionResult.table("prompts").filename
     old = of_identity(pd.read_csv(path), identity)
     if old.empty:
         return pd.DataFrame(), pd.DataFrame(), set()
@@ -136,7 +136,7 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
         if got != [str(want)]:
             raise ValueError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
                              f"{want}); use another --out or delete it")
-    timing_path = store / DiagResult.table("timing").filename
+    timing_path = store / CompressionResult.table("timing").filename
     timing = of_identity(pd.read_csv(timing_path), identity) if timing_path.exists() else pd.DataFrame()
     done = set()
     for m, g in old[old["method"].isin(list(ids))].groupby("method"):
@@ -148,9 +148,9 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
 
 
 @identified
-def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
+def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
         units: Sequence[str] | None = None, progress: bool = False,
-        say: Callable[[str], None] | None = None) -> DiagResult:
+        say: Callable[[str], None] | None = None) -> CompressionResult:
     """Diagnose the compressed models of ``units`` (default: every method of ``cfg``) against the
     dense ``model``. With ``out`` the tables are merged into ``out`` (each method's per-prompt rows
     and timing as soon as it is done, the summaries at the end); ``log`` (default ``out``) is where
@@ -168,7 +168,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
         raise ValueError(f"units {unknown} are not methods of the config ({list(cfg.methods)})")
     methods = [m for m in cfg.methods if m in set(chosen)]
     if not methods:
-        return DiagResult()
+        return CompressionResult()
     dirs = _compressed_dirs(model, cfg, methods, say)
     tokens = prompt_windows(model, load_text(cfg.corpus), cfg.prompts, cfg.seq_len)
     settings = dict(zip(SETTINGS, (cfg.prompts, cfg.seq_len, cfg.corpus, loaded_key(model))))
@@ -188,7 +188,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
         trow = pd.DataFrame([{"method": m, "seconds": seconds, "modes": ",".join(cfg.modes), "n_prompts": cfg.prompts,
                               "seq_len": cfg.seq_len}])
         for folder in {p for p in (store, Path(out) if out is not None else None) if p is not None}:
-            DiagResult(prompts=df, timing=trow).save(folder)
+            CompressionResult(prompts=df, timing=trow).save(folder)
         new.append(df)
         timings.append(trow)
         if progress:
@@ -205,7 +205,7 @@ def run(model: Model, cfg: DiagConfig, *, out: str | os.PathLike | None = None, 
     if timing is not None:
         timing = timing.sort_values("method", key=lambda s: s.map({m: i for i, m in enumerate(methods)}),
                                     kind="stable").reset_index(drop=True)
-    res = DiagResult(prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True),
+    res = CompressionResult(prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True),
                      timing=timing)
     if out is not None:
         res.save(out)
@@ -238,7 +238,7 @@ def compress_seconds(shape, cfg: CompressConfig, method: str) -> float:
     return scale * (fixed + (measured - fixed) * cfg.n_calib * cfg.calib_seq_len / COMPRESS_TOKENS)
 
 
-def plan(shape, cfg: DiagConfig) -> list:
+def plan(shape, cfg: CompressionConfig) -> list:
     """Per method (the diagnosis runs method by method): its compressed model loaded beside the
     dense model (its device, dtype and sharding: one more copy of the weights), the dense model's forward per
     batch with its blocks' inputs, outputs and updates kept, each compressed block twice on the dense states (local:
@@ -277,7 +277,7 @@ def _tiny_compress() -> CompressConfig:
 
 
 ANALYSIS = register_analysis(Analysis(
-    "compression", DiagConfig, run, DiagResult, units,
+    "compression", CompressionConfig, run, CompressionResult, units,
     "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
     tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
-    command="compress-diag", plan=plan, docs="analyses/compression"))
+    plan=plan, docs="analyses/compression"))

@@ -1,8 +1,8 @@
-"""``tlgeo compress`` and ``tlgeo compress-diag``: their flags are the fields of
-:class:`~tlgeo.compression.config.CompressConfig` and :class:`~tlgeo.compression.config.DiagConfig`.
+"""``tlgeo compress`` and ``tlgeo compression``: their flags are the fields of
+:class:`~tlgeo.compression.config.CompressConfig` and :class:`~tlgeo.compression.config.CompressionConfig`.
 
 Both write to ``runs/compression/<model>`` by default (never the committed ``results/``), so
-``compress-diag`` finds the ``ppl.csv`` that ``compress --ppl`` wrote."""
+``compression`` finds the ``ppl.csv`` that ``compress --ppl`` wrote."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from ..analysis import Command
 from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
                        model_kwargs, output_dir, print_written, set_threads)
 from ..storage import write_csv
-from .config import CompressConfig, DiagConfig
+from .config import CompressConfig, CompressionConfig
 
 __all__ = ["COMMANDS"]
 
-DIAG_HELP = "perpendicular vs parallel error of compressed models (CSV + figure)"
-DIAG_DESCRIPTION = (
+COMPRESSION_HELP = "perpendicular vs parallel error of compressed models (CSV + figure)"
+COMPRESSION_DESCRIPTION = (
     "Run the dense model once per batch with hooks that keep three tensors per block, then each compressed block "
     "on the dense hidden state (local counterfactual) and each compressed model on its own states (e2e); split "
     "e = Delta_comp - Delta_base relative to Delta_base (and to z) per prompt, layer and site; Table 12 statistics "
@@ -31,7 +31,7 @@ COMPRESS_DESCRIPTION = (
     "optionally evaluate perplexity and zero-shot accuracy of the base and every method. Method names "
     "(tlgeo.compression.methods): a family (awq, rtn, wanda, sgpt, owl, perpalloc) with options _perp, "
     "_l<lambda>, _w<bits>g<group>, _s<percent>, _<N>_<M>; perpalloc reads its per-layer sensitivity from "
-    "--sensitivity-from (a diag_layers.csv of tlgeo compress-diag). A method already compressed with the same "
+    "--sensitivity-from (a diag_layers.csv of tlgeo compression). A method already compressed with the same "
     "settings is reused, one with other settings stops the run (--force recompresses). Calibration: --n-calib "
     "windows of --calib-seq-len tokens of --calib-corpus (the WikiText-2 validation split, disjoint from the test "
     "text that perplexity reads). Evaluations are logged in --out and not recomputed. On a GPU machine pass "
@@ -46,32 +46,32 @@ def _out(args: argparse.Namespace) -> Path:
 
 
 # ---------------------------------------------------------------------------
-# tlgeo compress-diag
+# tlgeo compression
 # ---------------------------------------------------------------------------
 
 
-def add_diag_args(p: argparse.ArgumentParser) -> None:
+def add_compression_args(p: argparse.ArgumentParser) -> None:
     add_model_arg(p)
-    add_config_args(p, DiagConfig)
+    add_config_args(p, CompressionConfig)
     p.add_argument("--ppl", default=None, help="ppl.csv of tlgeo compress (default: <out>/ppl.csv if present)")
     add_out_arg(p, OUT)
     add_threads_arg(p)
 
 
-def run_diag(args: argparse.Namespace) -> int:
+def run_compression(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..data import load_text
     from ..models import load_model
     from ..distributed import run_analysis
-    from .analysis import ANALYSIS, DiagResult
+    from .analysis import ANALYSIS, CompressionResult
     from .compress import compressed_root
     from .summary import ppl_prediction
     from .plots import save_figures
     from .paper import paper_line
 
     set_threads(args)
-    cfg = config_from_args(DiagConfig, args)  # bad values fail here, before the model loads
+    cfg = config_from_args(CompressionConfig, args)  # bad values fail here, before the model loads
     root = compressed_root(args.model, cfg.root)
     missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
     if missing:
@@ -86,7 +86,7 @@ def run_diag(args: argparse.Namespace) -> int:
     res = run_analysis(ANALYSIS, base, cfg, out=out, progress=True)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
-    written = [out / DiagResult.table(n).filename for n in res.tables()]
+    written = [out / CompressionResult.table(n).filename for n in res.tables()]
     written += save_figures(res.layers, cfg.modes, out)
     if ppl is not None and len(ppl):
         write_csv(out / "ppl_prediction.csv", ppl_prediction(res.table12, ppl))
@@ -127,6 +127,6 @@ def run_compress_command(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("compress-diag", DIAG_HELP, add_diag_args, run_diag, DIAG_DESCRIPTION),
+    Command("compression", COMPRESSION_HELP, add_compression_args, run_compression, COMPRESSION_DESCRIPTION),
     Command("compress", COMPRESS_HELP, add_compress_args, run_compress_command, COMPRESS_DESCRIPTION),
 )

@@ -69,7 +69,7 @@ def sensitivity(cfg: CompressConfig, spec) -> list[float]:
     from .allocation import perp_sensitivity
 
     if not cfg.sensitivity_from:
-        raise ValueError(f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compress-diag of the uniform "
+        raise ValueError(f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compression of the uniform "
                          "model)")
     method = cfg.sensitivity_method or f"wanda_s{round(100 * spec.sparsity)}"
     layers = pd.read_csv(cfg.sensitivity_from)
@@ -397,7 +397,7 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
             diff = manifest_differences(man, want) + _code_differences(man)
             if not diff:
                 continue
-            if man.get("made_by") != "compress-diag":
+            if man.get("made_by") != "compression":
                 raise ValueError(f"{target} was compressed with other settings ({'; '.join(diff)}); use another root "
                                  "or recompress it with tlgeo compress --force")
             log(f"[{m}] recompressing {target}: {'; '.join(diff)}")
@@ -421,5 +421,5 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
                            awq_n_grid=cfg.awq_grid, alloc_spread=cfg.alloc_spread, owl_m=cfg.owl_m,
                            refit_iters=cfg.refit_iters, max_iso_increase=cfg.max_iso_increase,
                            extra=_extra(cfg, spec, base="(exported)", base_fingerprint=fingerprint,
-                                        made_by="compress-diag"))
+                                        made_by="compression"))
             log(f"[{m}] compressed in {time.time() - t0:.1f} s -> {root / m}")

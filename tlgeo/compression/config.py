@@ -3,11 +3,11 @@
 * :class:`CompressConfig`: ``tlgeo compress`` (``scripts/compress.py``): which methods to
   compress with llmcompressor, their calibration and options, and the perplexity /
   zero-shot evaluation of the base and compressed models;
-* :class:`DiagConfig`: ``tlgeo compress-diag`` and :func:`tlgeo.compression.analysis.run`:
+* :class:`CompressionConfig`: ``tlgeo compression`` and :func:`tlgeo.compression.analysis.run`:
   the perpendicular vs parallel error of compressed models against the dense one.
 
 Every flag of the two commands is a field here (``--model``, ``--out``, ``--threads``,
-``--ppl`` of compress-diag and ``--verbose`` are the commands' own)."""
+``--ppl`` of compression and ``--verbose`` are the commands' own)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..analysis import Config, param
 from .methods import UnknownMethodError, parse_method
 
-__all__ = ["CompressConfig", "DiagConfig", "MODES", "DEFAULT_METHODS"]
+__all__ = ["CompressConfig", "CompressionConfig", "MODES", "DEFAULT_METHODS"]
 
 MODES = ("local", "e2e")
 DEFAULT_METHODS = ("awq", "wanda", "wanda_4_8", "wanda_2_4")
@@ -81,7 +81,7 @@ class CompressConfig(Config):
 
 
 @dataclass(frozen=True)
-class DiagConfig(Config):
+class CompressionConfig(Config):
     """Diagnose every compressed model (one directory per method under ``root``) against the
     dense model on ``prompts`` windows of ``seq_len`` tokens of ``corpus``: per block and site,
     the error split into its part parallel to the dense update and the rest."""

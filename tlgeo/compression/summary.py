@@ -1,7 +1,7 @@
 """The compression diagnosis's summary tables, pure pandas: the per-layer and across-layer tables of
 per-prompt rows (:func:`summary_tables`, what :func:`tlgeo.compression.analysis.run` returns beside the rows)
 and, given each method's perplexity, whether the mean error, its perpendicular or its parallel part
-predicts it (:func:`ppl_prediction`; ``ppl_prediction.csv`` of ``tlgeo compress-diag``).
+predicts it (:func:`ppl_prediction`; ``ppl_prediction.csv`` of ``tlgeo compression``).
 """
 
 from __future__ import annotations

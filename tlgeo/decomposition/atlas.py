@@ -48,7 +48,7 @@ __all__ = ["CHAPTER", "DecompositionBudgets", "PAPER", "atlas_summary", "headlin
 # Every budget is a field of one of the experiments' configs (its help, cost and atlas default are the
 # field's): skip_first, context and profile_tokens of the main job's; sweep_tokens (flag --tokens: it
 # sizes every sweep point and comparison condition), the grids of the sweeps'; the compared sites and
-# scales, zero-shot and RULER of the comparison's; head_* of the heads'; mlp_tokens and
+# scales, zero-shot and RULER of the comparison's; heads_* of the heads'; mlp_carrier_tokens and
 # closed_form_tokens of theirs. Each step's config is made from them below.
 _Main = atlas_budgets(DecompositionConfig, "", ("skip_first", "context", "profile_tokens"))
 _Sweeps = atlas_budgets(SweepsConfig, "", ("tokens", "s_par_grid", "s_perp_grid"), rename={"tokens": "sweep_tokens"},
@@ -57,14 +57,14 @@ _Compare = atlas_budgets(CompareConfig, "", ("sites", "scales", "zeroshot_tasks"
                                              "ruler_tasks", "ruler_sites", "ruler_lengths", "ruler_samples",
                                              "ruler_template"),
                          rename={"sites": "compare_sites", "scales": "compare_scales"})
-_Heads = atlas_budgets(HeadsConfig, "head_", ("texts", "length", "layers"), rename={"length": "len"})
+_Heads = atlas_budgets(HeadsConfig, "heads_", ("texts", "length", "layers"))
 _HeadStats = atlas_budgets(HeadsConfig, "", ("n_boot", "n_perm"))
-_Mlp = atlas_budgets(MlpCarrierConfig, "mlp_", ("tokens",))
+_MlpCarrier = atlas_budgets(MlpCarrierConfig, "mlp_carrier_", ("tokens",))
 _ClosedForm = atlas_budgets(ClosedFormConfig, "closed_form_", ("tokens",))
 
 
 @dataclass
-class DecompositionBudgets(_ClosedForm, _Mlp, _HeadStats, _Heads, _Compare, _Sweeps, _Main):
+class DecompositionBudgets(_ClosedForm, _MlpCarrier, _HeadStats, _Heads, _Compare, _Sweeps, _Main):
     """Budgets of the directional-decomposition steps (tokens, tasks, lengths, resamples), each a field of
     one experiment's config; ``<step>_config()`` gives that step's config, ``config(**fixed)`` the main
     job's (:class:`~.config.DecompositionConfig`)."""
@@ -89,8 +89,8 @@ class DecompositionBudgets(_ClosedForm, _Mlp, _HeadStats, _Heads, _Compare, _Swe
     def heads_config(self, seed: int = 0) -> HeadsConfig:
         return _Heads.config(self, n_boot=self.n_boot, n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
 
-    def mlp_config(self) -> MlpCarrierConfig:
-        return _Mlp.config(self, context=self.context, skip_first=self.skip_first)
+    def mlp_carrier_config(self) -> MlpCarrierConfig:
+        return _MlpCarrier.config(self, context=self.context, skip_first=self.skip_first)
 
     def closed_form_config(self) -> ClosedFormConfig:
         return _ClosedForm.config(self, skip_first=self.skip_first)
@@ -229,7 +229,7 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
     n_texts = int(sens["n_texts"].min()) if len(sens) else ctx.config.texts
     note = indication_note(n_texts, MIN_HEAD_TEXTS, "texts")
     ctx.report.section("Heads (Figure 7)",
-                       f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.head_len} "
+                       f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.heads_length} "
                        "tokens), and the change of loss when its parallel part is removed in one head "
                        f"(token-weighted bootstrap CI, {b.n_boot} resamples; sign-flip test, {b.n_perm} "
                        "permutations; Benjamini–Hochberg q). The paper finds heads of both signs.")
@@ -247,14 +247,14 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
         "part is removed, 95% CI, sign-flip p and BH q over all heads and layers.")
 
 
-@register_analysis_step("mlp", CHAPTER, MLP_CARRIER, DecompositionBudgets.mlp_config,
+@register_analysis_step("mlp_carrier", CHAPTER, MLP_CARRIER, DecompositionBudgets.mlp_carrier_config,
                         "MLP carrier: No-Para vs No-Perp Δloss (Table 10)")
 def _mlp_section(ctx: StepContext, result: MlpCarrierResult) -> None:
     b, df = ctx.budget, result.mlp_carrier
     ctx.report.section("MLP carrier (Table 10)",
                        "Mean NLL change when the parallel (No-Para) or perpendicular (No-Perp) part is removed "
                        "at the residual MLP site, inside the MLP relative to its input (h vs x), and per "
-                       f"down-projection block (y_g vs h_g), in blocks {b.skip_first}.. ({b.mlp_tokens} tokens).")
+                       f"down-projection block (y_g vs h_g), in blocks {b.skip_first}.. ({b.mlp_carrier_tokens} tokens).")
     wide = carrier_table_wide(df).reset_index()
     wide.columns.name = None
     for r in ("no_para", "no_perp"):

@@ -196,7 +196,7 @@ EXPERIMENTS = (  # command, analysis, config, help (the paper's figure or table)
 
 COMMANDS = (
     Command("decompose", "main job: parallel-ratio profile + perplexity under component removal at every site",
-            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION, aliases=("run",)),
+            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
     Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
     Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
     *(Command(command, help, _adder(cls), _experiment_command(name, cls),

@@ -11,7 +11,7 @@
 * :mod:`.plots`: the figures (damage, BLiMP, repair, probes) and the per-token circuitsvis view.
 * :mod:`.atlas`: the ``dirmag`` step of ``tlgeo atlas`` (this analysis's run at the atlas budgets, three sections).
 
-The perturbations are :class:`tlgeo.hooks.perturb.Perturbation` (hooks) over
+The perturbations are :class:`tlgeo.hooks.perturbation.Perturbation` (hooks) over
 :mod:`tlgeo.geometry.perturb` (the math). The matched LayerNorm / RMSNorm pair
 is trained by ``scripts/train_norm_pair.py``; ``notebooks/06_direction_magnitude.ipynb``
 walks through every measurement.

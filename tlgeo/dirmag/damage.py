@@ -144,7 +144,7 @@ def damage_table(df: pd.DataFrame) -> pd.DataFrame:
 def token_damage(model, text: str, perturbations, *, max_tokens: int = 64) -> pd.DataFrame:
     """Per-token loss change of one text under each perturbation (full forwards, no cache).
 
-    ``perturbations``: :class:`tlgeo.hooks.perturb.Perturbation` objects. One row per
+    ``perturbations``: :class:`tlgeo.hooks.perturbation.Perturbation` objects. One row per
     predicted token: ``position, token, clean_nll`` and ``<kind>_change`` (perturbed − clean
     NLL of that token) per perturbation kind."""
     import torch

@@ -5,7 +5,7 @@
 the first perturbed block, each sentence's clean negative log-likelihood and
 the median norm of the states at the perturbed layers. :func:`perturbed_scores`
 resumes from that residual (:func:`tlgeo.hooks.resume.resume_forward`) under a
-:class:`~tlgeo.hooks.perturb.Perturbation`, so a perturbed pass costs only the
+:class:`~tlgeo.hooks.perturbation.Perturbation`, so a perturbed pass costs only the
 blocks from the first perturbed one on.
 
 ``reduce``: see :func:`tlgeo.evals.sentences.sentence_nll`. A :class:`SweepGrid`
@@ -29,7 +29,7 @@ from torch import Tensor
 from ..evals.sentences import REDUCTIONS, Batch, sentence_batches, sentence_nll
 from ..geometry.perturb import check_delta
 from ..hooks.adapter import HookList
-from ..hooks.perturb import KINDS, Perturbation
+from ..hooks.perturbation import KINDS, Perturbation
 from ..hooks.resume import resume_forward
 from ..models import run_identity
 from ..results import ResultLog
@@ -57,7 +57,7 @@ class SweepGrid:
     and ``norm_fractions`` x that norm (``relative``: :data:`RELATIVE_DELTAS`).
     ``layers=None``: the middle third of the blocks. ``only``: the (kind, seed) work units to
     run, the rest of the grid left out (for a split run that is merged later). The rest as
-    :class:`~tlgeo.hooks.perturb.Perturbation`. Bad values fail at once.
+    :class:`~tlgeo.hooks.perturbation.Perturbation`. Bad values fail at once.
     """
 
     kinds: tuple[str, ...] = KINDS

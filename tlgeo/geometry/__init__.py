@@ -31,7 +31,7 @@ from .rotation import attenuate_in_subspace, haar_rotation, qr_rotation, random_
 from .subspaces import PARTS, PDSFBasis, energy_shares, fit_pdsf, participation_ratio, pca_basis, \
     prediction_directions, split_pdsf
 from .neighbours import knn
-from .tokenwise import UpdateGeometry, dominant_basis, update_geometry
+from .update_split import UpdateGeometry, dominant_basis, update_geometry
 from .value_space import (
     expand_kv, group_heads, kv_head_index, pattern_entropy, remove_diagonal, scale_diagonal, self_message,
     self_weights,

@@ -21,7 +21,7 @@
 from .adapter import HookList, check_hook_names, resolve_heads, resolve_layers, site_hooks
 from .edits import Edit, edit, edit_hooks, scale_update
 from .intervention import Intervention, hooks_of, intervene
-from .perturb import Perturbation
+from .perturbation import Perturbation
 from .resume import resume_forward
 from .subspace import ComplementEdit, SubspaceEdit, subspace_edit
 from .sites import DECOMPOSITION_SITES, SITES, Site, UnknownSiteError, Update, get_site

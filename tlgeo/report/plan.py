@@ -27,12 +27,9 @@ COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "cpu_s", "weights_gib"
 
 
 def _plannable() -> dict:
-    from .registry import load_analyses, load_commands
+    from .registry import load_analyses
 
-    out = {a.command_name: a for a in load_analyses().values() if a.plan is not None}
-    for c in load_commands().values():  # a command's former names plan it too
-        out.update({alias: out[c.name] for alias in c.aliases if c.name in out})
-    return out
+    return {a.command_name: a for a in load_analyses().values() if a.plan is not None}
 
 
 PLAN_MODEL = "smollm2-135m"  # planned when no --model is given

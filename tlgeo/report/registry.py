@@ -31,7 +31,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.patching",
     "tlgeo.compression",
     "tlgeo.train",
-    "tlgeo.four_geometries",  # reads the four analyses above: it closes the report
+    "tlgeo.geometries",  # reads the four analyses above: it closes the report
 )
 REPORT_COMMANDS = ("tlgeo.report.cli", "tlgeo.report.plan")  # tlgeo atlas (every package's steps, one report), tlgeo plan
 PLUGINS_ENV = "TLGEO_ANALYSES"
@@ -113,15 +113,14 @@ def load_commands() -> dict[str, analysis.Command]:
     out: dict[str, analysis.Command] = {}
 
     def add(c: analysis.Command, where: str) -> None:
-        taken = [n for n in (c.name, *c.aliases) if n in out or any(n in o.aliases for o in out.values())]
-        if taken:
-            raise ValueError(f"command {taken[0]!r} is defined twice ({where})")
+        if c.name in out:
+            raise ValueError(f"command {c.name!r} is defined twice ({where})")
         out[c.name] = c
 
     for m in mods[: len(mods) - len(REPORT_COMMANDS)]:
         for c in getattr(m, "COMMANDS", ()):
             add(c, m.__name__)
-    named = set(out) | {n for c in out.values() for n in c.aliases}
+    named = set(out)
     for a in load_analyses().values():
         if a.command_name not in named:
             add(analysis_command(a), a.run.__module__)
@@ -182,9 +181,9 @@ def analyses_markdown() -> str:
 
 
 def command_named(name: str) -> analysis.Command:
-    """The command ``tlgeo <name>`` runs: by its name or one of its former names (``run``: ``decompose``)."""
+    """The command ``tlgeo <name>`` runs."""
     cmds = load_commands()
-    found = cmds.get(name) or next((c for c in cmds.values() if name in c.aliases), None)
+    found = cmds.get(name)
     if found is None:
         raise UnknownNameError(f"no command {name!r}; choose from {sorted(cmds)}")
     return found

@@ -19,7 +19,7 @@ residual it cannot explain looks like and does to the output.
   :mod:`.cli`: ``tlgeo tokenwise``.
 
 The math is :mod:`tlgeo.geometry.neighbours`, :mod:`tlgeo.geometry.local_maps` and
-:mod:`tlgeo.geometry.tokenwise`. ``notebooks/08_tokenwise.ipynb`` walks through it; measurements
+:mod:`tlgeo.geometry.update_split`. ``notebooks/08_tokenwise.ipynb`` walks through it; measurements
 on SmolLM2 and Gemma 3 are in RESULTS.md, section 4.
 """
 

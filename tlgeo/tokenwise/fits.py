@@ -11,7 +11,7 @@ one ridge linear map for the whole pool, ``mlp`` one small residual MLP
 the windows are split in two folds by parity, and each fold is predicted by the
 map fitted on the other, so no token is fitted on itself or its own sequence.
 :func:`layer_geometry` returns one row per (layer, class) from
-:func:`tlgeo.geometry.tokenwise.update_geometry`.
+:func:`tlgeo.geometry.update_split.update_geometry`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from ..geometry.local_maps import LOCAL_MAPS, global_linear, tokenwise_fits
 from ..geometry.neighbours import knn
-from ..geometry.tokenwise import update_geometry
+from ..geometry.update_split import update_geometry
 from ..storage import atomic_write
 from .pool import StatePool
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tlgeo.geometry.tokenwise import dominant_basis, update_geometry
+from tlgeo.geometry.update_split import dominant_basis, update_geometry
 
 
 def test_exact_approximation_and_orthogonal_residual():

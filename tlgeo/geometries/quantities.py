@@ -18,8 +18,8 @@ from torch import Tensor
 
 from ..decomposition.observe import parallel_profile
 from ..geometry.subspaces import energy_shares, fit_pdsf, split_pdsf
-from ..geometry.tokenwise import update_geometry
-from ..hooks.perturb import Perturbation
+from ..geometry.update_split import update_geometry
+from ..hooks.perturbation import Perturbation
 from ..hooks.resume import readout, resume_forward
 from ..models import Model, input_device
 from ..pdsf.states import directions
@@ -88,7 +88,7 @@ def damage_quantities(model: Model, windows: Int[Tensor, "n seq"], clean_nll: np
                       batch_size: int = 8) -> pd.DataFrame:
     """Each token's loss change (next-token NLL) when block ``l``'s output is moved by ``delta`` of its norm
     along itself (magnitude) or across it (angle), L2-matched, mean over ``seeds`` draws; each batch draws
-    its own signs and directions (:class:`~tlgeo.hooks.perturb.Perturbation`'s ``draw``), and the forwards
+    its own signs and directions (:class:`~tlgeo.hooks.perturbation.Perturbation`'s ``draw``), and the forwards
     resume at block ``l`` from the clean run."""
     rows = []
     clean = clean_nll.reshape(len(windows), -1)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from tests.rerun import changed_corpus_runs
-from tlgeo.four_geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
-from tlgeo.four_geometries.analysis import relation_summary, token_windows
-from tlgeo.hooks.perturb import Perturbation
+from tlgeo.geometries import ANALYSIS, ATYPICALITY, GeometriesConfig, GeometriesResult, QUANTITIES, relations, run
+from tlgeo.geometries.analysis import relation_summary, token_windows
+from tlgeo.hooks.perturbation import Perturbation
 from tlgeo.stats.correlation import shuffle_within, spearman_matrix
 
 CFG = GeometriesConfig(**{**ANALYSIS.tiny, "batch_size": 2})  # two batches: two draws
@@ -176,7 +176,7 @@ def test_relations_table_of_a_block(result):
 
 
 def test_a_rerun_resumes_by_block(llama, tmp_path, monkeypatch):
-    import tlgeo.four_geometries.analysis as A
+    import tlgeo.geometries.analysis as A
 
     first = run(llama, CFG, out=tmp_path, units=[("layer", CFG.chosen_layers(llama.cfg.n_layers)[0])])
     calls = []

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tlgeo.hooks.perturb import Perturbation, middle_third
+from tlgeo.hooks.perturbation import Perturbation, middle_third
 
 
 def _moves(model, tokens, pert):
@@ -153,7 +153,7 @@ def test_stats_count_the_shrinks_that_flip(llama, tokens):
 def test_draw_gives_a_batch_its_own_perturbation_and_zero_is_the_old_one(llama, tokens):
     """``draw`` (e.g. a batch's first row) changes the exact mode's signs and directions; 0 keeps the
     (seed, layer) draw of every forward."""
-    from tlgeo.hooks.perturb import Perturbation
+    from tlgeo.hooks.perturbation import Perturbation
 
     def out(**kw):
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""``tlgeo geometries``: its flags are :class:`~tlgeo.four_geometries.config.GeometriesConfig`'s fields."""
+"""``tlgeo geometries``: its flags are :class:`~tlgeo.geometries.config.GeometriesConfig`'s fields."""
 
 from __future__ import annotations
 
