@@ -618,7 +618,7 @@ def _(rel):
 
 
 def _cross(rel: pd.DataFrame) -> pd.DataFrame:
-    from tlgeo.four_geometries.analysis import OWNER
+    from tlgeo.geometries.analysis import OWNER
 
     return rel[rel["a"].map(OWNER) != rel["b"].map(OWNER)]
 
