@@ -116,9 +116,9 @@ def test_budget_cost_metadata():
 
     @dataclass
     class Costly:
-        n: int = budget(3, "items", cost="~1 s per item")
+        n: int = budget(3, "items", cost="one forward per item")
 
-    assert Costly.__dataclass_fields__["n"].metadata == {"help": "items", "cost": "~1 s per item"}
+    assert Costly.__dataclass_fields__["n"].metadata == {"help": "items", "cost": "one forward per item"}
 
 
 def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):

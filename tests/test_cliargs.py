@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -80,3 +81,70 @@ def test_default_output_is_never_the_committed_results(monkeypatch):
     assert default_out("x").parts[0] == "runs"
     monkeypatch.setenv("TLGEO_RUNS", "/tmp/elsewhere")
     assert str(default_out("x")) == "/tmp/elsewhere/x"
+
+
+# a timing that holds on one machine only: "3 s", "~0.15 sec", "2 min", "2-core", "this CPU", a date
+MACHINE_TIMING = re.compile(r"\d\s*(?:s|secs?|seconds?|mins?|minutes?)\b|\b\d+-core\b|\bthis (?:cpu|machine)\b"
+                            r"|\b20\d\d-\d\d", re.IGNORECASE)
+
+
+def _config_classes() -> list[type]:
+    """Every Config subclass the registered analyses and commands define (those of ``tlgeo compress`` too)."""
+    seen, todo = [], list(Config.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c not in seen:
+            seen.append(c)
+            todo += c.__subclasses__()
+    return seen
+
+
+def _shown_texts() -> dict[str, str]:
+    """Every ``help`` and ``cost`` of every analysis's config fields and every atlas budget, and every
+    command's description and flag help as ``tlgeo <command> --help`` shows them, by where they are."""
+    import dataclasses
+
+    from tlgeo.analysis import analyses, budget_fields
+    from tlgeo.cli import build_parser
+    from tlgeo.report.registry import load_analyses, load_commands, load_steps
+
+    load_analyses(), load_commands(), load_steps()
+    assert analyses() and budget_fields()
+    out = {}
+    configs = {a.config for a in analyses().values()} | set(_config_classes())
+    for cls in configs:
+        for f in dataclasses.fields(cls):
+            for key in ("help", "cost"):
+                out[f"{cls.__name__}.{f.name} {key}"] = str(f.metadata.get(key, ""))
+    for name, (chapter, f) in budget_fields().items():
+        for key in ("help", "cost"):
+            out[f"atlas budget {name} ({chapter}) {key}"] = str(f.metadata.get(key, ""))
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for cmd, p in sub.choices.items():
+        out[f"tlgeo {cmd} description"] = p.description or ""
+        for a in p._actions:
+            out[f"tlgeo {cmd} {'/'.join(a.option_strings) or a.dest}"] = a.help or ""
+    return out
+
+
+def test_no_machine_specific_timing_in_help_or_cost():
+    """Help and cost strings say what a setting's cost grows with; measured times live in committed tables
+    (docs/benchmarks.md) and ``tlgeo plan`` estimates them on the user's device."""
+    texts = _shown_texts()
+    assert any(k.endswith(" cost") and v for k, v in texts.items())  # the walk reaches the costs
+    bad = {k: v for k, v in texts.items() if MACHINE_TIMING.search(v)}
+    assert not bad, "machine-specific timings in help: " + "; ".join(f"{k}: {v!r}" for k, v in sorted(bad.items()))
+
+
+@pytest.mark.parametrize("text", ["~0.006 s per token", "~12 s per value", "2.5 sec", "9.0 min", "on a 2-core CPU",
+                                  "as measured on this machine", "measured 2026-12-02", "this CPU"])
+def test_the_timing_check_catches_a_planted_timing(text):
+    assert MACHINE_TIMING.search(f"tokens profiled; {text}")
+
+
+@pytest.mark.parametrize("text", ["one forward per value and site", "n_heads + 1 resumed forwards per block",
+                                  "in tlgeo atlas 0 skips the step", "tokens (0 = all)", "kNN is quadratic in the pool",
+                                  "first n items (below 50: indication only)", "4x256-token forwards"])
+def test_the_timing_check_passes_plain_cost_words(text):
+    assert not MACHINE_TIMING.search(text)

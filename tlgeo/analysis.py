@@ -92,9 +92,10 @@ _STEPS: dict[str, Step] = {}
 def budget(default: Any, help: str, **meta: Any) -> Any:
     """A budgets-dataclass field: ``default``, a ``help`` text for its flag, and optional
     ``item`` (element type of a tuple or of a ``None`` default), ``choices``, ``flag``
-    (the flag's name when it is not ``--<field-name>``), ``cost`` (rough run time it
-    drives on a reference machine, e.g. ``"~0.15 s per token (SmolLM2-135M, 2-core CPU)"``,
-    shown by ``tlgeo atlas --help``)."""
+    (the flag's name when it is not ``--<field-name>``), ``cost`` (what the setting's cost grows
+    with, in terms of the code's work, e.g. ``"linear: one pass per grid point, resumed at
+    --skip-first"``, shown by ``tlgeo atlas --help``; no measured times: ``tlgeo plan`` estimates
+    those, the scripts of docs/benchmarks.md measure them)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
@@ -209,9 +210,9 @@ def param(default: Any, help: str, **meta: Any) -> Any:
     """A config field: ``default`` and the ``help`` text of its flag. Optional metadata:
     ``item`` (element type of a tuple, or of a ``None`` default), ``choices``, ``indices``
     (a list of block/head indices, ``3,5,10-12`` on the command line), ``min`` (smallest
-    int, default 1; 0 where 0 means "all" or "skip"), ``cost`` (the run time it drives on a
-    reference machine), ``atlas`` (its default as an atlas budget, where that differs),
-    ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
+    int, default 1; 0 where 0 means "all" or "skip"), ``cost`` (what the setting's cost grows with,
+    e.g. ``"n_heads + 1 resumed forwards per block"``: no times), ``atlas`` (its default as an atlas
+    budget, where that differs), ``cli=False`` (no flag: set by the command itself), ``type`` (the flag's own argparse
     type), ``required`` (a flag that must be given), ``flag`` (its name when not ``--<field-name>``),
     ``group`` (the title of the ``--help`` section its flag is listed in), ``accepts`` (a type whose
     instances are accepted beside ``choices``: in Python, not on the command line)."""

@@ -100,12 +100,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .report.plan import _plannable
+
     cmds = _commands()
+    planned = {*_plannable(), "atlas"}  # what tlgeo plan estimates
     parser = _Parser(prog="tlgeo", description="Commands: " + " | ".join(cmds), formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     for c in cmds.values():
-        p = sub.add_parser(c.name, help=c.help, description=c.description or c.help,
+        epilog = (f"Its time and memory, before it runs: tlgeo plan [--device D] {c.name} [these flags]"
+                  if c.name in planned else None)
+        p = sub.add_parser(c.name, help=c.help, description=c.description or c.help, epilog=epilog,
                            formatter_class=Formatter)
         c.add_args(p)
         p.set_defaults(_run=c.run)

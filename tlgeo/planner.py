@@ -11,9 +11,9 @@ tokens, FLOPs, peak memory and time on a :class:`Device`.
 The cost model: a forward token costs ``2 x`` the active non-embedding parameters plus the
 unembedding, plus attention over the window (FLOPs); a step's time is its FLOPs at the
 device's measured (CPU) or assumed (GPU: :data:`GPU_EFFICIENCY` of the peak) rate, times the
-step's overhead (hooks, the analysis's own statistics), measured on SmolLM2-135M here, plus
+step's overhead (hooks, the analysis's own statistics), measured on SmolLM2-135M, plus
 the step's host work that is not a forward (fits, probes, loading a second model, generation's
-per-step calls): seconds measured on this CPU and counted the same on every device, since the
+per-step calls): seconds measured on the reference CPU (below) and counted the same on every device, since the
 code runs it on the host (a GPU speeds up the forwards only). Peak memory is the weights, one
 forward's activations (float32 logits included), what the step keeps, and on CPU the process
 itself and what the step keeps in host memory (state pools, CPU copies; on a GPU it is listed
@@ -36,10 +36,12 @@ __all__ = ["ModelShape", "model_shape", "SEED_MODELS", "Device", "DEVICES", "Wor
 
 GIB = 2**30
 GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
-# Measured on this 2-core CPU (float32, 2 threads, 2026-12-02, SmolLM2-135M; scripts/bench_plan.py --calibrate):
+# Measured on the reference CPU (float32, 2 threads, SmolLM2-135M) by scripts/bench_plan.py
+# --calibrate (it prints them; no committed table). The planner against measured runs on a machine of its kind,
+# and that machine's speed against it: results/plan-smollm2-135m/plan_vs_measured.csv (docs/cli.md):
 CPU_FLOPS = 1.8e11  # FLOP/s of a bare 4 x 256-token forward (the cost model's FLOPs / its wall time)
 CPU_THREADS = 2  # the torch threads of that measurement
-ONE_THREAD_SLOWDOWN = 1.8  # a bare forward at --threads 1 over one at 2 (2.77-2.95 vs 4.90-5.25 s, 2026-12-03)
+ONE_THREAD_SLOWDOWN = 1.8  # a bare forward at --threads 1 over one at 2 (2.77-2.95 vs 4.90-5.25 s)
 CPU_PROCESS_GIB = 0.57  # resident memory of a command with its model resident, less the weights
 ACTIVATION_FLOATS = 12  # float32 values per token and d_model live during one forward, besides d_mlp and the logits
 LOGIT_COPIES = 1.7  # [tokens, vocab] float32 arrays a bare forward holds at its peak (1.61-1.72 at 4 x 256 tokens)
@@ -205,7 +207,8 @@ class Device:
 
 
 DEVICES: dict[str, Device] = {
-    "cpu": Device("cpu", CPU_FLOPS, 24.0, "this 2-core CPU, float32, measured (machines of its kind differ ~2x)",
+    "cpu": Device("cpu", CPU_FLOPS, 24.0, "the reference CPU of the planner's constants (2 threads, "
+                  "float32; CPUs differ ~2x: results/plan-smollm2-135m)",
                   gpu=False),
     "h100": Device("h100", 989e12 * GPU_EFFICIENCY, 80.0, f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
     "h200": Device("h200", 989e12 * GPU_EFFICIENCY, 141.0, f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
@@ -225,7 +228,7 @@ class Work:
     ``host_bytes``: what it holds in host memory (state pools, CPU copies); ``weight_copies``:
     copies of the model's weights it holds beside the model's own, in its dtype on its device (a
     compressed copy; counted in ``kept_gib``); ``cpu_seconds``: its host work besides the forwards (fits, probes, loads,
-    per-call overhead), as measured on this CPU, the same on every device. A step with no
+    per-call overhead), as measured on the reference CPU, the same on every device. A step with no
     forward has ``tokens=0``."""
 
     step: str
@@ -283,7 +286,7 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
 
 def start_seconds(shape: ModelShape, dtype: str = "float32") -> float:
     """A command's time before its work: imports and booting the model from a local folder (as
-    measured on this CPU; the same on any device: the planner has no measurement of a GPU's)."""
+    measured on the reference CPU; the same on any device: the planner has no measurement of a GPU's)."""
     return CPU_IMPORT_SECONDS + shape.params * DTYPE_BYTES[dtype] / GIB / LOAD_GIB_PER_S
 
 

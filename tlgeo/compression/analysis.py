@@ -217,8 +217,9 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
 # ---------------------------------------------------------------------------
 
 # llmcompressor's compression of SmolLM2-135M (134.5 M parameters) on 32 x 128 calibration tokens, sequential pipeline,
-# this 2-core CPU, seconds: scripts/bench_compress.py (README.md, direction-aware objectives: awq, awq_perp, sgpt,
-# sgpt_perp with 12 CG iterations, wanda, owl, perpalloc); rtn (no calibration: load, quantise, save) the median of
+# seconds on the planner's reference CPU: scripts/bench_compress.py (it prints them; README.md, direction-aware
+# objectives: awq, awq_perp, sgpt, sgpt_perp with 12 CG iterations, wanda, owl, perpalloc); rtn (no calibration:
+# load, quantise, save) the median of
 # results/compression-objectives/.../compress_log.jsonl's rtn_*; wanda_perp 2.24 x wanda (results/compression/...
 # compress_log.jsonl: 147.6 vs 65.8 s, both at 16 windows, basic pipeline). rtn's time is counted fixed (x the
 # parameters), the rest x the calibration tokens and the parameters

@@ -29,7 +29,8 @@ class CompressConfig(Config):
     base and every method (perplexity, zero-shot)."""
 
     methods: tuple[str, ...] = param(DEFAULT_METHODS, "comma list of method names", item=str)
-    n_calib: int = param(32, "calibration windows", cost="at 32: AWQ ~150 s, Wanda ~17 s (SmolLM2, 2-core CPU)")
+    n_calib: int = param(32, "calibration windows", cost="per method, grows with the calibration tokens and the "
+                                                         "parameters (rtn: calibrates nothing)")
     calib_seq_len: int = param(128, "tokens per calibration window")
     calib_corpus: str = param("wikitext2-valid", "calibration text (disjoint from the WikiText-2 test text that "
                                                  "perplexity and the diagnosis read)")
@@ -92,8 +93,8 @@ class CompressionConfig(Config):
                                    "<model>-<dtype> for --dtype bfloat16 / float16)")
     corpus: str = param("wikitext2", "held-out text for the prompts")
     prompts: int = param(12, "number of prompts (windows of the corpus)",
-                         cost="~11 s per prompt and method at 128 tokens, both modes (SmolLM2, loaded "
-                              "2-core CPU)")
+                         cost="per prompt and method: a dense forward, each compressed block twice (local), a "
+                              "compressed forward (e2e)")
     seq_len: int = param(128, "tokens per prompt")
     modes: tuple[str, ...] = param(MODES, "local (counterfactual), e2e (own hidden states)", choices=MODES)
     batch_size: int = param(12, "prompts per forward", cli=False)

@@ -239,8 +239,9 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 # what a run costs (tlgeo plan): forward passes of each step
 # ---------------------------------------------------------------------------
 
-# a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on this 2-core CPU
-# (scripts/bench_plan.py --calibrate, 2026-12-02): the profile's statistics per site, an edited forward
+# a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on the planner's reference CPU
+# (scripts/bench_plan.py --calibrate, which prints them; no committed table): the profile's statistics per site, an
+# edited forward
 PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.12x, 5 sites 1.24-1.54x a bare forward (four calibrations)
 EDIT_OVERHEAD = 1.03  # 1.007-1.045x
 # memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6

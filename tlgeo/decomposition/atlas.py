@@ -13,9 +13,10 @@ logs):
 6. ``closed_form``  the diagonal closed form reproduces the value-space edit (Table 5, Figure 4)
 7. ``audit``        post-W_O perturbation / energy / retained norm (Table 6)
 
-Defaults are sized for a 2-core CPU (minutes, not hours); every budget is a flag
-of ``tlgeo atlas``, and those that drive the run time carry a ``cost`` (measured
-on SmolLM2-135M, 2 threads: ``results/atlas-smollm2-135m/timings.csv``).
+Defaults are sized for a small model on a CPU (minutes, not hours); every budget is a
+flag of ``tlgeo atlas``, and those that drive the run time carry a ``cost``: what the
+time grows with (``tlgeo plan atlas`` estimates it on a device). Measured times:
+``results/atlas-smollm2-135m/timings.csv`` and ``results/bench-atlas/`` (docs/atlas.md).
 
 The report opens with :func:`tlgeo.decomposition.summary.headline`: a few
 sentences of what this model shows next to the paper, computed from the CSVs,

@@ -106,7 +106,7 @@ class DecompositionConfig(CorpusConfig):
 
     context: int = param(512, "tokens per perplexity window", atlas=256)
     profile_tokens: int = param(1024, "tokens profiled", atlas=512,
-                                cost="~0.006 s per token (SmolLM2-135M, 2-core CPU; 3 s at 512)")
+                                cost="linear: one forward of them, with statistics at each decomposition site")
     profile_seq_len: int = param(256, "tokens per profiled window")
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
     sites: tuple[str, ...] = param(tuple(SITES), "sites whose parallel part, and (decomposition sites) "
@@ -217,14 +217,15 @@ class SweepsConfig(_EditedCorpusConfig):
     scaled over a grid (the paper's Figure 3)."""
 
     tokens: int = param(2048, "text tokens scored per sweep point (0 = all)", min=0, type=TOKENS, atlas=512,
-                        cost="~0.18 s per token at the atlas grids: sweeps ~0.15 (78 s at 512), compare perplexity "
-                             "~0.03 (SmolLM2-135M, 2-core CPU)")
+                        cost="linear: an unedited pass and one per grid point resumed at --skip-first (tlgeo atlas: "
+                             "compare's perplexity passes too)")
     sites: tuple[str, ...] = param(SWEEP_SITES, "sites swept", item=str)
     s_par_grid: tuple[float, ...] = param(S_PAR_GRID, "s_par values swept", item=float,
                                           atlas=(-1.0, 0.0, 0.5, 1.5, 3.0),
-                                          cost="~12 s per value at 512 tokens (6 sites x ~2 s)")
+                                          cost="per value: one pass of the tokens per site, resumed at --skip-first")
     s_perp_grid: tuple[float, ...] = param(S_PERP_GRID, "s_perp values swept (not at diag)", item=float,
-                                           atlas=(0.0, 0.5, 1.5), cost="~10 s per value at 512 tokens (5 sites)")
+                                           atlas=(0.0, 0.5, 1.5), cost="per value: one pass of the tokens per "
+                                                                       "decomposition site, resumed at --skip-first")
 
     def validate(self) -> None:
         super().validate()
@@ -238,31 +239,36 @@ class CompareConfig(_EditedCorpusConfig):
 
     tokens: int = param(2048, "text tokens scored per condition (0 = all)", min=0, type=TOKENS, atlas=512)
     sites: tuple[str, ...] = param(("value_excl_self", "value_full", "attn", "diag"), "sites compared", item=str,
-                                   cost="~8 bare forwards per site at the atlas defaults")
+                                   cost="per site: a perplexity pass per scale, zero-shot at --zeroshot-scales, "
+                                        "RULER if a --ruler-sites site")
     scales: tuple[float, ...] = param((0.0, 0.5), "s_par values compared", item=float,
-                                      cost="~6 bare forwards per value at the atlas defaults (RULER of the ruler "
-                                           "sites; zero-shot of --zeroshot-scales)")
+                                      cost="per value: a perplexity pass per site, RULER of --ruler-sites, zero-shot "
+                                           "if in --zeroshot-scales")
     zeroshot_tasks: tuple[str, ...] = param(("piqa", "arc_easy", "winogrande"), "zero-shot tasks (piqa, arc_easy, "
                                             "arc_challenge, openbookqa, winogrande, boolq)", item=str,
-                                            cost="~36 s per task at 20 items (9 conditions)")
+                                            cost="per task: its items scored in every zero-shot condition (unedited, "
+                                                 "each site at --zeroshot-scales)")
     zeroshot_scales: tuple[float, ...] = param((0.0,), "of the compared scales, those whose removals zero-shot "
                                                "scores besides the unedited model (the paper's Table 1: 0)",
-                                               item=float, cost="~20 bare forwards per scale at the atlas defaults "
-                                                                "(4 sites x 3 tasks)")
+                                               item=float, cost="per scale: every zero-shot task's items under each "
+                                                                "compared site")
     zeroshot_limit: int = param(100, "first n items of each zero-shot task (below 50: indication only)", atlas=20,
-                                cost="~5.4 s per item at the atlas defaults")
+                                cost="linear: each item's choices scored per task and zero-shot condition")
     ruler_tasks: tuple[str, ...] = param(("niah_single", "vt"), "RULER-style tasks (the atlas runs none unless "
                                          "given: the samples it can afford decide nothing; give enough "
                                          "--ruler-samples for a CI)", item=str, atlas=(),
-                                         cost="~27 s per task at 2 samples of 1024 tokens (5 conditions)")
+                                         cost="per task: --ruler-samples greedy answers per length and RULER "
+                                              "condition")
     ruler_sites: tuple[str, ...] = param(("value_excl_self", "value_full"), "of the compared sites, those whose "
                                          "removals RULER scores besides the unedited model (the paper's Table 2)",
-                                         item=str, cost="~11 s per site at the atlas defaults (2 scales x 2 tasks)")
+                                         item=str, cost="per site: every RULER task, length and sample under each "
+                                                        "compared scale")
     ruler_lengths: tuple[int, ...] = param((1024,), "RULER prompt lengths in tokens (none: no RULER)", item=int,
-                                           cost="~5 s per sample and condition at 1024 tokens")
+                                           cost="per length: a prompt that long and its greedy answer, per sample, "
+                                                "task and RULER condition")
     ruler_samples: int = param(10, "RULER samples per task and length (below 10: indication only)", atlas=1,
-                               cost="~15 bare forwards per sample at the atlas defaults (2 tasks x 5 conditions "
-                                    "at 1024 tokens)")
+                               cost="linear: a prompt and its greedy answer per sample, task, length and RULER "
+                                    "condition")
     ruler_template: str = param("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
                                 choices=("base", "chat"))
     seed: int = param(0, "seed of the RULER samples and of the paired bootstrap", min=0)
@@ -285,12 +291,12 @@ class HeadsConfig(CorpusConfig):
     is removed in that head alone (the paper's Figure 7)."""
 
     tokens: int = param(0, "unused: --texts x --length tokens are read", min=0, type=TOKENS, cli=False)
-    texts: int = param(32, "texts (windows of the corpus)", atlas=8, cost="~10 s per text (82 s at 8 texts of 128 "
-                                                                         "tokens, 5 blocks)")
-    length: int = param(128, "tokens per text", cost="~0.6 s per token at 8 texts and 5 blocks")
+    texts: int = param(32, "texts (windows of the corpus)", atlas=8,
+                       cost="linear: the alpha map's forward and n_heads + 1 forwards resumed at each probed block")
+    length: int = param(128, "tokens per text", cost="every forward grows with it (attention quadratically)")
     layers: tuple[int, ...] | None = param(None, "blocks of the sensitivity map (default: every 6th block from "
                                                  "skip_first)", indices=True,
-                                           cost="~16 s per block at 8 texts of 128 tokens")
+                                           cost="per block: n_heads + 1 forwards of the texts resumed at it")
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
     n_boot: int = param(1000, "bootstrap resamples of the sensitivity CIs")
     n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests")
@@ -312,7 +318,8 @@ class MlpCarrierConfig(_EditedCorpusConfig):
     down-projection block (the paper's Table 10)."""
 
     tokens: int = param(2048, "text tokens scored per run (0 = all)", min=0, type=TOKENS, atlas=512,
-                        cost="~0.035 s per token (18 s at 512: 11 runs)")
+                        cost="linear: an unedited and 6 edited perplexity passes (10 with a narrow last MLP "
+                             "block)")
 
 
 @dataclass(frozen=True)
@@ -320,7 +327,8 @@ class ClosedFormConfig(CorpusConfig):
     """The diagonal closed form of a value-space parallel edit against the edit itself (the paper's
     Table 5 and Figure 4)."""
 
-    tokens: int = param(64, "tokens of the one window checked", cost="~0.04 s per token (2.6 s at 64)")
+    tokens: int = param(64, "tokens of the one window checked", cost="two eager forwards of the window per variant "
+                                                                     "(the edit, its closed form)")
     s_par: float = param(0.0, "the edit's s_par")
     variants: tuple[str, ...] = param(("value_full", "value_excl_self", "attn"), "edits checked (attn: the "
                                       "residual form, exact only along z)", item=str,

@@ -445,8 +445,9 @@ def run_audit(model: Model, cfg: AuditConfig, *, out=None, log=None, units: Sequ
 # ---------------------------------------------------------------------------
 
 # forward tokens of one zero-shot item (its choices, context and continuation, as scored) and of one RULER
-# sample at length L (the prompt and the answer's greedy steps), in units of L: from the atlas's measured
-# ~0.2 s per item, task and condition and ~5 s per sample of 1024 tokens on SmolLM2 (2-core CPU)
+# sample at length L (the prompt and the answer's greedy steps), in units of L: from the SmolLM2 atlas's compare
+# step on the planner's reference CPU, ~0.2 s per item, task and condition and ~5 s per sample of 1024 tokens
+# (its step times: results/atlas-smollm2-135m/timings.csv)
 ZEROSHOT_TOKENS_PER_ITEM = 100
 RULER_PASSES = 2.3
 

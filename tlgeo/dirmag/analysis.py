@@ -135,7 +135,8 @@ def _probes(model, cfg: DirmagConfig, chosen: list[tuple] | None, progress: bool
 # what a run costs (tlgeo plan): a clean pass per part, then perturbed passes resumed at the first perturbed block
 # ---------------------------------------------------------------------------
 
-# measured on SmolLM2-135M (d_model 576, 30 blocks), this 2-core CPU (RESULTS.md section 2):
+# measured on SmolLM2-135M (d_model 576, 30 blocks) on the planner's reference CPU by scripts/bench_dirmag.py
+# (it prints them; RESULTS.md section 2 quotes them):
 # the sweeps run below the cost model: the engine benchmark's LM sweep of 64 sentences (1 clean + 8 passes resumed at
 # block 10, batches of 16 padded to their longest) took 29-31 s per round, the cost model's FLOPs say 42.4 s; with
 # this factor the atlas's damage and BLiMP steps (45.8 s, 17.0 s) are predicted at 43 s and 15 s

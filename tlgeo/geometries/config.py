@@ -32,8 +32,8 @@ class GeometriesConfig(Config):
     mean distance to its tokenwise neighbours)."""
 
     corpus: str = param("wikitext2", "text the token pool is cut from")
-    tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="4-5 s per 1000 tokens and block (SmolLM2, "
-                                                                    "2-core CPU; 2048 x 6 blocks x 2 draws: 63 s)")
+    tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="forwards linear in it (2 x seeds passes "
+                                                                    "resumed per block); the kNN per block quadratic")
     seq_len: int = param(64, "tokens per window (its first, BOS, is left out of the pool)")
     layers: tuple[int, ...] | None = param(None, "blocks measured (default: --layer-count evenly spaced)",
                                            indices=True)

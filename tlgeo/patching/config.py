@@ -60,8 +60,9 @@ class PatchingConfig(Config):
     tasks: tuple[str | Task, ...] = param(("ioi",), "tasks (in Python also your own Task objects, e.g. from "
                                                     "task_from_texts)", choices=tuple(TASKS), accepts=Task,
                                          item=str)
-    prompts: int = param(32, "prompts per task", atlas=8, cost="exact: ~0.15 s per prompt, component and block "
-                                                                "(SmolLM2, 2-core CPU)")
+    prompts: int = param(32, "prompts per task", atlas=8, cost="linear; exact: per component and block a forward "
+                                                                "from that block on (x n_heads for a head component); "
+                                                                "attribution: a forward and backward")
     seed: int = param(0, "seed of the prompts (names, years, tokens drawn)", min=0)
     components: tuple[str, ...] = param(tuple(COMPONENTS), "components patched", choices=tuple(COMPONENTS),
                                         atlas=("head", "head_par", "head_perp", "mlp"))

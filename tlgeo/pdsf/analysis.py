@@ -391,7 +391,7 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
 
 _units = units
 
-# seconds per prompt of a unit on SmolLM2-135M at one CPU thread (measured 2026-12-02, 56 / 28 / 12
+# seconds per prompt of a unit on SmolLM2-135M at one thread of the planner's reference CPU (56 / 28 / 12
 # prompts, no complexity, repeats 3, 16 new tokens): only their ratios matter (dealing units to ranks)
 UNIT_SECONDS = {"geometry": 0.38, "single_pass": 0.30, "generation": 0.39}
 
@@ -411,7 +411,8 @@ def unit_cost(model: Model, cfg: PDSFConfig, unit: tuple) -> float:
 # what a run costs (tlgeo plan): forward passes, generation and fits of each stage
 # ---------------------------------------------------------------------------
 
-# measured on SmolLM2-135M (d_model 576, 30 blocks), this 2-core CPU, scripts/bench_pdsf.py (RESULTS.md section 3):
+# measured on SmolLM2-135M (d_model 576, 30 blocks) on the planner's reference CPU by scripts/bench_pdsf.py (it
+# prints them; RESULTS.md section 3 quotes them):
 # the geometry tables of the 224 SpecA prompts at all 31 states took 20.8 s = 3.0 ms per prompt and state, of which
 # the readout alignment's five [n, d] x [d, vocab] products were 1.57 ms at CPU_FLOPS; they are now d x d products
 # through W_U W_Uᵀ (computed once). The rest, the float64 PCA fits, complexity and discrimination, scales with d_model

@@ -50,12 +50,13 @@ class PDSFConfig(Config):
     geometry_per_group: int | None = param(None, "prompts per group of the geometry set (SpecA has 16 per "
                                                  "group, 224 in all; 0: skip the geometry; unset: all)", min=0,
                                            atlas=16,
-                                           cost="~0.08 bare forwards per prompt (SmolLM2, every layer: 17 at 224)")
+                                           cost="per prompt: its forward and host fits at each state")
     single_pass: tuple[str, ...] = param(DEFAULT_SINGLE_PASS, "single-pass edits of the last prompt token: "
                                          + ", ".join(SINGLE_PASS) + ", or none", item=str)
     single_pass_per_group: int | None = param(None, "prompts per group of the geometry set edited once at the last "
                                                     "token (0: skip; unset: the geometry's prompts)", min=0, atlas=1,
-                                              cost="~0.45 bare forwards per prompt (SmolLM2, seven conditions, one repeat)")
+                                              cost="per prompt: a clean forward and one per condition (x --repeats "
+                                                   "for rotate / mix)")
     single_pass_layer: int | None = param(None, "state of the single-pass edits (default: the authors' "
                                                 "max(1, int(0.15 L)))")
     alpha: float = param(0.5, "attenuation: the part scaled by 1 - alpha")
@@ -64,7 +65,8 @@ class PDSFConfig(Config):
                           choices=("specB", "diverse", "none"))
     per_group: int | None = param(None, "prompts per group of the generation set (SpecB has 8 per group; 0: "
                                         "skip the generation; unset: all)", min=0, atlas=1,
-                                  cost="~11 bare forwards per prompt per group at 32 tokens, four conditions")
+                                  cost="per prompt: a KV-cached step per new token, unedited and per condition, "
+                                       "then a teacher-forced pass of each")
     conditions: tuple[str, ...] = param(CONDITIONS, "subspaces rotated during generation: " + ", ".join(CONDITIONS),
                                         item=str)
     new_tokens: int = param(64, "tokens generated per prompt (the paper: 64)", atlas=32)

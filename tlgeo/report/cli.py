@@ -14,9 +14,10 @@ __all__ = ["COMMANDS"]
 
 DESCRIPTION = ("Every registered analysis step on one model: report.html + one CSV per table in --out. Finished steps "
                "are reused and unfinished ones resume from their logs, so rerun the same command after an "
-               "interruption; use a new --out for new budgets. Costs in brackets are rough, for SmolLM2-135M on a "
-               "2-core CPU: seconds where a bare 4x256-token forward took ~1.4 s, or bare forwards; a run's "
-               "timings.csv records what each step took. Under torchrun the steps are dealt out over the ranks.")
+               "interruption; use a new --out for new budgets. Costs in brackets say what a budget's run time grows "
+               "with; tlgeo plan atlas [these flags] estimates each step's time and memory on a device, and a "
+               "run's timings.csv records what each step took (measured atlases: docs/atlas.md). Under torchrun the "
+               "steps are dealt out over the ranks.")
 
 
 def budget_flags(p: argparse.ArgumentParser) -> None:

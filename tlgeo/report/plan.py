@@ -17,11 +17,12 @@ DESCRIPTION = ("Forward tokens, FLOPs, peak memory (weights, one forward's activ
                "from the model's config.json only: no weights, no network. --model takes what every command takes, a "
                "config.json, or a seed paper's model by hub id (tlgeo.planner.SEED_MODELS). The analysis's own flags "
                "follow its name, as on its command: tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 "
-               "decompose --tokens 8192. CPU times are measured on a 2-core machine (machines of its kind differ ~2x); GPU "
+               "decompose --tokens 8192. CPU times are at the FLOP/s measured on a reference CPU "
+               "(scripts/bench_plan.py; CPUs differ ~2x, checked runs: results/plan-smollm2-135m); GPU "
                "times assume tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s for the forwards. Host work that is "
                "not a forward (fits, probes, loading, generation's per-step calls: cpu_s) is counted as measured on "
-               "the CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the peak on a CPU and "
-               "beside it on a GPU.")
+               "the reference CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the peak on "
+               "a CPU and beside it on a GPU.")
 COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "cpu_s", "weights_gib", "activations_gib", "kept_gib",
            "host_gib", "peak_gib", "fits", "note"]
 

@@ -291,18 +291,19 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
 # what a run costs (tlgeo plan): the pool's forwards, the fits, the patched forwards
 # ---------------------------------------------------------------------------
 
-# host seconds of the fits, measured on SmolLM2-135M (d_model 576, k 32), this 2-core CPU, scripts/bench_tokenwise.py
-# (RESULTS.md section 4, 20,066 tokens): class by class at layer 15 orthogonal 4.3 s, lowrank 1.7, linear 1.1,
-# diag_psd 0.6; kNN 2.2 s per layer (65-69 s for 30), 52 s at 100,076 tokens (so ~n^2). Scaled by d_model and
-# (k/32)^2 (each fit's Gram matrices); the pool-wide maps are counted from their FLOPs at CPU_FLOPS (not measured)
+# host seconds of the fits, measured on SmolLM2-135M (d_model 576, k 32) on the planner's reference CPU by
+# scripts/bench_tokenwise.py (it prints them; RESULTS.md section 4 quotes them, 20,066 tokens): class by class at
+# layer 15 orthogonal 4.3 s, lowrank 1.7, linear 1.1, diag_psd 0.6; kNN 2.2 s per layer (65-69 s for 30), 52 s at
+# 100,076 tokens (so ~n^2). Scaled by d_model and (k/32)^2 (each fit's Gram matrices); the pool-wide maps are
+# counted from their FLOPs at CPU_FLOPS (not measured)
 FIT_SECONDS_PER_TOKEN = {"orthogonal": 4.3 / 20066, "lowrank": 1.7 / 20066, "linear": 1.1 / 20066,
                          "diag_psd": 0.6 / 20066}
 KNN_SECONDS = 2.2  # per layer at KNN_TOKENS tokens and d_model 576
 KNN_TOKENS = 20066
 KNN_CHUNK_COPIES = 2.6  # kNN's peak, +207 MiB at 20,066 tokens (RESULTS section 4): 2.6 [1024, n] float32 chunks
-# per layer and class besides the per-token fits (the geometry row, reading the layer pair, the log): the atlas's
-# "~0.6 s per 1,000 tokens and layer" (TokenwiseConfig.tokens' cost, four classes at 1,071 tokens) less the
-# per-token fits above (0.32 s), over its four classes
+# per layer and class besides the per-token fits (the geometry row, reading the layer pair, the log): the SmolLM2
+# atlas's tokenwise step, ~0.6 s per 1,000 tokens and layer on the reference CPU (four classes at 1,071 tokens;
+# results/atlas-smollm2-135m/timings.csv) less the per-token fits above (0.32 s), over its four classes
 FIT_SECONDS_PER_CLASS = (0.6 * 1.071 - 0.32) / 4
 MLP_EPOCHS, MLP_HIDDEN = 10, 256  # fits.fit_mlp's defaults
 

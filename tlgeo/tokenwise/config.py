@@ -34,13 +34,14 @@ class TokenwiseConfig(Config):
 
     corpus: str = param("wikitext2", "text to collect states from")
     tokens: int = param(4096, f"tokens in the pool (the paper: {POOL_TOKENS}; in tlgeo atlas 0 skips the step)",
-                        atlas=1024, cost="~0.6 s per 1,000 tokens and layer for kNN and the fits (SmolLM2)")
+                        atlas=1024, cost="one forward of the pool; per fitted layer kNN is quadratic in it, the "
+                                         "local fits linear")
     seq_len: int = param(128, "tokens per window of the pool", atlas=64)
     layers: tuple[int, ...] | None = param(None, "layer maps to fit (all when not given)", indices=True)
     classes: tuple[str, ...] = param(CLASSES, "map classes: diag_psd, lowrank, orthogonal, linear (local fits), "
                                               "global, mlp (one map for the whole pool, cross-fitted)",
                                      atlas=("diag_psd", "orthogonal", "linear", "global"),  # no choices: validate()
-                                     cost="patching: ~10 s per class at the atlas budgets")
+                                     cost="per class: its fits at each fitted layer and its patched forwards")
     k: int = param(32, "neighbours per local fit")
     rank: int = param(8, "rank of the lowrank class")
     same_sequence: bool = param(False, "allow neighbours from the token's own window (otherwise excluded, so the "
@@ -49,13 +50,14 @@ class TokenwiseConfig(Config):
     energy: float = param(0.9, "share of the energy of the tokenwise updates Delta_tok that their dominant "
                                "subspace holds (residual_energy: the residual's share in it)")
     n_patch: int = param(256, "tokens patched per layer and class for the KL", atlas=32, flag="--patch-tokens",
-                         cost="~1 s per 16 tokens, patched layer and class")
+                         cost="per token and class: a clean forward of its window and one resumed at each patched "
+                              "layer")
     patch_layers: tuple[int, ...] | None = param(None, "layer maps patched for the KL (every fitted layer when "
                                                        "neither this nor --patch-layer-count is given)", indices=True)
     patch_layer_count: int = param(0, "how many layer maps to patch, evenly spaced from the first fitted to the last, "
                                       "unless patch layers are listed (0: every fitted layer; geometry: every layer)",
-                                   min=0, atlas=3, cost="~6 bare forwards per patched layer at the atlas "
-                                                          "defaults (4 classes)")
+                                   min=0, atlas=3, cost="per layer and class: each patched token's window resumed "
+                                                        "at that layer")
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
     fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
                                 "each)")
