@@ -130,11 +130,11 @@ def memory(pools, chunk: int) -> None:
                   f"{chunk * n * 4 / 2**20:.0f} MiB; N x N distances would be {n * n * 4 / 2**30:.1f} GiB")
 
 
-def patching(model, pool, n_patch: int, batch_size: int, rounds: int) -> None:
+def patching(model, pool, patch_tokens: int, batch_size: int, rounds: int) -> None:
     from tlgeo.tokenwise import patch_kl
 
     rng = np.random.default_rng(0)
-    idx = np.sort(rng.choice(pool.n_tokens, n_patch, replace=False))
+    idx = np.sort(rng.choice(pool.n_tokens, patch_tokens, replace=False))
     layers = list(range(pool.n_layers))
     reps = {l: torch.from_numpy(np.array(pool.states(l + 1)[idx], dtype=np.float32)) * 1.01 for l in layers}
     windows = pool.windows
@@ -162,7 +162,7 @@ def patching(model, pool, n_patch: int, batch_size: int, rounds: int) -> None:
                         toks, fwd_hooks=[(f"blocks.{l}.hook_resid_post", patch)])[sel].float(), -1)
                     (clean.exp() * (clean - out)).sum(-1)
 
-    print(f"\npatching {n_patch} tokens x {len(layers)} layers (windows of {windows.shape[1]}, batch {batch_size}):")
+    print(f"\npatching {patch_tokens} tokens x {len(layers)} layers (windows of {windows.shape[1]}, batch {batch_size}):")
     ratios = []
     for r in range(rounds):
         order = (resumed, full) if r % 2 == 0 else (full, resumed)

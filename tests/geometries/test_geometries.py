@@ -76,7 +76,7 @@ def test_the_tokenwise_error_is_the_tokenwise_analysis(result, llama, tmp_path):
 
     layer = CFG.chosen_layers(llama.cfg.n_layers)[0]
     pool = collect_pool(llama, token_windows(llama, CFG), tmp_path / "p", dtype="float32")
-    tw = tokenwise_analysis(llama, pool, TokenwiseConfig(classes=("linear",), layers=(layer,), k=CFG.k, n_patch=4))
+    tw = tokenwise_analysis(llama, pool, TokenwiseConfig(classes=("linear",), layers=(layer,), k=CFG.k, patch_tokens=4))
     g = tw.geometry.set_index("class").loc["linear"]
     got = result.tokens[result.tokens["layer"] == layer]["tok_error"]
     assert float(torch.tensor(got.to_numpy()).median()) == pytest.approx(float(g["rel_error"]), rel=1e-5)

@@ -30,11 +30,11 @@ def test_tokenwise_command(tmp_path, capsys):
     assert list(geo.columns[:6]) == list(IDENTITY) and list(geo.columns[-2:]) == ["corpus", "seq_len"]
     assert (geo["model"] == "tiny:llama").all()
     assert list(corr.columns) == [*IDENTITY, "layer", "class", "target", "spearman", "ci_low", "ci_high", "n", "corpus",
-                                  "seq_len", "k", "exclude_sequence", "rank", "n_patch", "seed", "n_tokens"]
+                                  "seq_len", "k", "exclude_sequence", "rank", "patch_tokens", "seed", "n_tokens"]
     tokens = pd.read_csv(out / "tokenwise_tokens.csv.gz")
     assert list(tokens.columns[:14]) == [*IDENTITY, "class", "layer", "index", "kl", "kl_following", "rel_error",
                                         "residual_angle", "window"]
-    assert len(tokens) == 3 * 2 * 12 and (tokens["n_patch"] == 12).all()
+    assert len(tokens) == 3 * 2 * 12 and (tokens["patch_tokens"] == 12).all()
     key = RunIdentity(**{k: geo[k].iloc[0] for k in IDENTITY}).key
     assert [p.name for p in out.glob(f"tokenwise_pool-wikitext2-t200-s21-float16-{key}-*/meta.json")] == ["meta.json"]
     assert (out / "tokenwise.jsonl").exists()
@@ -59,12 +59,12 @@ def test_flags_are_the_config_fields():
     from tlgeo.cli import build_parser
     from tlgeo.tokenwise.config import TokenwiseConfig
 
-    args = build_parser().parse_args(["tokenwise", "--same-sequence", "--patch-tokens", "9", "--layers", "0-2",
+    args = build_parser().parse_args(["tokenwise", "--no-exclude-sequence", "--patch-tokens", "9", "--layers", "0-2",
                                       "--classes", "global,mlp"])
     from tlgeo.cliargs import config_from_args
 
     cfg = config_from_args(TokenwiseConfig, args)
-    assert cfg.n_patch == 9 and not cfg.exclude_sequence and cfg.layers == (0, 1, 2)
+    assert cfg.patch_tokens == 9 and not cfg.exclude_sequence and cfg.layers == (0, 1, 2)
     assert cfg.classes == ("global", "mlp")
     default = TokenwiseConfig()
-    assert cfg.replace(n_patch=256, same_sequence=False, layers=None, classes=default.classes) == default
+    assert cfg.replace(patch_tokens=256, exclude_sequence=True, layers=None, classes=default.classes) == default

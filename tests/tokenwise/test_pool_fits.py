@@ -106,7 +106,7 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
     assert patch_kl(model, pool, idx, clean)["kl_following"].max() < 1e-6
     got = patch_kl(model, pool, idx, {1: clean[1] + 1.0})
     assert (got["kl"] > 1e-6).all() and (got["kl_following"] >= got["kl"] - 1e-9).all()
-    res = tokenwise_analysis(model, pool, layers=[0, 1], classes=("linear",), k=8, n_patch=6, n_boot=50)
+    res = tokenwise_analysis(model, pool, layers=[0, 1], classes=("linear",), k=8, patch_tokens=6, n_boot=50)
     assert len(res.tokens) == 12 and np.isfinite(res.tokens["kl"]).all()
 
 
@@ -168,7 +168,7 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     import tlgeo.tokenwise.analysis as A
 
     pool = collect_pool(llama, _windows(n=8, seq=16), tmp_path / "p", dtype="float32")
-    kw = dict(layers=[0, 2], classes=("diag_psd", "linear", "global"), k=10, n_patch=24, n_boot=50,
+    kw = dict(layers=[0, 2], classes=("diag_psd", "linear", "global"), k=10, patch_tokens=24, n_boot=50,
               log_path=tmp_path / "log.jsonl")
     res = A.tokenwise_analysis(llama, pool, **kw)
     assert len(res.geometry) == 2 * 3 and len(res.tokens) == 2 * 3 * 24

@@ -7,7 +7,7 @@ temporary folder) and calls :func:`tokenwise_analysis`, which works on a collect
 
 1. per layer and class, the fit of every pool token and the medians of its
    geometry (:func:`tlgeo.tokenwise.fits.layer_geometry`'s columns), plus the
-   relative error of a fixed random subset of ``n_patch`` tokens;
+   relative error of a fixed random subset of ``patch_tokens`` tokens;
 2. per class, the KL of patching each subset token's ``h_{l+1}`` to its
    approximation at every patched layer (:func:`tlgeo.tokenwise.output_kl.patch_kl`);
 3. per (layer, class), Spearman(error, KL) with a bootstrap CI over windows.
@@ -56,9 +56,9 @@ from .pool import StatePool, collect_pool, n_layer_maps
 __all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "run", "units", "pool_windows",
            "LOG"]
 
-KEY = ("model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "n_patch", "seed")  # of every row
+KEY = ("model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "patch_tokens", "seed")  # of every row
 LOG = "tokenwise.jsonl"  # the resume log's name in ``log`` (default ``out``)
-_META = ("k", "exclude_sequence", "rank", "n_patch", "seed", "n_tokens")  # geometry columns added to the other tables
+_META = ("k", "exclude_sequence", "rank", "patch_tokens", "seed", "n_tokens")  # geometry columns added to the other tables
 
 
 @dataclass
@@ -120,7 +120,7 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
                        progress: bool = False, on_table: Callable[[str, pd.DataFrame], Any] | None = None,
                        **kwargs: Any) -> TokenwiseResult:
     """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
-    ``seq_len`` and ``dtype`` describe the pool and are not used here), on ``units`` (``(class,
+    ``seq_len`` and ``pool_dtype`` describe the pool and are not used here), on ``units`` (``(class,
     layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments. ``log_path``: the
     resume log.
     ``on_table(name, df)`` is called when the geometry is done, then with the tokens and the
@@ -131,8 +131,8 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
         raise TypeError(f"give a TokenwiseConfig or its keyword arguments, not both ({sorted(kwargs)})")
     layers = cfg.fitted_layers(pool.n_layers)
     patch_layers = cfg.patched_layers(pool.n_layers)
-    if cfg.n_patch > pool.n_tokens:
-        raise ValueError(f"n_patch must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.n_patch}")
+    if cfg.patch_tokens > pool.n_tokens:
+        raise ValueError(f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}")
     chosen = None if units is None else {tuple(u) for u in units}
     unknown = sorted(chosen - {(c, l) for c in cfg.classes for l in layers}) if chosen is not None else []
     if unknown:
@@ -141,9 +141,9 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     def wanted(c: str, l: int) -> bool:
         return chosen is None or (c, l) in chosen
 
-    subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.n_patch, replace=False))
+    subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.patch_tokens, replace=False))
     settings = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "ridge": cfg.ridge,
-                "energy": cfg.energy, "n_patch": cfg.n_patch, "seed": cfg.seed, "n_tokens": pool.n_tokens,
+                "energy": cfg.energy, "patch_tokens": cfg.patch_tokens, "seed": cfg.seed, "n_tokens": pool.n_tokens,
                 "inputs": content_digest(pool.windows)}  # the pool's tokens: another text is computed again
     log = (ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers"),
                      identity=run_identity(model).row(), content=("inputs",)) if log_path else None)
@@ -248,7 +248,7 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
         on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> TokenwiseResult:
     """The pool of ``cfg`` (collected into ``out/<cfg.pool_name(identity)>``, resumed and reused there; in a
     temporary folder when ``out`` is None), then :func:`tokenwise_analysis` on ``units`` (default
-    all), with ``n_patch`` at most the pool's tokens. With ``out`` each table is merged into it as
+    all), with ``patch_tokens`` at most the pool's tokens. With ``out`` each table is merged into it as
     soon as it is done; the resume log is ``<log>/tokenwise.jsonl`` (default ``out``).
     ``on_table(name, df)`` is called after each table (the CLI prints them)."""
     check_support(model, "tokenwise")  # a family it means nothing on fails here, before any work
@@ -269,10 +269,10 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
         if progress:
             print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
         r = ranks()  # under torchrun each rank collects its share of the pool, then they all-gather it
-        pool = collect_pool(model, windows, pool_dir, dtype=cfg.dtype, batch_size=cfg.batch_size, progress=progress,
+        pool = collect_pool(model, windows, pool_dir, dtype=cfg.pool_dtype, batch_size=cfg.batch_size, progress=progress,
                             ranks=r if r.size > 1 and all_ranks_busy() else None)
-        cfg = cfg.replace(n_patch=min(cfg.n_patch, pool.n_tokens))
-        meta = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "n_patch": cfg.n_patch,
+        cfg = cfg.replace(patch_tokens=min(cfg.patch_tokens, pool.n_tokens))
+        meta = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "patch_tokens": cfg.patch_tokens,
                 "seed": cfg.seed, "n_tokens": pool.n_tokens}
 
         def done(name: str, df: pd.DataFrame) -> None:
@@ -349,17 +349,17 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
         raise ValueError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
     layers, patched = cfg.fitted_layers(n_layers), cfg.patched_layers(n_layers)
     n_win, n_tok = pool_size(cfg.tokens, seq)
-    item = 2 if cfg.dtype == "float16" else 4
+    item = 2 if cfg.pool_dtype == "float16" else 4
     cached = min(cfg.batch_size, n_win) * seq * (n_layers + 1) * d * 4  # a batch's states, every layer
     out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached,
                 host_bytes=n_tok * (n_layers + 1) * d * item,
-                note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.dtype}, memory-mapped")]
+                note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.pool_dtype}, memory-mapped")]
     per_layer = fit_seconds(shape, n_tok, cfg.classes, cfg.k)
     out.append(Work("fits", 0, 1, cpu_seconds=len(layers) * per_layer,
                     host_bytes=(2 + len(cfg.classes)) * n_tok * d * 4 + n_tok * cfg.k * 8
                     + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
                     note=f"{len(cfg.classes)} class(es) at {len(layers)} layer(s) (host)"))
-    rows = min(cfg.n_patch, n_tok)
+    rows = min(cfg.patch_tokens, n_tok)
     resumed = sum((n_layers - l) / n_layers for l in patched)  # full forwards' worth of blocks, per patched token
     tokens = rows * seq * (1 + len(patched))
     batch = max(1, min(cfg.batch_size, LOGIT_BUDGET // (seq * shape.vocab)))
@@ -374,5 +374,5 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
 ANALYSIS = register_analysis(Analysis(
     "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
     "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
-    tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, n_patch=12, n_boot=20, fit_workers=1,
+    tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, patch_tokens=12, n_boot=20, fit_workers=1,
               batch_size=4), plan=plan, docs="analyses/tokenwise"))

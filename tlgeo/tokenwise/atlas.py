@@ -33,9 +33,9 @@ def patched_layers(n_layers: int, n: int) -> list[int]:
 
 # tokenwise_tokens, tokenwise_seq_len, tokenwise_classes, tokenwise_k, tokenwise_patch_tokens,
 # tokenwise_patch_layers (a count: evenly spaced layer maps); ``.config(**fixed)`` gives the TokenwiseConfig
-TokenwiseBudgets = atlas_budgets(TokenwiseConfig, "tokenwise_", ("tokens", "seq_len", "classes", "k", "n_patch",
+TokenwiseBudgets = atlas_budgets(TokenwiseConfig, "tokenwise_", ("tokens", "seq_len", "classes", "k", "patch_tokens",
                                                                   "patch_layer_count"),
-                                 rename={"n_patch": "patch_tokens", "patch_layer_count": "patch_layers"})
+                                 rename={"patch_layer_count": "patch_layers"})
 
 
 def headline(out: Path, budgets: TokenwiseBudgets | None = None) -> Headline:

@@ -1,5 +1,4 @@
-"""``tlgeo tokenwise``: its flags are :class:`~tlgeo.tokenwise.config.TokenwiseConfig`'s fields
-(``n_patch`` as ``--patch-tokens`` and ``dtype`` as ``--pool-dtype``: their ``flag``)."""
+"""``tlgeo tokenwise``: its flags are :class:`~tlgeo.tokenwise.config.TokenwiseConfig`'s fields."""
 
 from __future__ import annotations
 
@@ -52,10 +51,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"\n{what} ({n_tokens} tokens, k={cfg.k}):")
         print(g.pivot(index="layer", columns="class", values=col).round(3).to_string())
     c = res.correlation[res.correlation["target"] == "kl"]
-    print(f"\nSpearman(error, KL at the patched token), {g['n_patch'].iloc[0]} tokens (paper: {SPEARMAN_RANGE}):")
+    print(f"\nSpearman(error, KL at the patched token), {g['patch_tokens'].iloc[0]} tokens (paper: {SPEARMAN_RANGE}):")
     print(c.pivot(index="layer", columns="class", values="spearman").round(3).to_string())
-    if int(g["n_patch"].iloc[0]) < MIN_PATCHED:
-        print(f"note: Spearman on {g['n_patch'].iloc[0]} patched tokens per layer and class: an indication only "
+    if int(g["patch_tokens"].iloc[0]) < MIN_PATCHED:
+        print(f"note: Spearman on {g['patch_tokens'].iloc[0]} patched tokens per layer and class: an indication only "
               f"(below {MIN_PATCHED}; raise --patch-tokens)")
     print_written([out / TokenwiseResult.table(n).filename for n in ("geometry", "correlation", "tokens")]
                   + [out / LOG])

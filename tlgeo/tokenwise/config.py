@@ -30,7 +30,7 @@ class TokenwiseConfig(Config):
     """Collect every layer's token states over ``tokens`` tokens of ``corpus`` once, fit each token's
     layer map ``h_l -> h_(l+1)`` on its ``k`` nearest neighbours in restricted classes (and pool-wide
     baselines), measure the geometry of the residual per layer and class, and the KL of patching
-    ``n_patch`` tokens to their approximation, with Spearman(error, KL)."""
+    ``patch_tokens`` tokens to their approximation, with Spearman(error, KL)."""
 
     corpus: str = param("wikitext2", "text to collect states from")
     tokens: int = param(4096, f"tokens in the pool (the paper: {POOL_TOKENS}; in tlgeo atlas 0 skips the step)",
@@ -44,12 +44,12 @@ class TokenwiseConfig(Config):
                                      cost="per class: its fits at each fitted layer and its patched forwards")
     k: int = param(32, "neighbours per local fit")
     rank: int = param(8, "rank of the lowrank class")
-    same_sequence: bool = param(False, "allow neighbours from the token's own window (otherwise excluded, so the "
-                                       "fit stays tokenwise)")
+    exclude_sequence: bool = param(True, "exclude neighbours from the token's own window, so the fit stays "
+                                         "tokenwise (--no-exclude-sequence: allow them)")
     ridge: float = param(1e-3, "ridge of the linear, lowrank and global fits")
     energy: float = param(0.9, "share of the energy of the tokenwise updates Delta_tok that their dominant "
                                "subspace holds (residual_energy: the residual's share in it)")
-    n_patch: int = param(256, "tokens patched per layer and class for the KL", atlas=32, flag="--patch-tokens",
+    patch_tokens: int = param(256, "tokens patched per layer and class for the KL", atlas=32,
                          cost="per token and class: a clean forward of its window and one resumed at each patched "
                               "layer")
     patch_layers: tuple[int, ...] | None = param(None, "layer maps patched for the KL (every fitted layer when "
@@ -61,15 +61,9 @@ class TokenwiseConfig(Config):
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
     fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
                                 "each)")
-    dtype: str = param("float16", "pool storage", choices=DTYPES,
-                       flag="--pool-dtype")  # --dtype is the weights' dtype on every command
+    pool_dtype: str = param("float16", "pool storage dtype", choices=DTYPES)
     batch_size: int = param(16, "windows per forward")
     n_boot: int = param(1000, "bootstrap resamples of windows for the Spearman CIs (0: no CI)", min=0)
-
-    @property
-    def exclude_sequence(self) -> bool:
-        """Whether neighbours from the token's own window are excluded (the CSV column)."""
-        return not self.same_sequence
 
     def validate(self) -> None:
         bad = [c for c in self.classes if c not in CLASSES]
@@ -82,8 +76,8 @@ class TokenwiseConfig(Config):
         if self.seq_len < 2:
             raise ValueError(f"seq_len must be at least 2 (the first position of each window is left out), "
                              f"got {self.seq_len}")
-        if self.n_patch < 3:
-            raise ValueError(f"n_patch must be at least 3 (a rank correlation), got {self.n_patch}")
+        if self.patch_tokens < 3:
+            raise ValueError(f"patch_tokens must be at least 3 (a rank correlation), got {self.patch_tokens}")
         if min(self.patch_layer_count, self.seed, self.n_boot) < 0:
             raise ValueError("patch_layer_count, seed and n_boot must be non-negative")
         if not 0 < self.energy <= 1:
@@ -128,5 +122,5 @@ class TokenwiseConfig(Config):
         ``identity_key`` (:attr:`tlgeo.models.RunIdentity.key`: two models' pools never share a folder) and the
         windows of digest ``inputs`` (:func:`tlgeo.results.content_digest`: a corpus file changed under its
         name gets a pool of its own)."""
-        return (f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.dtype}-{identity_key}-"
+        return (f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.pool_dtype}-{identity_key}-"
                 f"{inputs[:8]}").replace("/", "_")
