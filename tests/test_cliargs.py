@@ -148,3 +148,34 @@ def test_the_timing_check_catches_a_planted_timing(text):
                                   "first n items (below 50: indication only)", "4x256-token forwards"])
 def test_the_timing_check_passes_plain_cost_words(text):
     assert not MACHINE_TIMING.search(text)
+
+
+def test_load_config_is_one_set_of_flags_for_every_command_that_loads_a_model():
+    from tlgeo.cli import build_parser
+    from tlgeo.cliargs import LoadConfig
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    load_flags = {"--model", "--device", "--dtype", "--device-map", "--max-memory", "--offload-folder", "--threads"}
+    loading = [n for n, p in sub.items() if "--device-map" in p._option_string_actions]
+    assert {"decompose", "dirmag", "tokenwise", "pdsf", "patching", "compression", "geometries", "atlas",
+            "heads"} <= set(loading)
+    for name in loading:
+        assert load_flags <= set(sub[name]._option_string_actions), name
+        for flag in load_flags:  # the same flag: dest, default, type, help
+            mine, theirs = sub[name]._option_string_actions[flag], sub["decompose"]._option_string_actions[flag]
+            assert (mine.dest, mine.default, mine.type, mine.help) == (theirs.dest, theirs.default, theirs.type,
+                                                                       theirs.help), (name, flag)
+    p = argparse.ArgumentParser()
+    LoadConfig.add_args(p)
+    args = p.parse_args(["--model", "tiny:llama", "--dtype", "bfloat16", "--threads", "1",
+                         "--device-map", '{"": "cpu"}', "--max-memory", "0=1GiB,cpu=2GiB"])
+    load = LoadConfig.of(args)
+    assert load == LoadConfig(model="tiny:llama", dtype="bfloat16", threads=1, device_map='{"": "cpu"}',
+                              max_memory={0: "1GiB", "cpu": "2GiB"})
+    assert load.load_kwargs() == {"device": "auto", "dtype": "bfloat16", "device_map": {"": "cpu"},
+                                  "max_memory": {0: "1GiB", "cpu": "2GiB"}, "offload_folder": None}
+    compress = sub["compress"]  # llmcompressor places the model itself: --model and --threads only
+    assert "--model" in compress._option_string_actions and "--threads" in compress._option_string_actions
+    assert "--dtype" not in compress._option_string_actions
+    with pytest.raises(ValueError, match="--device-map: not a JSON object"):
+        LoadConfig(device_map="{oops").load_kwargs()

@@ -194,7 +194,7 @@ def test_the_tokenwise_pool_keeps_every_state_of_every_token():
 
     shape = CALIBRATION_MODEL
     for dtype, item in (("float32", 4), ("float16", 2)):
-        cfg = TokenwiseConfig(tokens=1000, seq_len=64, dtype=dtype)
+        cfg = TokenwiseConfig(tokens=1000, seq_len=64, pool_dtype=dtype)
         pool = next(w for w in ANALYSIS.plan(shape, cfg) if w.step == "pool")
         n_windows, n_tokens = pool_size(1000, 64)
         assert n_tokens == 16 * 63 >= 1000 and pool.tokens == n_windows * 64  # BOS read, not kept

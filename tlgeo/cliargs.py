@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
-           "config_argv", "config_from_args", "config_flags", "add_model_arg", "model_kwargs", "add_threads_arg", "add_out_arg",
-           "model_key", "print_written", "files_since", "set_threads", "RunRecord", "default_out", "output_dir"]
+           "config_argv", "config_from_args", "config_flags", "LoadConfig", "add_out_arg", "model_key", "print_written",
+           "files_since", "RunRecord", "default_out", "output_dir"]
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -119,7 +119,7 @@ def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         t = types_[f.name]
-        kw: dict[str, Any] = {"dest": f.name, "default": default}
+        kw: dict[str, Any] = {"dest": meta.get("dest", prefix + f.name), "default": default}
         cost = f"; {meta['cost']}" if meta.get("cost") else ""
         kw["help"] = meta.get("help", "") + cost
         if meta.get("indices"):
@@ -140,6 +140,8 @@ def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
             kw["choices"] = tuple(meta["choices"])
         if meta.get("type") is not None:  # an argparse type of the field's own (e.g. TOKENS: 0 = all)
             kw["type"] = meta["type"]
+        if meta.get("metavar") is not None:
+            kw["metavar"] = meta["metavar"]
         if meta.get("required"):
             kw["required"] = True
             kw.pop("default")
@@ -190,7 +192,6 @@ def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "
             continue
         kw = dict(kw)
         flag, title = kw.pop("flag"), kw.pop("group", None)
-        kw["dest"] = prefix + kw["dest"]
         target = p
         if title is not None and hasattr(p, "add_argument_group"):
             target = groups.get(title) or groups.setdefault(title, p.add_argument_group(title))
@@ -199,32 +200,12 @@ def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "
 
 def config_from_args(cls: type, args: argparse.Namespace, prefix: str = "", **fixed: Any):
     """The config ``cls`` from the parsed flags of :func:`add_config_args` (``fixed`` wins)."""
-    values = {f.name: getattr(args, prefix + f.name) for f in dataclasses.fields(cls)
-              if hasattr(args, prefix + f.name)}
+    dests = {f.name: f.metadata.get("dest", prefix + f.name) for f in dataclasses.fields(cls)}
+    values = {name: getattr(args, dest) for name, dest in dests.items() if hasattr(args, dest)}
     return cls(**{**values, **fixed})
 
 
-def add_model_arg(p: argparse.ArgumentParser, placement: bool = True) -> None:
-    """``--model`` and (``placement``) where and how it is loaded: ``--device``, ``--dtype``, and
-    for a model larger than one device ``--device-map`` / ``--max-memory`` / ``--offload-folder``
-    (:func:`model_kwargs` turns them into :func:`tlgeo.models.load_model`'s arguments)."""
-    p.add_argument("--model", default="smollm2-135m",
-                   help="embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash scripts/setup.sh), "
-                        "tiny:<family> (a random model of any of the families `tlgeo models` lists), a local Hugging "
-                        "Face directory, or a hub name owner/name (online)")
-    if not placement:
-        return
-    g = p.add_argument_group("device and precision")
-    g.add_argument("--device", default="auto", dest="load_device", metavar="DEVICE",
-                   help="cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, else cpu)")
-    g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), dest="load_dtype",
-                   help="dtype of the weights (the geometry is computed in float32/float64 whatever it is)")
-    g.add_argument("--device-map", default=None,
-                   help="shard the model over devices with accelerate: auto, balanced, sequential, or a JSON "
-                        "module->device map (\"disk\" and \"cpu\" offload included); --device is then ignored")
-    g.add_argument("--max-memory", default=None, type=_memory_map,
-                   help="memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB")
-    g.add_argument("--offload-folder", default=None, help="folder for weights --device-map offloads to disk")
+_PLACEMENT = "device and precision"
 
 
 def _memory_map(text: str) -> dict:
@@ -238,42 +219,78 @@ def _memory_map(text: str) -> dict:
     return out
 
 
-def model_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`tlgeo.models.load_model` from :func:`add_model_arg`'s flags."""
-    device_map = getattr(args, "device_map", None)
-    if device_map and device_map.lstrip().startswith("{"):
-        try:
-            device_map = json.loads(device_map)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--device-map: not a JSON object ({e})") from None
-    return {"device": getattr(args, "load_device", "cpu"), "dtype": getattr(args, "load_dtype", "float32"),
-            "device_map": device_map, "max_memory": getattr(args, "max_memory", None),
-            "offload_folder": getattr(args, "offload_folder", None)}
+def _field(default: Any, help: str, **meta: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"help": help, **meta})
 
 
-def add_threads_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=POSITIVE, default=None,
-                   help="torch CPU threads (default: all cores; under torchrun, the cores / ranks per node)")
+@dataclasses.dataclass(frozen=True)
+class LoadConfig:
+    """Which model, where and how it is loaded: the flags every command, ``tlgeo plan`` and the atlas share
+    (``--model``, ``--device``, ``--dtype``, ``--device-map``, ``--max-memory``, ``--offload-folder``,
+    ``--threads``). :func:`tlgeo.models.load` loads it; :meth:`load_kwargs` are :func:`tlgeo.models.load_model`'s
+    keyword arguments."""
+
+    model: str = _field("smollm2-135m", "embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash "
+                                        "scripts/setup.sh), tiny:<family> (a random model of any of the families "
+                                        "`tlgeo models` lists), a local Hugging Face directory, or a hub name "
+                                        "owner/name (online)", flag="--model", dest="model")
+    device: str = _field("auto", "cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, "
+                                 "else cpu)", flag="--device", dest="load_device", metavar="DEVICE", group=_PLACEMENT)
+    dtype: str = _field("float32", "dtype of the weights (the geometry is computed in float32/float64 whatever it is)",
+                        choices=("float32", "bfloat16", "float16"), flag="--dtype", dest="load_dtype",
+                        group=_PLACEMENT)
+    device_map: str | None = _field(None, "shard the model over devices with accelerate: auto, balanced, sequential, "
+                                          "or a JSON module->device map (\"disk\" and \"cpu\" offload included); "
+                                          "--device is then ignored", flag="--device-map", dest="device_map",
+                                    group=_PLACEMENT)
+    max_memory: dict | None = _field(None, "memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB",
+                                     flag="--max-memory", dest="max_memory", type=_memory_map, group=_PLACEMENT)
+    offload_folder: str | None = _field(None, "folder for weights --device-map offloads to disk",
+                                        flag="--offload-folder", dest="offload_folder", group=_PLACEMENT)
+    threads: int | None = _field(None, "torch CPU threads (default: all cores; under torchrun, the cores / ranks per "
+                                       "node)", flag="--threads", dest="threads")
+
+    PLACEMENT = ("device", "dtype", "device_map", "max_memory", "offload_folder")  # what llmcompressor decides itself
+
+    @classmethod
+    def add_args(cls, p: argparse.ArgumentParser, placement: bool = True) -> None:
+        """The flags (without ``placement``: ``--model`` and ``--threads`` only)."""
+        add_config_args(p, cls, exclude=() if placement else cls.PLACEMENT)
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> "LoadConfig":
+        """The parsed flags of :meth:`add_args` (those a parser lacks keep their defaults)."""
+        return config_from_args(cls, args)
+
+    def load_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`tlgeo.models.load_model`."""
+        device_map = self.device_map
+        if device_map and device_map.lstrip().startswith("{"):
+            try:
+                device_map = json.loads(device_map)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--device-map: not a JSON object ({e})") from None
+        return {"device": self.device, "dtype": self.dtype, "device_map": device_map, "max_memory": self.max_memory,
+                "offload_folder": self.offload_folder}
+
+    def set_threads(self) -> None:
+        """``threads``; without it, under torchrun, the cores shared out among the node's ranks."""
+        threads = self.threads
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        if not threads and ranks > 1:
+            threads = max(1, (os.cpu_count() or 1) // ranks)
+        if threads:
+            import torch
+
+            cores = os.cpu_count() or 1
+            if threads > 4 * cores:  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
+                raise ValueError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core "
+                                 "only slows torch down")
+            torch.set_num_threads(threads)
 
 
 def add_out_arg(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--out", default=None, help=f"output directory (default: {default})")
-
-
-def set_threads(args: argparse.Namespace) -> None:
-    """``--threads``; without it, under torchrun, the cores shared out among the node's ranks."""
-    threads = getattr(args, "threads", None)
-    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if not threads and ranks > 1:
-        threads = max(1, (os.cpu_count() or 1) // ranks)
-    if threads:
-        import torch
-
-        cores = os.cpu_count() or 1
-        if threads > 4 * cores:  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
-            raise ValueError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core only "
-                             "slows torch down")
-        torch.set_num_threads(threads)
 
 
 def model_key(name: str) -> str:

@@ -143,7 +143,8 @@ def test_every_costly_budget_has_a_cost():
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
     assert costly <= set(fields)
     for name in costly:
-        assert re.search(r"~[\d.]+ (s|bare forwards) ", fields[name].metadata.get("cost", "") + " "), name
+        cost = fields[name].metadata.get("cost", "")  # what its cost grows with (no times: tests/test_cliargs.py)
+        assert len(cost) > 10 and re.search(r"forward|pass|linear|per ", cost), name
 
 
 def _chromium():

@@ -11,8 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from ..analysis import Command
-from ..cliargs import (POSITIVE, add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written)
 from ..storage import write_csv
 from .config import CompressConfig, CompressionConfig
 
@@ -51,11 +50,10 @@ def _out(args: argparse.Namespace) -> Path:
 
 
 def add_compression_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, CompressionConfig)
     p.add_argument("--ppl", default=None, help="ppl.csv of tlgeo compress (default: <out>/ppl.csv if present)")
     add_out_arg(p, OUT)
-    add_threads_arg(p)
 
 
 def run_compression(args: argparse.Namespace) -> int:
@@ -70,7 +68,8 @@ def run_compression(args: argparse.Namespace) -> int:
     from .plots import save_figures
     from .paper import paper_line
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(CompressionConfig, args)  # bad values fail here, before the model loads
     root = compressed_root(args.model, cfg.root)
     missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
@@ -82,7 +81,7 @@ def run_compression(args: argparse.Namespace) -> int:
     out = _out(args)
     ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
     ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
-    base = load_model(args.model, **model_kwargs(args))
+    base = load_model(load.model, **load.load_kwargs())
     res = run_analysis(ANALYSIS, base, cfg, out=out, progress=True)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
@@ -106,17 +105,17 @@ def run_compression(args: argparse.Namespace) -> int:
 
 
 def add_compress_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p, placement=False)  # llmcompressor places the model: CompressConfig's --device
+    LoadConfig.add_args(p, placement=False)  # llmcompressor places the model: CompressConfig's --device
     add_config_args(p, CompressConfig)
     add_out_arg(p, OUT)
-    p.add_argument("--threads", type=POSITIVE, default=2, help="torch CPU threads")
     p.add_argument("--verbose", action="store_true", help="llmcompressor's INFO log (default: its warnings only)")
 
 
 def run_compress_command(args: argparse.Namespace) -> int:
     from .compress import base_dir, run_compress
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(CompressConfig, args)  # bad method names fail here
     base_dir(args.model)  # an unknown model fails before any work
     out = _out(args)

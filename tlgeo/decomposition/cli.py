@@ -9,8 +9,7 @@ import time
 from typing import Sequence
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from ..models import Model
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
                      PplConfig, ProfileConfig, SweepsConfig)
@@ -26,10 +25,9 @@ PPL_DESCRIPTION = ("Perplexity unedited and under one edit. " + EDIT_HELP
 
 def _adder(cls: type):
     def add(p: argparse.ArgumentParser) -> None:
-        add_model_arg(p)
+        LoadConfig.add_args(p)
         add_config_args(p, cls)
         add_out_arg(p, "runs/<model>")
-        add_threads_arg(p)
 
     return add
 
@@ -55,13 +53,14 @@ def _setup(cls: type, args: argparse.Namespace):
     from ..data import load_text
     from ..models import load_model
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(cls, args)
     load_text(cfg.corpus)  # a bad corpus fails before the model loads
     out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
     if isinstance(cfg, PplConfig):
         _check_edit_against_config(cfg, args.model)
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     cfg, notes = cfg.fit_to(model.cfg.n_ctx)  # defaults that do not fit the model follow it; given ones fail
     for note in notes:
         print(note)

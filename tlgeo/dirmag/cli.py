@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
 
@@ -20,10 +19,9 @@ SMALL = 32  # below this many sentences or pairs a table is an indication only
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, DirmagConfig)
     add_out_arg(p, "runs/<model>")
-    add_threads_arg(p)
 
 
 def _titles(cfg: DirmagConfig) -> dict:
@@ -74,11 +72,12 @@ def run_command(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from .analysis import ANALYSIS, DirmagResult, probe_layers, sentences_of
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(DirmagConfig, args)  # bad values fail here, before the model loads
     sentences = sentences_of(cfg)
     out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     layers = cfg.grid().chosen_layers(model.cfg)
     if "probes" in cfg.parts():
         probe_layers(model, cfg)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from .config import GeometriesConfig
 
 __all__ = ["COMMANDS"]
@@ -37,10 +36,9 @@ LEGEND = "\n".join((
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, GeometriesConfig)
     add_out_arg(p, "runs/<model>")
-    add_threads_arg(p)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -50,11 +48,12 @@ def run_command(args: argparse.Namespace) -> int:
     from ..decomposition.summary import indication_note
     from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(GeometriesConfig, args)  # bad values fail here, before the model loads
     load_text(cfg.corpus)  # an unknown corpus too
     out = output_dir(args, model_key(args.model))
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     cfg.chosen_layers(model.cfg.n_layers)  # blocks out of range fail before any forward
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
     if res is None:  # a torchrun rank other than 0: rank 0 writes

@@ -7,8 +7,7 @@ import argparse
 import pandas as pd
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from .config import PatchingConfig
 
 __all__ = ["COMMANDS", "top_effects", "significance_summary", "par_baseline_lines"]
@@ -23,10 +22,9 @@ DESCRIPTION = ("Build each task's clean and corrupted prompts (IOI, subject-verb
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, PatchingConfig)
     add_out_arg(p, "runs/<model>")
-    add_threads_arg(p)
 
 
 def top_effects(effects: pd.DataFrame, k: int = 5) -> pd.DataFrame:
@@ -62,10 +60,11 @@ def run_command(args: argparse.Namespace) -> int:
     from ..models import load_model
     from .analysis import ANALYSIS, PatchingResult
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
     out = output_dir(args, model_key(args.model))
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     print(f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
           f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: {cfg.frame} run")
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
 
@@ -28,10 +27,9 @@ SINGLE_PASS_COLUMNS = ["condition", "rank", "n_prompts", "kl_mean", "kl_sem", "k
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, PDSFConfig)
     add_out_arg(p, "runs/pdsf-<model>")
-    add_threads_arg(p)
 
 
 def _printer(cfg: PDSFConfig):
@@ -61,10 +59,11 @@ def run_command(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from .analysis import ANALYSIS, LOGS, PDSFResult
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(PDSFConfig, args)  # bad values fail here, before the model loads
     out = output_dir(args, "pdsf-" + model_key(args.model))  # an --out that cannot be written fails first
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     cfg.check(model)
     res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=_printer(cfg))
     if res is None:  # a torchrun rank other than 0: rank 0 writes

@@ -34,7 +34,7 @@ from ..distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label, run_identity
 from ..results import current_run, identity_scope, run_state
 from ..storage import write_csv, write_json
-from ..analysis import StepContext, make_budgets
+from ..analysis import Config, StepContext, make_budgets, param
 from .headline import set_headline
 from .html import Report
 from .registry import load_steps
@@ -44,24 +44,24 @@ __all__ = ["AtlasConfig", "STEPS", "run_atlas", "same_command", "step_config"]
 STEPS: tuple[str, ...] = tuple(load_steps())
 
 
-@dataclass
-class AtlasConfig:
+@dataclass(frozen=True)
+class AtlasConfig(Config):
     """One atlas run: the model, the text, which steps, and the steps' budgets.
 
     ``budgets`` overrides budget fields by name (each analysis chapter declares
     its own in a dataclass, e.g. :class:`tlgeo.decomposition.atlas.DecompositionBudgets`;
     ``tlgeo atlas --help`` lists them all); unknown names are an error.
     ``steps=None`` runs every registered step. ``load``: the keyword arguments of
-    :func:`tlgeo.models.load_model` (``device``, ``dtype``, ``device_map``, ...).
+    :func:`tlgeo.models.load_model` (``device``, ``dtype``, ``device_map``, ...: :meth:`LoadConfig.load_kwargs`).
     """
 
-    model: str = "smollm2-135m"
-    corpus: str = "wikitext2"
-    out: Path | None = None
-    steps: tuple[str, ...] | None = None
-    seed: int = 0
-    budgets: dict[str, Any] = field(default_factory=dict)
-    load: dict[str, Any] = field(default_factory=dict)  # load_model's device, dtype, device_map, ...
+    model: str = param("smollm2-135m", "the model (tlgeo.cliargs.LoadConfig's --model)")
+    corpus: str = param("wikitext2", "text for perplexity and the token pools")
+    out: Path | None = param(None, "output directory (default: runs/atlas-<model>)")
+    steps: tuple[str, ...] | None = param(None, "the steps run (default: all registered)")
+    seed: int = param(0, "seed of every random choice")
+    budgets: dict[str, Any] = field(default_factory=dict, metadata={"help": "budget fields by name"})
+    load: dict[str, Any] = field(default_factory=dict, metadata={"help": "load_model's device, dtype, device_map, ..."})
 
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else default_out(f"atlas-{model_key(self.model)}")

@@ -6,8 +6,7 @@ import argparse
 import dataclasses
 
 from ..analysis import Command, budget_fields
-from ..cliargs import (NON_NEGATIVE, add_model_arg, add_threads_arg, items, model_key, model_kwargs, output_dir,
-                       print_written, set_threads)
+from ..cliargs import (LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written)
 from .registry import load_steps
 
 __all__ = ["COMMANDS"]
@@ -48,10 +47,9 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     p.add_argument("--corpus", default="wikitext2", help="text for perplexity and the token pools")
     p.add_argument("--out", default=None, help="output directory (default: runs/atlas-<model>)")
-    add_threads_arg(p)
     p.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(load_steps())
                    + " (default: all)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
@@ -74,7 +72,7 @@ def atlas_config(args: argparse.Namespace):
     if unknown:
         raise ValueError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
-                      budgets=budgets, load=model_kwargs(args))
+                      budgets=budgets, load=LoadConfig.of(args).load_kwargs())
     cfg.chapter_budgets()
     return cfg
 
@@ -82,7 +80,8 @@ def atlas_config(args: argparse.Namespace):
 def run_command(args: argparse.Namespace) -> int:
     from .atlas import run_atlas
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = atlas_config(args)  # an unknown budget or step fails here, before the model loads
     args.record.settings = {f"budget__{k}": v for b in cfg.chapter_budgets().values()
                             for k, v in dataclasses.asdict(b).items()}  # the budgets the run used, defaults included

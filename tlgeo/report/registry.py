@@ -138,20 +138,20 @@ def analysis_command(a: analysis.Analysis) -> analysis.Command:
     from .. import cliargs
 
     def add_args(p) -> None:
-        cliargs.add_model_arg(p)
+        cliargs.LoadConfig.add_args(p)
         cliargs.add_config_args(p, a.config)
         cliargs.add_out_arg(p, f"runs/{a.command_name}-<model>")
-        cliargs.add_threads_arg(p)
 
     def run(args) -> int:
         from ..distributed import run_analysis
         from ..models import load_model
         from ..results import IDENTITY
 
-        cliargs.set_threads(args)
+        load = cliargs.LoadConfig.of(args)
+        load.set_threads()
         cfg = cliargs.config_from_args(a.config, args)  # bad values fail here, before the model loads
         out = cliargs.output_dir(args, f"{a.command_name}-" + cliargs.model_key(args.model))
-        model = load_model(args.model, **cliargs.model_kwargs(args))
+        model = load_model(load.model, **load.load_kwargs())
         res = run_analysis(a, model, cfg, out=out, progress=True)
         if res is None:  # a torchrun rank other than 0: rank 0 writes
             return 0

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (add_config_args, add_model_arg, add_out_arg, add_threads_arg, config_from_args, model_key,
-                       model_kwargs, output_dir, print_written, set_threads)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
 
@@ -20,10 +19,9 @@ MIN_PATCHED = 100  # patched tokens per layer and class below which a Spearman i
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    add_model_arg(p)
+    LoadConfig.add_args(p)
     add_config_args(p, TokenwiseConfig)
     add_out_arg(p, "runs/<model>")
-    add_threads_arg(p)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -31,13 +29,14 @@ def run_command(args: argparse.Namespace) -> int:
     from ..distributed import run_analysis
     from .analysis import ANALYSIS, LOG, TokenwiseResult
 
-    set_threads(args)
+    load = LoadConfig.of(args)
+    load.set_threads()
     cfg = config_from_args(TokenwiseConfig, args)  # bad values fail here, before the model loads
     from ..data import load_text
 
     load_text(cfg.corpus)  # an unknown corpus fails before the model loads
     out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
-    model = load_model(args.model, **model_kwargs(args))
+    model = load_model(load.model, **load.load_kwargs())
     pools = out / cfg.pool_name(run_identity(model).key, "*")
     args.record.rerun = (f"The state pool is in {pools}; finished fits are in {out / LOG}. "
                          + args.record.rerun)
