@@ -3,7 +3,8 @@
 import pytest
 
 from tlgeo.cli import build_parser
-from tlgeo.planner import SEED_MODELS
+from tlgeo.families.checkpoints import SEED_CHECKPOINTS
+from tlgeo.planner import model_shape
 
 from .scripts import load_script
 
@@ -16,7 +17,7 @@ def test_each_recipe_parses_and_its_models_are_known(name):
     for model in recipes.RECIPES[name][1]:
         args = parser.parse_args(recipes.argv_of(name, model))  # a flag that drifted fails here
         assert args.cmd == recipes.RECIPES[name][2][0] and args.model == model
-        assert model in SEED_MODELS  # the planner's shapes: planned offline
+        assert model in SEED_CHECKPOINTS and model_shape(model).n_layers  # the planner's shapes: planned offline
 
 
 def test_printing_plans_and_lists_every_command(capsys):

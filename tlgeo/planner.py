@@ -1,8 +1,9 @@
 """What an analysis will cost on a model before it runs, from the model's config alone.
 
 :func:`model_shape` reads a model's shape (a local directory's ``config.json``, a ``config.json``
-file, ``tiny:<kind>``, an embedded model, or one of the seed papers' models by hub id from
-:data:`SEED_MODELS`: no weights, no network). An analysis that can be planned describes its
+file, ``tiny:<kind>``, an embedded model, or one of the seed papers' models by hub id from its
+published config.json values, :data:`tlgeo.families.checkpoints.SEED_CHECKPOINTS`: no weights,
+no network). An analysis that can be planned describes its
 steps as :class:`Work` (forward tokens, window length, batch, the share of the blocks and of
 the unembedding they go through, hooks' overhead, what it keeps on the device and in host
 memory, and its host work besides the forwards); :func:`estimate` turns them into forward
@@ -31,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["ModelShape", "model_shape", "SEED_MODELS", "Device", "DEVICES", "Work", "estimate", "start_seconds",
+__all__ = ["ModelShape", "model_shape", "Device", "DEVICES", "Work", "estimate", "start_seconds",
            "GPU_EFFICIENCY", "CALIBRATION_MODEL", "CHARS_PER_TOKEN", "text_tokens", "padded_batches", "windows"]
 
 GIB = 2**30
@@ -132,36 +133,6 @@ def _first(get, *keys: str, default: Any = KeyError) -> Any:
     return default
 
 
-# The seed papers' models, from each model's published config.json (transcribed for offline
-# planning; a local config.json, given as --model DIR, is always read instead).
-SEED_MODELS: dict[str, dict[str, Any]] = {
-    "Qwen/Qwen3-0.6B": dict(family="qwen3", n_layers=28, d_model=1024, n_heads=16, n_kv_heads=8, d_head=128,
-                            d_mlp=3072, vocab=151936, n_ctx=40960, tied=True),
-    "Qwen/Qwen3-1.7B": dict(family="qwen3", n_layers=28, d_model=2048, n_heads=16, n_kv_heads=8, d_head=128,
-                            d_mlp=6144, vocab=151936, n_ctx=40960, tied=True),
-    "Qwen/Qwen3-4B": dict(family="qwen3", n_layers=36, d_model=2560, n_heads=32, n_kv_heads=8, d_head=128,
-                          d_mlp=9728, vocab=151936, n_ctx=40960, tied=True),
-    "Qwen/Qwen3-8B": dict(family="qwen3", n_layers=36, d_model=4096, n_heads=32, n_kv_heads=8, d_head=128,
-                          d_mlp=12288, vocab=151936, n_ctx=40960, tied=False),
-    "Qwen/Qwen3-30B-A3B": dict(family="qwen3_moe", n_layers=48, d_model=2048, n_heads=32, n_kv_heads=4, d_head=128,
-                               d_mlp=768, vocab=151936, n_ctx=40960, tied=False, n_experts=128, experts_per_token=8),
-    "meta-llama/Llama-3.2-3B": dict(family="llama", n_layers=28, d_model=3072, n_heads=24, n_kv_heads=8, d_head=128,
-                                    d_mlp=8192, vocab=128256, n_ctx=131072, tied=True),
-    "TinyLlama/TinyLlama-1.1B": dict(family="llama", n_layers=22, d_model=2048, n_heads=32, n_kv_heads=4, d_head=64,
-                                     d_mlp=5632, vocab=32000, n_ctx=2048, tied=False),
-    "google/gemma-2-9b": dict(family="gemma2", n_layers=42, d_model=3584, n_heads=16, n_kv_heads=8, d_head=256,
-                              d_mlp=14336, vocab=256000, n_ctx=8192, tied=True),
-    "EleutherAI/pythia-410m": dict(family="gpt_neox", n_layers=24, d_model=1024, n_heads=16, n_kv_heads=16,
-                                   d_head=64, d_mlp=4096, vocab=50304, n_ctx=2048, tied=False, gated_mlp=False),
-    "EleutherAI/pythia-1.4b": dict(family="gpt_neox", n_layers=24, d_model=2048, n_heads=16, n_kv_heads=16,
-                                   d_head=128, d_mlp=8192, vocab=50304, n_ctx=2048, tied=False, gated_mlp=False),
-    "facebook/opt-1.3b": dict(family="opt", n_layers=24, d_model=2048, n_heads=32, n_kv_heads=32, d_head=64,
-                              d_mlp=8192, vocab=50272, n_ctx=2048, tied=True, gated_mlp=False),
-    "distilgpt2": dict(family="gpt2", n_layers=6, d_model=768, n_heads=12, n_kv_heads=12, d_head=64, d_mlp=3072,
-                       vocab=50257, n_ctx=1024, tied=True, gated_mlp=False),
-}
-
-
 # the model the planner's CPU constants (here and in the analyses' plans) were measured on: SmolLM2-135M's
 # config.json, transcribed (so scaling a constant to another shape never converts the model)
 CALIBRATION_MODEL = ModelShape(name="smollm2-135m", family="llama", n_layers=30, d_model=576, n_heads=9, n_kv_heads=3,
@@ -170,16 +141,15 @@ CALIBRATION_MODEL = ModelShape(name="smollm2-135m", family="llama", n_layers=30,
 
 def model_shape(name: str) -> ModelShape:
     """The shape of ``name``: ``tiny:<kind>``, an embedded model, a local directory with a
-    ``config.json``, a ``config.json`` file, or a seed model's hub id (:data:`SEED_MODELS`)."""
+    ``config.json``, a ``config.json`` file, or a seed model's hub id (its published config.json:
+    :data:`tlgeo.families.checkpoints.SEED_CHECKPOINTS`)."""
     from .families import family_of_config
     from .families.checkpoints import SEED_CHECKPOINTS
     from .models import EMBEDDED_MODELS, UnknownModelError, embedded_model_dir, tiny_config
 
     if name.startswith("tiny:"):
         return ModelShape.from_hf_config(tiny_config(name.split(":", 1)[1]), name)
-    if name in SEED_MODELS:
-        return ModelShape(name=name, **SEED_MODELS[name])
-    if name in SEED_CHECKPOINTS:  # the other seed models: from their published config.json
+    if name in SEED_CHECKPOINTS:
         family = family_of_config(SEED_CHECKPOINTS[name])
         if family is not None and not family.attention:
             raise ValueError(f"{name}: the planner counts attention and MLP FLOPs; {family.name} has neither")
@@ -192,7 +162,7 @@ def model_shape(name: str) -> ModelShape:
     if path.is_file():
         return ModelShape.from_hf_config(json.loads(path.read_text()), name)
     raise UnknownModelError(f"no shape for {name!r}: give tiny:<kind>, an embedded model ({', '.join(EMBEDDED_MODELS)}), "
-                            f"a directory or config.json, or a seed model: {', '.join(SEED_MODELS | SEED_CHECKPOINTS)}")
+                            f"a directory or config.json, or a seed model: {', '.join(SEED_CHECKPOINTS)}")
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def test_parallel_blocks_take_resid_pre_as_the_mlp_reference(neox):
 def test_head_deltas_are_the_one_head_deltas(setup, comp):
     model, task, runs = setup
     c = get_component(comp)
-    roles = c.site.read_hooks(model.cfg)
+    roles = c.site.read_hooks(model)
     acts = lambda run: {"target": run.acts[f"blocks.1.{c.site.target}"],  # noqa: E731
                         **{r: run.acts[f"blocks.1.{h}"] for r, h in roles}}
     w = model.blocks[1].attn.W_O

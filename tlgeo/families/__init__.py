@@ -1,10 +1,13 @@
-"""Model families: what each architecture's blocks look like (:mod:`.registry`), a tiny random
-model of each, and the support matrix of families x sites and analyses (:mod:`.support`)."""
+"""Model families: one module per architecture (:mod:`.architectures`: its blocks' traits, a tiny
+random model, the seed papers' checkpoints, where HF keeps its layers), the registry that lists
+them (:mod:`.registry`), and the support matrix of families x sites and analyses (:mod:`.support`)."""
 
-from .registry import ALIASES, FAMILIES, Family, UnknownFamilyError, family_of, family_of_config, get_family
+from .registry import (ALIASES, FAMILIES, FAMILY_MODULES, Family, UnknownFamilyError, family_of, family_of_config,
+                       get_family, layer_paths)
 from .support import (ANALYSIS_COLUMNS, COLUMNS, SITE_COLUMNS, Support, UnsupportedError, check_support, columns,
                       markdown_table, register_support, support, support_table)
 
-__all__ = ["ALIASES", "FAMILIES", "Family", "UnknownFamilyError", "family_of", "family_of_config", "get_family",
+__all__ = ["ALIASES", "FAMILIES", "FAMILY_MODULES", "Family", "UnknownFamilyError", "family_of", "family_of_config",
+           "get_family", "layer_paths",
            "ANALYSIS_COLUMNS", "COLUMNS", "SITE_COLUMNS", "Support", "UnsupportedError", "check_support",
            "markdown_table", "support", "support_table", "columns", "register_support"]

@@ -1,19 +1,20 @@
-"""The seed papers' real models, by name: their architectures' published configuration values.
+"""The seed papers' real models as test fixtures: their published configs, reduced to test size.
 
 :data:`SEED_CHECKPOINTS` holds, for each hub id the seed papers use, the values of that model's
 public ``config.json`` on the Hugging Face hub (its model card's files), written down offline
-from those files: nothing here is downloaded. Only the keys that change the architecture are
-kept (sizes, heads, norms and their epsilons, activations, rotary settings, sliding windows and
-their layer pattern, soft-capping, mixture-of-experts fields, parallel / post-LN blocks, the
-Mamba mixer's sizes, tied embeddings, the weights' published quantisation); token ids, dtypes,
-dropout, initialisation ranges and transformers' bookkeeping are left out. Keys are spelt as in
-``config.json``.
+from those files in the model's family module (``Family.checkpoints``,
+:mod:`tlgeo.families.architectures`): nothing here is downloaded. Only the keys that change the
+architecture are kept (sizes, heads, norms and their epsilons, activations, rotary settings,
+sliding windows and their layer pattern, soft-capping, mixture-of-experts fields, parallel /
+post-LN blocks, the Mamba mixer's sizes, tied embeddings, the weights' published quantisation);
+token ids, dtypes, dropout, initialisation ranges and transformers' bookkeeping are left out.
+Keys are spelt as in ``config.json``.
 
-:data:`SEED_FAMILIES` names each model's tlgeo family (:data:`.registry.FAMILIES`), and
-:func:`reduced_config` turns a real config into a transformers config of the same architecture,
-every real value kept except the sizes, so that a random model of it (well under 1M
-parameters, the byte tokenizer's 258 ids) boots in about a second: the seed models as test
-fixtures, without their weights.
+:data:`SEED_FAMILIES` names each model's tlgeo family (both are views the registry builds from
+the family modules), and :func:`reduced_config` turns a real config into a transformers config
+of the same architecture, every real value kept except the sizes, so that a random model of it
+(well under 1M parameters, the byte tokenizer's 258 ids) boots in about a second: the seed
+models as test fixtures, without their weights.
 """
 
 from __future__ import annotations
@@ -23,152 +24,9 @@ import math
 from typing import Any
 
 from ..errors import UnknownNameError
+from .registry import SEED_CHECKPOINTS, SEED_FAMILIES
 
 __all__ = ["SEED_CHECKPOINTS", "SEED_FAMILIES", "reduced_config", "REDUCED"]
-
-# ---------------------------------------------------------------------------------------------
-# The published config.json values (architecture keys only)
-# ---------------------------------------------------------------------------------------------
-
-
-def _qwen3(hidden: int, intermediate: int, layers: int, heads: int, tied: bool) -> dict[str, Any]:
-    return {
-        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
-        "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "num_key_value_heads": 8, "head_dim": 128,
-        "hidden_act": "silu", "rms_norm_eps": 1e-06, "attention_bias": False,
-        "rope_theta": 1000000, "rope_scaling": None, "max_position_embeddings": 40960,
-        "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers,
-        "tie_word_embeddings": tied, "vocab_size": 151936,
-    }
-
-
-def _pythia(hidden: int, intermediate: int) -> dict[str, Any]:
-    return {
-        "model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"],
-        "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": 24,
-        "num_attention_heads": 16, "hidden_act": "gelu", "layer_norm_eps": 1e-05,
-        "rotary_pct": 0.25, "rotary_emb_base": 10000, "use_parallel_residual": True,
-        "max_position_embeddings": 2048, "tie_word_embeddings": False, "vocab_size": 50304,
-    }
-
-
-def _opt(hidden: int, ffn: int, heads: int, pre_ln: bool, proj: int) -> dict[str, Any]:
-    return {
-        "model_type": "opt", "architectures": ["OPTForCausalLM"],
-        "hidden_size": hidden, "ffn_dim": ffn, "num_hidden_layers": 24, "num_attention_heads": heads,
-        "activation_function": "relu", "do_layer_norm_before": pre_ln, "_remove_final_layer_norm": False,
-        "word_embed_proj_dim": proj,
-        "max_position_embeddings": 2048, "vocab_size": 50272,
-    }
-
-
-SEED_CHECKPOINTS: dict[str, dict[str, Any]] = {
-    "Qwen/Qwen3-0.6B": _qwen3(1024, 3072, 28, 16, tied=True),
-    "Qwen/Qwen3-1.7B": _qwen3(2048, 6144, 28, 16, tied=True),
-    "Qwen/Qwen3-4B": _qwen3(2560, 9728, 36, 32, tied=True),
-    "Qwen/Qwen3-8B": _qwen3(4096, 12288, 36, 32, tied=False),
-    "Qwen/Qwen3-30B-A3B": {
-        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
-        "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
-        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
-        "mlp_only_layers": [], "hidden_act": "silu", "rms_norm_eps": 1e-06, "attention_bias": False,
-        "rope_theta": 1000000.0, "rope_scaling": None, "max_position_embeddings": 40960,
-        "use_sliding_window": False, "sliding_window": None, "max_window_layers": 48,
-        "tie_word_embeddings": False, "vocab_size": 151936,
-    },
-    "meta-llama/Llama-3.2-3B": {
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
-        "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
-        "hidden_act": "silu", "rms_norm_eps": 1e-05, "attention_bias": False, "mlp_bias": False,
-        "rope_theta": 500000.0,
-        "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-        "max_position_embeddings": 131072, "tie_word_embeddings": True, "vocab_size": 128256,
-    },
-    # the card: TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T
-    "TinyLlama/TinyLlama-1.1B": {
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
-        "num_attention_heads": 32, "num_key_value_heads": 4,
-        "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": None,
-        "max_position_embeddings": 2048, "tie_word_embeddings": False, "vocab_size": 32000,
-    },
-    "google/gemma-3-1b-pt": {
-        "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"],
-        "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
-        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
-        "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "attention_bias": False,
-        "query_pre_attn_scalar": 256, "attn_logit_softcapping": None, "final_logit_softcapping": None,
-        "rope_theta": 1000000, "rope_local_base_freq": 10000, "rope_scaling": None,
-        "sliding_window": 512, "sliding_window_pattern": 6,
-        "max_position_embeddings": 32768, "vocab_size": 262144,
-    },
-    "google/gemma-2-9b": {
-        "model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"],
-        "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
-        "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06,
-        "attention_bias": False, "query_pre_attn_scalar": 256,
-        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
-        "rope_theta": 10000.0, "sliding_window": 4096, "sliding_window_size": 4096,
-        "max_position_embeddings": 8192, "vocab_size": 256000,
-    },
-    "openai/gpt-oss-20b": {
-        "model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
-        "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
-        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-        "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4,
-        "hidden_act": "silu", "swiglu_limit": 7.0, "rms_norm_eps": 1e-05, "attention_bias": True,
-        "rope_theta": 150000,
-        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                         "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
-        "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12,
-        "max_position_embeddings": 131072,
-        "tie_word_embeddings": False, "vocab_size": 201088,
-        # the published weights' format (MXFP4 experts); dropped by reduced_config
-        "quantization_config": {"quant_method": "mxfp4",
-                                "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                           "model.embed_tokens", "lm_head"]},
-    },
-    "EleutherAI/pythia-410m": _pythia(1024, 4096),
-    "EleutherAI/pythia-1.4b": _pythia(2048, 8192),
-    "facebook/opt-1.3b": _opt(2048, 8192, 32, pre_ln=True, proj=2048),
-    "facebook/opt-350m": _opt(1024, 4096, 16, pre_ln=False, proj=512),
-    "distilgpt2": {
-        "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
-        "n_embd": 768, "n_layer": 6, "n_head": 12, "activation_function": "gelu_new",  # no n_inner: 4 x n_embd
-        "layer_norm_epsilon": 1e-05, "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257,
-    },
-    "state-spaces/mamba-130m-hf": {
-        "model_type": "mamba", "architectures": ["MambaForCausalLM"],
-        "hidden_size": 768, "intermediate_size": 1536, "num_hidden_layers": 24, "n_layer": 24,
-        "state_size": 16, "expand": 2, "conv_kernel": 4, "time_step_rank": 48,
-        "hidden_act": "silu", "layer_norm_epsilon": 1e-05, "rms_norm": True, "fused_add_norm": True,
-        "residual_in_fp32": True, "use_bias": False, "use_conv_bias": True, "vocab_size": 50280,
-    },
-}
-
-SEED_FAMILIES: dict[str, str] = {
-    "Qwen/Qwen3-0.6B": "qwen3",
-    "Qwen/Qwen3-1.7B": "qwen3",
-    "Qwen/Qwen3-4B": "qwen3",
-    "Qwen/Qwen3-8B": "qwen3",
-    "Qwen/Qwen3-30B-A3B": "qwen3_moe",
-    "meta-llama/Llama-3.2-3B": "llama",
-    "TinyLlama/TinyLlama-1.1B": "llama",
-    "google/gemma-3-1b-pt": "gemma3",
-    "google/gemma-2-9b": "gemma2",
-    "openai/gpt-oss-20b": "gpt_oss",
-    "EleutherAI/pythia-410m": "gpt_neox",
-    "EleutherAI/pythia-1.4b": "gpt_neox",
-    "facebook/opt-1.3b": "opt",
-    "facebook/opt-350m": "opt_post_ln",
-    "distilgpt2": "gpt2",
-    "state-spaces/mamba-130m-hf": "mamba",
-}
 
 # ---------------------------------------------------------------------------------------------
 # Reduced configs: the real architecture, test-sized

@@ -1,18 +1,19 @@
 """The support matrix: every family x site and analysis, supported, supported with a documented
 difference, or refused with the reason. The code enforces it (:func:`check_support`, called by
 the site adapter and by every analysis before its first forward) and the README's table and
-``tlgeo models --support`` print it, all from :func:`support`.
+``tlgeo models --support`` print it, all from :func:`support`: a family's own cells
+(``Family.support``, in its module) first, then rules over the traits every family declares.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from ..errors import UnknownNameError
-from .registry import FAMILIES, Family, family_of
+from .family import Family, Support
+from .registry import FAMILIES, family_of
 
 __all__ = ["Support", "SITE_COLUMNS", "ANALYSIS_COLUMNS", "COLUMNS", "support", "support_table", "check_support",
            "UnsupportedError", "markdown_table", "register_support", "columns"]
@@ -40,19 +41,6 @@ class UnsupportedError(ValueError):
     """An analysis or site that means nothing (or something else) on this model's family."""
 
 
-@dataclass(frozen=True)
-class Support:
-    status: str  # "yes", "differs" (supported, the difference written in ``why``), "no" (refused: ``why``)
-    why: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "no"
-
-    def cell(self) -> str:
-        return {"yes": "yes", "differs": "yes*", "no": "no"}[self.status]
-
-
 _YES = Support("yes")
 
 
@@ -61,15 +49,18 @@ def _no_attention(f: Family, what: str) -> Support:
 
 
 def support(family: Family | str, column: str) -> Support:
-    """What ``column`` (a site or an analysis, :data:`COLUMNS`) means on ``family``."""
+    """What ``column`` (a site or an analysis, :data:`COLUMNS`) means on ``family``: the family's own
+    cell (``Family.support``) if it has one, else the rules below, which read its traits."""
     f = family if isinstance(family, Family) else FAMILIES[family]
+    if column not in COLUMNS and column not in _RULES:
+        raise UnknownNameError(f"unknown support column {column!r}; choose from {columns()}")
+    if column in f.support:
+        return f.support[column]
     if column in _RULES:
         got = _RULES[column](f)
         if not isinstance(got, Support):
             raise TypeError(f"the support rule of {column!r} returned {got!r}, not a Support")
         return got
-    if column not in COLUMNS:
-        raise UnknownNameError(f"unknown support column {column!r}; choose from {columns()}")
     post_ln = ("post-LN: the update is measured against the state it is added to; the norm after the add "
                "then rescales the sum, so the parallel part also turns it")
     if column in ("attn", "mlp"):
@@ -116,9 +107,6 @@ def support(family: Family | str, column: str) -> Support:
         if f.moe:
             return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not "
                                  "mapped")
-        if not f.hf_layers:
-            return Support("no", f"the compression diagnosis reads Llama-style decoder layers (model.layers, "
-                                 f"self_attn, mlp); {f.name} keeps its blocks elsewhere")
         return _YES
     if column == "train":
         return Support("differs", "pretraining builds its own GPT (LayerNorm) and Llama (RMSNorm) models; "

@@ -112,7 +112,7 @@ def site_hooks(
     cfg = model.cfg
     hooks: HookList = []
     chosen = resolve_layers(cfg, layers, skip_first)
-    roles = site.read_hooks(cfg)
+    roles = site.read_hooks(model)
     if "attn.hook_pattern" in (site.target, *(h for _, h in roles)) and not pattern_is_live(model, chosen[0]):
         raise UnsupportedError(f"{site.name} on {getattr(cfg, 'architecture', 'this model')}: the bridge fires its "
                                "attention pattern after the heads' outputs, so the pattern is not known (or "

@@ -22,6 +22,7 @@ from typing import Callable, Mapping, NamedTuple
 
 from torch import Tensor
 
+from ..families import family_of
 from ..geometry.value_space import group_heads, self_weights
 
 __all__ = ["Site", "Update", "SITES", "DECOMPOSITION_SITES", "get_site", "UnknownSiteError"]
@@ -70,11 +71,19 @@ class Site:
     def __repr__(self) -> str:  # its name: the registry holds the rest (functions, hook lists)
         return f"Site({self.name!r})"
 
-    def read_hooks(self, cfg) -> Reads:
-        """``(role, hook)`` pairs to read for a model with config ``cfg``."""
-        if self.parallel_block_reads is not None and getattr(cfg, "parallel_attn_mlp", False):
+    def read_hooks(self, model) -> Reads:
+        """``(role, hook)`` pairs to read on ``model``, as its family's traits say (parallel, post-LN
+        blocks); a model of no known family (or a bare config) by its config's flags."""
+        family = family_of(model)
+        if family is not None:
+            parallel, post_ln = family.parallel, family.post_ln
+        else:
+            cfg = getattr(model, "cfg", model)
+            parallel = getattr(cfg, "parallel_attn_mlp", False)
+            post_ln = getattr(cfg, "do_layer_norm_before", True) is False
+        if self.parallel_block_reads is not None and parallel:
             return self.parallel_block_reads
-        if self.post_ln_reads is not None and getattr(cfg, "do_layer_norm_before", True) is False:
+        if self.post_ln_reads is not None and post_ln:
             return self.post_ln_reads
         return self.reads
 

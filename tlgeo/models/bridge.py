@@ -1,16 +1,19 @@
 """Booting a Hugging Face model as a TransformerLens bridge with raw weights (each family's
-workarounds applied: :mod:`tlgeo.models.opt`), and saving an HF folder from any rank."""
+workarounds applied: the module its record names, e.g. :mod:`tlgeo.models.opt`), and saving an HF
+folder from any rank."""
 
 from __future__ import annotations
 
 import os
 import types
 import warnings
+from contextlib import ExitStack
+from importlib import import_module
 from typing import Any
 
 import torch
 
-from . import opt
+from ..families import FAMILIES, family_of
 from .placement import input_device
 
 __all__ = ["boot", "save_local", "inputs_follow_model", "is_bridge"]
@@ -59,6 +62,11 @@ def save_local(hf, path: str | os.PathLike) -> None:
         del hf.should_save_on_this_rank
 
 
+def _workarounds() -> list[types.ModuleType]:
+    """The families' workaround modules (``Family.workarounds``), each once."""
+    return [import_module(name) for name in dict.fromkeys(f.workarounds for f in FAMILIES.values() if f.workarounds)]
+
+
 def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **shard: Any):
     """A bridge over the HF model in ``name_or_dir`` (a folder or a hub id) on ``device`` in ``dtype``
     (or sharded by accelerate: ``shard`` holds ``device_map``, ``max_memory``, ``offload_folder``),
@@ -71,15 +79,18 @@ def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **sha
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # the per-tensor "Loading weights" bar, on every load
     try:
-        with warnings.catch_warnings(), opt.post_ln_final_norm():
+        with warnings.catch_warnings(), ExitStack() as patches:
+            for module in _workarounds():  # the family is known only once booted: every family's patches
+                patches.enter_context(module.during_boot())
             warnings.simplefilter("ignore")
             bridge = TransformerBridge.boot_transformers(name_or_dir, device=None if shard else device, dtype=dtype,
                                                          trust_remote_code=False, **shard)  # never a model's own code
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    opt.post_ln_blocks(bridge)
-    opt.live_pattern(bridge)
+    family = family_of(bridge)
+    if family is not None and family.workarounds:
+        import_module(family.workarounds).after_boot(bridge)
     inputs_follow_model(bridge)
     bridge.eval()
     return bridge

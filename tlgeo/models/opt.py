@@ -1,6 +1,7 @@
 """TransformerLens 4.3's OPT adapter, mended: a live attention pattern (an edit of ``hook_pattern``
-changes the output) and post-LN OPT (OPT-350m) booting and running. Applied by
-:func:`tlgeo.models.bridge.boot` to OPT models only."""
+changes the output) and post-LN OPT (OPT-350m) booting and running. The OPT families name this
+module as their ``workarounds``; :func:`tlgeo.models.bridge.boot` enters :func:`during_boot` around
+every boot and calls :func:`after_boot` on OPT models."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 
 import torch
 
-__all__ = ["live_pattern", "post_ln_final_norm", "post_ln_blocks"]
+__all__ = ["during_boot", "after_boot", "live_pattern", "post_ln_final_norm", "post_ln_blocks"]
 
 
 def _opt_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -75,3 +76,16 @@ def post_ln_blocks(bridge) -> None:
     for block in bridge.blocks:
         for point in (block.ln2.hook_in, block.ln2.hook_out):
             point.hook_conversion = None
+
+
+@contextlib.contextmanager
+def during_boot():
+    """Around the boot of any model (its family is known only once booted): post-LN OPT's adapter mended."""
+    with post_ln_final_norm():
+        yield
+
+
+def after_boot(bridge) -> None:
+    """An OPT bridge's fixes: post-LN blocks' ln2 hooks, then the live pattern."""
+    post_ln_blocks(bridge)
+    live_pattern(bridge)

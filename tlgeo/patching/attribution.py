@@ -76,7 +76,7 @@ def attribution_sweep(
         pos = None if pos_all is None else pos_all[rows]
         for layer in chosen:
             for c in comps:
-                roles = c.site.read_hooks(model.cfg)
+                roles = c.site.read_hooks(model)
                 tname = f"blocks.{layer}.{c.site.target}"
                 tgt = {"target": acts[tname], **{r: acts[f"blocks.{layer}.{h}"] for r, h in roles}}
                 src = {"target": source.acts[tname][rows],

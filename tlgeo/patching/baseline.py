@@ -61,7 +61,7 @@ def par_shares(z: Float[Tensor, "rows q head d_head"], ref: Float[Tensor, "rows 
 def par_baseline_rows(model: Model, runs: TaskRuns, layers: list[int], *, seed: int) -> list[dict]:
     """One row per block in ``layers`` and head (:data:`COLUMNS`) from the clean run's cached
     activations of the ``head_par`` site (the caller checks that the heads' writes are their own)."""
-    reads = dict(get_component("head_par").site.read_hooks(model.cfg))
+    reads = dict(get_component("head_par").site.read_hooks(model))
     acts = runs.clean.acts
     d_model = int(model.cfg.d_model)
     rows = []

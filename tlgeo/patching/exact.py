@@ -62,7 +62,7 @@ def patch_hooks(
         if any(c.scope == "layer" for c in group) and heads is not None:
             raise ValueError(f"{[c.name for c in group]}: heads apply only to head components")
         src = {"target": source[f"blocks.{layer}.{site.target}"],
-               **{role: source[f"blocks.{layer}.{h}"] for role, h in site.read_hooks(model.cfg)}}
+               **{role: source[f"blocks.{layer}.{h}"] for role, h in site.read_hooks(model)}}
         w = W_O(model, layer) if any(c.quantity == "write" for c in group) else None
 
         def on_target(_layer: int, tensor: Tensor, reads, _group=group, _src=src, _w=w) -> Tensor:
@@ -104,7 +104,7 @@ def patched_metric(
     n = runs.task.n
     reps = 1 if heads is None else len(heads)
     pos = position_mask(runs.task, positions)
-    names = [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
+    names = [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model))]
     src = _rows_of(source.acts, names, reps)
     mask = None
     if heads is not None:

@@ -67,7 +67,7 @@ def path_hook_names(model: Model, comps: Sequence[str | Component], sender_layer
         names.append(f"blocks.{layer}.hook_resid_pre")
         for c in map(get_component, comps):
             names += [f"blocks.{layer}.{c.site.target}",
-                      *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
+                      *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model))]
     names += [f"blocks.{layer}.hook_resid_pre" for layer in r_layers]
     first = min(s_layers, default=last)
     names += [f"blocks.{layer}.hook_attn_out" for layer in range(first + 1, last)]
@@ -99,7 +99,7 @@ def _sender_pass(model: Model, runs: TaskRuns, c: Component, layer: int, heads: 
     recomputed (or frozen, ``through_mlps=False``); the hooks ``captures`` as this pass computes them."""
     target, source = runs.pair(direction)
     n, reps = runs.task.n, 1 if heads is None else len(heads)
-    site_names = [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model.cfg))]
+    site_names = [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model))]
     src = {k: _rows(source.acts[k], reps) for k in site_names}
     mask = None if heads is None else torch.eye(model.cfg.n_heads)[heads].repeat_interleave(n, 0)
     pos = position_mask(runs.task, positions)

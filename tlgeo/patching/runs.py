@@ -73,7 +73,7 @@ def hook_names(model: Model, components: Iterable[str | Component], layers: Iter
     for layer in layers:
         names.append(f"blocks.{layer}.hook_resid_pre")
         for c in map(get_component, components):
-            for suffix in (c.site.target, *(h for _, h in c.site.read_hooks(model.cfg))):
+            for suffix in (c.site.target, *(h for _, h in c.site.read_hooks(model))):
                 names.append(f"blocks.{layer}.{suffix}")
     return list(dict.fromkeys(names))
 

@@ -10,9 +10,10 @@ Any causal LM whose blocks it can hook:
 
 * a TransformerBridge: ``blocks.0.hook_resid_pre`` and ``blocks.l.hook_resid_post``;
 * a plain Hugging Face model (e.g. transformers' Mamba, where TransformerLens has
-  no bridge): forward hooks on its list of layers (``model.layers``,
-  ``backbone.layers``, ``transformer.h``, ``gpt_neox.layers``, ...): the input of
-  the first and the output of each, before any final norm.
+  no bridge): forward hooks on its list of layers (its family's ``layer_path``;
+  for a model of no known family, the first of the families' paths, ``layers``
+  or ``h`` it has): the input of the first and the output of each, before any
+  final norm.
 
 Collection writes window by window and records how many windows are done, so an
 interrupted run resumes where it stopped.
@@ -30,6 +31,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
+from ..families import family_of_config, layer_paths
 from ..models import Model, run_identity
 from ..models.bridge import is_bridge
 from ..hooks.resume import activations
@@ -38,13 +40,15 @@ from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, wr
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
 
-_LAYER_PATHS = ("model.layers", "backbone.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
-                "layers", "h")
+_BASE_LAYER_PATHS = ("layers", "h")  # a bare base model (no LM head): its layers at the top
 
 
 def layer_list(model: Model) -> nn.ModuleList:
-    """The list of blocks of a plain HF causal LM (``ValueError`` when none is found)."""
-    for path in _LAYER_PATHS:
+    """The list of blocks of a plain HF causal LM: at its family's ``layer_path``, or (no known
+    family, or a base model) the first list found at a family's path (``ValueError`` when none is)."""
+    family = family_of_config(getattr(model, "config", None))
+    paths = tuple(dict.fromkeys(((family.layer_path,) if family else ()) + layer_paths() + _BASE_LAYER_PATHS))
+    for path in paths:
         obj = model
         for part in path.split("."):
             obj = getattr(obj, part, None)
@@ -52,7 +56,7 @@ def layer_list(model: Model) -> nn.ModuleList:
                 break
         if isinstance(obj, nn.ModuleList) and len(obj):
             return obj
-    raise ValueError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(_LAYER_PATHS)})")
+    raise ValueError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(paths)})")
 
 
 def _states_bridge(model, tokens: torch.Tensor) -> list[torch.Tensor]:
