@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["find_chromium", "page_height", "screenshot", "shoot"]
+__all__ = ["find_chromium", "page_height", "screenshot", "shoot", "render", "network_requests"]
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _MEASURE = """<script>window.addEventListener("load", function () {
@@ -48,6 +48,7 @@ def find_chromium(explicit: str | None = None) -> str | None:
 
 def _run(chromium: str, args: list[str], profile: Path, timeout: float) -> subprocess.CompletedProcess:
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-pings",
            "--hide-scrollbars", "--no-first-run", "--no-default-browser-check", "--mute-audio",
            f"--user-data-dir={profile}", "--force-device-scale-factor=1", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -68,6 +69,46 @@ def page_height(chromium: str, html_path: Path, width: int, *, profile: Path, ti
         raise RuntimeError(f"could not measure the page height of {html_path} (chromium exit {res.returncode}): "
                            f"{res.stderr[-500:]}")
     return int(m.group(1)), int(m.group(2))
+
+
+_REQUESTS = """<script>performance.setResourceTimingBufferSize(100000);
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var urls = performance.getEntriesByType("resource").map(function (e) { return e.name; });
+    document.documentElement.setAttribute("data-requests", JSON.stringify(urls));
+  }, 1500);
+});</script>"""
+
+
+def render(chromium: str, html_path: Path, width: int = 1280, *, profile: Path, timeout: float = 120,
+           wait_ms: int = 4000) -> tuple[str, list[str]]:
+    """``(DOM, requested URLs)`` of ``html_path`` laid out and run in a ``width`` px window: the DOM after its
+    scripts ran (``--dump-dom``) and every resource the page asked for (its Resource Timing entries: images,
+    scripts, styles, fonts, fetches; loads that failed included), read from a temporary copy beside the page
+    (so its relative links resolve) with a small script first in its head."""
+    page = html_path.read_text(encoding="utf-8")
+    head = re.search(r"<head[^>]*>", page, flags=re.I)
+    marked = (page[: head.end()] + _REQUESTS + page[head.end():]) if head else _REQUESTS + page
+    tmp_page = html_path.with_name(f".render-{html_path.name}")
+    try:
+        tmp_page.write_text(marked, encoding="utf-8")
+        res = _run(chromium, [f"--window-size={width},1000", f"--virtual-time-budget={wait_ms}", "--dump-dom",
+                              tmp_page.resolve().as_uri()], profile, timeout)
+    finally:
+        tmp_page.unlink(missing_ok=True)
+    m = re.search(r'data-requests="([^"]*)"', res.stdout)
+    if not m:
+        raise RuntimeError(f"{html_path}: chromium returned no DOM with the page's requests (exit {res.returncode}):"
+                           f" {res.stderr[-500:]}")
+    import html as _html
+    import json
+
+    return res.stdout, json.loads(_html.unescape(m.group(1)))
+
+
+def network_requests(urls: list[str]) -> list[str]:
+    """The URLs among ``urls`` that go to the network (http, https, ws, wss), not to a file or data URL."""
+    return [u for u in urls if u.split(":", 1)[0].lower() in ("http", "https", "ws", "wss")]
 
 
 def screenshot(chromium: str, html_path: Path, out: Path, width: int, height: int, *, profile: Path,

@@ -56,6 +56,10 @@ def _render_index(site: Path) -> None:
         pytest.skip("no Chromium on this machine: the site is built and checked, not rendered")
     (png,) = shots.shoot(site / "index.html", site / "shots", [1000], prefix="index")
     assert png.stat().st_size > 10_000
+    dom, requests = shots.render(shots.find_chromium(None), site / "index.html", profile=site / "profile")
+    assert shots.network_requests(requests) == [], requests  # the site is read offline: nothing from a CDN
+    heading = re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.S)
+    assert heading is not None and "tlgeo" in re.sub(r"<[^>]+>", "", heading.group(1))
 
 
 def test_the_readme_is_short_and_its_links_resolve():
