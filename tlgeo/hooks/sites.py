@@ -72,15 +72,16 @@ class Site:
         return f"Site({self.name!r})"
 
     def read_hooks(self, model) -> Reads:
-        """``(role, hook)`` pairs to read on ``model``, as its family's traits say (parallel, post-LN
-        blocks); a model of no known family (or a bare config) by its config's flags."""
+        """``(role, hook)`` pairs to read on ``model``: for parallel and post-LN blocks, by the model's own
+        config flags where it has them, else by its family's traits."""
         family = family_of(model)
-        if family is not None:
-            parallel, post_ln = family.parallel, family.post_ln
-        else:
-            cfg = getattr(model, "cfg", model)
-            parallel = getattr(cfg, "parallel_attn_mlp", False)
-            post_ln = getattr(cfg, "do_layer_norm_before", True) is False
+        cfg = getattr(model, "cfg", model)
+        # the model's own flags where its config has them (a GPT-NeoX checkpoint may turn the parallel residual
+        # off), else its family's traits
+        parallel = getattr(cfg, "parallel_attn_mlp", None)
+        parallel = (family is not None and family.parallel) if parallel is None else bool(parallel)
+        pre_ln = getattr(cfg, "do_layer_norm_before", None)
+        post_ln = (family is not None and family.post_ln) if pre_ln is None else pre_ln is False
         if self.parallel_block_reads is not None and parallel:
             return self.parallel_block_reads
         if self.post_ln_reads is not None and post_ln:
