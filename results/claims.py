@@ -40,6 +40,7 @@ TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
 EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
 BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
 RELATIONS = "results/geometries-smollm2-135m/geometries_relations.csv"
+RELATIONS_GEMMA = "results/geometries-gemma3-270m/geometries_relations.csv"
 GEO_TOKENS = "results/geometries-smollm2-135m/geometries_tokens.csv.gz"
 PATHS = "results/paths-smollm2-135m/patching_paths.csv"
 ZOO_EFFECTS = {m: f"results/zoo-induction-{m}/patching_effects.csv" for m in ("llama", "gpt")}
@@ -663,6 +664,39 @@ def _(rel):
     p = _pair(rel, "attn_par", "attn_alpha").set_index("layer")
     return _near(p.loc[1, "rho"], 0.875, 3) and _near(p.loc[12, "rho"], -0.407, 3)
 
+
+
+@claim("6.gemma-f-tok-error", "Gemma-3-270M: F ~ tok_error rho -0.087, +0.336, -0.052, +0.268, +0.330, +0.571 at blocks "
+       "1, 4, 7, 11, 14, 17, every block's q < 0.05, negative at blocks 1 and 7; given the atypicality -0.057, -0.046, "
+       "-0.074, -0.056, +0.285, +0.072.", RELATIONS_GEMMA)
+def _(rel):
+    p = _pair(rel, "F", "tok_error")
+    return (list(p["layer"]) == [1, 4, 7, 11, 14, 17] and _quoted(p["rho"], [-0.087, 0.336, -0.052, 0.268, 0.33, 0.571])
+            and bool((p["q_bh"] < 0.05).all()) and [int(l) for l in p.loc[p["ci_high"] < 0, "layer"]] == [1, 7]
+            and _quoted(p["rho_partial_atypical"], [-0.057, -0.046, -0.074, -0.056, 0.285, 0.072]))
+
+
+@claim("6.gemma-alpha-tok-error", "Gemma-3-270M: attn_alpha ~ tok_error rho from -0.106 to +0.143; given the "
+       "atypicality from -0.120 to +0.275, its CI excluding 0 at blocks 7, 11, 14, 17, negative at block 11.",
+       RELATIONS_GEMMA)
+def _(rel):
+    p = _pair(rel, "attn_alpha", "tok_error")
+    return (_near(p["rho"].min(), -0.106, 3) and _near(p["rho"].max(), 0.143, 3)
+            and _near(p["rho_partial_atypical"].min(), -0.120, 3) and _near(p["rho_partial_atypical"].max(), 0.275, 3)
+            and _excludes_zero(p, "atypical") == [7, 11, 14, 17]
+            and [int(l) for l in p.loc[p["atypical_ci_high"] < 0, "layer"]] == [11])
+
+
+@claim("6.gemma-angle-lens-rank", "Gemma-3-270M: angle damage ~ lens rank +0.140, +0.108, +0.173, +0.250, +0.297 at "
+       "blocks 1, 4, 7, 11, 14 (each q < 0.05), given the atypicality +0.092 to +0.276 with each CI excluding 0; "
+       "undefined at block 17.", RELATIONS_GEMMA)
+def _(rel):
+    p = _pair(rel, "damage_angle", "lens_rank")
+    d = p[p["rho"].notna()]
+    return (list(d["layer"]) == [1, 4, 7, 11, 14] and _quoted(d["rho"], [0.14, 0.108, 0.173, 0.25, 0.297])
+            and bool((d["q_bh"] < 0.05).all()) and _near(d["rho_partial_atypical"].min(), 0.092, 3)
+            and _near(d["rho_partial_atypical"].max(), 0.276, 3) and _excludes_zero(d, "atypical") == [1, 4, 7, 11, 14]
+            and list(p.loc[p["rho"].isna(), "layer"]) == [17])
 
 
 def _paths_from(paths: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
