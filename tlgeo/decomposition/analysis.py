@@ -14,7 +14,7 @@ Work units:
 
 A run over some units followed by ``Result.merge`` equals a run over all of them. The text is
 read from ``cfg.corpus`` with :func:`tlgeo.data.load_text`. With ``out`` each table is merged
-into its CSV (the file names and columns of the old ``tlgeo run | profile | ppl``, now ``decompose``) as soon as it
+into its CSV (the file names and columns of ``tlgeo decompose``, ``profile`` and ``ppl``) as soon as it
 is done; the perplexity runs resume from JSON-lines logs in ``log`` (default ``out``):
 ``edits.jsonl`` and ``ppl.jsonl``.
 """
