@@ -90,7 +90,19 @@ def test_the_command_s_own_model_flag_is_the_model_planned(capsys):
     assert main(["plan", "pdsf", "--model", "Qwen/Qwen3-8B"]) == 0
     assert capsys.readouterr().out.startswith("Qwen/Qwen3-8B:")
     assert main(["plan", "--model", "tiny:llama", "pdsf", "--model=Qwen/Qwen3-8B"]) == 2
-    assert "two models: --model tiny:llama before pdsf and --model Qwen/Qwen3-8B after it" in capsys.readouterr().err
+    assert "two values of --model: tiny:llama before pdsf and Qwen/Qwen3-8B after it" in capsys.readouterr().err
+
+
+def test_the_command_s_own_dtype_flag_is_the_dtype_planned(capsys):
+    """``tlgeo plan ppl --dtype bfloat16`` plans bfloat16 weights (it planned float32 and ignored the flag)."""
+    assert main(["plan", "--model", "tiny:llama", "ppl", "--site", "attn", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("bfloat16 weights")
+    assert main(["plan", "--model", "tiny:llama", "ppl", "--site", "attn"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("float32 weights")
+    assert main(["plan", "--model", "tiny:llama", "--dtype", "float32", "ppl", "--site", "attn", "--dtype",
+                 "bfloat16"]) == 2
+    assert "two values of --dtype: float32 before ppl and bfloat16 after it" in capsys.readouterr().err
 
 
 def test_unknown_model_names_the_accepted_kinds(capsys):

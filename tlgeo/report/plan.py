@@ -124,27 +124,38 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     return out
 
 
-def _planned_model(args: argparse.Namespace) -> str:
-    """The model planned for: ``--model`` before the command, or the command's own ``--model`` after it (a
-    command line that runs is a command line that plans: ``tlgeo plan pdsf --model gemma3-270m``)."""
-    flags, own = list(args.flags), None
+def _after(flags: list[str], name: str) -> str | None:
+    """The value of ``name`` (``--model``) among a command's own flags, the last one given; ``None`` if absent."""
+    own = None
     for i, f in enumerate(flags):
-        if f == "--model" and i + 1 < len(flags):
+        if f == name and i + 1 < len(flags):
             own = flags[i + 1]
-        elif f.startswith("--model="):
+        elif f.startswith(name + "="):
             own = f.split("=", 1)[1]
-    if own is None:
-        return args.model
-    if args.model not in (own, PLAN_MODEL):
-        raise ValueError(f"two models: --model {args.model} before {args.analysis} and --model {own} after it")
     return own
+
+
+def _planned(args: argparse.Namespace, name: str, before: str | None, unset: str | None) -> str | None:
+    """``--model`` / ``--dtype`` before the command, or the command's own after it (a command line that runs is a
+    command line that plans: ``tlgeo plan pdsf --model gemma3-270m``, ``tlgeo plan ppl --dtype bfloat16``)."""
+    own = _after(list(args.flags), name)
+    if own is None:
+        return before
+    if before not in (own, unset):
+        raise ValueError(f"two values of {name}: {before} before {args.analysis} and {own} after it")
+    return own
+
+
+def _planned_model(args: argparse.Namespace) -> str:
+    """The model planned for (:func:`_planned`)."""
+    return _planned(args, "--model", args.model, PLAN_MODEL)
 
 
 def run_command(args: argparse.Namespace) -> int:
     from ..planner import DEVICES, model_shape
 
     shape = model_shape(_planned_model(args))
-    df = plan_table(shape, args.analysis, args.flags, args.device, args.dtype)
+    df = plan_table(shape, args.analysis, args.flags, args.device, _planned(args, "--dtype", args.dtype, None))
     print(f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
           f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
           f"{df['dtype'].iloc[0]} weights")
