@@ -33,7 +33,8 @@ import torch
 from .analysis import Analysis, Result
 from .models import input_device
 
-__all__ = ["Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder",
+__all__ = ["run_command",
+           "Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder",
            "run_analysis", "all_errors", "all_ranks_busy"]
 
 
@@ -207,6 +208,32 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     if not r.main:
         return None
     return analysis.result.merge([p for p in parts if p is not None]).deliver(out, on_table)
+
+
+def run_command(analysis: Analysis, args, *, out_name: str | None = None, check: Callable[[Any], Any] | None = None,
+                prepare: Callable[[Any, Any, Path], Any] | None = None,
+                show: Callable[[Any], Callable[[str, Any], Any]] | None = None) -> tuple[Result | None, Any, Path]:
+    """What ``tlgeo <command>`` of ``analysis`` does before it prints, in the order that fails early: the threads,
+    the config from the flags (a bad value fails before the model loads), ``check(cfg)`` (the command's own input
+    checks: a corpus, a prompt set), the output folder (``--out``, default ``runs/<out_name or the model>``: an
+    unwritable one fails first), the model (:class:`~tlgeo.cliargs.LoadConfig`), ``prepare(model, cfg, out)``
+    (checks that need the model; what the Ctrl-C line should say) and :func:`run_analysis`, with ``show(cfg)`` as
+    its ``on_table`` (what the command prints of each table as it is done). Returns ``(result,
+    cfg, out)``; the result is ``None`` on the torchrun ranks other than 0 (rank 0 writes)."""
+    from .cliargs import LoadConfig, config_from_args, model_key, output_dir
+    from .models import load_model
+
+    load = LoadConfig.of(args)
+    load.set_threads()
+    cfg = config_from_args(analysis.config, args)
+    if check is not None:
+        check(cfg)
+    out = output_dir(args, out_name or model_key(load.model))
+    model = load_model(load.model, **load.load_kwargs())
+    if prepare is not None:
+        prepare(model, cfg, out)
+    on_table = show(cfg) if show is not None else None
+    return run_analysis(analysis, model, cfg, out=out, progress=True, on_table=on_table), cfg, out
 
 
 def all_errors(error: str | None, r: Ranks) -> None:

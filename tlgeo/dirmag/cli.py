@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
 
@@ -68,30 +68,32 @@ def _summary(name: str, df):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..models import load_model
-    from ..distributed import run_analysis
+    from ..distributed import run_command as run
     from .analysis import ANALYSIS, DirmagResult, probe_layers, sentences_of
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(DirmagConfig, args)  # bad values fail here, before the model loads
-    sentences = sentences_of(cfg)
-    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
-    model = load_model(load.model, **load.load_kwargs())
-    layers = cfg.grid().chosen_layers(model.cfg)
-    if "probes" in cfg.parts():
-        probe_layers(model, cfg)
-    print(f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of 0..{model.cfg.n_layers - 1}; "
-          f"{len(sentences)} sentences")
-    titles = _titles(cfg)
+    sentences = []
 
-    def show(name, df):
-        if name not in titles:  # the summary under torchrun's merge: the damage table shows it
-            return
-        print(f"\n{titles[name](df)}:")
-        print(_summary(name, df).to_string(float_format=lambda v: f"{v:.4g}"))
+    def check(cfg) -> None:  # the sentences exist before the model loads
+        sentences.extend(sentences_of(cfg))
 
-    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=show)
+    def prepare(model, cfg, out) -> None:
+        layers = cfg.grid().chosen_layers(model.cfg)
+        if "probes" in cfg.parts():
+            probe_layers(model, cfg)
+        print(f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of "
+              f"0..{model.cfg.n_layers - 1}; {len(sentences)} sentences")
+
+    def show(cfg):
+        titles = _titles(cfg)
+
+        def on_table(name, df):
+            if name not in titles:  # the summary under torchrun's merge: the damage table shows it
+                return
+            print(f"\n{titles[name](df)}:")
+            print(_summary(name, df).to_string(float_format=lambda v: f"{v:.4g}"))
+        return on_table
+
+    res, cfg, out = run(ANALYSIS, args, check=check, prepare=prepare, show=show)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     files = [out / DirmagResult.table(n).filename for n in res.tables()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import GeometriesConfig
 
 __all__ = ["COMMANDS"]
@@ -43,19 +43,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
-    from ..distributed import run_analysis
-    from ..models import load_model
     from ..decomposition.summary import indication_note
+    from ..distributed import run_command as run
     from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(GeometriesConfig, args)  # bad values fail here, before the model loads
-    load_text(cfg.corpus)  # an unknown corpus too
-    out = output_dir(args, model_key(args.model))
-    model = load_model(load.model, **load.load_kwargs())
-    cfg.chosen_layers(model.cfg.n_layers)  # blocks out of range fail before any forward
-    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
+    res, cfg, out = run(ANALYSIS, args, check=lambda cfg: load_text(cfg.corpus),  # an unknown corpus fails first
+                        prepare=lambda model, cfg, out: cfg.chosen_layers(model.cfg.n_layers))  # blocks out of range
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     rel = res.relations.dropna(subset=["rho"])

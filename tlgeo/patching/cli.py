@@ -7,7 +7,7 @@ import argparse
 import pandas as pd
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import PatchingConfig
 
 __all__ = ["COMMANDS", "top_effects", "significance_summary", "par_baseline_lines"]
@@ -56,18 +56,15 @@ def par_baseline_lines(baseline: pd.DataFrame) -> list[str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_analysis
-    from ..models import load_model
+    from ..distributed import run_command as run
     from .analysis import ANALYSIS, PatchingResult
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(PatchingConfig, args)  # bad values fail here, before the model loads
-    out = output_dir(args, model_key(args.model))
-    model = load_model(load.model, **load.load_kwargs())
-    print(f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
-          f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: {cfg.frame} run")
-    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
+    def say(model, cfg, out) -> None:
+        print(f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
+              f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: "
+              f"{cfg.frame} run")
+
+    res, cfg, out = run(ANALYSIS, args, prepare=say)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     cols = ["task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason"]

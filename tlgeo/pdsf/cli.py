@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, model_key, print_written)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
 
@@ -55,17 +55,11 @@ def _printer(cfg: PDSFConfig):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..models import load_model
-    from ..distributed import run_analysis
+    from ..distributed import run_command as run
     from .analysis import ANALYSIS, LOGS, PDSFResult
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(PDSFConfig, args)  # bad values fail here, before the model loads
-    out = output_dir(args, "pdsf-" + model_key(args.model))  # an --out that cannot be written fails first
-    model = load_model(load.model, **load.load_kwargs())
-    cfg.check(model)
-    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=_printer(cfg))
+    res, cfg, out = run(ANALYSIS, args, out_name="pdsf-" + model_key(args.model),
+                        prepare=lambda model, cfg, out: cfg.check(model), show=_printer)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     stages = [s for s, names in PDSFResult.STAGE_TABLES.items() if any(n in res.tables() for n in names)]

@@ -143,16 +143,10 @@ def analysis_command(a: analysis.Analysis) -> analysis.Command:
         cliargs.add_out_arg(p, f"runs/{a.command_name}-<model>")
 
     def run(args) -> int:
-        from ..distributed import run_analysis
-        from ..models import load_model
+        from ..distributed import run_command
         from ..results import IDENTITY
 
-        load = cliargs.LoadConfig.of(args)
-        load.set_threads()
-        cfg = cliargs.config_from_args(a.config, args)  # bad values fail here, before the model loads
-        out = cliargs.output_dir(args, f"{a.command_name}-" + cliargs.model_key(args.model))
-        model = load_model(load.model, **load.load_kwargs())
-        res = run_analysis(a, model, cfg, out=out, progress=True)
+        res, _, out = run_command(a, args, out_name=f"{a.command_name}-" + cliargs.model_key(args.model))
         if res is None:  # a torchrun rank other than 0: rank 0 writes
             return 0
         for name, df in res.tables().items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
 
@@ -25,22 +25,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..models import load_model, run_identity
-    from ..distributed import run_analysis
+    from ..data import load_text
+    from ..distributed import run_command as run
+    from ..models import run_identity
     from .analysis import ANALYSIS, LOG, TokenwiseResult
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(TokenwiseConfig, args)  # bad values fail here, before the model loads
-    from ..data import load_text
+    def say_where(model, cfg, out) -> None:  # the Ctrl-C line names the pool and the fits' log
+        pools = out / cfg.pool_name(run_identity(model).key, "*")
+        args.record.rerun = f"The state pool is in {pools}; finished fits are in {out / LOG}. " + args.record.rerun
 
-    load_text(cfg.corpus)  # an unknown corpus fails before the model loads
-    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
-    model = load_model(load.model, **load.load_kwargs())
-    pools = out / cfg.pool_name(run_identity(model).key, "*")
-    args.record.rerun = (f"The state pool is in {pools}; finished fits are in {out / LOG}. "
-                         + args.record.rerun)
-    res = run_analysis(ANALYSIS, model, cfg, out=out, progress=True)
+    res, cfg, out = run(ANALYSIS, args, check=lambda cfg: load_text(cfg.corpus), prepare=say_where)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     g = res.geometry
