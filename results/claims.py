@@ -460,7 +460,7 @@ def _(t):
 
 @claim("5.top-heads-shared", "The two samples share three of their four strongest heads (L23H3, L23H0, L29H1); "
        "L24H4 is "
-       "second on seed 1 (q 0.0005) and not significant on seed 0 (q 0.305).", EFFECTS)
+       "second on seed 1 (q 0.0058) and not significant on seed 0 (q 0.574).", EFFECTS)
 def _(e):
     h = _exact(e)
     h = h[h["component"] == "head"].assign(size=lambda x: x["effect"].abs())
@@ -469,8 +469,8 @@ def _(e):
     second = h[h["seed"] == 1].nlargest(2, "size").iloc[1]
     l24 = [_cell(h, s, "L24H4") for s in (0, 1)]
     return Verdict(top4[0] & top4[1] == {"L23H3", "L23H0", "L29H1"} and (int(second["layer"]), int(second["head"]))
-                   == (24, 4) and differs(l24[1]) and not differs(l24[0]) and _near(l24[0]["q"], 0.305, 3)
-                   and _near(l24[1]["q"], 0.0005, 4), f"top four per sample: {top4}")
+                   == (24, 4) and differs(l24[1]) and not differs(l24[0]) and _near(l24[0]["q"], 0.574, 3)
+                   and _near(l24[1]["q"], 0.0058, 4), f"top four per sample: {top4}")
 
 
 @claim("5.sample-moves-within-ci", "For every head of the table the change of its whole-head effect between the two "
@@ -485,17 +485,19 @@ def _(e):
     return Verdict(max(worst)[0] < 1, f"largest change / narrower CI width: {max(worst)[0]:.3f} ({max(worst)[1]})")
 
 
-@claim("5.l23h2", "L23H2 passes the corrected test on one sample (q 0.0043) and not on the other (q 0.0696).", EFFECTS)
+@claim("5.l23h2", "L23H2's CI excludes 0 on both samples, but it passes the corrected test on neither (q 0.2145 and "
+       "0.2896).", EFFECTS)
 def _(e):
     a, b = (_cell(_exact(e), s, "L23H2") for s in (0, 1))
-    return differs(a) and not differs(b) and _near(a["q"], 0.0043, 4) and _near(b["q"], 0.0696, 4)
+    return (not differs(a) and not differs(b) and all(c["ci_low"] > 0 for c in (a, b)) and _near(a["q"], 0.2145, 4)
+            and _near(b["q"], 0.2896, 4))
 
 
-@claim("5.counts", "Rows with q < 0.05: 40 of 660 per method on seed 0; 56 (exact) and 59 (attribution) of 660 on "
+@claim("5.counts", "Rows with q < 0.05: 20 of 660 per method on seed 0; 27 (exact) and 28 (attribution) of 660 on "
        "seed 1.", EFFECTS)
 def _(e):
     c = e.groupby(["seed", "method"]).agg(n=("q", "size"), sig=("q", lambda q: int((q < 0.05).sum())))
-    want = {(0, "exact"): 40, (0, "attribution"): 40, (1, "exact"): 56, (1, "attribution"): 59}
+    want = {(0, "exact"): 20, (0, "attribution"): 20, (1, "exact"): 27, (1, "attribution"): 28}
     return Verdict(all(c.loc[k, "sig"] == v and c.loc[k, "n"] == 660 for k, v in want.items()), c.to_string())
 
 

@@ -9,6 +9,9 @@ per width: the first measures the page height after layout (a small script
 in a temporary copy of the page writes it into the DOM, read back with
 ``--dump-dom``), the second captures a window that tall. A PNG above
 ``--max-mb`` is reduced to a 256-colour palette (with Pillow, if installed).
+The page is opened offline (every host name resolves to nothing) and
+:func:`render` reads, from Chromium's NetLog, what the page asked the network
+for: a self-contained report asks for nothing (a warning names what it did).
 Needs ``chromium`` (Debian: ``apt-get install chromium``) or
 ``chromium-browser`` / ``google-chrome`` on PATH, or ``--chromium PATH``.
 """
@@ -16,14 +19,16 @@ Needs ``chromium`` (Debian: ``apt-get install chromium``) or
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["find_chromium", "page_height", "screenshot", "shoot", "render", "network_requests"]
+__all__ = ["Rendered", "find_chromium", "network_requests", "page_height", "render", "screenshot", "shoot"]
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _MEASURE = """<script>window.addEventListener("load", function () {
@@ -47,68 +52,87 @@ def find_chromium(explicit: str | None = None) -> str | None:
 
 
 def _run(chromium: str, args: list[str], profile: Path, timeout: float) -> subprocess.CompletedProcess:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-pings",
+    """``chromium`` headless on ``args``, offline: no host name resolves (a page's remote load fails, and shows in
+    the NetLog), and the browser's own background traffic is turned off where a switch allows."""
+    cmd = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
            "--hide-scrollbars", "--no-first-run", "--no-default-browser-check", "--mute-audio",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--host-resolver-rules=MAP * ~NOTFOUND",
            f"--user-data-dir={profile}", "--force-device-scale-factor=1", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+WEB_SCHEMES = ("http:", "https:", "ws:", "wss:")
+
+
+def network_requests(net_log: Path) -> list[str]:
+    """The http(s) and ws(s) URLs a page asked for, in order, from a Chromium NetLog (``--log-net-log``): each
+    URL request started on behalf of a page (its ``initiator`` an origin: ``null`` for a ``file://`` page). The
+    browser's own requests (clock sync, accounts, spelling dictionaries: ``initiator`` "not an origin") are not
+    the page's; ``file:`` and ``data:`` URLs never reach the network."""
+    text = Path(net_log).read_text(encoding="utf-8", errors="replace")
+    try:
+        log = json.loads(text)
+    except json.JSONDecodeError:  # a browser stopped before closing the log leaves its event list open
+        log = json.loads(text.rstrip().rstrip(",") + "]}")
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    urls: list[str] = []
+    for event in log.get("events", []):
+        params = event.get("params") or {}
+        url = str(params.get("url", ""))
+        if (event.get("type") == start and url.lower().startswith(WEB_SCHEMES)
+                and params.get("initiator") != "not an origin" and url not in urls):
+            urls.append(url)
+    return urls
+
+
+@dataclass
+class Rendered:
+    """A page as Chromium showed it: ``dom``, the DOM after its scripts ran (``--dump-dom``); ``requests``, what it
+    asked the network for (:func:`network_requests`); ``png``, the screenshot if one was asked for."""
+    dom: str
+    requests: list[str]
+    png: Path | None = None
+
+
+def render(chromium: str, html_path: Path, *, profile: Path, width: int = 1280, height: int = 2000,
+           png: Path | None = None, timeout: float = 120, wait_ms: int = 4000) -> Rendered:
+    """Open ``html_path`` once in a ``width`` x ``height`` window: its DOM after ``wait_ms`` of (virtual) time,
+    the URLs it asked the network for, and a screenshot into ``png`` if given."""
+    html_path = Path(html_path).resolve()
+    if png is not None:
+        png = Path(png).resolve()
+        png.parent.mkdir(parents=True, exist_ok=True)
+        png.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "netlog.json"
+        args = [f"--window-size={width},{height}", f"--virtual-time-budget={wait_ms}", f"--log-net-log={log}",
+                "--net-log-capture-mode=Default", "--dump-dom", *([f"--screenshot={png}"] if png else []),
+                html_path.as_uri()]
+        res = _run(chromium, args, profile, timeout)
+        if res.returncode != 0 or not log.exists() or "<html" not in res.stdout.lower():
+            raise RuntimeError(f"chromium could not render {html_path} (exit {res.returncode}): {res.stderr[-500:]}")
+        requests = network_requests(log)
+    if png is not None and (not png.exists() or png.stat().st_size == 0):
+        raise RuntimeError(f"chromium wrote no screenshot of {html_path}: {res.stderr[-500:]}")
+    return Rendered(res.stdout, requests, png)
+
+
 def page_height(chromium: str, html_path: Path, width: int, *, profile: Path, timeout: float = 120,
-                wait_ms: int = 4000) -> tuple[int, int]:
-    """``(height, scroll width)`` in CSS px of the page laid out in a window ``width`` px wide."""
+                wait_ms: int = 4000) -> tuple[int, int, list[str]]:
+    """``(height, scroll width, network requests)``: the page's size in CSS px laid out in a window ``width`` px
+    wide, and the URLs it asked the network for (:func:`render`)."""
     page = html_path.read_text(encoding="utf-8")
     marked = page.replace("</body>", _MEASURE + "</body>") if "</body>" in page else page + _MEASURE
     with tempfile.TemporaryDirectory() as tmp:
         tmp_page = Path(tmp) / html_path.name
         tmp_page.write_text(marked, encoding="utf-8")
-        res = _run(chromium, [f"--window-size={width},1000", f"--virtual-time-budget={wait_ms}", "--dump-dom",
-                              tmp_page.as_uri()], profile, timeout)
-    m = re.search(r'data-shot="(\d+)x(\d+)"', res.stdout)
+        shown = render(chromium, tmp_page, profile=profile, width=width, height=1000, timeout=timeout,
+                       wait_ms=wait_ms)
+    m = re.search(r'data-shot="(\d+)x(\d+)"', shown.dom)
     if not m:
-        raise RuntimeError(f"could not measure the page height of {html_path} (chromium exit {res.returncode}): "
-                           f"{res.stderr[-500:]}")
-    return int(m.group(1)), int(m.group(2))
-
-
-_REQUESTS = """<script>performance.setResourceTimingBufferSize(100000);
-window.addEventListener("load", function () {
-  setTimeout(function () {
-    var urls = performance.getEntriesByType("resource").map(function (e) { return e.name; });
-    document.documentElement.setAttribute("data-requests", JSON.stringify(urls));
-  }, 1500);
-});</script>"""
-
-
-def render(chromium: str, html_path: Path, width: int = 1280, *, profile: Path, timeout: float = 120,
-           wait_ms: int = 4000) -> tuple[str, list[str]]:
-    """``(DOM, requested URLs)`` of ``html_path`` laid out and run in a ``width`` px window: the DOM after its
-    scripts ran (``--dump-dom``) and every resource the page asked for (its Resource Timing entries: images,
-    scripts, styles, fonts, fetches; loads that failed included), read from a temporary copy beside the page
-    (so its relative links resolve) with a small script first in its head."""
-    page = html_path.read_text(encoding="utf-8")
-    head = re.search(r"<head[^>]*>", page, flags=re.I)
-    marked = (page[: head.end()] + _REQUESTS + page[head.end():]) if head else _REQUESTS + page
-    tmp_page = html_path.with_name(f".render-{html_path.name}")
-    try:
-        tmp_page.write_text(marked, encoding="utf-8")
-        res = _run(chromium, [f"--window-size={width},1000", f"--virtual-time-budget={wait_ms}", "--dump-dom",
-                              tmp_page.resolve().as_uri()], profile, timeout)
-    finally:
-        tmp_page.unlink(missing_ok=True)
-    m = re.search(r'data-requests="([^"]*)"', res.stdout)
-    if not m:
-        raise RuntimeError(f"{html_path}: chromium returned no DOM with the page's requests (exit {res.returncode}):"
-                           f" {res.stderr[-500:]}")
-    import html as _html
-    import json
-
-    return res.stdout, json.loads(_html.unescape(m.group(1)))
-
-
-def network_requests(urls: list[str]) -> list[str]:
-    """The URLs among ``urls`` that go to the network (http, https, ws, wss), not to a file or data URL."""
-    return [u for u in urls if u.split(":", 1)[0].lower() in ("http", "https", "ws", "wss")]
+        raise RuntimeError(f"could not measure the page height of {html_path}")
+    return int(m.group(1)), int(m.group(2)), shown.requests
 
 
 def screenshot(chromium: str, html_path: Path, out: Path, width: int, height: int, *, profile: Path,
@@ -154,7 +178,10 @@ def shoot(report: Path, out_dir: Path, widths: list[int], *, prefix: str | None 
     paths = []
     with tempfile.TemporaryDirectory() as profile:
         for width in widths:
-            height, scroll_width = page_height(browser, report, width, profile=Path(profile))
+            height, scroll_width, requests = page_height(browser, report, width, profile=Path(profile))
+            if requests:
+                print(f"warning: the page asks the network for {len(requests)} URL(s) (not shown offline): "
+                      + ", ".join(requests[:5]), file=sys.stderr)
             if scroll_width > width:
                 print(f"warning: at {width} px the page is {scroll_width} px wide (content runs off the page)",
                       file=sys.stderr)

@@ -1,5 +1,6 @@
 """The documentation: the Sphinx site builds with warnings as errors, its generated pages are the
-code's, and the README keeps to its length."""
+code's, its index renders in headless Chromium offline (where one is installed), and the README keeps to its
+length."""
 
 from __future__ import annotations
 
@@ -46,20 +47,26 @@ def test_the_site_builds_without_warnings_and_has_a_page_per_analysis(tmp_path, 
 
 
 def _render_index(site: Path) -> None:
-    """The index page in headless Chromium at page width, where a browser is installed."""
+    """The index page in headless Chromium, where a browser is installed (``scripts/screenshot_report.py``'s
+    ``render``, as ``tests/report/test_render_chromium.py`` renders the atlas report): its title and heading in
+    the DOM after the theme's scripts ran, a screenshot, and nothing asked of the network."""
     import pytest
 
     from .scripts import load_script
 
     shots = load_script("screenshot_report")
-    if shots.find_chromium(None) is None:
-        pytest.skip("no Chromium on this machine: the site is built and checked, not rendered")
-    (png,) = shots.shoot(site / "index.html", site / "shots", [1000], prefix="index")
-    assert png.stat().st_size > 10_000
-    dom, requests = shots.render(shots.find_chromium(None), site / "index.html", profile=site / "profile")
-    assert shots.network_requests(requests) == [], requests  # the site is read offline: nothing from a CDN
-    heading = re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.S)
-    assert heading is not None and "tlgeo" in re.sub(r"<[^>]+>", "", heading.group(1))
+    chromium = shots.find_chromium(None)
+    if chromium is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH: the site is built and checked, "
+                    "not rendered (apt-get install chromium)")
+    shown = shots.render(chromium, site / "index.html", profile=site / "shots" / "profile", width=1000,
+                         height=2000, png=site / "shots" / "index.png", timeout=60, wait_ms=3000)
+    assert shown.requests == [], f"the docs index asks the network for {shown.requests}"
+    assert "<title>tlgeo</title>" in shown.dom and re.search(r"<h1>tlgeo<a [^>]*>", shown.dom)
+    assert '<body data-theme="auto">' in shown.dom  # set by the theme's script: the scripts ran
+    assert "Direction vs magnitude" in shown.dom and "Command-line reference" in shown.dom  # the contents
+    png = shown.png.read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
 def test_the_readme_is_short_and_its_links_resolve():

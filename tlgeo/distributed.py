@@ -218,7 +218,8 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
     checks: a corpus, a prompt set), the output folder (``--out``, default ``runs/<out_name or the model>``: an
     unwritable one fails first), the model (:class:`~tlgeo.cliargs.LoadConfig`), ``prepare(model, cfg, out)``
     (checks that need the model; what the Ctrl-C line should say) and :func:`run_analysis`, with ``show(cfg)`` as
-    its ``on_table`` (what the command prints of each table as it is done). Returns ``(result,
+    its ``on_table`` (what the command prints of each table as it is done). A config of the analysis that ``check``
+    or ``prepare`` returns replaces ``cfg`` (e.g. window lengths fitted to the model's context). Returns ``(result,
     cfg, out)``; the result is ``None`` on the torchrun ranks other than 0 (rank 0 writes)."""
     from .cliargs import LoadConfig, config_from_args, model_key, output_dir
     from .models import load_model
@@ -227,13 +228,18 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
     load.set_threads()
     cfg = config_from_args(analysis.config, args)
     if check is not None:
-        check(cfg)
+        cfg = _config_or(check(cfg), cfg, analysis)
     out = output_dir(args, out_name or model_key(load.model))
     model = load_model(load.model, **load.load_kwargs())
     if prepare is not None:
-        prepare(model, cfg, out)
+        cfg = _config_or(prepare(model, cfg, out), cfg, analysis)
     on_table = show(cfg) if show is not None else None
     return run_analysis(analysis, model, cfg, out=out, progress=True, on_table=on_table), cfg, out
+
+
+def _config_or(returned: Any, cfg: Any, analysis: Analysis) -> Any:
+    """``returned`` where a command's check gave a new config of ``analysis``, else ``cfg``."""
+    return returned if isinstance(returned, analysis.config) else cfg
 
 
 def all_errors(error: str | None, r: Ranks) -> None:

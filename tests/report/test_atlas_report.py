@@ -23,6 +23,8 @@ from tlgeo.tokenwise.atlas import headline as tokenwise_headline
 from tlgeo.report.atlas import STEPS, run_atlas
 from tlgeo.report.headline import without_paper
 
+from ..scripts import load_script
+
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "screenshot_report.py"
@@ -147,14 +149,8 @@ def test_every_costly_budget_has_a_cost():
         assert len(cost) > 10 and re.search(r"forward|pass|linear|per ", cost), name
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)")
+@pytest.mark.skipif(load_script("screenshot_report").find_chromium() is None,
+                    reason="no Chromium on PATH (apt-get install chromium)")
 def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
     import numpy as np
     from PIL import Image
@@ -163,6 +159,7 @@ def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
                           "--widths", "1000,700", "--prefix", "atlas"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "runs off the page" not in res.stderr  # nothing wider than the window
+    assert "asks the network" not in res.stderr  # self-contained (tests/report/test_render_chromium.py)
     for width in (1000, 700):
         path = tmp_path / f"atlas-{width}.png"
         with Image.open(path) as im:
@@ -174,51 +171,6 @@ def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
         assert 0.005 < dark < 0.5, dark
         top = img[: min(h, 600)]
         assert (top.mean(-1) < 100).mean() > 0.002  # the title and the headline are at the top
-
-
-def _text(fragment: str) -> str:
-    """A fragment of HTML as a reader sees its text: tags dropped, entities read, spaces collapsed."""
-    import html as _html
-
-    return " ".join(_html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)")
-def test_the_tiny_atlas_renders_its_headline_and_loads_nothing_from_the_network(atlas_dir, tmp_path):
-    """In a real browser, after its scripts ran (circuitsvis views included), the report shows its title and the
-    headline the atlas wrote, word for word, and asks the network for nothing: it is one self-contained file."""
-    from ..scripts import load_script
-
-    shots = load_script("screenshot_report")
-    page = (atlas_dir / "report.html").read_text()
-    dom, requests = shots.render(_chromium(), atlas_dir / "report.html", profile=tmp_path / "profile")
-    assert shots.network_requests(requests) == [], requests
-    section = re.compile(r'<section class="headline">.*?</section>', re.S)
-    written, shown = section.search(page), section.search(dom)
-    assert written is not None and shown is not None
-    assert _text(shown.group(0)) == _text(written.group(0)) and "Headline" in _text(shown.group(0))
-    title = re.search(r"<h1[^>]*>(.*?)</h1>", page, re.S).group(1)
-    assert _text(title) and _text(title) in _text(re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.S).group(1))
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)")
-def test_the_network_check_sees_what_a_page_asks_the_network_for(tmp_path):
-    """The check above can fail: a page with a remote image and a remote script is caught (both asked for,
-    though this machine cannot reach them), a local page is not."""
-    from ..scripts import load_script
-
-    shots = load_script("screenshot_report")
-    remote = tmp_path / "remote.html"
-    remote.write_text('<html><head><script src="https://unpkg.com/react@18/umd/react.production.min.js"></script>'
-                      '</head><body><h1>x</h1><img src="https://example.com/x.png"></body></html>')
-    local = tmp_path / "local.html"
-    (tmp_path / "a.png").write_bytes(b"")
-    local.write_text('<html><head></head><body><h1>x</h1><img src="a.png"></body></html>')
-    _, asked = shots.render(_chromium(), remote, profile=tmp_path / "p1")
-    assert sorted(shots.network_requests(asked)) == ["https://example.com/x.png",
-                                                     "https://unpkg.com/react@18/umd/react.production.min.js"]
-    _, asked = shots.render(_chromium(), local, profile=tmp_path / "p2")
-    assert shots.network_requests(asked) == []
 
 
 def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):

@@ -60,35 +60,38 @@ def run_compression(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..data import load_text
-    from ..models import load_model
-    from ..distributed import run_analysis
+    from ..distributed import run_command
     from .analysis import ANALYSIS, CompressionResult
-    from .compress import compressed_root
+    from .compress import base_key, compressed_root
     from .summary import ppl_prediction
     from .plots import save_figures
     from .paper import paper_line
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(CompressionConfig, args)  # bad values fail here, before the model loads
-    root = compressed_root(args.model, cfg.root)
-    missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
-    if missing:
-        raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
-                                "(create them with tlgeo compress)")
-    cfg = dataclasses.replace(cfg, root=str(root))
-    load_text(cfg.corpus)  # an unknown corpus fails before the model loads
-    out = _out(args)
-    ppl_path = Path(args.ppl) if args.ppl else out / "ppl.csv"
-    ppl = pd.read_csv(ppl_path) if ppl_path.is_file() else None
-    base = load_model(load.model, **load.load_kwargs())
-    res = run_analysis(ANALYSIS, base, cfg, out=out, progress=True)
+    def check(cfg: CompressionConfig) -> CompressionConfig:
+        """The compressed models' folders and the corpus, before the model loads; ``cfg`` with its root found."""
+        root = compressed_root(args.model, cfg.root)
+        missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
+        if missing:
+            raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
+                                    "(create them with tlgeo compress)")
+        load_text(cfg.corpus)
+        return dataclasses.replace(cfg, root=str(root))
+
+    ppl: list = []
+
+    def read_ppl(model, cfg, out: Path) -> None:
+        path = Path(args.ppl) if args.ppl else out / "ppl.csv"
+        if path.is_file():
+            ppl.append(pd.read_csv(path))
+
+    res, cfg, out = run_command(ANALYSIS, args, out_name="compression/" + base_key(args.model), check=check,
+                                prepare=read_ppl)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     written = [out / CompressionResult.table(n).filename for n in res.tables()]
     written += save_figures(res.layers, cfg.modes, out)
-    if ppl is not None and len(ppl):
-        write_csv(out / "ppl_prediction.csv", ppl_prediction(res.table12, ppl))
+    if ppl and len(ppl[0]):
+        write_csv(out / "ppl_prediction.csv", ppl_prediction(res.table12, ppl[0]))
         written.append(out / "ppl_prediction.csv")
     t = res.table12
     t = t[(t["ref"] == "delta") & (t["tokens"] == "last")]

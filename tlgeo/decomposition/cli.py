@@ -9,7 +9,7 @@ import time
 from typing import Sequence
 
 from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, model_key, output_dir, print_written)
+from ..cliargs import LoadConfig, add_config_args, add_out_arg, print_written
 from ..models import Model
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
                      PplConfig, ProfileConfig, SweepsConfig)
@@ -47,25 +47,43 @@ def edited_blocks(model: Model, skip_first: int, layers: Sequence[int] | None = 
     return text + (f", heads {','.join(map(str, heads))}" if heads else ", all heads")
 
 
-def _setup(cls: type, args: argparse.Namespace):
-    """The config (bad values fail here), the corpus checked, then the model; ``(cfg, model, out)``.
-    Window lengths left at their default follow the model's context; given ones that do not fit fail."""
-    from ..data import load_text
-    from ..models import load_model
+def _check(args: argparse.Namespace):
+    """What fails before the model loads: the corpus, and for ``ppl`` the edited layers and heads (from the
+    model's config, where it is here)."""
+    def check(cfg) -> None:
+        from ..data import load_text
 
-    load = LoadConfig.of(args)
-    load.set_threads()
-    cfg = config_from_args(cls, args)
-    load_text(cfg.corpus)  # a bad corpus fails before the model loads
-    out = output_dir(args, model_key(args.model))  # an --out that cannot be written fails before the model loads
-    if isinstance(cfg, PplConfig):
-        _check_edit_against_config(cfg, args.model)
-    model = load_model(load.model, **load.load_kwargs())
-    cfg, notes = cfg.fit_to(model.cfg.n_ctx)  # defaults that do not fit the model follow it; given ones fail
+        load_text(cfg.corpus)
+        if isinstance(cfg, PplConfig):
+            _check_edit_against_config(cfg, args.model)
+
+    return check
+
+
+def _fit(model: Model, cfg):
+    """Window lengths left at their default follow the model's context (a note each); given ones that do not fit,
+    and sites the model's family refuses, fail."""
+    cfg, notes = cfg.fit_to(model.cfg.n_ctx)
     for note in notes:
         print(note)
     cfg.check_fits(model)
-    return cfg, model, out
+    return cfg
+
+
+def _run(analysis, args: argparse.Namespace, *, rerun: str = "", say=None, show=None):
+    """:func:`~tlgeo.distributed.run_command` for a decomposition command: ``(result, cfg, out)``. ``rerun``
+    (formatted with ``out``) goes first in the Ctrl-C line; ``say(model, cfg)`` prints what the run edits."""
+    from ..distributed import run_command as run
+
+    def prepare(model, cfg, out):
+        cfg = _fit(model, cfg)
+        if rerun:
+            args.record.rerun = f"{rerun.format(out=out)} {args.record.rerun}"
+        if say is not None:
+            say(model, cfg)
+        return cfg
+
+    return run(analysis, args, check=_check(args), prepare=prepare, show=show)
 
 
 def _check_edit_against_config(cfg: PplConfig, name: str) -> None:
@@ -94,25 +112,28 @@ def _print_profile(summary) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_analysis
     from .analysis import ANALYSIS
 
-    t0 = time.time()
-    cfg, model, out = _setup(DecompositionConfig, args)
-    args.record.rerun = f"Finished edits are in {out}/edits.jsonl. {args.record.rerun}"
-    blocks = edited_blocks(model, cfg.skip_first)
-    print(f"edits in {blocks}")
+    t0, blocks = time.time(), []
 
-    def show(name, df):
-        if name == "profile_summary":
-            _print_profile(df)
-            return
-        cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
-        print(f"\nperplexity on {cfg.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {cfg.context}), "
-              f"edits in {blocks}:")
-        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    def say(model, cfg):
+        blocks.append(edited_blocks(model, cfg.skip_first))
+        print(f"edits in {blocks[0]}")
 
-    if run_analysis(ANALYSIS, model, cfg, out=out, progress=True, on_table=show) is None:
+    def show(cfg):
+        def table(name, df):
+            if name == "profile_summary":
+                _print_profile(df)
+                return
+            cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
+            print(f"\nperplexity on {cfg.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {cfg.context}), "
+                  f"edits in {blocks[0]}:")
+            print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+        return table
+
+    res, _, out = _run(ANALYSIS, args, rerun="Finished edits are in {out}/edits.jsonl.", say=say, show=show)
+    if res is None:
         return 0  # a torchrun rank other than 0: rank 0 writes
     print_written([out / "profile_summary.csv", out / "edits.csv", out / "edits.jsonl"])
     print(f"({time.time() - t0:.0f} s; rows of other settings in these files are kept)")
@@ -120,33 +141,34 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def profile_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_analysis
     from .analysis import PROFILE
 
-    cfg, model, out = _setup(ProfileConfig, args)
-    if run_analysis(PROFILE, model, cfg, out=out, progress=True, on_table=lambda name, df: _print_profile(df)) is None:
+    res, cfg, out = _run(PROFILE, args, show=lambda cfg: lambda name, df: _print_profile(df))
+    if res is None:
         return 0
     print_written([out / "profile_summary.csv"] + ([out / cfg.per_token_file()] if cfg.per_token else []))
     return 0
 
 
 def ppl_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_analysis
     from .analysis import PPL
 
-    cfg, model, out = _setup(PplConfig, args)
-    e = cfg.edit()
-    e.hooks(model)  # layers and heads that do not fit the model fail before any long work
-    print(f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
-          f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}")
-    args.record.rerun = f"Finished runs are in {out}/ppl.jsonl. {args.record.rerun}"
+    def say(model, cfg):
+        e = cfg.edit()
+        e.hooks(model)  # layers and heads that do not fit the model fail before any long work
+        print(f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
+              f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}")
 
-    def show(name, df):
-        for r in df.to_dict(orient="records"):
-            print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
-                  f"(delta {r['delta_ppl']:+.3f})")
+    def show(cfg):
+        def table(name, df):
+            for r in df.to_dict(orient="records"):
+                print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
+                      f"(delta {r['delta_ppl']:+.3f})")
 
-    if run_analysis(PPL, model, cfg, out=out, progress=True, on_table=show) is None:
+        return table
+
+    res, _, out = _run(PPL, args, rerun="Finished runs are in {out}/ppl.jsonl.", say=say, show=show)
+    if res is None:
         return 0
     print_written([out / "ppl.csv", out / "ppl.jsonl"])
     return 0
@@ -164,19 +186,17 @@ def _show_table(name: str, df) -> None:
         print(f"... {len(df) - 40} more rows in the CSV")
 
 
-def _experiment_command(name: str, cls: type):
-    """``tlgeo <name>``: the registered analysis ``name`` with the config ``cls`` from the flags."""
+def _experiment_command(name: str):
+    """``tlgeo <name>``: the registered analysis ``name`` with its config from the flags."""
 
     def command(args: argparse.Namespace) -> int:
         from ..analysis import analyses
-        from ..distributed import run_analysis
 
         a = analyses()[name]
-        cfg, model, out = _setup(cls, args)
-        args.record.rerun = f"Finished parts are in {out}/*.jsonl. {args.record.rerun}"
         big = {t.name for t in a.result.TABLES if t.filename.endswith(".gz")}  # per-token rows: in the file only
         shown = lambda table, df: None if table in big else _show_table(table, df)  # noqa: E731
-        if run_analysis(a, model, cfg, out=out, progress=True, on_table=shown) is None:
+        res, _, out = _run(a, args, rerun="Finished parts are in {out}/*.jsonl.", show=lambda cfg: shown)
+        if res is None:
             return 0  # a torchrun rank other than 0: rank 0 writes
         print_written([out / t.filename for t in a.result.TABLES if (out / t.filename).exists()])
         return 0
@@ -198,7 +218,7 @@ COMMANDS = (
             _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
     Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
     Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
-    *(Command(command, help, _adder(cls), _experiment_command(name, cls),
+    *(Command(command, help, _adder(cls), _experiment_command(name),
               " ".join((cls.__doc__ or "").replace("``", "").split()) + " " + EDIT_HELP + ".")
       for command, name, cls, help in EXPERIMENTS),
 )
