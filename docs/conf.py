@@ -83,7 +83,7 @@ def api_markdown() -> str:
 
     lines = ["# API reference", "",
              "Generated from the docstrings when the docs are built: the names `import tlgeo` gives, the analysis "
-             "contract every analysis follows (`tlgeo.analysis`), and each registered analysis's config, run and "
+             "contract every analysis follows (`tlgeo.runner.analysis`), and each registered analysis's config, run and "
              "typed result, from its record.", "", "## `tlgeo`", ""]
     for name in sorted(tlgeo.__all__, key=str.lower):
         value = getattr(tlgeo, name)
@@ -92,10 +92,10 @@ def api_markdown() -> str:
             continue  # a constant (SITES): its module's page says what it holds
         kind = "class" if isinstance(value, type) else "function"
         lines += rst(kind, f"{module}.{value.__qualname__}")
-    lines += ["## The analysis contract (`tlgeo.analysis`)", ""]
+    lines += ["## The analysis contract (`tlgeo.runner.analysis`)", ""]
     for name in ("Analysis", "Config", "Result", "Table", "param", "register_analysis"):
-        value = getattr(__import__("tlgeo.analysis", fromlist=[name]), name)
-        lines += rst("class" if isinstance(value, type) else "function", f"tlgeo.analysis.{name}")
+        value = getattr(__import__("tlgeo.runner.analysis", fromlist=[name]), name)
+        lines += rst("class" if isinstance(value, type) else "function", f"tlgeo.runner.analysis.{name}")
     lines += ["## The analyses", ""]
     for a in load_analyses().values():
         lines += [f"### `{a.name}`", "", f"{a.description} (`tlgeo {a.command_name}`; its settings:)", "",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from tests.faults import fuzz  # noqa: E402
 from tests.faults.kill import analysis_cases, kill_series, reference_run  # noqa: E402
 
-from tlgeo import provenance  # noqa: E402
+from tlgeo.runner import provenance  # noqa: E402
 from tlgeo.storage import write_csv  # noqa: E402
 
 

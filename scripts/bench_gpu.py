@@ -372,7 +372,7 @@ def compare_folders(cpu_dir: str, device_dir: str) -> list[dict]:
     timing columns left out. A table in one folder only is reported as such."""
     import pandas as pd
 
-    from tlgeo.results import IDENTITY
+    from tlgeo.runner.results import IDENTITY
 
     skip = set(IDENTITY) | {"seconds", "wall_s", "bare_forwards", "peak_rss_mb", "started", "finished"}
     a, b = Path(cpu_dir), Path(device_dir)
@@ -392,7 +392,7 @@ def run_parity(args, device: torch.device) -> list[dict]:
     weights (initialised on the CPU under ``--seed``): per table, the numeric cells compared and the largest
     difference (:func:`_table_difference`); timing and identity columns are left out."""
     from tlgeo.report.registry import load_analyses
-    from tlgeo.results import IDENTITY
+    from tlgeo.runner.results import IDENTITY
 
     models = {d: build_model(args.shape, torch.device(d) if d == "cpu" else device, torch.float32, args.seed,
                              init_on_cpu=True) for d in ("cpu", "device")}

@@ -251,7 +251,7 @@ def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None) -> No
         if out is not None:  # after every command: an interrupted check keeps what it measured
             import pandas as pd
 
-            from tlgeo.provenance import record
+            from tlgeo.runner.provenance import record
 
             out.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(rows).to_csv(out / "plan_vs_measured.csv", index=False)

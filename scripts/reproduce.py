@@ -10,8 +10,8 @@ rerun from its provenance at this commit; it refuses a tree with uncommitted cha
 number must name the commit that made it). With ``--replace`` each rerun folder takes the place of the old one
 (its provenance then holds this commit's lines only); without, they are compared as for one folder.
 
-Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.provenance`) is one finished ``tlgeo`` command (or a run from
-Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
+Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
+run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
 commit it was made with is printed beside it). Then every CSV the folder and the rerun both hold
 is compared, row by row: the rows of the rerun's model identities, matched on the columns that
 are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tlgeo.provenance import code_state, git_state, read  # noqa: E402
+from tlgeo.runner.provenance import code_state, git_state, read  # noqa: E402
 
 SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
-from tlgeo import analysis as pipeline  # the module was pipeline.py
-from tlgeo.analysis import Headline, budget, make_budgets, register_analysis_step, register_chapter
+from tlgeo.runner import analysis as pipeline  # the module was pipeline.py
+from tlgeo.runner.analysis import Headline, budget, make_budgets, register_analysis_step, register_chapter
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ class OtherBudgets:
 
 def _toy_analysis(name: str):
     """A registered-analysis stand-in (the step registry reads only its result's tables)."""
-    from tlgeo.analysis import Analysis, Config, Result, Table
+    from tlgeo.runner.analysis import Analysis, Config, Result, Table
 
     @dataclass
     class ToyResult(Result):
@@ -122,7 +122,7 @@ def test_budget_cost_metadata():
 
 
 def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):
-    from tlgeo.analysis import Result, Table
+    from tlgeo.runner.analysis import Result, Table
 
     @dataclasses.dataclass
     class Toy(Result):

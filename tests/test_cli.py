@@ -120,7 +120,7 @@ def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatc
 ])
 def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
     from tlgeo.decomposition import cli as decomposition_cli
-    from tlgeo.distributed import RankFailed
+    from tlgeo.runner.distributed import RankFailed
 
     def fails(*a, **k):
         if error == "rank_failed":
@@ -190,7 +190,7 @@ def test_ppl_layers_and_heads_fail_from_the_config_before_the_model_loads(flags,
 
 def test_ctrl_c_under_torchrun_names_each_rank_folder_once_from_rank_0(tmp_path, capsys, monkeypatch):
     from tlgeo import cli
-    from tlgeo.cliargs import RunRecord
+    from tlgeo.runner.cliargs import RunRecord
 
     record = RunRecord(tmp_path)
     for name in ("patching_tasks.csv", "ranks/0-of-2/patching.jsonl", "ranks/1-of-2/patching.jsonl",

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tlgeo.analysis import Config, param
-from tlgeo.cliargs import Formatter, RunRecord, add_config_args, config_from_args, default_out
+from tlgeo.runner.analysis import Config, param
+from tlgeo.runner.cliargs import Formatter, RunRecord, add_config_args, config_from_args, default_out
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def _shown_texts() -> dict[str, str]:
     command's description and flag help as ``tlgeo <command> --help`` shows them, by where they are."""
     import dataclasses
 
-    from tlgeo.analysis import analyses, budget_fields
+    from tlgeo.runner.analysis import analyses, budget_fields
     from tlgeo.cli import build_parser
     from tlgeo.report.registry import load_analyses, load_commands, load_steps
 
@@ -152,7 +152,7 @@ def test_the_timing_check_passes_plain_cost_words(text):
 
 def test_load_config_is_one_set_of_flags_for_every_command_that_loads_a_model():
     from tlgeo.cli import build_parser
-    from tlgeo.cliargs import LoadConfig
+    from tlgeo.runner.cliargs import LoadConfig
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     load_flags = {"--model", "--device", "--dtype", "--device-map", "--max-memory", "--offload-folder", "--threads"}

@@ -1,4 +1,4 @@
-"""The analysis contract, for every registered analysis (tlgeo.analysis; ARCHITECTURE.md).
+"""The analysis contract, for every registered analysis (tlgeo.runner.analysis; ARCHITECTURE.md).
 
 Each analysis has a config, runs on a tiny model, returns a result whose ``save`` / ``load``
 round-trips, whose work units split and merged equal the whole, and whose command exists
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlgeo.analysis import Config, Result
+from tlgeo.runner.analysis import Config, Result
 from tlgeo.report.registry import load_analyses, load_commands
 
 ANALYSES = load_analyses()
@@ -119,8 +119,8 @@ def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name
 
     import torch
 
-    from tlgeo.models import run_identity
-    from tlgeo.results import IDENTITY, run_state
+    from tlgeo.runner.identity import run_identity
+    from tlgeo.runner.results import IDENTITY, run_state
 
     a, model = ANALYSES[name], second_models[other]
     cfg, first, folder = runs(name)

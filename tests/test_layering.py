@@ -21,11 +21,12 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"geometry", "stats", "version", "errors"}),  # 0 pure math: tensors in, tensors out; the version;
                                                            #   the user's errors
     frozenset({"storage"}),                                # 0b atomic writes, folder locks, checksums
-    frozenset({"data", "results", "cliargs", "plotting", "families", "provenance"}),  # 1 text, logs and CSV merges, CLI
-                                                           #   arguments, figure style, model families
-    frozenset({"analysis", "models"}),                     # 2 the analysis contract, models
-    frozenset({"hooks", "distributed", "planner"}),        # 3 sites, the hook adapter, edits, resumed forwards;
-                                                           #   data-parallel runs and cost plans of an analysis
+    frozenset({"data", "plotting", "families"}),           # 1 text, figure style, model families
+    frozenset({"models"}),                                 # 2 models
+    frozenset({"hooks", "runner", "planner"}),             # 3 sites, the hook adapter, edits, resumed forwards; the
+                                                           #   runner (the analysis contract, result tables and
+                                                           #   logs, provenance, run identity, CLI arguments,
+                                                           #   data-parallel runs); cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
     frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries"},  # 5 the analyses: the registry's packages
     frozenset({"geometries"}),                             # 6 one token, four geometries: reads the analyses
@@ -39,8 +40,10 @@ ROOT_LAYER = 6  # tlgeo/__init__.py re-exports the public API: up to the analyse
 # third-party code the pure layers must not touch (they know nothing of models or plots)
 MODEL_CODE = ("transformer_lens", "transformers", "accelerate", "datasets", "llmcompressor", "lm_eval",
               "circuitsvis", "tlgeo.models")
-FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "analysis", "cliargs", "storage",
-                                                                     "errors")}
+FORBIDDEN = {unit: MODEL_CODE + ("matplotlib",) for unit in ("geometry", "stats", "storage", "errors",
+                                                                     # the runner's modules that know no model
+                                                                     "runner.analysis", "runner.cliargs",
+                                                                     "runner.results", "runner.provenance")}
 FORBIDDEN["plotting"] = tuple(m for m in MODEL_CODE if m != "circuitsvis")  # figures (circuitsvis views too), yes; models, no
 
 
@@ -101,8 +104,10 @@ def violations(path: Path, source: str) -> list[str]:
     found = []
     for line, target in imported_modules(source, module, path.name == "__init__.py"):
         where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
-        if target.startswith(FORBIDDEN.get(unit, ())):
-            found.append(f"{where}: {unit} holds no model code")
+        inner = module.split(".", 1)[-1]  # runner.results
+        for name in (unit, inner):
+            if target.startswith(FORBIDDEN.get(name, ())):
+                found.append(f"{where}: {name} holds no model code")
         if not (target == "tlgeo" or target.startswith("tlgeo.")):
             continue
         other = unit_of(target)
@@ -150,6 +155,9 @@ def test_every_unit_is_in_a_layer():
     ("hooks/sites.py", "from .. import Edit", "only report and cli may import from tlgeo/__init__"),
     ("__init__.py", "from .report.atlas import run_atlas", "upward"),
     ("magnitude/perturb.py", "import torch", "is in no layer"),
+    ("runner/results.py", "from ..models import load_model", "runner.results holds no model code"),
+    ("models/loading.py", "from ..runner.results import IDENTITY", "upward, layer 2 (models) -> layer 3 (runner)"),
+    ("hooks/edits.py", "from ..runner.results import IDENTITY", "sideways"),
 ])
 def test_the_check_catches_bad_imports(path, source, problem):
     found = violations(PACKAGE / path, source)
@@ -159,7 +167,8 @@ def test_the_check_catches_bad_imports(path, source, problem):
 @pytest.mark.parametrize("path, source", [
     ("geometry/parallel.py", "import torch\nfrom .value_space import expand_kv"),
     ("hooks/edits.py", "from ..geometry.parallel import scaled_delta\nfrom .sites import get_site"),
-    ("decomposition/atlas.py", "from ..analysis import register_analysis_step\nfrom ..evals.ruler import evaluate_ruler"),
+    ("decomposition/atlas.py",
+     "from ..runner.analysis import register_analysis_step\nfrom ..evals.ruler import evaluate_ruler"),
     ("train/loop.py", "from . import parallel as D"),
     ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run\nfrom . import __version__"),
 ])

@@ -111,7 +111,8 @@ def test_hub_names_fail_at_once_offline_unless_cached(monkeypatch):
 def test_bfloat16_on_a_cpu_warns_that_it_is_slow_float32_does_not():
     import warnings
 
-    from tlgeo.models import load_model, run_identity
+    from tlgeo.models import load_model
+    from tlgeo.runner.identity import run_identity
 
     with pytest.warns(UserWarning, match="bfloat16 weights on a CPU"):
         m = load_model("tiny:llama", dtype="bfloat16", device="cpu")

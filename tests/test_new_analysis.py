@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tlgeo.analysis import Analysis, Config, Result, Table, param, register_analysis
+from tlgeo.runner.analysis import Analysis, Config, Result, Table, param, register_analysis
 from tlgeo.families import Support
-from tlgeo.models import identified
+from tlgeo.runner.identity import identified
 
 
 @dataclass(frozen=True)

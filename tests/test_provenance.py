@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 
 from tlgeo.cli import main
-from tlgeo.provenance import code_state, git_state, read, record
+from tlgeo.runner.provenance import code_state, git_state, read, record
 
 from .scripts import load_script
 
@@ -76,7 +76,7 @@ def test_a_resumed_run_says_in_its_provenance_what_it_took_back(tmp_path, capsys
 
 def test_the_atlas_records_the_budgets_it_ran_with_not_none(tmp_path, monkeypatch):
     import tlgeo.report.atlas as atlas
-    from tlgeo.analysis import budget_fields
+    from tlgeo.runner.analysis import budget_fields
 
     monkeypatch.setattr(atlas, "run_atlas", lambda cfg, model=None: None)  # what it records, not what it runs
     out = tmp_path / "a"
@@ -110,7 +110,7 @@ def test_dirty_means_the_code_not_the_results_a_run_rewrites(tmp_path):
 
 
 def test_provenance_records_the_code_a_run_started_with_not_the_tree_at_its_end(tmp_path, monkeypatch):
-    import tlgeo.provenance as prov
+    import tlgeo.runner.provenance as prov
 
     monkeypatch.setattr(prov, "_CODE", {})
     states = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
@@ -121,7 +121,7 @@ def test_provenance_records_the_code_a_run_started_with_not_the_tree_at_its_end(
 
 
 def test_reproduce_all_remakes_every_quoted_folder_and_refuses_a_dirty_tree(tmp_path, capsys, monkeypatch):
-    import tlgeo.provenance as prov
+    import tlgeo.runner.provenance as prov
 
     made = tmp_path / "results" / "ppl-tiny"
     assert main(["ppl", "--model", "tiny:llama", "--site", "attn", "--tokens", "128", "--context", "64",

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tlgeo.results import ResultLog
+from tlgeo.runner.results import ResultLog
 
 
 def test_log_resumes_and_refuses_duplicates(tmp_path):
@@ -41,7 +41,7 @@ def test_a_large_log_is_looked_up_by_key_not_scanned(tmp_path, monkeypatch):
 
 
 def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
-    from tlgeo.results import identity_scope, run_state
+    from tlgeo.runner.results import identity_scope, run_state
 
     p = tmp_path / "r.jsonl"
     a = {"model": "m", "weights": "fp-a", "dtype": "float32"}
@@ -64,7 +64,7 @@ def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
 def test_stamp_puts_the_identity_first_and_of_identity_reads_it_back():
     import pandas as pd
 
-    from tlgeo.results import of_identity, stamp
+    from tlgeo.runner.results import of_identity, stamp
 
     ident = {"model": "m", "weights": "fp-0123456789ab"}
     df = stamp(pd.DataFrame({"x": [1, 2], "model": ["old", "old"]}), ident)
@@ -94,7 +94,7 @@ def test_merge_csv_replaces_rows_of_the_same_key_missing_values_included(tmp_pat
     import numpy as np
     import pandas as pd
 
-    from tlgeo.results import merge_csv
+    from tlgeo.runner.results import merge_csv
 
     path = tmp_path / "t.csv"
     first = pd.DataFrame({"site": ["attn", "mlp", "attn"], "scale": [0.0, 0.1 + 0.2, np.nan], "v": [1.0, 2.0, 3.0]})
@@ -110,7 +110,7 @@ def test_stamp_puts_the_identity_first_as_a_rerun_reads_it():
     first, as the rows a rerun reads back from its log: the same CSV either way (found by bench_faults.py)."""
     import pandas as pd
 
-    from tlgeo.results import stamp
+    from tlgeo.runner.results import stamp
 
     ident = {"model": "m", "weights": "w"}
     df = pd.DataFrame({"site": ["a"], "model": ["m"], "x": [1.0], "weights": ["w"]})
@@ -123,7 +123,7 @@ def test_content_digest_tells_content_apart_and_is_stable():
     import numpy as np
     import torch
 
-    from tlgeo.results import content_digest
+    from tlgeo.runner.results import content_digest
 
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
     assert content_digest(ids, "logit_diff") == content_digest(ids.clone(), "logit_diff")
@@ -138,7 +138,7 @@ def test_content_digest_tells_content_apart_and_is_stable():
 
 
 def test_a_row_of_other_content_under_the_same_settings_is_computed_again_and_said(tmp_path):
-    from tlgeo.results import run_state
+    from tlgeo.runner.results import run_state
 
     path = tmp_path / "log.jsonl"
     log = ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",))

@@ -7,7 +7,7 @@ beside them come from the module that keeps them, ``<!-- paper: tlgeo/<analysis>
 section's prose and tables (code spans and blocks aside: they are commands) must be a value of
 one of the section's tables, rounded as written (a number followed by ``%`` may be the value
 times 100). Each table must be committed (not ignored by git) and its folder must hold the
-``provenance.jsonl`` of the commands that made it (:mod:`tlgeo.provenance`).
+``provenance.jsonl`` of the commands that made it (:mod:`tlgeo.runner.provenance`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """tlgeo: the geometry of a transformer's updates, on TransformerLens.
 
-Four analyses on one core, each a package with the same contract (:mod:`tlgeo.analysis`:
+Four analyses on one core, each a package with the same contract (:mod:`tlgeo.runner.analysis`:
 config → run → typed result):
 
 * ``decomposition``: how much of each attention/MLP update is parallel to the state it
@@ -14,7 +14,7 @@ with parallel suppression). Edits and perturbations are TransformerLens hooks
 (:class:`tlgeo.hooks.Intervention`).
 
 Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``stats`` →
-``data``, ``results``, ``cliargs``, ``plotting`` → ``analysis``, ``models`` → ``hooks`` →
+``storage`` → ``data``, ``plotting``, ``families`` → ``models`` → ``hooks``, ``runner``, ``planner`` →
 ``evals`` → the analyses → ``report`` → ``cli``.
 """
 
@@ -23,7 +23,7 @@ import importlib
 from .version import __version__
 
 # name -> module: imported when first used, so that ``tlgeo --version`` and the light modules
-# (results, provenance, cliargs) load without torch
+# (the runner's results, provenance and cliargs) load without torch
 _PUBLIC = {
     "parallel_profile": ".decomposition.observe", "summarize_profile": ".decomposition.observe",
     "perplexity": ".evals.perplexity", "evaluate_zeroshot": ".evals.zeroshot",

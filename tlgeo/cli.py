@@ -14,10 +14,10 @@ import contextlib
 import os
 import sys
 
-from .cliargs import Formatter, RunRecord
-from .provenance import code_state
-from .provenance import record as record_provenance
-from .results import run_state
+from .runner.cliargs import Formatter, RunRecord
+from .runner.provenance import code_state
+from .runner.provenance import record as record_provenance
+from .runner.results import run_state
 
 __all__ = ["main", "build_parser"]
 
@@ -82,7 +82,7 @@ def _models_args(p) -> None:
 
 
 def _commands() -> dict:
-    from .analysis import Command
+    from .runner.analysis import Command
     from .report.registry import load_commands
 
     cmds = dict(load_commands())
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # answered without building the commands (which import torch)
         print(f"tlgeo {_version()}")
         return 0
-    from .distributed import RankDied, RankFailed, dead_ranks, stopping
+    from .runner.distributed import RankDied, RankFailed, dead_ranks, stopping
     from .errors import UserError
     from .storage import DiskFullError
 

@@ -12,7 +12,7 @@ import torch
 
 from tlgeo.cli import main
 from tlgeo.models import save_tiny_model
-from tlgeo.results import IDENTITY
+from tlgeo.runner.results import IDENTITY
 
 
 @pytest.fixture(scope="module")

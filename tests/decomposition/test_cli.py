@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tlgeo.cli import main
-from tlgeo.results import IDENTITY
+from tlgeo.runner.results import IDENTITY
 
 
 def test_run_writes_outputs_and_resumes(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Data-parallel runs (tlgeo.distributed): two gloo processes under torchrun write the tables one
+"""Data-parallel runs (tlgeo.runner.distributed): two gloo processes under torchrun write the tables one
 process writes, for every registered analysis and through the command line."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tlgeo.cli import build_parser
-from tlgeo.cliargs import config_from_args
-from tlgeo.distributed import Ranks, deal, rank_folder, ranks
+from tlgeo.runner.cliargs import config_from_args
+from tlgeo.runner.distributed import Ranks, deal, rank_folder, ranks
 from tlgeo.report.registry import load_analyses
 
 from ..test_contract import _comparable

@@ -1,4 +1,4 @@
-"""Run every registered analysis on its tiny config through :func:`tlgeo.distributed.run_analysis`
+"""Run every registered analysis on its tiny config through :func:`tlgeo.runner.distributed.run_analysis`
 into ``<out>/<analysis>``, then ``tlgeo ppl`` on the command line into ``<out>/cli``: under
 ``torchrun --nproc_per_node=N`` (the data-parallel test, through ``tests/torchrun_worker.py``), or alone.
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from tlgeo.cli import main as tlgeo
-from tlgeo.distributed import ranks, run_analysis
+from tlgeo.runner.distributed import ranks, run_analysis
 from tlgeo.models import tiny_model
 from tlgeo.report.registry import load_analyses
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tlgeo.analysis import analyses
+from tlgeo.runner.analysis import analyses
 from tlgeo.families import ANALYSIS_COLUMNS, FAMILIES, UnsupportedError, support
 from tlgeo.hooks.perturbation import RESID_POST, Perturbation
 from tlgeo.hooks.resume import readout, resume_forward

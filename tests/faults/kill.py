@@ -59,9 +59,9 @@ class Case:
 
 def analysis_cases(model: str = "tiny:llama") -> list[Case]:
     """Every registered analysis's command on ``model``, with its ``tiny`` config (where flags can say it)."""
-    from tlgeo.analysis import analyses
+    from tlgeo.runner.analysis import analyses
     from tlgeo.cli import build_parser
-    from tlgeo.cliargs import config_argv
+    from tlgeo.runner.cliargs import config_argv
 
     build_parser()
     out = []
@@ -223,7 +223,7 @@ def _drain(conn, chunks: list[bytes]) -> None:
 
 def volatile_columns() -> set[str]:
     """Columns that differ between two runs of the same work (timings), from every analysis's tables."""
-    from tlgeo.analysis import analyses
+    from tlgeo.runner.analysis import analyses
 
     cols = {"wall_s", "seconds", "elapsed_s"}
     for a in analyses().values():

@@ -182,7 +182,7 @@ def test_your_own_task_is_patched_as_a_built_in_one(llama, tmp_path):
     plot_effects(own.effects, "my_induction", method="attribution")
     assert (tmp_path / "patching_effects.csv").exists()
     # its section in the atlas, drawn from the saved tables alone (no model, no task rebuilt by its name)
-    from tlgeo.analysis import StepContext
+    from tlgeo.runner.analysis import StepContext
     from tlgeo.patching.analysis import PatchingResult
     from tlgeo.patching.plots import head_attention_rows, top_heads
     from tlgeo.report.html import Report

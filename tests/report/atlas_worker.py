@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from tlgeo.distributed import RankFailed, ranks
+from tlgeo.runner.distributed import RankFailed, ranks
 from tlgeo.models import tiny_model
 from tlgeo.report.atlas import AtlasConfig, run_atlas
 from tlgeo.report.registry import load_steps
@@ -37,7 +37,7 @@ def _run(model, out: str, steps: str) -> None:
 
 def _break(name: str) -> None:
     """Make the analysis of step ``name`` raise on rank 1."""
-    from tlgeo import analysis
+    from tlgeo.runner import analysis
 
     def broken(model, cfg, **kwargs):
         raise ValueError(f"{name} broke on purpose")

@@ -94,7 +94,7 @@ def test_an_atlas_folder_of_another_model_run_is_refused_before_any_work(tmp_pat
     import json
 
     import tlgeo.report.atlas as A
-    from tlgeo.models import run_identity
+    from tlgeo.runner.identity import run_identity
 
     monkeypatch.setattr(A, "bare_forward_seconds", lambda *a: pytest.fail("started work"))
     cfg = AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",))

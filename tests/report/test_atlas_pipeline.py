@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from tlgeo.cli import main
-from tlgeo.cliargs import config_argv
+from tlgeo.runner.cliargs import config_argv
 from tlgeo.report.atlas import step_config
 from tlgeo.report.registry import load_steps
 
@@ -61,7 +61,7 @@ def test_atlas_tables_equal_the_commands_tables(atlas_dir, tmp_path, capsys):
 
 def test_config_argv_gives_the_config_back():
     from tlgeo.cli import build_parser
-    from tlgeo.cliargs import config_from_args
+    from tlgeo.runner.cliargs import config_from_args
     from tlgeo.dirmag.config import DirmagConfig
 
     cfg = DirmagConfig(sentences=7, absolute_deltas=(), norm_fractions=(0.5,), relative=True, layers=(1, 3),

@@ -195,7 +195,7 @@ def test_a_ruler_step_that_did_not_run_says_so(atlas_dir):
 def test_every_section_draws_from_its_saved_tables_without_a_model(atlas_dir):
     """A render gets no model (StepContext has none): each step's section drawn again from the tables the
     tiny atlas saved, attention views included (closed form, patching: computed by the run, kept in a table)."""
-    from tlgeo.analysis import StepContext
+    from tlgeo.runner.analysis import StepContext
     from tlgeo.report.atlas import step_config
     from tlgeo.report.html import Report
     from tlgeo.report.registry import load_steps

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tlgeo.cli import main
-from tlgeo.models import RunIdentity
-from tlgeo.results import IDENTITY
+from tlgeo.runner.identity import RunIdentity
+from tlgeo.runner.results import IDENTITY
 
 
 def test_tokenwise_command(tmp_path, capsys):
@@ -61,7 +61,7 @@ def test_flags_are_the_config_fields():
 
     args = build_parser().parse_args(["tokenwise", "--no-exclude-sequence", "--patch-tokens", "9", "--layers", "0-2",
                                       "--classes", "global,mlp"])
-    from tlgeo.cliargs import config_from_args
+    from tlgeo.runner.cliargs import config_from_args
 
     cfg = config_from_args(TokenwiseConfig, args)
     assert cfg.patch_tokens == 9 and not cfg.exclude_sequence and cfg.layers == (0, 1, 2)

@@ -27,9 +27,10 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from ..families import check_support
-from ..analysis import Analysis, Result, Table, register_analysis
-from ..models import Model, identified, model_label, run_identity
-from ..results import of_identity
+from ..runner.analysis import Analysis, Result, Table, register_analysis
+from ..models import Model, model_label
+from ..runner.identity import identified, run_identity
+from ..runner.results import of_identity
 from .config import CompressConfig, CompressionConfig
 
 __all__ = ["CompressionResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]

@@ -10,8 +10,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written)
 from ..storage import write_csv
 from .config import CompressConfig, CompressionConfig
 
@@ -60,7 +60,7 @@ def run_compression(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..data import load_text
-    from ..distributed import run_command
+    from ..runner.distributed import run_command
     from .analysis import ANALYSIS, CompressionResult
     from .compress import base_key, compressed_root
     from .summary import ppl_prediction

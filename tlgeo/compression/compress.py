@@ -225,8 +225,9 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
     from ..data import load_text
     from ..evals.perplexity import perplexity
     from ..evals.zeroshot import LOG_KEY, evaluate_zeroshot
-    from ..models import load_model, run_identity
-    from ..results import ResultLog
+    from ..models import load_model
+    from ..runner.identity import run_identity
+    from ..runner.results import ResultLog
 
     src = base_dir(model)
     root = compressed_root(model, cfg.root)

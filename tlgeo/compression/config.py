@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from .methods import UnknownMethodError, parse_method
 
 __all__ = ["CompressConfig", "CompressionConfig", "MODES", "DEFAULT_METHODS"]

@@ -27,12 +27,13 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..data import load_text
 from ..geometry.parallel import is_unit
 from ..hooks.edits import Edit
-from ..models import Model, identified
-from ..results import merge_csv
+from ..models import Model
+from ..runner.identity import identified
+from ..runner.results import merge_csv
 from ..storage import write_csv
 from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
 from .config import DecompositionConfig, PplConfig, ProfileConfig

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..analysis import StepContext, atlas_budgets, register_analysis_step, register_chapter
+from ..runner.analysis import StepContext, atlas_budgets, register_analysis_step, register_chapter
 from ..models import Model
 from .analysis import PROFILE, ProfileResult
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,

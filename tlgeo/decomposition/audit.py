@@ -47,9 +47,10 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import check_tokens
-from ..results import ResultLog, content_digest
+from ..runner.results import ResultLog, content_digest
 from ..hooks.sites import get_site
-from ..models import Model, input_device, read_weights, run_identity
+from ..models import Model, input_device, read_weights
+from ..runner.identity import run_identity
 
 __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 

@@ -8,8 +8,8 @@ import argparse
 import time
 from typing import Sequence
 
-from ..analysis import Command
-from ..cliargs import LoadConfig, add_config_args, add_out_arg, print_written
+from ..runner.analysis import Command
+from ..runner.cliargs import LoadConfig, add_config_args, add_out_arg, print_written
 from ..models import Model
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
                      PplConfig, ProfileConfig, SweepsConfig)
@@ -71,9 +71,9 @@ def _fit(model: Model, cfg):
 
 
 def _run(analysis, args: argparse.Namespace, *, rerun: str = "", say=None, show=None):
-    """:func:`~tlgeo.distributed.run_command` for a decomposition command: ``(result, cfg, out)``. ``rerun``
+    """:func:`~tlgeo.runner.distributed.run_command` for a decomposition command: ``(result, cfg, out)``. ``rerun``
     (formatted with ``out``) goes first in the Ctrl-C line; ``say(model, cfg)`` prints what the run edits."""
-    from ..distributed import run_command as run
+    from ..runner.distributed import run_command as run
 
     def prepare(model, cfg, out):
         cfg = _fit(model, cfg)
@@ -176,7 +176,7 @@ def ppl_command(args: argparse.Namespace) -> int:
 
 def _show_table(name: str, df) -> None:
     """A result table on the terminal: its columns but the identity and the settings every row shares."""
-    from ..results import IDENTITY
+    from ..runner.results import IDENTITY
 
     same = [c for c in df.columns if c in IDENTITY or (len(df) > 1 and df[c].astype(str).nunique() == 1)]
     shown = df.drop(columns=same)
@@ -190,7 +190,7 @@ def _experiment_command(name: str):
     """``tlgeo <name>``: the registered analysis ``name`` with its config from the flags."""
 
     def command(args: argparse.Namespace) -> int:
-        from ..analysis import analyses
+        from ..runner.analysis import analyses
 
         a = analyses()[name]
         big = {t.name for t in a.result.TABLES if t.filename.endswith(".gz")}  # per-token rows: in the file only

@@ -10,8 +10,9 @@ import pandas as pd
 
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..evals.perplexity import perplexity
-from ..results import ResultLog
-from ..models import Model, run_identity
+from ..runner.results import ResultLog
+from ..models import Model
+from ..runner.identity import run_identity
 
 __all__ = ["compare_edits", "removal_edits"]
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..analysis import Config, param
-from ..cliargs import TOKENS
+from ..runner.analysis import Config, param
+from ..runner.cliargs import TOKENS
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..models import Model
 from ..families import check_support

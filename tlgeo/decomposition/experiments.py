@@ -27,11 +27,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..data import load_text
 from ..evals.perplexity import corpus_batches
-from ..models import Model, identified, model_label
-from ..results import IDENTITY
+from ..models import Model, model_label
+from ..runner.identity import identified
+from ..runner.results import IDENTITY
 from . import compare as _compare
 from .audit import AUDIT_SITES, audit_overall, post_wo_audit
 from .closed_form import closed_form_check, diag_summary
@@ -189,7 +190,7 @@ def _ppl_from_sweeps(out, cfg: CompareConfig, edits: list, identity: dict) -> pd
 
 
 def _compare_ppl(model, cfg: CompareConfig, text: str, out, log, progress: bool) -> pd.DataFrame:
-    from ..models import run_identity
+    from ..runner.identity import run_identity
 
     edits = cfg.edits()
     df = _ppl_from_sweeps(out, cfg, edits, run_identity(model).row())

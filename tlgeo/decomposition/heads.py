@@ -39,11 +39,12 @@ from ..hooks.edits import Edit
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import parallel_profile
 from ..evals.perplexity import perplexity, read_out_losses, tokenize_text
-from ..results import ResultLog
+from ..runner.results import ResultLog
 from ..hooks.resume import readout_ok, resume_forward, resumed_last_block_output
 from ..hooks.sites import get_site
 from ..stats.resampling import benjamini_hochberg, paired_test
-from ..models import Model, run_identity
+from ..models import Model
+from ..runner.identity import run_identity
 
 __all__ = [
     "head_alpha_map",

@@ -59,9 +59,10 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
 from ..evals.perplexity import perplexity
-from ..results import ResultLog, content_digest
+from ..runner.results import ResultLog, content_digest
 from ..hooks.sites import Site, Update
-from ..models import Model, read_weights, run_identity
+from ..models import Model, read_weights
+from ..runner.identity import run_identity
 
 __all__ = [
     "NARROW",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..analysis import Headline
+from ..runner.analysis import Headline
 from .paper import PAPER, PAPER_PROFILE, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 
 if TYPE_CHECKING:

@@ -35,10 +35,11 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import check_scale
 from ..hooks.adapter import HookList
 from ..evals.perplexity import token_windows, tokenize_text
-from ..results import ResultLog
+from ..runner.results import ResultLog
 from ..hooks.resume import resume_forward
 from ..hooks.sites import UnknownSiteError, get_site
-from ..models import Model, input_device, run_identity
+from ..models import Model, input_device
+from ..runner.identity import run_identity
 from .paper import S_PAR_GRID, S_PERP_GRID  # the paper's full grids (Figure 3)
 
 __all__ = [
@@ -321,7 +322,7 @@ def sensitivity_sweep(
     ``s_par``. Edits apply to blocks ``skip_first..``. Rows with ``s_par = s_perp
     = 1`` are the unedited run (measured once, never recomputed). With
     ``log_path`` every measured row (and the unedited one) is appended to a
-    :class:`~tlgeo.results.ResultLog` at once; a rerun measures only what is
+    :class:`~tlgeo.runner.results.ResultLog` at once; a rerun measures only what is
     missing. Columns: ``site, axis, scale, s_par, s_perp, ppl, nll, n_tokens,
     delta_ppl``; ``df.attrs["baseline_ppl"]`` is the unedited perplexity.
     """

@@ -17,8 +17,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..families import check_support
-from ..analysis import Analysis, Result, Table, register_analysis
-from ..models import identified, model_label
+from ..runner.analysis import Analysis, Result, Table, register_analysis
+from ..models import model_label
+from ..runner.identity import identified
 from . import damage as _damage
 from . import entropy as _entropy
 from . import repair as _repair

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
 
@@ -68,7 +68,7 @@ def _summary(name: str, df):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_command as run
+    from ..runner.distributed import run_command as run
     from .analysis import ANALYSIS, DirmagResult, probe_layers, sentences_of
 
     sentences = []

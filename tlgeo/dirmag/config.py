@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from ..hooks.perturbation import KINDS
 from .engine import SweepGrid
 from .paper import PAPER_DELTAS

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import load_text
-from ..results import IDENTITY
+from ..runner.results import IDENTITY
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 from .paper import PAPER_DAMAGE
 

@@ -31,8 +31,8 @@ from ..geometry.perturb import check_delta
 from ..hooks.adapter import HookList
 from ..hooks.perturbation import KINDS, Perturbation
 from ..hooks.resume import resume_forward
-from ..models import run_identity
-from ..results import ResultLog
+from ..runner.identity import run_identity
+from ..runner.results import ResultLog
 from .paper import PAPER_DELTAS
 
 __all__ = ["PAPER_DELTAS", "RELATIVE_DELTAS", "SweepGrid", "delta_grid", "CleanPass", "clean_pass",

@@ -50,8 +50,9 @@ from torch import Tensor
 
 from ..errors import UnknownNameError
 from ..hooks.resume import last_block_output, readout, readout_ok
-from ..models import input_device, run_identity
-from ..results import ResultLog
+from ..models import input_device
+from ..runner.identity import run_identity
+from ..runner.results import ResultLog
 
 __all__ = [
     "TASKS",
@@ -419,7 +420,7 @@ def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], li
                  identity: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The per-item frame of :func:`evaluate_zeroshot` (``return_items``) read back from its
     log, without a model; ``KeyError`` names a task that is not logged for ``tag``. ``identity``
-    (:meth:`tlgeo.models.RunIdentity.row`; default: the run's, if any): the model whose rows to read,
+    (:meth:`tlgeo.runner.identity.RunIdentity.row`; default: the run's, if any): the model whose rows to read,
     where the log holds several."""
     log = ResultLog(log_path, LOG_KEY, identity=identity)
     frames = []

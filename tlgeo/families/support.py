@@ -26,7 +26,7 @@ _RULES: dict = {}  # column -> rule(family) -> Support: an analysis's own column
 
 def register_support(column: str, rule) -> None:
     """Add ``column`` to the matrix, ``rule(family) -> Support`` its cells (what
-    :func:`tlgeo.analysis.register_analysis` does with a record's ``support``)."""
+    :func:`tlgeo.runner.analysis.register_analysis` does with a record's ``support``)."""
     if column in COLUMNS:
         raise ValueError(f"support column {column!r} is one of the matrix's own; name the analysis otherwise")
     _RULES[column] = rule

@@ -19,10 +19,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
-from ..models import Model, identified, model_label, run_identity
-from ..results import IDENTITY, content_digest, note_recomputed, of_identity
+from ..models import Model, model_label
+from ..runner.identity import identified, run_identity
+from ..runner.results import IDENTITY, content_digest, note_recomputed, of_identity
 from ..stats.correlation import partial_spearman_ci, spearman_matrix
 from ..stats.multiple import bh_qvalues
 from ..tokenwise.pool import collect_pool

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import GeometriesConfig
 
 __all__ = ["COMMANDS"]
@@ -44,7 +44,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
     from ..decomposition.summary import indication_note
-    from ..distributed import run_command as run
+    from ..runner.distributed import run_command as run
     from .analysis import ANALYSIS, FDR, GeometriesResult, relation_summary
 
     res, cfg, out = run(ANALYSIS, args, check=lambda cfg: load_text(cfg.corpus),  # an unknown corpus fails first

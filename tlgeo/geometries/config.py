@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OutOfRangeError, spans
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 
 __all__ = ["GeometriesConfig", "QUANTITIES", "CONTROLS", "ATYPICALITY"]
 

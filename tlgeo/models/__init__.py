@@ -19,14 +19,14 @@ stream's geometry (the direction of ``resid_pre`` and the projections of updates
 onto it), which is exactly what this package measures. A family's workarounds for
 TransformerLens sit beside it (:mod:`~tlgeo.models.opt`).
 
-:func:`run_identity` is what every result row and resume key carries: the model's name, a
-fingerprint of its weights, their dtype, the device class, the placement and tlgeo's version.
+:func:`tlgeo.runner.identity.run_identity` (the runner's, not the models') is what every result row and
+resume key carries: the model's name, a fingerprint of its weights, their dtype, the device class, the placement
+and tlgeo's version.
 """
 
 from .bridge import save_local
 from .embedded import EMBEDDED_MODELS, EmbeddedModel, cache_dir, embedded_model_dir
 from .errors import UnknownModelError
-from .identity import RunIdentity, identified, run_identity, weights_fingerprint
 from .loading import Model, load_model, model_family, model_label
 from .placement import DTYPES, input_device, placement, read_weights, resolve_device, resolve_dtype
 from .tiny import TINY_KINDS, save_tiny_model, tiny_config, tiny_model
@@ -36,5 +36,4 @@ __all__ = [
     "EMBEDDED_MODELS", "EmbeddedModel", "UnknownModelError", "Model", "model_label", "model_family", "cache_dir",
     "save_local", "embedded_model_dir", "load_model", "resolve_device", "resolve_dtype", "DTYPES", "input_device",
     "placement", "read_weights", "tiny_model", "tiny_config", "save_tiny_model", "byte_tokenizer", "TINY_KINDS",
-    "RunIdentity", "run_identity", "weights_fingerprint", "identified",
 ]

@@ -29,10 +29,11 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..families import check_support
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
-from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog, content_digest
+from ..models import Model, model_label
+from ..runner.identity import identified, run_identity
+from ..runner.results import ResultLog, content_digest
 from ..storage import write_csv
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
@@ -306,7 +307,7 @@ def _refused(model: Model, runs: TaskRuns, comps: list[str], layers: list[int]) 
 
 
 def task_digest(task: Task) -> str:
-    """What a task's rows measure (:func:`tlgeo.results.content_digest`): its token ids, answers, metric and
+    """What a task's rows measure (:func:`tlgeo.runner.results.content_digest`): its token ids, answers, metric and
     named positions. A task run again under its name with other prompts has another digest, so its rows
     are computed again rather than read back from the log."""
     return content_digest(task.clean, task.corrupted, task.correct, task.wrong, task.metric, dict(task.positions))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
+from ..runner.analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, PatchingResult
 from .config import PatchingConfig
 

@@ -6,8 +6,8 @@ import argparse
 
 import pandas as pd
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import PatchingConfig
 
 __all__ = ["COMMANDS", "top_effects", "significance_summary", "par_baseline_lines"]
@@ -56,7 +56,7 @@ def par_baseline_lines(baseline: pd.DataFrame) -> list[str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_command as run
+    from ..runner.distributed import run_command as run
     from .analysis import ANALYSIS, PatchingResult
 
     def say(model, cfg, out) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
 from .tasks import TASKS, Task

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..results import IDENTITY, row_ids
+from ..runner.results import IDENTITY, row_ids
 from ..stats.multiple import bh_qvalues, mean_test_pvalue, significant_digits
 from ..stats.resampling import ratio_bootstrap, ratio_ci
 

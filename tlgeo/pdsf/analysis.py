@@ -38,10 +38,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from ..families import check_support
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.resume import unembedding
-from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog, content_digest
+from ..models import Model, model_label
+from ..runner.identity import identified, run_identity
+from ..runner.results import ResultLog, content_digest
 from .config import PDSFConfig
 from .dynamics import f_dynamics
 from .layer_stats import PDSFGeometry, pdsf_geometry

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
-from ..results import IDENTITY
+from ..runner.analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
+from ..runner.results import IDENTITY
 from .analysis import ANALYSIS, PDSFResult
 from .config import PDSFConfig
 from .interventions import CONDITIONS

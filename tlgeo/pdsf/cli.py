@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, model_key, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, model_key, print_written)
 from .config import PDSFConfig
 from .paper import divergence_text, single_pass_text
 
@@ -55,7 +55,7 @@ def _printer(cfg: PDSFConfig):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..distributed import run_command as run
+    from ..runner.distributed import run_command as run
     from .analysis import ANALYSIS, LOGS, PDSFResult
 
     res, cfg, out = run(ANALYSIS, args, out_name="pdsf-" + model_key(args.model),

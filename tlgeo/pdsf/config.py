@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from ..models import Model
 from .interventions import CONDITIONS
 from .prompts import PromptSet, load_prompt_set

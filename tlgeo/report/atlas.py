@@ -1,14 +1,14 @@
 """``tlgeo atlas``: one model, every registered analysis step, one HTML report + CSVs.
 
 Each analysis chapter contributes its steps (:mod:`tlgeo.report.registry` lists the contributing
-modules; :mod:`tlgeo.analysis` is the contract). A step is a registered analysis's own run, with a
+modules; :mod:`tlgeo.runner.analysis` is the contract). A step is a registered analysis's own run, with a
 config made from the atlas budgets, exactly as its command runs it into the output folder (the
 same tables, resumed from the same logs after an interruption), and a report section drawn from
 its result, ending with that command line. ``python -c "import tlgeo.report.atlas as a;
 print(a.STEPS)"`` lists the steps; :mod:`tlgeo.decomposition.atlas` describes the
 directional-decomposition ones.
 
-The report opens with each chapter's headline (:func:`tlgeo.analysis.chapter_headline`),
+The report opens with each chapter's headline (:func:`tlgeo.runner.analysis.chapter_headline`),
 recomputed from the CSVs after every step, so the partial report saved after a
 step says what is known so far. Each step prints its start (clock time and
 time since the run began) and its end; the steps show tqdm progress bars.
@@ -28,13 +28,14 @@ from typing import Any
 
 import pandas as pd
 
-from ..cliargs import config_argv, default_out, model_key
+from ..runner.cliargs import config_argv, default_out, model_key
 from ..data import load_text
-from ..distributed import init, ranks, run_analysis
-from ..models import input_device, load_model, model_label, run_identity
-from ..results import current_run, identity_scope, run_state
+from ..runner.distributed import init, ranks, run_analysis
+from ..models import input_device, load_model, model_label
+from ..runner.identity import run_identity
+from ..runner.results import current_run, identity_scope, run_state
 from ..storage import write_csv, write_json
-from ..analysis import Config, StepContext, make_budgets, param
+from ..runner.analysis import Config, StepContext, make_budgets, param
 from .headline import set_headline
 from .html import Report
 from .registry import load_steps
@@ -55,7 +56,7 @@ class AtlasConfig(Config):
     :func:`tlgeo.models.load_model` (``device``, ``dtype``, ``device_map``, ...: :meth:`LoadConfig.load_kwargs`).
     """
 
-    model: str = param("smollm2-135m", "the model (tlgeo.cliargs.LoadConfig's --model)")
+    model: str = param("smollm2-135m", "the model (tlgeo.runner.cliargs.LoadConfig's --model)")
     corpus: str = param("wikitext2", "text for perplexity and the token pools")
     out: Path | None = param(None, "output directory (default: runs/atlas-<model>)")
     steps: tuple[str, ...] | None = param(None, "the steps run (default: all registered)")
@@ -75,7 +76,7 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     """Run the chosen steps and write ``report.html`` + CSVs into ``cfg.out_dir()``.
 
     Under ``torchrun`` each step's analysis shares its work units out over the ranks
-    (:func:`~tlgeo.distributed.run_analysis`); rank 0 writes the merged tables and the report and returns
+    (:func:`~tlgeo.runner.distributed.run_analysis`); rank 0 writes the merged tables and the report and returns
     its path, the other ranks return ``None``. Its steps are the atlas's work, not runs of their own: they
     record no provenance line (``tlgeo atlas`` records the atlas's)."""
     with run_state(command=True) if current_run() is None else contextlib.nullcontext():  # tlgeo atlas has one
@@ -188,7 +189,7 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
 
 
 def step_config(step, cfg: AtlasConfig, budgets: dict[str, Any]):
-    """The analysis config of an analysis ``step`` (:func:`tlgeo.analysis.register_analysis_step`) from its
+    """The analysis config of an analysis ``step`` (:func:`tlgeo.runner.analysis.register_analysis_step`) from its
     chapter's budgets (``None``: the budgets skip it); a config with a ``corpus`` or a ``seed`` takes the atlas's."""
     conf = step.config(budgets[step.chapter])
     if conf is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..analysis import Command, budget_fields
-from ..cliargs import (LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written)
+from ..runner.analysis import Command, budget_fields
+from ..runner.cliargs import (LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written)
 from .registry import load_steps
 
 __all__ = ["COMMANDS"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..analysis import chapter_headline, chapter_title
+from ..runner.analysis import chapter_headline, chapter_title
 
 __all__ = ["set_headline", "without_paper"]
 

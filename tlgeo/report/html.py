@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..results import IDENTITY
+from ..runner.results import IDENTITY
 from ..storage import write_text
 
 __all__ = ["Report", "format_column", "readable_frame", "save_view"]
@@ -195,7 +195,7 @@ class Report:
               by_row: bool = False) -> "Report":
         """A table with its caption above: no index column (see :func:`readable_frame`), float
         columns rounded by :func:`format_column` to about ``digits`` (default: the report's)
-        significant digits, identity columns (:data:`tlgeo.results.IDENTITY`) with one value left to the report's
+        significant digits, identity columns (:data:`tlgeo.runner.results.IDENTITY`) with one value left to the report's
         header, in a wrapper that scrolls horizontally when the table is wider
         than the page. ``by_row``: round the numbers of each row together instead (a
         transposed table, one quantity per row)."""

@@ -7,8 +7,8 @@ import dataclasses
 
 import pandas as pd
 
-from ..analysis import Command
-from ..cliargs import config_from_args
+from ..runner.analysis import Command
+from ..runner.cliargs import config_from_args
 
 __all__ = ["COMMANDS", "plan_table"]
 

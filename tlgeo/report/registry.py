@@ -1,10 +1,10 @@
 """The analysis packages, in report order: one line each, and what is derived from their records.
 
 A package may have an ``analysis`` module (its ``run`` / config / result, registered with
-:func:`tlgeo.analysis.register_analysis`), an ``atlas`` module (its steps of ``tlgeo atlas``)
+:func:`tlgeo.runner.analysis.register_analysis`), an ``atlas`` module (its steps of ``tlgeo atlas``)
 and a ``cli`` module (its ``tlgeo`` subcommands, ``COMMANDS``). A package outside tlgeo (a lab's
 own analysis) is named in ``$TLGEO_ANALYSES`` (comma-separated importable packages) and comes after
-:data:`ANALYSES`. From each registered :class:`~tlgeo.analysis.Analysis` record, where its package
+:data:`ANALYSES`. From each registered :class:`~tlgeo.runner.analysis.Analysis` record, where its package
 has no module saying otherwise: its command (:func:`analysis_command`), its atlas chapter and step
 (with ``render``), its support-matrix column (with ``support``) and its line in the docs
 (:func:`analyses_markdown`); the contract tests run over :func:`load_analyses`.
@@ -18,7 +18,7 @@ import importlib.util
 import os
 
 from ..errors import UnknownNameError
-from .. import analysis
+from ..runner import analysis
 
 __all__ = ["ANALYSES", "PLUGINS_ENV", "packages", "load_steps", "load_analyses", "load_commands", "command_named",
            "analysis_command", "analyses_markdown"]
@@ -135,7 +135,7 @@ def analysis_command(a: analysis.Analysis) -> analysis.Command:
     """``tlgeo <a.command_name>`` from the record: the model flags, one flag per config field, ``--out`` and
     ``--threads``; runs the analysis as every command does (resumable, provenance, progress; shared out under
     torchrun), prints each table's first rows and the files written."""
-    from .. import cliargs
+    from ..runner import cliargs
 
     def add_args(p) -> None:
         cliargs.LoadConfig.add_args(p)
@@ -143,8 +143,8 @@ def analysis_command(a: analysis.Analysis) -> analysis.Command:
         cliargs.add_out_arg(p, f"runs/{a.command_name}-<model>")
 
     def run(args) -> int:
-        from ..distributed import run_command
-        from ..results import IDENTITY
+        from ..runner.distributed import run_command
+        from ..runner.results import IDENTITY
 
         res, _, out = run_command(a, args, out_name=f"{a.command_name}-" + cliargs.model_key(args.model))
         if res is None:  # a torchrun rank other than 0: rank 0 writes
@@ -171,7 +171,7 @@ def analyses_markdown() -> str:
             pages.append(a.docs)
     toc = ["```{toctree}", ":maxdepth: 1", "", *(f"/{p}" for p in pages), "```"]
     return "\n".join(["# The analyses", "", "Every registered analysis, from its record "
-                      "(`tlgeo.analysis.Analysis`).", "", *rows, "", *toc, ""])
+                      "(`tlgeo.runner.analysis.Analysis`).", "", *rows, "", *toc, ""])
 
 
 def command_named(name: str) -> analysis.Command:

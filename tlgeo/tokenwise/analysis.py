@@ -40,12 +40,13 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..distributed import all_ranks_busy, ranks
+from ..runner.distributed import all_ranks_busy, ranks
 from ..families import check_support
-from ..analysis import Analysis, Result, Table, register_analysis
+from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
-from ..models import Model, identified, model_label, run_identity
-from ..results import ResultLog, content_digest
+from ..models import Model, model_label
+from ..runner.identity import identified, run_identity
+from ..runner.results import ResultLog, content_digest
 from ..stats.correlation import spearman_ci
 from .config import TokenwiseConfig
 from .fits import POOL_CLASSES, geometry_row, layer_outputs, local_params, neighbours, tokenwise_outputs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
+from ..runner.analysis import Headline, StepContext, atlas_budgets, register_analysis_step, register_chapter
 from .analysis import ANALYSIS, TokenwiseResult
 from .config import TokenwiseConfig, evenly_spaced
 from .paper import COS_UPDATE, DEPTH, SECTION, SHARE_ANGLE, SPEARMAN, SPEARMAN_RANGE

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Command
-from ..cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
+from ..runner.analysis import Command
+from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import TokenwiseConfig
 from .paper import SPEARMAN_RANGE
 
@@ -26,8 +26,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from ..data import load_text
-    from ..distributed import run_command as run
-    from ..models import run_identity
+    from ..runner.distributed import run_command as run
+    from ..runner.identity import run_identity
     from .analysis import ANALYSIS, LOG, TokenwiseResult
 
     def say_where(model, cfg, out) -> None:  # the Ctrl-C line names the pool and the fits' log

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from .fits import CLASSES
 from .paper import POOL_TOKENS
 
@@ -119,8 +119,8 @@ class TokenwiseConfig(Config):
 
     def pool_name(self, identity_key: str, inputs: str) -> str:
         """The pool's folder name inside the output folder (``tlgeo tokenwise``'s), for the model of
-        ``identity_key`` (:attr:`tlgeo.models.RunIdentity.key`: two models' pools never share a folder) and the
-        windows of digest ``inputs`` (:func:`tlgeo.results.content_digest`: a corpus file changed under its
+        ``identity_key`` (:attr:`tlgeo.runner.identity.RunIdentity.key`: two models' pools never share a folder) and the
+        windows of digest ``inputs`` (:func:`tlgeo.runner.results.content_digest`: a corpus file changed under its
         name gets a pool of its own)."""
         return (f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.pool_dtype}-{identity_key}-"
                 f"{inputs[:8]}").replace("/", "_")

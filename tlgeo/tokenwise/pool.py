@@ -32,10 +32,11 @@ from jaxtyping import Int
 from torch import Tensor, nn
 
 from ..families import family_of_config, layer_paths
-from ..models import Model, run_identity
+from ..models import Model
+from ..runner.identity import run_identity
 from ..models.bridge import is_bridge
 from ..hooks.resume import activations
-from ..results import content_digest
+from ..runner.results import content_digest
 from ..storage import MANIFEST, atomic_write, check, is_sealed, seal, verify, write_json
 
 __all__ = ["StatePool", "collect_pool", "layer_list"]
@@ -141,7 +142,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
 
     ``skip_first``: leading positions of each window left out (default 1: BOS, whose
     states are outliers). A directory holding the same settings is resumed or reused.
-    ``ranks`` (:class:`tlgeo.distributed.Ranks` of a torchrun job whose process group is up): each
+    ``ranks`` (:class:`tlgeo.runner.distributed.Ranks` of a torchrun job whose process group is up): each
     rank runs the forwards of its contiguous share of the batches only, then the ranks all-gather
     the states layer by layer, so every rank ends with the whole pool (the same batches as one
     process: the same states, bit for bit at equal thread counts)."""
@@ -186,7 +187,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     mm = [np.load(f, mmap_mode="r+") for f in files]
     starts = list(range(0, n_win, batch_size))
     if ranks is not None and ranks.size > 1:
-        from ..distributed import deal
+        from ..runner.distributed import deal
 
         starts = deal(starts, ranks.rank, ranks.size)
     share = (starts[0], min(starts[-1] + batch_size, n_win)) if starts else (n_win, n_win)

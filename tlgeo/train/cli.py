@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..cliargs import Formatter, add_config_args, config_argv, config_from_args
+from ..runner.cliargs import Formatter, add_config_args, config_argv, config_from_args
 from .config import ModelSpec, TrainConfig, warmup_for
 
 __all__ = ["add_train_args", "train_config", "train_argv", "main"]
@@ -63,7 +63,7 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def _commands():
-    from ..analysis import Command
+    from ..runner.analysis import Command
 
     return (Command("train", "pretrain a model from scratch with parallel suppression", add_train_args,
                     _run_command, DESCRIPTION),)

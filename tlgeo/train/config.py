@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..analysis import Config, param
+from ..runner.analysis import Config, param
 from ..storage import write_json
 
 __all__ = ["ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config", "warmup_for"]

@@ -1,5 +1,5 @@
 """Data parallelism of a training run: DDP or FSDP2 around the model being trained, on the process
-group that :func:`tlgeo.distributed.init` joins (the one every analysis under torchrun joins: gloo on
+group that :func:`tlgeo.runner.distributed.init` joins (the one every analysis under torchrun joins: gloo on
 CPU, NCCL on GPU), and the reductions the loop needs."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..distributed import init, ranks
+from ..runner.distributed import init, ranks
 
 __all__ = ["DistInfo", "setup", "wrap", "all_mean", "barrier", "cleanup"]
 
 
 @dataclass(frozen=True)
 class DistInfo:
-    """This process's place in the run (from :func:`tlgeo.distributed.ranks`), its device and the wrapping."""
+    """This process's place in the run (from :func:`tlgeo.runner.distributed.ranks`), its device and the wrapping."""
 
     rank: int = 0
     world: int = 1

@@ -3,7 +3,7 @@ import torch
 
 from tlgeo import Edit
 from tlgeo.evals.ruler import compare_ruler, evaluate_ruler, generate_answers, greedy_generate, make_task
-from tlgeo.results import IDENTITY
+from tlgeo.runner.results import IDENTITY
 
 
 def test_generation_kv_cache_and_noop_edit(llama, tokens):

@@ -20,8 +20,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ...models import input_device, run_identity
-from ...results import ResultLog
+from ...models import input_device
+from ...runner.identity import run_identity
+from ...runner.results import ResultLog
 from .prompts import _Tok, prompt_ids
 from .scoring import METRICS
 from .tasks import TASK_NAMES, TASKS, Sample, make_task

@@ -1,7 +1,7 @@
 """Where a folder's numbers came from: one JSON line per finished command in ``provenance.jsonl``.
 
 Each line holds the command as typed (``argv``), every setting it ran with (the parsed flags,
-defaults included), the identities of the models it ran (:data:`tlgeo.results.IDENTITY`), the
+defaults included), the identities of the models it ran (:data:`tlgeo.runner.results.IDENTITY`), the
 git commit of the tlgeo it ran (and whether the tree had uncommitted changes), the versions of
 tlgeo, torch, transformers and TransformerLens, the machine and the date. ``scripts/reproduce.py``
 reruns a folder's commands from these lines and compares the tables.
@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .storage import append_lines, read_lines
+from ..storage import append_lines, read_lines
 
 __all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "read", "git_state", "code_state"]
 
@@ -71,7 +71,7 @@ def _versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     if out.get("tlgeo") is None:  # run from a checkout that is not installed
-        from .version import __version__
+        from ..version import __version__
 
         out["tlgeo"] = __version__
     return out
@@ -99,7 +99,7 @@ def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
                identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> dict[str, Any]:
     """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags and what they
     resolved to); ``resumed``: what the run took back from earlier runs' logs instead of computing it, and
-    what it computed again (:meth:`tlgeo.results.RunState.lines`), so that a resumed folder says which of its
+    what it computed again (:meth:`tlgeo.runner.results.RunState.lines`), so that a resumed folder says which of its
     rows this invocation made."""
     argv = [str(a) for a in argv]
     return {"command": "tlgeo " + shlex.join(argv), "argv": argv,

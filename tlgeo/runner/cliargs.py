@@ -363,7 +363,7 @@ def output_dir(args: argparse.Namespace, name: str) -> Path:
     work (a bad one is a one-line ``ValueError``), and recorded for the Ctrl-C message."""
     import tempfile
 
-    from .storage import folder_lock
+    from ..storage import folder_lock
 
     out = Path(args.out) if getattr(args, "out", None) else default_out(name)
     try:

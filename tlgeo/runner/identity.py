@@ -2,7 +2,7 @@
 
 Two runs of the same settings give the same numbers only on the same weights, in the same dtype,
 on the same class of device, placed the same way, by the same code. :func:`run_identity` names all
-five (:data:`tlgeo.results.IDENTITY` is the column order), so that a rerun with another model or
+five (:data:`tlgeo.runner.results.IDENTITY` is the column order), so that a rerun with another model or
 dtype into the same folder keeps its rows apart from the first run's and never resumes from them.
 
 The weights' fingerprint is a hash of every parameter's name, shape and dtype and of an evenly
@@ -23,15 +23,15 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from ..cliargs import config_argv
-from ..provenance import code_state
-from ..provenance import record_api as record_provenance
-from ..results import IDENTITY, current_run, identity_scope, run_state
+from .cliargs import config_argv
+from .provenance import code_state
+from .provenance import record_api as record_provenance
+from .results import IDENTITY, current_run, identity_scope, run_state
 from ..storage import folder_lock
 from ..version import __version__
-from .bridge import inputs_follow_model, is_bridge
-from .loading import model_label
-from .placement import input_device
+from ..models.bridge import inputs_follow_model, is_bridge
+from ..models.loading import model_label
+from ..models.placement import input_device
 
 __all__ = ["RunIdentity", "run_identity", "weights_fingerprint", "identified", "SAMPLES"]
 
@@ -55,7 +55,7 @@ class RunIdentity:
     tlgeo_version: str
 
     def row(self) -> dict[str, str]:
-        """The identity columns of a result row, in :data:`tlgeo.results.IDENTITY` order."""
+        """The identity columns of a result row, in :data:`tlgeo.runner.results.IDENTITY` order."""
         return dataclasses.asdict(self)
 
     @property
@@ -155,7 +155,7 @@ def run_identity(model) -> RunIdentity:
 
 def identified(run: Callable[..., R]) -> Callable[..., R]:
     """Decorate an analysis's ``run(model, cfg, ...)``: inside, every table saved and every resume log
-    opened carries the model's identity (:func:`tlgeo.results.identity_scope`), and the result it
+    opened carries the model's identity (:func:`tlgeo.runner.results.identity_scope`), and the result it
     returns has the identity columns in every table. With ``out=``, the run holds that folder
     (:func:`tlgeo.storage.folder_lock`): a second process writing there is refused."""
 

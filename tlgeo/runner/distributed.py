@@ -7,7 +7,7 @@ each rank's partial result gathered to rank 0 through ``torch.distributed``, mer
 
 A single process (no ``WORLD_SIZE`` in the environment) runs the analysis as it is. Under
 torchrun each rank loads its own copy of the model (``--device auto`` is ``cuda:LOCAL_RANK``),
-runs its share of :attr:`~tlgeo.analysis.Analysis.units` (:func:`deal`: a contiguous run, balanced
+runs its share of :attr:`~tlgeo.runner.analysis.Analysis.units` (:func:`deal`: a contiguous run, balanced
 by the analysis's ``cost`` estimates) into its own folder
 ``<out>/ranks/<rank>-of-<size>`` (where its resume logs live: rerun the same command with the
 same number of ranks after an interruption), and rank 0 writes the merged tables into ``out``.
@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .analysis import Analysis, Result
-from .models import input_device
+from ..models import input_device
 
 __all__ = ["run_command",
            "Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder",
@@ -179,7 +179,7 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     and returns the result; the other ranks return ``None``. ``progress`` shows on rank 0 only.
     """
     if analysis.support is not None:  # a record's own support column: a family it refuses fails before any work
-        from .families import check_support
+        from ..families import check_support
 
         check_support(model, analysis.name)
     r = init(input_device(model))
@@ -216,13 +216,13 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
     """What ``tlgeo <command>`` of ``analysis`` does before it prints, in the order that fails early: the threads,
     the config from the flags (a bad value fails before the model loads), ``check(cfg)`` (the command's own input
     checks: a corpus, a prompt set), the output folder (``--out``, default ``runs/<out_name or the model>``: an
-    unwritable one fails first), the model (:class:`~tlgeo.cliargs.LoadConfig`), ``prepare(model, cfg, out)``
+    unwritable one fails first), the model (:class:`~tlgeo.runner.cliargs.LoadConfig`), ``prepare(model, cfg, out)``
     (checks that need the model; what the Ctrl-C line should say) and :func:`run_analysis`, with ``show(cfg)`` as
     its ``on_table`` (what the command prints of each table as it is done). A config of the analysis that ``check``
     or ``prepare`` returns replaces ``cfg`` (e.g. window lengths fitted to the model's context). Returns ``(result,
     cfg, out)``; the result is ``None`` on the torchrun ranks other than 0 (rank 0 writes)."""
     from .cliargs import LoadConfig, config_from_args, model_key, output_dir
-    from .models import load_model
+    from ..models import load_model
 
     load = LoadConfig.of(args)
     load.set_threads()

@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .errors import UnknownNameError
+from ..errors import UnknownNameError
 from .results import IDENTITY, current_identity, merge_csv, stamp, wide_floats
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
@@ -130,7 +130,7 @@ def register_analysis_step(name: str, chapter: str, analysis: "Analysis", config
                            description: str):
     """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of a registered ``chapter``: a run
     of the registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas
-    calls :func:`tlgeo.distributed.run_analysis` on it into its folder, as the analysis's command does (the
+    calls :func:`tlgeo.runner.distributed.run_analysis` on it into its folder, as the analysis's command does (the
     same tables, resumed from the same logs; under torchrun its units are shared out over the ranks),
     then ``render`` draws the report section from the result."""
     if chapter not in _CHAPTERS:
@@ -265,7 +265,7 @@ class Table:
     """One table of a result: its CSV file name (``.csv`` or ``.csv.gz``), the columns that
     identify a row (settings and unit), and ``volatile`` columns (timings) that differ between
     two runs of the same work. Every row also carries the model's identity
-    (:data:`tlgeo.results.IDENTITY`), which leads its :attr:`row_key`. ``derive``: a table computed
+    (:data:`tlgeo.runner.results.IDENTITY`), which leads its :attr:`row_key`. ``derive``: a table computed
     from the result's other tables (``derive(result)``, e.g. means over seeds), made whenever the
     result is made or merged without it, so that a number quoted from it is in a saved table."""
 
@@ -394,7 +394,7 @@ class Analysis:
     split into; ``run(..., units=subset)`` does only those). ``tiny``: the config keyword
     arguments of a run of a few seconds on a tiny random model (the contract test's, and a
     first try in a notebook). ``cost(model, cfg, unit)``: a unit's relative run time, by which a
-    data-parallel run shares the units out (:func:`tlgeo.distributed.deal`). ``plan(shape, cfg)``:
+    data-parallel run shares the units out (:func:`tlgeo.runner.distributed.deal`). ``plan(shape, cfg)``:
     its steps as :class:`tlgeo.planner.Work` from the model's shape alone (``tlgeo plan``).
 
     The record is all a new analysis registers: its ``tlgeo`` command (unless its package's ``cli``
@@ -446,7 +446,7 @@ def register_analysis(analysis: Analysis) -> Analysis:
     if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
         raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
     if analysis.support is not None and analysis.name not in _ANALYSES:
-        from .families import register_support
+        from ..families import register_support
 
         register_support(analysis.name, analysis.support)
     _ANALYSES[analysis.name] = analysis

@@ -6,7 +6,7 @@ interrupted run resumes with nothing lost and nothing computed twice.
 
 A number belongs to the model that produced it: every row and every key holds the
 :data:`IDENTITY` columns (the model's name, a fingerprint of its weights, their dtype, the
-device class, the placement, tlgeo's version; :func:`tlgeo.models.run_identity` makes
+device class, the placement, tlgeo's version; :func:`tlgeo.runner.identity.run_identity` makes
 them). A log or a CSV shared by runs of two models (or of one model in two dtypes) keeps
 their rows apart, and a run reads back only its own.
 """
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from .storage import append_lines, read_lines, write_csv, write_text
+from ..storage import append_lines, read_lines, write_csv, write_text
 
 __all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity",
            "identity_scope", "of_identity", "note_recomputed", "RunState", "run_state", "current_run"]
