@@ -56,6 +56,11 @@ PDSF_SINGLE = f"{PDSF}/pdsf_single_pass_summary.csv"
 PDSF_SINGLE_ROWS = f"{PDSF}/pdsf_single_pass.csv.gz"
 PDSF_GEN = f"{PDSF}/pdsf_generation_summary.csv"
 PDSF_GEN_ROWS = f"{PDSF}/pdsf_generation.csv.gz"
+TOKENWISE = "results/tokenwise-smollm2-135m"
+TOKENWISE_GEMMA = "results/tokenwise-gemma3-270m"
+TW_GEOMETRY = {m: f"{d}/tokenwise_geometry.csv" for m, d in (("smollm2", TOKENWISE), ("gemma", TOKENWISE_GEMMA))}
+TW_CORRELATION = {m: f"{d}/tokenwise_correlation.csv" for m, d in (("smollm2", TOKENWISE),
+                                                                  ("gemma", TOKENWISE_GEMMA))}
 
 
 def _near(x: float, quoted: float, decimals: int) -> bool:
@@ -383,6 +388,82 @@ def _(g):
                    f"angles {g['angle_u_top_axis'].min():.1f}-{g['angle_u_top_axis'].max():.1f}")
 
 
+# -- 4. tokenwise layer maps -----------------------------------------------------------------------------------
+
+def _linear(table: pd.DataFrame) -> pd.DataFrame:
+    """The local ``linear`` class's rows, by layer (the class RESULTS §4 reads)."""
+    return table[table["class"] == "linear"].set_index("layer").sort_index()
+
+
+def _kl_spearman(c: pd.DataFrame) -> pd.DataFrame:
+    return c[c["target"] == "kl"]
+
+
+@claim("4.cos-not-one", "SmolLM2: the median cos(Delta_full, Delta_tok) of the linear class is 0.823 over the 30 "
+       "layers (0.65-1.00); above 0.95 only at layers 0, 1 and 24.", TW_GEOMETRY["smollm2"])
+def _(g):
+    b = _linear(g)
+    high = [int(layer) for layer in b.index[b["cos_update"] > 0.95]]
+    return Verdict(bool(len(b) == 30 and _near(b["cos_update"].median(), 0.823, 3)
+                        and _near(b["cos_update"].min(), 0.65, 2) and _near(b["cos_update"].max(), 1.00, 2)
+                        and high == [0, 1, 24]), f"above 0.95 at {high}")
+
+
+@claim("4.angles-as-paper", "SmolLM2: at every layer more than 92 % of the tokens' residuals lie more than 60 "
+       "degrees from Delta_tok (median 99.8 %).", TW_GEOMETRY["smollm2"])
+def _(g):
+    b = _linear(g)
+    return Verdict(bool((b["share_angle_above_60"] > 0.92).all() and _near(b["share_angle_above_60"].median(), 0.998,
+                                                                           3)),
+                   f"min {b['share_angle_above_60'].min():.4f}")
+
+
+@claim("4.energy-not-little", "SmolLM2: the residual holds a median 54.1 % of its energy in Delta_tok's dominant "
+       "subspace (90 % of Delta_tok's energy), below 2 % only at the layers where that subspace has rank 1 (2, 11, "
+       "28).", TW_GEOMETRY["smollm2"])
+def _(g):
+    b = _linear(g)
+    low = [int(layer) for layer in b.index[b["residual_energy"] < 0.02]]
+    rank1 = [int(layer) for layer in b.index[b["dominant_rank"] == 1]]
+    return Verdict(bool(_near(b["residual_energy"].median(), 0.541, 3) and low == rank1 == [2, 11, 28]),
+                   f"below 2 %: {low}; rank 1: {rank1}")
+
+
+@claim("4.middle-worst", "SmolLM2: the middle third of the layers has a larger median relative error than the rest "
+       "(0.69 against 0.55 for the linear class: 1.26 times).", TW_GEOMETRY["smollm2"])
+def _(g):
+    b = _linear(g)
+    n = len(b)
+    mid, rest = b.iloc[n // 3: 2 * n // 3]["rel_error"].median(), b.drop(b.index[n // 3: 2 * n // 3])["rel_error"].median()
+    return Verdict(bool(_near(mid, 0.69, 2) and _near(rest, 0.55, 2) and _near(mid / rest, 1.26, 2)),
+                   f"{mid:.3f} / {rest:.3f}")
+
+
+@claim("4.spearman-below-paper", "SmolLM2: Spearman(relative error, KL at the patched token) of the linear class is "
+       "0.41-0.69 at the 6 patched layers (256 tokens each), and no layer's 95 % CI reaches above 0.78; at layer 0 "
+       "the orthogonal, lowrank and global classes reach 0.85-0.88 with CIs above 0.8.", TW_CORRELATION["smollm2"])
+def _(c):
+    k = _kl_spearman(c)
+    lin = k[k["class"] == "linear"]
+    first = k[(k["layer"] == 0) & k["class"].isin(["orthogonal", "lowrank", "global"])]
+    return Verdict(bool(len(lin) == 6 and (lin["n"] == 256).all() and _near(lin["spearman"].min(), 0.41, 2)
+                        and _near(lin["spearman"].max(), 0.69, 2) and lin["ci_high"].max() < 0.78
+                        and _near(first["spearman"].min(), 0.85, 2) and _near(first["spearman"].max(), 0.88, 2)
+                        and (first["ci_low"] > 0.8).all()), f"linear CI highs up to {lin['ci_high'].max():.3f}")
+
+
+@claim("4.linear-fits-best", "SmolLM2: the local linear class has the lowest relative error of the six classes at "
+       "27 of the 30 layers (median 0.58); the global linear map at the other three (15, 18, 29).",
+       TW_GEOMETRY["smollm2"])
+def _(g):
+    best = g.loc[g.groupby("layer")["rel_error"].idxmin(), ["layer", "class"]]
+    n = int((best["class"] == "linear").sum())
+    other = best[best["class"] != "linear"]
+    return Verdict(bool(n == 27 and _near(_linear(g)["rel_error"].median(), 0.58, 2) and set(other["class"]) == {"global"}
+                        and sorted(other["layer"]) == [15, 18, 29]),
+                   f"best class per layer: {best['class'].value_counts().to_dict()}")
+
+
 # -- 5. geometry-resolved activation patching ---------------------------------------------------------------
 
 def _exact(effects: pd.DataFrame) -> pd.DataFrame:
@@ -440,7 +521,17 @@ def pdsf_table(folder: Path) -> str:
     return comparison_table({"SmolLM2-135M": folder, "Gemma-3-270M": ROOT / PDSF_GEMMA})
 
 
-TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF)}
+def tokenwise_table(folder: Path) -> str:
+    """RESULTS §4's table: SmolLM2's and Gemma-3-270M's tokenwise runs beside the paper's claims, for the local
+    linear class (:func:`tlgeo.tokenwise.paper.comparison_table`)."""
+    from tlgeo.tokenwise.paper import comparison_table
+
+    runs = {"SmolLM2-135M": folder, "Gemma-3-270M": ROOT / TOKENWISE_GEMMA}
+    return comparison_table({k: v for k, v in runs.items() if (Path(v) / "tokenwise_geometry.csv").is_file()})
+
+
+TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF),
+          "tokenwise": (tokenwise_table, TOKENWISE)}
 
 
 def table_input(path: str) -> "pd.DataFrame | Path":
