@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -34,6 +35,7 @@ sys.path.insert(0, str(REPO))
 RUNS = [
     ("smollm2-135m", "decompose", []),
     ("smollm2-135m", "ppl", ["--site", "attn", "--s-perp", "0", "--tokens", "4096"]),
+    ("smollm2-135m", "ppl", ["--site", "attn", "--s-perp", "0", "--tokens", "2048", "--dtype", "bfloat16"]),
     ("smollm2-135m", "profile", ["--tokens", "2048", "--sites", "attn,mlp"]),
     ("tiny:llama", "decompose", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
     ("gemma3-270m", "ppl", ["--site", "value_excl_self", "--s-par", "0", "--tokens", "2048"]),  # TLGEO_GEMMA=1 setup
@@ -143,6 +145,11 @@ def calibrate() -> None:
           f"{forward:.2f} GiB")
     flops = shape.forward_flops(4 * 256, 256)
     print(f"bare 4 x 256 forward: {bare:.2f} s = {flops / bare:.3g} FLOP/s (CPU_FLOPS)")
+    for name, env in (("CPU_DTYPE_SLOWDOWN", {}), ("CPU_NO_HALF_UNITS_SLOWDOWN", NO_HALF_UNITS)):
+        got = json.loads(subprocess.run([sys.executable, "-c", DTYPES], capture_output=True, text=True, cwd=REPO,
+                                        check=True, env={**os.environ, **env}).stdout.strip().splitlines()[-1])
+        print(f"bare forward per dtype{' with oneDNN held to AVX2' if env else ''}: "
+              + ", ".join(f"{d} {t:.2f} s = {t / got['float32']:.2f}x" for d, t in got.items()) + f" ({name})")
     text = load_text("wikitext2")
     every = ("attn", "mlp", "block", "value_full", "value_excl_self")
     step = {"profile": "profile_summary_table(m, t, corpus='wikitext2', max_tokens=1024, seq_len=256, "
@@ -185,6 +192,25 @@ def _setup(model: str, cmd: str) -> None:
     if done.returncode:
         sys.exit(f"setting up {cmd} ({' '.join(SETUP[cmd])}) failed: {done.stderr[-2000:]}")
 
+
+DTYPES = r"""
+import json, statistics, time, torch
+from tlgeo.models import load_model
+torch.set_num_threads(2)
+toks, times = torch.randint(0, 49152, (4, 256)), {}
+for dtype in ("float32", "bfloat16", "float16"):  # the weights cast; one model at a time
+    m = load_model("smollm2-135m", dtype=dtype)
+    with torch.no_grad():
+        m(toks)
+        out = []
+        for _ in range(3):
+            t = time.perf_counter(); m(toks); out.append(time.perf_counter() - t)
+    times[dtype] = statistics.median(out)
+    del m
+print(json.dumps(times))
+"""
+# a CPU without bfloat16 / float16 matrix units (no AMX, no AVX512-BF16 / -FP16), emulated on one that has them
+NO_HALF_UNITS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 BARE = r"""
 import statistics, time, torch

@@ -354,3 +354,34 @@ def test_one_thread_runs_the_forwards_slower_and_says_so():
     assert any("--threads 1" in n for n in one.attrs["notes"]) and not two.attrs["notes"]
     gpu = plan_table("smollm2-135m", "profile", ["--tokens", "1024", "--threads", "1"], device="h100")
     assert not gpu.attrs["notes"]  # a GPU's forwards do not run on the host's threads
+
+
+def test_a_half_dtype_plans_the_cpu_s_measured_speed_and_says_so():
+    """``tlgeo plan ppl --dtype bfloat16`` on a CPU planned float32's time: the forwards now take the device's
+    factor (the reference CPU's bfloat16 matrix units: faster; without them, ``cpu-avx2``: several times slower;
+    a GPU's float32 at the FP32 rate), the host work does not, and the plan says which."""
+    from tlgeo.planner import CPU_DTYPE_SLOWDOWN, CPU_NO_HALF_UNITS_SLOWDOWN, DEVICES
+    from tlgeo.report.plan import plan_table
+
+    flags = ["--site", "attn", "--tokens", "2048"]
+    def forwards(df):  # the first step after the start: its forwards (FLOPs and fixed cost), not its host work
+        row = df.set_index("step").loc[df["step"].iloc[1]]
+        return row["seconds"] - row["cpu_seconds"]
+
+    f32 = plan_table("smollm2-135m", "ppl", flags)
+    bf16 = plan_table("smollm2-135m", "ppl", [*flags, "--dtype", "bfloat16"])  # the command's own flag
+    avx2 = plan_table("smollm2-135m", "ppl", [*flags, "--dtype", "bfloat16"], device="cpu-avx2")
+    assert bf16["dtype"].iloc[0] == "bfloat16" and not f32.attrs["notes"]
+    # the FLOPs' time scales with the dtype's factor, each forward's fixed cost per block does not
+    fixed = forwards(f32) - (forwards(avx2) - forwards(f32)) / (CPU_NO_HALF_UNITS_SLOWDOWN["bfloat16"] - 1)
+    assert 0 < fixed < 0.2 * forwards(f32)
+    assert forwards(bf16) - fixed == pytest.approx(CPU_DTYPE_SLOWDOWN["bfloat16"] * (forwards(f32) - fixed))
+    assert CPU_NO_HALF_UNITS_SLOWDOWN["bfloat16"] > 5 > 1 > CPU_DTYPE_SLOWDOWN["bfloat16"]
+    assert any("--device cpu-avx2" in n for n in bf16.attrs["notes"])
+    assert any("bfloat16 weights on cpu-avx2: the forwards take 9.5x" in n for n in avx2.attrs["notes"])
+    weights = lambda d: d.set_index("step").loc[d["step"].iloc[1], "weights_gib"]  # noqa: E731
+    assert weights(bf16) == pytest.approx(weights(f32) / 2)
+    gpu = {d: forwards(plan_table("smollm2-135m", "ppl", flags, device="h100", dtype=d))
+           for d in ("bfloat16", "float32")}
+    assert gpu["float32"] == pytest.approx(DEVICES["h100"].slowdown("float32") * gpu["bfloat16"])
+    assert DEVICES["h100"].slowdown("float32") > 10  # FP32 67 vs BF16 989 TFLOP/s dense

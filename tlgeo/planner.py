@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -47,6 +47,16 @@ CPU_PROCESS_GIB = 0.57  # resident memory of a command with its model resident, 
 ACTIVATION_FLOATS = 12  # float32 values per token and d_model live during one forward, besides d_mlp and the logits
 LOGIT_COPIES = 1.7  # [tokens, vocab] float32 arrays a bare forward holds at its peak (1.61-1.72 at 4 x 256 tokens)
 PPL_LOGIT_COPIES = 3.6  # the same for a pass that takes log-probabilities (perplexity: 4 x 512 tokens, fresh process)
+# a bare 4 x 256-token forward in each dtype over one in float32 (the weights cast, 2 threads), on the reference CPU,
+# which has bfloat16 / float16 matrix units (AMX, AVX512-BF16 / -FP16: 0.49 / 1.25 s against 1.43 s), and on the same
+# CPU with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2: 13.8 / 14.2 s against 1.45 s), as a
+# CPU without such units runs them: converted float32 work, several times slower
+CPU_DTYPE_SLOWDOWN = {"float32": 1.0, "bfloat16": 0.34, "float16": 0.87}
+CPU_NO_HALF_UNITS_SLOWDOWN = {"float32": 1.0, "bfloat16": 9.5, "float16": 9.8}
+# what a forward costs on a CPU besides its FLOPs, per block it runs: TransformerLens's hooks and Python dispatch, what
+# dominates a tiny model's forwards (1 x 16 tokens: tiny:llama 3.0 ms for 3 blocks, SmolLM2 82 ms for 30, against
+# their FLOPs' 0.03 and 24 ms: 1.0 and 1.9 ms a block)
+CPU_BLOCK_SECONDS = 1.5e-3
 CPU_IMPORT_SECONDS = 4.8  # a command's imports (torch, transformers, TransformerLens, pandas)
 LOAD_GIB_PER_S = 0.55  # booting a local float32 model in the bridge, per GiB of weights
 # texts without a tokenizer: the 281 WikiText sentences of tlgeo dirmag (53,227 characters) are 12,761 SmolLM2
@@ -165,24 +175,43 @@ def model_shape(name: str) -> ModelShape:
                             f"a directory or config.json, or a seed model: {', '.join(SEED_CHECKPOINTS)}")
 
 
+# a GPU's dense float32 matmuls over its bfloat16 ones, from the datasheets (an assumption, not measured here): torch
+# leaves TF32 off for float32 matmuls by default, so float32 runs at the FP32 rate (H100/H200 SXM 67 vs 989 TFLOP/s,
+# A100 19.5 vs 312)
+H100_FLOAT32_SLOWDOWN = 989 / 67
+A100_FLOAT32_SLOWDOWN = 312 / 19.5
+
+
 @dataclass(frozen=True)
 class Device:
-    """A device the planner estimates for: FLOP/s it reaches on a forward, and its memory."""
+    """A device the planner estimates for: FLOP/s it reaches on a forward in its reference dtype (``flops``), its
+    memory, and a forward's time in each dtype over the reference's (``dtype_slowdown``; 1 where absent)."""
 
     name: str
     flops: float
     memory_gib: float
     note: str
     gpu: bool = True
+    dtype_slowdown: Mapping[str, float] = field(default_factory=dict)
+
+    def slowdown(self, dtype: str) -> float:
+        return float(self.dtype_slowdown.get(dtype, 1.0))
 
 
+_HOPPER = {"bfloat16": 1.0, "float16": 1.0, "float32": H100_FLOAT32_SLOWDOWN}
 DEVICES: dict[str, Device] = {
     "cpu": Device("cpu", CPU_FLOPS, 24.0, "the reference CPU of the planner's constants (2 threads, "
                   "float32; CPUs differ ~2x: results/plan-smollm2-135m)",
-                  gpu=False),
-    "h100": Device("h100", 989e12 * GPU_EFFICIENCY, 80.0, f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
-    "h200": Device("h200", 989e12 * GPU_EFFICIENCY, 141.0, f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
-    "a100": Device("a100", 312e12 * GPU_EFFICIENCY, 80.0, f"A100 80GB: 312 TFLOP/s bf16 dense x {GPU_EFFICIENCY}"),
+                  gpu=False, dtype_slowdown=CPU_DTYPE_SLOWDOWN),
+    "cpu-avx2": Device("cpu-avx2", CPU_FLOPS, 24.0, "the reference CPU without bfloat16 / float16 matrix units "
+                       "(AVX2 only: no AMX or AVX512-BF16; float32 as the reference CPU)", gpu=False,
+                       dtype_slowdown=CPU_NO_HALF_UNITS_SLOWDOWN),
+    "h100": Device("h100", 989e12 * GPU_EFFICIENCY, 80.0, f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+                   dtype_slowdown=_HOPPER),
+    "h200": Device("h200", 989e12 * GPU_EFFICIENCY, 141.0, f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+                   dtype_slowdown=_HOPPER),
+    "a100": Device("a100", 312e12 * GPU_EFFICIENCY, 80.0, f"A100 80GB: 312 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+                   dtype_slowdown={"bfloat16": 1.0, "float16": 1.0, "float32": A100_FLOAT32_SLOWDOWN}),
 }
 
 
@@ -222,7 +251,8 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cpu",
              dtype: str = "float32") -> pd.DataFrame:
-    """One row per step: forward tokens, TFLOPs, seconds, and peak memory (GiB) split into
+    """One row per step: forward tokens, TFLOPs, seconds (the forwards at the device's speed in ``dtype``), and peak
+    memory (GiB) split into
     weights, one forward's activations, what the step keeps on the device, what it keeps in host
     memory (in the peak on a CPU, beside it on a GPU) and (CPU) the process."""
     dev = DEVICES[device] if isinstance(device, str) else device
@@ -240,8 +270,12 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
         process = 0.0 if dev.gpu else CPU_PROCESS_GIB
         host, kept = w.host_bytes / GIB, w.kept_bytes / GIB + w.weight_copies * weights
         peak = weights + act / GIB + kept + (0.0 if dev.gpu else host) + process
+        # on a CPU, each forward's fixed cost per block (CPU_BLOCK_SECONDS): a tiny model's forwards are all overhead
+        forwards = -(-w.tokens // max(1, w.window * w.batch)) if w.tokens else 0
+        fixed = 0.0 if dev.gpu else forwards * shape.n_layers * w.blocks * CPU_BLOCK_SECONDS
         rows.append({"step": w.step, "forward_tokens": int(w.tokens), "window": w.window, "batch": w.batch,
-                     "tflops": flops / 1e12, "seconds": flops / dev.flops * w.overhead + w.cpu_seconds,
+                     "tflops": flops / 1e12,
+                     "seconds": flops / dev.flops * w.overhead * dev.slowdown(dtype) + fixed + w.cpu_seconds,
                      "cpu_seconds": w.cpu_seconds, "weights_gib": weights, "activations_gib": act / GIB,
                      "kept_gib": kept, "host_gib": host, "process_gib": process, "peak_gib": peak,
                      "fits": peak <= dev.memory_gib, "note": w.note})

@@ -274,8 +274,11 @@ def profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
 def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
     from ..planner import PPL_LOGIT_COPIES, Work, windows
 
+    # perplexity reads the logits out one row of the batch at a time (tlgeo.evals.perplexity.read_out_losses): the
+    # [tokens, vocab] arrays are one window's, not the batch's
     return Work(name, windows(tokens, cfg.context) * edits, cfg.context, cfg.batch_size,
-                1.0 if name == "baseline" else EDIT_OVERHEAD, PPL_LOGIT_COPIES, eager=_reads_pattern(sites),
+                1.0 if name == "baseline" else EDIT_OVERHEAD, PPL_LOGIT_COPIES / cfg.batch_size,
+                eager=_reads_pattern(sites),
                 note=f"{edits} perplexity pass(es)")
 
 

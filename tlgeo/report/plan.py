@@ -101,20 +101,28 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
                dtype: str | None = None) -> pd.DataFrame:
     """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
     :class:`~tlgeo.planner.ModelShape`; :func:`tlgeo.planner.estimate`); ``command`` may be ``atlas``
-    (every step of the atlas at its budgets)."""
+    (every step of the atlas at its budgets). ``dtype``: the weights' (default: the flags' ``--dtype``, else
+    bfloat16 on a GPU and float32 on a CPU)."""
     from ..planner import CPU_THREADS, DEVICES, ONE_THREAD_SLOWDOWN, ModelShape, estimate, model_shape, start_seconds
 
     if command != "atlas" and command not in _plannable():
         raise ValueError(f"tlgeo plan: no plan for {command!r}; choose from {[*_plannable(), 'atlas']}")
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     work, notes, parsed = _work(shape, command, flags)
-    dtype = dtype or ("bfloat16" if DEVICES[device].gpu else "float32")
+    dtype = dtype or _after(list(flags), "--dtype") or ("bfloat16" if DEVICES[device].gpu else "float32")
     df = estimate(shape, work, device, dtype)
     threads = getattr(parsed, "threads", None)
     if not DEVICES[device].gpu and threads == 1 < CPU_THREADS:  # the forwards on one core
         df["seconds"] = (df["seconds"] - df["cpu_seconds"]) * ONE_THREAD_SLOWDOWN + df["cpu_seconds"]
         notes = [*notes, f"--threads 1: the forwards take {ONE_THREAD_SLOWDOWN:g}x their time at the calibration's "
                          f"{CPU_THREADS} threads"]
+    dev = DEVICES[device]
+    slow, ref = dev.slowdown(dtype), "float32" if not dev.gpu else "bfloat16"
+    if slow != 1:
+        notes = [*notes, f"{dtype} weights on {device}: the forwards take {slow:.3g}x their time in {ref}"]
+    if not dev.gpu and dtype != "float32" and slow < DEVICES["cpu-avx2"].slowdown(dtype):
+        notes = [*notes, f"a CPU without {dtype} matrix units (no AMX / AVX512-BF16) takes "
+                         f"{DEVICES['cpu-avx2'].slowdown(dtype):.3g}x float32's: --device cpu-avx2 plans that"]
     start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, dtype),
                            "note": "imports and booting the model from a local folder"}])
     body, total = df[df["step"] != "total"], df[df["step"] == "total"].copy()
