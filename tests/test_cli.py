@@ -103,12 +103,12 @@ def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatc
     def fails(*a, **k):
         raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'\nmore lines')
 
-    monkeypatch.setattr(decomposition_cli, "_setup", fails)
+    monkeypatch.setattr(decomposition_cli, "_run", fails)
     code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--dtype", "float16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "not implemented for 'Half'" in err and "--dtype float16; use --dtype float32" in err
-    monkeypatch.setattr(decomposition_cli, "_setup", lambda *a: (_ for _ in ()).throw(RuntimeError("other")))
+    monkeypatch.setattr(decomposition_cli, "_run", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
     with pytest.raises(RuntimeError, match="other"):  # any other failure keeps its traceback
         main(["ppl", "--model", "tiny:llama", "--site", "attn"])
 
@@ -127,7 +127,7 @@ def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
             raise RankFailed("rank 1: step audit: ValueError: bad")
         raise RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:29500\nmore lines")
 
-    monkeypatch.setattr(decomposition_cli, "_setup", fails)
+    monkeypatch.setattr(decomposition_cli, "_run", fails)
     code = main(["ppl", "--model", "tiny:llama", "--site", "attn"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and says in err and "Rerun the same command" in err
@@ -243,10 +243,10 @@ def test_a_bug_keeps_its_traceback_and_a_users_mistake_is_one_line(monkeypatch, 
 
     argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path)]
     for fn, raised in ((lookup_bug, KeyError), (library_bug, TypeError), (lambda *a, **k: [][1], IndexError)):
-        monkeypatch.setattr(decomposition_cli, "_setup", fn)
+        monkeypatch.setattr(decomposition_cli, "_run", fn)
         with pytest.raises(raised):
             main(argv)
-    monkeypatch.setattr(decomposition_cli, "_setup", lambda *a, **k: pd.to_datetime("not a date at all"))
+    monkeypatch.setattr(decomposition_cli, "_run", lambda *a, **k: pd.to_datetime("not a date at all"))
     with pytest.raises(ValueError):  # raised by pandas: a bug of the caller, shown whole
         main(argv)
     monkeypatch.undo()
