@@ -52,3 +52,38 @@ def test_an_untouched_file_is_not_hashed_again(sealed, monkeypatch):
     (sealed / "w.bin").write_bytes((sealed / "w.bin").read_bytes())  # the same bytes, written again
     assert verify(sealed) == [] and len(calls) == 1  # its status changed: hashed once, recorded
     assert verify(sealed) == [] and len(calls) == 1
+
+
+def test_a_check_never_rewrites_the_seal(sealed):
+    """A sealed folder under git (the model zoo) stays as committed when a fresh clone's first check hashes its
+    files again (new inodes): what changes is the status file beside the seal, which git ignores."""
+    import json
+    import shutil
+    import subprocess
+
+    copy = sealed.parent / "copy"
+    shutil.copytree(sealed, copy)  # new inodes, as a clone has
+    (copy / checksums.STATUS).unlink()
+    seal_bytes = (copy / checksums.MANIFEST).read_bytes()
+    assert "status" not in json.loads(seal_bytes)["files"]["w.bin"]
+    assert verify(copy) == [] and (copy / checksums.MANIFEST).read_bytes() == seal_bytes
+    assert set(json.loads((copy / checksums.STATUS).read_text())) == {"w.bin", "sub/c.json"}
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          cwd=checksums.__file__.rsplit("/", 1)[0]).stdout.strip()
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"zoo/induction-llama/{checksums.STATUS}"], cwd=root)
+    assert ignored.returncode == 0, "git must ignore the status file"
+
+
+def test_a_seal_with_its_statuses_inline_is_still_read(sealed, monkeypatch):
+    """Seals made before the status file held each file's status inline: they are used, not hashed again."""
+    import json
+
+    man = json.loads((sealed / checksums.MANIFEST).read_text())
+    status = json.loads((sealed / checksums.STATUS).read_text())
+    for name, entry in man["files"].items():
+        entry["status"] = status[name]
+    (sealed / checksums.MANIFEST).write_text(json.dumps(man))
+    (sealed / checksums.STATUS).unlink()
+    calls = []
+    monkeypatch.setattr(checksums, "file_digest", lambda p: calls.append(p))
+    assert verify(sealed) == [] and calls == []

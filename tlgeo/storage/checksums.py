@@ -7,9 +7,12 @@ truncated file or one changed byte is found instead of being read as valid numbe
 rebuilds the cache or refuses it in one line (:class:`CorruptFileError`).
 
 Hashing SmolLM2's 513 MiB takes about a second, so a file is hashed again only when its status
-changed since its last full check: the seal also records its inode, modification time and change
-time (``ctime``: set by the kernel on every write, no program can set it back), and a file whose
-size and status are as recorded is taken as checked. ``verify(..., full=True)`` hashes everything.
+changed since its last full check: beside the seal, ``.tlgeo-checksums.status.json`` records each
+file's inode, modification time and change time (``ctime``: set by the kernel on every write, no
+program can set it back), and a file whose size and status are as recorded is taken as checked.
+``verify(..., full=True)`` hashes everything. The seal itself is written once: a check never
+rewrites it, so a sealed folder committed to git (the model zoo) stays as committed when a fresh
+clone's first check hashes it again (the status file is this machine's; git ignores it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .files import write_json
 __all__ = ["MANIFEST", "CorruptFileError", "file_digest", "seal", "verify", "check", "is_sealed"]
 
 MANIFEST = ".tlgeo-checksums.json"
+STATUS = ".tlgeo-checksums.status.json"  # {file: status} of the last check here; seals made before hold it inline
 
 
 class CorruptFileError(UserError, ValueError):
@@ -51,13 +55,34 @@ def seal(folder: str | os.PathLike, files: Iterable[str] | None = None) -> Path:
     """Record the size, SHA-256 and status of ``files`` (relative names; default every file under ``folder``)."""
     folder = Path(folder)
     names = _files(folder) if files is None else sorted(files)
-    entries = {}
+    entries, statuses = {}, {}
     for name in names:
         p = folder / name
         digest = file_digest(p)
         st = p.stat()
-        entries[name] = {"size": st.st_size, "sha256": digest, "status": _status(st)}
-    return write_json(folder / MANIFEST, {"files": entries}, indent=1, sort_keys=True)
+        entries[name] = {"size": st.st_size, "sha256": digest}
+        statuses[name] = _status(st)
+    path = write_json(folder / MANIFEST, {"files": entries}, indent=1, sort_keys=True)
+    _write_status(folder, statuses)
+    return path
+
+
+def _read_status(folder: Path, sealed: dict) -> dict:
+    """The statuses of the last check (the status file; a seal that holds them inline for the rest)."""
+    try:
+        known = json.loads((folder / STATUS).read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    return {name: known.get(name, want.get("status")) for name, want in sealed.items()}
+
+
+def _write_status(folder: Path, statuses: dict) -> None:
+    try:
+        write_json(folder / STATUS, statuses, indent=1, sort_keys=True)
+    except OSError:  # a read-only folder: its files are hashed again next time
+        pass
 
 
 def is_sealed(folder: str | os.PathLike) -> bool:
@@ -77,7 +102,7 @@ def verify(folder: str | os.PathLike, files: Iterable[str] | None = None, *, ful
         return [f"{folder} has no {MANIFEST} (not sealed: written before checksums or not finished)"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{MANIFEST}: unreadable ({type(e).__name__})"]
-    bad, rehashed = [], False
+    bad, rehashed, statuses = [], False, _read_status(folder, sealed)
     for name in (sorted(sealed) if files is None else list(files)):
         want = sealed.get(name)
         p = folder / name
@@ -92,17 +117,14 @@ def verify(folder: str | os.PathLike, files: Iterable[str] | None = None, *, ful
         if st.st_size != want["size"]:
             bad.append(f"{name}: {st.st_size:,} bytes, sealed with {want['size']:,}")
             continue
-        if not full and want.get("status") == _status(st):
+        if not full and statuses.get(name) == _status(st):
             continue  # not written since it was last hashed
         if file_digest(p) != want["sha256"]:
             bad.append(f"{name}: its content changed since it was sealed")
             continue
-        want["status"], rehashed = _status(st), True  # e.g. a copied folder: hashed once, then taken as checked
+        statuses[name], rehashed = _status(st), True  # e.g. a copied folder: hashed once, then taken as checked
     if rehashed and not bad:
-        try:
-            write_json(folder / MANIFEST, manifest, indent=1, sort_keys=True)
-        except OSError:  # a read-only cache: it is hashed again next time
-            pass
+        _write_status(folder, statuses)
     return bad
 
 
