@@ -395,8 +395,17 @@ def _linear(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["class"] == "linear"].set_index("layer").sort_index()
 
 
-def _kl_spearman(c: pd.DataFrame) -> pd.DataFrame:
-    return c[c["target"] == "kl"]
+def _middle_and_rest(b: pd.DataFrame) -> tuple[float, float]:
+    """The median relative error of the middle third of the layers and of the rest."""
+    n = len(b)
+    middle = b.iloc[n // 3: 2 * n // 3]
+    return float(middle["rel_error"].median()), float(b.drop(middle.index)["rel_error"].median())
+
+
+def _kl_spearman(c: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Spearman(error, KL at the patched token): every class's rows, and the linear class's."""
+    k = c[c["target"] == "kl"]
+    return k, k[k["class"] == "linear"]
 
 
 @claim("4.cos-not-one", "SmolLM2: the median cos(Delta_full, Delta_tok) of the linear class is 0.823 over the 30 "
@@ -432,9 +441,7 @@ def _(g):
 @claim("4.middle-worst", "SmolLM2: the middle third of the layers has a larger median relative error than the rest "
        "(0.69 against 0.55 for the linear class: 1.26 times).", TW_GEOMETRY["smollm2"])
 def _(g):
-    b = _linear(g)
-    n = len(b)
-    mid, rest = b.iloc[n // 3: 2 * n // 3]["rel_error"].median(), b.drop(b.index[n // 3: 2 * n // 3])["rel_error"].median()
+    mid, rest = _middle_and_rest(_linear(g))
     return Verdict(bool(_near(mid, 0.69, 2) and _near(rest, 0.55, 2) and _near(mid / rest, 1.26, 2)),
                    f"{mid:.3f} / {rest:.3f}")
 
@@ -443,8 +450,7 @@ def _(g):
        "0.41-0.69 at the 6 patched layers (256 tokens each), and no layer's 95 % CI reaches above 0.78; at layer 0 "
        "the orthogonal, lowrank and global classes reach 0.85-0.88 with CIs above 0.8.", TW_CORRELATION["smollm2"])
 def _(c):
-    k = _kl_spearman(c)
-    lin = k[k["class"] == "linear"]
+    k, lin = _kl_spearman(c)
     first = k[(k["layer"] == 0) & k["class"].isin(["orthogonal", "lowrank", "global"])]
     return Verdict(bool(len(lin) == 6 and (lin["n"] == 256).all() and _near(lin["spearman"].min(), 0.41, 2)
                         and _near(lin["spearman"].max(), 0.69, 2) and lin["ci_high"].max() < 0.78
@@ -470,9 +476,8 @@ def _(g):
        "worst (median relative error 0.40 against 0.30).", TW_GEOMETRY["gemma"])
 def _(g):
     b = _linear(g)
-    n = len(b)
-    mid, rest = b.iloc[n // 3: 2 * n // 3]["rel_error"].median(), b.drop(b.index[n // 3: 2 * n // 3])["rel_error"].median()
-    return Verdict(bool(n == 18 and _near(b["cos_update"].median(), 0.952, 3) and _near(b["cos_update"].min(), 0.79, 2)
+    mid, rest = _middle_and_rest(b)
+    return Verdict(bool(len(b) == 18 and _near(b["cos_update"].median(), 0.952, 3) and _near(b["cos_update"].min(), 0.79, 2)
                         and _near(b["cos_update"].max(), 1.00, 2) and int((b["cos_update"] > 0.95).sum()) == 9
                         and (b["share_angle_above_60"] >= 0.74).all() and _near(b["share_angle_above_60"].min(), 0.74, 2)
                         and _near(b["share_angle_above_60"].median(), 0.894, 3) and _near(mid, 0.40, 2)
@@ -500,8 +505,7 @@ def _(g):
        "0.23-0.67 at its 6 patched layers (128 tokens each), no CI reaching above 0.76; of every class and layer only "
        "the global map at layer 0 has a CI above 0.7 (0.797, CI 0.73-0.84).", TW_CORRELATION["gemma"])
 def _(c):
-    k = _kl_spearman(c)
-    lin = k[k["class"] == "linear"]
+    k, lin = _kl_spearman(c)
     above = k[k["ci_low"] > 0.7]
     return Verdict(bool(len(lin) == 6 and (lin["n"] == 128).all() and _near(lin["spearman"].min(), 0.23, 2)
                         and _near(lin["spearman"].max(), 0.67, 2) and lin["ci_high"].max() < 0.76 and len(above) == 1
