@@ -36,6 +36,8 @@ AUDIT = "results/atlas-smollm2-135m/audit.csv"
 CARRIER = "results/atlas-smollm2-135m/mlp_carrier.csv"
 DAMAGE = "results/dirmag-smollm2-135m/dirmag_damage.csv"
 DAMAGE_SUMMARY = "results/dirmag-smollm2-135m/dirmag_damage_summary.csv"
+DAMAGE_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage.csv"
+DAMAGE_SUMMARY_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage_summary.csv"
 TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
 EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
 BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
@@ -260,6 +262,36 @@ def _(d):
     return Verdict(bool((big["angle"] > big["magnitude"]).all()) and d["seed"].nunique() == 5
                    and d["model"].eq(CALIBRATION_MODEL.name).all() and norm == "RMSNorm",
                    f"norm of SmolLM2's family: {norm}")
+
+
+@claim("2.gemma-angle-more", "Gemma-3-270M (128 sentences, blocks 6-11, 5 seeds): the angle does more damage than "
+       "the magnitude in the mean at every delta, by 4.45 to 51.5 times, and at every seed from delta = 5 on (at "
+       "delta = 1 and 2 at 3 seeds of 5); Gemma normalises with RMSNorm too, so this is the reverse of the paper's "
+       "prediction for its norm.", DAMAGE_SUMMARY_GEMMA, DAMAGE_GEMMA)
+def _(s, d):
+    from tlgeo.families.registry import get_family
+
+    r = s["angle_damage"] / s["magnitude_damage"]
+    w = _damages(d)
+    more = (w["angle"] > w["magnitude"]).groupby(level="delta").sum()
+    return Verdict(bool((r > 1).all() and _near(r.min(), 4.45, 2) and _near(r.max(), 51.5, 1)
+                        and (more[more.index >= 5] == 5).all() and list(more[more.index <= 2]) == [3, 3]
+                        and d["seed"].nunique() == 5 and (d["n_sentences"] == 128).all()
+                        and get_family("gemma3_text").norm == "RMSNorm"), f"angle > magnitude per delta: {more.to_dict()}")
+
+
+@claim("2.gemma-huge-norm", "Gemma-3-270M's states are far larger than SmolLM2's (median norm 6148.6), so the paper's "
+       "grid (delta up to 20) moves them by at most 0.33 % of their norm, where both damages stay below 0.02 nats "
+       "(clean loss 4.472); at a quarter, half and the whole of the median norm the angle costs 27.2, 46.0 and 62.3 "
+       "nats, the magnitude 2.13, 6.70 and 12.03.", DAMAGE_SUMMARY_GEMMA, DAMAGE_GEMMA)
+def _(s, d):
+    grid, big = s[s["delta"] <= 20], s[s["delta"] > 20].sort_values("delta")
+    return Verdict(bool(_near(float(d["median_norm"].iloc[0]), 6148.6, 1) and _near(float(d["clean_loss"].iloc[0]), 4.472, 3)
+                        and grid["delta_over_norm"].max() < 0.0034
+                        and (grid[["angle_damage", "magnitude_damage"]] < 0.02).all().all()
+                        and np.allclose(big["angle_damage"].round(1), [27.2, 46.0, 62.3])
+                        and np.allclose(big["magnitude_damage"].round(2), [2.13, 6.70, 12.03])),
+                   f"largest delta/norm on the grid {grid['delta_over_norm'].max():.5f}")
 
 
 # -- 3. prediction-anchored subspaces ----------------------------------------------------------------------
