@@ -121,7 +121,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     if slow != 1:
         notes = [*notes, f"{dtype} weights on {device}: the forwards take {slow:.3g}x their time in {ref}"]
     if not dev.gpu and dtype != "float32" and slow < DEVICES["cpu-avx2"].slowdown(dtype):
-        notes = [*notes, f"a CPU without {dtype} matrix units (no AMX / AVX512-BF16) takes "
+        notes = [*notes, f"a CPU without {dtype} matrix units (AVX2 only: no AMX, no AVX512 half-precision) takes "
                          f"{DEVICES['cpu-avx2'].slowdown(dtype):.3g}x float32's: --device cpu-avx2 plans that"]
     start = pd.DataFrame([{"step": "start", "seconds": start_seconds(shape, dtype),
                            "note": "imports and booting the model from a local folder"}])
