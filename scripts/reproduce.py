@@ -4,11 +4,16 @@
     python scripts/reproduce.py results/X --out runs/X-again --line -1     # the last command only
     python scripts/reproduce.py results/X --dry-run                        # print the commands
     python scripts/reproduce.py --all --replace                            # every folder RESULTS.md quotes, made again
+    python scripts/reproduce.py --all --replace --resume                   # ... except those this code made already
 
 ``--all``: every folder that a ``<!-- source: results/<folder>/... -->`` comment of ``--doc`` (RESULTS.md) names, each
 rerun from its provenance at this commit; it refuses a tree with uncommitted changes outside ``results/`` (a
 number must name the commit that made it). With ``--replace`` each rerun folder takes the place of the old one
-(its provenance then holds this commit's lines only); without, they are compared as for one folder.
+(its provenance then holds this commit's lines only); without, they are compared as for one folder. With
+``--resume`` a folder whose every provenance line was made, from a clean tree, by this code (its commit and this one
+hold the same files outside ``results/``: only results were committed between them) is not rerun: an interrupted
+``--all --replace`` goes on where it stopped, in a later session too. ``--dry-run`` says of each folder whether this
+code made it.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
 run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
@@ -102,7 +107,25 @@ def quoted_folders(doc: Path) -> list[Path]:
     return list(dict.fromkeys(doc.parent / p.parent for p in paths))
 
 
-def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float) -> int:
+def code_commit(commit: str | None, repo: Path | None = None) -> str | None:
+    """The last commit at or before ``commit`` that changed a file outside ``results/`` (``None`` where git cannot
+    say, e.g. a commit this clone lacks): two commits with the same one hold the same code and data."""
+    if not commit:
+        return None
+    r = subprocess.run(["git", "-C", str(repo or ROOT), "log", "-1", "--format=%H", commit, "--", ".",
+                        ":(exclude)results"], capture_output=True, text=True)
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
+
+
+def made_by(folder: Path, code: str | None, repo: Path | None = None) -> bool:
+    """Whether every provenance line of ``folder`` was made from a clean tree of the code commit ``code``."""
+    lines = read(folder)
+    return bool(lines) and code is not None and all(
+        (p.get("git") or {}).get("dirty") is False and code_commit((p.get("git") or {}).get("commit"), repo) == code
+        for p in lines)
+
+
+def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float, resume: bool = False) -> int:
     """Every folder ``doc`` quotes, rerun from its provenance at this commit (see the module docstring)."""
     state = code_state()
     if state.get("dirty"):
@@ -116,8 +139,13 @@ def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol:
               file=sys.stderr)
         return 2
     status = 0
+    code = code_commit(state.get("commit"))
     for folder in folders:
-        print(f"== {folder}", flush=True)
+        current = made_by(folder, code)
+        print(f"== {folder}" + (f" (made by this code, {str(code)[:12]})" if current else ""), flush=True)
+        if current and resume:
+            print("not rerun (--resume)")
+            continue
         if dry_run:
             status |= main([str(folder), "--dry-run"])
             continue
@@ -143,10 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--doc", type=Path, default=ROOT / "RESULTS.md", help="the document whose folders to rerun")
         ap.add_argument("--replace", action="store_true", help="put each rerun folder in place of the old one")
         ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+        ap.add_argument("--resume", action="store_true",
+                        help="leave out the folders this code made already (an interrupted --all --replace)")
         ap.add_argument("--rtol", type=float, default=1e-4)
         ap.add_argument("--atol", type=float, default=1e-6)
         a = ap.parse_args(argv)
-        return reproduce_all(a.doc, replace=a.replace, dry_run=a.dry_run, rtol=a.rtol, atol=a.atol)
+        return reproduce_all(a.doc, replace=a.replace, dry_run=a.dry_run, rtol=a.rtol, atol=a.atol, resume=a.resume)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a folder with a provenance.jsonl")
     ap.add_argument("--out", type=Path, default=None, help="where to rerun (default: a temporary folder)")

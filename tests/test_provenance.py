@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -142,3 +144,52 @@ def test_reproduce_all_remakes_every_quoted_folder_and_refuses_a_dirty_tree(tmp_
     (line,) = read(made)  # the folder is the rerun's: one line, this commit's
     assert line["git"]["commit"] == "c" * 40 and sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "ppl-tiny"]
+
+
+def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, capsys, monkeypatch):
+    import tlgeo.runner.provenance as prov
+
+    repo = tmp_path / "repo"
+    (repo / "tlgeo").mkdir(parents=True)
+    folder = repo / "results" / "ppl-x"
+    folder.mkdir(parents=True)
+
+    def commit(path: Path, text: str) -> str:
+        path.write_text(text)
+        run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+        run("add", "-A")
+        run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", path.name)
+        return run("rev-parse", "HEAD").stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    a = commit(repo / "tlgeo" / "m.py", "A = 1\n")
+    b = commit(folder / "t.csv", "x\n1\n")  # only results committed since a: the same code
+    c = commit(repo / "tlgeo" / "m.py", "A = 2\n")
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    assert reproduce.code_commit(a) == reproduce.code_commit(b) == a and reproduce.code_commit(c) == c
+    assert reproduce.code_commit("f" * 40) is None  # a commit this clone lacks: no code to name
+    monkeypatch.setattr(prov, "_CODE", {"commit": a, "dirty": False})
+    record(folder, ["ppl", "--model", "tiny:llama", "--out", str(folder)])
+    assert reproduce.made_by(folder, a) and not reproduce.made_by(folder, c)
+    doc = repo / "DOC.md"
+    doc.write_text("<!-- source: results/ppl-x/t.csv -->\n")
+
+    def no_rerun(argv):
+        raise AssertionError(f"reran {argv}")
+
+    monkeypatch.setattr(reproduce, "rerun", no_rerun)
+    monkeypatch.setattr(prov, "_CODE", {"commit": b, "dirty": False})  # a later session, results committed since
+    assert reproduce.main(["--all", "--doc", str(doc), "--replace", "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert f"made by this code, {a[:12]}" in said and "not rerun (--resume)" in said
+    monkeypatch.setattr(prov, "_CODE", {"commit": c, "dirty": False})  # the code changed: the folder is stale
+    assert reproduce.main(["--all", "--doc", str(doc), "--resume", "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert "made by this code" not in said and "$ tlgeo ppl --model tiny:llama" in said
+    monkeypatch.setattr(prov, "_CODE", {"commit": a, "dirty": False})
+    record(folder, ["ppl", "--model", "tiny:llama", "--out", str(folder)])
+    lines = read(folder)
+    lines[-1]["git"]["dirty"] = True  # one line from a tree with changes: the folder is not this code's
+    (folder / "provenance.jsonl").write_text("".join(json.dumps(p) + "\n" for p in lines))
+    assert not reproduce.made_by(folder, a)

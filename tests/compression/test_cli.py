@@ -64,6 +64,21 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     assert {"n_prompts_cfg", "seq_len_cfg", "corpus_cfg", "base_cfg", "model_cfg"} <= set(prompts.columns)
 
 
+def test_cli_compression_checks_its_ppl_table_before_the_model_loads(tiny_dir, tmp_path, monkeypatch, capsys):
+    import tlgeo.models
+
+    root = tmp_path / "root"
+    _zero_cols(tiny_dir, root)
+    monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
+            "--out", str(tmp_path / "out"), "--ppl"]
+    assert main([*args, str(tmp_path / "nowhere.csv")]) == 2  # was: left out without a word
+    assert "nowhere.csv: no such file" in capsys.readouterr().err
+    pd.DataFrame({"method": ["same"], "perplexity": [10.0]}).to_csv(tmp_path / "bad.csv", index=False)
+    assert main([*args, str(tmp_path / "bad.csv")]) == 2  # was: a KeyError after the whole diagnosis
+    assert "bad.csv: no column ppl (it has method, perplexity)" in capsys.readouterr().err
+
+
 def test_cli_compress_diag_settings_and_model_changes(tiny_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "root"

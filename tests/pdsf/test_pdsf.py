@@ -162,6 +162,49 @@ def test_persistent_rotation_with_and_without_the_kv_cache(llama):
         condition_bases(st.states.states[2], st.u, ("P",))
 
 
+def test_every_condition_generated_in_one_batch_gives_each_conditions_own_tokens(llama):
+    from tlgeo.pdsf.generation import greedy_continuations_each
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, llama.cfg.d_vocab, (n,), generator=g) for n in (5, 7, 6, 9, 4, 8, 6, 5)]
+    d = llama.cfg.d_model
+
+    def rotate(k: int):  # a random rank-k rotation per prompt at block 1: strong enough to change the tokens
+        basis = torch.linalg.qr(torch.randn(len(prompts), d, k, generator=g))[0]
+        rot = torch.linalg.qr(torch.randn(len(prompts), k, k, generator=g))[0]
+        return lambda rows, t: SubspaceEdit(1, basis[torch.as_tensor(rows)], rotation=rot[torch.as_tensor(rows)])
+
+    fns = [None, rotate(d // 2), rotate(d // 4)]  # ranks differ: the stacked bases are padded
+    each = greedy_continuations_each(llama, prompts, fns, 8, batch_size=3)
+    alone = [greedy_continuations(llama, prompts, 8, batch_size=3, edit=fn) for fn in fns]
+    assert len(each) == 3 and all(torch.equal(a, b) for a, b in zip(each, alone))
+    assert not torch.equal(each[1], each[0]) and not torch.equal(each[2], each[0])  # the edits do change them
+    (plain,) = greedy_continuations_each(llama, prompts, [None], 8, batch_size=3)
+    assert torch.equal(plain, alone[0])
+
+
+def test_stacked_rotations_change_each_row_as_its_own_edit_does():
+    g = torch.Generator().manual_seed(0)
+    n, d = 3, 8
+    basis = lambda k: torch.linalg.qr(torch.randn(n, d, k, generator=g, dtype=torch.float64))[0]  # noqa: E731
+    rot = lambda k: torch.linalg.qr(torch.randn(n, k, k, generator=g, dtype=torch.float64))[0]  # noqa: E731
+    u = torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=-1)
+    edits = [SubspaceEdit(2, basis(3), u=u, rotation=rot(3)), None, SubspaceEdit(2, basis(1), rotation=rot(1))]
+    stacked = SubspaceEdit.stack(edits, n)
+    h = torch.randn(3 * n, 5, d, generator=g, dtype=torch.float64)
+    got = stacked.delta(h)
+    for i, e in enumerate(edits):
+        want = torch.zeros(n, 5, d, dtype=torch.float64) if e is None else e.delta(h[i * n:(i + 1) * n])
+        torch.testing.assert_close(got[i * n:(i + 1) * n], want, rtol=0, atol=1e-12)
+    assert stacked.basis.shape == (3 * n, d, 3) and stacked.rotation.shape == (3 * n, 3, 3)
+    with pytest.raises(ValueError, match="only rotations stack"):
+        SubspaceEdit.stack([SubspaceEdit(2, basis(2), factor=0.5)], n)
+    with pytest.raises(ValueError, match="one layer"):
+        SubspaceEdit.stack([edits[0], SubspaceEdit(1, basis(1), rotation=rot(1))], n)
+    with pytest.raises(ValueError, match="every edit is None"):
+        SubspaceEdit.stack([None], n)
+
+
 def test_divergence_step_on_constructed_sequences():
     t = torch.tensor
     assert divergence_step(t([1, 2, 3]), t([1, 2, 3])) is None

@@ -57,8 +57,6 @@ def add_compression_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_compression(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from ..data import load_text
     from ..runner.distributed import run_command
     from .analysis import ANALYSIS, CompressionResult
@@ -66,6 +64,8 @@ def run_compression(args: argparse.Namespace) -> int:
     from .summary import ppl_prediction
     from .plots import save_figures
     from .paper import paper_line
+
+    ppl: list = []  # the ppl.csv of tlgeo compress, once read
 
     def check(cfg: CompressionConfig) -> CompressionConfig:
         """The compressed models' folders and the corpus, before the model loads; ``cfg`` with its root found."""
@@ -75,17 +75,16 @@ def run_compression(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
                                     "(create them with tlgeo compress)")
         load_text(cfg.corpus)
+        if args.ppl:  # given: it must be there and readable before the model loads
+            ppl.append(read_ppl_csv(Path(args.ppl)))
         return dataclasses.replace(cfg, root=str(root))
 
-    ppl: list = []
-
-    def read_ppl(model, cfg, out: Path) -> None:
-        path = Path(args.ppl) if args.ppl else out / "ppl.csv"
-        if path.is_file():
-            ppl.append(pd.read_csv(path))
+    def default_ppl(model, cfg, out: Path) -> None:
+        if not args.ppl and (out / "ppl.csv").is_file():  # the one tlgeo compress wrote, when there is one
+            ppl.append(read_ppl_csv(out / "ppl.csv"))
 
     res, cfg, out = run_command(ANALYSIS, args, out_name="compression/" + base_key(args.model), check=check,
-                                prepare=read_ppl)
+                                prepare=default_ppl)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     written = [out / CompressionResult.table(n).filename for n in res.tables()]
@@ -100,6 +99,23 @@ def run_compression(args: argparse.Namespace) -> int:
     print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print_written(sorted(written))
     return 0
+
+
+def read_ppl_csv(path: Path):
+    """The ``method, ppl`` table of ``tlgeo compress`` at ``path``; a missing file or column is an error that names it."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"--ppl {path}: no such file (tlgeo compress --ppl writes <out>/ppl.csv)")
+    try:
+        df = pd.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as e:  # pandas' parser errors are ValueErrors
+        raise ValueError(f"{path}: not a CSV table ({e})") from None
+    missing = [c for c in ("method", "ppl") if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: no column {', '.join(missing)} (it has {', '.join(map(str, df.columns))}); "
+                         "the ppl.csv of tlgeo compress --ppl has method and ppl")
+    return df
 
 
 # ---------------------------------------------------------------------------

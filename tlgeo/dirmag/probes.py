@@ -74,27 +74,29 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
             positions.append(pos)
     if not kept:
         raise ValueError("no word of these sentences could be aligned to the model's tokens")
-    out = {l: [] for l in layers}
-    upos, depth, sent = [], [], []
-    batches = sentence_batches(model, [s.text for s in kept], max_tokens=max_tokens, batch_size=batch_size,
-                               keep_all=True)  # the same to_tokens rows first_subtokens aligned to
+    lengths = [len(model.to_tokens(s.text)[0, :max_tokens]) for s in kept]
+    order = sorted(range(len(kept)), key=lambda i: lengths[i])  # batches of similar lengths: little padding
+    per_sentence: list[dict[int, np.ndarray]] = [{} for _ in kept]
     with torch.inference_mode():
-        for i, (toks, _) in zip(range(0, len(kept), batch_size), batches):
-            chunk, pchunk = kept[i : i + batch_size], positions[i : i + batch_size]
+        for i in range(0, len(order), batch_size):
+            chunk = order[i : i + batch_size]
+            (toks, _), = sentence_batches(model, [kept[j].text for j in chunk], max_tokens=max_tokens,
+                                          batch_size=len(chunk), keep_all=True)  # the rows first_subtokens aligned to
             cache = activations(model, toks, names)  # ends at the last probed block: no unembedding
-            b_idx = [j for j, pos in enumerate(pchunk) for p in pos if p is not None]
-            t_idx = [p for pos in pchunk for p in pos if p is not None]
-            for l, name in zip(layers, names):
-                out[l].append(cache[name][b_idx, t_idx].float().cpu().numpy())
-            for j, (s, pos) in enumerate(zip(chunk, pchunk)):
-                for w, p in enumerate(pos):
-                    if p is not None:
-                        upos.append(s.upos[w])
-                        depth.append(s.depths[w])
-                        sent.append(i + j)
+            for row, j in enumerate(chunk):
+                at = [p for p in positions[j] if p is not None]
+                for l, name in zip(layers, names):
+                    per_sentence[j][l] = cache[name][row, at].float().cpu().numpy()
             del cache
-    return WordStates({l: np.concatenate(v) for l, v in out.items()}, np.asarray(upos), np.asarray(depth, float),
-                      np.asarray(sent), len(kept), skipped)
+    upos, depth, sent = [], [], []
+    for j, (s, pos) in enumerate(zip(kept, positions)):  # in the sentences' own order
+        for w, p in enumerate(pos):
+            if p is not None:
+                upos.append(s.upos[w])
+                depth.append(s.depths[w])
+                sent.append(j)
+    states = {l: np.concatenate([per_sentence[j][l] for j in range(len(kept))]) for l in layers}
+    return WordStates(states, np.asarray(upos), np.asarray(depth, float), np.asarray(sent), len(kept), skipped)
 
 
 def direction_magnitude_probes(model, train: Sequence[TreebankSentence], test: Sequence[TreebankSentence],

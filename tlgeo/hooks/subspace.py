@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -96,6 +96,39 @@ class SubspaceEdit(_ResidualEdit):
 
     def rows(self) -> int:
         return self.basis.shape[0]
+
+    @classmethod
+    def stack(cls, edits: "Sequence[SubspaceEdit | None]", rows: int) -> "SubspaceEdit":
+        """One rotation edit of ``len(edits) x rows`` rows: ``edits[i]``'s ``rows`` rows one block after the other
+        (``None``: a block left alone), each row changed as its own edit changes it. Bases are zero-padded to the
+        widest, rotations made block-diagonal with the identity, and ``u`` is zero where an edit has none: the padded
+        coordinates are exact zeros, so only the order of a few float sums differs. Every edit rotates, at the same
+        layer and positions."""
+        given = [e for e in edits if e is not None]
+        if not given:
+            raise ValueError("nothing to stack: every edit is None")
+        first = given[0]
+        for e in given:
+            if not isinstance(e, SubspaceEdit) or e.rotation is None:
+                raise ValueError(f"only rotations stack, got {type(e).__name__} without one")
+            if (e.layer, e.positions, e.start) != (first.layer, first.positions, first.start):
+                raise ValueError("stacked edits must act at one layer and the same positions")
+            if e.rows() != rows:
+                raise ValueError(f"an edit holds {e.rows()} rows, each block has {rows}")
+        d, k = first.basis.shape[1], max(e.basis.shape[2] for e in given)
+        dt = torch.promote_types(first.basis.dtype, first.rotation.dtype)
+        basis = torch.zeros(len(edits) * rows, d, k, dtype=dt)
+        rot = torch.eye(k, dtype=dt).repeat(len(edits) * rows, 1, 1)
+        u = torch.zeros(len(edits) * rows, d, dtype=dt)
+        for i, e in enumerate(edits):
+            if e is None:
+                continue
+            block, ki = slice(i * rows, (i + 1) * rows), e.basis.shape[2]
+            basis[block, :, :ki] = e.basis.to(dt).cpu()
+            rot[block, :ki, :ki] = e.rotation.to(dt).cpu()
+            if e.u is not None:
+                u[block] = e.u.to(dt).cpu()
+        return cls(first.layer, basis, u=u, rotation=rot, positions=first.positions, start=first.start)
 
     def delta(self, h: Tensor) -> Tensor:
         """The change of states ``h [b, ..., d]`` (float32/64, zero for a no-op edit)."""

@@ -52,7 +52,6 @@ from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_p
 from .prompts import Encoding, PromptSet, encode_prompts
 from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
 
-KL_CACHE_BYTES = 2 * 2**30
 
 __all__ = ["PDSFStates", "pdsf_states", "run_geometry", "run_single_pass", "SinglePassResult", "run_generation",
            "GenerationResult", "PDSFResult", "units", "unit_cost", "run", "stage_states", "LOGS"]
@@ -231,33 +230,25 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
             if log:
                 log.add(drow)
     base_text = [model.tokenizer.decode(t) for t in base]
-    # the clean teacher-forced log-probabilities, shared by the conditions where they fit in 2 GiB
-    vocab = model.cfg.d_vocab
-    kl_cache = {} if len(st.tokens) * max_new_tokens * vocab * 4 <= KL_CACHE_BYTES else None
-    frames = []
-    if progress and log:
-        resumed = [c for c in conditions if log.done(stage="generation", condition=c, **logged)]
-        if resumed:
-            print(f"persistent rotations: {', '.join(resumed)} read back from {log_path}")
-    it = list(conditions)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="persistent rotations", leave=False)
-    for c in it:
-        ckey = {"stage": "generation", "condition": c, **logged}
-        done = log.get(**ckey) if log else None
-        if done is None:
-            df, gens = persistent_rotations(model, st.tokens, st.prompts.groups, h, st.u, layer=layer,
-                                            conditions=[c], mode=mode, max_new_tokens=max_new_tokens,
-                                            batch_size=batch_size, seed=seed, rotation_kind=rotation, baseline=base,
-                                            f_dynamic=basis if c == "F_dynamic" else None, kl_cache=kl_cache)
-            done = {**ckey, "rows": df.to_dict("records"), "tokens": gens[c].tolist()}
+    done = {c: log.get(stage="generation", condition=c, **logged) if log else None for c in conditions}
+    if progress and any(done.values()):
+        print(f"persistent rotations: {', '.join(c for c in conditions if done[c])} read back from {log_path}")
+    todo = [c for c in conditions if done[c] is None]
+    if todo:  # every condition left in one generation per batch, then the KL and a log line condition by condition
+        df, gens = persistent_rotations(model, st.tokens, st.prompts.groups, h, st.u, layer=layer, conditions=todo,
+                                        mode=mode, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
+                                        rotation_kind=rotation, baseline=base,
+                                        f_dynamic=basis if "F_dynamic" in todo else None, progress=progress)
+        for c in todo:
+            done[c] = {"stage": "generation", "condition": c, **logged,
+                       "rows": df[df["condition"] == c].to_dict("records"), "tokens": gens[c].tolist()}
             if log:
-                log.add(done)
-        rows = pd.DataFrame(done["rows"])
+                log.add(done[c])
+    frames = []
+    for c in conditions:
+        rows = pd.DataFrame(done[c]["rows"])
         # the frame-shift proxy from the stored continuations (so logs of earlier definitions agree)
-        rows["frame_shift"] = frame_shifts(base_text, [model.tokenizer.decode(t) for t in done["tokens"]],
+        rows["frame_shift"] = frame_shifts(base_text, [model.tokenizer.decode(t) for t in done[c]["tokens"]],
                                            st.prompts.groups)[rows["prompt"].to_numpy()]
         frames.append(rows)
     df = pd.concat(frames, ignore_index=True).assign(**{k: v for k, v in settings.items() if k != "layer"})

@@ -6,6 +6,8 @@
   of a batch, applied at the last position of every forward (persistent: the edited past
   stays in the cache). ``use_cache=False`` runs the same edit in a loop that recomputes the
   whole sequence, the edit at every position from the prompt's last token on (the check).
+* :func:`greedy_continuations_each`: the same for several edits at once, each batch's rows once per
+  edit in one generation (small batches: a step costs about a read of the weights).
 * :func:`divergence_step`: the first generated position where two continuations differ.
 * :func:`teacher_forced_kl`: ``KL(p_clean || p_edited)`` at each step along the unedited
   continuation, the edit at every position from the prompt's last token on.
@@ -25,7 +27,10 @@ from ..hooks.resume import last_block_output, readout, readout_ok
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
 from ..models import Model
 
-__all__ = ["left_pad", "greedy_continuations", "divergence_step", "teacher_forced_kl"]
+__all__ = ["left_pad", "greedy_continuations", "greedy_continuations_each", "divergence_step", "teacher_forced_kl",
+           "KL_CACHE_BYTES"]
+
+KL_CACHE_BYTES = 2 * 2**30  # the clean teacher-forced log-probabilities kept for the next condition up to this
 
 EditFn = Callable[[np.ndarray, int], SubspaceEdit | ComplementEdit | None]
 
@@ -46,11 +51,7 @@ def greedy_continuations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], ma
                          batch_size: int = 16, edit: EditFn | None = None,
                          use_cache: bool = True) -> Int[Tensor, "n new_tokens"]:
     """``[n, max_new_tokens]`` greedy continuation tokens (no stop at EOS)."""
-    if not prompts:
-        raise ValueError("an empty prompt set")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-    device = next(model.parameters()).device
+    _check_generation(prompts, max_new_tokens)
     out = []
     for s in range(0, len(prompts), batch_size):
         rows = np.arange(s, min(s + batch_size, len(prompts)))
@@ -58,20 +59,60 @@ def greedy_continuations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], ma
         e = edit(rows, toks.shape[1]) if edit is not None else None
         if e is not None and not use_cache:
             e = replace(e, positions="from", start=toks.shape[1] - 1)
-        hooks = e.hooks(model) if e is not None else []
-        with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
-            if use_cache:
-                gen = model.generate(toks.to(device), max_new_tokens=max_new_tokens, do_sample=False,
-                                     stop_at_eos=False, use_past_kv_cache=True, attention_mask=mask.to(device),
-                                     return_type="tokens", verbose=False)[:, toks.shape[1]:]
-            else:
-                seq, m = toks.to(device), mask.to(device)
-                for _ in range(max_new_tokens):
-                    nxt = model(seq, attention_mask=m)[:, -1].argmax(-1, keepdim=True)
-                    seq, m = torch.cat([seq, nxt], 1), torch.cat([m, torch.ones_like(nxt)], 1)
-                gen = seq[:, toks.shape[1]:]
-        out.append(gen.cpu())
+        out.append(_generate(model, toks, mask, e.hooks(model) if e is not None else [], max_new_tokens, use_cache))
     return torch.cat(out)
+
+
+def greedy_continuations_each(model: Model, prompts: Sequence[Int[Tensor, "pos"]], edits: Sequence[EditFn | None],
+                              max_new_tokens: int = 64, *, batch_size: int = 16) -> list[Int[Tensor, "n new_tokens"]]:
+    """:func:`greedy_continuations` of every edit of ``edits`` (``None``: unedited), one ``[n, max_new_tokens]``
+    each. A batch of prompts is generated once for all of them, its rows once per edit
+    (:meth:`~tlgeo.hooks.subspace.SubspaceEdit.stack`): a step of a small batch costs about a read of the
+    weights, so the edits share it (the batches hold ``len(edits) x batch_size`` rows). Each prompt is padded
+    as in :func:`greedy_continuations`, so the tokens are the same, up to the order of a few float sums (a
+    near-tie may break the other way). Edits that do not stack (not rotations) are generated one by one."""
+    _check_generation(prompts, max_new_tokens)
+    out: list[list[Tensor]] = [[] for _ in edits]
+    for s in range(0, len(prompts), batch_size):
+        rows = np.arange(s, min(s + batch_size, len(prompts)))
+        toks, mask = left_pad(model, [prompts[i] for i in rows])
+        got = [fn(rows, toks.shape[1]) if fn is not None else None for fn in edits]
+        try:
+            stacked = SubspaceEdit.stack(got, len(rows)) if any(e is not None for e in got) else None
+        except ValueError:  # not all rotations: one generation per edit
+            for i, e in enumerate(got):
+                out[i].append(_generate(model, toks, mask, e.hooks(model) if e is not None else [], max_new_tokens))
+            continue
+        k = len(edits) if stacked is not None else 1  # no edit at all: one unedited generation serves every slot
+        gen = _generate(model, toks.repeat(k, 1), mask.repeat(k, 1),
+                        stacked.hooks(model) if stacked is not None else [], max_new_tokens)
+        for i in range(len(edits)):
+            out[i].append(gen[(i % k) * len(rows): (i % k + 1) * len(rows)])
+    return [torch.cat(o) for o in out]
+
+
+def _check_generation(prompts: Sequence, max_new_tokens: int) -> None:
+    if not prompts:
+        raise ValueError("an empty prompt set")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+
+
+def _generate(model: Model, toks: Tensor, mask: Tensor, hooks, max_new_tokens: int,
+              use_cache: bool = True) -> Int[Tensor, "b new_tokens"]:
+    """The ``max_new_tokens`` greedy tokens after the left-padded ``toks`` (on the host), ``hooks`` applied: the
+    bridge's ``generate`` with its KV cache, or (``use_cache=False``) a loop that recomputes the whole sequence."""
+    device = next(model.parameters()).device
+    with torch.inference_mode(), model.hooks(fwd_hooks=list(hooks)):
+        if use_cache:
+            return model.generate(toks.to(device), max_new_tokens=max_new_tokens, do_sample=False,
+                                  stop_at_eos=False, use_past_kv_cache=True, attention_mask=mask.to(device),
+                                  return_type="tokens", verbose=False)[:, toks.shape[1]:].cpu()
+        seq, m = toks.to(device), mask.to(device)
+        for _ in range(max_new_tokens):
+            nxt = model(seq, attention_mask=m)[:, -1].argmax(-1, keepdim=True)
+            seq, m = torch.cat([seq, nxt], 1), torch.cat([m, torch.ones_like(nxt)], 1)
+        return seq[:, toks.shape[1]:].cpu()
 
 
 def divergence_step(base: Int[Tensor, "steps"], edited: Int[Tensor, "steps2"]) -> int | None:

@@ -39,7 +39,7 @@ from ..geometry.rotation import random_basis, rotation
 from ..geometry.subspaces import PDSFBasis, fit_pdsf, own_bases, pca_basis, split_pdsf
 from ..hooks.subspace import SubspaceEdit
 from ..models import Model
-from .generation import divergence_step, greedy_continuations, teacher_forced_kl
+from .generation import KL_CACHE_BYTES, divergence_step, greedy_continuations_each, teacher_forced_kl
 
 __all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "rotation_edit", "persistent_rotations",
            "frame_shifts", "frame_shift_base_rate", "default_layer", "divergence_summary"]
@@ -179,28 +179,40 @@ def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], gr
                          max_new_tokens: int = 64, batch_size: int = 16, seed: int = 42, rotation_kind: str = "haar",
                          kl: bool = True, baseline: Int[Tensor, "n new_tokens"] | None = None,
                          f_dynamic: Float[Tensor, "d k"] | None = None,
-                         kl_cache: dict | None = None) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+                         kl_cache: dict | None = None,
+                         progress: bool = False) -> tuple[pd.DataFrame, dict[str, Tensor]]:
     """One row per (condition, prompt), and the continuations (``"base"`` and each condition);
     ``F_dynamic`` needs ``f_dynamic`` (and so the unedited continuations it was fitted on);
-    ``kl_cache``: the clean teacher-forced log-probabilities, kept across calls (a dict)."""
+    ``kl_cache``: the clean teacher-forced log-probabilities, kept across calls (a dict; one is made for
+    several conditions where they fit in :data:`~tlgeo.pdsf.generation.KL_CACHE_BYTES`). Every condition's
+    continuations (and the unedited ones, without ``baseline``) come from one generation per batch of prompts
+    (:func:`~tlgeo.pdsf.generation.greedy_continuations_each`); then the KL, condition by condition."""
     if not 1 <= layer <= model.cfg.n_layers:
         raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
     if len(prompts) != len(groups) or h.shape[0] != len(prompts):
         raise ValueError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
     cb = condition_bases(h, u, conditions, mode=mode, seed=seed, f_dynamic=f_dynamic)
-    base = baseline if baseline is not None else greedy_continuations(model, prompts, max_new_tokens,
-                                                                      batch_size=batch_size)
+    fns = {c: rotation_edit(cb, c, layer, seed, rotation_kind) for c in conditions}
+    edits = ([] if baseline is not None else [None]) + [fns[c] for c in conditions]
+    got = greedy_continuations_each(model, prompts, edits, max_new_tokens, batch_size=batch_size)
+    base = baseline if baseline is not None else got.pop(0)
+    gens = {"base": base, **dict(zip(conditions, got))}
     tok = model.tokenizer
     base_text = [tok.decode(t) for t in base]
-    rows, gens = [], {"base": base}
-    for c in conditions:
-        fn = rotation_edit(cb, c, layer, seed, rotation_kind)
-        gen = greedy_continuations(model, prompts, max_new_tokens, batch_size=batch_size, edit=fn)
-        gens[c] = gen
+    fits = len(prompts) * max_new_tokens * model.cfg.d_vocab * 4 <= KL_CACHE_BYTES
+    if kl_cache is None and len(conditions) > 1 and fits:
+        kl_cache = {}
+    rows = []
+    it = conditions
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(conditions, desc="persistent rotations", leave=False)
+    for c in it:
+        gen = gens[c]
         shifted = frame_shifts(base_text, [tok.decode(t) for t in gen], groups)
-        if kl_cache is None and len(conditions) > 1:
-            kl_cache = {}
-        kls = teacher_forced_kl(model, prompts, base, fn, batch_size=batch_size, clean_cache=kl_cache) if kl else None
+        kls = (teacher_forced_kl(model, prompts, base, fns[c], batch_size=batch_size, clean_cache=kl_cache)
+               if kl else None)
         for i in range(len(prompts)):
             step = divergence_step(base[i], gen[i])
             rows.append({"condition": c, "prompt": i, "group": groups[i], "rank": cb.rank(c), "layer": layer,
