@@ -231,7 +231,9 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     assert long["generation: rotations"].tokens - short["generation: rotations"].tokens == 8 * 3 * prompts
     assert long["generation: unedited"].tokens - short["generation: unedited"].tokens == 8 * prompts
     assert short["generation: rotations"].tokens == 3 * short["generation: unedited"].tokens
-    assert long["generation: rotations"].cpu_seconds == pytest.approx(3 * 13 * GENERATION_CALL_SECONDS * 30)
+    # the three conditions' rows share each generation call: 13 calls, not 3 x 13
+    assert long["generation: rotations"].cpu_seconds == pytest.approx(13 * GENERATION_CALL_SECONDS * 30)
+    assert long["generation: rotations"].batch == 3 * long["generation: unedited"].batch
     assert set(long) == {"generation: states", "generation: unedited", "generation: rotations", "generation: KL",
                          "generation: F dynamics"}  # no geometry, no single pass
 

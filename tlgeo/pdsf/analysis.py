@@ -48,6 +48,7 @@ from .dynamics import f_dynamics
 from .layer_stats import PDSFGeometry, pdsf_geometry
 from .interventions import (CONDITIONS, default_layer, divergence_summary, frame_shift_base_rate, frame_shifts,
                             persistent_rotations)
+from .generation import KL_CACHE_BYTES
 from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_pass_layer, single_pass_summary
 from .prompts import Encoding, PromptSet, encode_prompts
 from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
@@ -485,8 +486,9 @@ def plan(shape, cfg: PDSFConfig) -> list:
         kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
         out.append(Work("generation: unedited", steps, longest + new, b, kept_bytes=kv, cpu_seconds=call_s,
                         note=f"{n} {ps.name} prompts x {new} tokens, KV cache"))
-        out.append(Work("generation: rotations", c * steps, longest + new, b, kept_bytes=kv, cpu_seconds=c * call_s,
-                        note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache"))
+        out.append(Work("generation: rotations", c * steps, longest + new, c * b, kept_bytes=c * kv, cpu_seconds=call_s,
+                        note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows "
+                             "in one generation"))
         forced = prefill + n * new  # each prompt and its continuation, one forward per batch
         cached = n * new * vocab * 4 <= KL_CACHE_BYTES
         out.append(Work("generation: KL", (c + (1 if cached else c)) * forced, longest + new, b,
