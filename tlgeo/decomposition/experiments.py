@@ -463,7 +463,9 @@ def _edit_passes(name: str, tokens: int, window: int, batch: int, passes: int, b
 
     from .analysis import EDIT_OVERHEAD
 
-    return Work(name, windows(tokens, window) * passes, window, batch, EDIT_OVERHEAD, PPL_LOGIT_COPIES,
+    per_pass = windows(tokens, window)
+    batch = max(1, min(batch, per_pass // window))  # each pass reads the same windows: a short text, small batches
+    return Work(name, per_pass * passes, window, batch, EDIT_OVERHEAD, PPL_LOGIT_COPIES,
                 blocks=blocks, note=note or f"{passes} perplexity pass(es)")
 
 

@@ -352,7 +352,7 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
     n_win, n_tok = pool_size(cfg.tokens, seq)
     item = 2 if cfg.pool_dtype == "float16" else 4
     cached = min(cfg.batch_size, n_win) * seq * (n_layers + 1) * d * 4  # a batch's states, every layer
-    out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached,
+    out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached, logit_copies=0.0, readout=0.0,
                 host_bytes=n_tok * (n_layers + 1) * d * item,
                 note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.pool_dtype}, memory-mapped")]
     per_layer = fit_seconds(shape, n_tok, cfg.classes, cfg.k)
