@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_plan.py --calibrate   # the constants tlgeo.planner and the analyses' plans use
     .venv/bin/python scripts/bench_plan.py               # predicted vs measured time and peak memory per command
+    .venv/bin/python scripts/bench_plan.py --table results/plan-smollm2-135m/plan_vs_measured.csv   # its Markdown
 
 ``--calibrate`` measures on SmolLM2-135M (float32, 2 threads): the resident memory of a process that
 has imported tlgeo's stack, the FLOP/s of a bare 4 x 256-token forward, and the time of a profile
@@ -286,6 +287,28 @@ def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None) -> No
         print(f"wrote {out / 'plan_vs_measured.csv'}")
 
 
+TIME_WITHIN, MEMORY_WITHIN = 2.0, 0.25  # the planner's targets: time within 2x, peak memory within 25 %
+
+
+def markdown_table(table) -> str:
+    """The docs' table of a ``plan_vs_measured.csv`` (a DataFrame): one row per command, measured over predicted,
+    then a line that counts the commands within the targets (``docs/cli.md`` prints it; a test compares)."""
+    lines = ["| model | command | time | ÷ machine | peak memory |", "|---|---|---|---|---|"]
+    for r in table.itertuples():
+        flags = f" {r.flags}" if isinstance(r.flags, str) and r.flags else ""
+        lines.append(f"| {r.model} | `{r.command}{flags}` | {r.ratio:.2f}× | {r.ratio_over_machine:.2f}× | "
+                     f"{r.memory_ratio:.2f}× |")
+    within = lambda x, lo, hi: int(((x >= lo) & (x <= hi)).sum())  # noqa: E731
+    n = len(table)
+    t = within(table["ratio"], 1 / TIME_WITHIN, TIME_WITHIN)
+    tm = within(table["ratio_over_machine"], 1 / TIME_WITHIN, TIME_WITHIN)
+    m = within(table["memory_ratio"], 1 - MEMORY_WITHIN, 1 + MEMORY_WITHIN)
+    lines += ["", f"Time within {TIME_WITHIN:g}× in {t} of {n} commands ({tm} of {n} divided by the machine factor "
+                  f"{float(table['machine_factor'].iloc[0]):.2f}); peak memory within {100 * MEMORY_WITHIN:g} % in "
+                  f"{m} of {n} ({table['memory_ratio'].min():.2f}–{table['memory_ratio'].max():.2f}×)."]
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calibrate", action="store_true")
@@ -293,8 +316,13 @@ if __name__ == "__main__":
                    "instead of the other models")
     p.add_argument("--only", metavar="CMDS", help="comma-separated commands of RUNS to check (default: all)")
     p.add_argument("--out", type=Path, help="also write plan_vs_measured.csv (and provenance.jsonl) into this folder")
+    p.add_argument("--table", type=Path, metavar="CSV", help="print the Markdown table of a plan_vs_measured.csv")
     a = p.parse_args()
-    if a.calibrate:
+    if a.table is not None:
+        import pandas as pd
+
+        print(markdown_table(pd.read_csv(a.table)))
+    elif a.calibrate:
         calibrate()
     else:
         runs = (RUNS if a.pair is None else

@@ -387,3 +387,21 @@ def test_a_half_dtype_plans_the_cpu_s_measured_speed_and_says_so():
            for d in ("bfloat16", "float32")}
     assert gpu["float32"] == pytest.approx(DEVICES["h100"].slowdown("float32") * gpu["bfloat16"])
     assert DEVICES["h100"].slowdown("float32") > 10  # FP32 67 vs BF16 989 TFLOP/s dense
+
+
+def test_the_cli_page_prints_the_committed_plan_check():
+    """docs/cli.md's table of the planner against measured runs is the one scripts/bench_plan.py prints from the
+    committed results/plan-smollm2-135m (a rerun that changes it fails here until the page is regenerated)."""
+    import re
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .scripts import load_script
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "cli.md").read_text()
+    block = re.search(r"<!--\s*table:\s*plan\s*-->\n(.*?)\n<!--\s*/table\s*-->", page, re.S)
+    assert block, "docs/cli.md has no <!-- table: plan --> block"
+    table = pd.read_csv(root / "results" / "plan-smollm2-135m" / "plan_vs_measured.csv")
+    assert block.group(1).strip() == load_script("bench_plan").markdown_table(table).strip()
