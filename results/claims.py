@@ -38,6 +38,8 @@ DAMAGE = "results/dirmag-smollm2-135m/dirmag_damage.csv"
 DAMAGE_SUMMARY = "results/dirmag-smollm2-135m/dirmag_damage_summary.csv"
 DAMAGE_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage.csv"
 DAMAGE_SUMMARY_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage_summary.csv"
+PARTS = "results/dirmag-parts-smollm2-135m"
+BLIMP, REPAIR, ENTROPY, PROBES = (f"{PARTS}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy", "probes"))
 TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
 EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
 BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
@@ -218,7 +220,8 @@ def _(s):
     p = s.dropna(subset=["paper_angle"]).sort_values("delta")
     pr = (p["paper_angle"] / p["paper_magnitude"]).to_numpy()
     ours = s["angle_damage"] / s["magnitude_damage"]
-    return Verdict(bool(pr[0] > 10 and pr[1] > 10 and pr[-1] < 2 and np.all(np.diff(pr) < 0) and _near(ours.max(), 2.48, 2)
+    return Verdict(bool(pr[0] > 10 and pr[1] > 10 and pr[-1] < 2 and np.all(np.diff(pr) < 0)
+                        and _near(ours.max(), 2.48, 2)
                         and (ours[s["delta"] >= 5] < 2).all()),
                    f"paper ratios {np.round(pr, 2).tolist()}")
 
@@ -277,7 +280,8 @@ def _(s, d):
     return Verdict(bool((r > 1).all() and _near(r.min(), 4.45, 2) and _near(r.max(), 51.5, 1)
                         and (more[more.index >= 5] == 5).all() and list(more[more.index <= 2]) == [3, 3]
                         and d["seed"].nunique() == 5 and (d["n_sentences"] == 128).all()
-                        and get_family("gemma3_text").norm == "RMSNorm"), f"angle > magnitude per delta: {more.to_dict()}")
+                        and get_family("gemma3_text").norm == "RMSNorm"),
+                   f"angle > magnitude per delta: {more.to_dict()}")
 
 
 @claim("2.gemma-huge-norm", "Gemma-3-270M's states are far larger than SmolLM2's (median norm 6148.6), so the paper's "
@@ -286,12 +290,116 @@ def _(s, d):
        "nats, the magnitude 2.13, 6.70 and 12.03.", DAMAGE_SUMMARY_GEMMA, DAMAGE_GEMMA)
 def _(s, d):
     grid, big = s[s["delta"] <= 20], s[s["delta"] > 20].sort_values("delta")
-    return Verdict(bool(_near(float(d["median_norm"].iloc[0]), 6148.6, 1) and _near(float(d["clean_loss"].iloc[0]), 4.472, 3)
+    return Verdict(bool(_near(float(d["median_norm"].iloc[0]), 6148.6, 1)
+                        and _near(float(d["clean_loss"].iloc[0]), 4.472, 3)
                         and grid["delta_over_norm"].max() < 0.0034
                         and (grid[["angle_damage", "magnitude_damage"]] < 0.02).all().all()
                         and np.allclose(big["angle_damage"].round(1), [27.2, 46.0, 62.3])
                         and np.allclose(big["magnitude_damage"].round(2), [2.13, 6.70, 12.03])),
                    f"largest delta/norm on the grid {grid['delta_over_norm'].max():.5f}")
+
+
+def _pooled(blimp: pd.DataFrame) -> pd.DataFrame:
+    """BLiMP's pooled accuracy per (kind, delta): mean over seeds of each run's accuracy and drop."""
+    b = blimp[blimp["paradigm"] == "pooled"]
+    return b.groupby(["kind", "delta"]).agg(accuracy=("accuracy", "mean"), drop=("drop", "mean"),
+                                            clean=("clean_accuracy", "first"), n=("n", "first"))
+
+
+@claim("2.parts-blimp-delta5", "At delta = 5 neither perturbation moves BLiMP agreement accuracy (120 pairs, clean "
+       "77.5 %) by two points in the mean over seeds, where the paper's Pythia-410M falls from 89.5 % to 69.1 % "
+       "under the magnitude and to 87.9 % under the angle.", BLIMP)
+def _(b):
+    from tlgeo.dirmag.paper import PAPER_BLIMP
+
+    g = _pooled(b)
+    at5 = g.xs(5.0, level="delta")
+    clean, mag, ang = PAPER_BLIMP[0.0][0], *PAPER_BLIMP[5.0]
+    return Verdict(bool((at5["drop"].abs() < 2).all()) and _near(g["clean"].iloc[0], 77.5, 1) and (g["n"] == 120).all()
+                   and (clean, mag, ang) == (89.5, 69.1, 87.9) and b["seed"].nunique() == 5,
+                   f"mean drops at delta 5: {at5['drop'].round(2).to_dict()}")
+
+
+@claim("2.parts-blimp-tie", "From delta = 20 on both perturbations cost accuracy, and the angle and the magnitude "
+       "differ in the mean over seeds by less than the half-width of any run's 95 % CI over the pairs: 120 pairs do "
+       "not tell them apart.", BLIMP)
+def _(b):
+    g = _pooled(b)
+    big = g[g.index.get_level_values("delta") >= 20]
+    gap = (big["accuracy"].xs("angle", level="kind") - big["accuracy"].xs("magnitude", level="kind")).abs()
+    rows = b[(b["paradigm"] == "pooled") & (b["delta"] >= 20)]
+    half = ((rows["ci_high"] - rows["ci_low"]) / 2).min()
+    return Verdict(bool((big["drop"] > 0).all() and gap.max() < half),
+                   f"largest gap {gap.max():.2f} points, smallest CI half-width {half:.2f}")
+
+
+def _recovery(repair: pd.DataFrame, delta: float) -> pd.DataFrame:
+    return repair[repair["delta"] == delta].pivot_table(index=["repair", "seed"], columns="kind", values="recovery")
+
+
+@claim("2.parts-repair", "At delta = 43 (a quarter of the median norm) and at every seed, attention repair recovers "
+       "more of the angle damage than of the magnitude damage, the paper's order at delta = 5; norm repair too "
+       "recovers more of the angle damage, the reverse of the paper's (29.9 % of the magnitude damage, 13.7 % of the "
+       "angle damage).", REPAIR)
+def _(r):
+    from tlgeo.dirmag.paper import PAPER_RECOVERY
+
+    w = _recovery(r, 43.0)
+    more = w["angle"] > w["magnitude"]
+    paper_attn = PAPER_RECOVERY[("attn", "angle")] > PAPER_RECOVERY[("attn", "magnitude")]
+    paper_norm = PAPER_RECOVERY[("norm", "magnitude")] > PAPER_RECOVERY[("norm", "angle")]
+    return Verdict(bool(more.all()) and paper_attn and paper_norm and r["seed"].nunique() == 5
+                   and _near(PAPER_RECOVERY[("norm", "magnitude")], 29.9, 1)
+                   and _near(PAPER_RECOVERY[("norm", "angle")], 13.7, 1),
+                   f"angle - magnitude recovery per (repair, seed): {(w['angle'] - w['magnitude']).round(1).to_dict()}")
+
+
+@claim("2.parts-repair-noisy", "At delta = 5 the damage is too small to measure a recovery: the sd over seeds is ten "
+       "points or more for every repair and kind.", REPAIR)
+def _(r):
+    sd = r[r["delta"] == 5.0].groupby(["repair", "kind"])["recovery"].std()
+    return Verdict(bool((sd >= 10).all()), f"sd {sd.round(1).to_dict()}")
+
+
+@claim("2.parts-entropy", "The angle raises the attention entropy (clean 1.340 nats) at every seed at delta = 43, "
+       "where the magnitude moves it by less than its sd over seeds; at delta = 5 no shift exceeds 0.0011 nats (the "
+       "paper at delta = 5: +0.129 for the angle, +0.025 for the magnitude, from 1.031).", ENTROPY)
+def _(e):
+    from tlgeo.dirmag.paper import PAPER_ENTROPY
+
+    big, small = e[e["delta"] == 43.0], e[e["delta"] == 5.0]
+    mag = big[big["kind"] == "magnitude"]["shift"]
+    return Verdict(bool((big[big["kind"] == "angle"]["shift"] > 0).all() and abs(mag.mean()) < mag.std()
+                        and small["shift"].abs().max() < 0.00115 and _near(e["clean_entropy"].iloc[0], 1.340, 3)
+                        and PAPER_ENTROPY == {"clean": 1.031, "angle": 0.129, "magnitude": 0.025}),
+                   f"magnitude at 43: {mag.mean():+.4f} +- {mag.std():.4f}; largest shift at 5: "
+                   f"{small['shift'].abs().max():.5f}")
+
+
+def _probe(p: pd.DataFrame, task: str, features: str) -> pd.DataFrame:
+    return p[(p["task"] == task) & (p["features"] == features)].set_index("layer")
+
+
+@claim("2.parts-probes-pos", "Part of speech is read from the direction at every probed block, far above the 13.8 % "
+       "majority baseline, and far less from the magnitude (the paper's 81.6 % vs 29.7 %): the dissociation holds; the "
+       "two together add less than a point to the direction alone.", PROBES)
+def _(p):
+    d, m, both = (_probe(p, "upos", f) for f in ("direction", "magnitude", "both"))
+    return Verdict(bool((d["ci_low"] > m["ci_high"] + 50).all() and (m["score"] > m["baseline"]).all()
+                        and ((both["score"] - d["score"]).abs() < 1).all() and _near(d["baseline"].iloc[0], 13.8, 1)
+                        and len(d) == 10),
+                   f"direction {d['score'].min():.1f}-{d['score'].max():.1f} %, magnitude "
+                   f"{m['score'].min():.1f}-{m['score'].max():.1f} %")
+
+
+@claim("2.parts-probes-depth", "Parse depth is read from the direction (its R² x 100 above 25 at every block) but "
+       "not from the magnitude, whose R² x 100 has the upper end of its CI at 2.45 or below at every block: on "
+       "SmolLM2 the magnitude does not carry depth, which the paper says it does.", PROBES)
+def _(p):
+    d, m = _probe(p, "depth", "direction"), _probe(p, "depth", "magnitude")
+    return Verdict(bool((d["score"] > 25).all() and m["ci_high"].max() <= 2.455 and len(m) == 10),
+                   f"magnitude R² x 100 {m['score'].min():.2f} to {m['score'].max():.2f}, CI tops "
+                   f"{m['ci_high'].max():.2f}")
 
 
 # -- 3. prediction-anchored subspaces ----------------------------------------------------------------------
@@ -497,7 +605,8 @@ def _(g):
     best = g.loc[g.groupby("layer")["rel_error"].idxmin(), ["layer", "class"]]
     n = int((best["class"] == "linear").sum())
     other = best[best["class"] != "linear"]
-    return Verdict(bool(n == 27 and _near(_linear(g)["rel_error"].median(), 0.58, 2) and set(other["class"]) == {"global"}
+    return Verdict(bool(n == 27 and _near(_linear(g)["rel_error"].median(), 0.58, 2)
+                        and set(other["class"]) == {"global"}
                         and sorted(other["layer"]) == [15, 18, 29]),
                    f"best class per layer: {best['class'].value_counts().to_dict()}")
 
@@ -509,14 +618,17 @@ def _(g):
 def _(g):
     b = _linear(g)
     mid, rest = _middle_and_rest(b)
-    return Verdict(bool(len(b) == 18 and _near(b["cos_update"].median(), 0.952, 3) and _near(b["cos_update"].min(), 0.79, 2)
+    return Verdict(bool(len(b) == 18 and _near(b["cos_update"].median(), 0.952, 3)
+                        and _near(b["cos_update"].min(), 0.79, 2)
                         and _near(b["cos_update"].max(), 1.00, 2) and int((b["cos_update"] > 0.95).sum()) == 9
-                        and (b["share_angle_above_60"] >= 0.74).all() and _near(b["share_angle_above_60"].min(), 0.74, 2)
+                        and (b["share_angle_above_60"] >= 0.74).all()
+                        and _near(b["share_angle_above_60"].min(), 0.74, 2)
                         and _near(b["share_angle_above_60"].median(), 0.894, 3) and _near(mid, 0.40, 2)
                         and _near(rest, 0.30, 2)), f"cos > 0.95 at {list(b.index[b['cos_update'] > 0.95])}")
 
 
-@claim("4.gemma-energy", "Gemma-3-270M: the residual holds a median 37 % of its energy in Delta_tok's dominant subspace, "
+@claim("4.gemma-energy", "Gemma-3-270M: the residual holds a median 37 % of its energy in Delta_tok's dominant "
+       "subspace, "
        "at least 2 % at every layer.", TW_GEOMETRY["gemma"])
 def _(g):
     b = _linear(g)
@@ -612,8 +724,48 @@ def tokenwise_table(folder: Path) -> str:
     return comparison_table({k: v for k, v in runs.items() if (Path(v) / "tokenwise_geometry.csv").is_file()})
 
 
+def dirmag_parts_table(folder: Path) -> str:
+    """RESULTS §2's table of the BLiMP, repair, entropy and probe parts on SmolLM2: means (± sd) over the seeds per
+    delta beside the paper's numbers at delta 5 (:mod:`tlgeo.dirmag.paper`); probes: the range over the blocks."""
+    from tlgeo.dirmag.paper import PAPER_BLIMP, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
+
+    folder = Path(folder)
+    read = lambda t: pd.read_csv(folder / f"dirmag_{t}.csv")  # noqa: E731
+    lines = ["| measure | δ | angle (direction) | magnitude | paper at δ 5: angle / magnitude |",
+             "|---|---|---|---|---|"]
+    cell = lambda x: f"{x.mean():.2f} ± {x.std():.2f}"  # noqa: E731
+    b = read("blimp")
+    b = b[b["paradigm"] == "pooled"]
+    for delta, g in b.groupby("delta"):
+        paper = f"{PAPER_BLIMP[5.0][1]} / {PAPER_BLIMP[5.0][0]}" if delta == 5 else ""
+        lines.append(f"| BLiMP accuracy, % (clean {g['clean_accuracy'].iloc[0]:.1f}) | {delta:g} | "
+                     f"{cell(g[g['kind'] == 'angle']['accuracy'])} | {cell(g[g['kind'] == 'magnitude']['accuracy'])} | "
+                     f"{paper} |")
+    r = read("repair")
+    for (delta, rep), g in r.groupby(["delta", "repair"]):
+        paper = f"{PAPER_RECOVERY[(rep, 'angle')]} / {PAPER_RECOVERY[(rep, 'magnitude')]}" if delta == 5 else ""
+        lines.append(f"| {'attention' if rep == 'attn' else 'norm'} repair, % recovered | {delta:g} | "
+                     f"{cell(g[g['kind'] == 'angle']['recovery'])} | {cell(g[g['kind'] == 'magnitude']['recovery'])} | "
+                     f"{paper} |")
+    e = read("entropy")
+    for delta, g in e.groupby("delta"):
+        paper = f"{PAPER_ENTROPY['angle']} / {PAPER_ENTROPY['magnitude']}" if delta == 5 else ""
+        lines.append(f"| attention entropy shift, nats (clean {g['clean_entropy'].iloc[0]:.3f}) | {delta:g} | "
+                     f"{g[g['kind'] == 'angle']['shift'].mean():+.4f} ± {g[g['kind'] == 'angle']['shift'].std():.4f} | "
+                     f"{g[g['kind'] == 'magnitude']['shift'].mean():+.4f} ± "
+                     f"{g[g['kind'] == 'magnitude']['shift'].std():.4f} | {paper} |")
+    p = read("probes")
+    for task, label in (("upos", "part-of-speech probe, accuracy %"), ("depth", "depth probe, R² x 100")):
+        d, m = (p[(p["task"] == task) & (p["features"] == f)]["score"] for f in ("direction", "magnitude"))
+        paper = (f"{PAPER_PROBES[(task, 'direction')]} / {PAPER_PROBES[(task, 'magnitude')]}"
+                 if (task, "direction") in PAPER_PROBES else "")
+        lines.append(f"| {label} ({p['layer'].nunique()} blocks) | | {d.min():.1f} to {d.max():.1f} | "
+                     f"{m.min():.1f} to {m.max():.1f} | {paper} |")
+    return "\n".join(lines)
+
+
 TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF),
-          "tokenwise": (tokenwise_table, TOKENWISE)}
+          "tokenwise": (tokenwise_table, TOKENWISE), "dirmag-parts": (dirmag_parts_table, PARTS)}
 
 
 def table_input(path: str) -> "pd.DataFrame | Path":
