@@ -158,3 +158,24 @@ def test_a_row_of_other_content_under_the_same_settings_is_computed_again_and_sa
         task="capitals", layer=0, inputs="aaaa")["value"] == 0
     with pytest.raises(ValueError, match=r"content column\(s\) \['digest'\] are not key columns"):
         ResultLog(path, ("task", "layer"), identity={}, content=("digest",))
+
+
+def test_the_fingerprint_tells_apart_models_that_differ_in_one_weight_its_sample_misses():
+    """Two prunings of SmolLM2 that differ in 3,056 of 134.5 M weights had one fingerprint (the sample of 64
+    values per tensor missed every difference), so a resume log could not tell them apart."""
+    import torch
+
+    from tlgeo.models import tiny_model
+    from tlgeo.runner.identity import SAMPLES, weights_fingerprint
+
+    a, b = tiny_model("llama"), tiny_model("llama")
+    assert weights_fingerprint(a) == weights_fingerprint(b)
+    w = b.original_model.model.layers[1].mlp.down_proj.weight
+    flat = w.detach().reshape(-1)
+    step = (flat.numel() - 1) // (SAMPLES - 1)
+    with torch.no_grad():
+        flat[step // 2] = 0.0 if flat[step // 2] != 0 else 1.0  # between two sampled positions
+    assert weights_fingerprint(a) != weights_fingerprint(b)
+    c = tiny_model("llama")
+    c.to(torch.float64)  # another dtype: another fingerprint, as before
+    assert weights_fingerprint(c) != weights_fingerprint(a)

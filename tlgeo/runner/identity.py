@@ -5,10 +5,13 @@ on the same class of device, placed the same way, by the same code. :func:`run_i
 five (:data:`tlgeo.runner.results.IDENTITY` is the column order), so that a rerun with another model or
 dtype into the same folder keeps its rows apart from the first run's and never resumes from them.
 
-The weights' fingerprint is a hash of every parameter's name, shape and dtype and of an evenly
-spaced sample of its values (:data:`SAMPLES` per tensor): cheap on any model (a gather per tensor,
-on its own device), the same whether the model is whole or sharded (offloaded weights are read
-back from accelerate's weights map), and different for a different checkpoint or dtype.
+The weights' fingerprint is a hash of every parameter's name, shape and dtype, of an evenly
+spaced sample of its values (:data:`SAMPLES` per tensor) and of the exact integer sum of its values'
+bit patterns (a reduction per tensor, on its own device, in any order: the same on every device):
+cheap on any model, the same whether the model is whole or sharded (offloaded weights are read
+back from accelerate's weights map), and different for a different checkpoint or dtype, or for the
+same model with a few weights changed (two prunings of one model that differ in 3,056 of 134.5 M
+weights had the same sample of values).
 """
 
 from __future__ import annotations
@@ -102,9 +105,20 @@ def _version(p: torch.Tensor) -> int:
         return p.data_ptr()
 
 
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bit_sum(flat: torch.Tensor) -> int:
+    """The sum of ``flat``'s values read as integers of their width (wrapping at 64 bits): exact, so the same
+    in any order and on any device, and changed by any change of any one value."""
+    ints = flat.contiguous().view(_BITS[flat.element_size()])
+    return int(ints.sum(dtype=torch.int64))
+
+
 def weights_fingerprint(model) -> str:
-    """``fp-`` and 12 hex digits of a hash of every parameter's name, shape, dtype and :data:`SAMPLES`
-    evenly spaced values (cached on the model until a weight is replaced or edited in place)."""
+    """``fp-`` and 12 hex digits of a hash of every parameter's name, shape, dtype, :data:`SAMPLES`
+    evenly spaced values and :func:`_bit_sum` (cached on the model until a weight is replaced or edited in
+    place)."""
     hf = _hf_model(model)
     state = _state(hf)
     cached = getattr(model, "_tlgeo_fingerprint", None)
@@ -122,6 +136,7 @@ def weights_fingerprint(model) -> str:
                 n = min(SAMPLES, flat.numel())
                 idx = torch.arange(n, dtype=torch.long) * (flat.numel() - 1) // max(n - 1, 1)
                 h.update(flat[idx.to(flat.device)].float().cpu().numpy().tobytes())
+                h.update(_bit_sum(flat).to_bytes(8, "little", signed=True))
     digest = "fp-" + h.hexdigest()[:12]  # never read back from a CSV as a number
     try:
         model._tlgeo_fingerprint = (state, digest)
