@@ -39,6 +39,7 @@ DAMAGE_SUMMARY = "results/dirmag-smollm2-135m/dirmag_damage_summary.csv"
 DAMAGE_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage.csv"
 DAMAGE_SUMMARY_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage_summary.csv"
 PARTS = "results/dirmag-parts-smollm2-135m"
+TABLE12, COMPRESSED_PPL = "results/compression-smollm2-135m/table12.csv", "results/compression-smollm2-135m/ppl.csv"
 BLIMP, REPAIR, ENTROPY, PROBES = (f"{PARTS}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy", "probes"))
 TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
 EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
@@ -186,6 +187,57 @@ def _(mc):
     return Verdict(_near(got[("mlp", "no_para")], 4.569, 3) and _near(got[("h_vs_x", "no_para")], 0.1195, 4)
                    and _near(got[("y_vs_h", "no_para")], 0.0177, 4) and _near(got[("mlp", "no_perp")], 17.20, 2),
                    str(got))
+
+
+def _last(table12: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Table 12 at the last token, relative to Delta_base: ``column`` per (mode, site) x method."""
+    t = table12[(table12["tokens"] == "last") & (table12["ref"] == "delta")]
+    return t.pivot_table(index=["mode", "site"], columns="method", values=column)
+
+
+@claim("1.compress-order", "At every mode (local and end to end) and site (attention, MLP, block) the mean "
+       "perpendicular error orders the methods AWQ < unstructured Wanda < 4:8 < 2:4, the paper's order.", TABLE12)
+def _(t):
+    from tlgeo.compression.paper import PAPER_ORDER
+
+    e = _last(t, "mean_e_perp")[list(PAPER_ORDER)]
+    return Verdict(bool((e.diff(axis=1).iloc[:, 1:] > 0).all().all() and len(e) == 6),
+                   f"order {list(PAPER_ORDER)}; rows {len(e)}")
+
+
+@claim("1.compress-mostly-perp", "The error is mostly perpendicular to Delta_base: its perpendicular share is 0.729 to "
+       "0.993 over methods, modes and sites, and r(e, e_perp) across layers 0.918 or more; the paper's r >= 0.97 "
+       "holds for AWQ everywhere, not for every site of the pruned models.", TABLE12)
+def _(t):
+    from tlgeo.compression.paper import PAPER_R_E_PERP
+
+    share, r = _last(t, "share_perp"), _last(t, "r_e_perp")
+    return Verdict(bool(_near(share.min().min(), 0.729, 3) and _near(share.max().max(), 0.993, 3)
+                        and _near(r.min().min(), 0.918, 3) and (r["awq"] >= PAPER_R_E_PERP).all()
+                        and (r[["wanda", "wanda_4_8", "wanda_2_4"]] < PAPER_R_E_PERP).any().any()),
+                   f"r below {PAPER_R_E_PERP}: {int((r < PAPER_R_E_PERP).sum().sum())} of {r.size}")
+
+
+@claim("1.compress-ppl", "Perplexity follows the same order: base 30.72, AWQ 36.83, Wanda 66.26, 4:8 115.26, 2:4 "
+       "235.10.", COMPRESSED_PPL)
+def _(p):
+    ppl = p.set_index("method")["ppl"]
+    order = ["base", "awq", "wanda", "wanda_4_8", "wanda_2_4"]
+    quoted = dict(zip(order, (30.72, 36.83, 66.26, 115.26, 235.10)))
+    return Verdict(bool(ppl[order].is_monotonic_increasing and all(_near(ppl[m], v, 2) for m, v in quoted.items())),
+                   f"{ppl.round(2).to_dict()}")
+
+
+@claim("1.compress-perp-objective", "The direction-aware Wanda changes nothing measurable here: its perpendicular "
+       "error is within a thousandth of plain Wanda's at every mode and site, unstructured and 2:4, and its "
+       "perplexity is 66.33 and 236.09 against 66.26 and 235.10.", TABLE12, COMPRESSED_PPL)
+def _(t, p):
+    e = _last(t, "mean_e_perp")
+    gap = max((e["wanda_perp"] - e["wanda"]).abs().max(), (e["wanda_perp_2_4"] - e["wanda_2_4"]).abs().max())
+    ppl = p.set_index("method")["ppl"]
+    return Verdict(bool(gap <= 0.00105 and _near(ppl["wanda_perp"], 66.33, 2) and _near(ppl["wanda_perp_2_4"], 236.09, 2)
+                        and ppl["wanda_perp"] != ppl["wanda"]),
+                   f"largest gap in e_perp {gap:.5f}")
 
 
 # -- 2. direction vs magnitude ------------------------------------------------------------------------------
