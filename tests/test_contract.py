@@ -31,7 +31,7 @@ def _comparable(df: pd.DataFrame, table) -> pd.DataFrame:
     return df.sort_values(key).reset_index(drop=True)[sorted(df.columns)] if key else df
 
 
-def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None) -> None:
+def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None, rtol: float = 1e-5) -> None:
     ta, tb = a.tables(), b.tables()
     assert set(ta) == set(tb)
     for name in ta:
@@ -41,7 +41,7 @@ def _assert_same(a: Result, b: Result, *, via_csv: bool = False, tmp=None) -> No
             x.to_csv(tmp / "x.csv", index=False)
             y.to_csv(tmp / "y.csv", index=False)
             x, y = pd.read_csv(tmp / "x.csv"), pd.read_csv(tmp / "y.csv")
-        pd.testing.assert_frame_equal(x, y, check_dtype=False, rtol=1e-5, atol=1e-7, obj=name)
+        pd.testing.assert_frame_equal(x, y, check_dtype=False, rtol=rtol, atol=1e-7, obj=name)
 
 
 @pytest.fixture
@@ -85,7 +85,9 @@ def test_units_split_and_merge_equal_the_whole(name, llama, runs):
     units = a.units(llama, cfg)
     assert len(units) >= 2, f"{name}: the tiny config must have several units to split"
     parts = [a.run(llama, cfg, units=units[i::2]) for i in range(2)]
-    _assert_same(a.result.merge(parts), whole)
+    # a part batches fewer conditions per forward than the whole: float32 sums in another order, and a ratio
+    # (patching's effect over the clean - corrupted gap) shows it at 1e-5 on some CPUs (an AVX-512 VM, 2026-12-05)
+    _assert_same(a.result.merge(parts), whole, rtol=1e-4)
 
 
 def test_every_analysis_has_a_command_with_defaults_in_help(capsys):

@@ -179,3 +179,20 @@ def test_the_fingerprint_tells_apart_models_that_differ_in_one_weight_its_sample
     c = tiny_model("llama")
     c.to(torch.float64)  # another dtype: another fingerprint, as before
     assert weights_fingerprint(c) != weights_fingerprint(a)
+
+
+def test_the_bit_sum_in_chunks_equals_one_wrapping_sum(monkeypatch):
+    """The fingerprint's exact sum is taken in chunks (one 64-bit copy of a whole embedding raised the atlas's
+    peak memory by ~0.4 GiB); chunked, it is torch's one 64-bit wrapping sum, for every width, overflow included."""
+    import torch
+
+    from tlgeo.runner import identity
+
+    monkeypatch.setattr(identity, "_BIT_SUM_CHUNK", 7)
+    g = torch.Generator().manual_seed(0)
+    big = torch.full((50,), 2**62, dtype=torch.int64)  # sums past 2**63: wraps
+    for flat in (torch.randn(101, generator=g), torch.randn(64, generator=g, dtype=torch.float64),
+                 torch.randn(33, generator=g).to(torch.bfloat16), big.view(torch.float64), torch.zeros(0)):
+        ints = flat.view(identity._BITS[flat.element_size()])
+        assert identity._bit_sum(flat) == int(ints.sum(dtype=torch.int64))
+    assert identity._bit_sum(big.view(torch.float64)) == int(big.sum())  # the same wrapped value as torch's

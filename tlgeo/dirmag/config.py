@@ -23,7 +23,7 @@ class DirmagConfig(Config):
     turning it (angle); measure the loss damage and, where their sizes are not 0, BLiMP
     agreement, causal repair, attention entropy and probes of the direction vs the norm."""
 
-    sentences: int = param(0, "first n of the 281 WikiText sentences (0 = all)", min=0, atlas=64,
+    sentences: int = param(0, "first n of the 281 WikiText sentences (0 = all)", min=0, atlas=48,
                            cost="linear: a clean pass and one per perturbation (kind x delta x seed) resumed at the "
                                 "first perturbed block")
     sentence_corpus: str | None = param(None, "take the sentences from the last --sentence-tail of this corpus "
@@ -65,7 +65,7 @@ class DirmagConfig(Config):
                                    min=0)
     probe_sentences: int = param(0, "probes of part of speech and depth on the direction vs the magnitude: trained "
                                     "on the first n UD EWT dev sentences, scored on the first n test sentences "
-                                    "(0 = skip)", min=0, atlas=80, cost="linear: a forward per sentence, and the "
+                                    "(0 = skip)", min=0, atlas=48, cost="linear: a forward per sentence, and the "
                                                                        "probes' host fits at each probed block")
     probe_layers: tuple[int, ...] | None = param(None, "probed blocks (default: --probe-layer-count evenly spaced)",
                                                  indices=True)

@@ -1,6 +1,6 @@
 """The closing step of ``tlgeo atlas``: the four analyses on the same tokens.
 
-``geometries``: a small pool (1024 tokens), four blocks, one perturbation draw per token and batch;
+``geometries``: a small pool (768 tokens), four blocks, one perturbation draw per token and batch;
 ``tlgeo geometries`` runs the full pool, six blocks and two draws.
 """
 

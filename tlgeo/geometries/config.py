@@ -32,7 +32,7 @@ class GeometriesConfig(Config):
     mean distance to its tokenwise neighbours)."""
 
     corpus: str = param("wikitext2", "text the token pool is cut from")
-    tokens: int = param(2048, "tokens in the pool", atlas=1024, cost="forwards linear in it (2 x seeds passes "
+    tokens: int = param(2048, "tokens in the pool", atlas=768, cost="forwards linear in it (2 x seeds passes "
                                                                     "resumed per block); the kNN per block quadratic")
     seq_len: int = param(64, "tokens per window (its first, BOS, is left out of the pool)")
     layers: tuple[int, ...] | None = param(None, "blocks measured (default: --layer-count evenly spaced)",

@@ -49,7 +49,7 @@ class PDSFConfig(Config):
     complexity: bool = param(True, "curvature ratio, local PR and TwoNN of each part (--no-complexity: skip them)")
     geometry_per_group: int | None = param(None, "prompts per group of the geometry set (SpecA has 16 per "
                                                  "group, 224 in all; 0: skip the geometry; unset: all)", min=0,
-                                           atlas=16,
+                                           atlas=12,
                                            cost="per prompt: its forward and host fits at each state")
     single_pass: tuple[str, ...] = param(DEFAULT_SINGLE_PASS, "single-pass edits of the last prompt token: "
                                          + ", ".join(SINGLE_PASS) + ", or none", item=str)

@@ -106,13 +106,17 @@ def _version(p: torch.Tensor) -> int:
 
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_BIT_SUM_CHUNK = 1 << 20  # values per partial sum: an 8 MiB copy at most
 
 
 def _bit_sum(flat: torch.Tensor) -> int:
     """The sum of ``flat``'s values read as integers of their width (wrapping at 64 bits): exact, so the same
     in any order and on any device, and changed by any change of any one value."""
     ints = flat.contiguous().view(_BITS[flat.element_size()])
-    return int(ints.sum(dtype=torch.int64))
+    total = 0
+    for chunk in ints.split(_BIT_SUM_CHUNK):  # sum(dtype=int64) copies its input at 64 bits: chunks bound that copy
+        total += int(chunk.sum(dtype=torch.int64))
+    return (total + 2**63) % 2**64 - 2**63  # the 64-bit wrap of torch's own sum
 
 
 def weights_fingerprint(model) -> str:

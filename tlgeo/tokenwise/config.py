@@ -49,7 +49,7 @@ class TokenwiseConfig(Config):
     ridge: float = param(1e-3, "ridge of the linear, lowrank and global fits")
     energy: float = param(0.9, "share of the energy of the tokenwise updates Delta_tok that their dominant "
                                "subspace holds (residual_energy: the residual's share in it)")
-    patch_tokens: int = param(256, "tokens patched per layer and class for the KL", atlas=32,
+    patch_tokens: int = param(256, "tokens patched per layer and class for the KL", atlas=16,
                          cost="per token and class: a clean forward of its window and one resumed at each patched "
                               "layer")
     patch_layers: tuple[int, ...] | None = param(None, "layer maps patched for the KL (every fitted layer when "
