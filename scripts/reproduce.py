@@ -11,8 +11,9 @@ rerun from its provenance at this commit; it refuses a tree with uncommitted cha
 number must name the commit that made it). With ``--replace`` each rerun folder takes the place of the old one
 (its provenance then holds this commit's lines only); without, they are compared as for one folder. With
 ``--resume`` a folder whose every provenance line was made, from a clean tree, by this code (its commit and this one
-hold the same files outside ``results/``: only results were committed between them) is not rerun: an interrupted
-``--all --replace`` goes on where it stopped, in a later session too. ``--dry-run`` says of each folder whether this
+hold the same files outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and the ``.md`` files: only results
+and prose about them were committed between them) is not rerun: an interrupted ``--all --replace`` goes on where it
+stopped, in a later session too, with RESULTS.md rewritten from the folders already made. ``--dry-run`` says of each folder whether this
 code made it.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
@@ -107,13 +108,18 @@ def quoted_folders(doc: Path) -> list[Path]:
     return list(dict.fromkeys(doc.parent / p.parent for p in paths))
 
 
+# what makes no number: the results, the prose about them, the tests and the notebooks that read them
+NOT_CODE = ("results", "docs", "tests", "notebooks", "*.md")
+
+
 def code_commit(commit: str | None, repo: Path | None = None) -> str | None:
-    """The last commit at or before ``commit`` that changed a file outside ``results/`` (``None`` where git cannot
-    say, e.g. a commit this clone lacks): two commits with the same one hold the same code and data."""
+    """The last commit at or before ``commit`` that changed a file that can make a number (any outside
+    :data:`NOT_CODE`; ``None`` where git cannot say, e.g. a commit this clone lacks): two commits with the same
+    one hold the same code and data."""
     if not commit:
         return None
     r = subprocess.run(["git", "-C", str(repo or ROOT), "log", "-1", "--format=%H", commit, "--", ".",
-                        ":(exclude)results"], capture_output=True, text=True)
+                        *(f":(exclude){p}" for p in NOT_CODE)], capture_output=True, text=True)
     return (r.stdout.strip() or None) if r.returncode == 0 else None
 
 

@@ -164,10 +164,15 @@ def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, ca
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     a = commit(repo / "tlgeo" / "m.py", "A = 1\n")
     b = commit(folder / "t.csv", "x\n1\n")  # only results committed since a: the same code
+    (repo / "docs").mkdir()
+    (repo / "tests").mkdir()
+    prose = [commit(repo / "RESULTS.md", "rewritten\n"), commit(repo / "docs" / "page.md", "cites\n"),
+             commit(repo / "tests" / "test_claims.py", "checks\n")]  # prose and checks make no number
     c = commit(repo / "tlgeo" / "m.py", "A = 2\n")
     reproduce = load_script("reproduce")
     monkeypatch.setattr(reproduce, "ROOT", repo)
     assert reproduce.code_commit(a) == reproduce.code_commit(b) == a and reproduce.code_commit(c) == c
+    assert [reproduce.code_commit(p) for p in prose] == [a, a, a]
     assert reproduce.code_commit("f" * 40) is None  # a commit this clone lacks: no code to name
     monkeypatch.setattr(prov, "_CODE", {"commit": a, "dirty": False})
     record(folder, ["ppl", "--model", "tiny:llama", "--out", str(folder)])

@@ -221,7 +221,7 @@ class SweepsConfig(_EditedCorpusConfig):
                              "compare's perplexity passes too)")
     sites: tuple[str, ...] = param(SWEEP_SITES, "sites swept", item=str)
     s_par_grid: tuple[float, ...] = param(S_PAR_GRID, "s_par values swept", item=float,
-                                          atlas=(-1.0, 0.0, 0.5, 1.5, 3.0),
+                                          atlas=(-1.0, 0.0, 0.5, 3.0),
                                           cost="per value: one pass of the tokens per site, resumed at --skip-first")
     s_perp_grid: tuple[float, ...] = param(S_PERP_GRID, "s_perp values swept (not at diag)", item=float,
                                            atlas=(0.0, 1.5), cost="per value: one pass of the tokens per "
@@ -293,7 +293,7 @@ class HeadsConfig(CorpusConfig):
     tokens: int = param(0, "unused: --texts x --length tokens are read", min=0, type=TOKENS, cli=False)
     texts: int = param(32, "texts (windows of the corpus)", atlas=8,
                        cost="linear: the alpha map's forward and n_heads + 1 forwards resumed at each probed block")
-    length: int = param(128, "tokens per text", atlas=96, cost="every forward grows with it (attention quadratically)")
+    length: int = param(128, "tokens per text", atlas=80, cost="every forward grows with it (attention quadratically)")
     layers: tuple[int, ...] | None = param(None, "blocks of the sensitivity map (default: every 6th block from "
                                                  "skip_first)", indices=True,
                                            cost="per block: n_heads + 1 forwards of the texts resumed at it")

@@ -34,7 +34,7 @@ class TokenwiseConfig(Config):
 
     corpus: str = param("wikitext2", "text to collect states from")
     tokens: int = param(4096, f"tokens in the pool (the paper: {POOL_TOKENS}; in tlgeo atlas 0 skips the step)",
-                        atlas=1024, cost="one forward of the pool; per fitted layer kNN is quadratic in it, the "
+                        atlas=768, cost="one forward of the pool; per fitted layer kNN is quadratic in it, the "
                                          "local fits linear")
     seq_len: int = param(128, "tokens per window of the pool", atlas=64)
     layers: tuple[int, ...] | None = param(None, "layer maps to fit (all when not given)", indices=True)
