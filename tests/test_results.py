@@ -182,8 +182,8 @@ def test_the_fingerprint_tells_apart_models_that_differ_in_one_weight_its_sample
 
 
 def test_the_bit_sum_in_chunks_equals_one_wrapping_sum(monkeypatch):
-    """The fingerprint's exact sum is taken in chunks (one 64-bit copy of a whole embedding raised the atlas's
-    peak memory by ~0.4 GiB); chunked, it is torch's one 64-bit wrapping sum, for every width, overflow included."""
+    """The fingerprint's exact sum is taken in chunks (so that no 64-bit copy of a whole tensor, e.g. an
+    embedding, is made); chunked, it is torch's one 64-bit wrapping sum, for every width, overflow included."""
     import torch
 
     from tlgeo.runner import identity
