@@ -123,3 +123,24 @@ def test_every_number_in_a_section_is_in_its_sources(heading, body):
     values = np.concatenate([table_values(p) for p in sources] + [paper_values(p) for p in papers])
     unsourced = [w for v, d, pct, w in numbers if not found(v, d, pct, values)]
     assert not unsourced, f"{heading!r}: numbers in none of {sources}: {unsourced}"
+
+
+def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
+    """``make results`` (``scripts/reproduce.py --all``) reruns every quoted folder at one commit: each line of each
+    folder's provenance names a clean tree, and all of them the same code (the last commit that changed a file
+    outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and ``*.md``). The one RESULTS.md names."""
+    from tlgeo.runner.provenance import read
+
+    from .scripts import load_script
+
+    reproduce = load_script("reproduce")
+    lines = {folder.name: read(folder) for folder in reproduce.quoted_folders(DOC)}
+    dirty = sorted(name for name, got in lines.items() if any((p.get("git") or {}).get("dirty") is not False for p in got))
+    assert not dirty, f"folders with a line made from an uncommitted tree (or none that says): {dirty}"
+    codes = {name: {reproduce.code_commit((p.get("git") or {}).get("commit"), ROOT) for p in got}
+             for name, got in lines.items()}
+    if any(None in c for c in codes.values()):
+        pytest.skip("this clone lacks the commits that made the folders (a shallow clone)")
+    assert len(set().union(*codes.values())) == 1, {name: sorted(c[:12] for c in code) for name, code in codes.items()}
+    (code,) = set().union(*codes.values())
+    assert f"`{code[:7]}`" in DOC.read_text(), f"RESULTS.md does not name the code commit {code[:7]} of its folders"
