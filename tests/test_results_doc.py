@@ -135,7 +135,8 @@ def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
 
     reproduce = load_script("reproduce")
     lines = {folder.name: read(folder) for folder in reproduce.quoted_folders(DOC)}
-    dirty = sorted(name for name, got in lines.items() if any((p.get("git") or {}).get("dirty") is not False for p in got))
+    dirty = sorted(name for name, got in lines.items()
+                   if any((p.get("git") or {}).get("dirty") is not False for p in got))
     assert not dirty, f"folders with a line made from an uncommitted tree (or none that says): {dirty}"
     codes = {name: {reproduce.code_commit((p.get("git") or {}).get("commit"), ROOT) for p in got}
              for name, got in lines.items()}
