@@ -134,14 +134,11 @@ def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
     from .scripts import load_script
 
     reproduce = load_script("reproduce")
-    lines = {folder.name: read(folder) for folder in reproduce.quoted_folders(DOC)}
-    dirty = sorted(name for name, got in lines.items()
-                   if any((p.get("git") or {}).get("dirty") is not False for p in got))
-    assert not dirty, f"folders with a line made from an uncommitted tree (or none that says): {dirty}"
-    codes = {name: {reproduce.code_commit((p.get("git") or {}).get("commit"), ROOT) for p in got}
-             for name, got in lines.items()}
-    if any(None in c for c in codes.values()):
-        pytest.skip("this clone lacks the commits that made the folders (a shallow clone)")
-    assert len(set().union(*codes.values())) == 1, {name: sorted(c[:12] for c in code) for name, code in codes.items()}
-    (code,) = set().union(*codes.values())
+    folders = reproduce.quoted_folders(DOC)
+    code = reproduce.code_commit((read(folders[0])[0].get("git") or {}).get("commit"), ROOT)
+    if code is None:
+        pytest.skip("this clone lacks the commit that made the folders (a shallow clone)")
+    other = {f.name: [((p.get("git") or {}).get("commit", "")[:12], (p.get("git") or {}).get("dirty")) for p in read(f)]
+             for f in folders if not reproduce.made_by(f, code, ROOT)}
+    assert not other, f"folders with a line made from an uncommitted tree or from code other than {code[:12]}: {other}"
     assert f"`{code[:7]}`" in DOC.read_text(), f"RESULTS.md does not name the code commit {code[:7]} of its folders"
