@@ -243,6 +243,79 @@ def _(t, p):
                    f"largest gap in e_perp {gap:.5f}")
 
 
+STUDY = "results/pretrain-study"
+STUDY_RUNS = [(a, v, s) for a in ("gpt", "llama") for v in ("none", "value_full", "attn", "gate") for s in (0, 1, 2)]
+STUDY_LOGS = [f"{STUDY}/{a}-{v}-s{s}/log.csv" for a, v, s in STUDY_RUNS]  # one tlgeo train run each
+
+
+def study_final(*logs: pd.DataFrame) -> pd.DataFrame:
+    """The last validation loss of each run of the toy pretraining study (``logs`` in :data:`STUDY_RUNS`' order), with
+    its paired difference from the baseline of the same architecture and seed (the same initialisation seed and
+    batches): arch, variant, seed, step, tokens, val_loss, delta."""
+    rows = []
+    for (arch, variant, seed), log in zip(STUDY_RUNS, logs):
+        last = log.dropna(subset=["val_loss"]).iloc[-1]
+        rows.append({"arch": arch, "variant": variant, "seed": seed, "step": int(last["step"]),
+                     "tokens": int(last["tokens"]), "val_loss": float(last["val_loss"])})
+    f = pd.DataFrame(rows)
+    base = f[f["variant"] == "none"].set_index(["arch", "seed"])["val_loss"]
+    f["delta"] = f["val_loss"] - [base[(a, s)] for a, s in zip(f["arch"], f["seed"])]
+    return f
+
+
+def study_deltas(final: pd.DataFrame) -> pd.DataFrame:
+    """Per architecture and variant: the mean final validation loss and sd over seeds, and the mean paired difference
+    from the baseline with its 95 % t interval over the seeds (n - 1 degrees of freedom) and how many seeds it is
+    below 0."""
+    from scipy import stats
+
+    rows = []
+    for (arch, variant), g in final.groupby(["arch", "variant"], sort=False):
+        n, d = len(g), g["delta"]
+        half = stats.t.ppf(0.975, n - 1) * d.std() / np.sqrt(n) if variant != "none" else np.nan
+        rows.append({"arch": arch, "variant": variant, "seeds": n, "tokens": int(g["tokens"].iloc[0]),
+                     "val_loss": g["val_loss"].mean(), "sd": g["val_loss"].std(), "delta": d.mean(),
+                     "ci_low": d.mean() - half, "ci_high": d.mean() + half, "lower": int((d < 0).sum())})
+    return pd.DataFrame(rows)
+
+
+@claim("1.pretrain-value", "Removing the parallel part of the value aggregate in training and evaluation ends below "
+       "the baseline's validation loss on every seed of both models; the paired difference's 95 % t interval excludes 0 "
+       "on the Llama and not on the GPT.", *STUDY_LOGS)
+def _(*logs):
+    d = study_deltas(study_final(*logs)).set_index(["arch", "variant"])
+    g, ll = d.loc[("gpt", "value_full")], d.loc[("llama", "value_full")]
+    return Verdict(bool(g["lower"] == g["seeds"] == 3 and ll["lower"] == ll["seeds"] == 3 and ll["ci_high"] < 0
+                        and g["ci_low"] < 0 < g["ci_high"]),
+                   f"gpt {g['delta']:+.4f} [{g['ci_low']:+.4f}, {g['ci_high']:+.4f}], "
+                   f"llama {ll['delta']:+.4f} [{ll['ci_low']:+.4f}, {ll['ci_high']:+.4f}]")
+
+
+@claim("1.pretrain-attn", "Removing it from the residual attention update instead ends above the baseline on every "
+       "seed of the Llama, its interval above 0; on the GPT the interval spans 0 (one seed below, two above).",
+       *STUDY_LOGS)
+def _(*logs):
+    d = study_deltas(study_final(*logs)).set_index(["arch", "variant"])
+    g, ll = d.loc[("gpt", "attn")], d.loc[("llama", "attn")]
+    return Verdict(bool(ll["lower"] == 0 and ll["ci_low"] > 0 and g["ci_low"] < 0 < g["ci_high"] and g["lower"] == 1),
+                   f"gpt {g['delta']:+.4f} [{g['ci_low']:+.4f}, {g['ci_high']:+.4f}], "
+                   f"llama {ll['delta']:+.4f} [{ll['ci_low']:+.4f}, {ll['ci_high']:+.4f}]")
+
+
+@claim("1.pretrain-gate", "The learnable gate ends below the baseline on every seed of the Llama and two of three of "
+       "the GPT, its interval spanning 0 on both; fixed value-space removal ends below the gate on every seed of the "
+       "Llama and on two of three of the GPT.", *STUDY_LOGS)
+def _(*logs):
+    f = study_final(*logs)
+    d = study_deltas(f).set_index(["arch", "variant"])
+    v = f.set_index(["arch", "variant", "seed"])["val_loss"]
+    fixed_wins = {a: sum(v[(a, "value_full", s)] < v[(a, "gate", s)] for s in (0, 1, 2)) for a in ("gpt", "llama")}
+    g, ll = d.loc[("gpt", "gate")], d.loc[("llama", "gate")]
+    return Verdict(bool(ll["lower"] == 3 and g["lower"] == 2 and all(r["ci_low"] < 0 < r["ci_high"] for r in (g, ll))
+                        and fixed_wins == {"gpt": 2, "llama": 3}),
+                   f"seeds where fixed removal beats the gate: {fixed_wins}")
+
+
 # -- 2. direction vs magnitude ------------------------------------------------------------------------------
 
 def _damages(damage: pd.DataFrame) -> pd.DataFrame:
@@ -885,9 +958,28 @@ def dirmag_parts_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def pretrain_table(folder: Path) -> str:
+    """RESULTS §1's table of the toy pretraining study: per architecture and variant, the final validation loss
+    (mean ± sd over the seeds) and its paired difference from the baseline (mean, 95 % t interval, seeds below)."""
+    logs = [pd.read_csv(Path(folder) / f"{a}-{v}-s{s}" / "log.csv") for a, v, s in STUDY_RUNS]
+    d = study_deltas(study_final(*logs))
+    names = {"none": "none (baseline)", "value_full": "value space, full aggregate", "attn": "residual attention",
+             "gate": "learnable gate (value space)"}
+    lines = ["| model | removal (`--variant`) | final validation loss, nats/byte | minus the baseline | 95 % t "
+             "interval | seeds below the baseline |", "|---|---|---|---|---|---|"]
+    for _, r in d.iterrows():
+        model = {"gpt": "GPT (LayerNorm)", "llama": "Llama (RMSNorm, GQA)"}[r["arch"]]
+        diff = ("" if r["variant"] == "none" else
+                f"{r['delta']:+.4f} | {r['ci_low']:+.4f} to {r['ci_high']:+.4f} | {r['lower']} of {r['seeds']}")
+        lines.append(f"| {model} | {names[r['variant']]} | {r['val_loss']:.4f} ± {r['sd']:.4f} | "
+                     + (diff or " | ") + " |")
+    return "\n".join(lines)
+
+
 TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF),
           "tokenwise": (tokenwise_table, TOKENWISE), "dirmag-parts": (dirmag_parts_table, PARTS),
-          "dirmag-parts-gemma": (dirmag_parts_table, PARTS_GEMMA)}
+          "dirmag-parts-gemma": (dirmag_parts_table, PARTS_GEMMA),
+          "pretrain-study": (pretrain_table, STUDY)}
 
 
 def table_input(path: str) -> "pd.DataFrame | Path":
