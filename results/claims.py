@@ -280,8 +280,8 @@ def study_deltas(final: pd.DataFrame) -> pd.DataFrame:
 
 
 @claim("1.pretrain-value", "Removing the parallel part of the value aggregate in training and evaluation ends below "
-       "the baseline's validation loss on every seed of both models; the paired difference's 95 % t interval excludes 0 "
-       "on the Llama and not on the GPT.", *STUDY_LOGS)
+       "the baseline's validation loss on every seed of both models; the paired difference's 95 % t interval "
+       "excludes 0 on the Llama and not on the GPT.", *STUDY_LOGS)
 def _(*logs):
     d = study_deltas(study_final(*logs)).set_index(["arch", "variant"])
     g, ll = d.loc[("gpt", "value_full")], d.loc[("llama", "value_full")]
