@@ -238,7 +238,8 @@ def _(t, p):
     e = _last(t, "mean_e_perp")
     gap = max((e["wanda_perp"] - e["wanda"]).abs().max(), (e["wanda_perp_2_4"] - e["wanda_2_4"]).abs().max())
     ppl = p.set_index("method")["ppl"]
-    return Verdict(bool(gap <= 0.00105 and _near(ppl["wanda_perp"], 66.33, 2) and _near(ppl["wanda_perp_2_4"], 236.09, 2)
+    return Verdict(bool(gap <= 0.00105 and _near(ppl["wanda_perp"], 66.33, 2)
+                        and _near(ppl["wanda_perp_2_4"], 236.09, 2)
                         and ppl["wanda_perp"] != ppl["wanda"]),
                    f"largest gap in e_perp {gap:.5f}")
 
@@ -1207,9 +1208,9 @@ def _(rel):
 
 
 
-@claim("6.gemma-f-tok-error", "Gemma-3-270M: F ~ tok_error rho -0.087, +0.336, -0.052, +0.268, +0.330, +0.571 at blocks "
-       "1, 4, 7, 11, 14, 17, every block's q < 0.05, negative at blocks 1 and 7; given the atypicality -0.057, -0.046, "
-       "-0.074, -0.056, +0.285, +0.072.", RELATIONS_GEMMA)
+@claim("6.gemma-f-tok-error", "Gemma-3-270M: F ~ tok_error rho -0.087, +0.336, -0.052, +0.268, +0.330, +0.571 at "
+       "blocks 1, 4, 7, 11, 14, 17, every block's q < 0.05, negative at blocks 1 and 7; given the atypicality -0.057, "
+       "-0.046, -0.074, -0.056, +0.285, +0.072.", RELATIONS_GEMMA)
 def _(rel):
     p = _pair(rel, "F", "tok_error")
     return (list(p["layer"]) == [1, 4, 7, 11, 14, 17] and _quoted(p["rho"], [-0.087, 0.336, -0.052, 0.268, 0.33, 0.571])
