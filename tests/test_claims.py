@@ -53,10 +53,15 @@ def _sections_with_tables(text: str) -> list[tuple[str, str]]:
     return [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts) - 1, 2) if "<!-- source:" in parts[i + 1]]
 
 
-def test_every_finding_of_results_cites_a_claim():
-    """In each section that quotes tables, each sentence of a finding (a bullet, a paragraph that opens in bold)
-    that says something checkable cites a claim or is marked as an interpretation."""
-    missing = [f"{head}: {sentence}" for head, body in _sections_with_tables(DOC.read_text())
+DOCS = [DOC] + sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "results.md"
+                     and "_generated" not in p.parts)
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_finding_of_results_and_the_docs_cites_a_claim(page):
+    """In each section that quotes tables, of RESULTS.md or of a docs page, each sentence of a finding (a bullet, a
+    paragraph that opens in bold) that says something checkable cites a claim or is marked as an interpretation."""
+    missing = [f"{head}: {sentence}" for head, body in _sections_with_tables(page.read_text())
                for sentence in uncited_findings(body)]
     assert not missing, "sentences without a claim id:\n" + "\n".join(missing)
 
