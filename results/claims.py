@@ -645,6 +645,17 @@ def _(s):
                    and PAPER_DIVERGENCE["random"][0] < lo, f"CI {lo:.1f}-{hi:.1f}")
 
 
+@claim("3.frame-shift-base", "The lexical frame-shift proxy counts 84.4 % of SmolLM2's unedited SpecB continuations "
+       "as shifted (Gemma-3-270M: 82.3 %), and every condition's rate lies within 11 points of that base rate on both "
+       "models.", PDSF_GEN, GEMMA_GEN)
+def _(s, g):
+    gap = max((t["frame_shift_pct"] - t["frame_shift_base_pct"]).abs().max() for t in (s, g))
+    base = [t["frame_shift_base_pct"] for t in (s, g)]
+    return Verdict(bool(_near(base[0].iloc[0], 84.4, 1) and _near(base[1].iloc[0], 82.3, 1)
+                        and all(b.nunique() == 1 for b in base) and gap <= 11),
+                   f"largest |rate - base rate| {gap:.2f} points")
+
+
 @claim("3.gemma-random-diverges", "In Gemma-3-270M every persistent rotation diverges at once for most prompts, the "
        "random subspace too: 84.4 % (CI 75.8-90.3 %; the paper's 4.5 % far outside), D 100.0 %.", GEMMA_GEN)
 def _(s):
