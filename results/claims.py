@@ -39,6 +39,8 @@ DAMAGE_SUMMARY = "results/dirmag-smollm2-135m/dirmag_damage_summary.csv"
 DAMAGE_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage.csv"
 DAMAGE_SUMMARY_GEMMA = "results/dirmag-gemma3-270m/dirmag_damage_summary.csv"
 PARTS = "results/dirmag-parts-smollm2-135m"
+PAIR = {a: f"results/dirmag-norm-pair-{a}" for a in ("gpt", "llama")}  # the matched LayerNorm / RMSNorm pair
+PAIR_LOGS = [f"results/norm-pair/{a}/log.csv" for a in ("gpt", "llama")]
 TABLE12, COMPRESSED_PPL = "results/compression-smollm2-135m/table12.csv", "results/compression-smollm2-135m/ppl.csv"
 BLIMP, REPAIR, ENTROPY, PROBES = (f"{PARTS}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy", "probes"))
 PARTS_GEMMA = "results/dirmag-parts-gemma3-270m"
@@ -597,6 +599,65 @@ def _(p):
                    f"magnitude depth CI tops {dm['ci_high'].max():.2f}")
 
 
+@claim("2.pair-matched", "The two models of the pair end at nearly the same validation loss (5.0192 and 5.0083 nats "
+       "per token) after the same 1,400 steps.", *PAIR_LOGS)
+def _(g, ll):
+    a, b = (t.dropna(subset=["val_loss"]).iloc[-1] for t in (g, ll))
+    return Verdict(bool(_near(a["val_loss"], 5.0192, 4) and _near(b["val_loss"], 5.0083, 4) and a["step"] == b["step"]
+                        == 1400 and a["tokens"] == b["tokens"]), f"{a['val_loss']:.4f}, {b['val_loss']:.4f}")
+
+
+@claim("2.pair-bos", "The two models read the same 590 held-out sentences (one text hash), the GPT 16,197 tokens "
+       "of them and the Llama 16,764.", *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR))
+def _(g, ll):
+    return Verdict(bool(g["text_sha1"].nunique() == ll["text_sha1"].nunique() == 1
+                        and g["text_sha1"].iloc[0] == ll["text_sha1"].iloc[0]
+                        and (g["n_sentences"] == 590).all() and (ll["n_sentences"] == 590).all()
+                        and (g["n_tokens"] == 16197).all() and (ll["n_tokens"] == 16764).all()),
+                   f"tokens {g['n_tokens'].iloc[0]}, {ll['n_tokens'].iloc[0]}")
+
+
+def _pair_damage(damage: pd.DataFrame) -> pd.DataFrame:
+    """Per delta and seed: magnitude and angle damage, their ratio, and delta over the median state norm."""
+    w = _damages(damage)
+    w["ratio"] = w["angle"] / w["magnitude"]
+    return w.join(damage.groupby("delta")["delta_over_norm"].first(), on="delta")
+
+
+@claim("2.pair-magnitude-more", "On both models of the pair the magnitude does more damage than the angle in the mean "
+       "over seeds at every delta, and at every seed from delta = 5 on; at delta 1 and 2, where the angle's mean "
+       "damage is within one sd of 0 on both, at 9 of 10 runs of the GPT and 6 of 10 of the Llama.",
+       *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR))
+def _(g, ll):
+    out, small = [], {}
+    for name, d in (("gpt", g), ("llama", ll)):
+        w = _pair_damage(d)
+        mean = w.groupby(level="delta")[["angle", "magnitude"]].mean()
+        large = w[w.index.get_level_values("delta") >= 5]
+        low = w[w.index.get_level_values("delta") <= 2]
+        small[name] = int((low["magnitude"] > low["angle"]).sum())
+        angle = low["angle"].groupby(level="delta").agg(["mean", "std"])
+        out.append(bool((mean["magnitude"] > mean["angle"]).all() and (large["magnitude"] > large["angle"]).all()
+                        and (angle["mean"].abs() < angle["std"]).all() and d["seed"].nunique() == 5))
+    return Verdict(all(out) and small == {"gpt": 9, "llama": 6}, f"magnitude more at delta 1-2: {small}")
+
+
+@claim("2.pair-ln-lower-ratio", "At a quarter, half and the whole of each model's median state norm the GPT's angle / "
+       "magnitude ratio of the means is below the Llama's (0.14, 0.26, 0.43 against 0.21, 0.32, 0.63); only at the "
+       "whole norm is every GPT seed's ratio below every Llama seed's.",
+       *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR), *(f"{PAIR[a]}/dirmag_damage_summary.csv" for a in PAIR))
+def _(g, ll, gs, lls):
+    def at_fractions(t: pd.DataFrame) -> pd.DataFrame:
+        return t[t["delta_over_norm"].round(2).isin([0.25, 0.5, 1.0])].sort_values("delta")
+
+    means = [at_fractions(t)["ratio_angle_over_magnitude"].round(2).tolist() for t in (gs, lls)]
+    per_seed = [at_fractions(_pair_damage(t).reset_index()).groupby("delta")["ratio"].agg(["min", "max"])
+                for t in (g, ll)]
+    separate = [bool(a < b) for a, b in zip(per_seed[0]["max"], per_seed[1]["min"])]
+    return Verdict(means == [[0.14, 0.26, 0.43], [0.21, 0.32, 0.63]] and separate == [False, False, True],
+                   f"means {means}, per-seed ranges separate: {separate}")
+
+
 # -- 3. prediction-anchored subspaces ----------------------------------------------------------------------
 
 def _immediate(summary: pd.DataFrame, condition: str) -> tuple[float, float, float]:
@@ -988,10 +1049,37 @@ def pretrain_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def dirmag_pair_table(folder: Path) -> str:
+    """RESULTS §2's table of the matched pair: per delta, each model's damage by magnitude and by angle (mean ± sd
+    over the seeds) and their ratio; the paper's absolute grid first, then fractions of each model's own median
+    state norm."""
+    s = {a: pd.read_csv(Path(folder).parent / Path(PAIR[a]).name / "dirmag_damage_summary.csv") for a in PAIR}
+    absolute = sorted(set(s["gpt"]["delta"]) & set(s["llama"]["delta"]))
+    lines = ["| δ | GPT (LayerNorm): magnitude | angle | angle / magnitude | Llama (RMSNorm): magnitude | angle | "
+             "angle / magnitude |", "|---|---|---|---|---|---|---|"]
+
+    def num(x: float) -> str:
+        return f"{x:.5f}" if abs(x) < 0.1 else f"{x:.3f}"
+
+    def cells(r: pd.Series) -> str:
+        return (f"{num(r['magnitude_damage'])} ± {num(r['magnitude_sd'])} | {num(r['angle_damage'])} ± "
+                f"{num(r['angle_sd'])} | {r['ratio_angle_over_magnitude']:.2f}")
+
+    for d in absolute:
+        row = [s[a][s[a]["delta"] == d].iloc[0] for a in PAIR]
+        lines.append(f"| {d:g} | {cells(row[0])} | {cells(row[1])} |")
+    rest = {a: s[a][~s[a]["delta"].isin(absolute)].sort_values("delta") for a in PAIR}
+    for g, ll in zip(*(rest[a].itertuples(index=False) for a in PAIR)):
+        g, ll = pd.Series(g._asdict()), pd.Series(ll._asdict())
+        lines.append(f"| {g['delta_over_norm']:.2f} × median norm ({g['delta']:.1f}; {ll['delta']:.1f}) | "
+                     f"{cells(g)} | {cells(ll)} |")
+    return "\n".join(lines)
+
+
 TABLES = {"patching-heads": (patching_heads_table, EFFECTS), "pdsf-smollm2": (pdsf_table, PDSF),
           "tokenwise": (tokenwise_table, TOKENWISE), "dirmag-parts": (dirmag_parts_table, PARTS),
           "dirmag-parts-gemma": (dirmag_parts_table, PARTS_GEMMA),
-          "pretrain-study": (pretrain_table, STUDY)}
+          "pretrain-study": (pretrain_table, STUDY), "dirmag-pair": (dirmag_pair_table, PAIR["gpt"])}
 
 
 def table_input(path: str) -> "pd.DataFrame | Path":
