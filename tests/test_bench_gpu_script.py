@@ -100,8 +100,9 @@ def test_table_difference_and_folder_comparison_see_a_changed_cell(bench, tmp_pa
     assert rows["t.csv"]["max_diff"] == float("inf") and "only in" in rows["t.csv"]["column"]
 
 
-def test_the_gpu_paragraph_quotes_the_committed_h200_tables():
-    """docs/cli.md's H200 numbers, computed again from results/bench-gpu/."""
+def test_the_gpu_paragraph_says_what_the_committed_h200_tables_hold():
+    """docs/cli.md's findings of the H200 run, checked on results/bench-gpu/ (the page quotes none of its numbers:
+    the run did not record its commit, tests/test_docs_numbers.py)."""
     from pathlib import Path
 
     import pandas as pd
@@ -111,24 +112,16 @@ def test_the_gpu_paragraph_quotes_the_committed_h200_tables():
     res = root / "results" / "bench-gpu"
     fwd = pd.read_csv(res / "h200-llama-8b-forwards.csv").query("section == 'forward'")
     edit = fwd.query("name == 'edit'").set_index("site")
-    noop = fwd.query("name == 'noop'")
-    bare = fwd.query("name == 'bare'").iloc[0]
-    quoted = [f"bare forward {bare.median_s:.3f} s", f"**{edit.loc['value_excl_self', 'ratio']:.3f}×**",
-              f"(paired {edit.loc['value_excl_self', 'paired_ratio']:.3f}×)", f"`attn` {edit.loc['attn', 'ratio']:.3f}×",
-              f"`diag` {edit.loc['diag', 'ratio']:.3f}×", f"peak {bare.peak_gib:.2f} GiB, {bare.extra_gib:.2f} GiB over",
-              f"no-op edit {noop.ratio.min():.2f}–{noop.ratio.max():.2f}×"]
+    assert edit.loc["value_excl_self", "ratio"] > load_script("bench_gpu").TARGET_RATIO
+    assert "the edit overhead of `value_excl_self` on the bare bf16 forward was above its target" in text
     ana = pd.read_csv(res / "h200-llama-8b-analyses.csv").query("section == 'analysis'")
-    ran = ana.query("status == 'ok'")
     assert set(ana.query("status != 'ok'").name) == {"compression"}
-    quoted += [f"all {len(ana) - 1} analyses but compression", f"{ran.median_s.min():.1f}–{ran.median_s.max():.1f} s each",
-               f"`mlp_carrier` peaked at {ran.set_index('name').loc['mlp_carrier', 'peak_gib']:.2f} GiB"]
+    assert "every analysis ran at the 8B shape, except compression" in text
     par = pd.read_csv(res / "h200-parity.csv")
     assert (par.status == "ok").all() and par.analysis.nunique() == len(ana) - 1
-    rest = par[~par.analysis.isin(["patching", "geometries"])]
-    assert rest.max_diff.max() < 3.3e-5
-    q = par[(par.analysis == "patching") & (par.column == "q")].max_diff.max()
-    g = par[par.analysis == "geometries"].max_diff.max()
-    sci = lambda x: f"{x:.1e}".replace("e-0", "e-")  # noqa: E731 - 3.1e-4 as the page writes it
-    quoted += [f"{len(par)} tables, {par.cells.sum():,} numeric cells", f"q-values ({sci(q)})", f"(q {sci(g)}:"]
-    missing = [s for s in quoted if s not in text]
-    assert not missing, missing
+    rounding = par[~par.analysis.isin(["patching", "geometries"])]
+    assert rounding.max_diff.max() < 1e-4 and par.max_diff.max() >= 1e-4
+    assert set(par[par.max_diff >= 1e-4].analysis) <= {"patching", "geometries"}
+    atlas = pd.read_csv(res / "h200-tiny-atlas-vs-cpu.csv").set_index("table")
+    assert atlas.loc["pdsf_layers.csv", "column"] == "pr_F" and atlas.loc["pdsf_layers.csv", "max_diff"] == 1.0
+    assert "the CPU and GPU tables agreed up to float rounding, except" in text
