@@ -1053,7 +1053,8 @@ def dirmag_pair_table(folder: Path) -> str:
     """RESULTS §2's table of the matched pair: per delta, each model's damage by magnitude and by angle (mean ± sd
     over the seeds) and their ratio; the paper's absolute grid first, then fractions of each model's own median
     state norm."""
-    s = {a: pd.read_csv(Path(folder).parent / Path(PAIR[a]).name / "dirmag_damage_summary.csv") for a in PAIR}
+    folders = {"gpt": Path(folder), "llama": ROOT / PAIR["llama"]}
+    s = {a: pd.read_csv(folders[a] / "dirmag_damage_summary.csv") for a in PAIR}
     absolute = sorted(set(s["gpt"]["delta"]) & set(s["llama"]["delta"]))
     lines = ["| δ | GPT (LayerNorm): magnitude | angle | angle / magnitude | Llama (RMSNorm): magnitude | angle | "
              "angle / magnitude |", "|---|---|---|---|---|---|---|"]
