@@ -1045,7 +1045,7 @@ def pretrain_table(folder: Path) -> str:
         diff = ("" if r["variant"] == "none" else
                 f"{r['delta']:+.4f} | {r['ci_low']:+.4f} to {r['ci_high']:+.4f} | {r['lower']} of {r['seeds']}")
         lines.append(f"| {model} | {names[r['variant']]} | {r['val_loss']:.4f} ± {r['sd']:.4f} | "
-                     + (diff or " | ") + " |")
+                     + (diff or " | | ") + " |")
     return "\n".join(lines)
 
 
