@@ -23,6 +23,15 @@ threadpoolctl.threadpool_limits(_THREADS)
 warnings.filterwarnings("ignore")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Each test (and the session fixtures it sets up) starts on the worker's share of the cores, whatever
+    a test before it (a command's ``--threads``) or a module's import set: two workers each running two
+    threads on two cores spin against each other and every forward slows down several times."""
+    if torch.get_num_threads() != _THREADS:
+        torch.set_num_threads(_THREADS)
+
+
 @pytest.fixture(scope="session")
 def llama():
     """Tiny Llama-style model: RMSNorm, SwiGLU, GQA (4 query heads, 2 KV heads)."""

@@ -13,8 +13,6 @@ from tlgeo.data import load_text
 from tlgeo.models import tiny_model
 from tlgeo.evals.perplexity import PerplexityResult, perplexity, token_windows, tokenize_text
 
-torch.set_num_threads(2)
-
 BOS = 7  # distinct from the stream tokens below (>= 1000)
 
 
