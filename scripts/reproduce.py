@@ -44,7 +44,7 @@ from tlgeo.runner.provenance import code_state, git_state, read  # noqa: E402
 
 SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 
-VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
+VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|elapsed|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
 
 
 def with_out(argv: list[str], out: Path) -> list[str]:

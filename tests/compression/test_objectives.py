@@ -200,7 +200,8 @@ def test_perp_awq_on_a_tiny_model(tiny, tmp_path):
     a = compress_model(d, "awq", tmp_path / "awq", calib=calib, group_size=16, awq_n_grid=6)
     one = compress_model(d, "awq_perp_l1", tmp_path / "one", calib=calib, group_size=16, awq_n_grid=6)
     zero = compress_model(d, "awq_perp", tmp_path / "zero", calib=calib, group_size=16, awq_n_grid=6)
-    assert a["checks"]["grid_ok"] and zero["checks"]["grid_ok"] and zero["perp_lambda"] == 0.0
+    assert a["checks"]["grid_ok"] and one["checks"]["grid_ok"] and zero["checks"]["grid_ok"]
+    assert one["perp_lambda"] == 1.0 and zero["perp_lambda"] == 0.0
     wa, w1, w0 = (_weights(tmp_path / n) for n in ("awq", "one", "zero"))
     assert all(torch.allclose(wa[k], w1[k], atol=1e-6) for k in wa)  # lambda = 1 is AWQ's own loss
     assert any(not torch.allclose(wa[k], w0[k]) for k in wa)

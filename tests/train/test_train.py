@@ -193,12 +193,13 @@ def _small_bpe(tmp_path) -> str:
     return str(d)
 
 
-def test_training_with_a_bpe_tokenizer(tmp_path):
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_training_with_a_bpe_tokenizer(tmp_path, arch):
     from tlgeo.train import TokenStream, load_tokenizer
 
     bpe = _small_bpe(tmp_path)
     tok = load_tokenizer(bpe)
-    cfg = tiny_cfg(tmp_path, tokenizer=bpe, steps=2, warmup=1, eval_every=2)
+    cfg = tiny_cfg(tmp_path, model=SPECS[arch], tokenizer=bpe, steps=2, warmup=1, eval_every=2)
     log = train(cfg, log=lambda *_: None)
     assert log["val_loss"].notna().any()
     bridge = load_model(str(tmp_path / "run" / "model"))
@@ -206,12 +207,39 @@ def test_training_with_a_bpe_tokenizer(tmp_path):
     text = "Call me Ishmael."
     plain = dict(add_special_tokens=False)
     assert bridge.tokenizer(text, **plain)["input_ids"] == tok(text, **plain)["input_ids"]  # exported with the run
+    # read as it was trained: BOS first, though TransformerLens boots a Starcoder2 (the gpt) without it
+    assert bridge.to_tokens(text)[0].tolist() == [tok.bos_token_id, *tok(text, **plain)["input_ids"]]
     assert TrainConfig.load(tmp_path / "run" / "config.json").model.vocab_size == 400
     (data,) = [p for p in (tmp_path / "data").iterdir() if p.is_dir()]
     stream = TokenStream(data, 16, bos=tok.bos_token_id)
     assert (stream.batch(0, 4)[:, 0] == tok.bos_token_id).all()  # every window starts as to_tokens does
     assert (TokenStream(data, 16).batch(0, 4)[:, 0] != tok.bos_token_id).any()
     assert int(stream.batch(0, 4).max()) < 400
+
+
+@pytest.mark.parametrize("arch", ["gpt", "llama"])
+def test_a_byte_model_reads_text_without_bos_as_it_was_trained(tmp_path, arch):
+    """Byte-level windows start anywhere in the text, never with BOS: the exported model reads so."""
+    train(tiny_cfg(tmp_path, model=SPECS[arch], steps=1, warmup=0, eval_every=1), log=lambda *_: None)
+    bridge = load_model(str(tmp_path / "run" / "model"))
+    tokens = bridge.to_tokens("Call me")[0].tolist()
+    assert len(tokens) == 7 and bridge.tokenizer.bos_token_id not in tokens  # seven bytes, no BOS
+
+
+@pytest.mark.parametrize("vocab, bos", [(258, False), (400, True)])
+def test_a_folder_exported_before_bos_was_recorded_reads_as_its_tokenizer_was_trained(tmp_path, vocab, bos):
+    """No ``prepend_bos`` in ``suppression.json``: training put BOS first with every tokenizer but the bytes."""
+    import json
+    from types import SimpleNamespace
+
+    from tlgeo.models.loading import read_as_trained
+
+    (tmp_path / "suppression.json").write_text(json.dumps({"variant": "none", "site": None, "skip_first": 0}))
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": vocab}))
+    bridge = SimpleNamespace(cfg=SimpleNamespace(default_prepend_bos=not bos))
+    assert read_as_trained(bridge, tmp_path).cfg.default_prepend_bos is bos
+    (tmp_path / "suppression.json").unlink()  # not a tlgeo training: the architecture's default stays
+    assert read_as_trained(bridge, tmp_path).cfg.default_prepend_bos is bos
 
 
 def test_unknown_tokenizer_fails_clearly(tmp_path):

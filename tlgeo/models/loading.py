@@ -111,7 +111,7 @@ def _load_model(name, device, dtype, shard=None):
     path = Path(name).expanduser()
     if path.is_dir():
         check_model_dir(path)
-        return boot(str(path), device, dtype, **shard)
+        return read_as_trained(boot(str(path), device, dtype, **shard), path)
     if path.suffix or name.startswith((".", "/", "~")):
         raise UnknownModelError(f"model directory {name!r} does not exist")
     why = _why_not_from_hub(name)
@@ -121,6 +121,22 @@ def _load_model(name, device, dtype, shard=None):
         return boot(name, device, dtype, **shard)
     except OSError as e:  # no such repository, or the hub went away
         raise UnknownModelError(_unknown(name, f"{type(e).__name__}: {e}")) from e
+
+
+def read_as_trained(bridge, path: Path):
+    """``bridge`` reading text as ``tlgeo train`` fed it, where ``path`` is a folder it exported
+    (``suppression.json``): with BOS first exactly when every training window began with it, whatever
+    the architecture's default (TransformerLens boots a Starcoder2, the GPT of ``--arch gpt``, with
+    ``default_prepend_bos`` off). A folder exported before that was recorded: training put BOS first
+    with every tokenizer but the byte one (its 258 tokens)."""
+    record = path / "suppression.json"
+    if not record.is_file():
+        return bridge
+    bos = json.loads(record.read_text(encoding="utf-8")).get("prepend_bos")
+    if bos is None:
+        bos = json.loads((path / "config.json").read_text(encoding="utf-8")).get("vocab_size") != 258
+    bridge.cfg.default_prepend_bos = bool(bos)
+    return bridge
 
 
 def check_model_dir(path: Path) -> None:

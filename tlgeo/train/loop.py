@@ -274,7 +274,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         if info.main:
             gate = {k.split("suppression.", 1)[1]: v for k, v in msd.items() if k.startswith("suppression.")}
             export_hf(msd, names, cfg.model, out / "model", lm.suppression.describe(), gate or None,
-                      tokenizer=tokenizer)
+                      tokenizer=tokenizer, prepend_bos=bos is not None)
         D.barrier(info)
     if on_end is not None:
         on_end(model, info)

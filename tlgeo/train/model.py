@@ -79,10 +79,12 @@ def hf_names(module: nn.Module, bridge) -> dict[str, str]:
 
 def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: ModelSpec,
               out: str | Path, suppression: dict, gate_state: dict | None = None,
-              tokenizer=None) -> Path:
+              tokenizer=None, *, prepend_bos: bool = False) -> Path:
     """Write an ordinary HF model directory (config, safetensors, the tokenizer; default
     the byte tokenizer) plus ``suppression.json`` (and ``gate.safetensors`` for the gate)
-    from a full state dict."""
+    from a full state dict. ``suppression.json`` also says whether every training window
+    began with BOS (``prepend_bos``): :func:`tlgeo.models.load_model` reads the folder the
+    same way, whatever its architecture's default."""
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
@@ -102,7 +104,7 @@ def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: Model
     shutil.rmtree(tmp, ignore_errors=True)
     hf.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    write_json(tmp / "suppression.json", suppression, indent=2)
+    write_json(tmp / "suppression.json", {**suppression, "prepend_bos": bool(prepend_bos)}, indent=2)
     if gate_state:
         save_file({k: v.contiguous() for k, v in gate_state.items()}, str(tmp / "gate.safetensors"))
     seal(tmp)  # load_model checks a sealed folder before it boots it
