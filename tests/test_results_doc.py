@@ -142,3 +142,24 @@ def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
              for f in folders if not reproduce.made_by(f, code, ROOT)}
     assert not other, f"folders with a line made from an uncommitted tree or from code other than {code[:12]}: {other}"
     assert f"`{code[:7]}`" in DOC.read_text(), f"RESULTS.md does not name the code commit {code[:7]} of its folders"
+
+
+def test_every_code_change_after_the_folders_were_made_is_named():
+    """RESULTS.md's opening names each commit that changed the code after the one its folders were made from,
+    so that a reader knows what the tables do not yet reflect (``make results`` reruns them at the new code)."""
+    import subprocess
+
+    from tlgeo.runner.provenance import read
+
+    from .scripts import load_script
+
+    reproduce = load_script("reproduce")
+    folders = reproduce.quoted_folders(DOC)
+    code = reproduce.code_commit((read(folders[0])[0].get("git") or {}).get("commit"), ROOT)
+    if code is None:
+        pytest.skip("this clone lacks the commit that made the folders (a shallow clone)")
+    later = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%h", "--abbrev=7", f"{code}..HEAD", "--", ".",
+                            *(f":(exclude){p}" for p in reproduce.NOT_CODE)],
+                           capture_output=True, text=True, check=True).stdout.split()
+    opening = DOC.read_text().split("\n## ", 1)[0]
+    assert not [h for h in later if f"`{h[:7]}`" not in opening], f"code commits after {code[:7]} not named: {later}"
