@@ -64,7 +64,7 @@ def tiny(request):
 def pytest_collection_modifyitems(items):
     """The tests of the tiny atlas first, then the notebooks, then the rest in file order. Under
     ``--dist worksteal`` each worker starts on a contiguous half of this order and steals from the end
-    of the other's, so one worker makes the atlas (:func:`atlas_run`: ~20 s) and runs every test that
+    of the other's, so one worker makes the atlas (:func:`atlas_run`: ~13 s) and runs every test that
     reads it (the other does not sit waiting on its lock), then runs all the notebooks in one kernel
     (a kernel's start is ~9 s of imports: once, not once per worker)."""
     def rank(item) -> int:
