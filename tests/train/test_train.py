@@ -239,7 +239,8 @@ def test_a_folder_exported_before_bos_was_recorded_reads_as_its_tokenizer_was_tr
     bridge = SimpleNamespace(cfg=SimpleNamespace(default_prepend_bos=not bos))
     assert read_as_trained(bridge, tmp_path).cfg.default_prepend_bos is bos
     (tmp_path / "suppression.json").unlink()  # not a tlgeo training: the architecture's default stays
-    assert read_as_trained(bridge, tmp_path).cfg.default_prepend_bos is bos
+    bridge.cfg.default_prepend_bos = not bos
+    assert read_as_trained(bridge, tmp_path).cfg.default_prepend_bos is (not bos)
 
 
 def test_unknown_tokenizer_fails_clearly(tmp_path):
