@@ -125,10 +125,8 @@ def test_every_number_in_a_section_is_in_its_sources(heading, body):
     assert not unsourced, f"{heading!r}: numbers in none of {sources}: {unsourced}"
 
 
-def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
-    """``make results`` (``scripts/reproduce.py --all``) reruns every quoted folder at one commit: each line of each
-    folder's provenance names a clean tree, and all of them the same code (the last commit that changed a file
-    outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and ``*.md``). The one RESULTS.md names."""
+def _folders_and_code():
+    """``(reproduce, the quoted folders, the code commit of the first)``; skips in a clone that lacks that commit."""
     from tlgeo.runner.provenance import read
 
     from .scripts import load_script
@@ -138,6 +136,16 @@ def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
     code = reproduce.code_commit((read(folders[0])[0].get("git") or {}).get("commit"), ROOT)
     if code is None:
         pytest.skip("this clone lacks the commit that made the folders (a shallow clone)")
+    return reproduce, folders, code
+
+
+def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
+    """``make results`` (``scripts/reproduce.py --all``) reruns every quoted folder at one commit: each line of each
+    folder's provenance names a clean tree, and all of them the same code (the last commit that changed a file
+    outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and ``*.md``). The one RESULTS.md names."""
+    from tlgeo.runner.provenance import read
+
+    reproduce, folders, code = _folders_and_code()
     other = {f.name: [((p.get("git") or {}).get("commit", "")[:12], (p.get("git") or {}).get("dirty")) for p in read(f)]
              for f in folders if not reproduce.made_by(f, code, ROOT)}
     assert not other, f"folders with a line made from an uncommitted tree or from code other than {code[:12]}: {other}"
@@ -149,15 +157,7 @@ def test_every_code_change_after_the_folders_were_made_is_named():
     so that a reader knows what the tables do not yet reflect (``make results`` reruns them at the new code)."""
     import subprocess
 
-    from tlgeo.runner.provenance import read
-
-    from .scripts import load_script
-
-    reproduce = load_script("reproduce")
-    folders = reproduce.quoted_folders(DOC)
-    code = reproduce.code_commit((read(folders[0])[0].get("git") or {}).get("commit"), ROOT)
-    if code is None:
-        pytest.skip("this clone lacks the commit that made the folders (a shallow clone)")
+    reproduce, folders, code = _folders_and_code()
     later = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%h", "--abbrev=7", f"{code}..HEAD", "--", ".",
                             *(f":(exclude){p}" for p in reproduce.NOT_CODE)],
                            capture_output=True, text=True, check=True).stdout.split()
