@@ -13,12 +13,13 @@ number must name the commit that made it). With ``--replace`` each rerun folder 
 ``--resume`` a folder whose every provenance line was made, from a clean tree, by this code (its commit and this one
 hold the same files outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and the ``.md`` files: only results
 and prose about them were committed between them) is not rerun: an interrupted ``--all --replace`` goes on where it
-stopped, in a later session too, with RESULTS.md rewritten from the folders already made. ``--dry-run`` says of each folder whether this
-code made it.
+stopped, in a later session too, with RESULTS.md rewritten from the folders already made. ``--dry-run`` says of
+each folder whether this code made it.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
-run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the
-commit it was made with is printed beside it). Then every CSV the folder and the rerun both hold
+run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is
+rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the commit it was made with is printed
+beside it). Then every CSV the folder and the rerun both hold
 is compared, row by row: the rows of the rerun's model identities, matched on the columns that
 are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
 are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input.

@@ -151,6 +151,32 @@ def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name
         assert len(kinds) == (len(first.tables().get(table, ())) > 0) + (len(again.tables().get(table, ())) > 0), table
 
 
+@pytest.mark.parametrize("name", list(ANALYSES))
+def test_the_same_text_read_without_bos_into_the_folder_gets_its_fresh_numbers(name, llama, runs, tmp_path):
+    """The same model and text, read without BOS this time (``default_prepend_bos`` off, as a folder trained
+    without it now loads): rows of the first run, which read BOS first, are not taken back (the token ids a row
+    read are part of its key, not only the text's name or hash)."""
+    import shutil
+
+    import torch
+
+    a = ANALYSES[name]
+    cfg, _, folder = runs(name)
+    shared = tmp_path / "shared"
+    shutil.copytree(folder, shared)
+    threads, bos = torch.get_num_threads(), llama.cfg.default_prepend_bos
+    torch.set_num_threads(1)
+    llama.cfg.default_prepend_bos = not bos
+    try:
+        unit = a.units(llama, cfg)[:1]
+        again = a.run(llama, cfg, out=shared, units=unit)
+        fresh = a.run(llama, cfg, out=tmp_path / "fresh", units=unit)
+    finally:
+        llama.cfg.default_prepend_bos = bos
+        torch.set_num_threads(threads)
+    _assert_same(again, fresh)
+
+
 # the analyses that read a text by name (a named corpus or a file); tokenwise and geometries are tested in their
 # folders (with their state pools), compression's prompts come after a compression of its own
 TEXT_FIELD = {n: f for n, a in ANALYSES.items() for f in ("corpus", "sentence_corpus")

@@ -25,17 +25,21 @@ def test_a_record_says_what_ran_with_what(tmp_path):
     assert first["identities"] == [ident] and first["git"] == code_state() and second["argv"] == ["run"]
     assert {"tlgeo", "torch", "transformers", "transformer-lens", "python"} <= set(first["versions"])
     assert first["machine"]["cores"] and first["date"].startswith("20")
+    import torch
+
+    assert first["machine"]["torch_threads"] == torch.get_num_threads()  # the threads a command ran on
 
 
 def test_a_command_records_its_provenance_and_reproduce_reruns_it(tmp_path, capsys, monkeypatch):
     made = tmp_path / "made"
     argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--s-perp", "0", "--tokens", "128", "--context", "64",
-            "--out", str(made)]
+            "--threads", "1", "--out", str(made)]
     assert main(argv) == 0
     assert f"provenance: {made / 'provenance.jsonl'}" in capsys.readouterr().out
     (line,) = read(made)
     assert line["argv"] == argv and line["settings"]["s_perp"] == 0.0 and line["identities"][0]["model"] == "tiny:llama"
     assert line["git"]["commit"] is None or len(line["git"]["commit"]) == 40
+    assert line["machine"]["torch_threads"] == 1  # what --threads set
 
     reproduce = load_script("reproduce")
     monkeypatch.setattr(reproduce, "rerun", main)  # in-process: no second import of torch

@@ -20,8 +20,8 @@ def test_run_writes_outputs_and_resumes(tmp_path, capsys):
     assert len(edits) == 12 and edits.iloc[0]["site"] == "none"
     assert edits["ppl"].gt(0).all() and (edits.loc[0, "delta_ppl"] == 0)
     assert list(edits.columns) == [*IDENTITY, "site", "s_par", "s_perp", "layers", "skip_first", "heads", "context",
-                                   "max_tokens", "text_sha1", "ppl", "nll", "n_tokens", "n_windows", "word_ppl",
-                                   "delta_ppl", "corpus"]  # the identity, then the old CLI's columns
+                                   "max_tokens", "text_sha1", "tokens", "ppl", "nll", "n_tokens", "n_windows",
+                                   "word_ppl", "delta_ppl", "corpus"]  # the identity, then the old CLI's columns
     prof = pd.read_csv(out / "profile_summary.csv")
     assert set(prof["site"]) == {"attn", "mlp", "block", "value_full", "value_excl_self"}
     assert {"corpus", "max_tokens", "seq_len"} <= set(prof.columns) and (prof["seq_len"] == 256).all()

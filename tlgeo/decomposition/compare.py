@@ -9,16 +9,16 @@ from typing import Iterable
 import pandas as pd
 
 from ..hooks.edits import SKIP_FIRST, Edit
-from ..evals.perplexity import perplexity
-from ..runner.results import ResultLog
+from ..evals.perplexity import perplexity, scored_tokens
+from ..runner.results import ResultLog, content_digest
 from ..models import Model
 from ..runner.identity import run_identity
 
 __all__ = ["compare_edits", "removal_edits"]
 
-# The edit and the measurement settings: a log written with another text, context or
-# token budget is never mistaken for this run's rows.
-KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "heads", "context", "max_tokens", "text_sha1")
+# The edit and the measurement settings: a log written with another text, context or token budget, or
+# the same text read into other token ids (another tokenizer, BOS or none), is never mistaken for this run's rows.
+KEY = ("site", "s_par", "s_perp", "layers", "skip_first", "heads", "context", "max_tokens", "text_sha1", "tokens")
 
 
 def removal_edits(sites: Iterable[str], skip_first: int = SKIP_FIRST) -> list[Edit]:
@@ -52,7 +52,7 @@ def compare_edits(
     ``ppl, nll, word_ppl, n_tokens, delta_ppl`` (against the unedited row).
     """
     edits = list(edits)
-    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("text_sha1",))
+    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("text_sha1", "tokens"))
            if log_path is not None else None)
     rows: list[dict] = []
     runs: list[tuple[dict, list]] = [(baseline_key(), [])]
@@ -62,7 +62,8 @@ def compare_edits(
 
         runs = tqdm(runs, desc="edits", unit="run")
     settings = {"context": context, "max_tokens": max_tokens,
-                "text_sha1": hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]}
+                "text_sha1": hashlib.sha1(text.encode("utf-8")).hexdigest()[:16],
+                "tokens": content_digest(*scored_tokens(model, text, max_tokens))}  # the ids and BOS scored
     for key, hooks in runs:
         key = {**key, **settings}
         row = log.get(**key) if log is not None else None

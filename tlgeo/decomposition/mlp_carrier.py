@@ -58,7 +58,7 @@ from ..errors import UnknownNameError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
-from ..evals.perplexity import perplexity
+from ..evals.perplexity import perplexity, scored_tokens
 from ..runner.results import ResultLog, content_digest
 from ..hooks.sites import Site, Update
 from ..models import Model, read_weights
@@ -448,7 +448,8 @@ def mlp_carrier_table(
 
     log = (ResultLog(log_path, _KEY, identity=run_identity(model).row(), content=("inputs",))
            if log_path is not None else None)
-    inputs = content_digest(text)  # the text scored: another text under the same name is computed again
+    # the text and the token ids scored: another text, or the same read another way, is computed again
+    inputs = content_digest(text, *scored_tokens(model, text, max_tokens))
     rows = []
     it = list(zip(runs, hooks))
     if progress:

@@ -19,7 +19,6 @@ exactly as :func:`tlgeo.evals.perplexity.perplexity` scores them.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import check_scale
 from ..hooks.adapter import HookList
 from ..evals.perplexity import token_windows, tokenize_text
-from ..runner.results import ResultLog
+from ..runner.results import ResultLog, content_digest
 from ..hooks.resume import resume_forward
 from ..hooks.sites import UnknownSiteError, get_site
 from ..models import Model, input_device
@@ -227,10 +226,6 @@ def _result(total: float, count: int) -> dict:
     return {"ppl": math.exp(nll), "nll": nll, "n_tokens": count}
 
 
-def _fingerprint(ids: Tensor) -> str:
-    return hashlib.sha1(ids.numpy().astype("int64").tobytes()).hexdigest()[:12]
-
-
 def _model_name(model) -> str:
     return str(getattr(model.cfg, "model_name", None) or type(model).__name__)
 
@@ -248,9 +243,9 @@ def _run_sweep(
     for _, e in edits:  # validate layers/heads of every edit before any work
         if e is not None:
             e.hooks(model)
-    batches, ids = _corpus(model, text, context, max_tokens, batch_size)
-    key_extra = {**key_extra, "context": context, "max_tokens": max_tokens,
-                 "corpus": _fingerprint(ids), "model": _model_name(model)}
+    batches, _ = _corpus(model, text, context, max_tokens, batch_size)
+    key_extra = {**key_extra, "context": context, "max_tokens": max_tokens,  # corpus: the windows read, BOS included
+                 "corpus": content_digest([b.tokens for b in batches]), "model": _model_name(model)}
     log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("corpus",))  # corpus: its digest
            if log_path is not None else None)
 

@@ -32,7 +32,8 @@ from .paper import PAPER_DAMAGE
 __all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table",
            "damage_summary", "token_damage"]
 
-KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1")
+KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1",
+       "tokens")
 
 
 def corpus_sentences(corpus: str, limit: int | None = None, *, tail_frac: float = 0.01, min_chars: int = 30,

@@ -32,13 +32,16 @@ from ..hooks.adapter import HookList
 from ..hooks.perturbation import KINDS, Perturbation
 from ..hooks.resume import resume_forward
 from ..runner.identity import run_identity
-from ..runner.results import ResultLog
+from ..runner.results import ResultLog, content_digest
 from .paper import PAPER_DELTAS
 
 __all__ = ["PAPER_DELTAS", "RELATIVE_DELTAS", "SweepGrid", "delta_grid", "CleanPass", "clean_pass",
            "perturbed_scores", "sentence_batches", "sentence_nll"]
 
 RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
+# A row's key columns that digest what it measured: the sentences' text and the token ids the model read
+# (another tokenizer, or BOS or none, reads the same text differently): a changed one is computed again.
+CONTENT = ("text_sha1", "tokens")
 
 
 def delta_grid(median_norm: float, absolute: Iterable[float] = PAPER_DELTAS,
@@ -115,7 +118,7 @@ class SweepGrid:
         stored at once and a rerun reads it back instead (``key``: the log's key columns)."""
         key = tuple(key)
         log = (ResultLog(log_path, key, identity=run_identity(model).row(),
-                         content=[c for c in ("text_sha1",) if c in key]) if log_path is not None else None)
+                         content=[c for c in CONTENT if c in key]) if log_path is not None else None)
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
         grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)
@@ -142,12 +145,14 @@ class SweepGrid:
               batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = (),
               extra: "BatchHooks | None" = None) -> tuple["CleanPass", dict]:
         """The clean pass of ``sentences`` for this grid (:func:`clean_pass`), and the settings part
-        of its rows' keys (the grid's, the sentence count and a hash of the sentences)."""
+        of its rows' keys (the grid's, the sentence count, a hash of the sentences and a digest of their token ids)."""
         clean = clean_pass(model, sentences, self.chosen_layers(model.cfg), reduce=reduce, max_tokens=max_tokens,
                            batch_size=1 if self.mode == "faithful" else batch_size, keep_all=keep_all, keep=keep,
                            extra=extra)
         settings = {**self.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
-                    "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16]}
+                    "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16],
+                    "tokens": content_digest([t[: int(n)] for toks, lengths in clean.batches
+                                              for t, n in zip(toks, lengths)])}
         return clean, settings
 
 

@@ -23,7 +23,7 @@ from .paper import PAPER_ENTROPY
 
 __all__ = ["PAPER_ENTROPY", "entropy_hooks", "attention_entropy"]
 
-KEY = ("kind", "delta", "seed", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1")
+KEY = ("kind", "delta", "seed", "mode", "flip", "layers", "relative", "n_sentences", "text_sha1", "tokens")
 
 
 def entropy_hooks(layers: Sequence[int], lengths: torch.Tensor, totals: dict[int, torch.Tensor]) -> list:

@@ -37,7 +37,7 @@ __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
 
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
 KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "layers", "relative", "n_sentences",
-       "text_sha1")
+       "text_sha1", "tokens")
 
 
 def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:

@@ -21,7 +21,7 @@ from .paper import PAPER_BLIMP
 
 __all__ = ["PAPER_BLIMP", "agreement_pairs", "blimp_damage"]
 
-KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "text_sha1")
+KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "text_sha1", "tokens")
 
 
 def agreement_pairs(limit: int | None = None, paradigms: Iterable[str] = AGREEMENT) -> list[MinimalPair]:

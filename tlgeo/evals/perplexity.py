@@ -20,7 +20,8 @@ from torch import Tensor
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device
 
-__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "corpus_batches", "perplexity", "read_out_losses"]
+__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "scored_tokens", "corpus_batches", "perplexity",
+           "read_out_losses"]
 
 Hook = tuple[str | Callable, Callable]
 
@@ -112,6 +113,22 @@ def tokenize_text(model, text: str, max_tokens: int | None = None) -> torch.Tens
     return torch.tensor(ids[:max_tokens], dtype=torch.long)
 
 
+def scored_tokens(model, text: str, max_tokens: int | None = None,
+                  prepend_bos: bool | None = None) -> tuple[torch.Tensor, int | None]:
+    """What :func:`perplexity` reads of ``text``: its ``[n]`` text tokens (the first ``max_tokens``) and the
+    BOS id it prepends to each window (``None``: none; ``prepend_bos`` defaults to
+    ``model.cfg.default_prepend_bos``)."""
+    tokens = tokenize_text(model, text, max_tokens).reshape(-1).long().cpu()
+    return (tokens[:max_tokens] if max_tokens is not None else tokens), _bos_id(model, prepend_bos)
+
+
+def _bos_id(model, prepend_bos: bool | None) -> int | None:
+    """The BOS id prepended to each window (``None``: none; default ``model.cfg.default_prepend_bos``)."""
+    if prepend_bos is None:
+        prepend_bos = bool(getattr(model.cfg, "default_prepend_bos", True))
+    return getattr(model.tokenizer, "bos_token_id", None) if prepend_bos else None
+
+
 def corpus_batches(
     model, text: str, seq_len: int = 256, max_tokens: int | None = None
 ) -> Int[Tensor, "n seq"]:
@@ -179,17 +196,15 @@ def perplexity(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
     is_text = isinstance(text_or_tokens, str)
-    tokens = tokenize_text(model, text_or_tokens, max_tokens) if is_text else torch.as_tensor(text_or_tokens)
-    tokens = tokens.reshape(-1).long().cpu()
+    if is_text:
+        tokens, bos_id = scored_tokens(model, text_or_tokens, max_tokens, prepend_bos)
+    else:
+        tokens = torch.as_tensor(text_or_tokens).reshape(-1).long().cpu()
+        tokens = tokens[:max_tokens] if max_tokens is not None else tokens
+        bos_id = _bos_id(model, prepend_bos)
     truncated = max_tokens is not None and tokens.numel() >= max_tokens
-    if max_tokens is not None:
-        tokens = tokens[:max_tokens]
     if tokens.numel() == 0 or (is_text and not text_or_tokens.strip()):
         raise ValueError("empty corpus: no tokens to score")
-
-    if prepend_bos is None:
-        prepend_bos = bool(getattr(model.cfg, "default_prepend_bos", True))
-    bos_id = getattr(model.tokenizer, "bos_token_id", None) if prepend_bos else None
     windows = token_windows(tokens, context, stride, bos_token_id=bos_id)
     if not windows:
         raise ValueError("empty corpus: a single token and no BOS leaves nothing to score")

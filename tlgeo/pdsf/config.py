@@ -152,8 +152,9 @@ class PDSFConfig(Config):
 
     def geometry_args(self) -> dict[str, Any]:
         """The keyword arguments of :func:`tlgeo.pdsf.analysis.run_geometry`."""
-        return dict(mode=self.mode, k_D=self.k_d, k_S=self.k_s, layers=None if self.layers is None else list(self.layers),
-                    complexity=self.complexity, prediction=self.prediction)
+        return dict(mode=self.mode, k_D=self.k_d, k_S=self.k_s,
+                    layers=None if self.layers is None else list(self.layers), complexity=self.complexity,
+                    prediction=self.prediction)
 
     def single_pass_args(self) -> dict[str, Any]:
         """The keyword arguments of :func:`tlgeo.pdsf.analysis.run_single_pass` (but the conditions)."""

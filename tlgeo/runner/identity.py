@@ -10,8 +10,8 @@ spaced sample of its values (:data:`SAMPLES` per tensor) and of the exact intege
 bit patterns (a reduction per tensor, on its own device, in any order: the same on every device):
 cheap on any model, the same whether the model is whole or sharded (offloaded weights are read
 back from accelerate's weights map), and different for a different checkpoint or dtype, or for the
-same model with a few weights changed (two prunings of one model that differ in 3,056 of 134.5 M
-weights had the same sample of values).
+same model with a few weights changed (which a sample of values alone can miss: a pruning that zeroes a few
+thousand of 134.5 M weights may leave every sampled value as it was).
 """
 
 from __future__ import annotations

@@ -80,8 +80,10 @@ def _versions() -> dict[str, str | None]:
 def _machine() -> dict[str, Any]:
     m: dict[str, Any] = {"platform": platform.platform(), "cpu": platform.machine(), "cores": os.cpu_count()}
     torch = sys.modules.get("torch")  # only if the command loaded it: this module imports no torch
-    if torch is not None and torch.cuda.is_available():
-        m["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    if torch is not None:
+        m["torch_threads"] = torch.get_num_threads()  # as --threads or OMP_NUM_THREADS set them: sums' order
+        if torch.cuda.is_available():
+            m["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return m
 
 
