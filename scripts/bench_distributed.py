@@ -3,11 +3,12 @@ process with all cores, once as ``torchrun --nproc_per_node=N`` (each rank cores
 from a cold start (imports, model load) to the written CSVs, which must hold the same rows.
 
     .venv/bin/python scripts/bench_distributed.py                 # SmolLM2: decomposition sweep units, PDSF units
-    .venv/bin/python scripts/bench_distributed.py --ranks 2 --only pdsf
+    .venv/bin/python scripts/bench_distributed.py --ranks 2 --only pdsf --out results/bench-distributed
 
-Prints one line per command: seconds alone, seconds with N ranks, their ratio (the target on a
-2-core machine with 2 ranks: <= 1.15), and whether the tables agree (rows sorted by key; bit for bit only at equal thread counts).
-Run nothing else meanwhile.
+Prints one line per command: seconds alone, seconds with N ranks, their ratio (the target on a 2-core machine
+with 2 ranks: <= 1.15), and whether the tables agree (rows sorted by key; bit for bit only at equal thread
+counts); with ``--out``, appends them to ``DIR/distributed.csv`` with the commit that measured them (and
+provenance). Run nothing else meanwhile.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.test_contract import _comparable  # noqa: E402
 from tlgeo.report.registry import load_analyses  # noqa: E402
+from tlgeo.runner.provenance import record_table  # noqa: E402
 
 # command, its analysis, flags: a few minutes each on SmolLM2 on 2 cores
 BENCHES = {
@@ -72,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--only", default=None, help="comma-separated subset of: " + ",".join(BENCHES))
+    p.add_argument("--out", type=Path, default=None, help="append the timings to OUT/distributed.csv (and provenance)")
     a = p.parse_args(argv)
+    rows = []
     analyses = load_analyses()
     cores = os.cpu_count() or 1
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -89,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             same = _agree(one, two, analyses[analysis].result)
         print(f"{name:>6}: one process {t1:6.1f} s | {a.ranks} ranks {t2:6.1f} s | ratio {t2 / t1:.2f} | "
               f"tables {same}", flush=True)
+        rows.append({"command": name, "model": a.model, "cores": cores, "ranks": a.ranks,
+                     "threads_per_rank": max(1, cores // a.ranks), "one_process_s": t1, "ranks_s": t2,
+                     "ratio": t2 / t1, "tables": same})
+    if a.out:
+        record_table(a.out, "distributed", rows,
+                     ["scripts/bench_distributed.py", *(sys.argv[1:] if argv is None else argv)], vars(a))
     return 0
 
 

@@ -21,16 +21,21 @@ websocket-client and zstandard; pyvene protobuf). A peer that is not installed i
 Medians over ``--rounds`` (the order alternates); the effects of every method against tlgeo's exact sweep
 (max |difference|, target 1e-3).
 
-    python scripts/bench_patching_peers.py [--model smollm2-135m] [--prompts 16] [--every 3] [--rounds 2]
+    python scripts/bench_patching_peers.py [--model smollm2-135m] [--prompts 16] [--every 3] [--rounds 2] [--out DIR]
+
+With ``--out``, each method's row (median seconds, its ratio to tlgeo's exact sweep, the largest effect difference)
+is appended to ``DIR/peers.csv`` with the commit that measured it and the settings, and the run's line to
+``DIR/provenance.jsonl``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -114,7 +119,7 @@ def sweep_pyvene(hf, runs, layers, n_heads):
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="ioi", help="a built-in patching task (induction on a byte-tokenizer model)")
@@ -122,8 +127,8 @@ def main() -> None:
     p.add_argument("--every", type=int, default=3, help="patch every k-th block (every method the same blocks)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default=None, help="also write the timings and differences here")
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, default=None, help="append the rows to OUT/peers.csv (and provenance)")
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     from tlgeo.models import load_model
@@ -132,6 +137,7 @@ def main() -> None:
     from tlgeo.patching.exact import exact_sweep
     from tlgeo.patching.runs import task_runs
     from tlgeo.patching.tasks import build_task
+    from tlgeo.runner.provenance import record_table
 
     model = load_model(args.model)
     task = build_task(args.task, model, n=args.prompts)
@@ -183,12 +189,12 @@ def main() -> None:
         print(f"tlgeo exact vs the fastest peer ({fastest}): {base['tlgeo_exact'] / base[fastest]:.2f}x its time; "
               f"attribution vs the fastest exact sweep: "
               f"{min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"model": args.model, "task": args.task, "prompts": args.prompts, "layers": layers,
-                       "threads": args.threads,
-                       "rounds": args.rounds, "rows": rows}, f, indent=2)
-
+    if args.out:
+        settings = {"model": args.model, "task": args.task, "prompts": args.prompts, "blocks": len(layers),
+                    "heads": n_heads, "threads": args.threads, "rounds": args.rounds}
+        record_table(args.out, "peers", [{**settings, **r, "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"]}
+                                         for r in rows],
+                     ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
 
 if __name__ == "__main__":
     main()

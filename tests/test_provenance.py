@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tlgeo.cli import main
-from tlgeo.runner.provenance import code_state, git_state, read, record
+from tlgeo.runner.provenance import code_state, git_state, read, record, record_table
 
 from .scripts import load_script
 
@@ -28,6 +28,20 @@ def test_a_record_says_what_ran_with_what(tmp_path):
     import torch
 
     assert first["machine"]["torch_threads"] == torch.get_num_threads()  # the threads a command ran on
+
+
+def test_a_script_s_table_names_the_commit_of_each_row_and_keeps_earlier_invocations(tmp_path):
+    """A benchmark's rows each carry the commit and dirty state of the code that measured them; a second invocation
+    appends (its own commit on its own rows) and adds its own provenance line, a command that says ``python``."""
+    path = record_table(tmp_path, "timings", [{"method": "a", "s": 1.5}, {"method": "b", "s": 3.0}],
+                        ["scripts/bench_x.py", "--rounds", "1"], {"rounds": 1})
+    record_table(tmp_path, "timings", [{"method": "a", "s": 2.0}], ["scripts/bench_x.py"], {"rounds": 2})
+    table, lines = pd.read_csv(path), read(tmp_path)
+    assert list(table.columns[:3]) == ["commit", "dirty", "date"] and list(table["s"]) == [1.5, 3.0, 2.0]
+    assert set(table["commit"]) == {code_state()["commit"]} and set(table["dirty"]) == {code_state()["dirty"]}
+    assert [x["settings"]["rounds"] for x in lines] == [1, 2] and list(table["date"]) == [lines[0]["date"]] * 2 + [
+        lines[1]["date"]]
+    assert lines[0]["command"] == "python scripts/bench_x.py --rounds 1" and lines[0]["made_from"] == "script"
 
 
 def test_a_command_records_its_provenance_and_reproduce_reruns_it(tmp_path, capsys, monkeypatch):

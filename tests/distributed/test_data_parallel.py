@@ -102,3 +102,29 @@ def _compare_with_one_process(llama, tiny_runs, two_root: Path, one_root: Path, 
     assert len(metas) == 2 and all(m["shared"] for m in metas), metas
     (a0, b0), (a1, b1) = metas[0]["collected"], metas[1]["collected"]
     assert a0 == 0 < b0 == a1 < b1 == metas[0]["n_windows"]
+
+
+def test_the_data_parallel_bench_records_each_command_s_times_with_its_commit(tmp_path, monkeypatch, capsys):
+    """scripts/bench_distributed.py's table: one row per command with both times (the process runs stubbed: the
+    commands they launch are tested above), their ratio, the tables' agreement and the commit that measured them."""
+    from tlgeo.runner.provenance import read
+
+    from ..scripts import load_script
+
+    bench = load_script("bench_distributed")
+    launched = []
+
+    def run(cmd, env):  # one process first (4 s), then the ranks (5 s)
+        launched.append((cmd, env.get("OMP_NUM_THREADS")))
+        return 4.0 if "torch.distributed.run" not in cmd else 5.0
+
+    monkeypatch.setattr(bench, "_run", run)
+    monkeypatch.setattr(bench, "_agree", lambda one, two, result: "identical")
+    assert bench.main(["--model", "tiny:llama", "--only", "pdsf", "--ranks", "2", "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "distributed.csv")
+    assert len(launched) == 2 and "--nproc_per_node=2" in launched[1][0] and "--model" in launched[0][0]
+    assert table[["command", "model", "ranks", "one_process_s", "ranks_s", "tables"]].values.tolist() == [
+        ["pdsf", "tiny:llama", 2, 4.0, 5.0, "identical"]]
+    assert table["ratio"].tolist() == [1.25] and "ratio 1.25" in capsys.readouterr().out
+    (line,) = read(tmp_path)
+    assert table["commit"].tolist() == [line["git"]["commit"]] and line["settings"]["only"] == "pdsf"

@@ -80,15 +80,25 @@ def test_token_ids_go_to_the_input_device_not_cfg_device():
     assert found == [], found
 
 
-def test_the_overhead_benchmark_script_runs(capsys):
-    """scripts/bench_sharded.py at tiny scale: a line per analysis with both times and their ratio."""
+def test_the_overhead_benchmark_script_runs(capsys, tmp_path):
+    """scripts/bench_sharded.py at tiny scale: a line per analysis with both times and their ratio, and the same
+    numbers in its table, each row with the commit that measured it."""
     import re
+
+    from tlgeo.runner.provenance import read
 
     from ..scripts import load_script
 
-    load_script("bench_sharded").main(["--rounds", "1", "--skip-smollm2", "--analyses", "ppl,profile"])
+    load_script("bench_sharded").main(["--rounds", "1", "--skip-smollm2", "--analyses", "ppl,profile",
+                                       "--out", str(tmp_path)])
     found = re.findall(r"(\w+) \| whole +([\d.]+) s +sharded +([\d.]+) s +([\d.]+)x", capsys.readouterr().out)
     assert sorted(name for name, *_ in found) == ["ppl", "profile"], found
     for _, whole, sharded, ratio in found:  # seconds to 3 decimals, the ratio to 2
         assert float(whole) > 0 and float(sharded) > 0
         assert float(ratio) == pytest.approx(float(sharded) / float(whole), rel=0.1, abs=0.01)
+    table = pd.read_csv(tmp_path / "sharded.csv").set_index("analysis")
+    for name, whole, sharded, _ in found:
+        assert table.loc[name, "whole_s"] == pytest.approx(float(whole), abs=6e-4)
+        assert table.loc[name, "sharded_s"] == pytest.approx(float(sharded), abs=6e-4)
+    (line,) = read(tmp_path)
+    assert set(table["commit"]) == {line["git"]["commit"]} and line["argv"][0] == "scripts/bench_sharded.py"

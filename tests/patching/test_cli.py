@@ -73,19 +73,20 @@ def test_a_position_the_task_lacks_is_one_line_before_any_forward(tmp_path, caps
     assert "Traceback" not in err and not (tmp_path / "patching.jsonl").exists()
 
 
-def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path, monkeypatch):
+def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path):
     """scripts/bench_patching_peers.py on a tiny model: every method's effects against tlgeo's exact sweep (the
-    peers it cannot import are skipped; TransformerLens's way always runs)."""
-    import json
-    import sys
-
+    peers it cannot import are skipped; TransformerLens's way always runs), in a table whose rows name their commit."""
     from tests.scripts import load_script
+    from tlgeo.runner.provenance import read
 
     bench = load_script("bench_patching_peers")
-    out = tmp_path / "peers.json"
-    monkeypatch.setattr(sys, "argv", ["bench", "--model", "tiny:llama", "--task", "induction", "--prompts", "4",
-                                      "--every", "1", "--rounds", "1", "--threads", "1", "--json", str(out)])
-    bench.main()
-    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    out = tmp_path / "peers"
+    bench.main(["--model", "tiny:llama", "--task", "induction", "--prompts", "4", "--every", "1", "--rounds", "1",
+                "--threads", "1", "--out", str(out)])
+    table = pd.read_csv(out / "peers.csv")
+    rows = {r["method"]: r for _, r in table.iterrows()}
     assert {"tlgeo_exact", "tlgeo_attribution", "transformer_lens"} <= set(rows)
+    assert rows["tlgeo_exact"]["x_tlgeo_exact"] == 1.0 and set(table["prompts"]) == {4} and set(table["heads"]) == {4}
+    (line,) = read(out)  # the commit on every row is the provenance line's
+    assert set(table["commit"]) == {line["git"]["commit"]} and line["settings"]["task"] == "induction"
     assert all(rows[m]["max_abs_effect_diff"] < 1e-3 for m in rows if m != "tlgeo_attribution")

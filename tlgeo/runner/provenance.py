@@ -24,7 +24,8 @@ from typing import Any, Iterable, Mapping
 
 from ..storage import append_lines, read_lines
 
-__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "read", "git_state", "code_state"]
+__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "record_table", "read", "git_state",
+           "code_state"]
 
 FILENAME = "provenance.jsonl"
 PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", "numpy", "pandas")
@@ -116,6 +117,28 @@ def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, A
     """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
     path = Path(out) / FILENAME
     append_lines(path, [json.dumps(provenance(argv, settings, identities, resumed), sort_keys=True)])
+    return path
+
+
+def record_table(out: str | os.PathLike, name: str, rows: list[Mapping[str, Any]], argv: Iterable[str],
+                 settings: Mapping[str, Any] | None = None) -> Path:
+    """A script's measurements (a benchmark's timings): ``rows`` appended to ``out/<name>.csv``, each row led by the
+    ``commit`` and ``dirty`` of the code that measured it and the ``date``, and the invocation's provenance line
+    appended to ``out/provenance.jsonl`` (``argv``: the script and its flags). Earlier invocations' rows stay, so
+    that a number quoted from the table names the commit that made it. Returns the table's path."""
+    import pandas as pd
+
+    from ..storage import write_csv
+
+    line = provenance(argv, settings)
+    line.update(command="python " + shlex.join(line["argv"]), made_from="script")
+    stamp = {"commit": line["git"].get("commit"), "dirty": line["git"].get("dirty"), "date": line["date"]}
+    path = Path(out) / f"{name}.csv"
+    table = pd.DataFrame([{**stamp, **r} for r in rows])
+    if path.exists():
+        table = pd.concat([pd.read_csv(path), table], ignore_index=True)
+    write_csv(path, table)
+    append_lines(Path(out) / FILENAME, [json.dumps(line, sort_keys=True)])
     return path
 
 
