@@ -3,6 +3,7 @@ from them.
 
     .venv/bin/python results/claims.py            # every claim: holds or not, and the numbers that decided it
     .venv/bin/python results/claims.py --table patching-heads   # a generated table's Markdown
+    .venv/bin/python results/claims.py --write-tables           # rewrite RESULTS.md's stale generated tables
 
 RESULTS.md cites a claim by its id in a code span inside the sentence it backs (`` `[1.perp-carries]` ``);
 ``tests/test_claims.py`` evaluates every claim on the committed tables, fails on one they contradict, on an id
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tlgeo.report.claims import Claims, Verdict, ci_excludes_zero, differs  # noqa: E402
+from tlgeo.report.claims import Claims, Verdict, ci_excludes_zero, differs, generated_blocks  # noqa: E402
 
 CLAIMS = Claims()
 claim = CLAIMS.claim
@@ -1528,10 +1529,29 @@ def _(tasks, effects, paths):
                    f"values {v['effect'].round(4).tolist()}")
 
 
+def write_tables(doc: Path) -> list[str]:
+    """Each generated table of ``doc`` that differs from what :data:`TABLES` prints now, rewritten in place (after a
+    rerun replaced its folders); the names of those rewritten."""
+    text = doc.read_text()
+    stale = {}
+    for name, body in generated_blocks(text).items():
+        fn, path = TABLES[name]
+        if (now := fn(table_input(path))) != body:
+            stale[name] = (body, now)
+    for body, now in stale.values():
+        text = text.replace(body, now, 1)
+    doc.write_text(text)
+    return list(stale)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", choices=sorted(TABLES), help="print a generated table's Markdown instead")
+    ap.add_argument("--write-tables", action="store_true", help="rewrite RESULTS.md's generated tables that are stale")
     args = ap.parse_args()
+    if args.write_tables:
+        print("rewritten:", ", ".join(write_tables(ROOT / "RESULTS.md")) or "none")
+        return 0
     if args.table:
         fn, path = TABLES[args.table]
         print(fn(table_input(path)))

@@ -71,7 +71,23 @@ def test_generated_tables_are_what_their_script_prints_now():
     blocks = generated_blocks(DOC.read_text())
     assert set(blocks) == set(RC.TABLES)
     for name, (fn, path) in RC.TABLES.items():
-        assert blocks[name] == fn(RC.table_input(path)), f"RESULTS.md's {name} table is stale"
+        assert blocks[name] == fn(RC.table_input(path)), (f"RESULTS.md's {name} table is stale (`python "
+                                                          "results/claims.py --write-tables` rewrites it)")
+
+
+def test_write_tables_rewrites_the_stale_tables_only(tmp_path, monkeypatch):
+    """After a rerun, ``--write-tables`` puts what each table's function prints now in place of a stale block and
+    leaves the current blocks and the prose around them alone."""
+    tables = {"a": (lambda t: "| x |\n|---|\n| 2 |", "results/run-smollm2-135m"),
+              "b": (lambda t: "| y |\n|---|\n| 1 |", "results/run-smollm2-135m")}
+    monkeypatch.setattr(RC, "TABLES", tables)
+    doc = tmp_path / "R.md"
+    doc.write_text("x went up.\n<!-- table: a -->\n| x |\n|---|\n| 1 |\n<!-- /table -->\nthen\n"
+                   "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n")
+    assert RC.write_tables(doc) == ["a"]
+    assert doc.read_text() == ("x went up.\n<!-- table: a -->\n| x |\n|---|\n| 2 |\n<!-- /table -->\nthen\n"
+                               "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n")
+    assert RC.write_tables(doc) == [] and generated_blocks(doc.read_text())["a"].endswith("| 2 |")
 
 
 # -- the machinery, on documents and tables made here -------------------------------------------------------
