@@ -78,11 +78,23 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name as the OS reports it (``/proc/cpuinfo`` on Linux), else what :mod:`platform` says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
 def _machine() -> dict[str, Any]:
-    m: dict[str, Any] = {"platform": platform.platform(), "cpu": platform.machine(), "cores": os.cpu_count()}
+    """The machine, with what decides the order of float sums on a CPU: its model, torch's kernels for it, threads."""
+    m: dict[str, Any] = {"platform": platform.platform(), "cpu": platform.machine(), "cpu_model": _cpu_model(),
+                         "cores": os.cpu_count()}
     torch = sys.modules.get("torch")  # only if the command loaded it: this module imports no torch
     if torch is not None:
         m["torch_threads"] = torch.get_num_threads()  # as --threads or OMP_NUM_THREADS set them: sums' order
+        m["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the vector kernels (AVX2, AVX512...)
         if torch.cuda.is_available():
             m["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return m
