@@ -119,6 +119,18 @@ def sweep_pyvene(hf, runs, layers, n_heads):
     return out
 
 
+def package_version(method: str) -> str:
+    """``name==version`` of the package whose code a method runs (tlgeo's sweeps: tlgeo)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    name = {"transformer_lens": "transformer-lens"}.get(method, method.split("_")[0] if method.startswith("tlgeo")
+                                                         else method)
+    try:
+        return f"{name}=={version(name)}"
+    except PackageNotFoundError:
+        return name
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
@@ -192,9 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         settings = {"model": args.model, "task": args.task, "prompts": args.prompts, "blocks": len(layers),
                     "heads": n_heads, "threads": args.threads, "rounds": args.rounds}
-        record_table(args.out, "peers", [{**settings, **r, "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"]}
-                                         for r in rows],
+        record_table(args.out, "peers", [{**settings, **r, "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"],
+                                          "package": package_version(r["method"])} for r in rows],
                      ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
+
 
 if __name__ == "__main__":
     main()

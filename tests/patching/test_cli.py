@@ -87,6 +87,8 @@ def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path):
     rows = {r["method"]: r for _, r in table.iterrows()}
     assert {"tlgeo_exact", "tlgeo_attribution", "transformer_lens"} <= set(rows)
     assert rows["tlgeo_exact"]["x_tlgeo_exact"] == 1.0 and set(table["prompts"]) == {4} and set(table["heads"]) == {4}
+    assert rows["transformer_lens"]["package"].startswith("transformer-lens==") and rows["tlgeo_exact"][
+        "package"].startswith("tlgeo==")
     (line,) = read(out)  # the commit on every row is the provenance line's
     assert set(table["commit"]) == {line["git"]["commit"]} and line["settings"]["task"] == "induction"
     assert all(rows[m]["max_abs_effect_diff"] < 1e-3 for m in rows if m != "tlgeo_attribution")
