@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from tlgeo.cli import main
 from tlgeo.runner.provenance import code_state, git_state, read, record, record_table
@@ -46,6 +47,10 @@ def test_a_script_s_table_names_the_commit_of_each_row_and_keeps_earlier_invocat
     assert [x["settings"]["rounds"] for x in lines] == [1, 2] and list(table["date"]) == [lines[0]["date"]] * 2 + [
         lines[1]["date"]]
     assert lines[0]["command"] == "python scripts/bench_x.py --rounds 1" and lines[0]["made_from"] == "script"
+    before = path.read_bytes(), (tmp_path / "provenance.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="no rows to add to .*timings.csv"):  # every case failed: nothing to record
+        record_table(tmp_path, "timings", [], ["scripts/bench_x.py"])
+    assert (path.read_bytes(), (tmp_path / "provenance.jsonl").read_bytes()) == before
 
 
 def test_a_command_records_its_provenance_and_reproduce_reruns_it(tmp_path, capsys, monkeypatch):

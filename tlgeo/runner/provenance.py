@@ -137,11 +137,14 @@ def record_table(out: str | os.PathLike, name: str, rows: list[Mapping[str, Any]
     """A script's measurements (a benchmark's timings): ``rows`` appended to ``out/<name>.csv``, each row led by the
     ``commit`` and ``dirty`` of the code that measured it and the ``date``, and the invocation's provenance line
     appended to ``out/provenance.jsonl`` (``argv``: the script and its flags). Earlier invocations' rows stay, so
-    that a number quoted from the table names the commit that made it. Returns the table's path."""
+    that a number quoted from the table names the commit that made it. Returns the table's path. No rows (a
+    benchmark whose every case failed) is refused before anything is written: the table keeps what it had."""
     import pandas as pd
 
     from ..storage import write_csv
 
+    if not rows:
+        raise ValueError(f"no rows to add to {Path(out) / f'{name}.csv'}: nothing measured, nothing written")
     line = provenance(argv, settings)
     line.update(command="python " + shlex.join(line["argv"]), made_from="script")
     stamp = {"commit": line["git"].get("commit"), "dirty": line["git"].get("dirty"), "date": line["date"]}
