@@ -225,24 +225,24 @@ def _(t):
 
 
 @claim("1.compress-ppl", "Perplexity follows the same order: base 30.72, AWQ 36.83, Wanda 66.26, 4:8 115.26, 2:4 "
-       "235.10.", COMPRESSED_PPL)
+       "235.09.", COMPRESSED_PPL)
 def _(p):
     ppl = p.set_index("method")["ppl"]
     order = ["base", "awq", "wanda", "wanda_4_8", "wanda_2_4"]
-    quoted = dict(zip(order, (30.72, 36.83, 66.26, 115.26, 235.10)))
+    quoted = dict(zip(order, (30.72, 36.83, 66.26, 115.26, 235.09)))
     return Verdict(bool(ppl[order].is_monotonic_increasing and all(_near(ppl[m], v, 2) for m, v in quoted.items())),
                    f"{ppl.round(2).to_dict()}")
 
 
 @claim("1.compress-perp-objective", "The direction-aware Wanda changes nothing measurable here: its perpendicular "
        "error is within a thousandth of plain Wanda's at every mode and site, unstructured and 2:4, and its "
-       "perplexity is 66.33 and 236.09 against 66.26 and 235.10.", TABLE12, COMPRESSED_PPL)
+       "perplexity is 66.32 and 236.08 against 66.26 and 235.09.", TABLE12, COMPRESSED_PPL)
 def _(t, p):
     e = _last(t, "mean_e_perp")
     gap = max((e["wanda_perp"] - e["wanda"]).abs().max(), (e["wanda_perp_2_4"] - e["wanda_2_4"]).abs().max())
     ppl = p.set_index("method")["ppl"]
-    return Verdict(bool(gap <= 0.00105 and _near(ppl["wanda_perp"], 66.33, 2)
-                        and _near(ppl["wanda_perp_2_4"], 236.09, 2)
+    return Verdict(bool(gap <= 0.00105 and _near(ppl["wanda_perp"], 66.32, 2)
+                        and _near(ppl["wanda_perp_2_4"], 236.08, 2)
                         and ppl["wanda_perp"] != ppl["wanda"]),
                    f"largest gap in e_perp {gap:.5f}")
 
@@ -400,7 +400,7 @@ def _(d):
 
 
 @claim("2.gemma-angle-more", "Gemma-3-270M (128 sentences, blocks 6-11, 5 seeds): the angle does more damage than "
-       "the magnitude in the mean at every delta, by 4.45 to 51.5 times, and at every seed from delta = 5 on (at "
+       "the magnitude in the mean at every delta, by 4.5 to 51.5 times, and at every seed from delta = 5 on (at "
        "delta = 1 and 2 at 3 seeds of 5); Gemma normalises with RMSNorm too, so this is the reverse of the paper's "
        "prediction for its norm.", DAMAGE_SUMMARY_GEMMA, DAMAGE_GEMMA)
 def _(s, d):
@@ -409,7 +409,7 @@ def _(s, d):
     r = s["angle_damage"] / s["magnitude_damage"]
     w = _damages(d)
     more = (w["angle"] > w["magnitude"]).groupby(level="delta").sum()
-    return Verdict(bool((r > 1).all() and _near(r.min(), 4.45, 2) and _near(r.max(), 51.5, 1)
+    return Verdict(bool((r > 1).all() and _near(r.min(), 4.5, 1) and _near(r.max(), 51.5, 1)
                         and (more[more.index >= 5] == 5).all() and list(more[more.index <= 2]) == [3, 3]
                         and d["seed"].nunique() == 5 and (d["n_sentences"] == 128).all()
                         and get_family("gemma3_text").norm == "RMSNorm"),
@@ -600,21 +600,21 @@ def _(p):
                    f"magnitude depth CI tops {dm['ci_high'].max():.2f}")
 
 
-@claim("2.pair-matched", "The two models of the pair end at nearly the same validation loss (5.0192 and 5.0083 nats "
+@claim("2.pair-matched", "The two models of the pair end at nearly the same validation loss (5.0204 and 5.0099 nats "
        "per token) after the same 1,400 steps.", *PAIR_LOGS)
 def _(g, ll):
     a, b = (t.dropna(subset=["val_loss"]).iloc[-1] for t in (g, ll))
-    return Verdict(bool(_near(a["val_loss"], 5.0192, 4) and _near(b["val_loss"], 5.0083, 4) and a["step"] == b["step"]
+    return Verdict(bool(_near(a["val_loss"], 5.0204, 4) and _near(b["val_loss"], 5.0099, 4) and a["step"] == b["step"]
                         == 1400 and a["tokens"] == b["tokens"]), f"{a['val_loss']:.4f}, {b['val_loss']:.4f}")
 
 
-@claim("2.pair-bos", "The two models read the same 590 held-out sentences (one text hash), the GPT 16,197 tokens "
-       "of them and the Llama 16,764.", *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR))
+@claim("2.pair-bos", "The two models read the same 590 held-out sentences (one text hash) as the same 16,764 "
+       "tokens.", *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR))
 def _(g, ll):
     return Verdict(bool(g["text_sha1"].nunique() == ll["text_sha1"].nunique() == 1
                         and g["text_sha1"].iloc[0] == ll["text_sha1"].iloc[0]
                         and (g["n_sentences"] == 590).all() and (ll["n_sentences"] == 590).all()
-                        and (g["n_tokens"] == 16197).all() and (ll["n_tokens"] == 16764).all()),
+                        and (g["n_tokens"] == 16764).all() and (ll["n_tokens"] == 16764).all()),
                    f"tokens {g['n_tokens'].iloc[0]}, {ll['n_tokens'].iloc[0]}")
 
 
@@ -627,7 +627,7 @@ def _pair_damage(damage: pd.DataFrame) -> pd.DataFrame:
 
 @claim("2.pair-magnitude-more", "On both models of the pair the magnitude does more damage than the angle in the mean "
        "over seeds at every delta, and at every seed from delta = 5 on; at delta 1 and 2, where the angle's mean "
-       "damage is within one sd of 0 on both, at 9 of 10 runs of the GPT and 6 of 10 of the Llama.",
+       "damage is within one sd of 0 on both, at 8 of 10 runs of the GPT and 6 of 10 of the Llama.",
        *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR))
 def _(g, ll):
     out, small = [], {}
@@ -640,12 +640,13 @@ def _(g, ll):
         angle = low["angle"].groupby(level="delta").agg(["mean", "std"])
         out.append(bool((mean["magnitude"] > mean["angle"]).all() and (large["magnitude"] > large["angle"]).all()
                         and (angle["mean"].abs() < angle["std"]).all() and d["seed"].nunique() == 5))
-    return Verdict(all(out) and small == {"gpt": 9, "llama": 6}, f"magnitude more at delta 1-2: {small}")
+    return Verdict(all(out) and small == {"gpt": 8, "llama": 6}, f"magnitude more at delta 1-2: {small}")
 
 
-@claim("2.pair-ln-lower-ratio", "At a quarter, half and the whole of each model's median state norm the GPT's angle / "
-       "magnitude ratio of the means is below the Llama's (0.14, 0.26, 0.43 against 0.21, 0.32, 0.63); only at the "
-       "whole norm is every GPT seed's ratio below every Llama seed's.",
+@claim("2.pair-ln-lower-ratio", "At the whole of each model's median state norm the GPT's angle / magnitude ratio "
+       "of the means is below the Llama's (0.45 against 0.66) and every GPT seed's ratio below every Llama seed's; at "
+       "a quarter and half of it the two are close (0.23 and 0.34 against 0.23 and 0.32) and the seeds' ranges "
+       "overlap.",
        *(f"{PAIR[a]}/dirmag_damage.csv" for a in PAIR), *(f"{PAIR[a]}/dirmag_damage_summary.csv" for a in PAIR))
 def _(g, ll, gs, lls):
     def at_fractions(t: pd.DataFrame) -> pd.DataFrame:
@@ -655,7 +656,7 @@ def _(g, ll, gs, lls):
     per_seed = [at_fractions(_pair_damage(t).reset_index()).groupby("delta")["ratio"].agg(["min", "max"])
                 for t in (g, ll)]
     separate = [bool(a < b) for a, b in zip(per_seed[0]["max"], per_seed[1]["min"])]
-    return Verdict(means == [[0.14, 0.26, 0.43], [0.21, 0.32, 0.63]] and separate == [False, False, True],
+    return Verdict(means == [[0.23, 0.34, 0.45], [0.23, 0.32, 0.66]] and separate == [False, False, True],
                    f"means {means}, per-seed ranges separate: {separate}")
 
 
@@ -881,7 +882,7 @@ def _(g):
 
 @claim("4.gemma-closer", "Gemma-3-270M is closer to the paper: the median cos(Delta_full, Delta_tok) of the linear "
        "class is 0.952 over its 18 layers (0.79-1.00), above 0.95 at 9 of them; the residual lies more than 60 "
-       "degrees from Delta_tok for 74 % of the tokens or more at every layer (median 89.4 %); the middle third fits "
+       "degrees from Delta_tok for 74 % of the tokens or more at every layer (median 89.5 %); the middle third fits "
        "worst (median relative error 0.40 against 0.30).", TW_GEOMETRY["gemma"])
 def _(g):
     b = _linear(g)
@@ -891,7 +892,7 @@ def _(g):
                         and _near(b["cos_update"].max(), 1.00, 2) and int((b["cos_update"] > 0.95).sum()) == 9
                         and (b["share_angle_above_60"] >= 0.74).all()
                         and _near(b["share_angle_above_60"].min(), 0.74, 2)
-                        and _near(b["share_angle_above_60"].median(), 0.894, 3) and _near(mid, 0.40, 2)
+                        and _near(b["share_angle_above_60"].median(), 0.895, 3) and _near(mid, 0.40, 2)
                         and _near(rest, 0.30, 2)), f"cos > 0.95 at {list(b.index[b['cos_update'] > 0.95])}")
 
 
@@ -915,14 +916,14 @@ def _(g):
 
 @claim("4.gemma-spearman", "Gemma-3-270M: Spearman(relative error, KL at the patched token) of the linear class is "
        "0.23-0.67 at its 6 patched layers (128 tokens each), no CI reaching above 0.76; of every class and layer only "
-       "the global map at layer 0 has a CI above 0.7 (0.797, CI 0.73-0.84).", TW_CORRELATION["gemma"])
+       "the global map at layer 0 has a CI above 0.7 (0.796, CI 0.73-0.84).", TW_CORRELATION["gemma"])
 def _(c):
     k, lin = _kl_spearman(c)
     above = k[k["ci_low"] > 0.7]
     return Verdict(bool(len(lin) == 6 and (lin["n"] == 128).all() and _near(lin["spearman"].min(), 0.23, 2)
                         and _near(lin["spearman"].max(), 0.67, 2) and lin["ci_high"].max() < 0.76 and len(above) == 1
                         and above.iloc[0]["class"] == "global" and int(above.iloc[0]["layer"]) == 0
-                        and _near(above.iloc[0]["spearman"], 0.797, 3) and _near(above.iloc[0]["ci_low"], 0.73, 2)
+                        and _near(above.iloc[0]["spearman"], 0.796, 3) and _near(above.iloc[0]["ci_low"], 0.73, 2)
                         and _near(above.iloc[0]["ci_high"], 0.84, 2)), f"CI above 0.7: {len(above)}")
 
 
@@ -1250,13 +1251,13 @@ def _(rel):
 
 
 @claim("6.angle-lens-rank", "damage_angle ~ lens_rank: rho +0.162, +0.197, +0.143 at blocks 12, 18, 23 (CIs exclude "
-       "0), +0.152, +0.197, +0.104 given the atypicality (CIs exclude 0); not at blocks 1 and 7 (q 0.580 and 0.188); "
+       "0), +0.152, +0.197, +0.104 given the atypicality (CIs exclude 0); not at blocks 1 and 7 (q 0.576 and 0.188); "
        "undefined at block 29.", RELATIONS)
 def _(rel):
     p = _pair(rel, "damage_angle", "lens_rank").set_index("layer")
     mid = p.loc[[12, 18, 23]]
     return (_quoted(mid["rho"], [0.162, 0.197, 0.143]) and all(ci_excludes_zero(r) for _, r in mid.iterrows())
-            and _quoted(mid["rho_partial_atypical"], [0.152, 0.197, 0.104]) and _near(p.loc[1, "q_bh"], 0.580, 3)
+            and _quoted(mid["rho_partial_atypical"], [0.152, 0.197, 0.104]) and _near(p.loc[1, "q_bh"], 0.576, 3)
             and _near(p.loc[7, "q_bh"], 0.188, 3) and np.isnan(p.loc[29, "rho"])
             and _excludes_zero(p.reset_index(), "atypical") == [12, 18, 23])
 
@@ -1309,22 +1310,22 @@ def _(rel):
 
 
 
-@claim("6.gemma-f-tok-error", "Gemma-3-270M: F ~ tok_error rho -0.087, +0.336, -0.052, +0.268, +0.330, +0.571 at "
+@claim("6.gemma-f-tok-error", "Gemma-3-270M: F ~ tok_error rho -0.087, +0.335, -0.052, +0.268, +0.330, +0.571 at "
        "blocks 1, 4, 7, 11, 14, 17, every block's q < 0.05, negative at blocks 1 and 7; given the atypicality -0.057, "
        "-0.046, -0.074, -0.056, +0.285, +0.072.", RELATIONS_GEMMA)
 def _(rel):
     p = _pair(rel, "F", "tok_error")
-    return (list(p["layer"]) == [1, 4, 7, 11, 14, 17] and _quoted(p["rho"], [-0.087, 0.336, -0.052, 0.268, 0.33, 0.571])
+    return (list(p["layer"]) == [1, 4, 7, 11, 14, 17] and _quoted(p["rho"], [-0.087, 0.335, -0.052, 0.268, 0.33, 0.571])
             and bool((p["q_bh"] < 0.05).all()) and [int(l) for l in p.loc[p["ci_high"] < 0, "layer"]] == [1, 7]
             and _quoted(p["rho_partial_atypical"], [-0.057, -0.046, -0.074, -0.056, 0.285, 0.072]))
 
 
-@claim("6.gemma-alpha-tok-error", "Gemma-3-270M: attn_alpha ~ tok_error rho from -0.106 to +0.143; given the "
+@claim("6.gemma-alpha-tok-error", "Gemma-3-270M: attn_alpha ~ tok_error rho from -0.105 to +0.143; given the "
        "atypicality from -0.120 to +0.275, its CI excluding 0 at blocks 7, 11, 14, 17, negative at block 11.",
        RELATIONS_GEMMA)
 def _(rel):
     p = _pair(rel, "attn_alpha", "tok_error")
-    return (_near(p["rho"].min(), -0.106, 3) and _near(p["rho"].max(), 0.143, 3)
+    return (_near(p["rho"].min(), -0.105, 3) and _near(p["rho"].max(), 0.143, 3)
             and _near(p["rho_partial_atypical"].min(), -0.120, 3) and _near(p["rho_partial_atypical"].max(), 0.275, 3)
             and _excludes_zero(p, "atypical") == [7, 11, 14, 17]
             and [int(l) for l in p.loc[p["atypical_ci_high"] < 0, "layer"]] == [11])
@@ -1405,11 +1406,11 @@ def _zoo_heads(effects: pd.DataFrame, component: str = "head") -> pd.DataFrame:
     return e.set_index(["layer", "head"])
 
 
-@claim("7.task", "Both do the task: the Llama answers 85.9 % of 64 clean prompts right (log-probability gap 6.24), "
+@claim("7.task", "Both do the task: the Llama answers 84.4 % of 64 clean prompts right (log-probability gap 4.53), "
        "the GPT 54.7 % (gap 4.05).", ZOO_TASKS["llama"], ZOO_TASKS["gpt"])
 def _(ll, gp):
     a, b = ll.iloc[0], gp.iloc[0]
-    return Verdict(bool(_near(100 * a["accuracy"], 85.9, 1) and _near(a["gap"], 6.24, 2)
+    return Verdict(bool(_near(100 * a["accuracy"], 84.4, 1) and _near(a["gap"], 4.53, 2)
                         and _near(100 * b["accuracy"], 54.7, 1)
                         and _near(b["gap"], 4.05, 2) and a["patched"] and b["patched"] and a["n"] == b["n"] == 64),
                    "")
@@ -1429,27 +1430,31 @@ def _(ll, gp):
     return Verdict(all(out), f"llama, gpt: {out}")
 
 
-@claim("7.unplanted", "Not every other head is null: in the Llama L0H3 (0.066, q 0.040) and in the GPT L0H3 (-0.100, "
-       "q 0.022) also pass; the other unplanted heads have q of 0.078 or more.", ZOO_EFFECTS["llama"],
-       ZOO_EFFECTS["gpt"])
+@claim("7.unplanted", "Not every other head is null: in the Llama L0H3 (0.136, q 0.0054) and L1H3 (0.040, q 0.0024), "
+       "in the GPT L0H3 (-0.100, q 0.022) also pass; the other unplanted heads have q of 0.078 or more.",
+       ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"])
 def _(ll, gp):
     out, detail = [], []
-    for m, e, (cell, eff, q) in (("llama", ll, ((0, 3), 0.066, 0.040)), ("gpt", gp, ((0, 3), -0.100, 0.022))):
+    quoted = {"llama": {(0, 3): (0.136, 0.0054), (1, 3): (0.040, 0.0024)}, "gpt": {(0, 3): (-0.100, 0.022)}}
+    for m, e in (("llama", ll), ("gpt", gp)):
         planted = set(sum(_planted(m).values(), []))
         h = _zoo_heads(e)
         others = h.drop(index=list(planted))
         sig = others[others["q"] < 0.05]
-        out.append(list(sig.index) == [cell] and _near(sig["effect"].iloc[0], eff, 3) and _near(sig["q"].iloc[0], q, 3)
-                   and others.drop(index=[cell])["q"].min() >= 0.078)
+        out.append(set(sig.index) == set(quoted[m])
+                   and all(_near(sig.loc[[c], "effect"].iloc[0], eff, 3)
+                           and _near(sig.loc[[c], "q"].iloc[0], q, len(f"{q}".split(".")[1]))  # q as quoted
+                           for c, (eff, q) in quoted[m].items())
+                   and others.drop(index=list(quoted[m]))["q"].min() >= 0.078)
         detail.append(f"{m}: {others['q'].round(3).to_dict()}")
     return Verdict(all(out), "; ".join(detail))
 
 
-@claim("7.prev-token-first", "Noising a previous-token head breaks the most: the Llama's L0H2 0.948 of the gap, the "
+@claim("7.prev-token-first", "Noising a previous-token head breaks the most: the Llama's L0H2 1.105 of the gap, the "
        "GPT's L0H1 0.881 (its second, L0H0, 0.331).", ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"])
 def _(ll, gp):
     a, b = _zoo_heads(ll)["effect"], _zoo_heads(gp)["effect"]
-    return Verdict(bool(a.idxmax() == (0, 2) and _near(a[(0, 2)], 0.948, 3) and b.idxmax() == (0, 1)
+    return Verdict(bool(a.idxmax() == (0, 2) and _near(a[(0, 2)], 1.105, 3) and b.idxmax() == (0, 1)
                         and _near(b[(0, 1)], 0.881, 3) and _near(b[(0, 0)], 0.331, 3)), "")
 
 
@@ -1463,15 +1468,15 @@ def _k_q_v(paths: pd.DataFrame, model: str) -> pd.DataFrame:
 
 
 @claim("7.k-composition", "Path patching finds K-composition: the Llama's previous-token head reaches its induction "
-       "heads through their keys (0.147-0.277 of the gap, each q < 0.05), not their queries (at most 0.0002 in size), "
-       "and through their values far less (0.015-0.040).", ZOO_PATHS["llama"])
+       "heads through their keys (0.225-0.330 of the gap, each q < 0.05), not their queries (at most 0.0007 in size), "
+       "and through their values far less (0.039-0.068).", ZOO_PATHS["llama"])
 def _(paths):
     t = _k_q_v(paths, "llama")
     sig = paths[(paths["component"] == "head") & (paths["sender_head"] == 2) & (paths["receiver_input"] == "k")
                 & paths["receiver_head"].isin([0, 1, 2])]["q"]
-    return Verdict(bool(_near(t["k"].min(), 0.147, 3) and _near(t["k"].max(), 0.277, 3) and (sig < 0.05).all()
-                        and t["q"].abs().max() <= 0.00025 and _near(t["v"].min(), 0.015, 3)
-                        and _near(t["v"].max(), 0.040, 3)), t.round(4).to_string())
+    return Verdict(bool(_near(t["k"].min(), 0.225, 3) and _near(t["k"].max(), 0.330, 3) and (sig < 0.05).all()
+                        and _near(t["q"].abs().max(), 0.0007, 4) and _near(t["v"].min(), 0.039, 3)
+                        and _near(t["v"].max(), 0.068, 3)), t.round(4).to_string())
 
 
 @claim("7.gpt-v-too", "In the GPT the two previous-token heads reach the induction heads' keys (0.086-0.540) and "
@@ -1487,7 +1492,7 @@ def _(paths):
 
 
 @claim("7.nonself-perp", "An induction head acts through its non-self aggregate, across the residual: in the Llama "
-       "nonself carries 0.174-0.292 and head_perp 0.169-0.282 of the gap, self and head_par at most 0.004 in size; "
+       "nonself carries 0.303-0.444 and head_perp 0.297-0.437 of the gap, self and head_par at most 0.003 in size; "
        "in the GPT nonself 0.385-0.711 but self 0.074-0.118 too, head_par at most 0.0104.", ZOO_EFFECTS["llama"],
        ZOO_EFFECTS["gpt"])
 def _(ll, gp):
@@ -1495,19 +1500,19 @@ def _(ll, gp):
         heads = _planted(m)["induction"]
         return {c: _zoo_heads(e, c).loc[heads, "effect"] for c in ("nonself", "self", "head_par", "head_perp")}
     a, b = parts(ll, "llama"), parts(gp, "gpt")
-    return Verdict(bool(_near(a["nonself"].min(), 0.174, 3) and _near(a["nonself"].max(), 0.292, 3)
-                        and _near(a["head_perp"].min(), 0.169, 3) and _near(a["head_perp"].max(), 0.282, 3)
-                        and a["self"].abs().max() <= 0.004 and a["head_par"].abs().max() <= 0.004
+    return Verdict(bool(_near(a["nonself"].min(), 0.303, 3) and _near(a["nonself"].max(), 0.444, 3)
+                        and _near(a["head_perp"].min(), 0.297, 3) and _near(a["head_perp"].max(), 0.437, 3)
+                        and a["self"].abs().max() <= 0.003 and a["head_par"].abs().max() <= 0.003
                         and _near(b["nonself"].min(), 0.385, 3) and _near(b["nonself"].max(), 0.711, 3)
                         and _near(b["self"].min(), 0.074, 3) and _near(b["self"].max(), 0.118, 3)
                         and _near(b["head_par"].abs().max(), 0.0104, 4)),
                    f"llama self {a['self'].round(4).tolist()}, gpt head_par {b['head_par'].round(4).tolist()}")
 
 
-@claim("7.v-composition", "In the predecessor Llama (67.2 % of 64 clean prompts right, gap 8.61) exact patching ranks "
+@claim("7.v-composition", "In the predecessor Llama (100 % of 64 clean prompts right, gap 12.47) exact patching ranks "
        "its five planted heads (previous-token L0H1-3, duplicate-token L1H1-2) first; the previous-token heads reach "
-       "the duplicate-token heads through their values (0.011-0.080 of the gap, each q < 0.05), not their keys (at "
-       "most 0.0043 in size, q of 0.45 or more) or their queries (below 0.0001).", PRED["tasks"], PRED["effects"],
+       "the duplicate-token heads through their values (0.005-0.066 of the gap, each q < 0.05), not their keys (at "
+       "most 0.0009 in size, q of 0.57 or more) or their queries (below 0.0001).", PRED["tasks"], PRED["effects"],
        PRED["paths"])
 def _(tasks, effects, paths):
     import json
@@ -1522,10 +1527,10 @@ def _(tasks, effects, paths):
               & paths[["receiver_layer", "receiver_head"]].apply(tuple, axis=1).isin(dup)]
     v, k, q = (p[p["receiver_input"] == i] for i in ("v", "k", "q"))
     return Verdict(bool(prev == [(0, 1), (0, 2), (0, 3)] and dup == [(1, 1), (1, 2)] and top == set(prev) | set(dup)
-                        and _near(100 * t["accuracy"], 67.2, 1) and _near(t["gap"], 8.61, 2) and t["n"] == 64
-                        and _near(v["effect"].min(), 0.011, 3) and _near(v["effect"].max(), 0.080, 3)
-                        and (v["q"] < 0.05).all() and _near(k["effect"].abs().max(), 0.0043, 4)
-                        and _near(k["q"].min(), 0.45, 2) and q["effect"].abs().max() < 0.0001),
+                        and _near(100 * t["accuracy"], 100.0, 1) and _near(t["gap"], 12.47, 2) and t["n"] == 64
+                        and _near(v["effect"].min(), 0.005, 3) and _near(v["effect"].max(), 0.066, 3)
+                        and (v["q"] < 0.05).all() and _near(k["effect"].abs().max(), 0.0009, 4)
+                        and _near(k["q"].min(), 0.57, 2) and q["effect"].abs().max() < 0.0001),
                    f"values {v['effect'].round(4).tolist()}")
 
 
