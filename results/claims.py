@@ -1435,7 +1435,8 @@ def _(ll, gp):
        ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"])
 def _(ll, gp):
     out, detail = [], []
-    quoted = {"llama": {(0, 3): (0.136, 0.0054), (1, 3): (0.040, 0.0024)}, "gpt": {(0, 3): (-0.100, 0.022)}}
+    # head: (effect, q, decimals of q as quoted)
+    quoted = {"llama": {(0, 3): (0.136, 0.0054, 4), (1, 3): (0.040, 0.0024, 4)}, "gpt": {(0, 3): (-0.100, 0.022, 3)}}
     for m, e in (("llama", ll), ("gpt", gp)):
         planted = set(sum(_planted(m).values(), []))
         h = _zoo_heads(e)
@@ -1443,8 +1444,7 @@ def _(ll, gp):
         sig = others[others["q"] < 0.05]
         out.append(set(sig.index) == set(quoted[m])
                    and all(_near(sig.loc[[c], "effect"].iloc[0], eff, 3)
-                           and _near(sig.loc[[c], "q"].iloc[0], q, len(f"{q}".split(".")[1]))  # q as quoted
-                           for c, (eff, q) in quoted[m].items())
+                           and _near(sig.loc[[c], "q"].iloc[0], q, digits) for c, (eff, q, digits) in quoted[m].items())
                    and others.drop(index=list(quoted[m]))["q"].min() >= 0.078)
         detail.append(f"{m}: {others['q'].round(3).to_dict()}")
     return Verdict(all(out), "; ".join(detail))
