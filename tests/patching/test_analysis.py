@@ -13,7 +13,7 @@ from tlgeo.patching.tasks import build_task
 
 
 def _cfg(**kw):
-    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50,
+    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1),
                 components=("head", "head_par", "mlp"))
     return PatchingConfig(**{**base, **kw})
 
@@ -240,7 +240,7 @@ def test_path_patching_in_the_analysis_is_the_sweep_and_resumes_from_its_log(lla
     runs = path_runs(llama, task, ["head", "nonself"], [0, 1], [2], logits=True)
     senders = [(0, 1), *((1, h) for h in range(llama.cfg.n_heads))]
     want = path_effects(path_sweep(llama, runs, senders, [(2, 0)], components=["head", "nonself"], logits=True),
-                        runs, n_boot=50)
+                        runs)
     key = ["component", "sender_layer", "sender_head", "receiver_layer", "receiver_head", "receiver_input"]
     got = res.paths.sort_values(key).reset_index(drop=True)
     want = want.sort_values(key).reset_index(drop=True)

@@ -62,9 +62,10 @@ PATH_LOG_KEY = ("model", *SETTINGS, *PATH_CELL, "inputs")
 class PatchingResult(Result):
     """``tasks``: per task, whether the model does it (clean accuracy, metrics) and was patched;
     ``effects``: per (task, method, direction, component, layer, head) the normalised effect
-    (:mod:`.effects`) with its bootstrap CI over prompts (``head`` -1 for MLP components), the bootstrap
-    standard error ``se``, the two-sided p-value ``p`` of ``effect != 0`` (:func:`.effects.effect_test`),
-    its Benjamini–Hochberg ``q`` within the family and ``significant`` (``q < 0.05``;
+    (:mod:`.effects`) with its Fieller interval over prompts (``head`` -1 for MLP components), the delta-method
+    standard error ``se``, the two-sided p-value ``p`` of ``effect != 0`` (:func:`.effects.effect_test`; the
+    interval excludes 0 exactly when ``p < 0.05``), its Benjamini–Hochberg ``q`` within the family,
+    ``family_size`` (the tests in it) and ``significant`` (``q < 0.05``;
     :func:`.effects.add_qvalues`); ``par_baseline``: per (task, layer, head) the energy share of the
     head's write along the residual on the clean run, of a randomly rotated write, and ``1 / d_model``
     (:mod:`.baseline`; no rows where the heads' writes are not their own: the task's ``note`` says why);
@@ -392,7 +393,7 @@ def _path_effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig) -> dict:
 def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig, key: Sequence[str] = LOG_KEY[:-1]) -> dict:
     """A log row's ``key`` columns and its effect test (effect, CI, n, se, p)."""
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    t = effect_test(row["patched"], clean, corrupted, row["direction"], n_boot=cfg.n_boot, seed=cfg.seed)
+    t = effect_test(row["patched"], clean, corrupted, row["direction"])
     return {**{k: row[k] for k in key}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
             "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
 
@@ -444,5 +445,5 @@ def plan(shape, cfg: PatchingConfig) -> list:
 ANALYSIS = register_analysis(Analysis(
     "patching", PatchingConfig, run, PatchingResult, units,
     "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
-    tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), n_boot=50),
+    tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1)),
     cost=unit_cost, plan=plan, docs="analyses/patching"))

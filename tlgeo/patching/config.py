@@ -94,7 +94,6 @@ class PatchingConfig(Config):
                                      "not patched")
     max_rows: int = param(256, "rows per patched forward (heads x prompts)")
     batch_size: int = param(32, "prompts per forward of the clean, corrupted and attribution runs")
-    n_boot: int = param(1000, "bootstrap resamples of the prompts for each effect's CI")
 
     def validate(self) -> None:
         self._check_choices()

@@ -6,12 +6,16 @@ With per-prompt metrics ``clean``, ``corrupted`` and ``patched`` (the patched ru
     noise   (corrupted -> clean run):  (mean clean - mean patched)     / (mean clean - mean corrupted)
 
 so both are 0 for a patch that changes nothing and 1 for one that carries the whole
-behaviour (denoising restores it, noising destroys it). The CI resamples prompts.
+behaviour (denoising restores it, noising destroys it). The interval varies over prompts: Fieller's for a
+ratio of means, which agrees with the t-test of the numerators (:func:`effect_test`).
 
 Multiple comparisons: every effect also gets a two-sided p-value of ``effect != 0``
-(:func:`effect_test`) and a Benjamini–Hochberg q-value over its family, every component, layer
-and head of one (model, task, method, direction) setting (:func:`add_qvalues`), so that a
-"top head" can be read with a false discovery rate.
+(:func:`effect_test`) and a Benjamini–Hochberg q-value over its family (:func:`add_qvalues`): the rows that
+share a model identity and :data:`TEST_FAMILY`, i.e. every component, layer and head of one (model, task,
+prompts, seed, method, direction, positions, frame) setting, so that a "top head" can be read with a false
+discovery rate. The family is the table's rows of that setting, so a q depends on which components and layers
+the run patched (a path's q on which receivers and senders were swept): each row's ``family_size`` says how
+many tests its q was adjusted over.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import pandas as pd
 from scipy import stats
 
 from ..runner.results import IDENTITY, row_ids
-from ..stats.multiple import bh_qvalues, mean_test_pvalue, significant_digits
-from ..stats.resampling import ratio_bootstrap, ratio_ci
+from ..stats.multiple import bh_qvalues
+from ..stats.ratio import fieller_interval, ratio_test
 
 __all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "TEST_FAMILY", "ALPHA", "agreement", "interactions",
            "SPLITS"]
@@ -42,6 +46,10 @@ def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
     raise ValueError(f"unknown direction {direction!r}; choose from ('denoise', 'noise')")
 
 
+def _gap(clean, corrupted) -> np.ndarray:
+    return np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
+
+
 def effect(patched, clean, corrupted, direction: str) -> float:
     """The normalised effect of a patch (see the module docstring); NaN for a zero gap."""
     num = _num(patched, clean, corrupted, direction)
@@ -49,49 +57,52 @@ def effect(patched, clean, corrupted, direction: str) -> float:
     return float(num.mean() / gap) if gap != 0 else float("nan")
 
 
-def effect_ci(patched, clean, corrupted, direction: str, *, n_boot: int = 1000, seed: int = 0,
-              level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of :func:`effect` over prompts."""
-    num = _num(patched, clean, corrupted, direction)
-    den = np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
-    return ratio_ci(num, den, n_boot=n_boot, seed=seed, level=level)
+def effect_ci(patched, clean, corrupted, direction: str, *, level: float = 0.95) -> tuple[float, float]:
+    """Fieller's ``level`` interval of :func:`effect` over prompts (:func:`tlgeo.stats.ratio.fieller_interval`):
+    the effects that the t-test of ``num - effect * gap`` does not reject; ``(-inf, inf)`` when the gap is not
+    distinguishable from 0 at this many prompts."""
+    num, den = _num(patched, clean, corrupted, direction), _gap(clean, corrupted)
+    low, high, _ = fieller_interval(num, den, level)
+    return low, high
 
 
-def effect_test(patched, clean, corrupted, direction: str, *, n_boot: int = 1000, seed: int = 0,
-                level: float = 0.95) -> dict[str, float]:
-    """:func:`effect`, its percentile bootstrap CI over prompts (the very bounds of :func:`effect_ci`), the
-    bootstrap standard error ``se`` and the two-sided p-value ``p`` of ``effect != 0``.
+def effect_test(patched, clean, corrupted, direction: str, *, level: float = 0.95) -> dict[str, float]:
+    """:func:`effect`, its interval over prompts (the very bounds of :func:`effect_ci`), the delta-method
+    standard error ``se`` and the two-sided p-value ``p`` of ``effect != 0``.
 
     The effect is 0 exactly when the mean of the per-prompt numerators (``patched - corrupted``, or
     ``clean - patched`` for noising) is, so ``p`` is the one-sample t-test of those numerators
-    (:func:`tlgeo.stats.multiple.mean_test_pvalue`, ``n - 1`` degrees of freedom), to two significant digits.
-    Honest at the 8-16 prompts a sweep runs: the former normal (Wald) p from the bootstrap SE gave 1e-300 at 8
-    prompts. Never NaN: an undefined test (a single prompt) has ``p = 1``."""
-    num = _num(patched, clean, corrupted, direction)
-    den = np.asarray(clean, dtype=np.float64) - np.asarray(corrupted, dtype=np.float64)
+    (:func:`tlgeo.stats.multiple.mean_test_pvalue`, ``n - 1`` degrees of freedom), and the interval is
+    Fieller's for the ratio of means (:func:`tlgeo.stats.ratio.ratio_test`), which inverts the same t-test:
+    **the interval excludes 0 exactly when p < 1 - level**. Its coverage and the test's false-positive rate
+    are measured by ``scripts/bench_calibration.py`` (``docs/statistics.md``). Never NaN: an undefined test
+    (a single prompt) has ``p = 1`` and the bounds ``-inf, inf``."""
+    num, den = _num(patched, clean, corrupted, direction), _gap(clean, corrupted)
     e = effect(patched, clean, corrupted, direction)
-    boot = ratio_bootstrap(num, den, n_boot=n_boot, seed=seed, level=level)
-    p = mean_test_pvalue(num) if np.isfinite(e) else 1.0
-    return {"effect": e, "ci_low": boot.low, "ci_high": boot.high, "se": boot.se,
-            "p": float(significant_digits(p))}
+    r = ratio_test(num, den, level)
+    return {"effect": e, "ci_low": r.low, "ci_high": r.high, "se": r.se, "p": r.p}
 
 
 def add_qvalues(effects: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """``effects`` with ``q`` (Benjamini–Hochberg over the ``p`` of each family: the rows that share the
     identity and :data:`TEST_FAMILY` columns, i.e. every component, layer and head of one task, method and
-    direction, :func:`tlgeo.stats.multiple.bh_qvalues`) and ``significant`` (``q < alpha``) set afresh, so
-    they must be computed on the complete table. A table without ``p`` is returned as it is."""
+    direction, :func:`tlgeo.stats.multiple.bh_qvalues`), ``family_size`` (the tests in the row's family) and
+    ``significant`` (``q < alpha``) set afresh, so they must be computed on the complete table. A table without
+    ``p`` is returned as it is."""
     if "p" not in effects.columns:
         return effects
     df = effects.copy()
     q = np.full(len(df), np.nan)
+    size = np.zeros(len(df), dtype=np.int64)
     if len(df):
         fam = [c for c in (*IDENTITY, *TEST_FAMILY) if c in df.columns]
         keys = row_ids(df, fam) if fam else pd.Series("", index=df.index)
         p = pd.to_numeric(df["p"], errors="coerce").to_numpy(dtype=np.float64)
         for idx in keys.groupby(keys, sort=False).indices.values():
             q[idx] = bh_qvalues(p[idx])
+            size[idx] = int(np.isfinite(p[idx]).sum())
     df["q"] = q
+    df["family_size"] = size
     df["significant"] = q < alpha  # NaN (a row without p) is not significant
     return df
 

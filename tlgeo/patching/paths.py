@@ -262,18 +262,20 @@ def path_sweep(
     return out
 
 
-def path_effects(rows: list[dict], runs: TaskRuns, *, direction: str = "denoise", n_boot: int = 1000,
-                 seed: int = 0, alpha: float = ALPHA) -> pd.DataFrame:
+def path_effects(rows: list[dict], runs: TaskRuns, *, direction: str = "denoise", alpha: float = ALPHA
+                 ) -> pd.DataFrame:
     """One row per path of :func:`path_sweep`'s ``rows``: the :data:`PATH_COLUMNS`, the normalised
-    ``effect`` (:func:`.effects.effect`) with its bootstrap CI over prompts, ``se``, ``p`` (one-sample t-test
-    of the per-prompt numerators) and the Benjamini–Hochberg ``q`` over every path of the sweep, and
-    ``significant`` (``q < alpha``)."""
+    ``effect`` (:func:`.effects.effect`) with its Fieller interval over prompts, ``se``, ``p`` (one-sample
+    t-test of the per-prompt numerators; the interval excludes 0 exactly when ``p < 0.05``), the
+    Benjamini–Hochberg ``q`` over every path of the sweep (the family: every row of ``rows``, so a path's q
+    depends on what else was swept), ``family_size`` and ``significant`` (``q < alpha``)."""
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     recs = []
     for r in rows:
-        test = effect_test(r["patched"], clean, corrupted, direction, n_boot=n_boot, seed=seed)
+        test = effect_test(r["patched"], clean, corrupted, direction)
         recs.append({**{k: r[k] for k in PATH_COLUMNS}, "direction": direction, **test, "n": len(r["patched"])})
     df = pd.DataFrame(recs, columns=[*PATH_COLUMNS, "direction", "effect", "ci_low", "ci_high", "se", "p", "n"])
     df["q"] = bh_qvalues(df["p"].to_numpy(dtype=float)) if len(df) else []
+    df["family_size"] = len(df)
     df["significant"] = df["q"] < alpha
     return df
