@@ -20,7 +20,7 @@ from tlgeo.decomposition.heads import (
 )
 from tlgeo.geometry.value_space import kv_head_index
 
-FAST = dict(n_boot=200, n_perm=200)
+FAST = dict(n_perm=200)
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +298,7 @@ def test_smollm2_sensitivity_one_layer(smollm2):
     L = 24
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # start_at_layer must match a full forward on the real model
-        df = head_sensitivity(smollm2, toks, layers=[L], n_boot=200, n_perm=200)
+        df = head_sensitivity(smollm2, toks, layers=[L], n_perm=200)
     assert len(df) == smollm2.cfg.n_heads + 1
     base = _direct_losses(smollm2, toks).double()
     e = _direct_losses(smollm2, toks, Edit("value_excl_self", 0.0, layers=L).hooks(smollm2)).double()

@@ -221,7 +221,7 @@ def test_paired_accuracy_change():
     base = pd.concat([_items([False] * 10), _items([True] * 10, task="arc_easy")], ignore_index=True)
     flips = [True, True, True] + [False] * 7
     edited = pd.concat([_items(flips, [False] * 10), _items([True] * 10, task="arc_easy")], ignore_index=True)
-    df = paired_accuracy_change(edited.sample(frac=1, random_state=0), base, n_boot=500, n_perm=500)
+    df = paired_accuracy_change(edited.sample(frac=1, random_state=0), base, n_perm=500)
     acc, norm = df.set_index("metric").loc["acc"], df.set_index("metric").loc["acc_norm"]
     assert acc["delta"] == pytest.approx(100 * 3 / 20) and acc["n"] == 20  # pooled over both tasks
     assert acc["ci_low"] <= acc["delta"] <= acc["ci_high"] and acc["ci_low"] >= 0

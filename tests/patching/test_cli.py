@@ -18,7 +18,7 @@ def test_patching_command(tmp_path, capsys):
     assert "tasks (accuracy: share of clean prompts answered right):" in printed
     assert "largest effects" in printed and "attribution vs exact" in printed
     assert "head = self + nonself" in printed  # the interaction of the split's parts
-    assert "note: 4 prompts per task: an indication only" in printed
+    assert "warning: 4 prompts per task is below the 16 from which" in printed and "an indication only" in printed
     assert "rows with q < 0.05 (Benjamini-Hochberg" in printed and "min_q" in printed
     assert "head_par control" in printed and "randomly rotated write" in printed and "1/d_model 0.0156" in printed
     tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
@@ -29,6 +29,12 @@ def test_patching_command(tmp_path, capsys):
     assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl",
             "patching_par_baseline.csv"} <= {p.name for p in out.iterdir()}
     assert {"p", "q", "significant"} <= set(effects.columns) and (effects["q"] >= effects["p"]).all()
+    excludes = ~((effects["ci_low"] <= 0) & (0 <= effects["ci_high"]))
+    assert (excludes == (effects["p"] < 0.05)).all()  # one interval, one test
+    family = effects.groupby(["method", "direction"])["family_size"]
+    assert (family.nunique() == 1).all() and (family.first() == family.size()).all()
+    top = printed.split("largest effects")[1].split("\n\n")[0]
+    assert " p " in top.splitlines()[1] and " q" in top.splitlines()[1] and "up to" in top
     lines = (out / "patching.jsonl").read_text().count("\n")
     assert main(argv) == 0  # a rerun reads the log: nothing is added
     assert (out / "patching.jsonl").read_text().count("\n") == lines

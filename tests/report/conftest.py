@@ -8,7 +8,7 @@ def tiny_cfg(out):
         context=64, profile_tokens=128, sweep_tokens=128,
         s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,), compare_scales=(0.0,),
         compare_sites=("value_excl_self", "attn"), zeroshot_tasks=("piqa",), zeroshot_limit=2,
-        ruler_lengths=(), heads_texts=3, heads_length=32, n_boot=50, n_perm=50, mlp_carrier_tokens=128,
+        ruler_lengths=(), heads_texts=3, heads_length=32, n_perm=50, mlp_carrier_tokens=128,
         closed_form_tokens=16, dirmag_sentences=5, dirmag_seeds=1, dirmag_probe_sentences=8, dirmag_probe_layers=2,
         tokenwise_tokens=150, tokenwise_seq_len=16, tokenwise_k=8, tokenwise_patch_tokens=12,
         tokenwise_classes=("linear", "global"), dirmag_blimp_pairs=2,

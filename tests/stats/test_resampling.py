@@ -61,7 +61,7 @@ def test_seeded_reproducibility():
     w = np.arange(1, 31)
     assert bootstrap_ci(d, w, seed=7, n_boot=500) == bootstrap_ci(d, w, seed=7, n_boot=500)
     assert sign_flip_pvalue(d, w, seed=7, n_perm=500) == sign_flip_pvalue(d, w, seed=7, n_perm=500)
-    assert paired_test(d, w, seed=5, n_boot=300, n_perm=300) == paired_test(d, w, seed=5, n_boot=300, n_perm=300)
+    assert paired_test(d, w, seed=5, n_perm=300) == paired_test(d, w, seed=5, n_perm=300)
     assert bootstrap_ci(d, w, seed=7, n_boot=500) != bootstrap_ci(d, w, seed=8, n_boot=500)
 
 
@@ -123,7 +123,7 @@ def test_bh_properties(ps):
 def test_paired_test_fields():
     d = np.array([0.1, 0.2, 0.15, 0.3, 0.05])
     w = np.array([10, 20, 30, 40, 50])
-    r = paired_test(d, w, n_boot=500, n_perm=1000, seed=0)
+    r = paired_test(d, w, n_perm=1000, seed=0)
     assert r.estimate == pytest.approx((d * w).sum() / w.sum())
     assert r.ci_low <= r.estimate <= r.ci_high
     assert r.p == pytest.approx(2 / 32)  # exact with 5 texts: only +-all reach the observed sum
@@ -172,3 +172,35 @@ def test_ratio_ci_is_a_ratio_of_means_ci():
     assert np.isnan(ratio_ci([1.0, 2.0], [0.0, 0.0])).all()  # every resample divides by 0
     with pytest.raises(ValueError, match="equal-length"):
         ratio_ci([1.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("n, n_perm", [(6, 10000), (12, 10000), (30, 2000)])
+def test_the_sign_flip_interval_is_every_mean_its_test_does_not_reject(n, n_perm):
+    """The reference is the test itself, run on ``d - mu`` for a grid of ``mu`` with the same sign patterns
+    (exhaustive at 6 and 12 texts, random at 30)."""
+    from tlgeo.stats.resampling import sign_flip_test
+
+    rng = np.random.default_rng(n)
+    for trial in range(4):
+        d = rng.lognormal(0, 1, n) - 1.2 + 0.3 * trial
+        w = rng.integers(5, 50, n).astype(float)
+        t = sign_flip_test(d, w, n_perm=n_perm, seed=7)
+        assert t.p == sign_flip_pvalue(d, w, n_perm=n_perm, seed=7)
+        assert (not (t.low <= 0 <= t.high)) == (t.p < 0.05)
+        if not np.isfinite(t.low):
+            continue
+        width = t.high - t.low
+        for mu in np.linspace(t.low - width / 2, t.high + width / 2, 25):
+            if min(abs(mu - t.low), abs(mu - t.high)) < 1e-9 * max(1.0, width):
+                continue
+            kept = sign_flip_pvalue(d - mu, w, n_perm=n_perm, seed=7) >= 0.05
+            assert kept == (t.low <= mu <= t.high), (mu, t)
+
+
+def test_five_texts_reject_nothing_so_their_interval_is_unbounded():
+    from tlgeo.stats.resampling import sign_flip_test
+
+    t = sign_flip_test([0.1, 0.2, 0.15, 0.3, 0.05])
+    assert t.p == pytest.approx(2 / 32) and t.low == -np.inf and t.high == np.inf
+    r = paired_test(np.arange(1.0, 13.0), n_perm=10000)  # 12 positive texts: p = 2 / 4096
+    assert r.p == pytest.approx(2 / 4096) and 0 < r.ci_low <= r.estimate <= r.ci_high < 12

@@ -73,7 +73,7 @@ def quality_table(
         base = baseline_of(m, set(methods))
         row["baseline"] = base
         if it is not None and m != "base" and base in items:
-            d = paired_accuracy_change(it, items[base], n_boot=n_boot, seed=seed)
+            d = paired_accuracy_change(it, items[base], seed=seed)
             d = d[d["metric"] == "acc"].iloc[0]
             row.update(delta_acc=float(d["delta"]), ci_low=float(d["ci_low"]), ci_high=float(d["ci_high"]), p=float(d["p"]))
         if seconds is not None:

@@ -59,7 +59,7 @@ _Compare = atlas_budgets(CompareConfig, "", ("sites", "scales", "zeroshot_tasks"
                                              "ruler_template"),
                          rename={"sites": "compare_sites", "scales": "compare_scales"})
 _Heads = atlas_budgets(HeadsConfig, "heads_", ("texts", "length", "layers"))
-_HeadStats = atlas_budgets(HeadsConfig, "", ("n_boot", "n_perm"))
+_HeadStats = atlas_budgets(HeadsConfig, "", ("n_perm",))
 _MlpCarrier = atlas_budgets(MlpCarrierConfig, "mlp_carrier_", ("tokens",))
 _ClosedForm = atlas_budgets(ClosedFormConfig, "closed_form_", ("tokens",))
 
@@ -88,7 +88,7 @@ class DecompositionBudgets(_ClosedForm, _MlpCarrier, _HeadStats, _Heads, _Compar
                                seed=seed)
 
     def heads_config(self, seed: int = 0) -> HeadsConfig:
-        return _Heads.config(self, n_boot=self.n_boot, n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
+        return _Heads.config(self, n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
 
     def mlp_carrier_config(self) -> MlpCarrierConfig:
         return _MlpCarrier.config(self, context=self.context, skip_first=self.skip_first)
@@ -232,8 +232,8 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
     ctx.report.section("Heads (Figure 7)",
                        f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.heads_length} "
                        "tokens), and the change of loss when its parallel part is removed in one head "
-                       f"(token-weighted bootstrap CI, {b.n_boot} resamples; sign-flip test, {b.n_perm} "
-                       "permutations; Benjamini–Hochberg q). The paper finds heads of both signs.")
+                       f"(token-weighted sign-flip test, {b.n_perm} permutations, and the interval that inverts it, "
+                       "excluding 0 exactly when p < 0.05; Benjamini–Hochberg q over the heads). The paper finds heads of both signs.")
     ctx.report.figure(plot_head_maps(alpha, sens),
                       "Left: mean alpha per layer (rows) and head (columns): red > 0 (the message from the other "
                       "tokens points along the token's own value), blue < 0, white 0. Right: loss change (nats) when the parallel part is "

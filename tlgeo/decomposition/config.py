@@ -298,9 +298,9 @@ class HeadsConfig(CorpusConfig):
                                                  "skip_first)", indices=True,
                                            cost="per block: n_heads + 1 forwards of the texts resumed at it")
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
-    n_boot: int = param(1000, "bootstrap resamples of the sensitivity CIs")
-    n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests")
-    seed: int = param(0, "seed of the bootstrap and the permutations", min=0)
+    n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests (and of the intervals that invert "
+                                 "them)")
+    seed: int = param(0, "seed of the permutations", min=0)
 
     def _windows(self) -> tuple[str, ...]:
         return ("length",)

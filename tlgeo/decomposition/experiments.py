@@ -303,7 +303,7 @@ def run_heads(model: Model, cfg: HeadsConfig, *, out=None, log=None, units: Sequ
         tables["heads_alpha"] = head_alpha_map(model, texts, progress=progress).assign(**settings)
     if ("sensitivity",) in chosen:
         tables["heads_sensitivity"] = head_sensitivity(
-            model, texts, layers=cfg.sensitivity_layers(model.cfg.n_layers), n_boot=cfg.n_boot, n_perm=cfg.n_perm,
+            model, texts, layers=cfg.sensitivity_layers(model.cfg.n_layers), n_perm=cfg.n_perm,
             seed=cfg.seed, log_path=_log(out, log, "heads_sensitivity.jsonl"), progress=progress,
         ).assign(**settings, skip_first=cfg.skip_first, seed=cfg.seed)
     return _finish(HeadsResult, tables, out, on_table)
@@ -555,7 +555,7 @@ COMPARE = register_analysis(Analysis(
 HEADS = register_analysis(Analysis(
     "heads", HeadsConfig, run_heads, HeadsResult, heads_units,
     "per-head alpha map and single-head sensitivity (seed paper 000, Figure 7)",
-    tiny=dict(texts=3, length=32, n_boot=50, n_perm=50), plan=plan_heads, docs=_DOCS))
+    tiny=dict(texts=3, length=32, n_perm=50), plan=plan_heads, docs=_DOCS))
 MLP_CARRIER = register_analysis(Analysis(
     "mlp_carrier", MlpCarrierConfig, run_mlp_carrier, MlpCarrierResult, mlp_carrier_units,
     "MLP carrier: No-Para vs No-Perp loss change (seed paper 000, Table 10)", tiny=_TINY_TEXT,

@@ -184,7 +184,6 @@ def head_sensitivity(
     layers: int | Iterable[int] | None = None,
     *,
     s_par: float = 0.0,
-    n_boot: int = 5000,
     n_perm: int = 10000,
     seed: int = 0,
     batch_size: int = 8,
@@ -298,7 +297,7 @@ def head_sensitivity(
     out_rows = []
     for (L, c), parts in edited.items():
         e_loss = torch.cat(parts).double().numpy()
-        t = paired_test(e_loss - base_all, weights, n_boot=n_boot, n_perm=n_perm, seed=rng)
+        t = paired_test(e_loss - base_all, weights, n_perm=n_perm, seed=rng)
         out_rows.append({
             "site": s.name, "layer": L, "head": c, "delta_loss": t.estimate,
             "ci_low": t.ci_low, "ci_high": t.ci_high, "p": t.p,

@@ -506,7 +506,7 @@ def evaluate_zeroshot(
 
 
 def paired_accuracy_change(
-    items: pd.DataFrame, base: pd.DataFrame, *, n_boot: int = 2000, n_perm: int = 5000, seed: int = 0
+    items: pd.DataFrame, base: pd.DataFrame, *, n_perm: int = 5000, seed: int = 0
 ) -> pd.DataFrame:
     """Accuracy change ``items`` − ``base`` on the same items, pooled over tasks.
 
@@ -527,7 +527,7 @@ def paired_accuracy_change(
     rows = []
     for metric, col in (("acc", "correct"), ("acc_norm", "correct_norm")):
         d = a[col].astype(float).to_numpy() - b[col].astype(float).to_numpy()
-        t = paired_test(d, n_boot=n_boot, n_perm=n_perm, seed=seed)
+        t = paired_test(d, n_perm=n_perm, seed=seed)
         rows.append({"metric": metric, "delta": 100 * t.estimate, "ci_low": 100 * t.ci_low,
                      "ci_high": 100 * t.ci_high, "p": t.p, "n": t.n_texts})
     return pd.DataFrame(rows)

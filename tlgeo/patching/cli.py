@@ -9,6 +9,7 @@ import pandas as pd
 from ..runner.analysis import Command
 from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
 from .config import PatchingConfig
+from .effects import CALIBRATED_PROMPTS
 
 __all__ = ["COMMANDS", "top_effects", "significance_summary", "par_baseline_lines"]
 
@@ -16,8 +17,9 @@ DESCRIPTION = ("Build each task's clean and corrupted prompts (IOI, subject-verb
                "induction), check that the model does the task, and patch every head's whole output, the parts of "
                "its write along and orthogonal to the residual it updates, its self message and non-self aggregate "
                "(split along v_t), and every MLP's output and parts: exactly, and by attribution. Effects are the "
-               "share of the clean-corrupted metric gap a patch moves, with a bootstrap CI over prompts, a p-value "
-               "and a Benjamini-Hochberg q-value within each task, method and direction; the share of each head's "
+               "share of the clean-corrupted metric gap a patch moves, with Fieller's interval over prompts, the "
+               "t-test's p (the interval excludes 0 exactly when p < 0.05) and a Benjamini-Hochberg q-value within "
+               "each task, method and direction; the share of each head's "
                "write along the residual is compared with a randomly rotated write's. Resumes from its log.")
 
 
@@ -72,9 +74,11 @@ def run_command(args: argparse.Namespace) -> int:
     print(res.tasks[[c for c in cols if c in res.tasks.columns]].to_string(index=False, float_format="{:.3f}".format))
     files = [out / PatchingResult.table(n).filename for n in res.tables()]
     if res.effects is not None and len(res.effects):
-        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high", "q"]
-        print("\nlargest effects (share of the clean - corrupted gap; head -1: the MLP; q: Benjamini-Hochberg "
-              "within the task, method and direction):")
+        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high", "p", "q"]
+        fam = int(res.effects["family_size"].max()) if "family_size" in res.effects else len(res.effects)
+        print("\nlargest effects (share of the clean - corrupted gap; head -1: the MLP; 95 % interval over prompts, "
+              "excluding 0 exactly when p < 0.05; q: Benjamini-Hochberg over the family, every component, layer "
+              f"and head patched for one task, method and direction: up to {fam} tests):")
         print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3g}".format))
         print("\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
               "and direction; p: t-test of the per-prompt numerators):")
@@ -94,10 +98,11 @@ def run_command(args: argparse.Namespace) -> int:
                 float_format="{:.3f}".format))
     if res.paths is not None and len(res.paths):
         show = ["task", "direction", "component", "sender_layer", "sender_head", "receiver_layer", "receiver_head",
-                "receiver_input", "effect", "ci_low", "ci_high", "q"]
+                "receiver_input", "effect", "ci_low", "ci_high", "p", "q"]
         big = res.paths.assign(size=res.paths["effect"].abs()).sort_values("size", ascending=False)
         print(f"\nlargest paths (a sender's change let through only to the receiver's input; of {len(res.paths)}, "
-              f"{int(res.paths['significant'].eq(True).sum())} with q < 0.05):")
+              f"{int(res.paths['significant'].eq(True).sum())} with q < 0.05; q: Benjamini-Hochberg over every path "
+              "of one task, component and direction):")
         big = big.groupby(["task", "direction", "component"], sort=False).head(8)
         big = big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])
         print(big[show].to_string(
@@ -107,9 +112,10 @@ def run_command(args: argparse.Namespace) -> int:
         print("\nhead_par control (clean run, every prompt and position; a head_par effect near 0 means little "
               "where the share is near chance):")
         print("\n".join(par_baseline_lines(res.par_baseline)))
-    small = cfg.prompts < 16
-    if small:
-        print(f"\nnote: {cfg.prompts} prompts per task: an indication only (CIs over prompts are wide)")
+    if cfg.prompts < CALIBRATED_PROMPTS:
+        print(f"\nwarning: {cfg.prompts} prompts per task is below the {CALIBRATED_PROMPTS} from which the intervals' "
+              "coverage and the tests' false-positive rate are measured to hold (docs/statistics.md): an "
+              "indication only")
     print_written(files + [out / "patching.jsonl"])
     return 0
 

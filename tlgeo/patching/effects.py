@@ -28,11 +28,14 @@ from ..runner.results import IDENTITY, row_ids
 from ..stats.multiple import bh_qvalues
 from ..stats.ratio import fieller_interval, ratio_test
 
-__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "TEST_FAMILY", "ALPHA", "agreement", "interactions",
+__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "TEST_FAMILY", "ALPHA", "CALIBRATED_PROMPTS", "agreement", "interactions",
            "SPLITS"]
 
 TEST_FAMILY = ("task", "prompts", "seed", "method", "direction", "positions", "frame")  # with the identity columns
 ALPHA = 0.05  # the false discovery rate of ``significant``
+# the smallest prompt count at which scripts/bench_calibration.py measured the intervals' coverage >= 0.93 and
+# the tests' false-positive rate <= 0.05 on the zoo (results/calibration/calibration.csv; a test reads it back)
+CALIBRATED_PROMPTS = 16
 
 
 def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
