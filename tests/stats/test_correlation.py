@@ -97,3 +97,29 @@ def test_compare_correlations():
         compare_correlations(good, bad[:5], y)
     with pytest.raises(ValueError, match="method"):
         compare_correlations(good, bad, y, method="kendall")
+
+
+def test_the_matrix_and_partial_intervals_exclude_zero_exactly_when_p_is_below_005():
+    """The intervals invert the p's test (rho / se against t with groups - 1 degrees of freedom); the percentile
+    interval they replace disagreed with it on 23 of 468 committed relations."""
+    from scipy.stats import t as student
+
+    from tlgeo.stats.correlation import partial_spearman_ci, spearman_matrix
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for trial in range(6):
+        z = rng.normal(size=(120, 1))
+        x = np.hstack([z + rng.normal(scale=s, size=(120, 1)) for s in (0.5, 2, 4, 8)])
+        groups = np.repeat(np.arange(12), 10)
+        m = spearman_matrix(x, groups=groups, n_boot=60, n_shuffle=1, seed=trial)
+        pc = partial_spearman_ci(x[:, :3], x[:, 3:], groups=groups, n_boot=60, seed=trial)
+        for est, low, high, se, p in ((m["rho"], m["low"], m["high"], m["se"], m["p"]),
+                                      (pc["partial"], pc["low"], pc["high"], pc["se"], pc["p"])):
+            off = ~np.eye(len(est), dtype=bool)
+            excludes = ~((low <= 0) & (0 <= high))
+            assert (excludes[off] == (p[off] < 0.05)).all()
+            seen |= set(excludes[off].tolist())
+            half = student.ppf(0.975, 11) * se[off]
+            np.testing.assert_allclose(high[off], np.clip(est[off] + half, -1, 1), rtol=1e-12)
+    assert seen == {True, False}  # both outcomes met

@@ -182,39 +182,48 @@ def partial_spearman(x, controls) -> np.ndarray:
         return (res.T @ res) / np.outer(norm, norm)
 
 
-def _boot_summary(boots: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile bounds and standard deviation (``ddof=1``) over the first axis of ``boots``, NaN-aware: 0 where
-    every resample gave the same value, NaN with fewer than two defined."""
-    a = (1 - level) / 2
+def _boot_summary(boots: np.ndarray, estimate: np.ndarray, df: int, level: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The bootstrap standard error ``se`` (``ddof=1`` over the first axis of ``boots``, NaN-aware: 0 where every
+    resample gave the same value, NaN with fewer than two defined), the two-sided ``p`` of ``estimate / se``
+    against Student's t with ``df`` degrees of freedom (:func:`~tlgeo.stats.multiple.wald_pvalue`) and the
+    interval that inverts that test, ``estimate -+ t_{df} se`` clipped to ``[-1, 1]``: it excludes 0 exactly when
+    ``p < 1 - level``. (The percentile interval this replaced disagreed with the p on 16 of 468 and 23 of 468
+    relations of the committed four-geometries tables.) Returns ``(low, high, se, p)``."""
+    from scipy.stats import t as student
+
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
-        low, high = np.nanquantile(boots, [a, 1 - a], axis=0)
         se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
                       np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
-    return low, high, se
+    p = wald_pvalue(estimate, se, df=df)
+    if df < 1:
+        full = np.full(np.shape(estimate), np.nan)
+        return full, full.copy(), se, p
+    half = float(student.ppf(0.5 + level / 2, df)) * se
+    return np.clip(estimate - half, -1.0, 1.0), np.clip(estimate + half, -1.0, 1.0), se, p
 
 
 def partial_spearman_ci(x, controls, *, groups=None, n_boot: int = 200, seed: int = 0,
                         level: float = 0.95) -> dict[str, np.ndarray]:
-    """:func:`partial_spearman` of the columns of ``x [n, k]`` given ``controls [n, c]``, with a percentile CI and
-    standard error over ``n_boot`` resamples of whole ``groups`` (the resamples of :func:`spearman_matrix` for the
-    same ``groups``, ``n_boot`` and ``seed``) and the two-sided ``p`` of ``|partial| / se`` against Student's t
-    with one degree of freedom less than there are groups. Returns ``{"partial", "low", "high", "se", "p"}``,
+    """:func:`partial_spearman` of the columns of ``x [n, k]`` given ``controls [n, c]``, with the standard error
+    over ``n_boot`` resamples of whole ``groups`` (the resamples of :func:`spearman_matrix` for the same ``groups``,
+    ``n_boot`` and ``seed``), the two-sided ``p`` of ``|partial| / se`` against Student's t with one degree of
+    freedom less than there are groups, and the interval that inverts it (:func:`_boot_summary`). Returns ``{"partial", "low", "high", "se", "p"}``,
     each ``[k, k]`` float64: what decides whether a relation "vanishes" given the controls (its CI holds 0)."""
     x = np.asarray(x, dtype=float)
     c = np.asarray(controls, dtype=float).reshape(len(x), -1)
     groups = np.arange(len(x)) if groups is None else np.asarray(groups)
     boots = np.stack([partial_spearman(x[idx], c[idx]) for idx in group_resamples(groups, n_boot, seed)])
-    low, high, se = _boot_summary(boots, level)
     partial = partial_spearman(x, c)
-    return {"partial": partial, "low": low, "high": high, "se": se,
-            "p": wald_pvalue(partial, se, df=len(np.unique(groups)) - 1)}
+    low, high, se, p = _boot_summary(boots, partial, len(np.unique(groups)) - 1, level)
+    return {"partial": partial, "low": low, "high": high, "se": se, "p": p}
 
 
 def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0,
                     level: float = 0.95) -> dict[str, np.ndarray]:
-    """Spearman's rho between every pair of the columns of ``x [n, k]``, with a percentile bootstrap CI
-    over ``groups`` (whole groups resampled, e.g. the windows tokens come from), the same rho after the
+    """Spearman's rho between every pair of the columns of ``x [n, k]``, with an interval over ``groups`` (whole
+    groups resampled, e.g. the windows tokens come from: ``rho -+ t se``, the inversion of ``p``), the same rho after the
     columns are shuffled within groups (:func:`shuffle_within`, mean over ``n_shuffle`` shuffles: what is left
     is a relation between groups, not between the tokens), and the partial rho given ``controls
     [n, c]`` (:func:`partial_spearman`).
@@ -235,9 +244,9 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     boots = np.stack([_spearman_matrix(x[idx]) for idx in group_resamples(groups, n_boot, seed)])
-    low, high, se = _boot_summary(boots, level)
     rho = _spearman_matrix(x)
-    out = {"rho": rho, "low": low, "high": high, "se": se, "p": wald_pvalue(rho, se, df=len(np.unique(groups)) - 1),
+    low, high, se, p = _boot_summary(boots, rho, len(np.unique(groups)) - 1, level)
+    out = {"rho": rho, "low": low, "high": high, "se": se, "p": p,
            "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
     if controls is not None:
         out["partial"] = partial_spearman(x, controls)
