@@ -18,7 +18,7 @@ def test_patching_command(tmp_path, capsys):
     assert "tasks (accuracy: share of clean prompts answered right):" in printed
     assert "largest effects" in printed and "attribution vs exact" in printed
     assert "head = self + nonself" in printed  # the interaction of the split's parts
-    assert "warning: 4 prompts per task is below the 16 from which" in printed and "an indication only" in printed
+    assert "warning: 4 prompts per task is below the prompt counts" in printed and "exact 16" in printed
     assert "rows with q < 0.05 (Benjamini-Hochberg" in printed and "min_q" in printed
     assert "head_par control" in printed and "randomly rotated write" in printed and "1/d_model 0.0156" in printed
     tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
