@@ -97,7 +97,7 @@ def test_a_resumed_run_says_in_its_provenance_what_it_took_back(tmp_path, capsys
     """One line per invocation; the second, which reads every row back from the first's log, says so."""
     out = tmp_path / "p"
     argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
-            "--layers", "0,1", "--n-boot", "20", "--methods", "exact", "--components", "head", "--out", str(out)]
+            "--layers", "0,1", "--methods", "exact", "--components", "head", "--out", str(out)]
     assert main(argv) == 0 and main(argv) == 0
     first, second = read(out)
     assert first["resumed"] == [] and first["date"] <= second["date"]
