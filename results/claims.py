@@ -1666,7 +1666,7 @@ def _(paths):
                         and abs(logit["head_par"]) < 0.001), f"{logit.round(4).to_dict()}")
 
 
-@claim("5.l23h3-to-l24h4", "Path patching's prompts are a third sample (32 prompts drawn with seed 0, not the heads "
+@claim("5.l23h3-to-l24h4", "Path patching's prompts are a third sample (32 prompts drawn at seed 0, not the heads "
        "table's 16 per seed): among the heads after it, L23H3 reaches L24H4's query most (-0.188, CI -0.289 to "
        "-0.121), so noising that one input restores part of the behaviour. L24H4's own whole-head effect is negative "
        "on both samples of the heads table but passes the corrected test on seed 1 only (-0.336, q 0.0058; seed 0 "
