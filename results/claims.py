@@ -1004,6 +1004,28 @@ def _(rows):
                    f"Wilcoxon p {p:.2g}")
 
 
+@claim("3.tests-bh", "The section's three paired tests (McNemar's of F-top against S, Wilcoxon's of the transplant "
+       "against the random rotation and of S against D) form one Benjamini-Hochberg family, and each has q < 0.001.",
+       PDSF_GEN_ROWS, PDSF_SINGLE_ROWS,
+       false_if=[scale({"condition": "S_rotate"}, "kl", 0.8, table=1, says="S's rotation moves the token as D's"),
+                 edit(lambda g: (g["condition"] == "S") & (g["prompt"] < 20), table=0, immediate=True,
+                      says="S diverges at once on the first 20 prompts too")])
+def _(gen, rows):
+    from scipy.stats import binomtest, wilcoxon
+
+    from tlgeo.stats.multiple import bh_qvalues
+
+    a = gen[gen["condition"] == "F_top"].set_index("prompt")["immediate"].astype(bool)
+    b = gen[gen["condition"] == "S"].set_index("prompt")["immediate"].astype(bool)
+    only_f, only_s = int((a & ~b).sum()), int((~a & b).sum())
+    t, r = _per_prompt_kl(rows, "F_transplant"), _per_prompt_kl(rows, "random_rotate")
+    d, s_ = _per_prompt_kl(rows, "D_rotate"), _per_prompt_kl(rows, "S_rotate")
+    p = [binomtest(only_f, only_f + only_s).pvalue, wilcoxon(t, r.loc[t.index]).pvalue,
+         wilcoxon(s_, d.loc[s_.index]).pvalue]
+    q = bh_qvalues(np.asarray(p))
+    return Verdict(bool((q < 0.001).all()), f"p {np.round(p, 6).tolist()}, q {np.round(q, 6).tolist()}")
+
+
 @claim("3.interface-small", "The interface dimension 1 + PR_D + PR_S is 4.7-17.0 over the 31 states, below the "
        "paper's 20 at every one, and the unembedding direction of the prediction is 78-89 degrees from the top "
        "principal axis at every state.", PDSF_LAYERS,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Union
 
 import numpy as np
 import pandas as pd
@@ -144,7 +144,8 @@ def differs(row: Mapping, q: str = "q", alpha: float = ALPHA) -> bool:
 
 # -- counterexamples: edits of a claim's tables ----------------------------------------------------------------
 
-Where = "Mapping[str, object] | Callable[[pd.DataFrame], pd.Series] | None"  # which rows an edit picks
+# which rows an edit picks: every row (None), ``{column: value}`` matches, or ``df -> bool Series``
+Where = Union[Mapping[str, object], Callable[[pd.DataFrame], pd.Series], None]
 
 
 def _mask(df: pd.DataFrame, where) -> pd.Series:
@@ -201,7 +202,7 @@ def no_longer_differs(where: Where, table: int = 0, low: str = "ci_low", high: s
 
 
 def insignificant(where: Where, table: int = 0, q: float = 0.2, says: str = "") -> Counterexample:
-    """The picked rows' ``q`` (and ``p``, where the table has them) set to 0.2."""
+    """The picked rows' ``q`` (and ``p`` and ``q_bh``, where the table has them) set to ``q``, 0.2 by default."""
 
     def apply(tables: list[pd.DataFrame]) -> list[pd.DataFrame]:
         cols = {c: q for c in ("q", "p", "q_bh") if c in tables[table].columns}
