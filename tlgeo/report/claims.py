@@ -181,7 +181,8 @@ def edit(where: Where = None, table: int = 0, says: str = "", **columns) -> Coun
             t.loc[m, col] = new
         return [*tables[:table], t, *tables[table + 1:]]
 
-    return Counterexample(says or f"{where}: {', '.join(columns)} edited", apply)
+    what = ", ".join(f"{c} changed" if callable(v) else f"{c} = {v!r}" for c, v in columns.items())
+    return Counterexample(says or f"{what} where {where if where is not None else 'every row'}", apply)
 
 
 def scale(where: Where, column: str, factor: float, table: int = 0, says: str = "") -> Counterexample:
