@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tlgeo.report.claims import CITE, Claims, Verdict, cited, differs, generated_blocks, uncited_findings
+from tlgeo.report.claims import (CITE, Claims, Counterexample, Verdict, both, cited, differs, edit, generated_blocks,
+                                 insignificant, no_longer_differs, scale, shift, uncited_findings)
 
 from .test_docs_numbers import DOCS as DOC_PAGES
 
@@ -28,12 +29,23 @@ def _results_claims():
 
 RC = _results_claims()
 VERDICTS = RC.CLAIMS.evaluate(ROOT)
+REFUTED = RC.CLAIMS.refute(ROOT)  # each claim on each of its counterexamples
 
 
 @pytest.mark.parametrize("cid", list(RC.CLAIMS.by_id))
 def test_every_claim_holds_on_the_committed_tables(cid):
     row = VERDICTS.set_index("id").loc[cid]
     assert row["holds"], f"claim {cid} is contradicted by its tables ({row['detail']}): {row['sentence']}"
+
+
+@pytest.mark.parametrize("cid", list(RC.CLAIMS.by_id))
+def test_every_claim_is_false_on_each_of_its_counterexamples(cid):
+    """A claim that its tables could not contradict checks nothing: each carries at least one small edit of its
+    tables that makes its sentence false, and evaluates false on every one."""
+    rows = REFUTED[REFUTED["id"] == cid]
+    assert len(rows), f"claim {cid} has no counterexample (false_if=...)"
+    still = rows[rows["holds"]]
+    assert still.empty, f"claim {cid} still holds on: {still['says'].tolist()}"
 
 
 def test_results_cites_every_claim_and_only_registered_ones():
@@ -127,6 +139,49 @@ def test_uncited_findings_are_the_checkable_sentences_of_bullets_and_bold_paragr
 """
     assert uncited_findings(text) == ["It is twice the magnitude at δ = 5.", "**Counts.** 40 of 660 rows pass."]
     assert cited(text) == ["2.a", "interpretation"] and CITE.pattern
+
+
+def test_a_counterexample_edits_a_copy_of_the_picked_rows_only():
+    t = pd.DataFrame({"site": ["a", "b", "b"], "n": [1, 2, 3], "ci_low": [0.1, 0.2, -0.3], "ci_high": [0.4, 0.5, -0.1],
+                      "q": [0.01, 0.02, 0.03]})
+    (got,) = edit({"site": "b", "n": 3}, n=lambda x: x * 10).apply([t])
+    assert got["n"].tolist() == [1, 2, 30] and t["n"].tolist() == [1, 2, 3]
+    (got,) = edit({"site": ["a", "b"]}, n=0.5).apply([t])  # a float into an int column
+    assert got["n"].tolist() == [0.5, 0.5, 0.5]
+    (got,) = scale(lambda d: d["n"] > 1, "ci_high", 2.0).apply([t])
+    assert got["ci_high"].tolist() == [0.4, 1.0, -0.2]
+    (got,) = shift(None, "n", 1).apply([t])
+    assert got["n"].tolist() == [2, 3, 4]
+    (got,) = no_longer_differs({"site": "b"}).apply([t])
+    assert ((got["ci_low"] < 0) & (got["ci_high"] > 0)).tolist() == [False, True, True]
+    (got,) = insignificant({"n": 1}).apply([t])
+    assert got["q"].tolist() == [0.2, 0.02, 0.03]
+    other = t.assign(n=0)
+    a, b = both(shift({"n": 1}, "n", 5), edit(None, table=1, n=9), says="two edits").apply([t, other])
+    assert a["n"].tolist() == [6, 2, 3] and b["n"].tolist() == [9, 9, 9]
+    with pytest.raises(ValueError, match="picks no row"):
+        edit({"site": "z"}, n=1).apply([t])
+    with pytest.raises(ValueError, match="no column 'size'"):
+        edit({"site": "a"}, size=1).apply([t])
+
+
+def test_refute_reports_a_claim_its_counterexample_leaves_true(tmp_path):
+    pd.DataFrame({"site": ["a", "b"], "ppl": [10.0, 30.0]}).to_csv(tmp_path / "t.csv", index=False)
+    claims = Claims()
+
+    @claims.claim("1.b-worse", "b costs more than a.", "t.csv",
+                  false_if=[edit({"site": "a"}, ppl=40.0, says="a costs 40"),
+                            edit({"site": "b"}, ppl=20.0, says="b costs 20: still more than a")])
+    def _(t):
+        return t.set_index("site").loc["b", "ppl"] > t.set_index("site").loc["a", "ppl"]
+
+    got = claims.refute(tmp_path)
+    assert got["says"].tolist() == ["a costs 40", "b costs 20: still more than a"]
+    assert got["holds"].tolist() == [False, True]
+    assert claims.evaluate(tmp_path)["holds"].tolist() == [True]  # the edits touched copies
+    with pytest.raises(ValueError, match="false_if takes"):
+        claims.claim("1.c", "c.", "t.csv", false_if=[lambda t: t])
+    assert isinstance(edit(None, n=1), Counterexample)
 
 
 def test_differs_needs_the_ci_and_the_q():
