@@ -258,3 +258,35 @@ def test_path_patching_needs_its_senders_and_receivers_in_a_form_it_reads():
         _cfg(methods=("paths",), path_senders=("X1",), path_receivers=("L1",))
     with pytest.raises(ValueError, match="path_senders: 'logits' is not a head"):
         _cfg(methods=("paths",), path_senders=("logits",), path_receivers=("L1",))
+
+
+def test_a_task_rerun_whose_new_prompts_are_not_patched_leaves_no_rows_of_the_old_ones(llama, tmp_path, capsys):
+    """Issue 67: a task of one's own rerun under its name with other prompts that the model does not do (below
+    ``min_accuracy``) is "not patched" in the tasks table, and the effects, baseline and attention rows of its
+    earlier prompts are removed, as a fresh folder has none; the run says so. Rows of another task stay."""
+    first, second = _own_task(0, 9), _own_task(1, 7)
+    other = _own_task(2, 8)
+    other = type(other)("kept", other.clean, other.corrupted, other.correct, other.wrong)
+    cfg = _cfg(tasks=(first, other), methods=("exact",), components=("head", "head_par"))
+    out = tmp_path / "same"
+    assert run(llama, cfg, out=out).tasks["patched"].all()
+    kept = {f: pd.read_csv(out / f).query("task == 'kept'") for f in
+            ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz")}
+    assert all(len(df) for df in kept.values())
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="not patched"):
+        again = run(llama, cfg.replace(tasks=(second,), min_accuracy=1.0), out=out, progress=False)
+    said = capsys.readouterr().out
+    assert not again.tasks["patched"].any()
+    for f, df in kept.items():
+        saved = pd.read_csv(out / f)
+        assert set(saved["task"]) == {"kept"}, f  # no row of the earlier "capitals" prompts
+        pd.testing.assert_frame_equal(saved.reset_index(drop=True), df.reset_index(drop=True))
+    assert "removed" in said and "patching_effects.csv" in said and "capitals" in said, said
+    tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
+    assert not tasks.loc["capitals", "patched"] and tasks.loc["kept", "patched"]
+    # the same prompts again, patched this time: rows of these inputs only
+    run(llama, cfg.replace(tasks=(second,)), out=out)
+    fresh = run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "fresh")
+    saved = pd.read_csv(out / "patching_effects.csv").query("task == 'capitals'")
+    assert len(saved) == len(fresh.effects)
