@@ -290,3 +290,46 @@ def test_a_task_rerun_whose_new_prompts_are_not_patched_leaves_no_rows_of_the_ol
     fresh = run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "fresh")
     saved = pd.read_csv(out / "patching_effects.csv").query("task == 'capitals'")
     assert len(saved) == len(fresh.effects)
+
+
+def test_a_python_run_of_your_own_task_records_a_command_that_reruns_it(llama, tmp_path, capsys, monkeypatch):
+    """Issue 67: ``run(model, PatchingConfig(tasks=(task_from_texts(...),)), out=...)`` writes the task beside the
+    tables and records a command line that reads it, so that scripts/reproduce.py reruns the folder to equal
+    tables (it once recorded ``--tasks Task('myrep', ...`` and failed)."""
+    from tests.scripts import load_script
+    from tlgeo.cli import main
+    from tlgeo.patching import task_from_texts
+    from tlgeo.runner.provenance import read
+
+    mine = task_from_texts(llama, "my rep", ["abcab", "cdacd", "bdcbd", "adbad"], ["abcax", "cdacx", "bdcbx", "adbax"],
+                           ["c", "a", "c", "b"], ["x", "x", "x", "x"])
+    cfg = _cfg(tasks=("induction", mine), methods=("exact",), components=("head",))
+    made = tmp_path / "api"
+    run(llama, cfg, out=made)
+    (line,) = read(made)
+    argv = line["argv"]
+    assert argv is not None and argv[0] == "patching", line["command"]
+    tasks = argv[argv.index("--tasks") + 1]
+    assert tasks == f"induction,{made / 'patching_task_my_rep.json'}", tasks
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "rerun", main)  # in-process: no second import of torch
+    capsys.readouterr()
+    assert reproduce.main([str(made), "--out", str(tmp_path / "again")]) == 0
+    assert "0 differ" in capsys.readouterr().out
+    for name in ("patching_tasks.csv", "patching_effects.csv"):
+        a, b = pd.read_csv(made / name), pd.read_csv(tmp_path / "again" / name)
+        assert set(b["task"]) == {"induction", "my rep"}
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_a_task_file_is_checked_when_the_config_is_made(tmp_path):
+    from tlgeo.patching.tasks.custom import load_task, save_task
+
+    with pytest.raises(ValueError, match="tasks: no task file"):
+        _cfg(tasks=("induction", str(tmp_path / "nowhere.json")))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="does not hold a task"):
+        _cfg(tasks=(str(tmp_path / "bad.json"),))
+    mine = _own_task(0, 5)
+    back = load_task(save_task(mine, tmp_path / "t.json"))
+    assert patching_analysis.task_digest(back) == patching_analysis.task_digest(mine)

@@ -5,6 +5,7 @@ arguments are all this class's fields."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from ..runner.analysis import Config, param
 from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
 from .tasks import TASKS, Task
+from .tasks.custom import TASK_FILE, load_task, save_task
 
 __all__ = ["PatchingConfig", "METHODS", "parse_heads"]
 
@@ -95,6 +97,26 @@ class PatchingConfig(Config):
     max_rows: int = param(256, "rows per patched forward (heads x prompts)")
     batch_size: int = param(32, "prompts per forward of the clean, corrupted and attribution runs")
     n_boot: int = param(1000, "bootstrap resamples of the prompts for each effect's CI")
+
+    def __post_init__(self) -> None:
+        tasks = self.tasks if isinstance(self.tasks, (tuple, list)) else (self.tasks,)
+        object.__setattr__(self, "tasks", tuple(load_task(t) if isinstance(t, str) and t.endswith(".json") else t
+                                                for t in tasks))  # your own task from a file (a command line)
+        super().__post_init__()
+
+    def for_command(self, out) -> "PatchingConfig":
+        """This config as a command line can say it: each of your own tasks written to ``out`` as
+        :data:`~.tasks.custom.TASK_FILE` and named by that file (``--tasks induction,OUT/patching_task_x.json``)."""
+        from pathlib import Path
+
+        if out is None or all(isinstance(t, str) for t in self.tasks):
+            return self
+        files = [t if isinstance(t, str) else save_task(t, Path(out) / TASK_FILE.format(name=re.sub(r"[^\w.-]", "_",
+                                                                                                    t.name)))
+                 for t in self.tasks]
+        said = copy.copy(self)  # the files' names, not the tasks read back from them
+        object.__setattr__(said, "tasks", tuple(files))
+        return said
 
     def validate(self) -> None:
         self._check_choices()
