@@ -140,6 +140,18 @@ class PatchingConfig(Config):
         if not self.positions or not self.positions.replace("_", "").isalnum():
             raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
 
+    def check_shape(self, shape) -> None:
+        """``layers``, ``path_senders`` and ``path_receivers`` inside the model (``shape``: its blocks and heads,
+        from its config), before its weights load."""
+        from ..errors import OutOfRangeError, spans
+
+        bad = [l for l in (self.layers or ()) if not 0 <= l < shape.n_layers]
+        if bad:
+            raise OutOfRangeError(f"layers: layer(s) {spans(bad)} out of range: the model has {shape.n_layers} "
+                                  f"layers (0..{shape.n_layers - 1})")
+        parse_heads(self.path_senders, shape.n_layers, shape.n_heads, field="path_senders")
+        parse_heads(self.path_receivers, shape.n_layers, shape.n_heads, field="path_receivers", allow_logits=True)
+
     def task_names(self) -> tuple[str, ...]:
         """The tasks' names (a :class:`~.tasks.Task` object's own)."""
         return tuple(t if isinstance(t, str) else t.name for t in self.tasks)

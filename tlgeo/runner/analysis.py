@@ -240,6 +240,11 @@ class Config:
     def validate(self) -> None:
         """Raise ``ValueError`` on a bad value (the message names the field)."""
 
+    def check_shape(self, shape: Any) -> None:
+        """Raise (one line naming the field) on a value the model's shape rules out (``shape``: its
+        :class:`tlgeo.planner.ModelShape`, read from its config before any weights load: a block index out of
+        range). A command calls it before the model loads (``tlgeo patching``); the run checks again on the model."""
+
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
