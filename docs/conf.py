@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -108,7 +110,50 @@ def api_markdown() -> str:
         lines += rst("class", f"{a.config.__module__}.{a.config.__qualname__}")
         lines += rst("function", f"{a.run.__module__}.{a.run.__qualname__}")
         lines += rst("class", f"{a.result.__module__}.{a.result.__qualname__}")
+    documented = set(re.findall(r"^\.\. auto\w+:: (\S+)", "\n".join(lines), flags=re.M))
+    used = []
+    for module, name in docs_imports():
+        value = getattr(importlib.import_module(module), name)
+        if not callable(value) or not hasattr(value, "__qualname__"):
+            continue  # a constant: its module's page says what it holds
+        target = f"{value.__module__}.{value.__qualname__}"
+        if target not in documented:
+            documented.add(target)
+            used.append((target, "class" if isinstance(value, type) else "function"))
+    if used:
+        lines += ["## What the guides import", "",
+                  "Every other name the pages of these docs (and the README) import from tlgeo, where it is defined.",
+                  ""]
+        for target, kind in sorted(used, key=lambda t: t[0].lower()):
+            lines += rst(kind, target)
     return "\n".join(lines)
+
+
+IMPORT = re.compile(r"^\s*from\s+(tlgeo(?:\.\w+)*)\s+import\s+(\([^)]*\)|[^\n]+)", re.M)
+
+
+CODE = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+
+
+def docs_imports() -> list[tuple[str, str]]:
+    """``(module, name)`` of every name the docs' pages and the README use from tlgeo, in order: each ``from
+    tlgeo... import name``, and each name of such a module's ``__all__`` a page's Python snippet names (called in a
+    comment, as ``Task(...)``)."""
+    out = []
+    for page in [*sorted(HERE.rglob("*.md")), HERE.parent / "README.md"]:
+        if "_generated" in page.parts or "_build" in page.parts:
+            continue
+        text = page.read_text()
+        code = "\n".join(CODE.findall(text))
+        words = set(re.findall(r"\b\w+\b", code))
+        for module, names in IMPORT.findall(text):
+            for name in names.strip("()").replace("\n", ",").split(","):
+                name = name.split("#")[0].split(" as ")[0].strip()
+                if name and name != "*" and (module, name) not in out:
+                    out.append((module, name))
+            public = getattr(importlib.import_module(module), "__all__", ())
+            out += [(module, w) for w in public if w in words and (module, w) not in out]
+    return out
 
 
 generate()

@@ -1,13 +1,15 @@
 """Kills and bad inputs, measured: every analysis on a tiny model SIGKILLed at seeded moments and rerun into
-the same folder until it finishes, its tables compared row for row with an uninterrupted run's; then random
-and out-of-range values for every flag of every command. Run nothing else meanwhile.
+the same folder until it finishes, its tables compared row for row with an uninterrupted run's; each of its tables
+cut at a byte and the command rerun (``--cuts``); then random and out-of-range values for every flag of every
+command. Run nothing else meanwhile.
 
     .venv/bin/python scripts/bench_faults.py --out results/faults            # every analysis, 3 series x 5 kills
     .venv/bin/python scripts/bench_faults.py --only dirmag --series 10 --kills 6
     .venv/bin/python scripts/bench_faults.py --markdown results/faults      # the reliability page's numbers
 
 Writes ``kills.csv`` (one row per series: the analysis, the seed, kills that struck a running process, runs,
-whether the tables were identical, rows lost, rows extra), ``inputs.csv`` (per command: values tried, one-line
+whether the tables were identical, rows lost, rows extra), ``cuts.csv`` (one row per table cut: where, the rerun's
+exit code, whether it rebuilt the uninterrupted run's tables or refused in one line), ``inputs.csv`` (per command: values tried, one-line
 errors, valid configs, anything else) and ``provenance.jsonl`` into ``--out``, and prints the totals the
 reliability page quotes.
 """
@@ -27,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.faults import fuzz  # noqa: E402
-from tests.faults.kill import analysis_cases, kill_series, reference_run  # noqa: E402
+from tests.faults.kill import analysis_cases, kill_series, reference_run, truncate_series  # noqa: E402
 
 from tlgeo.runner import provenance  # noqa: E402
 from tlgeo.storage import write_csv  # noqa: E402
@@ -65,6 +67,8 @@ def main() -> int:
     p.add_argument("--series", type=int, default=3, help="kill series per analysis")
     p.add_argument("--kills", type=int, default=5, help="kills per series")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuts", type=int, default=1, help="per table of every analysis: a cut in half and this many at "
+                   "a seeded byte, each rerun into its folder (cuts.csv; 0: none)")
     p.add_argument("--inputs", type=int, default=40, help="random flag values per command (0: none)")
     p.add_argument("--markdown", metavar="FOLDER", help="print the reliability page's numbers from FOLDER's tables")
     args = p.parse_args()
@@ -74,7 +78,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = {s for s in args.only.split(",") if s}
-    rows = []
+    rows, cuts = [], []
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
         for case in analysis_cases(args.model):
             if only and case.name not in only:
@@ -93,6 +97,15 @@ def main() -> int:
                 print(f"{case.name} series {i}: {s.kills_tried} kills, {s.runs} runs, "
                       f"{'identical' if s.comparison.identical else 'DIFFERENT: ' + s.comparison.detail}", flush=True)
             write_csv(out / "kills.csv", pd.DataFrame(rows))
+            if args.cuts:
+                for t in truncate_series(case, Path(tmp) / case.name / "reference", Path(tmp) / case.name / "cut",
+                                         seed=args.seed * 1000 + len(cuts), cuts=args.cuts):
+                    cuts.append({"analysis": t.case, "table": t.table, "size": t.size, "cut": t.cut, "rc": t.rc,
+                                 "ok": t.ok, "refused": t.rc == 2, "detail": t.comparison.detail if t.comparison
+                                 else " | ".join(t.errors)})
+                    print(f"{case.name} {t.table} cut at {t.cut} of {t.size} bytes: "
+                          f"{'ok' if t.ok else 'NOT OK: ' + cuts[-1]['detail']}", flush=True)
+                write_csv(out / "cuts.csv", pd.DataFrame(cuts))
             print(f"{case.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     kills = pd.DataFrame(rows)
     inputs = fuzz.flag_survey(args.inputs, seed=args.seed) if args.inputs else pd.DataFrame()
@@ -107,6 +120,12 @@ def main() -> int:
         print(f"inputs: {int(inputs.tried.sum())} flag values over {len(inputs)} commands: "
               f"{int(inputs.one_line_error.sum())} one-line errors, {int(inputs.valid.sum())} valid, "
               f"{int(inputs.other.sum())} other")
+    if cuts:
+        c = pd.DataFrame(cuts)
+        print(f"cuts: {len(c)} tables cut over {c.analysis.nunique()} analyses: {int(c.ok.sum())} rebuilt to the "
+              f"uninterrupted run's tables or refused in one line ({int(c.refused.sum())} refused)")
+        if not c.ok.all():
+            return 1
     return 0 if len(kills) == 0 or (kills.identical.all() and (not len(inputs) or inputs.other.sum() == 0)) else 1
 
 

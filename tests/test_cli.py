@@ -253,3 +253,14 @@ def test_a_bug_keeps_its_traceback_and_a_users_mistake_is_one_line(monkeypatch, 
     assert main([*argv, "--corpus", "nonesuch"]) == 2  # tlgeo.data's check of the corpus name: one line
     err = capsys.readouterr().err.strip()
     assert err.startswith("tlgeo ppl: error: unknown corpus 'nonesuch'") and "\n" not in err
+
+
+def test_an_unknown_model_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    """Issue 67: an unknown model fails in one line and leaves no output folder (``runs/<model>`` once stayed)."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["ppl", "--model", "no-such-model-xyz", "--site", "attn"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "unknown model 'no-such-model-xyz'" in err, err
+    assert not (tmp_path / "runs").exists()
+    code = main(["ppl", "--model", "tiny:nosuchkind", "--site", "attn", "--out", str(tmp_path / "a" / "b")])
+    assert code == 2 and "nosuchkind" in capsys.readouterr().err and not (tmp_path / "a").exists()

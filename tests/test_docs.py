@@ -77,3 +77,26 @@ def test_the_readme_is_short_and_its_links_resolve():
     for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
         if not link.startswith("http"):
             assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
+
+
+def test_the_api_reference_holds_every_name_the_docs_import():
+    """Issue 67: every function or class a page of the docs (or the README) imports from tlgeo is documented in the
+    API reference (``docs/_generated/api.md``, made by the docs build), under the module that defines it."""
+    import importlib
+
+    api = (ROOT / "docs" / "_generated" / "api.md").read_text()
+    documented = set(re.findall(r"^\.\. auto(?:class|function):: (\S+)$", api, flags=re.M))
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if "_generated" not in p.parts] + [ROOT / "README.md"]
+    missing, seen = [], 0
+    for page in pages:
+        for module, names in re.findall(r"^from (tlgeo[\w.]*) import ([^\n(]+)$", page.read_text(), flags=re.M):
+            for name in (n.strip() for n in names.split("#")[0].split(",")):
+                value = getattr(importlib.import_module(module), name)
+                if not callable(value):
+                    continue
+                seen += 1
+                if f"{value.__module__}.{value.__qualname__}" not in documented:
+                    missing.append(f"{page.relative_to(ROOT)}: {module}.{name}")
+    assert seen > 20 and not missing, missing
+    for name in ("task_from_texts", "build_task", "Task", "path_runs", "path_sweep", "path_effects"):
+        assert any(d.endswith("." + name) for d in documented), name

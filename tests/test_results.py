@@ -196,3 +196,36 @@ def test_the_bit_sum_in_chunks_equals_one_wrapping_sum(monkeypatch):
         ints = flat.view(identity._BITS[flat.element_size()])
         assert identity._bit_sum(flat) == int(ints.sum(dtype=torch.int64))
     assert identity._bit_sum(big.view(torch.float64)) == int(big.sum())  # the same wrapped value as torch's
+
+
+def test_a_table_cut_short_keeps_its_whole_rows_and_other_damage_is_refused(tmp_path):
+    """Issue 67: a results table that does not read as tlgeo wrote it is never merged as it reads: cut short (no
+    end to its last line, compressed data that ends early) its whole rows are kept and the run says so; any other
+    damage is one error naming the file."""
+    import gzip
+
+    import pandas as pd
+
+    from tlgeo.runner.results import DamagedTableError, merge_csv, read_table, run_state
+
+    df = pd.DataFrame({"model": ["m"] * 3, "unit": [1, 2, 3], "n": [16, 16, 16], "ok": [True, False, True]})
+    for name in ("t.csv", "t.csv.gz"):
+        path = tmp_path / name
+        merge_csv(path, df, ["model", "unit"])
+        text = df.to_csv(index=False).encode()
+        data = path.read_bytes()
+        cut = data[: len(data) - 7] if name.endswith(".gz") else text[: len(text) - 4]  # inside the last row
+        path.write_bytes(cut)
+        with run_state() as state:
+            got = read_table(path)
+        assert got["unit"].tolist()[:2] == [1, 2] and got["n"].dtype == "int64", got  # no garbage, no floats
+        assert any(str(path) in line and "cut short" in line for line in state.lines()), state.lines()
+        with run_state():
+            merge_csv(path, df[df["unit"] == 3], ["model", "unit"])  # the rerun's rows: the whole table again
+        back = gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes()
+        assert back == text
+    path = tmp_path / "t.csv"
+    path.write_text(path.read_text().replace("2,16,False", "2,16"))  # a row of too few fields, not at the end
+    with pytest.raises(DamagedTableError, match=f"{path} does not read as the table tlgeo wrote"):
+        merge_csv(path, df, ["model", "unit"])
+    assert "2,16\n" in path.read_text()  # left as it was found

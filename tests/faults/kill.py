@@ -6,7 +6,8 @@ Each run is a process forked from a fork server that has imported tlgeo's comman
 A kill comes either at a moment of wall time (uniform over the uninterrupted run's duration) or in the
 middle of the k-th write through :mod:`tlgeo.storage.files` (half the bytes written and synced, then
 SIGKILL: a torn file or log line, the worst a kill can leave). ``tests/faults/test_kills.py`` runs a
-short seeded set in the test suite; ``scripts/bench_faults.py`` runs hundreds.
+short seeded set in the test suite; ``scripts/bench_faults.py`` runs hundreds. :func:`truncate_series` damages a
+finished folder instead: a results table cut at a seeded byte, then the same command rerun into it.
 """
 
 from __future__ import annotations
@@ -316,3 +317,52 @@ def reference_run(case: Case, folder: Path) -> tuple[dict[str, pd.DataFrame], Ru
     shutil.rmtree(folder, ignore_errors=True)
     r = run_once(case, folder)
     return read_tables(folder), r
+
+
+@dataclasses.dataclass
+class Truncation:
+    case: str
+    table: str
+    size: int  # the table's bytes as the uninterrupted run wrote them
+    cut: int  # the bytes kept
+    rc: int | None  # the rerun's exit code
+    errors: list[str]  # the rerun's error lines
+    comparison: Comparison | None  # the rerun's tables against the uninterrupted run's (None: the rerun refused)
+    untouched: bool  # a refused rerun left the cut table as it found it
+
+    @property
+    def ok(self) -> bool:
+        """Rebuilt to the uninterrupted run's tables, or refused in one line naming the table (and nothing changed)."""
+        if self.rc == 0:
+            return self.comparison is not None and self.comparison.identical
+        return self.rc == 2 and len(self.errors) == 1 and self.table in self.errors[0] and self.untouched
+
+
+def truncate_series(case: Case, reference_folder: Path, folder: Path, *, seed: int, tables: list[str] | None = None,
+                    cuts: int = 1) -> list[Truncation]:
+    """For each result table of ``reference_folder`` (an uninterrupted run of ``case``; or each of ``tables``): a
+    copy of the folder with that table cut in half, then ``cuts`` times at a seeded byte (anywhere from 0 to its
+    size less one), each time the same command rerun into it, its tables compared with the uninterrupted run's."""
+    rng = random.Random(seed)
+    reference = read_tables(reference_folder)
+    out = []
+    for name in (sorted(reference) if tables is None else tables):
+        size = (reference_folder / name).stat().st_size
+        for cut in [size // 2, *(rng.randrange(0, size) for _ in range(cuts))]:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.copytree(reference_folder, folder)
+            target = folder / name
+            with open(target, "r+b") as f:
+                f.truncate(cut)
+            damaged = target.read_bytes()
+            r = run_once(case, folder, expect_error=True)
+            errors = [line for line in r.log.splitlines() if "error:" in line]
+            comparison = None
+            if r.rc == 0:
+                try:
+                    comparison = compare(reference, read_tables(folder))
+                except (ValueError, EOFError, OSError) as e:  # a table left as it was cut
+                    comparison = Comparison(False, 0, 0, f"a table does not read: {type(e).__name__}: {e}")
+            out.append(Truncation(case.name, name, size, cut, r.rc, errors, comparison,
+                                  target.exists() and target.read_bytes() == damaged))
+    return out

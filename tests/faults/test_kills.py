@@ -27,9 +27,11 @@ def references(cases, tmp_path_factory):
 
     def get(name):
         if name not in made:
-            made[name] = reference_run(cases[name], tmp_path_factory.mktemp("reference") / name)
+            get.folders[name] = tmp_path_factory.mktemp("reference") / name
+            made[name] = reference_run(cases[name], get.folders[name])
         return made[name]
 
+    get.folders = {}  # each case's folder
     return get
 
 
@@ -109,3 +111,23 @@ def test_a_dying_rank_is_one_line_and_a_rerun_on_two_ranks_completes(cases, refe
     c = compare(reference, read_tables(out))
     assert c.identical, c.detail
 
+
+
+# (analysis, its tables cut): the issue's patching tables, and geometries, which resumes from its tables, not a log;
+# every table of every analysis: scripts/bench_faults.py --cuts
+CUT = (("patching", ["patching_tasks.csv", "patching_effects.csv"]),
+       ("geometries", ["geometries_relations.csv"]))
+
+
+@pytest.mark.parametrize("name,tables", CUT)
+def test_a_table_cut_at_a_byte_is_rebuilt_to_the_uninterrupted_tables(cases, references, tmp_path, name, tables):
+    """Issue 67: a finished folder's results table cut short (in half, then at a seeded byte) and the same command
+    rerun into it: the table is rebuilt from the run's logs to the uninterrupted run's tables, or refused in one
+    line naming it, never merged with the cut rows (a garbage row, ints read back as floats)."""
+    from .kill import truncate_series
+
+    references(name)  # the uninterrupted run (geometries' is shared with the test above)
+    got = truncate_series(cases[name], references.folders[name], tmp_path / "cut", seed=67, tables=tables)
+    assert len(got) == 2 * len(tables)
+    bad = [t for t in got if not t.ok]
+    assert not bad, [(t.table, t.cut, t.rc, t.errors, t.comparison and t.comparison.detail) for t in bad]

@@ -258,3 +258,78 @@ def test_path_patching_needs_its_senders_and_receivers_in_a_form_it_reads():
         _cfg(methods=("paths",), path_senders=("X1",), path_receivers=("L1",))
     with pytest.raises(ValueError, match="path_senders: 'logits' is not a head"):
         _cfg(methods=("paths",), path_senders=("logits",), path_receivers=("L1",))
+
+
+def test_a_task_rerun_whose_new_prompts_are_not_patched_leaves_no_rows_of_the_old_ones(llama, tmp_path, capsys):
+    """Issue 67: a task of one's own rerun under its name with other prompts that the model does not do (below
+    ``min_accuracy``) is "not patched" in the tasks table, and the effects, baseline and attention rows of its
+    earlier prompts are removed, as a fresh folder has none; the run says so. Rows of another task stay."""
+    first, second = _own_task(0, 9), _own_task(1, 7)
+    other = _own_task(2, 8)
+    other = type(other)("kept", other.clean, other.corrupted, other.correct, other.wrong)
+    cfg = _cfg(tasks=(first, other), methods=("exact",), components=("head", "head_par"))
+    out = tmp_path / "same"
+    assert run(llama, cfg, out=out).tasks["patched"].all()
+    kept = {f: pd.read_csv(out / f).query("task == 'kept'") for f in
+            ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz")}
+    assert all(len(df) for df in kept.values())
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="not patched"):
+        again = run(llama, cfg.replace(tasks=(second,), min_accuracy=1.0), out=out, progress=False)
+    said = capsys.readouterr().out
+    assert not again.tasks["patched"].any()
+    for f, df in kept.items():
+        saved = pd.read_csv(out / f)
+        assert set(saved["task"]) == {"kept"}, f  # no row of the earlier "capitals" prompts
+        pd.testing.assert_frame_equal(saved.reset_index(drop=True), df.reset_index(drop=True))
+    assert "removed" in said and "patching_effects.csv" in said and "capitals" in said, said
+    tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
+    assert not tasks.loc["capitals", "patched"] and tasks.loc["kept", "patched"]
+    # the same prompts again, patched this time: rows of these inputs only
+    run(llama, cfg.replace(tasks=(second,)), out=out)
+    fresh = run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "fresh")
+    saved = pd.read_csv(out / "patching_effects.csv").query("task == 'capitals'")
+    assert len(saved) == len(fresh.effects)
+
+
+def test_a_python_run_of_your_own_task_records_a_command_that_reruns_it(llama, tmp_path, capsys, monkeypatch):
+    """Issue 67: ``run(model, PatchingConfig(tasks=(task_from_texts(...),)), out=...)`` writes the task beside the
+    tables and records a command line that reads it, so that scripts/reproduce.py reruns the folder to equal
+    tables (it once recorded ``--tasks Task('myrep', ...`` and failed)."""
+    from tests.scripts import load_script
+    from tlgeo.cli import main
+    from tlgeo.patching import task_from_texts
+    from tlgeo.runner.provenance import read
+
+    mine = task_from_texts(llama, "my rep", ["abcab", "cdacd", "bdcbd", "adbad"], ["abcax", "cdacx", "bdcbx", "adbax"],
+                           ["c", "a", "c", "b"], ["x", "x", "x", "x"])
+    cfg = _cfg(tasks=("induction", mine), methods=("exact",), components=("head",))
+    made = tmp_path / "api"
+    run(llama, cfg, out=made)
+    (line,) = read(made)
+    argv = line["argv"]
+    assert argv is not None and argv[0] == "patching", line["command"]
+    tasks = argv[argv.index("--tasks") + 1]
+    assert tasks == f"induction,{made / 'patching_task_my_rep.json'}", tasks
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "rerun", main)  # in-process: no second import of torch
+    capsys.readouterr()
+    assert reproduce.main([str(made), "--out", str(tmp_path / "again")]) == 0
+    assert "0 differ" in capsys.readouterr().out
+    for name in ("patching_tasks.csv", "patching_effects.csv"):
+        a, b = pd.read_csv(made / name), pd.read_csv(tmp_path / "again" / name)
+        assert set(b["task"]) == {"induction", "my rep"}
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_a_task_file_is_checked_when_the_config_is_made(tmp_path):
+    from tlgeo.patching.tasks.custom import load_task, save_task
+
+    with pytest.raises(ValueError, match="tasks: no task file"):
+        _cfg(tasks=("induction", str(tmp_path / "nowhere.json")))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="does not hold a task"):
+        _cfg(tasks=(str(tmp_path / "bad.json"),))
+    mine = _own_task(0, 5)
+    back = load_task(save_task(mine, tmp_path / "t.json"))
+    assert patching_analysis.task_digest(back) == patching_analysis.task_digest(mine)

@@ -98,3 +98,42 @@ def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path):
     (line,) = read(out)  # the commit on every row is the provenance line's
     assert set(table["commit"]) == {line["git"]["commit"]} and line["settings"]["task"] == "induction"
     assert all(rows[m]["max_abs_effect_diff"] < 1e-3 for m in rows if m != "tlgeo_attribution")
+
+
+def test_a_rerun_that_no_longer_patches_a_task_removes_its_old_rows(tmp_path, capsys):
+    """Issue 67: a finished run rerun into its folder with a ``--min-accuracy`` the model does not reach says "not
+    patched" and leaves no effect, baseline or attention rows of that task behind, as a fresh folder has none."""
+    out = tmp_path / "pt"
+    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--layers", "0,1",
+            "--n-boot", "50", "--components", "head,head_par", "--out", str(out), "--threads", "1"]
+    assert main([*argv, "--min-accuracy", "0"]) == 0
+    assert len(pd.read_csv(out / "patching_effects.csv")) > 0
+    capsys.readouterr()
+    assert main([*argv, "--min-accuracy", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert not pd.read_csv(out / "patching_tasks.csv")["patched"].any()
+    for name in ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz",
+                 "patching_agreement.csv"):
+        assert len(pd.read_csv(out / name)) == 0, name
+    assert "removed" in printed and str(out / "patching_effects.csv") in printed, printed
+
+
+def test_layers_out_of_range_fail_before_the_weights_load_and_leave_no_folder(tmp_path, capsys, monkeypatch):
+    """Issue 67: ``--layers`` beyond the model's blocks is one line from the model's config, before any weights
+    load (it once loaded the zoo model, printed a header, then failed), and no --out folder is left behind."""
+    from pathlib import Path
+
+    import tlgeo.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "induction-llama"
+    out = tmp_path / "new" / "pt"
+    code = main(["patching", "--model", str(zoo), "--layers", "5-9", "--out", str(out), "--threads", "1"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.strip() == (
+        "tlgeo patching: error: layers: layer(s) 5-9 out of range: the model has 2 layers (0..1)"), captured.err
+    assert captured.out == "" and not (tmp_path / "new").exists()
+    code = main(["patching", "--model", "tiny:llama", "--methods", "paths", "--path-senders", "L9H0",
+                 "--path-receivers", "logits", "--out", str(out)])
+    assert code == 2 and "path_senders: block 9 out of range" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

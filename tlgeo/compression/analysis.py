@@ -30,7 +30,7 @@ from ..families import check_support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..models import Model, model_label
 from ..runner.identity import identified, run_identity
-from ..runner.results import of_identity
+from ..runner.results import of_identity, read_table
 from .config import CompressConfig, CompressionConfig
 
 __all__ = ["CompressionResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
@@ -129,7 +129,7 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
     if store is None or not (store / CompressionResult.table("prompts").filename).exists():
         return pd.DataFrame(), pd.DataFrame(), set()
     path = store / CompressionResult.table("prompts").filename
-    old = of_identity(pd.read_csv(path), identity)
+    old = of_identity(read_table(path), identity)
     if old.empty:
         return pd.DataFrame(), pd.DataFrame(), set()
     for col, want in settings.items():
@@ -138,7 +138,7 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
             raise ValueError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
                              f"{want}); use another --out or delete it")
     timing_path = store / CompressionResult.table("timing").filename
-    timing = of_identity(pd.read_csv(timing_path), identity) if timing_path.exists() else pd.DataFrame()
+    timing = of_identity(read_table(timing_path), identity) if timing_path.exists() else pd.DataFrame()
     done = set()
     for m, g in old[old["method"].isin(list(ids))].groupby("method"):
         g = g[g["mode"].isin(modes)]

@@ -283,7 +283,10 @@ def _earlier(out, settings: dict, chosen: Sequence[int], identity: dict) -> dict
         if name == "relations":  # the same settings measured on other tokens: computed again, and said
             note_recomputed(Path(out) / GeometriesResult.table(name).filename, int((keep & ~same).sum()))
         got[name] = df[same]
-    done = set(got["relations"]["layer"])
+    # a block is done when both tables hold all its rows (a table cut short on disk keeps part of a block)
+    tokens, pairs = got["tokens"].groupby("layer").size(), got["relations"].groupby("layer").size()
+    whole = len(ALL) * (len(ALL) - 1) // 2
+    done = {l for l in pairs.index if pairs[l] == whole and tokens.get(l, 0) == settings["n_tokens"]}
     return {n: df[df["layer"].isin(done)] for n, df in got.items()} if done else {}
 
 

@@ -19,7 +19,7 @@ from .bridge import boot
 from .embedded import EMBEDDED_MODELS, embedded_model_dir
 from .errors import UnknownModelError
 from .placement import resolve_device, resolve_dtype
-from .tiny import TINY_KINDS, tiny_model
+from .tiny import TINY_KINDS, tiny_config, tiny_model
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge as Model
@@ -97,6 +97,29 @@ def model_label(model) -> str:
     cfg = getattr(model, "cfg", None) or getattr(model, "config", None)  # a bridge's, or a bare HF model's
     return getattr(model, "tlgeo_name", None) or str(getattr(cfg, "model_name", None)
                                                      or getattr(cfg, "_name_or_path", None) or "model")
+
+
+def check_model_name(name) -> None:
+    """Raise :class:`UnknownModelError` (one line) where ``name`` cannot load, as :func:`load_model` would, without
+    loading any weights: an unknown tiny kind, a folder that does not exist or has no usable config.json, a hub
+    name that is malformed or out of reach."""
+    if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+        raise UnknownModelError(f"model name must be a non-empty string, got {name!r}")
+    name = str(name)
+    if name.startswith("tiny:"):
+        tiny_config(name.split(":", 1)[1])  # an unknown kind raises
+        return
+    if name in EMBEDDED_MODELS:
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        check_model_dir(path)
+        return
+    if path.suffix or name.startswith((".", "/", "~")):
+        raise UnknownModelError(f"model directory {name!r} does not exist")
+    why = _why_not_from_hub(name)
+    if why is not None:
+        raise UnknownModelError(_unknown(name, why))
 
 
 def _load_model(name, device, dtype, shard=None):

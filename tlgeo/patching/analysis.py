@@ -33,7 +33,8 @@ from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, model_label
 from ..runner.identity import identified, run_identity
-from ..runner.results import ResultLog, content_digest
+from ..runner.results import (IDENTITY, ResultLog, content_digest, current_identity, drop_rows, note, read_table,
+                              row_ids)
 from ..storage import write_csv
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
@@ -100,12 +101,48 @@ class PatchingResult(Result):
     def save(self, out: str | Path) -> list[Path]:
         """:meth:`Result.save`, then ``q`` and ``significant`` computed again over the saved effects table,
         which may hold rows of other work units saved before (a family is only whole there)."""
+        self.stamp(current_identity())
+        _drop_stale(Path(out), self)
         written = super().save(out)
         for name in ("effects", "paths"):
             path = Path(out) / self.table(name).filename
             if getattr(self, name) is not None and path.exists():
                 write_csv(path, add_qvalues(pd.read_csv(path)))
         return written
+
+
+TASK_KEY = (*IDENTITY, "task", "prompts", "seed")  # what a task's rows in every table are of
+
+
+def _drop_stale(out: Path, result: PatchingResult) -> None:
+    """Before ``result`` is merged into ``out``: remove from every table of ``out`` the rows of a task that this run
+    found not patched, or patched on other inputs (another ``inputs`` digest in the saved tasks table): rows the
+    run does not write again would otherwise stay beside "not patched" or the new prompts. Says how many went."""
+    tasks = result.tasks
+    if tasks is None or tasks.empty or any(k not in tasks.columns for k in TASK_KEY):
+        return
+    new_ids = row_ids(tasks, TASK_KEY)
+    stale = set(new_ids[~tasks["patched"].astype(bool)])
+    saved = out / result.table("tasks").filename
+    if saved.exists() and "inputs" in tasks.columns:
+        old = read_table(saved, as_text=True)
+        if not old.empty and all(k in old.columns for k in TASK_KEY):
+            before = dict(zip(row_ids(old, TASK_KEY), old["inputs"] if "inputs" in old.columns else [""] * len(old)))
+            stale |= {i for i, d in zip(new_ids, tasks["inputs"].astype(str))
+                      if i in before and before[i] != d and d != "nan"}
+    if not stale:
+        return
+    for t in result.TABLES:
+        if t.name == "tasks":
+            continue
+        gone = drop_rows(out / t.filename, TASK_KEY, stale)
+        df = getattr(result, t.name)
+        if df is not None and not gone.empty and all(k in df.columns for k in t.row_key):
+            gone = gone[~row_ids(gone, t.row_key).isin(set(row_ids(df, t.row_key)))]  # written again below
+        if len(gone):
+            names = ", ".join(sorted(set(gone["task"])))
+            note(f"removed {len(gone)} row{'s' if len(gone) != 1 else ''} of {out / t.filename}: task(s) {names} "
+                 "now not patched or patched on other inputs, and these rows measured the earlier ones")
 
 
 def _summary(fn, effects: pd.DataFrame | None) -> pd.DataFrame | None:

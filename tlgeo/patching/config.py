@@ -5,6 +5,7 @@ arguments are all this class's fields."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from ..runner.analysis import Config, param
 from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
 from .tasks import TASKS, Task
+from .tasks.custom import TASK_FILE, load_task, save_task
 
 __all__ = ["PatchingConfig", "METHODS", "parse_heads"]
 
@@ -95,6 +97,26 @@ class PatchingConfig(Config):
     max_rows: int = param(256, "rows per patched forward (heads x prompts)")
     batch_size: int = param(32, "prompts per forward of the clean, corrupted and attribution runs")
 
+    def __post_init__(self) -> None:
+        tasks = self.tasks if isinstance(self.tasks, (tuple, list)) else (self.tasks,)
+        object.__setattr__(self, "tasks", tuple(load_task(t) if isinstance(t, str) and t.endswith(".json") else t
+                                                for t in tasks))  # your own task from a file (a command line)
+        super().__post_init__()
+
+    def for_command(self, out) -> "PatchingConfig":
+        """This config as a command line can say it: each of your own tasks written to ``out`` as
+        :data:`~.tasks.custom.TASK_FILE` and named by that file (``--tasks induction,OUT/patching_task_x.json``)."""
+        from pathlib import Path
+
+        if out is None or all(isinstance(t, str) for t in self.tasks):
+            return self
+        files = [t if isinstance(t, str) else save_task(t, Path(out) / TASK_FILE.format(name=re.sub(r"[^\w.-]", "_",
+                                                                                                    t.name)))
+                 for t in self.tasks]
+        said = copy.copy(self)  # the files' names, not the tasks read back from them
+        object.__setattr__(said, "tasks", tuple(files))
+        return said
+
     def validate(self) -> None:
         self._check_choices()
         if not 0 <= self.min_accuracy <= 1:
@@ -116,6 +138,18 @@ class PatchingConfig(Config):
                              "--path-receivers L1,logits)")
         if not self.positions or not self.positions.replace("_", "").isalnum():
             raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
+
+    def check_shape(self, shape) -> None:
+        """``layers``, ``path_senders`` and ``path_receivers`` inside the model (``shape``: its blocks and heads,
+        from its config), before its weights load."""
+        from ..errors import OutOfRangeError, spans
+
+        bad = [l for l in (self.layers or ()) if not 0 <= l < shape.n_layers]
+        if bad:
+            raise OutOfRangeError(f"layers: layer(s) {spans(bad)} out of range: the model has {shape.n_layers} "
+                                  f"layers (0..{shape.n_layers - 1})")
+        parse_heads(self.path_senders, shape.n_layers, shape.n_heads, field="path_senders")
+        parse_heads(self.path_receivers, shape.n_layers, shape.n_heads, field="path_receivers", allow_logits=True)
 
     def task_names(self) -> tuple[str, ...]:
         """The tasks' names (a :class:`~.tasks.Task` object's own)."""

@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ..errors import UnknownNameError
-from .results import IDENTITY, current_identity, merge_csv, stamp, wide_floats
+from .results import IDENTITY, current_identity, merge_csv, read_table, stamp, wide_floats
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
            "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
@@ -240,6 +240,11 @@ class Config:
     def validate(self) -> None:
         """Raise ``ValueError`` on a bad value (the message names the field)."""
 
+    def check_shape(self, shape: Any) -> None:
+        """Raise (one line naming the field) on a value the model's shape rules out (``shape``: its
+        :class:`tlgeo.planner.ModelShape`, read from its config before any weights load: a block index out of
+        range). A command calls it before the model loads (``tlgeo patching``); the run checks again on the model."""
+
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
@@ -354,7 +359,7 @@ class Result:
     def load(cls, out: str | Path) -> "Result":
         """The tables saved in ``out`` (missing ones as ``None``)."""
         out = Path(out)
-        return cls(**{t.name: pd.read_csv(out / t.filename) if (out / t.filename).exists() else None
+        return cls(**{t.name: read_table(out / t.filename) if (out / t.filename).exists() else None
                       for t in cls.TABLES})
 
     @classmethod

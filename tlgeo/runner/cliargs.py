@@ -9,6 +9,7 @@ dispatches. No model code here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -366,11 +367,16 @@ def output_dir(args: argparse.Namespace, name: str) -> Path:
     from ..storage import folder_lock
 
     out = Path(args.out) if getattr(args, "out", None) else default_out(name)
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders a check makes, gone again after it
     try:
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()
     except OSError as e:
         raise ValueError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    finally:
+        for p in made:  # made again by the folder's lock, or by the first file written; none for a run that fails
+            with contextlib.suppress(OSError):
+                p.rmdir()
     record = getattr(args, "record", None)
     if int(os.environ.get("RANK", "0")) == 0:  # torchrun: rank 0 holds the folder, each rank its rank folder
         lock = folder_lock(out).acquire(f"tlgeo {getattr(args, 'cmd', '') or name}")  # a second writer: refused

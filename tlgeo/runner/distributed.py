@@ -227,6 +227,7 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
     load = LoadConfig.of(args)
     load.set_threads()
     cfg = config_from_args(analysis.config, args)
+    check_before_loading(load.model)
     if check is not None:
         cfg = _config_or(check(cfg), cfg, analysis)
     out = output_dir(args, out_name or model_key(load.model))
@@ -235,6 +236,15 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
         cfg = _config_or(prepare(model, cfg, out), cfg, analysis)
     on_table = show(cfg) if show is not None else None
     return run_analysis(analysis, model, cfg, out=out, progress=True, on_table=on_table), cfg, out
+
+
+def check_before_loading(name: str) -> None:
+    """What can be checked of a run before its model's weights load, in one line: the model's name
+    (:func:`tlgeo.models.loading.check_model_name`: an unknown model leaves no output folder behind). A command
+    checks its config against the model's shape (``Config.check_shape``) in its ``check``."""
+    from ..models.loading import check_model_name
+
+    check_model_name(name)
 
 
 def _config_or(returned: Any, cfg: Any, analysis: Analysis) -> Any:

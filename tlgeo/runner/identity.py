@@ -219,6 +219,8 @@ def command_argv(cfg: Any, model, identity: Mapping[str, Any], out) -> list[str]
     if command is None or not model_label(model) or model_label(model) == "model":
         return None
     try:
+        if hasattr(cfg, "for_command"):  # what a flag cannot hold, written beside the tables (a task of your own)
+            cfg = cfg.for_command(out)
         flags = config_argv(cfg)
     except ValueError:
         return None

@@ -24,10 +24,12 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import pandas as pd
 
+from ..errors import UserError
 from ..storage import append_lines, read_lines, write_csv, write_text
 
 __all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity",
-           "identity_scope", "of_identity", "note_recomputed", "RunState", "run_state", "current_run"]
+           "identity_scope", "of_identity", "note_recomputed", "note", "drop_rows", "read_table", "DamagedTableError",
+           "RunState", "run_state", "current_run"]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
@@ -44,6 +46,7 @@ class RunState:
     seen: list[dict] = dataclasses.field(default_factory=list)
     resumed: dict[Path, int] = dataclasses.field(default_factory=dict)
     changed: dict[Path, int] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def lines(self) -> list[str]:
         """``resumed N rows from LOG`` for every log rows were taken back from, and ``recomputed N rows of LOG:
@@ -52,7 +55,7 @@ class RunState:
         out += [f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
                 "measured other inputs (other prompts, text or token ids under the same name)"
                 for path, n in sorted(self.changed.items())]
-        return out
+        return out + list(self.notes)
 
 
 _RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("tlgeo_run_state", default=None)
@@ -124,6 +127,17 @@ def of_identity(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.Data
     for k, v in identity.items():
         keep &= df[k].astype(str) == str(v)
     return df[keep]
+
+
+def note(line: str) -> None:
+    """Say ``line`` with :meth:`RunState.lines` (rows removed, a table rebuilt); outside a run, a warning."""
+    state = _RUN.get()
+    if state is None:
+        import warnings
+
+        warnings.warn(line, stacklevel=3)
+    elif line not in state.notes:
+        state.notes.append(line)
 
 
 def note_recomputed(path: str | os.PathLike, n: int) -> None:
@@ -291,20 +305,102 @@ class ResultLog:
         return pd.DataFrame(self.rows)
 
 
+class DamagedTableError(UserError, ValueError):
+    """A results table that does not read as the table tlgeo wrote (damaged on disk, or edited)."""
+
+
+def _table_text(path: Path) -> tuple[str, str]:
+    """A table file's text (gunzipped for ``.gz``) as far as it reads, and what is wrong with it (``""``: nothing)."""
+    data = path.read_bytes()
+    problem = ""
+    if path.name.endswith(".gz"):
+        import zlib
+
+        unzip = zlib.decompressobj(wbits=31)
+        try:
+            raw = unzip.decompress(data)
+            if not unzip.eof:
+                problem = "its compressed data ends early"
+        except zlib.error:
+            raw, problem = b"", "its compressed data does not decompress"
+        data = raw
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = data[: e.start].decode("utf-8")
+        problem = problem or f"byte {e.start} is not UTF-8"
+    return text, problem
+
+
+def _as_written(text: str) -> bool:
+    """Whether ``text`` is what :func:`tlgeo.storage.write_csv` writes of the table it holds (read as text)."""
+    import io
+
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError):
+        return False
+    return df.to_csv(index=False) == text
+
+
+def read_table(path: str | os.PathLike, *, as_text: bool = False) -> pd.DataFrame:
+    """A results table tlgeo wrote (gzip for ``.gz``), checked: it must read as the CSV tlgeo writes. A table cut
+    short (a last line without its newline, compressed data that ends early) gives its complete rows, and the run
+    says so (:func:`note`): the rows of a rerun's settings are made again from its logs, and whoever saves the
+    table writes it whole again. Any other damage raises :class:`DamagedTableError` naming the file.
+    ``as_text``: every value as its text, as written."""
+    import io
+
+    path = Path(path)
+    text, problem = _table_text(path)
+    cut = problem != "" or not text.endswith("\n")
+    if cut:  # keep the complete lines; a file cut inside its header keeps nothing
+        text = text[: text.rfind("\n") + 1]
+    if text and not _as_written(text):
+        raise DamagedTableError(f"{path} does not read as the table tlgeo wrote (damaged or edited): move it away "
+                                "or delete it, and rerun: its rows are made again from the run's logs")
+    if cut:
+        lost = "its header" if not text else "its last row"
+        note(f"{path} was cut short ({problem or 'its last line has no end'}: a damaged file): {lost} dropped, "
+             "its complete rows kept; the rows this run makes are written whole again")
+    if not text:
+        return pd.DataFrame()
+    if as_text:
+        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    return pd.read_csv(io.StringIO(text))
+
+
+def drop_rows(path: str | os.PathLike, key: Iterable[str], ids: Iterable[str]) -> pd.DataFrame:
+    """Remove from the table at ``path`` the rows whose ``key`` values (:func:`row_ids`, as text) are among ``ids``
+    (rows a rerun found stale); the rest of the file keeps its bytes. Returns the rows removed (values as text;
+    none where the file or a key column is missing)."""
+    path, key, ids = Path(path), list(key), set(ids)
+    if not ids or not path.exists():
+        return pd.DataFrame()
+    old = read_table(path, as_text=True)
+    if old.empty or any(k not in old.columns for k in key):
+        return pd.DataFrame()
+    gone = row_ids(old, key).isin(ids)
+    if gone.any():
+        write_csv(path, old[~gone])
+    return old[gone]
+
+
 def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> int:
     """Merge ``df`` into the CSV at ``path`` (gzip for ``.gz``) atomically: earlier rows with the
     same ``key`` values are replaced (a rerun with the same settings), rows of other settings
-    are kept. A key column the old file lacks marks its rows as other settings. Returns the
-    row count."""
+    are kept. A key column the old file lacks marks its rows as other settings. An earlier table that does not
+    read as tlgeo wrote it is never merged (:func:`read_table`: cut short, its complete rows are; else refused).
+    Returns the row count."""
     path, key = Path(path), list(key)
     if path.exists():
-        old = pd.read_csv(path)
+        old = read_table(path)
         for k in key:
             if k not in old.columns and k in df.columns:
                 old[k] = "(not recorded)"
         if all(k in old.columns for k in key) and all(k in df.columns for k in key):
             old = old[~row_ids(old, key).isin(set(row_ids(df, key)))]
-            df = pd.concat([old, df], ignore_index=True)
+            df = pd.concat([old, df], ignore_index=True) if len(old) else df
     write_csv(path, wide_floats(df))
     return len(df)
 

@@ -38,14 +38,14 @@ class FolderLock:
 
     def __init__(self, folder: Path):
         self.folder, self.path = folder, folder / LOCK_NAME
-        self.count, self._fd, self.made = 0, None, False
+        self.count, self._fd, self.made = 0, None, []
 
     def acquire(self, what: str = "") -> "Hold":
         """Take the folder (``what``: the command, for the message a second writer gets), or raise
         :class:`FolderBusyError` at once if another process has it. Returns the :class:`Hold` to let go of
         (``.release()``, or ``with folder_lock(f).acquire(what): ...``)."""
         if self.count == 0:
-            self.made = not self.folder.exists()
+            self.made = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
             self.folder.mkdir(parents=True, exist_ok=True)
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -86,9 +86,9 @@ class FolderLock:
         if self.count == 0 and self._fd is not None:
             try:  # unlinked while held: whoever opened it meanwhile sees another file there and retries
                 self.path.unlink(missing_ok=True)
-                if self.made:  # a folder this lock made and nothing was written to: gone again
+                for folder in self.made:  # folders this lock made and nothing was written to: gone again
                     with contextlib.suppress(OSError):
-                        self.folder.rmdir()
+                        folder.rmdir()
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 os.close(self._fd)

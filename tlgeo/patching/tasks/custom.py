@@ -71,3 +71,49 @@ def own_task(task: Task, model) -> Task:
     return replace(task, d_vocab=d_vocab)
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# a task of your own as a file: what a command line reads back
+
+
+TASK_FILE = "patching_task_{name}.json"  # beside the tables of a run from Python that patched your task
+
+
+def task_json(task: Task) -> dict:
+    """``task`` as plain JSON values: its token ids, answers, metric, named positions and texts (what
+    :func:`load_task` reads back into an equal task)."""
+    return dict(name=task.name, clean=task.clean.tolist(), corrupted=task.corrupted.tolist(),
+                correct=task.correct.tolist(), wrong=task.wrong.tolist(), metric=task.metric,
+                positions={k: v.tolist() for k, v in task.positions.items() if k != "end"},
+                prompts=list(task.prompts), corrupted_prompts=list(task.corrupted_prompts),
+                description=task.description, d_vocab=task.d_vocab)
+
+
+def save_task(task: Task, path) -> str:
+    """Write ``task`` (:func:`task_json`) to ``path``, atomically; returns the path as given."""
+    import json
+
+    from ...storage import write_text
+
+    write_text(path, json.dumps(task_json(task), indent=0) + "\n")
+    return str(path)
+
+
+def load_task(path) -> Task:
+    """The task a JSON file of :func:`save_task` holds (``tlgeo patching --tasks induction,FILE.json``); a missing
+    or unreadable file is a ``ValueError`` naming it."""
+    import json
+    from pathlib import Path
+
+    try:
+        d = json.loads(Path(path).read_text())
+        return Task(d["name"], torch.tensor(d["clean"]), torch.tensor(d["corrupted"]), torch.tensor(d["correct"]),
+                    torch.tensor(d["wrong"]), metric=d["metric"],
+                    positions={k: torch.tensor(v) for k, v in d.get("positions", {}).items()},
+                    prompts=tuple(d.get("prompts", ())), corrupted_prompts=tuple(d.get("corrupted_prompts", ())),
+                    description=d.get("description", ""), d_vocab=d.get("d_vocab"))
+    except FileNotFoundError:
+        raise ValueError(f"tasks: no task file {path}") from None
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ValueError(f"tasks: {path} does not hold a task ({type(e).__name__}: {e})") from None
