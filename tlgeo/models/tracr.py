@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..families.tracr_config import TracrConfig
 
@@ -41,9 +42,10 @@ class TracrAttention(nn.Module):
 
     accepts_pattern_fn = True
 
-    def __init__(self, config: TracrConfig):
+    def __init__(self, config: TracrConfig, layer_idx: int = 0):
         super().__init__()
         self.n_heads, self.head_dim, self.causal = config.num_attention_heads, config.head_dim, config.causal
+        self.layer_idx = layer_idx
         inner = self.n_heads * self.head_dim
         self.q_proj = nn.Linear(config.hidden_size, inner)
         self.k_proj = nn.Linear(config.hidden_size, inner)
@@ -51,15 +53,18 @@ class TracrAttention(nn.Module):
         self.o_proj = nn.Linear(inner, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                pattern_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None, **kwargs: Any):
+                pattern_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                past_key_values: Optional[DynamicCache] = None, **kwargs: Any):
         b, s, _ = hidden_states.shape
 
         def heads(x: torch.Tensor) -> torch.Tensor:
             return x.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
 
         q, k, v = heads(self.q_proj(hidden_states)), heads(self.k_proj(hidden_states)), heads(self.v_proj(hidden_states))
+        if past_key_values is not None:  # generation: the earlier positions' keys and values, then these
+            k, v = past_key_values.update(k, v, self.layer_idx)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        keep = _keep(s, self.causal, attention_mask, scores.device)
+        keep = _keep(s, k.shape[2], self.causal, attention_mask, scores.device)
         scores = scores.masked_fill(~keep, MASKED)
         pattern = torch.softmax(scores.float(), dim=-1).to(v.dtype)
         if pattern_fn is not None:
@@ -68,19 +73,20 @@ class TracrAttention(nn.Module):
         return self.o_proj(z), pattern
 
 
-def _keep(s: int, causal: bool, attention_mask: Optional[torch.Tensor], device) -> torch.Tensor:
-    """Which keys each query sees, ``[b or 1, 1, s, s]``: the causal triangle (all of them, bidirectional), less the
-    keys a 2-D padding mask (1 = keep) or a 4-D mask (bool: True = keep; additive: < -1 = masked) takes away."""
-    keep = torch.ones(s, s, dtype=torch.bool, device=device)
+def _keep(s: int, t: int, causal: bool, attention_mask: Optional[torch.Tensor], device) -> torch.Tensor:
+    """Which of ``t`` keys each of the last ``s`` queries sees, ``[b or 1, 1, s, t]``: the causal triangle (all
+    keys, bidirectional), less those a 2-D padding mask (1 = keep) or a 4-D mask (bool: True = keep; additive:
+    < -1 = masked) takes away."""
+    keep = torch.ones(s, t, dtype=torch.bool, device=device)
     if causal:
-        keep = keep.tril()
+        keep = keep.tril(diagonal=t - s)
     keep = keep[None, None]
     if attention_mask is None:
         return keep
     if attention_mask.dim() == 2:
-        return keep & attention_mask[:, None, None, -s:].bool().to(device)
+        return keep & attention_mask[:, None, None, -t:].bool().to(device)
     if attention_mask.dim() == 4:
-        m = attention_mask[..., -s:, -s:].to(device)
+        m = attention_mask[..., -s:, -t:].to(device)
         return keep & (m if m.dtype == torch.bool else m > -1.0)
     raise ValueError(f"attention_mask must be 2-D [batch, seq] or 4-D, got shape {tuple(attention_mask.shape)}")
 
@@ -100,14 +106,15 @@ class TracrMLP(nn.Module):
 class TracrLayer(nn.Module):
     """One tracr layer: ``h + attn(h)``, then ``+ mlp(.)``; ``ln1`` and ``ln2`` are identities (no norm)."""
 
-    def __init__(self, config: TracrConfig):
+    def __init__(self, config: TracrConfig, layer_idx: int = 0):
         super().__init__()
-        self.ln1, self.self_attn, self.ln2, self.mlp = nn.Identity(), TracrAttention(config), nn.Identity(), \
-            TracrMLP(config)
+        self.ln1, self.self_attn = nn.Identity(), TracrAttention(config, layer_idx)
+        self.ln2, self.mlp = nn.Identity(), TracrMLP(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                **kwargs: Any) -> torch.Tensor:
-        attn = self.self_attn(self.ln1(hidden_states), attention_mask=attention_mask)[0]
+                past_key_values: Optional[DynamicCache] = None, **kwargs: Any) -> torch.Tensor:
+        attn = self.self_attn(self.ln1(hidden_states), attention_mask=attention_mask,
+                              past_key_values=past_key_values)[0]
         hidden_states = hidden_states + attn
         return hidden_states + self.mlp(self.ln2(hidden_states))
 
@@ -134,7 +141,7 @@ class TracrModel(TracrPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_positions = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.layers = nn.ModuleList(TracrLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(TracrLayer(config, i) for i in range(config.num_hidden_layers))
         self.ln_f = nn.Identity()
         self.post_init()
 
@@ -146,18 +153,20 @@ class TracrModel(TracrPreTrainedModel):
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
-                **kwargs: Any) -> torch.Tensor:
+                past_key_values: Optional[DynamicCache] = None, **kwargs: Any) -> torch.Tensor:
+        """The final residual ``[b, s, d]``; ``past_key_values`` (a ``DynamicCache``) is extended in place."""
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        s = inputs_embeds.shape[1]
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        s = past + inputs_embeds.shape[1]
         if s > self.config.max_position_embeddings:
-            raise ValueError(f"{s} positions: this compiled program has {self.config.max_position_embeddings} "
-                             f"(BOS and max_seq_len = {self.config.max_position_embeddings - 1} tokens)")
+            raise ValueError(f"{s} positions: this model has {self.config.max_position_embeddings} "
+                             f"(a compiled program: BOS and max_seq_len = {self.config.max_position_embeddings - 1})")
         if position_ids is None:
-            position_ids = torch.arange(s, device=inputs_embeds.device)[None]
+            position_ids = torch.arange(past, s, device=inputs_embeds.device)[None]
         h = inputs_embeds + self.embed_positions(position_ids)
         for layer in self.layers:
-            h = layer(h, attention_mask=attention_mask)
+            h = layer(h, attention_mask=attention_mask, past_key_values=past_key_values)
         return self.ln_f(h)
 
 
@@ -184,14 +193,17 @@ class TracrForCausalLM(TracrPreTrainedModel):
 
     def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
-                labels: Optional[torch.Tensor] = None, **kwargs: Any) -> CausalLMOutput:
+                labels: Optional[torch.Tensor] = None, past_key_values: Optional[DynamicCache] = None,
+                use_cache: Optional[bool] = None, **kwargs: Any) -> CausalLMOutputWithPast:
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
         h = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       inputs_embeds=inputs_embeds)
+                       inputs_embeds=inputs_embeds, past_key_values=past_key_values)
         logits = self.lm_head(h)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
 
 
 def _adapter_class():
