@@ -20,7 +20,6 @@ FAMILY = Family(
         "compression": Support("no", "the compression diagnosis reads Llama-style decoder layers (model.layers, "
                                      "self_attn, mlp with gate/up/down projections); tracr's MLP is fc_in/fc_out and "
                                      "its weights are compiled, not trained"),
-        "train": Support("no", "tracr models are compiled from RASP programs, not pretrained"),
     },
     workarounds="tlgeo.models.tracr",
     differs="no norm (identity ln1/ln2/ln_f), learned absolute positions, ReLU MLPs; the compiled zoo programs "
