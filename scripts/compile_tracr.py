@@ -94,11 +94,15 @@ def _edges(comps: list) -> list:
     return edges
 
 
-def _hf_weights(params: dict, cfg, n_out: int, out_idx: list[int]) -> dict[str, np.ndarray]:
-    """tracr's Haiku parameters under the Hugging Face names of ``tlgeo.models.tracr`` (Linear: [out, in])."""
+def _hf_weights(params: dict, cfg, n_out: int, out_idx: list[int], vocab_size: int) -> dict[str, np.ndarray]:
+    """tracr's Haiku parameters under the Hugging Face names of ``tlgeo.models.tracr`` (Linear: [out, in]); the
+    token embedding padded with zero rows to ``vocab_size``."""
     f = lambda a: np.ascontiguousarray(np.asarray(a, dtype=np.float32))  # noqa: E731
-    d = params["token_embed"]["embeddings"].shape[1]
-    w = {"model.embed_tokens.weight": f(params["token_embed"]["embeddings"]),
+    tokens = params["token_embed"]["embeddings"]
+    d = tokens.shape[1]
+    padded = np.zeros((vocab_size, d), dtype=np.float32)
+    padded[: len(tokens)] = tokens
+    w = {"model.embed_tokens.weight": padded,
          "model.embed_positions.weight": f(params["pos_embed"]["embeddings"])}
     for layer in range(cfg.num_layers):
         pre, attn, mlp = f"model.layers.{layer}.", f"transformer/layer_{layer}/attn/", f"transformer/layer_{layer}/mlp/"
@@ -167,8 +171,11 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
     tok_vocab = {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()}
     folder = out / f"tracr-{name.replace('_', '-')}"
     folder.mkdir(parents=True, exist_ok=True)
+    # ids past the tokenizer's are unused zero rows: the answers (output-space indices) stay below d_vocab, as every
+    # tlgeo task checks
+    vocab_size = max(len(tok_vocab), len(out_labels))
     config = {
-        "architectures": ["TracrForCausalLM"], "model_type": "tracr", "vocab_size": len(tok_vocab),
+        "architectures": ["TracrForCausalLM"], "model_type": "tracr", "vocab_size": vocab_size,
         "hidden_size": len(residual), "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
         "head_dim": cfg.key_size, "intermediate_size": cfg.mlp_hidden_size, "output_size": len(out_labels),
         "max_position_embeddings": MAX_SEQ_LEN + 1, "causal": bool(causal), "bos_token_id": tok_vocab["BOS"],
@@ -176,7 +183,7 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
         "output_kind": "categorical" if categorical else "numerical", "dtype": "float32",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_file(_hf_weights(model.params, cfg, len(out_labels), out_idx), str(folder / "model.safetensors"))
+    save_file(_hf_weights(model.params, cfg, len(out_labels), out_idx, vocab_size), str(folder / "model.safetensors"))
     (folder / "tokenizer.json").write_text(json.dumps(_tokenizer_json(tok_vocab, "BOS", "PAD"), indent=1) + "\n")
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "BOS", "pad_token": "PAD", "unk_token": "PAD",
