@@ -1,0 +1,106 @@
+"""The tracr family on the zoo's compiled programs: ``load_model`` boots each one and the torch model reproduces
+tracr's own outputs (the final residual stream and the decoded answers that ``scripts/compile_tracr.py`` exported
+from tracr's Haiku model, not from this code), bidirectional programs attend both ways, and the ground-truth
+graph names exactly the components whose weights are not zero."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tlgeo.families import family_of
+from tlgeo.models import load_model
+
+ZOO = Path(__file__).resolve().parents[2] / "zoo"
+PROGRAMS = ["frac-prevs", "reverse", "hist", "sort"]
+
+
+@pytest.fixture(scope="module", params=PROGRAMS)
+def program(request):
+    folder = ZOO / f"tracr-{request.param}"
+    truth = json.loads((folder / "tracr.json").read_text())
+    return load_model(str(folder)), truth, np.load(folder / "reference.npz")
+
+
+def test_a_compiled_program_is_the_tracr_family_and_keeps_its_mask(program):
+    model, truth, _ = program
+    assert family_of(model).name == "tracr"
+    assert model.cfg.causal == truth["causal"] and model.cfg.d_vocab_out == len(truth["output_labels"])
+    assert model.tokenizer.convert_ids_to_tokens(model.to_tokens(" ".join(truth["vocab"]))[0].tolist()) == \
+        [truth["bos"], *truth["vocab"]]  # BOS first, one token per value
+
+
+def test_the_torch_model_reproduces_tracrs_outputs(program):
+    model, truth, ref = program
+    n_layers, decoded = model.cfg.n_layers, truth["reference"]["decoded"]
+    lengths = (ref["tokens"] >= 0).sum(1)
+    checked = 0
+    for length in np.unique(lengths):
+        rows = np.flatnonzero(lengths == length)
+        toks = torch.tensor(ref["tokens"][rows, :length])
+        with torch.no_grad():
+            logits, cache = model.run_with_cache(toks)
+        final = cache[f"blocks.{n_layers - 1}.hook_resid_post"]
+        want = torch.tensor(ref["residual"][rows, :length])
+        torch.testing.assert_close(final, want, rtol=1e-4, atol=1e-3)  # tracr's own residual stream, float32
+        for i, row in enumerate(rows):
+            out = logits[i, 1:]  # position 0 is BOS: tracr decodes it as BOS
+            if truth["output_kind"] == "numerical":
+                np.testing.assert_allclose(out[:, 0].numpy(), decoded[row][1:], atol=1e-4)
+            else:
+                assert [truth["output_values"][j] for j in out.argmax(-1).tolist()] == decoded[row][1:]
+            checked += 1
+    assert checked == len(decoded) == 64
+
+
+def test_bidirectional_programs_read_later_tokens_and_causal_ones_do_not(program):
+    """Changing the last token moves the first position's output exactly when the program is bidirectional
+    (reverse: position 1 answers the last token)."""
+    model, truth, ref = program
+    toks = torch.tensor(ref["tokens"][:1])  # a full-length input
+    other = toks.clone()
+    other[0, -1] = [i for v, i in truth["input_encoding"].items() if v in truth["vocab"] and i != toks[0, -1]][0]
+    with torch.no_grad():
+        moved = (model(toks)[0, 1] - model(other)[0, 1]).abs().max().item()
+    if truth["program"] == "reverse":
+        assert moved > 0.5
+    if truth["causal"]:
+        assert moved == 0.0
+
+
+def test_the_ground_truth_names_the_components_with_weights(program):
+    """tracr.json's heads and MLPs are exactly those whose output weights are not zero, and every edge's
+    receiver reads, through the weights, the directions its sender writes."""
+    model, truth, _ = program
+    labels = truth["residual_labels"]
+    used = {n["node"] for n in truth["nodes"] if n["kind"] in ("head", "mlp")}
+    live = set()
+    for layer in range(model.cfg.n_layers):
+        w_o = model.blocks[layer].attn.o.original_component.weight.detach()  # [d_model, n_heads * d_head]
+        for h in range(model.cfg.n_heads):
+            if w_o[:, h * model.cfg.d_head:(h + 1) * model.cfg.d_head].abs().max() > 0:
+                live.add(f"L{layer}H{h}")
+        if model.blocks[layer].mlp.out.original_component.weight.detach().abs().max() > 0:
+            live.add(f"MLP{layer}")
+    assert used == live
+    reads = {"q": "q", "k": "k", "v": "v"}
+    for e in truth["edges"]:
+        dims = [labels.index(d) for d in e["directions"]]
+        r = e["receiver"]
+        if r == "output":
+            w = model.unembed.original_component.weight.detach()[:, dims]
+        elif r.startswith("MLP"):
+            w = model.blocks[int(r[3:])].mlp.__getattr__("in").original_component.weight.detach()[:, dims]
+        else:
+            layer, h = (int(x) for x in r[1:].split("H"))
+            lin = getattr(model.blocks[layer].attn, reads[e["port"]]).original_component.weight.detach()
+            w = lin[h * model.cfg.d_head:(h + 1) * model.cfg.d_head, dims]
+        assert w.abs().max() > 0, e
+
+
+def test_more_positions_than_compiled_fail_in_one_line():
+    model = load_model(str(ZOO / "tracr-frac-prevs"))
+    with pytest.raises(ValueError, match=r"7 positions: this model has 6 \(a compiled program: BOS and max_seq_len"):
+        model(torch.zeros(1, 7, dtype=torch.long))
