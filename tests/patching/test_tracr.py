@@ -1,0 +1,81 @@
+"""Patching on compiled tracr programs, whose every head and edge is known (``zoo/tracr-*/tracr.json``): the tasks'
+answers are the programs' (checked against tracr's own decoded outputs), the compiled models do them, and exact head
+patching through the patching analysis ranks the program's heads first."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tlgeo.models import load_model
+from tlgeo.patching.analysis import run
+from tlgeo.patching.config import PatchingConfig
+from tlgeo.patching.tasks import METRICS, TaskError, clean_accuracy
+from tlgeo.patching.tasks.tracr import PROGRAMS, program_truth, tracr_task
+
+ZOO = Path(__file__).resolve().parents[2] / "zoo"
+NAMES = ["frac-prevs", "reverse", "hist", "sort"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_programs_answers_are_tracrs(name):
+    """The tasks' answers (PROGRAMS, Python) equal what tracr's compiled model decoded at export, on every input."""
+    truth = program_truth(ZOO / f"tracr-{name}")
+    ref = np.load(ZOO / f"tracr-{name}" / "reference.npz")
+    token = {i: v for v, i in truth["input_encoding"].items()}
+    for row, decoded in zip(ref["tokens"], truth["reference"]["decoded"], strict=True):
+        want = PROGRAMS[truth["program"]]([token[int(i)] for i in row if i >= 0][1:])
+        if truth["output_kind"] == "numerical":
+            np.testing.assert_allclose(want, decoded[1:], atol=1e-6)
+        else:
+            assert [str(w) for w in want] == decoded[1:]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def compiled(request):
+    folder = ZOO / f"tracr-{request.param}"
+    model = load_model(str(folder))
+    return model, tracr_task(model.tokenizer, n=16, seed=0), json.loads((folder / "tracr.json").read_text())
+
+
+def test_the_compiled_programs_do_their_tasks(compiled):
+    model, task, truth = compiled
+    assert task.n == 16 and task.clean.shape == (16, truth["max_seq_len"] + 1)
+    assert (task.clean[:, 0] == truth["input_encoding"]["BOS"]).all() and not torch.equal(task.clean, task.corrupted)
+    r = clean_accuracy(model, task)
+    assert r["accuracy"] == 1.0 and r["corrupted_accuracy"] == 0.0 and r["clean_metric"] > r["corrupted_metric"]
+
+
+def test_exact_head_patching_ranks_the_programs_heads_first(compiled):
+    """Noising each head (the corrupted run's output patched into the clean run): only the program's heads move the
+    answer, the one nearest the output by all of it. sort: both heads (the count of smaller keys, L1H0, and the
+    aggregate by target position, L2H0); reverse: the aggregate L3H0 only, as its length head L0H0 counts the same
+    length in both runs."""
+    model, task, truth = compiled
+    cfg = PatchingConfig(tasks=(task,), prompts=task.n, components=("head",), methods=("exact",),
+                         directions=("noise",), n_boot=200)
+    res = run(model, cfg)
+    assert bool(res.tasks["patched"].iloc[0])
+    effect = {(int(r.layer), int(r.head)): float(r.effect) for r in res.effects.itertuples()}
+    assert len(effect) == model.cfg.n_layers * model.cfg.n_heads
+    program = {(n["layer"], n["head"]) for n in truth["nodes"] if n["kind"] == "head"}
+    moved = {h for h, e in effect.items() if abs(e) > 1e-6}
+    ranked = sorted(effect, key=lambda h: -abs(effect[h]))
+    assert moved <= program and ranked[0] == max(program)  # the last head of the program: all of the answer
+    assert effect[ranked[0]] == pytest.approx(1.0, abs=1e-4)
+    expected = {"frac_prevs": {(1, 0)}, "reverse": {(3, 0)}, "hist": {(0, 0)}, "sort": {(1, 0), (2, 0)}}
+    assert moved == expected[truth["program"]] and set(ranked[:len(moved)]) == moved
+
+
+def test_the_value_metric_reads_a_numerical_output():
+    out = torch.tensor([[0.25], [0.5]])
+    got = METRICS["value"](out, torch.tensor([[0], [0]]), torch.tensor([[-1], [-1]]))
+    assert got.tolist() == [0.25, 0.5]
+    assert METRICS["value"](torch.tensor([[1.0, 3.0]]), torch.tensor([[1]]), torch.tensor([[0]])).tolist() == [2.0]
+
+
+def test_a_folder_without_a_program_is_refused(tmp_path):
+    with pytest.raises(TaskError, match="no tracr.json; not a compiled tracr program"):
+        tracr_task(None, n=4, folder=tmp_path)
