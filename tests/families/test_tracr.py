@@ -104,3 +104,27 @@ def test_more_positions_than_compiled_fail_in_one_line():
     model = load_model(str(ZOO / "tracr-frac-prevs"))
     with pytest.raises(ValueError, match=r"7 positions: this model has 6 \(a compiled program: BOS and max_seq_len"):
         model(torch.zeros(1, 7, dtype=torch.long))
+
+
+def test_the_ground_truth_edges_are_the_programs():
+    """frac_prevs: an MLP computes tokens == x, one head averages it over positions <= its own (queries and keys
+    from the positions); hist: RASP's selector width, a head attending to BOS and the same tokens, its output turned
+    into a count by an MLP. Written from the programs, not read from the export."""
+    from tlgeo.models.tracr_truth import program_heads, program_mlps, program_truth, truth_edges
+
+    frac = program_truth(load_model(str(ZOO / "tracr-frac-prevs")))
+    assert truth_edges(frac) == {("input", "MLP0", "in"), ("input", "L1H0", "q"), ("input", "L1H0", "k"),
+                                 ("MLP0", "L1H0", "v"), ("L1H0", "output", "out")}
+    assert program_heads(frac) == [(1, 0)] and program_mlps(frac) == [0]
+    hist = program_truth(ZOO / "tracr-hist")
+    assert truth_edges(hist, ports=False) == {("input", "L0H0"), ("input", "MLP0"), ("L0H0", "MLP0"),
+                                              ("MLP0", "output")}
+    assert {e["port"] for e in hist["edges"] if e["receiver"] == "L0H0"} == {"q", "k", "v"}
+
+
+def test_a_folder_without_a_program_is_named(tmp_path):
+    from tlgeo.models import UnknownModelError
+    from tlgeo.models.tracr_truth import program_truth
+
+    with pytest.raises(UnknownModelError, match=f"{tmp_path}: no tracr.json, so no compiled tracr program"):
+        program_truth(tmp_path)

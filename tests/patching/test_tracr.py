@@ -77,5 +77,5 @@ def test_the_value_metric_reads_a_numerical_output():
 
 
 def test_a_folder_without_a_program_is_refused(tmp_path):
-    with pytest.raises(TaskError, match="no tracr.json; not a compiled tracr program"):
+    with pytest.raises(TaskError, match="no tracr.json, so no compiled tracr program"):
         tracr_task(None, n=4, folder=tmp_path)

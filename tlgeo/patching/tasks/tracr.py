@@ -8,13 +8,14 @@ one's; ``frac_prevs``, numerical, by ``value``, its one output (the fraction of 
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
+from ...models.errors import UnknownModelError
+from ...models.tracr_truth import program_truth as _truth
 from .base import Task, TaskError, _check_n
 
 __all__ = ["PROGRAMS", "tracr_task", "program_truth"]
@@ -43,11 +44,11 @@ PROGRAMS: dict[str, Callable[[Sequence[str]], list]] = {
 
 
 def program_truth(folder: str | Path) -> dict:
-    """A compiled program's ``tracr.json`` (vocab, encodings, the heads and MLPs it uses, its edges)."""
-    path = Path(folder) / "tracr.json"
-    if not path.is_file():
-        raise TaskError(f"{folder}: no tracr.json; not a compiled tracr program (scripts/compile_tracr.py writes one)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A compiled program's ``tracr.json`` (:mod:`tlgeo.models.tracr_truth`); a :class:`TaskError` without one."""
+    try:
+        return _truth(folder)
+    except UnknownModelError as e:
+        raise TaskError(str(e)) from None
 
 
 def _corrupt(program: str, clean: list[str], vocab: list[str], rng: random.Random) -> list[str] | None:
