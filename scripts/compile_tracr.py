@@ -6,7 +6,7 @@ program uses, the edges between them) and tracr's own outputs on seeded inputs (
 tracr needs JAX and Haiku, which tlgeo never imports: run this in a separate environment::
 
     python3 -m venv /work/venv-tracr && /work/venv-tracr/bin/pip install tracr-pypi safetensors
-    /work/venv-tracr/bin/python scripts/compile_tracr.py [--out zoo] [--programs frac_prevs reverse hist sort]
+    /work/venv-tracr/bin/python scripts/compile_tracr.py [--out zoo] [--programs frac_prevs reverse hist sort detect_pattern]
 
 The project reads the exported files only (``tlgeo.models.tracr``, ``tlgeo.patching.tasks.tracr``).
 """
@@ -37,6 +37,8 @@ def _programs():
         "hist": (lib.make_hist, ["a", "b", "c"], False, "how often each position's token occurs in the input"),
         "sort": (lambda: lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=MAX_SEQ_LEN, min_key=1),
                  [1, 2, 3, 4], False, "the input sorted ascending"),
+        "detect_pattern": (lambda: lib.detect_pattern(rasp.tokens, "abc"), ["a", "b", "c"], True,
+                           "whether the tokens ending here are a b c"),
     }
 
 

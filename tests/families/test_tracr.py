@@ -14,7 +14,7 @@ from tlgeo.families import family_of
 from tlgeo.models import load_model
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
-PROGRAMS = ["frac-prevs", "reverse", "hist", "sort"]
+PROGRAMS = ["frac-prevs", "reverse", "hist", "sort", "detect-pattern"]
 
 
 @pytest.fixture(scope="module", params=PROGRAMS)

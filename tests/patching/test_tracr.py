@@ -16,7 +16,7 @@ from tlgeo.patching.tasks import METRICS, TaskError, clean_accuracy
 from tlgeo.patching.tasks.tracr import PROGRAMS, program_truth, tracr_task
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
-NAMES = ["frac-prevs", "reverse", "hist", "sort"]
+NAMES = ["frac-prevs", "reverse", "hist", "sort", "detect-pattern"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,10 +63,13 @@ def test_exact_head_patching_ranks_the_programs_heads_first(compiled):
     program = {(n["layer"], n["head"]) for n in truth["nodes"] if n["kind"] == "head"}
     moved = {h for h, e in effect.items() if abs(e) > 1e-6}
     ranked = sorted(effect, key=lambda h: -abs(effect[h]))
-    assert moved <= program and ranked[0] == max(program)  # the last head of the program: all of the answer
-    assert effect[ranked[0]] == pytest.approx(1.0, abs=1e-4)
-    expected = {"frac_prevs": {(1, 0)}, "reverse": {(3, 0)}, "hist": {(0, 0)}, "sort": {(1, 0), (2, 0)}}
-    assert moved == expected[truth["program"]] and set(ranked[:len(moved)]) == moved
+    expected = {"frac_prevs": {(1, 0)}, "reverse": {(3, 0)}, "hist": {(0, 0)}, "sort": {(1, 0), (2, 0)},
+                "detect_pattern": {(1, 0), (1, 1)}}
+    assert moved <= program and moved == expected[truth["program"]] and set(ranked[:len(moved)]) == moved
+    if truth["program"] == "detect_pattern":  # each prompt changes the token one of the two shift heads reads
+        assert all(effect[h] > 0.2 for h in moved) and sum(effect[h] for h in moved) == pytest.approx(1.0, abs=1e-4)
+    else:  # the last head of the program carries all of the answer
+        assert ranked[0] == max(program) and effect[ranked[0]] == pytest.approx(1.0, abs=1e-4)
 
 
 def test_the_value_metric_reads_a_numerical_output():

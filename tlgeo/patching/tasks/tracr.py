@@ -3,7 +3,7 @@ clean against a corruption that changes it, scored on the compiled output itself
 
 The answers come from :data:`PROGRAMS`, each program's meaning written out in Python (what the RASP program computes),
 not from the model: a compiled model that does the task gets every clean prompt right. A categorical program
-(``reverse``, ``hist``, ``sort``) is scored by ``logit_diff`` between the clean answer's output and the corrupted
+(``reverse``, ``hist``, ``sort``, ``detect_pattern``) is scored by ``logit_diff`` between the clean answer's output and the corrupted
 one's; ``frac_prevs``, numerical, by ``value``, its one output (the fraction of x's so far)."""
 
 from __future__ import annotations
@@ -37,9 +37,13 @@ def _sort(tokens: Sequence[str]) -> list[str]:
     return sorted(tokens, key=float)
 
 
+def _detect_pattern(tokens: Sequence[str]) -> list[bool]:
+    return [i >= 2 and list(tokens[i - 2: i + 1]) == ["a", "b", "c"] for i in range(len(tokens))]
+
+
 # program -> its output for the tokens after BOS (one value per position)
 PROGRAMS: dict[str, Callable[[Sequence[str]], list]] = {
-    "frac_prevs": _frac_prevs, "reverse": _reverse, "hist": _hist, "sort": _sort,
+    "frac_prevs": _frac_prevs, "reverse": _reverse, "hist": _hist, "sort": _sort, "detect_pattern": _detect_pattern,
 }
 
 
@@ -61,6 +65,9 @@ def _corrupt(program: str, clean: list[str], vocab: list[str], rng: random.Rando
         return [rng.choice([v for v in vocab if v != clean[0]])] + clean[1:]
     if program == "hist":  # the last token's count changes when one of its other occurrences changes, or it does
         return clean[:-1] + [rng.choice([v for v in vocab if v != clean[-1]])]
+    if program == "detect_pattern":  # the clean input ends in a b c: one of a, b changed (what each head moves)
+        i = rng.choice([-3, -2])
+        return clean[:i] + [rng.choice([v for v in vocab if v != clean[i]])] + clean[i + 1:]
     if program == "sort":  # the last output is the largest token: lower every occurrence of it
         top = max(clean, key=float)
         lower = [v for v in vocab if float(v) < float(top)]
@@ -90,6 +97,8 @@ def tracr_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, fold
         if len(clean) == n:
             break
         c = [rng.choice(vocab) for _ in range(length)]
+        if program == "detect_pattern":  # the pattern at the end: the clean answer is True
+            c[-3:] = ["a", "b", "c"]
         k = _corrupt(program, c, vocab, rng)
         if k is None:
             continue
