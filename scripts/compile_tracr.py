@@ -6,7 +6,7 @@ program uses, the edges between them) and tracr's own outputs on seeded inputs (
 tracr needs JAX and Haiku, which tlgeo never imports: run this in a separate environment::
 
     python3 -m venv /work/venv-tracr && /work/venv-tracr/bin/pip install tracr-pypi safetensors
-    /work/venv-tracr/bin/python scripts/compile_tracr.py [--out zoo] [--programs frac_prevs reverse hist sort detect_pattern]
+    /work/venv-tracr/bin/python scripts/compile_tracr.py [--out zoo] [--programs frac_prevs ... detect_pattern]
 
 The project reads the exported files only (``tlgeo.models.tracr``, ``tlgeo.patching.tasks.tracr``).
 """

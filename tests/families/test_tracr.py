@@ -142,3 +142,15 @@ def test_a_folder_without_a_program_is_named(tmp_path):
 
     with pytest.raises(UnknownModelError, match=f"{tmp_path}: no tracr.json, so no compiled tracr program"):
         program_truth(tmp_path)
+
+
+def test_edge_scores_count_the_programs_edges():
+    from tlgeo.models.tracr_truth import edge_scores, program_truth
+
+    truth = program_truth(ZOO / "tracr-frac-prevs")  # 5 edges
+    got = edge_scores([("MLP0", "L1H0", "v"), ("L1H0", "output", "out"), ("L0H0", "L1H0", "v")], truth)
+    assert got["precision"] == 2 / 3 and got["recall"] == 2 / 5 and got["extra"] == [("L0H0", "L1H0", "v")]
+    assert got["missed"] == [("input", "L1H0", "k"), ("input", "L1H0", "q"), ("input", "MLP0", "in")]
+    assert edge_scores([("MLP0", "L1H0")], truth, ports=False)["precision"] == 1.0
+    with pytest.raises(ValueError, match=r"edges are \(sender, receiver, port\) tuples; got some of \[2\]"):
+        edge_scores([("MLP0", "L1H0")], truth)

@@ -60,7 +60,8 @@ class TracrAttention(nn.Module):
         def heads(x: torch.Tensor) -> torch.Tensor:
             return x.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
 
-        q, k, v = heads(self.q_proj(hidden_states)), heads(self.k_proj(hidden_states)), heads(self.v_proj(hidden_states))
+        x = hidden_states
+        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
         if past_key_values is not None:  # generation: the earlier positions' keys and values, then these
             k, v = past_key_values.update(k, v, self.layer_idx)
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)

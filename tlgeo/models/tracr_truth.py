@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import UnknownModelError
 
-__all__ = ["program_truth", "truth_edges", "program_heads", "program_mlps"]
+__all__ = ["program_truth", "truth_edges", "program_heads", "program_mlps", "edge_scores"]
 
 
 def program_truth(model_or_folder: Any) -> dict:
@@ -56,3 +56,18 @@ def program_heads(truth: dict) -> list[tuple[int, int]]:
 def program_mlps(truth: dict) -> list[int]:
     """The layers whose MLP the program uses."""
     return sorted(n["layer"] for n in truth["nodes"] if n["kind"] == "mlp")
+
+
+def edge_scores(found, truth: dict, *, ports: bool = True) -> dict:
+    """Precision and recall of the edges ``found`` (``(sender, receiver, port)``, or pairs with ``ports=False``)
+    against the program's: ``precision``, ``recall`` (``nan`` for nothing found), and the ``missed`` and ``extra``
+    edges, sorted."""
+    found = {tuple(e) for e in found}
+    width = {len(e) for e in found}
+    if width - {3 if ports else 2}:
+        raise ValueError(f"edges are {'(sender, receiver, port)' if ports else '(sender, receiver)'} tuples; got "
+                         f"some of {sorted(width)} items (ports={ports})")
+    true = truth_edges(truth, ports=ports)
+    hit = found & true
+    return {"precision": len(hit) / len(found) if found else float("nan"), "recall": len(hit) / len(true),
+            "missed": sorted(true - found), "extra": sorted(found - true)}

@@ -3,8 +3,8 @@ clean against a corruption that changes it, scored on the compiled output itself
 
 The answers come from :data:`PROGRAMS`, each program's meaning written out in Python (what the RASP program computes),
 not from the model: a compiled model that does the task gets every clean prompt right. A categorical program
-(``reverse``, ``hist``, ``sort``, ``detect_pattern``) is scored by ``logit_diff`` between the clean answer's output and the corrupted
-one's; ``frac_prevs``, numerical, by ``value``, its one output (the fraction of x's so far)."""
+(``reverse``, ``hist``, ``sort``, ``detect_pattern``) is scored by ``logit_diff`` between the clean answer's output
+and the corrupted one's; ``frac_prevs``, numerical, by ``value``, its one output (the fraction of x's so far)."""
 
 from __future__ import annotations
 
