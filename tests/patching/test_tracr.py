@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -82,3 +83,29 @@ def test_the_value_metric_reads_a_numerical_output():
 def test_a_folder_without_a_program_is_refused(tmp_path):
     with pytest.raises(TaskError, match="no tracr.json, so no compiled tracr program"):
         tracr_task(None, n=4, folder=tmp_path)
+
+
+def test_tlgeo_patching_runs_on_a_compiled_program(tmp_path, capsys):
+    """The command line: ``--tasks tracr`` builds the program's task from the model's folder, and the exact sweep
+    ranks the pattern detector's two shift heads first (``detect_pattern``: L1H0 reads two tokens back, L1H1 one)."""
+    from tlgeo.cli import main
+
+    out = tmp_path / "tracr"
+    argv = ["patching", "--model", str(ZOO / "tracr-detect-pattern"), "--tasks", "tracr", "--prompts", "16",
+            "--components", "head", "--methods", "exact", "--directions", "noise", "--n-boot", "200",
+            "--out", str(out), "--threads", "1"]
+    assert main(argv) == 0
+    tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
+    assert tasks.loc["tracr", "patched"] and tasks.loc["tracr", "accuracy"] == 1.0
+    effects = pd.read_csv(out / "patching_effects.csv").sort_values("effect", ascending=False)
+    assert [(r.layer, r.head) for r in effects.head(2).itertuples()] == [(1, 0), (1, 1)]
+    assert (effects.iloc[2:]["effect"].abs() < 1e-6).all()
+
+
+def test_build_task_reads_the_program_from_the_models_folder(compiled):
+    from tlgeo.patching.tasks import build_task
+
+    model, task, truth = compiled
+    built = build_task("tracr", model, n=16, seed=0)
+    assert built.d_vocab == model.cfg.d_vocab and torch.equal(built.clean, task.clean)
+    assert torch.equal(built.correct, task.correct) and built.metric == task.metric
