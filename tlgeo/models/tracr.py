@@ -28,8 +28,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..families.tracr_config import TracrConfig
 
-__all__ = ["TracrConfig", "TracrForCausalLM", "TracrModel", "TracrArchitectureAdapter", "register",
-           "during_boot", "after_boot", "MASKED"]
+__all__ = ["TracrConfig", "TracrForCausalLM", "TracrModel", "adapter_class", "register", "during_boot", "after_boot",
+           "MASKED"]
 
 MASKED = -1e30  # tracr's score for a masked key (jnp.where(mask, logits, -1e30))
 
@@ -267,11 +267,11 @@ def register() -> None:
     _REGISTERED["adapter"] = adapter
 
 
-def __getattr__(name: str):
-    if name == "TracrArchitectureAdapter":
-        register()
-        return _REGISTERED["adapter"]
-    raise AttributeError(name)
+def adapter_class() -> type:
+    """``TracrArchitectureAdapter``, the TransformerLens adapter of :class:`TracrForCausalLM` (built on first use:
+    TransformerLens is imported only when a model boots)."""
+    register()
+    return _REGISTERED["adapter"]
 
 
 @contextlib.contextmanager
