@@ -9,9 +9,9 @@ command. Run nothing else meanwhile.
 
 Writes ``kills.csv`` (one row per series: the analysis, the seed, kills that struck a running process, runs,
 whether the tables were identical, rows lost, rows extra), ``cuts.csv`` (one row per table cut: where, the rerun's
-exit code, whether it rebuilt the uninterrupted run's tables or refused in one line), ``inputs.csv`` (per command: values tried, one-line
-errors, valid configs, anything else) and ``provenance.jsonl`` into ``--out``, and prints the totals the
-reliability page quotes.
+exit code, whether it rebuilt the uninterrupted run's tables or refused in one line), ``inputs.csv`` (per command:
+values tried, one-line errors, valid configs, anything else) and ``provenance.jsonl`` into ``--out``, and prints the
+totals the reliability page quotes.
 """
 
 from __future__ import annotations

@@ -59,6 +59,18 @@ def with_out(argv: list[str], out: Path) -> list[str]:
     return [*argv, "--out", str(out)]
 
 
+def with_files_of(argv: list[str], folder: Path) -> list[str]:
+    """``argv`` with each file it names beside the tables of the run (a task of your own, ``--tasks
+    ioi,OUT/patching_task_x.json``) found in ``folder`` where the path recorded no longer leads to it (the folder
+    moved, or was cloned elsewhere)."""
+    def fix(item: str) -> str:
+        if item.endswith(".json") and not Path(item).exists() and (Path(folder) / Path(item).name).exists():
+            return str(Path(folder) / Path(item).name)
+        return item
+
+    return [",".join(fix(x) for x in a.split(",")) if ".json" in a else a for a in argv]
+
+
 def compare_tables(old: pd.DataFrame, new: pd.DataFrame, *, rtol: float, atol: float) -> str | None:
     """``None`` when every row of ``new`` is in ``old`` with the same numbers; else what differs.
 
@@ -208,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         if p.get("argv") is None:  # a run from Python that no command line can say
             print(f"reproduce: cannot rerun {p['command']}: rerun it from Python", file=sys.stderr)
             return 2
-        cmd = with_out(p["argv"], out)
+        cmd = with_files_of(with_out(p["argv"], out), args.folder)
         made = (p.get("git") or {}).get("commit")
         note = "" if made == here else f" (made at commit {str(made)[:12]}, rerun at {str(here)[:12]})"
         print("$ tlgeo " + " ".join(cmd) + note, flush=True)

@@ -320,6 +320,10 @@ def test_a_python_run_of_your_own_task_records_a_command_that_reruns_it(llama, t
         a, b = pd.read_csv(made / name), pd.read_csv(tmp_path / "again" / name)
         assert set(b["task"]) == {"induction", "my rep"}
         pd.testing.assert_frame_equal(a, b)
+    moved = made.rename(tmp_path / "moved")  # the folder moved: its task file is found in it
+    capsys.readouterr()
+    assert reproduce.main([str(moved), "--out", str(tmp_path / "third")]) == 0
+    assert "0 differ" in capsys.readouterr().out
 
 
 def test_a_task_file_is_checked_when_the_config_is_made(tmp_path):

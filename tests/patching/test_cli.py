@@ -137,3 +137,19 @@ def test_layers_out_of_range_fail_before_the_weights_load_and_leave_no_folder(tm
                  "--path-receivers", "logits", "--out", str(out)])
     assert code == 2 and "path_senders: block 9 out of range" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_damaged_table_is_refused_in_one_line_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """Issue 67: a table in --out that does not read as tlgeo wrote it (here a row with a field too few, not at its
+    end: no cut) is never merged: one line names it, before the model loads, and the file is left as it was."""
+    import tlgeo.models as models
+
+    out = tmp_path / "pt"
+    out.mkdir()
+    (out / "patching_tasks.csv").write_text("model,task,prompts\ntiny:llama,induction\ntiny:llama,ioi,4\n")
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    code = main(["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{out / 'patching_tasks.csv'} does not read as the table tlgeo wrote" in err
+    assert (out / "patching_tasks.csv").read_text() == "model,task,prompts\ntiny:llama,induction\ntiny:llama,ioi,4\n"

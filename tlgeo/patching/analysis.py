@@ -122,7 +122,8 @@ def _drop_stale(out: Path, result: PatchingResult) -> None:
     if tasks is None or tasks.empty or any(k not in tasks.columns for k in TASK_KEY):
         return
     new_ids = row_ids(tasks, TASK_KEY)
-    stale = set(new_ids[~tasks["patched"].astype(bool)])
+    unpatched = set(new_ids[~tasks["patched"].astype(bool)])
+    stale = set(unpatched)
     saved = out / result.table("tasks").filename
     if saved.exists() and "inputs" in tasks.columns:
         old = read_table(saved, as_text=True)
@@ -140,9 +141,11 @@ def _drop_stale(out: Path, result: PatchingResult) -> None:
         if df is not None and not gone.empty and all(k in df.columns for k in t.row_key):
             gone = gone[~row_ids(gone, t.row_key).isin(set(row_ids(df, t.row_key)))]  # written again below
         if len(gone):
-            names = ", ".join(sorted(set(gone["task"])))
-            note(f"removed {len(gone)} row{'s' if len(gone) != 1 else ''} of {out / t.filename}: task(s) {names} "
-                 "now not patched or patched on other inputs, and these rows measured the earlier ones")
+            ids = set(row_ids(gone, TASK_KEY))
+            why = " / ".join(w for w, some in (("not patched by this run", ids & unpatched),
+                                               ("patched on other inputs now", ids - unpatched)) if some)
+            note(f"removed {len(gone)} row{'s' if len(gone) != 1 else ''} of {out / t.filename}, left by an earlier "
+                 f"run of task(s) {', '.join(sorted(set(gone['task'])))}: {why}")
 
 
 def _summary(fn, effects: pd.DataFrame | None) -> pd.DataFrame | None:

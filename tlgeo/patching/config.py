@@ -60,8 +60,9 @@ class PatchingConfig(Config):
     per component and block, all heads at once) and by attribution (one forward and backward)."""
 
     tasks: tuple[str | Task, ...] = param(("ioi",), "tasks (in Python also your own Task objects, e.g. from "
-                                                    "task_from_texts)", choices=tuple(TASKS), accepts=Task,
-                                         item=str)
+                                                    "task_from_texts; a task file patching_task_NAME.json, which a "
+                                                    "Python run writes beside its tables)", choices=tuple(TASKS),
+                                         accepts=Task, item=str)
     prompts: int = param(32, "prompts per task", atlas=8, cost="linear; exact: per component and block a forward "
                                                                 "from that block on (x n_heads for a head component); "
                                                                 "attribution: a forward and backward")

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .analysis import Analysis, Result
+from .results import read_table
 from ..models import input_device
 
 __all__ = ["run_command",
@@ -231,6 +232,9 @@ def run_command(analysis: Analysis, args, *, out_name: str | None = None, check:
     if check is not None:
         cfg = _config_or(check(cfg), cfg, analysis)
     out = output_dir(args, out_name or model_key(load.model))
+    for t in analysis.result.TABLES:  # a damaged table is refused before the model loads (one cut short is said)
+        if (out / t.filename).is_file():
+            read_table(out / t.filename, as_text=True)
     model = load_model(load.model, **load.load_kwargs())
     if prepare is not None:
         cfg = _config_or(prepare(model, cfg, out), cfg, analysis)

@@ -356,14 +356,14 @@ def read_table(path: str | os.PathLike, *, as_text: bool = False) -> pd.DataFram
     cut = problem != "" or not text.endswith("\n")
     if cut:  # keep the complete lines; a file cut inside its header keeps nothing
         text = text[: text.rfind("\n") + 1]
-    if text and not _as_written(text):
+    if text.strip() and not _as_written(text):  # (a table of no columns is written as one empty line)
         raise DamagedTableError(f"{path} does not read as the table tlgeo wrote (damaged or edited): move it away "
                                 "or delete it, and rerun: its rows are made again from the run's logs")
     if cut:
         lost = "its header" if not text else "its last row"
         note(f"{path} was cut short ({problem or 'its last line has no end'}: a damaged file): {lost} dropped, "
              "its complete rows kept; the rows this run makes are written whole again")
-    if not text:
+    if not text.strip():
         return pd.DataFrame()
     if as_text:
         return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
