@@ -172,22 +172,50 @@ class EdgeScores:
         z = lambda: torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.float64)  # noqa: E731
         return cls(graph, z(), z(), z())
 
-    def add(self, first: int, pre: int, d: Tensor, d_self: Tensor, g: Tensor, ref: Tensor, weight: float) -> None:
-        """Add ``weight x`` the scores of senders ``< pre`` into receivers ``first .. first + len(g)``: ``d``
-        ``[senders, b, pos, d]`` their changes, ``g`` ``[g, b, pos, d]`` the receivers' gradients, ``ref``
-        ``[b, pos, d]`` the receivers' residual."""
-        rs = slice(first, first + g.shape[0])
-        dm, gm = d[:pre].flatten(1), g.flatten(1)
-        unit = _unit(ref)
-        a, c = (d[:pre] * unit).sum(-1).flatten(1), (g * unit).sum(-1).flatten(1)
-        self.score[:pre, rs] += weight * (dm @ gm.T).double().cpu()
-        self.par[:pre, rs] += weight * (a @ c.T).double().cpu()
-        self.self_[:pre, rs] += weight * (d_self[:pre].flatten(1) @ gm.T).double().cpu()
+    def add(self, d: Tensor, d_self: Tensor, grads: dict[int, Tensor], refs: Tensor, weight: float) -> None:
+        """Add ``weight x`` the scores of one batch: ``d`` ``[senders, b, pos, d]`` the senders' changes (``d_self``:
+        their self messages'), ``grads`` the receivers' gradients by group (:func:`_grad_pass`), ``refs``
+        ``[2 n_layers + 1, b, pos, d]`` the receivers' residuals (each block's input, each MLP's input, the final
+        norm's input). One matrix product for every sender x receiver pair (the pairs that are no edge are computed
+        and dropped: a few well-shaped products are faster than one per block of the sender prefix each reads)."""
+        g = self.graph
+        G = torch.cat([grads[k] for k in sorted(grads)])  # [receivers, b, pos, d] in index order
+        dm, gm, dsm = d.flatten(1), G.flatten(1), d_self.flatten(1)
+        for rs in self._chunks():  # receivers by blocks: each chunk's product over the senders written before it
+            pre = g.prefix(rs.stop - 1)
+            self.score[:pre, rs] += weight * (dm[:pre] @ gm[rs].T).double().cpu()
+            self.self_[:pre, rs] += weight * (dsm[:pre] @ gm[rs].T).double().cpu()
+        unit = _unit(refs)  # [K, b, pos, d]
+        K, b, p, dim = unit.shape
+        # a[b p, s, k] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
+        a = torch.bmm(d.permute(1, 2, 0, 3).reshape(b * p, -1, dim), unit.permute(1, 2, 3, 0).reshape(b * p, dim, K))
+        ref_of = torch.tensor([self._ref(r) for r in range(g.n_receivers)])
+        c = (G * unit[ref_of]).sum(-1).flatten(1)  # [receivers, b p]
+        for k in range(K):
+            rs = torch.nonzero(ref_of == k)[:, 0]
+            self.par[:, rs] += weight * (a[:, :, k].T @ c[rs].T).double().cpu()
+
+    def _chunks(self, n: int = 4) -> list[slice]:
+        """The receivers in about ``n`` runs of whole blocks (the logits in the last)."""
+        g = self.graph
+        cuts = sorted({round(i * g.n_layers / n) for i in range(n + 1)})
+        out = [slice(a * g.per_block, b * g.per_block) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+        return out[:-1] + [slice(out[-1].start, g.n_receivers)]
+
+    def _ref(self, receiver: int) -> int:
+        """Which of the residuals of :meth:`add` ``receiver`` reads."""
+        g = self.graph
+        if receiver == g.logits_receiver:
+            return 2 * g.n_layers
+        layer, pos = divmod(receiver, g.per_block)
+        return g.n_layers + layer if pos == g.per_block - 1 else layer
 
     def finish(self, n: int) -> "EdgeScores":
         """Divide the sums over ``n`` prompts: means per prompt, as the task metric is."""
+        valid = self.graph.valid
         for t in (self.score, self.par, self.self_):
             t /= n
+            t[~valid] = 0.0
         self.n = n
         return self
 
@@ -242,15 +270,9 @@ def eap_scores(model: Model, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor,
                                   in_model_dtype(model, x0r + (k / ig_steps) * (x0c - x0r))), 1.0 / ig_steps)
                       for k in range(1, ig_steps + 1))
         d, d_self = corr.writes - cl.writes, corr.self_writes - cl.self_writes
+        refs = torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]])
         for grads, weight in passes:
-            for first, g in grads.items():
-                if first == graph.logits_receiver:
-                    ref = cl.final
-                elif g.shape[0] == 1:  # an MLP
-                    ref = cl.mlp_in[first // graph.per_block]
-                else:
-                    ref = cl.attn_in[first // graph.per_block]
-                out.add(first, graph.prefix(first), d, d_self, g, ref, weight)
+            out.add(d, d_self, grads, refs, weight)
     return out.finish(clean.shape[0])
 
 
