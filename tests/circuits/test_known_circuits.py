@@ -33,7 +33,7 @@ def planted_edges(name: str) -> set[tuple[str, str]]:
 def found(request, tmp_path_factory):
     name = request.param
     model = load_model(str(zoo_model_dir(name)))
-    cfg = CircuitConfig(task=CASES[name][0], prompts=32, method="eap-ig", ig_steps=5, verify=10, levels=(0.8,))
+    cfg = CircuitConfig(tasks=(CASES[name][0],), prompts=32, method="eap-ig", ig_steps=5, verify=10, levels=(0.8,))
     res = run(model, cfg)
     k80 = int(res.summary["k80"].iloc[0])
     circuit = res.edges[res.edges["rank"] <= k80]

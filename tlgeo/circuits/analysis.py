@@ -52,7 +52,8 @@ class CircuitResult(Result):
     top edges' ``score`` beside their ``exact`` edge-patching change."""
 
     TABLES = (
-        Table("summary", KEY, "circuit_summary.csv"),
+        Table("summary", KEY, "circuit_summary.csv",
+              volatile=("score_seconds", "forward_seconds", "forward_equivalents")),
         Table("edges", (*KEY, "sender", "receiver"), "circuit_edges.csv.gz"),
         Table("faithfulness", (*KEY, "k"), "circuit_faithfulness.csv"),
         Table("verify", (*KEY, "sender", "receiver"), "circuit_verify.csv"),
@@ -60,8 +61,8 @@ class CircuitResult(Result):
 
 
 def units(model: Model, cfg: CircuitConfig) -> list[tuple]:
-    """One unit: the task."""
-    return [("circuit", cfg.task)]
+    """One unit per task."""
+    return [("circuit", t) for t in cfg.tasks]
 
 
 def _metric(task: Task):
@@ -210,21 +211,25 @@ PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20,
 def plan(shape, cfg: CircuitConfig) -> list:
     """The task's runs, the scores (EAP: a forward and backward, about 3 forwards; EAP-IG: that per step and a
     clean forward; exact: a forward per edge), the faithfulness curve (a forward per point, about 30 with the
-    bisections) and the verified edges (a forward each)."""
+    bisections) and the verified edges (a forward each), per task."""
+    return [w for task in cfg.tasks for w in _plan_task(shape, cfg, task)]
+
+
+def _plan_task(shape, cfg: CircuitConfig, task: str) -> list:
     from ..planner import Work
 
-    L = PROMPT_TOKENS.get(cfg.task, 16)
+    L = PROMPT_TOKENS.get(task, 16)
     n, tokens = shape.n_layers, cfg.prompts * L
     n_kv = getattr(shape, "n_kv_heads", shape.n_heads)
     graph = Graph(n, shape.n_heads, n_kv)
     kept = 2 * (graph.n_senders + 8) * tokens * shape.d_model * 4 + 3 * graph.n_senders * graph.n_receivers * 8
     scores = {"eap": 4, "eap-ig": 3 * cfg.ig_steps + 2, "exact": graph.n_edges + 2}[cfg.method]
     points = len(default_ks(graph.n_edges) if cfg.k is None else cfg.k) + 10 * len(cfg.levels)
-    return [Work(f"{cfg.task}: {cfg.method} scores", scores * tokens, L, cfg.batch_size, kept_bytes=kept,
+    return [Work(f"{task}: {cfg.method} scores", scores * tokens, L, cfg.batch_size, kept_bytes=kept,
                  note=f"{graph.n_edges} edges"),
-            Work(f"{cfg.task}: faithfulness curve", points * tokens, L, cfg.batch_size, kept_bytes=kept,
+            Work(f"{task}: faithfulness curve", points * tokens, L, cfg.batch_size, kept_bytes=kept,
                  note=f"{points} circuits"),
-            Work(f"{cfg.task}: exact check of the top edges", cfg.verify * tokens, L, cfg.max_rows, kept_bytes=kept,
+            Work(f"{task}: exact check of the top edges", cfg.verify * tokens, L, cfg.max_rows, kept_bytes=kept,
                  note=f"{cfg.verify} edges")]
 
 
@@ -232,5 +237,5 @@ ANALYSIS = register_analysis(Analysis(
     "circuit", CircuitConfig, run, CircuitResult, units,
     "circuit discovery: every edge scored (EAP, EAP-IG or exact) and split by the geometry of the sender's write; "
     "faithfulness curves",
-    tiny=dict(task="induction", prompts=4, ig_steps=2, verify=5, k=(0, 5, 20)),
+    tiny=dict(tasks=("induction", "predecessor"), prompts=4, ig_steps=2, verify=5, k=(0, 5, 20)),
     plan=plan, docs="analyses/circuits"))

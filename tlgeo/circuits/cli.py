@@ -33,12 +33,23 @@ def run_command(args: argparse.Namespace) -> int:
     from .analysis import ANALYSIS, CircuitResult
     import matplotlib.pyplot as plt
 
-    from .plots import circuit_figure, faithfulness_figure
-
     res, cfg, out = run(ANALYSIS, args, out_name="circuit-" + model_key(args.model))
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
-    s = res.summary.iloc[0]
+    files = [out / CircuitResult.table(n).filename for n in res.tables()]
+    for _, s in res.summary.iterrows():
+        files += _show_task(res, s, cfg, out)
+        plt.close("all")
+    print_written(files + [out / "circuits.jsonl"])
+    return 0
+
+
+def _show_task(res, s, cfg: CircuitConfig, out) -> list:
+    """Print one task's summary, top edges and curve; save its two figures (their paths)."""
+    from .plots import circuit_figure, faithfulness_figure
+
+    mine = lambda df: df[(df["task"] == s["task"]) & (df["method"] == s["method"])]  # noqa: E731
+    edges, curve = mine(res.edges), mine(res.faithfulness)
     print(f"\n{s['task']}, {s['method']}: {s['edges']} edges; metric clean {s['clean_metric']:.3f}, corrupted "
           f"{s['corrupted_metric']:.3f}; scores in {s['score_seconds']:.2f} s = {s['forward_equivalents']:.1f} "
           f"forwards of the prompts; score matrices {s['score_bytes'] / 2**20:.1f} MiB")
@@ -48,22 +59,20 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"top {s['verified']} edges vs exact edge patching: Spearman {s['spearman']:.2f} (sizes), signs agree "
               f"{s['sign_agreement']:.2f}")
     show = ["sender", "receiver", "score", "score_par", "score_perp", "score_self", "score_nonself"]
-    print("\ntop edges (score: metric change when the edge alone reads the corrupted sender; par / perp: the sender's "
+    print("top edges (score: metric change when the edge alone reads the corrupted sender; par / perp: the sender's "
           "change along / across the receiver's residual; self / nonself: a head's self message / the rest):")
-    print(res.edges.nsmallest(15, "rank")[show].to_string(index=False, float_format="{:.4g}".format))
-    print("\nfaithfulness (share of the clean - corrupted gap recovered with only the top k edges):")
-    print(res.faithfulness[["k", "share", "metric", "recovered"]].to_string(index=False, float_format="{:.3f}".format))
-    files = [out / CircuitResult.table(n).filename for n in res.tables()]
+    print(edges.nsmallest(15, "rank")[show].to_string(index=False, float_format="{:.4g}".format))
+    print("faithfulness (share of the clean - corrupted gap recovered with only the top k edges):")
+    print(curve[["k", "share", "metric", "recovered"]].to_string(index=False, float_format="{:.3f}".format))
     k = s[levels[0]] if levels and not math.isnan(s[levels[0]]) else min(20, s["edges"])
-    for name, fig in (("circuit_graph.png", circuit_figure(res.edges, int(k), title=f"{s['task']}: the {int(k)} top "
-                                                            f"edges ({s['method']})")),
-                      ("circuit_faithfulness.png", faithfulness_figure(res.faithfulness, cfg.levels,
-                                                                       label=f"{s['task']}, {s['method']}"))):
+    files = []
+    for name, fig in ((f"circuit_graph_{s['task']}.png",
+                       circuit_figure(edges, int(k), title=f"{s['task']}: the {int(k)} top edges ({s['method']})")),
+                      (f"circuit_faithfulness_{s['task']}.png",
+                       faithfulness_figure(curve, cfg.levels, label=f"{s['task']}, {s['method']}"))):
         fig.savefig(out / name, dpi=110)
-        plt.close(fig)
         files.append(out / name)
-    print_written(files + [out / "circuits.jsonl"])
-    return 0
+    return files
 
 
 COMMANDS = (Command("circuit", "circuit discovery: every edge scored (EAP, EAP-IG or exact), split by the geometry "

@@ -19,7 +19,9 @@ class CircuitConfig(Config):
     corrupted prompts, keep the top-k edges, and measure how much of the behaviour they carry with every other edge
     reading the corrupted run."""
 
-    task: str = param("ioi", "the task (its clean and corrupted prompts and metric)", choices=tuple(TASKS))
+    tasks: tuple[str, ...] = param(("ioi",), "the tasks (their clean and corrupted prompts and metric), one circuit "
+                                             "each", choices=tuple(TASKS), item=str, flag="--task",
+                                   dest="tasks")
     prompts: int = param(8, "prompts of the task", cost="linear: per prompt batch a corrupted forward, EAP one "
                                                         "forward and backward (EAP-IG: ig-steps of them), every "
                                                         "faithfulness point and verified edge a forward")
@@ -39,6 +41,8 @@ class CircuitConfig(Config):
 
     def validate(self) -> None:
         self._check_choices()
+        if not self.tasks or len(set(self.tasks)) < len(self.tasks):
+            raise ValueError(f"tasks: give one or more different tasks, got {list(self.tasks)}")
         if self.prompts < 2:
             raise ValueError(f"prompts must be >= 2, got {self.prompts}")
         if self.ig_steps < 1:
