@@ -46,6 +46,8 @@ def main() -> int:
     from tlgeo.families import FAMILIES
 
     for family in FAMILIES.values():  # the tiny models' modeling code (transformers imports it lazily)
+        if ":" in family.config_class:  # tlgeo's own config class (tracr): its model is in tlgeo.models, loaded above
+            continue
         config = getattr(transformers, family.config_class).__module__
         load(config.replace(".configuration_", ".modeling_"))
     print(f"bytecode of {len(sys.modules)} modules written or found in {time.perf_counter() - t0:.0f} s")

@@ -32,9 +32,9 @@ class Family:
 
     name: str
     model_type: str  # the HF config's model_type
-    config_class: str  # transformers' config class of its tiny model
+    config_class: str  # transformers' config class of its tiny model (or ``module:Class``: tlgeo's own)
     tiny: dict  # that class's keyword arguments: small sizes
-    norm: str = "RMSNorm"  # or "LayerNorm"
+    norm: str = "RMSNorm"  # or "LayerNorm", "none"
     positions: str = "rotary"  # rotary, absolute, alibi, none
     attention: bool = True  # attention and MLP sublayers (Mamba: a mixer only)
     parallel: bool = False  # attention and MLP both read resid_pre (GPT-NeoX, Falcon)
@@ -58,10 +58,21 @@ class Family:
 
     def tiny_config(self, **overrides: Any):
         """The family's tiny random-model config (transformers' own class, no download)."""
-        import transformers
-
         kwargs = {**_TOKENS, **self.tiny, **overrides}
-        return getattr(transformers, self.config_class)(**kwargs)
+        return config_class(self.config_class)(**kwargs)
+
+
+def config_class(name: str):
+    """A config class by name: transformers' own (``LlamaConfig``), or ``module:Class`` for one of tlgeo's
+    (``tlgeo.families.tracr_config:TracrConfig``)."""
+    if ":" in name:
+        from importlib import import_module
+
+        module, _, cls = name.partition(":")
+        return getattr(import_module(module), cls)
+    import transformers
+
+    return getattr(transformers, name)
 
 
 _TOKENS = dict(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257)

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from .architectures import (bloom, falcon, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, llama, mamba, mistral, mixtral,
-                            olmo2, opt, opt_post_ln, phi3, qwen2, qwen3, qwen3_moe)
+                            olmo2, opt, opt_post_ln, phi3, qwen2, qwen3, qwen3_moe, tracr)
 from .family import Family
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "ALIASES", "SEED_CHECKPOINTS", "SEED_FAMILIES", "build",
@@ -47,6 +47,7 @@ FAMILY_MODULES: tuple[ModuleType, ...] = (
     bloom,
     falcon,
     mamba,
+    tracr,
 )
 
 FAMILIES: dict[str, Family] = {}  # name -> its module's FAMILY

@@ -16,7 +16,7 @@ import torch
 from ..families import FAMILIES, family_of
 from .placement import input_device
 
-__all__ = ["boot", "save_local", "inputs_follow_model", "is_bridge"]
+__all__ = ["boot", "save_local", "inputs_follow_model", "is_bridge", "register_families"]
 
 _MOVED_KWARGS = ("input", "input_ids", "attention_mask", "position_ids")
 
@@ -65,6 +65,15 @@ def save_local(hf, path: str | os.PathLike) -> None:
 def _workarounds() -> list[types.ModuleType]:
     """The families' workaround modules (``Family.workarounds``), each once."""
     return [import_module(name) for name in dict.fromkeys(f.workarounds for f in FAMILIES.values() if f.workarounds)]
+
+
+def register_families() -> None:
+    """Architectures tlgeo itself teaches transformers and TransformerLens (tracr's): each workaround module's
+    ``register()``, where it has one, before a folder's config is read or a tiny model is built."""
+    for module in _workarounds():
+        register = getattr(module, "register", None)
+        if register is not None:
+            register()
 
 
 def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **shard: Any):

@@ -147,6 +147,9 @@ def check_model_dir(path: Path) -> None:
     from transformers import CONFIG_MAPPING
 
     from ..storage import check, is_sealed
+    from .bridge import register_families
+
+    register_families()  # model types tlgeo adds (tracr) are known before the config is checked
 
     cfg_path = path / "config.json"
     if not cfg_path.is_file():

@@ -34,6 +34,9 @@ def save_tiny_model(path: str | os.PathLike, kind: str = "llama", seed: int = 0,
     """Write a randomly initialised tiny model + byte tokenizer to ``path`` (HF format)."""
     from transformers import AutoModelForCausalLM
 
+    from .bridge import register_families
+
+    register_families()  # families whose HF classes are tlgeo's own (tracr)
     cfg = tiny_config(kind, **overrides)
     torch.manual_seed(seed)
     hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

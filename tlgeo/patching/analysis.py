@@ -398,7 +398,8 @@ def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig, key: Sequence[st
 
 
 # prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)
-PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20, "predecessor": 13}
+PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20, "predecessor": 13,
+                 "tracr": 6}  # tracr: BOS + the zoo programs' max_seq_len
 ATTRIBUTION_PASSES = 3.0  # forward + backward of the target run, in forwards
 
 

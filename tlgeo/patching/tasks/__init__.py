@@ -10,8 +10,9 @@ the metric that scores the final position's logits:
 
 Four builders make tasks offline, deterministically by seed, on any tokenizer they can:
 :func:`ioi_task` (Wang et al. 2022), :func:`agreement_task` (BLiMP subject–verb agreement),
-:func:`greater_than_task` (Hanna et al. 2023), :func:`induction_task` (repeated random tokens) and
-:func:`predecessor_task` (the token before a repeated one).
+:func:`greater_than_task` (Hanna et al. 2023), :func:`induction_task` (repeated random tokens),
+:func:`predecessor_task` (the token before a repeated one) and :func:`tracr_task` (a compiled tracr program's answer,
+on the ``zoo/tracr-*`` models only).
 Every prompt of a task has the same token length: a builder makes candidates, groups them by
 length, keeps the largest group (ties: the shorter length) and takes the first ``n`` in a seeded
 order. It returns fewer than ``n`` rows when fewer exist, and raises :class:`TaskError` when fewer
@@ -38,12 +39,13 @@ from .custom import own_task, task_from_texts
 from .greater_than import CENTURIES, YEAR_NOUNS, greater_than_task
 from .induction import induction_task, predecessor_task
 from .ioi import IOI_TEMPLATES, NAMES, OBJECTS, PLACES, ioi_task
+from .tracr import tracr_task
 
 __all__ = [
     "METRICS", "TaskError", "Task", "logit_diff", "prob_diff", "logprob",
     "IOI_TEMPLATES", "NAMES", "PLACES", "OBJECTS", "ONE_PREFIX", "YEAR_NOUNS", "CENTURIES",
     "ioi_task", "agreement_task", "greater_than_task", "induction_task", "predecessor_task",
-    "task_from_texts", "own_task", "TASKS", "build_task", "clean_accuracy",
+    "task_from_texts", "own_task", "TASKS", "build_task", "clean_accuracy", "tracr_task",
 ]
 
 
@@ -52,7 +54,7 @@ __all__ = [
 
 TASKS: dict[str, Callable[..., Task]] = {
     "ioi": ioi_task, "agreement": agreement_task, "greater_than": greater_than_task, "induction": induction_task,
-    "predecessor": predecessor_task,
+    "predecessor": predecessor_task, "tracr": tracr_task,
 }
 
 

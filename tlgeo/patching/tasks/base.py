@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ...errors import OutOfRangeError, spans
 
-__all__ = ["TaskError", "Task", "METRICS", "logit_diff", "prob_diff", "logprob"]
+__all__ = ["TaskError", "Task", "METRICS", "logit_diff", "prob_diff", "logprob", "value"]
 
 
 class TaskError(ValueError):
@@ -61,7 +61,16 @@ def logprob(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong
     return lp.gather(1, correct[:, :1].to(lp.device)).squeeze(1)
 
 
-METRICS: dict[str, Callable[..., Tensor]] = {"logit_diff": logit_diff, "prob_diff": prob_diff, "logprob": logprob}
+def value(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"] | None = None
+          ) -> Float[Tensor, "n"]:
+    """The mean output over the valid ``correct`` ids, less the mean over the valid ``wrong`` ids where a row has
+    any (float32): a numerical output read as it is (a compiled tracr program's one value)."""
+    x = logits.float()
+    return _valid_mean(x, correct) - (_valid_mean(x, wrong) if wrong is not None else 0.0)
+
+
+METRICS: dict[str, Callable[..., Tensor]] = {"logit_diff": logit_diff, "prob_diff": prob_diff, "logprob": logprob,
+                                            "value": value}
 
 
 # ---------------------------------------------------------------------------------------------
