@@ -117,6 +117,32 @@ def test_names_map_onto_the_ground_truth():
         truth_sender("MLP0")
 
 
+def test_recovery_counts_the_top_k_and_refuses_bad_input():
+    """Precision and recall of a hand-made edge table against a hand-made truth (not the code's own output)."""
+    import pandas as pd
+
+    truth = {"edges": [{"sender": "input", "receiver": "L0H0", "port": "q"},
+                       {"sender": "L0H0", "receiver": "output", "port": "out"}]}
+    edges = pd.DataFrame({"sender": ["L0H0", "input", "L0MLP"], "receiver": ["logits", "L0MLP", "L0H0.q"],
+                          "rank": [1, 2, 3]})
+    visible = pd.DataFrame({"sender": ["input", "L0H0"], "receiver": ["L0H0", "output"], "port": ["q", "out"],
+                            "visible": [False, True]})
+    got = recovery(edges, 2, truth, visible)
+    assert got["precision"] == 0.5 and got["recall"] == 0.5 and got["recall_visible"] == 1
+    assert got["missed"] == [("input", "L0H0", "q")] and got["extra"] == [("input", "MLP0", "in")]
+    with pytest.raises(ValueError, match="out of range"):
+        recovery(edges, 4, truth)
+
+
+def test_visible_edges_refuses_another_program():
+    model = load_model(_folder("hist"))
+    task = build_task("tracr", model, n=2, seed=0)
+    with pytest.raises(ValueError, match="not the compiled 'reverse'"):
+        visible_edges(model, program_truth(_folder("reverse")), task.clean, task.corrupted)
+    with pytest.raises(ValueError, match="differ in shape"):
+        visible_edges(model, program_truth(model), task.clean, task.corrupted[:, :-1])
+
+
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_every_program_edge_is_a_graph_edge(program):
     """The mapping covers the program: each of its edges is one edge of the model's graph."""
