@@ -28,8 +28,9 @@ LAYERS: tuple[frozenset[str], ...] = (
                                                            #   logs, provenance, run identity, CLI arguments,
                                                            #   data-parallel runs); cost plans of an analysis
     frozenset({"evals"}),                                  # 4 perplexity, zero-shot, RULER, lm-eval
-    frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries"},  # 5 the analyses: the registry's packages
-    frozenset({"geometries"}),                             # 6 one token, four geometries: reads the analyses
+    frozenset(p.split(".")[1] for p in ANALYSES) - {"geometries", "circuits"},  # 5 the analyses: the registry's
+    frozenset({"geometries", "circuits"}),                 # 6 one token, four geometries: reads the analyses;
+                                                           #   circuits: patching's tasks, scored edge by edge
     frozenset({"report"}),                                 # 7 atlas and HTML report
     frozenset({"cli"}),                                    # 8 the command line
     frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)

@@ -29,6 +29,7 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.tokenwise",
     "tlgeo.pdsf",
     "tlgeo.patching",
+    "tlgeo.circuits",  # builds on patching's tasks: it sits above the analyses, beside geometries
     "tlgeo.compression",
     "tlgeo.train",
     "tlgeo.geometries",  # reads the four analyses above: it closes the report
