@@ -188,10 +188,9 @@ def _calibration_notes(cal, dev, dtype: str, threads: int | None) -> list[str]:
     if dev.gpu:
         return []
     notes, measured = [], cal.threads(dev.name) or cal.threads()
-    if threads not in measured:
+    if threads is not None and threads not in measured:  # without --threads: the most the table holds
         near = cal.row("forward.flops", dtype, threads, dev.name)["threads"]
-        asked = f"--threads {threads}" if threads else "the command's default threads (all cores)"
-        notes.append(f"{asked}: planned at the calibration's {near} thread(s) (it holds {measured})")
+        notes.append(f"--threads {threads}: planned at the calibration's {near} thread(s) (it holds {measured})")
     f32, own = dev.forward_flops("float32", threads, cal), dev.forward_flops(dtype, threads, cal)
     if dtype != "float32":
         notes.append(f"{dtype} weights on {dev.name}: the forwards take {f32 / own:.3g}x their time in float32")
