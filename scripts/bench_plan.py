@@ -8,7 +8,7 @@ meanwhile).
     .venv/bin/python scripts/bench_plan.py --table results/plan-smollm2-135m/plan_vs_measured.csv   # its Markdown
 
 ``--calibrate`` measures every row of the planner's calibration table at ``--threads`` and writes it (rows of
-other thread counts kept; ``--only`` a part): a bare SmolLM2-135M forward per dtype (and with oneDNN held to
+other thread counts dropped unless ``--keep-threads``; ``--only`` some parts, the other rows kept): a bare SmolLM2-135M forward per dtype (and with oneDNN held to
 AVX2: ``cpu-avx2``), each forward's fixed cost per block, the host's float64 FLOP/s; the start-up (the imports,
 each model format's load by size); then the kinds of :data:`SOLVE`, each from commands' measured work (after
 their model is loaded) less what the plan gives them without it; then each analysis's fixed work per run and
@@ -393,9 +393,9 @@ def _unit_rows(kind: str, seen: list[dict], runs: list, threads: int, machine: s
                  "before this table; not measured here)", threads, machine)]
 
 
-def calibrate(threads: int, only: list[str] | None, note: str, path: Path) -> None:
-    """Measure the planner's calibration table at ``threads`` and write it to ``path`` (the rows of other thread
-    counts and devices kept; ``only``: these parts, the others' rows kept as they are)."""
+def calibrate(threads: int, only: list[str] | None, note: str, path: Path, keep_threads: bool = False) -> None:
+    """Measure the planner's calibration table at ``threads`` and write it to ``path`` (``only``: these parts, the
+    others' rows kept as they are; the rows of other thread counts dropped unless ``keep_threads``)."""
     from tlgeo.planner import Calibration
 
     parts = ["base", "startup", "solve", "atlas"]
@@ -403,6 +403,8 @@ def calibrate(threads: int, only: list[str] | None, note: str, path: Path) -> No
     if unknown:
         sys.exit(f"--only: unknown part(s) {sorted(unknown)}; choose from {parts} or a kind of SOLVE")
     cal, machine, t0 = Calibration.read(path), _machine(threads, note), time.perf_counter()
+    if not keep_threads:  # one machine's table: the rows of other thread counts go (and with them a default plan's)
+        cal = Calibration(tuple(r for r in cal.rows if r["threads"] == threads))
 
     def keep(rows):
         nonlocal cal
@@ -578,6 +580,8 @@ if __name__ == "__main__":
     p.add_argument("--note", default="", help="--calibrate: a note on the machine, kept in the table ('quiet')")
     p.add_argument("--calibration", type=Path, default=REPO / "tlgeo" / "planner_calibration.csv",
                    help="--calibrate: the table written")
+    p.add_argument("--keep-threads", action="store_true", help="--calibrate: keep the table's rows of other thread "
+                   "counts (measured on this machine at those counts)")
     p.add_argument("--memory", action="store_true", help="print the planner's memory constants")
     p.add_argument("--pair", metavar="DIR", help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) "
                    "instead of the other models")
@@ -592,7 +596,7 @@ if __name__ == "__main__":
 
         print(markdown_table(pd.read_csv(a.table)))
     elif a.calibrate:
-        calibrate(a.threads, a.only.split(",") if a.only else None, a.note, a.calibration)
+        calibrate(a.threads, a.only.split(",") if a.only else None, a.note, a.calibration, a.keep_threads)
     elif a.memory:
         memory()
     else:
