@@ -10,9 +10,9 @@ meanwhile).
 ``--calibrate`` measures every row of the planner's calibration table at ``--threads`` and writes it (rows of
 other thread counts dropped unless ``--keep-threads``; ``--only`` some parts, the other rows kept): a bare SmolLM2-135M forward per dtype (and with oneDNN held to
 AVX2: ``cpu-avx2``), each forward's fixed cost per block, the host's float64 FLOP/s; the start-up (the imports,
-each model format's load by size); then the kinds of :data:`SOLVE`, each from commands' measured work (after
-their model is loaded) less what the plan gives them without it; then each analysis's fixed work per run and
-the atlas's report from one tiny atlas's step times. The default mode times a bare forward here first (this
+each model format's load by size); each analysis's fixed work per run and the atlas's report from one tiny
+atlas's step times; then the kinds of :data:`SOLVE`, each from commands' measured work (after their model is
+loaded) less what the plan gives them without it. The default mode times a bare forward here first (this
 machine against the calibration's: ``ratio/m``), then runs each command of :data:`RUNS` (``--short``:
 :data:`SHORT_RUNS`) in a fresh process and prints measured / predicted wall time (the prediction includes the
 start-up: imports and loading) and peak resident memory (the targets: time within 2x, memory within 25 %); a
@@ -188,8 +188,9 @@ SOLVE = [
                                                      "--per-group", "1", "--new-tokens", "16", "--conditions", "D"])]),
 ]
 # the fixed work of each analysis's run besides its planned steps (its data, tables, plots, provenance: "run.<name>")
-# and the atlas's report ("atlas.report"): from the step times of one tiny atlas (not the one SHORT_RUNS checks)
-ATLAS_MODEL = "tiny:gpt2"
+# and the atlas's report ("atlas.report"): from the step times of one tiny atlas (a run of its own, before the one
+# SHORT_RUNS checks: tiny:gpt2's atlas stops at its pdsf step)
+ATLAS_MODEL = "tiny:llama"
 CHILD_TIMED = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -223,6 +224,8 @@ def _timed_command(model: str, cmd: str, flags: list[str], threads: int, out: Pa
     if done.returncode:
         sys.exit(f"{cmd} {' '.join(flags)} failed: {done.stderr[-2000:]}")
     got = json.loads(done.stderr.strip().splitlines()[-1])
+    if got["code"]:
+        sys.exit(f"{cmd} {' '.join(flags)} failed ({got['code']}): {done.stderr[-2000:]}")
     got["imports_s"] += wall - got["seconds"]  # the interpreter's start, before the child's first line
     return {**got, "wall_s": wall}
 
@@ -416,14 +419,14 @@ def calibrate(threads: int, only: list[str] | None, note: str, path: Path, keep_
         keep(_base_rows(threads, machine))
     if not only or "startup" in only:
         keep(_startup_rows(threads, machine))
+    if not only or "atlas" in only:  # before SOLVE: its commands' work includes their run's fixed work
+        keep(_atlas_rows(cal, threads, machine))
     for kinds, runs in SOLVE:
         if not only or "solve" in only or set(kinds) & set(only):
             rows, seen = _solve_rows(cal, kinds, runs, threads, machine)
             keep(rows)
             if kinds[0] in ("pdsf.geometry_fit", "pdsf.generation_call"):
                 keep(_unit_rows(kinds[0], seen, runs, threads, machine))
-    if not only or "atlas" in only:
-        keep(_atlas_rows(cal, threads, machine))
     print(f"wrote {path} in {time.perf_counter() - t0:.0f} s")
 
 

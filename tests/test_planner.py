@@ -503,3 +503,24 @@ def test_the_cli_page_prints_the_committed_plan_check():
     assert block, "docs/cli.md has no <!-- table: plan --> block"
     table = pd.read_csv(root / "results" / "plan-smollm2-135m" / "plan_vs_measured.csv")
     assert block.group(1).strip() == load_script("bench_plan").markdown_table(table).strip()
+
+
+def test_the_calibration_solves_each_kind_from_its_commands_measured_work(monkeypatch):
+    """scripts/bench_plan.py --calibrate prices a kind from commands' measured work less the plan without it: given
+    runs that took what known prices would give, least squares finds those prices (the tokenwise group: six kinds
+    from six commands), and the table it writes reads back the same."""
+    from .scripts import load_script
+
+    bench, cal = load_script("bench_plan"), calibration()
+    kinds, runs = next((k, r) for k, r in bench.SOLVE if "tokenwise.knn" in k)
+    truth = cal
+    for i, k in enumerate(kinds):
+        truth = truth.replace(k, (1.5 + i) * cal.value(k, threads=1), threads=1)
+    measured = {" ".join(f): bench._work_seconds(truth, m, c, f, 1) for m, c, f in runs}
+    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
+        "work_s": measured[" ".join(f)], "imports_s": 1.0, "load_s": 1.0, "seconds": 3.0, "wall_s": 3.0})
+    rows, seen = bench._solve_rows(cal, kinds, runs, 1, "test machine")
+    assert [r["kind"] for r in rows] == kinds and len(seen) == len(runs)
+    for r in rows:
+        assert r["value"] == pytest.approx(truth.value(r["kind"], threads=1), rel=1e-6), r["kind"]
+        assert r["machine"] == "test machine" and r["threads"] == 1
