@@ -8,16 +8,17 @@ meanwhile).
     .venv/bin/python scripts/bench_plan.py --table results/plan-smollm2-135m/plan_vs_measured.csv   # its Markdown
 
 ``--calibrate`` measures every row of the planner's calibration table at ``--threads`` and writes it (rows of
-other thread counts dropped unless ``--keep-threads``; ``--only`` some parts, the other rows kept): a bare SmolLM2-135M forward per dtype (and with oneDNN held to
-AVX2: ``cpu-avx2``), each forward's fixed cost per block, the host's float64 FLOP/s; the start-up (the imports,
-each model format's load by size); each analysis's fixed work per run and the atlas's report from one tiny
-atlas's step times; then the kinds of :data:`SOLVE`, each from commands' measured work (after their model is
-loaded) less what the plan gives them without it. The default mode times a bare forward here first (this
-machine against the calibration's: ``ratio/m``), then runs each command of :data:`RUNS` (``--short``:
-:data:`SHORT_RUNS`) in a fresh process and prints measured / predicted wall time (the prediction includes the
-start-up: imports and loading) and peak resident memory (the targets: time within 2x, memory within 25 %); a
-command of :data:`SETUP` (compression's compressed models) runs first, unmeasured. The calibration's commands
-and the checked runs differ.
+other thread counts dropped unless ``--keep-threads``; ``--only`` some parts, the other rows kept): a bare
+SmolLM2-135M forward per dtype (and with oneDNN held to AVX2: ``cpu-avx2``), each forward's fixed cost per
+block, the host's float64 FLOP/s; the start-up (the imports, each model format's load by size); each analysis's
+fixed work per run and the atlas's report from one tiny atlas's step times; then the kinds of :data:`SOLVE`,
+each from commands' measured work (after their model is loaded) less what the plan gives them without it. The
+default mode times a bare forward here first (this machine against the calibration's: ``ratio/m``), then runs
+each command of :data:`RUNS` (``--short``: :data:`SHORT_RUNS`) in a fresh process and prints measured /
+predicted wall time (the prediction includes the start-up: imports and loading) and peak resident memory (the
+targets: time within 2x, memory within 25 %); a command of :data:`SETUP` (compression's compressed models) runs
+first, unmeasured. The calibration's commands and the checked runs differ, but for the tiny atlas (its fixed
+work per step measured on one run of it, checked on another).
 """
 
 from __future__ import annotations

@@ -385,7 +385,9 @@ def test_the_calibration_table_prices_every_time(tmp_path):
     blocks = forwards * shape.n_layers * cal.value("forward.block", threads=1)
     site = cal.value("profile.site", threads=1)
     assert prof["seconds"] == pytest.approx(flops * (1 + 5 * site) + blocks)  # the default five sites
-    got = lambda c, step: plan_table("smollm2-135m", "profile", flags, calib=c).set_index("step").loc[step, "seconds"]  # noqa: E731
+    def got(c, step):
+        return plan_table("smollm2-135m", "profile", flags, calib=c).set_index("step").loc[step, "seconds"]
+
     assert got(slow, "profile") == pytest.approx(prof["seconds"] + flops * (1 + 5 * site))
     assert got(hooks, "profile") == pytest.approx(prof["seconds"] + flops * 5 * site)
     gib = shape.params * 4 / 2**30
@@ -524,3 +526,23 @@ def test_the_calibration_solves_each_kind_from_its_commands_measured_work(monkey
     for r in rows:
         assert r["value"] == pytest.approx(truth.value(r["kind"], threads=1), rel=1e-6), r["kind"]
         assert r["machine"] == "test machine" and r["threads"] == 1
+
+
+def test_the_readme_quotes_what_the_planner_prints():
+    """The README's planned times are the planner's on the committed calibration table, to three significant
+    digits (a new calibration changes them: this fails until the README follows)."""
+    import re
+    from pathlib import Path
+
+    from tlgeo.report.plan import plan_table
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    m = re.search(r"plans ([\d,.]+) s on SmolLM2 .*?\(`tlgeo plan (patching [^`]*)`\), ([\d,.]+) s of it the exact "
+                  r"sweep .*? and ([\d,.]+) s the start-up .*?the attribution step alone plans ([\d,.]+) s", text)
+    assert m, "the README's plan sentence changed: update this test"
+    total, flags, exact, start, attribution = m.groups()
+    df = plan_table("smollm2-135m", "patching", flags.split()[1:])
+    rows = df.set_index("step")["seconds"]
+    three = lambda v: float(f"{v:.3g}")  # noqa: E731
+    planned = [rows["total"], rows["ioi: exact"], df.attrs["start_seconds"], rows["ioi: attribution"]]
+    assert [float(q.replace(",", "")) for q in (total, exact, start, attribution)] == [three(v) for v in planned]

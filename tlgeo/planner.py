@@ -87,7 +87,7 @@ class Calibration:
         """The row pricing ``kind`` (``a|b``: ``a``'s, else ``b``'s): ``device``'s (else ``cpu``'s), ``dtype``'s
         (else ``any``), at ``threads`` (else the nearest count measured; ``None``: the most)."""
         for name in kind.split("|"):
-            for dev, dt in ((dev, dt) for dev in dict.fromkeys((device, "cpu")) for dt in dict.fromkeys((dtype, "any"))):
+            for dev, dt in ((v, t) for v in dict.fromkeys((device, "cpu")) for t in dict.fromkeys((dtype, "any"))):
                 got = [r for r in self.rows if r["device"] == dev and r["kind"] == name and r["dtype"] == dt]
                 if got:
                     want = max(r["threads"] for r in got) if threads is None else threads

@@ -249,8 +249,8 @@ def plan(shape, cfg: CompressionConfig) -> list:
         c = cfg.compress
         out.append(Work("compress", 0, 1, host=host, note=f"{methods} method(s), llmcompressor on "
                         f"{c.n_calib} x {c.calib_seq_len} tokens, {c.device}"))
-    out.append(Work("load", 0, 1, host={"start.load.directory": methods, "start.load.directory.gib": methods * comp / GIB},
-                    weight_copies=1,
+    load = {"start.load.directory": methods, "start.load.directory.gib": methods * comp / GIB}  # as a command's
+    out.append(Work("load", 0, 1, host=load, weight_copies=1,
                     note=f"{methods} compressed model(s), one at a time, beside the dense model"))
     out.append(Work("dense", methods * tokens, seq, batch, kept_bytes=base, note="once per batch and method"))
     if "local" in cfg.modes:

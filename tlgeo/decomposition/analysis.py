@@ -241,8 +241,8 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 # ---------------------------------------------------------------------------
 
 # the hooks' time (the profile's statistics per site, an edit) is the planner's calibration table's ("profile.site",
-# "edit": tlgeo.planner.calibration); memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6
-# [tokens, vocab] float32 arrays (tlgeo.planner.PPL_LOGIT_COPIES); the profile a bare forward's arrays plus
+# "edit": tlgeo.planner.calibration); memory, measured in fresh processes at the commands' default windows: a
+# perplexity pass holds 3.6 [tokens, vocab] float32 arrays (tlgeo.planner.PPL_LOGIT_COPIES); the profile a bare forward's arrays plus
 # one float32 d_model vector per live token, layer and site (4 x 256, 5 sites)
 
 

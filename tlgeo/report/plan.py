@@ -47,7 +47,8 @@ def plan_argv(argv: Sequence[str]) -> list[str]:
     """``tlgeo plan``'s arguments with the analysis's flags given before its name moved after it, as a user reads
     ``tlgeo plan --threads 1 --model smollm2-135m decompose``: the plan's own flags (:data:`OWN_FLAGS`) stay, the
     first word that names a planned command (or ``atlas``) is the analysis, and every other word before it follows
-    it, in order (a value of a flag is never taken for the analysis's name when it follows a flag of its own)."""
+    it, in order (the value of a plan's own flag is never taken for the name; a command's flag whose value is a
+    command's name goes after the name)."""
     argv, names = list(argv), {*plannable(), "atlas"}
     own, moved, i = [], [], 0
     while i < len(argv):
@@ -76,7 +77,7 @@ class _PlanParser(argparse.ArgumentParser):
 def add_args(p: argparse.ArgumentParser) -> None:
     from ..planner import DEVICES
 
-    if type(p) is not _PlanParser:  # the subcommand's parser, made by tlgeo's: the same, with the reordering
+    if not isinstance(p, _PlanParser):  # the subcommand's parser, made by tlgeo's: the same, with the reordering
         p.__class__ = type("PlanParser", (_PlanParser, type(p)), {})
     p.add_argument("--model", default=PLAN_MODEL,
                    help="tiny:<kind>, an embedded model, a directory or config.json, or a seed model's hub id")
