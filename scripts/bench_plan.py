@@ -313,6 +313,9 @@ def _startup_rows(threads: int, machine: str) -> list[dict]:
                  "a directory's fixed part", threads, machine)]
 
 
+FLOOR_SHARE = -0.9  # a hook's share of a bare forward: at least this (hooks that skip work run below the FLOPs)
+
+
 def _solve_rows(cal, kinds: list[str], runs: list, threads: int, machine: str) -> tuple[list[dict], list[dict]]:
     """``kinds`` priced by least squares from ``runs``' measured work; also each run's measurement."""
     import numpy as np
@@ -336,15 +339,20 @@ def _solve_rows(cal, kinds: list[str], runs: list, threads: int, machine: str) -
     values = np.linalg.lstsq(A / scale, y, rcond=None)[0] / scale
     how = (f"least squares over {len(runs)} commands ({runs[0][1]}: --classes and --tokens vary)" if len(runs) > 1
            else f"from {seen[0]['command']}")
-    rows = [_row(k, v, cal.row(k, threads=threads)["unit"], how, threads, machine) for k, v in zip(kinds, values)]
-    for r in rows:
-        print(f"{r['kind']} = {r['value']:.4g} {r['unit']}", flush=True)
+    rows = []
+    for k, v in zip(kinds, values):
+        unit = cal.row(k, threads=threads)["unit"]
+        floor = FLOOR_SHARE if unit.startswith("share") else 0.0  # no work takes negative seconds
+        note = f" (solved {v:.4g}, below {floor:g}: the rest of the plan exceeds the measurement)" if v < floor else ""
+        rows.append(_row(k, max(v, floor), unit, how + note, threads, machine))
+        print(f"{k} = {max(v, floor):.4g} {unit}{note}", flush=True)
     return rows, seen
 
 
 def _atlas_rows(cal, threads: int, machine: str) -> list[dict]:
-    """``run.<analysis>`` (each atlas step's time less its plan) and ``atlas.report`` (the atlas's work less its
-    steps) from one tiny atlas (:data:`ATLAS_MODEL`), and ``run.any`` (their median: an analysis not measured)."""
+    """``run.<analysis>`` (each atlas step's time less its plan), ``atlas.report`` (the atlas's work less its
+    steps) and ``atlas.memory`` (its peak resident memory less its plan's) from one tiny atlas (:data:`ATLAS_MODEL`),
+    and ``run.any`` (their median: an analysis not measured)."""
     import pandas as pd
 
     from tlgeo.report.plan import plan_table
@@ -352,13 +360,15 @@ def _atlas_rows(cal, threads: int, machine: str) -> list[dict]:
 
     out = Path(tempfile.mkdtemp(prefix="bench-plan-atlas-"))
     got = _timed_command(ATLAS_MODEL, "atlas", [], threads, out=out)
-    steps = pd.read_csv(out / "timings.csv").groupby("step")["seconds"].last()
+    timings = pd.read_csv(out / "timings.csv")
+    steps, peak = timings.groupby("step")["seconds"].last(), timings["peak_rss_mb_so_far"].max() / 1024
     shutil.rmtree(out, ignore_errors=True)
     names = {name: step.analysis.name for name, step in load_steps().items()}
     zero = cal
-    for kind in {*(f"run.{a}" for a in names.values()), "run.any", "atlas.report"}:
+    for kind in {*(f"run.{a}" for a in names.values()), "run.any", "atlas.report", "atlas.memory"}:
         zero = zero.replace(kind, 0.0, threads=threads)
     df = plan_table(ATLAS_MODEL, "atlas", ["--threads", str(threads)], calib=zero)
+    planned_peak = float(df.set_index("step").loc["total", "peak_gib"])
     fixed: dict[str, list[float]] = {}
     for name, seconds in steps.items():
         planned = df[df["step"].str.startswith(f"{name}: ")]["seconds"].sum()
@@ -371,7 +381,11 @@ def _atlas_rows(cal, threads: int, machine: str) -> list[dict]:
     report = got["work_s"] - steps.sum()
     rows.append(_row("atlas.report", report, "s", f"tlgeo atlas --model {ATLAS_MODEL}: its work less its steps' times",
                      threads, machine))
-    print(f"atlas: work {got['work_s']:.2f} s, steps {steps.sum():.2f} s -> report {report:.2f} s", flush=True)
+    rows.append(_row("atlas.memory", max(0.0, peak - planned_peak), "GiB", f"tlgeo atlas --model {ATLAS_MODEL}: "
+                     f"its peak resident memory ({peak:.3f} GiB) less its plan's without it ({planned_peak:.3f} GiB): "
+                     "its steps' modules", threads, machine))
+    print(f"atlas: work {got['work_s']:.2f} s, steps {steps.sum():.2f} s -> report {report:.2f} s; peak "
+          f"{peak:.3f} GiB, planned {planned_peak:.3f} GiB without the atlas's own", flush=True)
     return rows
 
 

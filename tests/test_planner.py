@@ -546,3 +546,19 @@ def test_the_readme_quotes_what_the_planner_prints():
     three = lambda v: float(f"{v:.3g}")  # noqa: E731
     planned = [rows["total"], rows["ioi: exact"], df.attrs["start_seconds"], rows["ioi: attribution"]]
     assert [float(q.replace(",", "")) for q in (total, exact, start, attribution)] == [three(v) for v in planned]
+
+
+def test_a_kind_the_rest_of_the_plan_already_exceeds_is_priced_at_its_floor(monkeypatch):
+    """Noise can make a command's measured work less than its plan without the kind solved for: a price in seconds is
+    then 0 (no work takes negative seconds), a hook's share at least FLOOR_SHARE, and the row says so."""
+    from .scripts import load_script
+
+    bench, cal = load_script("bench_plan"), calibration()
+    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
+        "work_s": 0.0, "imports_s": 1.0, "load_s": 1.0, "seconds": 2.0, "wall_s": 2.0})
+    for kinds, runs in bench.SOLVE[1:3]:  # edit, dirmag.sweep: shares of a bare forward; then seconds
+        (row,), _ = bench._solve_rows(cal, kinds, runs, 1, "m")
+        assert row["value"] == bench.FLOOR_SHARE and "below" in row["how"]
+    kinds, runs = next((k, r) for k, r in bench.SOLVE if k == ["dirmag.probe_fit"])
+    (row,), _ = bench._solve_rows(cal, kinds, runs, 1, "m")
+    assert row["value"] == 0.0 and "the rest of the plan exceeds the measurement" in row["how"]

@@ -113,7 +113,7 @@ def _parse(command: str, flags: list[str]) -> argparse.Namespace:
     return parsed
 
 
-def _work(shape, command: str, flags: list[str]) -> tuple[list, list[str], argparse.Namespace]:
+def _work(shape, command: str, flags: list[str], cal) -> tuple[list, list[str], argparse.Namespace]:
     """The planner's work of ``tlgeo <command> <flags>`` and the notes of defaults cut to the model's
     context; for ``atlas``, every chosen step's work (its analysis's plan of the step's config), each
     row named ``<step>: <its step>``."""
@@ -136,7 +136,8 @@ def _work(shape, command: str, flags: list[str]) -> tuple[list, list[str], argpa
             continue
         work += [dataclasses.replace(w, step=f"{name}: {w.step}")
                  for w in [*step.analysis.plan(shape, conf), _fixed(step.analysis.name)]]
-    work.append(Work("report", 0, 1, host={"atlas.report": 1}, note="the atlas's report: its tables and figures"))
+    work.append(Work("report", 0, 1, host={"atlas.report": 1}, host_bytes=cal.value("atlas.memory") * 2**30,
+                     note="the atlas's report: its tables and figures; its steps' modules resident"))
     return work, [], parsed
 
 
@@ -163,7 +164,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
         raise ValueError(f"tlgeo plan: no plan for {command!r}; choose from {[*plannable(), 'atlas']}")
     cal = calib or calibration()
     shape = model if isinstance(model, ModelShape) else model_shape(model)
-    work, notes, parsed = _work(shape, command, flags)
+    work, notes, parsed = _work(shape, command, flags, cal)
     dev = DEVICES[device]
     dtype = dtype or _after(list(flags), "--dtype") or ("bfloat16" if dev.gpu else "float32")
     threads = getattr(parsed, "threads", None)
