@@ -163,8 +163,8 @@ def test_plan_table_adds_up_each_command(command):
     assert len(steps) and total["forward_tokens"] == steps["forward_tokens"].sum() > 0
     assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
     assert total["peak_gib"] == steps["peak_gib"].max() and total["dtype"] == "bfloat16"
-    gpu = steps["seconds"] - steps["cpu_seconds"]  # the forwards at the device's FLOP/s, host work as measured
-    assert gpu.to_numpy() == pytest.approx((steps["tflops"] * 1e12 / DEVICES["h100"].flops).to_numpy(), rel=0.5)
+    gpu = steps["seconds"] - steps["cpu_seconds"]  # the forwards at the device's FLOP/s (x their hooks), host work
+    assert gpu.to_numpy() == pytest.approx((steps["tflops"] * 1e12 / DEVICES["h100"].flops).to_numpy(), rel=1.5)
     assert df.attrs["start_seconds"] == pytest.approx(df[df["step"].str.startswith("start-up: ")]["seconds"].sum())
 
 
@@ -413,7 +413,7 @@ def test_the_start_up_is_priced_by_the_model_s_format_and_size(tmp_path, capsys)
     assert start_seconds(model_shape("tiny:llama"), "float32", "tiny", 1, cal)["load"] == 0.5
     assert main(["plan", "--model", "smollm2-135m", "ppl", "--site", "attn", "--tokens", "512"]) == 0
     out = capsys.readouterr().out
-    start = sum(cal_s for cal_s in start_seconds(shape).values())
+    start = sum(start_seconds(shape, "float32", "embedded").values())  # the committed table's
     assert f"start-up: {start:.3g} s of the total" in out and "start-up: imports" in out and "start-up: load" in out
     assert "calibration: " in out
 
