@@ -180,8 +180,8 @@ SOLVE = [
     (["tokenwise.knn", "tokenwise.fit_class", "tokenwise.fit.diag_psd", "tokenwise.fit.linear",
       "tokenwise.fit.lowrank", "tokenwise.fit.orthogonal"],
      [(CAL_MODEL, "tokenwise", ["--tokens", str(t), "--seq-len", "64", "--classes", c, "--layers",
-                                "3,6,9,12,15,18,21,24,27", "--patch-tokens", "3", "--patch-layer-count", "1",
-                                "--n-boot", "10"])  # fits at 9 layers: most of each command's work
+                                ",".join(map(str, range(1, 30))), "--patch-tokens", "3", "--patch-layer-count", "1",
+                                "--n-boot", "10"])  # fits at 29 layers: the most of each command's work they can be
       for t, c in ((4096, "global"), (4096, "diag_psd"), (8192, "diag_psd"), (4096, "linear"), (4096, "lowrank"),
                    (4096, "orthogonal"))]),
     (["pdsf.geometry_fit"], [(CAL_MODEL, "pdsf", ["--geometry-per-group", "4", "--single-pass", "none",
