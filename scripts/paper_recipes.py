@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in a.names if n not in RECIPES]
     if unknown:
         p.error(f"unknown recipe(s) {unknown}; recipes: {', '.join(RECIPES)}")
-    from tlgeo.report.plan import _plannable, plan_table
+    from tlgeo.report.plan import plannable, plan_table
 
     for name in a.names or RECIPES:
         paper, models, _ = RECIPES[name]
         print(f"\n## {name}: {paper}")
         for model in models:
             argv_ = argv_of(name, model)
-            if argv_[0] in _plannable():
+            if argv_[0] in plannable():
                 dtype = argv_[argv_.index("--dtype") + 1] if "--dtype" in argv_ else None
                 df = plan_table(model, argv_[0], _config_flags(argv_[3:]), a.device, dtype)
                 total = df[df["step"] == "total"].iloc[0]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tlgeo.cli import main
-from tlgeo.planner import CALIBRATION_MODEL, DEVICES, Work, estimate, model_shape
+from tlgeo.planner import CALIBRATION_MODEL, DEVICES, Work, calibration, estimate, model_shape
 
 # total parameters as each model card states them (billions)
 PUBLISHED = {"Qwen/Qwen3-0.6B": 0.6, "Qwen/Qwen3-1.7B": 1.7, "Qwen/Qwen3-4B": 4.0, "Qwen/Qwen3-8B": 8.2,
@@ -58,8 +58,9 @@ def test_moe_counts_all_experts_in_memory_and_the_routed_ones_in_flops():
 
 def test_estimate_adds_up_and_says_what_does_not_fit():
     shape = model_shape("Qwen/Qwen3-8B")
-    df = estimate(shape, [Work("a", 4096, 1024, 4), Work("b", 8192, 1024, 4, overhead=2.0, kept_bytes=2**34)],
-                  "h100", "bfloat16")
+    cal = calibration().replace("test.hook", 1.0)  # a hook that doubles a forward's time
+    df = estimate(shape, [Work("a", 4096, 1024, 4), Work("b", 8192, 1024, 4, hooks={"test.hook": 1}, kept_bytes=2**34)],
+                  "h100", "bfloat16", calib=cal)
     a, b, total = (df.iloc[i] for i in range(3))
     assert a["weights_gib"] == pytest.approx(shape.params * 2 / 2**30)
     assert b["seconds"] == pytest.approx(4 * a["seconds"])  # twice the tokens, twice the overhead
@@ -79,7 +80,7 @@ def test_plan_command_plans_a_run_without_weights(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "8.19 B parameters" in out and "bfloat16 weights" in out
     lines = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
-    assert {"start", "profile", "baseline", "edits", "total"} <= set(lines)
+    assert {"start-up:", "profile", "baseline", "edits", "total"} <= set(lines)
     assert "4 perplexity pass(es)" in lines["edits"]  # attn and mlp, each parallel and perpendicular
     assert main(["plan", "--model", "tiny:llama", "ppl", "--site", "attn", "--tokens", "-3"]) == 2
     assert "tokens" in capsys.readouterr().err
@@ -138,15 +139,15 @@ PLANNED = {
 
 
 def _steps(df):
-    return df[~df["step"].isin(["start", "total"])].set_index("step")
+    return df[~df["step"].str.startswith("start-up") & (df["step"] != "total")].set_index("step")
 
 
 def test_every_analysis_command_is_planned_and_its_tiny_config_too():
-    from tlgeo.report.plan import _plannable
+    from tlgeo.report.plan import plannable
     from tlgeo.report.registry import load_analyses
 
     analyses = load_analyses()
-    assert set(_plannable()) == {a.command_name for a in analyses.values()} == set(PLANNED)
+    assert set(plannable()) == {a.command_name for a in analyses.values()} == set(PLANNED)
     shape = model_shape("tiny:llama")
     for a in analyses.values():  # the contract test's config of each: plannable on the tiny model it runs on
         est = estimate(shape, a.plan(shape, a.config(**a.tiny)))
@@ -158,12 +159,13 @@ def test_plan_table_adds_up_each_command(command):
     from tlgeo.report.plan import plan_table
 
     df = plan_table(model_shape("Qwen/Qwen3-0.6B"), command, PLANNED[command], "h100")
-    steps, total = _steps(df), df[df["step"] == "total"].iloc[0]
+    steps, total = _steps(df).drop("run"), df[df["step"] == "total"].iloc[0]
     assert len(steps) and total["forward_tokens"] == steps["forward_tokens"].sum() > 0
     assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
     assert total["peak_gib"] == steps["peak_gib"].max() and total["dtype"] == "bfloat16"
-    gpu = steps["seconds"] - steps["cpu_seconds"]  # the forwards at the device's FLOP/s, host work as measured
-    assert gpu.to_numpy() == pytest.approx((steps["tflops"] * 1e12 / DEVICES["h100"].flops).to_numpy(), rel=0.5)
+    gpu = steps["seconds"] - steps["cpu_seconds"]  # the forwards at the device's FLOP/s (x their hooks), host work
+    assert gpu.to_numpy() == pytest.approx((steps["tflops"] * 1e12 / DEVICES["h100"].flops).to_numpy(), rel=1.5)
+    assert df.attrs["start_seconds"] == pytest.approx(df[df["step"].str.startswith("start-up: ")]["seconds"].sum())
 
 
 @pytest.mark.parametrize("command, flag, step", [
@@ -216,7 +218,7 @@ def test_the_tokenwise_pool_keeps_every_state_of_every_token():
 
 
 def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_condition():
-    from tlgeo.pdsf.analysis import ANALYSIS, GENERATION_CALL_SECONDS
+    from tlgeo.pdsf.analysis import ANALYSIS
     from tlgeo.pdsf.config import PDSFConfig
 
     shape = CALIBRATION_MODEL
@@ -232,7 +234,7 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     assert long["generation: unedited"].tokens - short["generation: unedited"].tokens == 8 * prompts
     assert short["generation: rotations"].tokens == 3 * short["generation: unedited"].tokens
     # the three conditions' rows share each generation call: 13 calls, not 3 x 13
-    assert long["generation: rotations"].cpu_seconds == pytest.approx(13 * GENERATION_CALL_SECONDS * 30)
+    assert long["generation: rotations"].host == {"pdsf.generation_call": 13 * 30}  # calls x blocks
     assert long["generation: rotations"].batch == 3 * long["generation: unedited"].batch
     assert set(long) == {"generation: states", "generation: unedited", "generation: rotations", "generation: KL",
                          "generation: F dynamics"}  # no geometry, no single pass
@@ -266,7 +268,7 @@ def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
     assert main(["plan", "--model", "Qwen/Qwen3-0.6B", "--device", "h200", command, *PLANNED[command]]) == 0
     out = capsys.readouterr().out
     lines = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
-    assert {"start", "total"} <= set(lines) and len(lines) > 2 and "bfloat16 weights" in out
+    assert {"start-up:", "total"} <= set(lines) and len(lines) > 2 and "bfloat16 weights" in out
     assert "cpu_s" in out and "host_gib" in out
     # a command line that runs plans: its output and thread flags too; a flag it lacks does not
     assert main(["plan", "--model", "Qwen/Qwen3-0.6B", command, *PLANNED[command], "--out", "x", "--threads", "1"]) == 0
@@ -276,7 +278,7 @@ def test_plan_command_plans_each_analysis(command, capsys, monkeypatch):
 
 
 def test_compress_diag_plans_the_calibration_when_it_compresses():
-    from tlgeo.compression.analysis import ANALYSIS, COMPRESS_SECONDS
+    from tlgeo.compression.analysis import ANALYSIS
     from tlgeo.compression.config import CompressConfig, CompressionConfig
 
     shape = CALIBRATION_MODEL
@@ -286,13 +288,20 @@ def test_compress_diag_plans_the_calibration_when_it_compresses():
     est = estimate(shape, list(plain.values()), "h100", "bfloat16").set_index("step")
     assert est.loc["load", "kept_gib"] == est.loc["load", "weights_gib"] == pytest.approx(shape.params * 2 / 2**30)
     assert est.loc["load", "host_gib"] == 0 and est.loc["local", "kept_gib"] > est.loc["load", "kept_gib"]
+    cal = calibration()
+    seconds = lambda w: cal.price(w.host)  # noqa: E731
     cfg = CompressionConfig(methods=("wanda", "awq"), compress=CompressConfig(methods=("wanda",), n_calib=32))
     got = {w.step: w for w in ANALYSIS.plan(shape, cfg)}
-    assert got["compress"].cpu_seconds == pytest.approx(COMPRESS_SECONDS["wanda"] + COMPRESS_SECONDS["awq"])
+    fixed = shape.params * cal.value("compress.fixed")  # loading, saving: once per method
+    per = {m: shape.params * 32 * 128 * cal.value(f"compress.{m}") for m in ("wanda", "awq")}
+    assert seconds(got["compress"]) == pytest.approx(2 * fixed + per["wanda"] + per["awq"])
     half = CompressionConfig(methods=("wanda",), compress=CompressConfig(methods=("wanda",), n_calib=16))
-    rtn = COMPRESS_SECONDS["rtn"]  # the fixed part: loading, saving
-    assert {w.step: w for w in ANALYSIS.plan(shape, half)}["compress"].cpu_seconds == pytest.approx(
-        rtn + (COMPRESS_SECONDS["wanda"] - rtn) / 2)
+    assert seconds({w.step: w for w in ANALYSIS.plan(shape, half)}["compress"]) == pytest.approx(
+        fixed + per["wanda"] / 2)
+    # a method without a row of its own is priced as its family: wanda_2_4 as wanda
+    semi = CompressionConfig(methods=("wanda_2_4",), compress=CompressConfig(methods=("wanda",), n_calib=32))
+    assert seconds({w.step: w for w in ANALYSIS.plan(shape, semi)}["compress"]) == pytest.approx(
+        fixed + per["wanda"])
 
 
 def test_the_calibration_model_is_smollm2_s_config():
@@ -305,9 +314,10 @@ def test_the_calibration_model_is_smollm2_s_config():
 
 def test_host_work_and_partial_forwards_in_estimate():
     shape = CALIBRATION_MODEL
+    cal = calibration().replace("test.fit", 3.5)  # seconds per unit
     full, resumed, stopped, fits = estimate(shape, [
         Work("full", 1000, 100), Work("resumed", 1000, 100, blocks=0.5), Work("stopped", 1000, 100, readout=0.01),
-        Work("fits", 0, 1, cpu_seconds=7.0)], "h100", "bfloat16").iloc[:4].itertuples()
+        Work("fits", 0, 1, host={"test.fit": 2})], "h100", "bfloat16", calib=cal).iloc[:4].itertuples()
     readout = 2 * shape.d_model * shape.vocab * 1000 / 1e12
     assert resumed.tflops == pytest.approx((full.tflops - readout) / 2 + readout)
     assert stopped.tflops == pytest.approx(full.tflops - 0.99 * readout)
@@ -332,61 +342,151 @@ def test_the_atlas_is_planned_step_by_step_from_its_budgets():
 
     shape = model_shape("smollm2-135m")
     df = plan_table(shape, "atlas", [])
-    body = df[~df["step"].isin(["start", "total"])]
+    body = df[~df["step"].str.startswith("start-up: ") & ~df["step"].isin(["total", "report"])]
     assert {s.split(": ")[0] for s in body["step"]} == set(load_steps())  # every step, each its analysis's plan
+    assert (body["step"].str.endswith(": run").sum() == len(load_steps())  # each step's fixed work, then the report
+            and df["step"].iloc[-2] == "report")
     total = df.set_index("step").loc["total"]
     assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
     # a budget moves its step's plan and no other: twice the sweep tokens, twice the sweep's forward tokens
     more = plan_table(shape, "atlas", ["--tokens", "1024", "--steps", "sweeps,heads"])
     sweeps = lambda d: d[d["step"].str.startswith("sweeps: ")]["forward_tokens"].sum()  # noqa: E731
-    assert set(more["step"].str.split(": ").str[0]) - {"start", "total"} == {"sweeps", "heads"}
+    assert set(more["step"].str.split(": ").str[0]) - {"start-up", "total", "report"} == {"sweeps", "heads"}
     assert sweeps(more) == pytest.approx(2 * sweeps(df), rel=0.02)
     with pytest.raises(ValueError, match="unknown step"):
         plan_table(shape, "atlas", ["--steps", "nope"])
 
 
-def test_one_thread_runs_the_forwards_slower_and_says_so():
-    from tlgeo.planner import ONE_THREAD_SLOWDOWN
+def _table(tmp_path, rows):
+    """A calibration table of ``rows`` ``(kind, dtype, threads, value)`` (device cpu unless a fifth item)."""
+    from tlgeo.planner import CALIBRATION_COLUMNS, Calibration
+
+    path = tmp_path / "calibration.csv"
+    path.write_text(",".join(CALIBRATION_COLUMNS) + "\n" + "".join(
+        f"{r[4] if len(r) > 4 else 'cpu'},{r[0]},{r[1]},{r[2]},{r[3]},u,test machine,today,test\n" for r in rows))
+    return Calibration.read(path)
+
+
+def test_the_calibration_table_prices_every_time(tmp_path):
+    """Every second of a plan is a row of the table times an amount: doubling a row's price doubles exactly its
+    part of the plan (the forwards' FLOP/s halved: their time twice), and the table's machine is printed."""
     from tlgeo.report.plan import plan_table
 
-    two = plan_table("smollm2-135m", "profile", ["--tokens", "1024"])
-    one = plan_table("smollm2-135m", "profile", ["--tokens", "1024", "--threads", "1"])
-    step = lambda d: d.set_index("step").loc["profile", "seconds"]  # noqa: E731
-    assert step(one) == pytest.approx(ONE_THREAD_SLOWDOWN * step(two))
-    assert any("--threads 1" in n for n in one.attrs["notes"]) and not two.attrs["notes"]
-    gpu = plan_table("smollm2-135m", "profile", ["--tokens", "1024", "--threads", "1"], device="h100")
-    assert not gpu.attrs["notes"]  # a GPU's forwards do not run on the host's threads
+    cal = calibration()
+    flags = ["--tokens", "1024", "--threads", "1"]
+    base = plan_table("smollm2-135m", "profile", flags, calib=cal).set_index("step")
+    slow = cal.replace("forward.flops", cal.value("forward.flops", "float32", 1) / 2, dtype="float32", threads=1,
+                       unit="FLOP/s")
+    hooks = cal.replace("profile.site", 2 * cal.value("profile.site", threads=1), threads=1)
+    load = cal.replace("start.load.embedded.gib", 2 * cal.value("start.load.embedded.gib", threads=1), threads=1)
+    shape, prof = model_shape("smollm2-135m"), base.loc["profile"]
+    flops = prof["tflops"] * 1e12 / cal.value("forward.flops", "float32", 1)
+    forwards = -(-1024 // (prof["window"] * prof["batch"]))  # batches of windows
+    blocks = forwards * shape.n_layers * cal.value("forward.block", threads=1)
+    site = cal.value("profile.site", threads=1)
+    assert prof["seconds"] == pytest.approx(flops * (1 + 5 * site) + blocks)  # the default five sites
+    def got(c, step):
+        return plan_table("smollm2-135m", "profile", flags, calib=c).set_index("step").loc[step, "seconds"]
+
+    assert got(slow, "profile") == pytest.approx(prof["seconds"] + flops * (1 + 5 * site))
+    assert got(hooks, "profile") == pytest.approx(prof["seconds"] + flops * 5 * site)
+    gib = shape.params * 4 / 2**30
+    assert got(load, "start-up: load") == pytest.approx(base.loc["start-up: load", "seconds"]
+                                                        + gib * cal.value("start.load.embedded.gib", threads=1))
+    assert got(cal, "start-up: imports") == cal.value("start.imports", threads=1) > 0
 
 
-def test_a_half_dtype_plans_the_cpu_s_measured_speed_and_says_so():
-    """``tlgeo plan ppl --dtype bfloat16`` on a CPU planned float32's time: the forwards now take the device's
-    factor (the reference CPU's bfloat16 matrix units: faster; without them, ``cpu-avx2``: several times slower;
-    a GPU's float32 at the FP32 rate), the host work does not, and the plan says which."""
-    from tlgeo.planner import CPU_DTYPE_SLOWDOWN, CPU_NO_HALF_UNITS_SLOWDOWN, DEVICES
+def test_the_start_up_is_priced_by_the_model_s_format_and_size(tmp_path, capsys):
+    """tiny:<kind> is built in memory, an embedded model is read from the cache and verified, a directory read:
+    each format's fixed load and per-GiB rows; ``tlgeo plan`` says which part of its total is the start-up."""
+    from tlgeo.planner import model_format, start_seconds
+
+    cal = _table(tmp_path, [("start.imports", "any", 1, 4.0), ("start.load.tiny", "any", 1, 0.5),
+                            ("start.load.embedded", "any", 1, 1.0), ("start.load.embedded.gib", "any", 1, 10.0),
+                            ("start.load.directory", "any", 1, 2.0), ("start.load.directory.gib", "any", 1, 1.0)])
+    shape = model_shape("smollm2-135m")
+    gib = shape.params * 4 / 2**30
+    assert [model_format(n) for n in ("tiny:llama", "smollm2-135m", "Qwen/Qwen3-8B")] == ["tiny", "embedded",
+                                                                                         "directory"]
+    assert start_seconds(shape, "float32", "embedded", 1, cal) == {"imports": 4.0, "load": pytest.approx(1 + 10 * gib)}
+    assert start_seconds(shape, "bfloat16", "directory", 1, cal)["load"] == pytest.approx(2 + gib / 2)
+    assert start_seconds(model_shape("tiny:llama"), "float32", "tiny", 1, cal)["load"] == 0.5
+    assert main(["plan", "--model", "smollm2-135m", "ppl", "--site", "attn", "--tokens", "512"]) == 0
+    out = capsys.readouterr().out
+    start = sum(start_seconds(shape, "float32", "embedded").values())  # the committed table's
+    assert f"start-up: {start:.3g} s of the total" in out and "start-up: imports" in out and "start-up: load" in out
+    assert "calibration: " in out
+
+
+def test_threads_and_dtypes_are_the_table_s_rows_and_the_plan_says_which(tmp_path):
+    """A plan at a thread count the table has uses its rows; at another, the nearest, and says so; a half dtype
+    its own FLOP/s (the CPU's matrix units), with a note, and ``cpu-avx2`` the rows measured without them."""
     from tlgeo.report.plan import plan_table
 
-    flags = ["--site", "attn", "--tokens", "2048"]
-    def forwards(df):  # the first step after the start: its forwards (FLOPs and fixed cost), not its host work
-        row = df.set_index("step").loc[df["step"].iloc[1]]
-        return row["seconds"] - row["cpu_seconds"]
+    rows = [("forward.flops", "float32", 1, 1e10), ("forward.flops", "float32", 2, 2e10),
+            ("forward.flops", "bfloat16", 1, 4e10), ("forward.flops", "float32", 1, 1e10, "cpu-avx2"),
+            ("forward.flops", "bfloat16", 1, 1e9, "cpu-avx2"), ("forward.block", "any", 1, 0.0),
+            ("start.imports", "any", 1, 1.0), ("start.load.embedded", "any", 1, 0.0),
+            ("start.load.embedded.gib", "any", 1, 0.0), ("profile.site", "any", 1, 0.0), ("run.any", "any", 1, 0.0)]
+    cal = _table(tmp_path, rows)
 
-    f32 = plan_table("smollm2-135m", "ppl", flags)
-    bf16 = plan_table("smollm2-135m", "ppl", [*flags, "--dtype", "bfloat16"])  # the command's own flag
-    avx2 = plan_table("smollm2-135m", "ppl", [*flags, "--dtype", "bfloat16"], device="cpu-avx2")
-    assert bf16["dtype"].iloc[0] == "bfloat16" and not f32.attrs["notes"]
-    # the FLOPs' time scales with the dtype's factor, each forward's fixed cost per block does not
-    fixed = forwards(f32) - (forwards(avx2) - forwards(f32)) / (CPU_NO_HALF_UNITS_SLOWDOWN["bfloat16"] - 1)
-    assert 0 < fixed < 0.2 * forwards(f32)
-    assert forwards(bf16) - fixed == pytest.approx(CPU_DTYPE_SLOWDOWN["bfloat16"] * (forwards(f32) - fixed))
-    assert CPU_NO_HALF_UNITS_SLOWDOWN["bfloat16"] > 5 > 1 > CPU_DTYPE_SLOWDOWN["bfloat16"]
-    assert any("--device cpu-avx2" in n for n in bf16.attrs["notes"])
-    assert any("bfloat16 weights on cpu-avx2: the forwards take 9.5x" in n for n in avx2.attrs["notes"])
-    weights = lambda d: d.set_index("step").loc[d["step"].iloc[1], "weights_gib"]  # noqa: E731
-    assert weights(bf16) == pytest.approx(weights(f32) / 2)
-    gpu = {d: forwards(plan_table("smollm2-135m", "ppl", flags, device="h100", dtype=d))
-           for d in ("bfloat16", "float32")}
-    assert gpu["float32"] == pytest.approx(DEVICES["h100"].slowdown("float32") * gpu["bfloat16"])
-    assert DEVICES["h100"].slowdown("float32") > 10  # FP32 67 vs BF16 989 TFLOP/s dense
+    def forwards(flags, device="cpu"):
+        df = plan_table("smollm2-135m", "profile", ["--tokens", "1024", *flags], device=device, calib=cal)
+        return df.set_index("step").loc["profile", "seconds"], df.attrs["notes"]
+
+    one, notes1 = forwards(["--threads", "1"])
+    two, notes2 = forwards(["--threads", "2"])
+    four, notes4 = forwards(["--threads", "4"])
+    assert one == pytest.approx(2 * two) and four == two and not notes1 and not notes2
+    assert notes4 == ["--threads 4: planned at the calibration's 2 thread(s) (it holds [1, 2])"]
+    half, notes = forwards(["--threads", "1", "--dtype", "bfloat16"])
+    assert half == pytest.approx(one / 4)
+    assert notes[0] == "bfloat16 weights on cpu: the forwards take 0.25x their time in float32"
+    assert "--device cpu-avx2 plans that" in notes[1]
+    avx2, notes = forwards(["--threads", "1", "--dtype", "bfloat16"], "cpu-avx2")
+    assert avx2 == pytest.approx(10 * one) and "10x their time in float32" in notes[0]
+    with pytest.raises(KeyError, match="no 'forward.flops' \\(float16, cpu\\)"):
+        forwards(["--threads", "1", "--dtype", "float16"])
+
+
+def test_no_analysis_module_holds_a_timing_constant():
+    """The analyses' plans give the shape of their work; every price is the calibration table's: no analysis module
+    reads a FLOP/s or seconds constant, and every kind their plans name at their tiny configs is in the table."""
+    import re
+    from pathlib import Path
+
+    from tlgeo.report.registry import load_analyses
+
+    root = Path(__file__).resolve().parents[1] / "tlgeo"
+    for path in root.rglob("*.py"):
+        if path.name == "planner.py":
+            continue
+        text = path.read_text()
+        assert not re.search(r"CPU_FLOPS|_SECONDS\b|_SECONDS_PER|OVERHEAD\b|LOAD_GIB_PER_S|cpu_seconds=", text), path
+    cal, shape = calibration(), model_shape("tiny:llama")
+    for a in load_analyses().values():
+        for w in a.plan(shape, a.config(**a.tiny)):
+            for kind in [*w.hooks, *w.host]:
+                cal.row(kind)  # raises if the table has no row for it
+
+
+def test_plan_takes_the_command_s_flags_before_the_analysis_name(capsys):
+    """``tlgeo plan --threads 1 --model smollm2-135m decompose`` reads as ``tlgeo plan --model smollm2-135m
+    decompose --threads 1`` (it failed with "invalid choice: '1'")."""
+    from tlgeo.report.plan import plan_argv
+
+    assert plan_argv(["--threads", "1", "--model", "m", "decompose", "--tokens", "8"]) == [
+        "--model", "m", "decompose", "--threads", "1", "--tokens", "8"]
+    assert plan_argv(["--device=h100", "--tokens", "8", "atlas"]) == ["--device=h100", "atlas", "--tokens", "8"]
+    assert main(["plan", "--threads", "1", "--model", "smollm2-135m", "decompose"]) == 0
+    before = capsys.readouterr().out
+    assert main(["plan", "--model", "smollm2-135m", "decompose", "--threads", "1"]) == 0
+    assert capsys.readouterr().out == before and "profile" in before
+    assert main(["plan", "--tokens", "2048", "profile", "--threads", "1"]) == 0
+    assert "2.05e+03" in capsys.readouterr().out  # the profile's 2048 forward tokens
+    with pytest.raises(SystemExit):
+        main(["plan", "--threads", "1"])  # no analysis named: argparse's error
+    assert "analysis" in capsys.readouterr().err
 
 
 def test_the_cli_page_prints_the_committed_plan_check():
@@ -405,3 +505,60 @@ def test_the_cli_page_prints_the_committed_plan_check():
     assert block, "docs/cli.md has no <!-- table: plan --> block"
     table = pd.read_csv(root / "results" / "plan-smollm2-135m" / "plan_vs_measured.csv")
     assert block.group(1).strip() == load_script("bench_plan").markdown_table(table).strip()
+
+
+def test_the_calibration_solves_each_kind_from_its_commands_measured_work(monkeypatch):
+    """scripts/bench_plan.py --calibrate prices a kind from commands' measured work less the plan without it: given
+    runs that took what known prices would give, least squares finds those prices (the tokenwise group: six kinds
+    from six commands), and the table it writes reads back the same."""
+    from .scripts import load_script
+
+    bench, cal = load_script("bench_plan"), calibration()
+    kinds, runs = next((k, r) for k, r in bench.SOLVE if "tokenwise.knn" in k)
+    truth = cal
+    for i, k in enumerate(kinds):
+        truth = truth.replace(k, (1.5 + i) * cal.value(k, threads=1), threads=1)
+    measured = {" ".join(f): bench._work_seconds(truth, m, c, f, 1) for m, c, f in runs}
+    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
+        "work_s": measured[" ".join(f)], "imports_s": 1.0, "load_s": 1.0, "seconds": 3.0, "wall_s": 3.0})
+    rows, seen = bench._solve_rows(cal, kinds, runs, 1, "test machine")
+    assert [r["kind"] for r in rows] == kinds and len(seen) == len(runs)
+    for r in rows:
+        assert r["value"] == pytest.approx(truth.value(r["kind"], threads=1), rel=1e-6), r["kind"]
+        assert r["machine"] == "test machine" and r["threads"] == 1
+
+
+def test_the_readme_quotes_what_the_planner_prints():
+    """The README's planned times are the planner's on the committed calibration table, to three significant
+    digits (a new calibration changes them: this fails until the README follows)."""
+    import re
+    from pathlib import Path
+
+    from tlgeo.report.plan import plan_table
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    m = re.search(r"plans ([\d,.]+) s on SmolLM2 .*?\(`tlgeo plan (patching [^`]*)`\), ([\d,.]+) s of it the exact "
+                  r"sweep .*? and ([\d,.]+) s the start-up .*?the attribution step alone plans ([\d,.]+) s", text)
+    assert m, "the README's plan sentence changed: update this test"
+    total, flags, exact, start, attribution = m.groups()
+    df = plan_table("smollm2-135m", "patching", flags.split()[1:])
+    rows = df.set_index("step")["seconds"]
+    three = lambda v: float(f"{v:.3g}")  # noqa: E731
+    planned = [rows["total"], rows["ioi: exact"], df.attrs["start_seconds"], rows["ioi: attribution"]]
+    assert [float(q.replace(",", "")) for q in (total, exact, start, attribution)] == [three(v) for v in planned]
+
+
+def test_a_kind_the_rest_of_the_plan_already_exceeds_is_priced_at_its_floor(monkeypatch):
+    """Noise can make a command's measured work less than its plan without the kind solved for: a price in seconds is
+    then 0 (no work takes negative seconds), a hook's share at least FLOOR_SHARE, and the row says so."""
+    from .scripts import load_script
+
+    bench, cal = load_script("bench_plan"), calibration()
+    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
+        "work_s": 0.0, "imports_s": 1.0, "load_s": 1.0, "seconds": 2.0, "wall_s": 2.0})
+    for kinds, runs in bench.SOLVE[1:3]:  # edit, dirmag.sweep: shares of a bare forward; then seconds
+        (row,), _ = bench._solve_rows(cal, kinds, runs, 1, "m")
+        assert row["value"] == bench.FLOOR_SHARE and "below" in row["how"]
+    kinds, runs = next((k, r) for k, r in bench.SOLVE if k == ["dirmag.probe_fit"])
+    (row,), _ = bench._solve_rows(cal, kinds, runs, 1, "m")
+    assert row["value"] == 0.0 and "the rest of the plan exceeds the measurement" in row["how"]

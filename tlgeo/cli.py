@@ -100,10 +100,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .report.plan import _plannable
+    from .report.plan import plannable
 
     cmds = _commands()
-    planned = {*_plannable(), "atlas"}  # what tlgeo plan estimates
+    planned = {*plannable(), "atlas"}  # what tlgeo plan estimates
     parser = _Parser(prog="tlgeo", description="Commands: " + " | ".join(cmds), formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")

@@ -217,27 +217,13 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
 # what a run costs (tlgeo plan): per method, its model loaded and the dense, local and e2e passes
 # ---------------------------------------------------------------------------
 
-# llmcompressor's compression of SmolLM2-135M (134.5 M parameters) on 32 x 128 calibration tokens, sequential pipeline,
-# seconds on the planner's reference CPU: scripts/bench_compress.py (it prints them; README.md, direction-aware
-# objectives: awq, awq_perp, sgpt, sgpt_perp with 12 CG iterations, wanda, owl, perpalloc); rtn (no calibration:
-# load, quantise, save) the median of
-# results/compression-objectives/.../compress_log.jsonl's rtn_*; wanda_perp 2.24 x wanda (results/compression/...
-# compress_log.jsonl: 147.6 vs 65.8 s, both at 16 windows, basic pipeline). rtn's time is counted fixed (x the
-# parameters), the rest x the calibration tokens and the parameters
-COMPRESS_SECONDS = {"awq": 150.3, "awq_perp": 165.2, "sgpt": 41.6, "sgpt_perp": 79.5, "wanda": 16.9, "owl": 21.2,
-                    "perpalloc": 16.6, "rtn": 9.6, "wanda_perp": 16.9 * 147.6 / 65.8}
-COMPRESS_TOKENS = 32 * 128
-
-
-def compress_seconds(shape, cfg: CompressConfig, method: str) -> float:
-    """Host seconds of compressing ``method`` with ``cfg`` (:data:`COMPRESS_SECONDS`, measured on a CPU)."""
-    from ..planner import CALIBRATION_MODEL
-
+def compress_work(shape, cfg: CompressConfig, method: str) -> dict[str, float]:
+    """The host work of compressing ``method`` with ``cfg`` as amounts of the planner's calibrated kinds
+    (tlgeo.planner.calibration): a fixed part per parameter (``compress.fixed``: load, quantise, save) and the
+    method's own per parameter and calibration token (``compress.<kind>``, else its family's)."""
     spec = cfg.spec(method)
-    measured = COMPRESS_SECONDS.get(spec.kind, COMPRESS_SECONDS[spec.family])
-    fixed = COMPRESS_SECONDS["rtn"]
-    scale = shape.params / CALIBRATION_MODEL.params
-    return scale * (fixed + (measured - fixed) * cfg.n_calib * cfg.calib_seq_len / COMPRESS_TOKENS)
+    return {"compress.fixed": shape.params,
+            f"compress.{spec.kind}|compress.{spec.family}": shape.params * cfg.n_calib * cfg.calib_seq_len}
 
 
 def plan(shape, cfg: CompressionConfig) -> list:
@@ -247,7 +233,7 @@ def plan(shape, cfg: CompressionConfig) -> list:
     the whole block, then its MLP with the attention replayed; no unembedding) and the compressed
     model's own forward (e2e). With ``cfg.compress`` (Python only), every method compressed first
     (a folder already there is reused: an upper bound)."""
-    from ..planner import GIB, LOAD_GIB_PER_S, Work
+    from ..planner import GIB, Work
 
     methods, tokens, seq = len(cfg.methods), cfg.prompts * cfg.seq_len, cfg.seq_len
     batch = min(cfg.batch_size, cfg.prompts)
@@ -256,11 +242,15 @@ def plan(shape, cfg: CompressionConfig) -> list:
     comp = shape.params * 4  # the float32 files read
     out = []
     if cfg.compress is not None:
-        seconds = sum(compress_seconds(shape, cfg.compress, m) for m in cfg.methods)
+        host: dict[str, float] = {}
+        for m in cfg.methods:
+            for kind, amount in compress_work(shape, cfg.compress, m).items():
+                host[kind] = host.get(kind, 0.0) + amount
         c = cfg.compress
-        out.append(Work("compress", 0, 1, cpu_seconds=seconds, note=f"{methods} method(s), llmcompressor on "
+        out.append(Work("compress", 0, 1, host=host, note=f"{methods} method(s), llmcompressor on "
                         f"{c.n_calib} x {c.calib_seq_len} tokens, {c.device}"))
-    out.append(Work("load", 0, 1, cpu_seconds=methods * comp / GIB / LOAD_GIB_PER_S, weight_copies=1,
+    load = {"start.load.directory": methods, "start.load.directory.gib": methods * comp / GIB}  # as a command's
+    out.append(Work("load", 0, 1, host=load, weight_copies=1,
                     note=f"{methods} compressed model(s), one at a time, beside the dense model"))
     out.append(Work("dense", methods * tokens, seq, batch, kept_bytes=base, note="once per batch and method"))
     if "local" in cfg.modes:

@@ -240,13 +240,9 @@ def run_ppl(model: Model, cfg: PplConfig, *, out: str | Path | None = None, log:
 # what a run costs (tlgeo plan): forward passes of each step
 # ---------------------------------------------------------------------------
 
-# a step's time over a bare forward of the same tokens, measured on SmolLM2-135M on the planner's reference CPU
-# (scripts/bench_plan.py --calibrate, which prints them; no committed table): the profile's statistics per site, an
-# edited forward
-PROFILE_OVERHEAD_PER_SITE = 0.08  # 1 site 0.92-1.12x, 5 sites 1.24-1.54x a bare forward (four calibrations)
-EDIT_OVERHEAD = 1.03  # 1.007-1.045x
-# memory, measured in fresh processes at the commands' default windows: a perplexity pass holds 3.6
-# [tokens, vocab] float32 arrays (tlgeo.planner.PPL_LOGIT_COPIES); the profile a bare forward's arrays plus
+# the hooks' time (the profile's statistics per site, an edit) is the planner's calibration table's ("profile.site",
+# "edit": tlgeo.planner.calibration); memory, measured in fresh processes at the commands' default windows: a
+# perplexity pass holds 3.6 [tokens, vocab] float32 arrays (tlgeo.planner.PPL_LOGIT_COPIES); the profile a bare forward's arrays plus
 # one float32 d_model vector per live token, layer and site (4 x 256, 5 sites)
 
 
@@ -266,7 +262,7 @@ def profile_work(shape, sites, tokens: int, seq_len: int, batch: int):
     from ..planner import Work, windows
 
     live = min(batch * seq_len, max(tokens, seq_len))
-    return Work("profile", windows(tokens, seq_len), seq_len, batch, 1 + PROFILE_OVERHEAD_PER_SITE * len(sites),
+    return Work("profile", windows(tokens, seq_len), seq_len, batch, hooks={"profile.site": len(sites)},
                 eager=_reads_pattern(sites), kept_bytes=live * shape.n_layers * len(sites) * shape.d_model * 4,
                 note=f"{len(sites)} site(s): {', '.join(sites)}")
 
@@ -277,7 +273,7 @@ def _ppl_work(name: str, tokens: int, cfg, edits: int, sites=()):
     # perplexity reads the logits out one row of the batch at a time (tlgeo.evals.perplexity.read_out_losses): the
     # [tokens, vocab] arrays are one window's, not the batch's
     return Work(name, windows(tokens, cfg.context) * edits, cfg.context, cfg.batch_size,
-                1.0 if name == "baseline" else EDIT_OVERHEAD, PPL_LOGIT_COPIES / cfg.batch_size,
+                hooks={} if name == "baseline" else {"edit": 1}, logit_copies=PPL_LOGIT_COPIES / cfg.batch_size,
                 eager=_reads_pattern(sites),
                 note=f"{edits} perplexity pass(es)")
 

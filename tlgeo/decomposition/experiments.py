@@ -461,11 +461,9 @@ def _edit_passes(name: str, tokens: int, window: int, batch: int, passes: int, b
                  note: str = ""):
     from ..planner import PPL_LOGIT_COPIES, Work, windows
 
-    from .analysis import EDIT_OVERHEAD
-
     per_pass = windows(tokens, window)
     batch = max(1, min(batch, per_pass // window))  # each pass reads the same windows: a short text, small batches
-    return Work(name, per_pass * passes, window, batch, EDIT_OVERHEAD, PPL_LOGIT_COPIES,
+    return Work(name, per_pass * passes, window, batch, hooks={"edit": 1}, logit_copies=PPL_LOGIT_COPIES,
                 blocks=blocks, note=note or f"{passes} perplexity pass(es)")
 
 

@@ -136,16 +136,9 @@ def _probes(model, cfg: DirmagConfig, chosen: list[tuple] | None, progress: bool
 # what a run costs (tlgeo plan): a clean pass per part, then perturbed passes resumed at the first perturbed block
 # ---------------------------------------------------------------------------
 
-# measured on SmolLM2-135M (d_model 576, 30 blocks) on the planner's reference CPU by scripts/bench_dirmag.py
-# (it prints them; RESULTS.md section 2 quotes them):
-# the sweeps run below the cost model: the engine benchmark's LM sweep of 64 sentences (1 clean + 8 passes resumed at
-# block 10, batches of 16 padded to their longest) took 29-31 s per round, the cost model's FLOPs say 42.4 s; with
-# this factor the atlas's damage and BLiMP steps (45.8 s, 17.0 s) are predicted at 43 s and 15 s
-SWEEP_OVERHEAD = 30.0 / 42.4
-# the probes' fits (scikit-learn on the host), per probed block and sentence: 500 + 500 UD sentences at 10 blocks took
-# 2 min 42 s with the start, of which the cost model's forwards and start are 76 s; 86 s / (10 x 500). (The atlas's
-# 80 + 80 at 4 blocks, 19.9 s: 14.7 s of forwards, 5.5 s of fits at this rate.) Scaled by d_model (the features)
-PROBE_SENTENCE_SECONDS = (162 - 76) / (10 * 500)
+# the sweeps' hooks ("dirmag.sweep", a share of a bare forward: they run below the cost model's FLOPs) and the
+# probes' fits ("dirmag.probe_fit": scikit-learn on the host, per probed block, training sentence and d_model feature)
+# are priced by the planner's calibration table (tlgeo.planner.calibration)
 
 
 def _n_deltas(cfg: DirmagConfig) -> int:
@@ -167,7 +160,7 @@ def _sweep_work(shape, name: str, texts: Sequence[str], max_tokens: int | None, 
     resumed = perturbations * passes
     blocks = (1 + resumed * (shape.n_layers - first) / shape.n_layers) / (1 + resumed)
     kept = tokens * shape.d_model * 4 * (1 + kept_per_token)  # the residual where they resume, per batch
-    return Work(name, tokens * (1 + resumed), longest, batch, SWEEP_OVERHEAD, blocks=blocks, eager=eager,
+    return Work(name, tokens * (1 + resumed), longest, batch, hooks={"dirmag.sweep": 1}, blocks=blocks, eager=eager,
                 kept_bytes=kept, note=f"{len(texts)} sentences: 1 clean + {resumed} passes resumed at block {first}")
 
 
@@ -178,7 +171,7 @@ def plan(shape, cfg: DirmagConfig) -> list:
     fits (host work). Sentence lengths from their characters."""
     from ..evals.treebank import load_treebank
     from ..hooks.adapter import resolve_layers
-    from ..planner import CALIBRATION_MODEL, Work, padded_batches, text_tokens
+    from ..planner import Work, padded_batches, text_tokens
     from .repair import REPAIRS
     from .syntax import agreement_pairs
 
@@ -211,8 +204,7 @@ def plan(shape, cfg: DirmagConfig) -> list:
         out.append(Work("probes: states", split[0][0] + split[1][0], max(split[0][1], split[1][1]), cfg.batch_size,
                         host_bytes=words * len(blocks) * shape.d_model * 4,
                         note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)"))
-        fits = len(blocks) * PROBE_SENTENCE_SECONDS * len(train) * shape.d_model / CALIBRATION_MODEL.d_model
-        out.append(Work("probes: fits", 0, 1, cpu_seconds=fits,
+        out.append(Work("probes: fits", 0, 1, host={"dirmag.probe_fit": len(blocks) * len(train) * shape.d_model},
                         note="POS and depth probes on the direction, the norm, both (host)"))
     return out
 

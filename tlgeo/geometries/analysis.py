@@ -312,10 +312,8 @@ def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, pro
 # what a run costs (tlgeo plan): the pool, the clean pass, the profile, the perturbed passes, the fits
 # ---------------------------------------------------------------------------
 
-# the relations' bootstrap (n_boot + 11 Spearman matrices of the quantities per block) is not counted: on SmolLM2 the
-# rest of this plan already gives 67 s with the start for the 63 s the defaults took (README.md, RESULTS.md section
-# 6), and 14.9 s for the atlas step's 15.1 s; the pool-wide PDSF fit (two SVDs of [tokens, d_model], ~8 n d^2 FLOPs)
-# is counted at CPU_FLOPS
+# the relations' bootstrap (n_boot + 11 Spearman matrices of the quantities per block) is not counted; the pool-wide
+# PDSF fit (two SVDs of [tokens, d_model], ~8 n d^2 FLOPs) is host FLOPs (the calibration's "host.flop")
 PDSF_FIT_FLOPS = 8  # x tokens x d_model^2
 
 
@@ -323,13 +321,13 @@ def plan(shape, cfg: GeometriesConfig) -> list:
     """The pool (float32, every state) and a clean pass over its windows; the decomposition profile of
     the blocks measured (one pass, three sites); per block, ``2 x seeds`` passes resumed at it (the
     damage); the PDSF readout of every pool state at each block (the unembedding alone); per block the
-    host work: the tokenwise kNN and linear fits (:func:`tlgeo.tokenwise.analysis.fit_seconds`) and the
+    host work: the tokenwise kNN and linear fits (:func:`tlgeo.tokenwise.analysis.fit_work`) and the
     PDSF fit (the relations' bootstrap is not counted: see above)."""
     import dataclasses
 
     from ..decomposition.analysis import profile_work
-    from ..planner import CPU_FLOPS, PPL_LOGIT_COPIES, Work
-    from ..tokenwise.analysis import KNN_CHUNK_COPIES, fit_seconds, pool_size
+    from ..planner import PPL_LOGIT_COPIES, Work
+    from ..tokenwise.analysis import KNN_CHUNK_COPIES, fit_work, pool_size
 
     layers = cfg.chosen_layers(shape.n_layers)
     n, d, seq, b = shape.n_layers, shape.d_model, cfg.seq_len, cfg.batch_size
@@ -341,11 +339,12 @@ def plan(shape, cfg: GeometriesConfig) -> list:
     share = len(layers) / n  # the profile's observers and statistics at the measured blocks only
     sites = ("attn", "mlp", "value_excl_self")
     profile = profile_work(shape, sites, tokens, seq, b)
-    profile = dataclasses.replace(profile, overhead=1 + (profile.overhead - 1) * share,
+    profile = dataclasses.replace(profile, hooks={k: v * share for k, v in profile.hooks.items()},
                                   kept_bytes=profile.kept_bytes * share,
                                   note=profile.note + f" at {len(layers)} blocks")
     passes = 2 * cfg.seeds * len(layers)
-    host = fit_seconds(shape, n_tok, ("linear",), cfg.k) + PDSF_FIT_FLOPS * n_tok * d * d / CPU_FLOPS
+    host = fit_work(shape, n_tok, ("linear",), cfg.k, len(layers))
+    host["host.flop"] = host.get("host.flop", 0.0) + len(layers) * PDSF_FIT_FLOPS * n_tok * d * d
     return [
         Work("pool", tokens, seq, b, kept_bytes=min(b, n_win) * seq * (n + 1) * d * 4,
              host_bytes=n_tok * (n + 1) * d * 4, note=f"{n_tok} tokens x {n + 1} states, float32, memory-mapped"),
@@ -357,7 +356,7 @@ def plan(shape, cfg: GeometriesConfig) -> list:
              note=f"{passes} passes resumed at the measured blocks"),
         Work("PDSF readout", n_tok * len(layers), 1, 256, blocks=0.0, logit_copies=2.0,
              note=f"every pool state at {len(layers)} blocks through the unembedding"),
-        Work("fits", 0, 1, cpu_seconds=len(layers) * host,
+        Work("fits", 0, 1, host=host,
              host_bytes=2 * n_tok * d * 4 + n_tok * cfg.k * 8 + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
              note=f"tokenwise kNN + linear fits and PDSF fits at {len(layers)} blocks (host)"),
     ]

@@ -384,36 +384,29 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
 
 _units = units
 
-# seconds per prompt of a unit on SmolLM2-135M at one thread of the planner's reference CPU (56 / 28 / 12
-# prompts, no complexity, repeats 3, 16 new tokens): only their ratios matter (dealing units to ranks)
-UNIT_SECONDS = {"geometry": 0.38, "single_pass": 0.30, "generation": 0.39}
-
-
 def unit_cost(model: Model, cfg: PDSFConfig, unit: tuple) -> float:
-    """A unit's estimated run time: prompts x seconds per prompt (:data:`UNIT_SECONDS`), scaled by
-    the repeats of a single-pass edit and the tokens generated."""
+    """A unit's estimated run time: prompts x seconds per prompt (the planner's calibration table's
+    ``pdsf.unit.<stage>``, at 3 repeats and 16 new tokens: only their ratios matter, dealing units to ranks),
+    scaled by the repeats of a single-pass edit and the tokens generated."""
+    from ..planner import calibration
+
     stage = unit[0]
+    per_prompt = calibration().value(f"pdsf.unit.{stage}")
     if stage == "geometry":
-        return UNIT_SECONDS[stage] * len(cfg.geometry_prompts())
+        return per_prompt * len(cfg.geometry_prompts())
     if stage == "single_pass":
-        return UNIT_SECONDS[stage] * len(cfg.single_pass_prompts()) * cfg.repeats / 3
-    return UNIT_SECONDS[stage] * len(cfg.generation_prompts()) * cfg.new_tokens / 16
+        return per_prompt * len(cfg.single_pass_prompts()) * cfg.repeats / 3
+    return per_prompt * len(cfg.generation_prompts()) * cfg.new_tokens / 16
 
 
 # ---------------------------------------------------------------------------
 # what a run costs (tlgeo plan): forward passes, generation and fits of each stage
 # ---------------------------------------------------------------------------
 
-# measured on SmolLM2-135M (d_model 576, 30 blocks) on the planner's reference CPU by scripts/bench_pdsf.py (it
-# prints them; RESULTS.md section 3 quotes them):
-# the geometry tables of the 224 SpecA prompts at all 31 states took 20.8 s = 3.0 ms per prompt and state, of which
-# the readout alignment's five [n, d] x [d, vocab] products were 1.57 ms at CPU_FLOPS; they are now d x d products
-# through W_U W_Uᵀ (computed once). The rest, the float64 PCA fits, complexity and discrimination, scales with d_model
-GEOMETRY_SECONDS = 1.4e-3  # per prompt and state at d_model 576
-# one unedited generation of the 96 SpecB prompts x 64 tokens (6 batches of 16, 384 forward calls) took 146 / 4 =
-# 36.5 s (four of them in the bench), of which the cost model's FLOPs are 12.2 s: the rest is each call's work
-# besides its FLOPs (hooks, the KV cache's bookkeeping, one token per row), per block
-GENERATION_CALL_SECONDS = (36.5 - 12.2) / 384 / 30  # per forward call of a batch and block
+# host work, priced by the planner's calibration table (tlgeo.planner.calibration): the geometry tables' float64 PCA
+# fits, complexity and discrimination ("pdsf.geometry_fit", per prompt, state and d_model), each generation call's work
+# besides its FLOPs ("pdsf.generation_call", per call of a batch and block: hooks, the KV cache's bookkeeping), and
+# float64 products counted as FLOPs ("host.flop")
 
 
 def _prompt_lengths(ps: PromptSet, cfg: PDSFConfig) -> list[int]:
@@ -442,21 +435,20 @@ def plan(shape, cfg: PDSFConfig) -> list:
     characters (the chat template's own tokens are not counted)."""
     from math import ceil
 
-    from ..planner import CALIBRATION_MODEL, CPU_FLOPS, PPL_LOGIT_COPIES, Work, padded_batches
+    from ..planner import PPL_LOGIT_COPIES, Work, padded_batches
     from .dynamics import MAX_COV_WIDTH
     from .layer_stats import GRAM_CHUNK
     from .single_pass import CLEAN_CACHE_BYTES
 
     cfg.check_depth(shape.n_layers)
     d, vocab, n_layers, b = shape.d_model, shape.vocab, shape.n_layers, cfg.batch_size
-    width = d / CALIBRATION_MODEL.d_model
     out = []
     if cfg.stage_runs("geometry"):
         ps = cfg.geometry_prompts()
         out.append(_states_work(shape, "geometry", ps, cfg))
         states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
-        gram = 2 * d * d * vocab / CPU_FLOPS  # W_U W_Uᵀ once (float64: an assumption, as below)
-        out.append(Work("geometry: fits", 0, 1, cpu_seconds=len(ps) * states * GEOMETRY_SECONDS * width + gram,
+        gram = 2 * d * d * vocab  # W_U W_Uᵀ once
+        out.append(Work("geometry: fits", 0, 1, host={"pdsf.geometry_fit": len(ps) * states * d, "host.flop": gram},
                         host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
                         note=f"float64 PCA fits, complexity and readout at {states} states (host)"))
     conds = cfg.single_pass_conditions()
@@ -482,11 +474,11 @@ def plan(shape, cfg: PDSFConfig) -> list:
         n, new, c = len(ps), cfg.new_tokens, len(conds)
         prefill, longest = padded_batches(_prompt_lengths(ps, cfg), b)
         steps, calls = prefill + n * (new - 1), ceil(n / b) * new  # step 0 is the prefill
-        call_s = calls * GENERATION_CALL_SECONDS * n_layers
+        call_s = {"pdsf.generation_call": calls * n_layers}
         kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
-        out.append(Work("generation: unedited", steps, longest + new, b, kept_bytes=kv, cpu_seconds=call_s,
+        out.append(Work("generation: unedited", steps, longest + new, b, kept_bytes=kv, host=call_s,
                         note=f"{n} {ps.name} prompts x {new} tokens, KV cache"))
-        out.append(Work("generation: rotations", c * steps, longest + new, c * b, kept_bytes=c * kv, cpu_seconds=call_s,
+        out.append(Work("generation: rotations", c * steps, longest + new, c * b, kept_bytes=c * kv, host=call_s,
                         note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows "
                              "in one generation"))
         forced = prefill + n * new  # each prompt and its continuation, one forward per batch
@@ -494,11 +486,10 @@ def plan(shape, cfg: PDSFConfig) -> list:
         out.append(Work("generation: KL", (c + (1 if cached else c)) * forced, longest + new, b,
                         logit_copies=PPL_LOGIT_COPIES, kept_bytes=n * new * vocab * 4 if cached else 0.0,
                         note="teacher-forced, clean " + ("once" if cached else "per condition")))
-        # the temporal covariance of F per layer and its eigenvectors (~9 d^3), float64 on the host: counted at
-        # CPU_FLOPS (measured in float32; an assumption for float64)
+        # the temporal covariance of F per layer and its eigenvectors (~9 d^3), float64 on the host
         cov = n_layers if d <= MAX_COV_WIDTH else 1
         out.append(Work("generation: F dynamics", forced, longest + new, b,
-                        cpu_seconds=cov * (2 * n * new * d * d + 9 * d ** 3) / CPU_FLOPS,
+                        host={"host.flop": cov * (2 * n * new * d * d + 9 * d ** 3)},
                         host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
                         note=f"float64 covariances at {cov} layer(s) (host)"))
     return out

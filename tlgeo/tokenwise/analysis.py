@@ -292,20 +292,12 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
 # what a run costs (tlgeo plan): the pool's forwards, the fits, the patched forwards
 # ---------------------------------------------------------------------------
 
-# host seconds of the fits, measured on SmolLM2-135M (d_model 576, k 32) on the planner's reference CPU by
-# scripts/bench_tokenwise.py (it prints them; RESULTS.md section 4 quotes them, 20,066 tokens): class by class at
-# layer 15 orthogonal 4.3 s, lowrank 1.7, linear 1.1, diag_psd 0.6; kNN 2.2 s per layer (65-69 s for 30), 52 s at
-# 100,076 tokens (so ~n^2). Scaled by d_model and (k/32)^2 (each fit's Gram matrices); the pool-wide maps are
-# counted from their FLOPs at CPU_FLOPS (not measured)
-FIT_SECONDS_PER_TOKEN = {"orthogonal": 4.3 / 20066, "lowrank": 1.7 / 20066, "linear": 1.1 / 20066,
-                         "diag_psd": 0.6 / 20066}
-KNN_SECONDS = 2.2  # per layer at KNN_TOKENS tokens and d_model 576
-KNN_TOKENS = 20066
+# the fits' host work, priced by the planner's calibration table (tlgeo.planner.calibration): kNN
+# ("tokenwise.knn", per n^2 x d_model), each local class's fit ("tokenwise.fit.<class>", per n x d_model x k^2: its
+# Gram matrices), each class's fixed work per layer ("tokenwise.fit_class", per d_model: the geometry row, reading the
+# layer pair, the log) and the pool-wide maps' FLOPs ("host.flop")
+LOCAL_CLASSES = ("orthogonal", "lowrank", "linear", "diag_psd")
 KNN_CHUNK_COPIES = 2.6  # kNN's peak, +207 MiB at 20,066 tokens (RESULTS section 4): 2.6 [1024, n] float32 chunks
-# per layer and class besides the per-token fits (the geometry row, reading the layer pair, the log): the SmolLM2
-# atlas's tokenwise step, ~0.6 s per 1,000 tokens and layer on the reference CPU (four classes at 1,071 tokens;
-# results/atlas-smollm2-135m/timings.csv) less the per-token fits above (0.32 s), over its four classes
-FIT_SECONDS_PER_CLASS = (0.6 * 1.071 - 0.32) / 4
 MLP_EPOCHS, MLP_HIDDEN = 10, 256  # fits.fit_mlp's defaults
 
 
@@ -318,22 +310,23 @@ def pool_size(tokens: int, seq_len: int) -> tuple[int, int]:
     return n_tokens // (seq_len - 1), n_tokens
 
 
-def fit_seconds(shape, n_tokens: int, classes: Sequence[str], k: int) -> float:
-    """Host seconds of one layer's fits of ``classes`` on ``n_tokens`` pool tokens (the constants above)."""
-    from ..planner import CALIBRATION_MODEL, CPU_FLOPS
-
+def fit_work(shape, n_tokens: int, classes: Sequence[str], k: int, layers: int = 1) -> dict[str, float]:
+    """The host work of ``layers`` layers' fits of ``classes`` on ``n_tokens`` pool tokens, as amounts of the
+    calibrated kinds above (:class:`tlgeo.planner.Work`'s ``host``)."""
     d = shape.d_model
-    width = d / CALIBRATION_MODEL.d_model
-    local = [c for c in classes if c in FIT_SECONDS_PER_TOKEN]
-    out = len(classes) * FIT_SECONDS_PER_CLASS * width
+    local = [c for c in classes if c in LOCAL_CLASSES]
+    out = {"tokenwise.fit_class": len(classes) * d}
     if local:
-        out += KNN_SECONDS * (n_tokens / KNN_TOKENS) ** 2 * width
-        out += n_tokens * sum(FIT_SECONDS_PER_TOKEN[c] for c in local) * width * (k / 32) ** 2
+        out["tokenwise.knn"] = n_tokens ** 2 * d
+        out.update({f"tokenwise.fit.{c}": n_tokens * d * k ** 2 for c in local})
+    flops = 0.0
     if "global" in classes:  # the two folds' Gram matrices and solves
-        out += (4 * n_tokens * d * d + 2 * d ** 3) / CPU_FLOPS
+        flops += 4 * n_tokens * d * d + 2 * d ** 3
     if "mlp" in classes:  # forward and backward of the residual MLP, every token once per epoch
-        out += MLP_EPOCHS * 12 * n_tokens * d * MLP_HIDDEN / CPU_FLOPS
-    return out
+        flops += MLP_EPOCHS * 12 * n_tokens * d * MLP_HIDDEN
+    if flops:
+        out["host.flop"] = flops
+    return {kind: layers * amount for kind, amount in out.items()}
 
 
 def plan(shape, cfg: TokenwiseConfig) -> list:
@@ -355,8 +348,7 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
     out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached, logit_copies=0.0, readout=0.0,
                 host_bytes=n_tok * (n_layers + 1) * d * item,
                 note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.pool_dtype}, memory-mapped")]
-    per_layer = fit_seconds(shape, n_tok, cfg.classes, cfg.k)
-    out.append(Work("fits", 0, 1, cpu_seconds=len(layers) * per_layer,
+    out.append(Work("fits", 0, 1, host=fit_work(shape, n_tok, cfg.classes, cfg.k, len(layers)),
                     host_bytes=(2 + len(cfg.classes)) * n_tok * d * 4 + n_tok * cfg.k * 8
                     + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
                     note=f"{len(cfg.classes)} class(es) at {len(layers)} layer(s) (host)"))
