@@ -22,6 +22,8 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
+from ..errors import InputError
+
 __all__ = ["Claim", "Verdict", "Claims", "differs", "ci_excludes_zero", "cited", "uncited_findings",
            "generated_blocks", "CITE"]
 
@@ -61,9 +63,9 @@ class Claims:
     def claim(self, id: str, sentence: str, *tables: str):
         """Register ``fn(*dataframes) -> Verdict | bool`` as claim ``id`` of ``sentence`` over ``tables``."""
         if not CITE.fullmatch(f"`[{id}]`") or id == "interpretation":
-            raise ValueError(f"claim id {id!r} must look like <section>.<words-with-dashes>")
+            raise InputError(f"claim id {id!r} must look like <section>.<words-with-dashes>")
         if id in self.by_id:
-            raise ValueError(f"claim {id!r} is registered twice")
+            raise InputError(f"claim {id!r} is registered twice")
 
         def wrap(fn: Callable[..., "Verdict | bool"]):
             self.by_id[id] = Claim(id, sentence, tuple(tables), fn)

@@ -7,6 +7,7 @@ import dataclasses
 
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.analysis import Command
 from ..runner.cliargs import config_from_args
 
@@ -67,9 +68,9 @@ def _parse(command: str, flags: list[str]) -> argparse.Namespace:
     try:
         parsed, extra = _config_parser(command).parse_known_args(list(flags))
     except argparse.ArgumentError as e:
-        raise ValueError(str(e)) from None
+        raise InputError(str(e)) from None
     if extra:
-        raise ValueError(f"not flags of tlgeo {command}: {' '.join(extra)}")
+        raise InputError(f"not flags of tlgeo {command}: {' '.join(extra)}")
     return parsed
 
 
@@ -106,7 +107,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     from ..planner import CPU_THREADS, DEVICES, ONE_THREAD_SLOWDOWN, ModelShape, estimate, model_shape, start_seconds
 
     if command != "atlas" and command not in _plannable():
-        raise ValueError(f"tlgeo plan: no plan for {command!r}; choose from {[*_plannable(), 'atlas']}")
+        raise InputError(f"tlgeo plan: no plan for {command!r}; choose from {[*_plannable(), 'atlas']}")
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     work, notes, parsed = _work(shape, command, flags)
     dtype = dtype or _after(list(flags), "--dtype") or ("bfloat16" if DEVICES[device].gpu else "float32")
@@ -150,7 +151,7 @@ def _planned(args: argparse.Namespace, name: str, before: str | None, unset: str
     if own is None:
         return before
     if before not in (own, unset):
-        raise ValueError(f"two values of {name}: {before} before {args.analysis} and {own} after it")
+        raise InputError(f"two values of {name}: {before} before {args.analysis} and {own} after it")
     return own
 
 
