@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..errors import InputError
 from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
@@ -203,7 +204,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
                 warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=3)
             continue
         if cfg.positions != "all" and cfg.positions not in built[name].positions:
-            raise ValueError(f"positions: task {name!r} has no position {cfg.positions!r}; "
+            raise InputError(f"positions: task {name!r} has no position {cfg.positions!r}; "
                              f"choose from {['all', *built[name].positions]}")
     for name, task in built.items():
         mine = [u for u in chosen if u[1] == name]
