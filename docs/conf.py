@@ -38,6 +38,7 @@ def generate() -> None:
 
     from tlgeo.cli import build_parser
     from tlgeo.families import markdown_table
+    from tlgeo.report.registry import support_columns
 
     out = HERE / "_generated"
     out.mkdir(exist_ok=True)
@@ -65,7 +66,7 @@ def generate() -> None:
     md = ["# Support matrix", "",
           "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "
           "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
-          "difference; `no`: refused.", "", markdown_table()]
+          "difference; `no`: refused.", "", markdown_table(support_columns())]
     (out / "support.md").write_text("\n".join(md) + "\n")
     from tlgeo.report.registry import analyses_markdown
 

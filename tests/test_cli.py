@@ -264,3 +264,37 @@ def test_an_unknown_model_is_one_line_and_leaves_no_folder(tmp_path, capsys, mon
     assert not (tmp_path / "runs").exists()
     code = main(["ppl", "--model", "tiny:nosuchkind", "--site", "attn", "--out", str(tmp_path / "a" / "b")])
     assert code == 2 and "nosuchkind" in capsys.readouterr().err and not (tmp_path / "a").exists()
+
+
+def test_main_decides_by_the_errors_type_never_by_the_file_it_came_from(monkeypatch, capsys, tmp_path):
+    """A ValueError that is no UserError keeps its traceback even when raised in tlgeo's own files; a UserError
+    is one line and exit 2 even when raised inside a library's file; main reads no traceback."""
+    import inspect
+    from pathlib import Path
+
+    import pandas as pd
+
+    import tlgeo.cli
+    import tlgeo.decomposition.cli as decomposition_cli
+    from tlgeo.errors import InputError, UserError
+
+    def raiser(error: BaseException, filename: str):
+        """A ``_run`` whose frame is in ``filename`` (as if that file raised ``error``)."""
+        space = {"error": error}
+        exec(compile("def run(*a, **k):\n    raise error\n", filename, "exec"), space)
+        return space["run"]
+
+    ours = str(Path(tlgeo.cli.__file__).resolve().parent / "decomposition" / "cli.py")
+    library = str(Path(pd.__file__).resolve().parent / "core" / "frame.py")
+    argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path)]
+    monkeypatch.setattr(decomposition_cli, "_run", raiser(ValueError("an internal check failed"), ours))
+    with pytest.raises(ValueError, match="an internal check failed"):
+        main(argv)
+    said = "the value 7 of --thing is too big"
+    for error in (UserError(said), InputError(said)):
+        monkeypatch.setattr(decomposition_cli, "_run", raiser(error, library))
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"tlgeo ppl: error: {said}\n"
+    source = inspect.getsource(tlgeo.cli)
+    looks = ("__traceback__", "import traceback", "extract_tb", "tb_frame", "co_filename")
+    assert not [w for w in looks if w in source], "main reads where an error was raised"

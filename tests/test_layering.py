@@ -35,6 +35,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"cli"}),                                    # 8 the command line
     frozenset({"__main__"}),                               # 9 python -m tlgeo (and torchrun -m tlgeo)
 )
+BELOW_ALL = frozenset({"errors"})  # the user's errors import nothing: any module raises them where it finds a mistake
 LAYER_NAMES = ("0", "0b", "1", "2", "3", "4", "5", "6", "7", "8", "9")  # as ARCHITECTURE.md numbers them
 ROOT_LAYER = 6  # tlgeo/__init__.py re-exports the public API: up to the analyses, never report or cli
 
@@ -112,7 +113,7 @@ def violations(path: Path, source: str) -> list[str]:
         if not (target == "tlgeo" or target.startswith("tlgeo.")):
             continue
         other = unit_of(target)
-        if other == unit:
+        if other == unit or other in BELOW_ALL:
             continue
         if other == "":  # tlgeo/__init__ re-exports layers 0-4: only the layers above it may use it
             if own <= ROOT_LAYER:
@@ -159,6 +160,7 @@ def test_every_unit_is_in_a_layer():
     ("runner/results.py", "from ..models import load_model", "runner.results holds no model code"),
     ("models/loading.py", "from ..runner.results import IDENTITY", "upward, layer 2 (models) -> layer 3 (runner)"),
     ("hooks/edits.py", "from ..runner.results import IDENTITY", "sideways"),
+    ("errors.py", "from .geometry.parallel import EPS", "sideways, errors and geometry share layer 0"),
 ])
 def test_the_check_catches_bad_imports(path, source, problem):
     found = violations(PACKAGE / path, source)
@@ -172,7 +174,57 @@ def test_the_check_catches_bad_imports(path, source, problem):
      "from ..runner.analysis import register_analysis_step\nfrom ..evals.ruler import evaluate_ruler"),
     ("train/loop.py", "from . import parallel as D"),
     ("cli.py", "from .report.atlas import run_atlas\nfrom .train.cli import run\nfrom . import __version__"),
+    ("geometry/parallel.py", "from ..errors import InputError"),  # the user's errors: raised in any layer
 ])
 def test_the_check_allows_downward_imports(path, source):
     assert violations(PACKAGE / path, source) == []
 
+
+
+# a name of an analysis that is also a word of the families' own text (attention heads, a dict of sizes): checked
+# only if it is a support column, and then found as a whole string literal only
+PLAIN_WORDS = frozenset({"heads"})
+
+
+def analysis_names_in(source: str, names: set[str]) -> list[str]:
+    """The ``names`` that ``source`` mentions: as a word anywhere (a comment, a docstring, a key), or, for the
+    :data:`PLAIN_WORDS`, as a whole string literal (a support column's key)."""
+    import re
+
+    tree = ast.parse(source)
+    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+    def mentioned(n: str) -> bool:
+        if n in PLAIN_WORDS:
+            return n in literals
+        return re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", source) is not None
+
+    return sorted(n for n in names if mentioned(n))
+
+
+def test_the_families_know_no_analysis():
+    """The families layer holds the sites' rules and the families' traits; every analysis's support rule is in
+    its own record (or its package), so no analysis name, and no support column but a site's, is in it."""
+    from tlgeo.families import SITE_COLUMNS
+    from tlgeo.report.registry import load_analyses, support_columns
+
+    columns = set(support_columns()) - set(SITE_COLUMNS)  # a plain word is checked where it is a column
+    names = (set(load_analyses()) - PLAIN_WORDS) | columns
+    assert {"dirmag", "pdsf", "tokenwise", "patching", "compression", "train", "geometries", "audit"} <= names
+    files = sorted((PACKAGE / "families").rglob("*.py"))
+    assert len(files) > 10
+    found = {str(f.relative_to(PACKAGE.parent)): got for f in files
+             if (got := analysis_names_in(f.read_text(encoding="utf-8"), names))}
+    assert not found, found
+
+
+@pytest.mark.parametrize("source, found", [
+    ('FAMILY = Family("gpt2", support={"compression": Support("no", "why")})', ["compression"]),
+    ('if column == "dirmag" and f.post_ln:\n    pass', ["dirmag"]),
+    ('# the pdsf rule\nx = 1', ["pdsf"]),
+    ('x = "heads"', ["heads"]),
+    ('x = "the edited heads\' output"  # sinks per head', []),
+    ('x = "pretraining builds its own models"', []),
+])
+def test_the_name_check_catches_an_analysis_name(source, found):
+    assert analysis_names_in(source, {"compression", "dirmag", "pdsf", "heads", "train"}) == found

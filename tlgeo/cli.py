@@ -53,15 +53,14 @@ def _support(model: str | None) -> int:
     """The support matrix: every family, or the row of ``model`` (read from its config alone) with the reasons."""
     import pandas as pd
 
-    from .families import columns, support, support_table
+    from .families import support, support_table
     from .models import model_family
-    from .report.registry import load_analyses
+    from .report.registry import support_columns
 
-    load_analyses()  # the columns of analyses that register their own rule
-
+    columns = support_columns()  # the sites', then every registered analysis's
     if model is None:
         with pd.option_context("display.width", 200, "display.max_columns", None):
-            print(support_table().to_string())
+            print(support_table(cols=columns).to_string())
         print("yes* = supported with a documented difference; no = refused. Reasons: tlgeo models --support FAMILY")
         return 0
     family, source = model_family(model)
@@ -69,7 +68,7 @@ def _support(model: str | None) -> int:
         print(f"{model}: {source}: tlgeo has no rules for this architecture; every site and analysis runs unchecked")
         return 0
     print(f"{model}: family {family.name} ({source}): {family.differs}")
-    for c in columns():
+    for c in columns:
         s = support(family, c)
         print(f"  {c:>16}  {s.cell():<4}  {s.why}")
     return 0
@@ -145,10 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv in (["--version"], ["-V"]):  # answered without building the commands (which import torch)
         print(f"tlgeo {_version()}")
         return 0
-    from .runner.distributed import RankDied, RankFailed, dead_ranks, stopping
-    from .errors import UserError
-    from .storage import DiskFullError
-
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -174,61 +169,51 @@ def main(argv: list[str] | None = None) -> int:
                 settings.update(args.record.settings)  # what the command resolved its flags to
                 print(f"provenance: {record_provenance(args.record.out, argv, settings, state.seen, resumed)}")
             return rc
-    except RankDied as e:  # torchrun: another rank was killed; this one stops with what it finished saved
-        _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()} {args.record.rerun}")
-        return 1
-    except KeyboardInterrupt:  # under torchrun every rank is interrupted: rank 0 says it, once for all
-        if not quiet:
-            _error_line(f"\ntlgeo {args.cmd}: interrupted. {args.record.saved()} {args.record.rerun}")
-        return 130
-    except DiskFullError as e:  # what was saved before is whole: a rerun with more space resumes
-        _error_line(f"tlgeo {args.cmd}: error: {e}. {args.record.saved()}")
-        return 2
-    except UserError as e:  # a busy output folder, a damaged cache, ...
-        _error_line(f"tlgeo {args.cmd}: error: {e}")
-        return 2
-    except FileNotFoundError as e:  # a file or folder the user named is not there
-        _error_line(f"tlgeo {args.cmd}: error: {e}")
-        return 2
-    except OSError as e:  # a path the user gave that the system refuses (too long, not a folder, no permission)
-        if e.filename is None:
+    except (KeyboardInterrupt, Exception) as e:
+        said = _one_line(e, args, quiet)
+        if said is None:  # a bug (or a library's complaint about how tlgeo called it): its traceback shows
             raise
-        name = str(e.filename)
-        _error_line(f"tlgeo {args.cmd}: error: {e.strerror or e}: {name[:120]}{'...' if len(name) > 120 else ''}")
-        return 2
-    except ValueError as e:  # a check of tlgeo's on what the user gave; one raised elsewhere is a bug
-        if not _raised_by_tlgeo(e):
-            raise
-        _error_line(f"tlgeo {args.cmd}: error: {e}")
-        return 2
-    except RankFailed as e:  # torchrun: a rank's step failed; every rank's finished work is saved
-        _error_line(f"tlgeo {args.cmd}: error: a rank failed: {e}. {args.record.saved()} {args.record.rerun}")
-        return 1
-    except RuntimeError as e:  # a kernel the device lacks for the weights' dtype (e.g. float16 on a CPU)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if _lost_ranks(e):
-            stopping()
-            who = dead_ranks() or f"lost contact with the other ranks (one of them died?): {first}"
-            _error_line(f"tlgeo {args.cmd}: error: {who}. {args.record.saved()} {args.record.rerun}")
-            return 1
-        if "not implemented for" not in first or not any(t in first for t in ("'Half'", "'BFloat16'")):
-            raise
-        _error_line(f"tlgeo {args.cmd}: error: {first}: this device has no such kernel for --dtype "
-                    f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {args.record.saved()}")
-        return 2
+        line, code = said
+        if line:
+            _error_line(line)
+        return code
     finally:
         args.record.release()
 
 
-def _raised_by_tlgeo(e: BaseException) -> bool:
-    """Whether ``e`` was raised in tlgeo's own code (a check on the user's input), not inside a library (where a
-    ``ValueError`` is a bug of how tlgeo called it, to be shown with its traceback)."""
-    import traceback
-    from pathlib import Path
+def _one_line(e: BaseException, args, quiet: bool) -> tuple[str, int] | None:
+    """What ``tlgeo <command>`` says of ``e`` (one line, ``""`` for nothing) and its exit code; ``None`` where
+    ``e`` is not the user's to fix. Decided by the error's type alone (an ``OSError`` also by whether it names a
+    path, a ``RuntimeError`` by whether it is a lost rank or a kernel the device lacks), never by where it was
+    raised: a user's mistake is a :class:`~tlgeo.errors.UserError` from where it was found."""
+    from .errors import UserError
+    from .runner.distributed import RankDied, RankFailed, dead_ranks, stopping
+    from .storage import DiskFullError
 
-    frames = traceback.extract_tb(e.__traceback__)
-    package = str(Path(__file__).resolve().parent)
-    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(package)
+    cmd, saved, rerun = f"tlgeo {args.cmd}", args.record.saved(), args.record.rerun
+    if isinstance(e, RankDied):  # torchrun: another rank was killed; this one stops with what it finished saved
+        return f"{cmd}: error: {e}. {saved} {rerun}", 1
+    if isinstance(e, KeyboardInterrupt):  # under torchrun every rank is interrupted: rank 0 says it, once for all
+        return ("" if quiet else f"\n{cmd}: interrupted. {saved} {rerun}"), 130
+    if isinstance(e, DiskFullError):  # what was saved before is whole: a rerun with more space resumes
+        return f"{cmd}: error: {e}. {saved}", 2
+    if isinstance(e, (UserError, FileNotFoundError)):  # a bad value, a busy folder, a file the user named absent
+        return f"{cmd}: error: {e}", 2
+    if isinstance(e, OSError) and e.filename is not None:  # a path the system refuses (too long, no permission)
+        name = str(e.filename)
+        return f"{cmd}: error: {e.strerror or e}: {name[:120]}{'...' if len(name) > 120 else ''}", 2
+    if isinstance(e, RankFailed):  # torchrun: a rank's step failed; every rank's finished work is saved
+        return f"{cmd}: error: a rank failed: {e}. {saved} {rerun}", 1
+    if isinstance(e, RuntimeError):
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if _lost_ranks(e):
+            stopping()
+            who = dead_ranks() or f"lost contact with the other ranks (one of them died?): {first}"
+            return f"{cmd}: error: {who}. {saved} {rerun}", 1
+        if "not implemented for" in first and any(t in first for t in ("'Half'", "'BFloat16'")):
+            return (f"{cmd}: error: {first}: this device has no such kernel for --dtype "
+                    f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {saved}"), 2
+    return None
 
 
 def _lost_ranks(e: RuntimeError) -> bool:

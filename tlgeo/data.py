@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from .errors import InputError, UnknownNameError
+
 __all__ = [
     "CORPORA",
     "DATA_ENV_VAR",
@@ -39,7 +41,7 @@ CORPORA: dict[str, str] = {
 _REPO_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-class UnknownCorpusError(ValueError):
+class UnknownCorpusError(UnknownNameError, ValueError):
     """A corpus name that is neither a named corpus, an ``hf:`` spec, nor a file."""
 
 
@@ -77,7 +79,7 @@ def _read_file(path: Path, max_chars: int | None) -> str:
         with open(path, encoding="utf-8-sig", newline=None) as f:
             return f.read() if max_chars is None else f.read(max_chars)
     except UnicodeDecodeError as e:
-        raise ValueError(f"corpus file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); "
+        raise InputError(f"corpus file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); "
                          "convert it to UTF-8 (e.g. iconv -t utf-8)") from None
 
 
@@ -98,7 +100,7 @@ def _load_hf(spec: str, max_chars: int | None) -> str:
             f"hub corpus {spec!r} cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
             f"offline, use one of the named corpora {sorted(CORPORA)} or a path to a text file") from None
     if "text" not in ds.column_names:
-        raise ValueError(f"{spec!r} has no 'text' column (columns: {ds.column_names})")
+        raise InputError(f"{spec!r} has no 'text' column (columns: {ds.column_names})")
     text = "\n\n".join(ds["text"])
     return text if max_chars is None else text[:max_chars]
 
@@ -112,7 +114,7 @@ def load_text(name_or_path: str | os.PathLike, *, max_chars: int | None = None) 
     ``ValueError("empty corpus ...")`` when no text is left.
     """
     if max_chars is not None and max_chars < 0:
-        raise ValueError(f"max_chars must be >= 0, got {max_chars}")
+        raise InputError(f"max_chars must be >= 0, got {max_chars}")
     name = os.fspath(name_or_path)
     if isinstance(name_or_path, str) and name in CORPORA:
         text = _read_file(corpus_path(name), max_chars)
@@ -124,12 +126,12 @@ def load_text(name_or_path: str | os.PathLike, *, max_chars: int | None = None) 
             path.stat()
         except OSError as e:  # a name too long for a path, a folder that is a file, ...
             if e.errno not in (errno.ENOENT,):
-                raise ValueError(f"corpus {name[:80]!r}{'...' if len(name) > 80 else ''} is not a usable path "
+                raise InputError(f"corpus {name[:80]!r}{'...' if len(name) > 80 else ''} is not a usable path "
                                  f"({e.strerror})") from None
         if path.is_file():
             text = _read_file(path, max_chars)
         elif path.is_dir():
-            raise ValueError(f"corpus {name!r} is a directory, not a text file")
+            raise InputError(f"corpus {name!r} is a directory, not a text file")
         elif isinstance(name_or_path, os.PathLike) or path.suffix or os.sep in name or name.startswith(("~", ".")):
             raise FileNotFoundError(f"corpus file {name!r} does not exist")
         else:
@@ -138,7 +140,7 @@ def load_text(name_or_path: str | os.PathLike, *, max_chars: int | None = None) 
                 "or give a path to a text file, or 'hf:<dataset>[:<config>[:<split>]]'"
             )
     if not text.strip():
-        raise ValueError(f"empty corpus {name!r}: no text (max_chars={max_chars})")
+        raise InputError(f"empty corpus {name!r}: no text (max_chars={max_chars})")
     return text
 
 

@@ -1,21 +1,29 @@
 """The user's mistakes, kept apart from bugs.
 
-A :class:`UserError` is something the user can fix (a busy or full output folder, a damaged cache, a layer
-the model does not have, a name nobody registered): the command line says it in one line and exits with 2.
-:class:`OutOfRangeError` and :class:`UnknownNameError` are also an ``IndexError`` and a ``KeyError``, so
-code that catches those keeps working. An ``IndexError`` or ``KeyError`` that is not a :class:`UserError`
-is a bug and keeps its traceback.
+A :class:`UserError` is something the user can fix (a flag's value, a busy or full output folder, a damaged
+cache, a layer the model does not have, a name nobody registered): it is raised where the mistake is found, and
+the command line says it in one line and exits with 2 (:func:`tlgeo.cli.main` decides by the error's type
+alone). :class:`InputError`, :class:`OutOfRangeError` and :class:`UnknownNameError` are also a
+``ValueError``, an ``IndexError`` and a ``KeyError``, so code that catches those keeps working. Every "no such
+name" error (a model, a family, a site, a corpus, a task, a method) is an :class:`UnknownNameError`. A
+``ValueError``, ``IndexError`` or ``KeyError`` that is not a :class:`UserError` is a bug (or a library's
+complaint about how tlgeo called it) and keeps its traceback.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["UserError", "OutOfRangeError", "UnknownNameError", "spans"]
+__all__ = ["UserError", "InputError", "OutOfRangeError", "UnknownNameError", "spans"]
 
 
 class UserError(Exception):
     """An error the user can fix; its message is one line that names what to change."""
+
+
+class InputError(UserError, ValueError):
+    """A value the user gave (a flag, a config field, a file's content, an argument from Python) that tlgeo
+    cannot use; the message names it and what would do."""
 
 
 class OutOfRangeError(UserError, IndexError):

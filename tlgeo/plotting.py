@@ -10,6 +10,8 @@ so a report section needs no model.
 
 from __future__ import annotations
 
+from .errors import InputError
+
 __all__ = ["WIDTH", "FONT", "SITE_COLORS", "site_color", "integer_ticks", "legend_outside", "plain_log_ticks",
            "style", "attention_rows", "attention_view"]
 
@@ -85,7 +87,7 @@ def attention_rows(patterns, names, tokens) -> "pd.DataFrame":
 
     pats = np.asarray(patterns, dtype=np.float64)
     if pats.ndim != 3 or pats.shape[1] != pats.shape[2] or pats.shape[0] != len(names) or pats.shape[1] != len(tokens):
-        raise ValueError(f"patterns must be [{len(names)}, {len(tokens)}, {len(tokens)}], got {pats.shape}")
+        raise InputError(f"patterns must be [{len(names)}, {len(tokens)}, {len(tokens)}], got {pats.shape}")
     q, k = np.tril_indices(len(tokens))
     return pd.DataFrame({"view": np.repeat(list(names), len(q)), "query": np.tile(q, len(names)),
                          "key": np.tile(k, len(names)), "weight": pats[:, q, k].reshape(-1),
@@ -101,7 +103,7 @@ def attention_view(rows: "pd.DataFrame", views=None, labels=None, **kwargs):
 
     views = list(dict.fromkeys(rows["view"])) if views is None else list(views)
     if not views:
-        raise ValueError("no attention view to draw")
+        raise InputError("no attention view to draw")
     n = int(rows["query"].max()) + 1
     diag = rows[rows["query"] == rows["key"]].drop_duplicates("query").sort_values("query")
     tokens = [str(t) for t in diag["query_token"]]
@@ -109,7 +111,7 @@ def attention_view(rows: "pd.DataFrame", views=None, labels=None, **kwargs):
     for i, v in enumerate(views):
         r = rows[rows["view"] == v]
         if r.empty:
-            raise ValueError(f"no attention view {v!r}; stored: {sorted(set(rows['view']))}")
+            raise InputError(f"no attention view {v!r}; stored: {sorted(set(rows['view']))}")
         pats[i, r["query"].to_numpy(), r["key"].to_numpy()] = r["weight"].to_numpy()
     return cv.attention.attention_heads(attention=pats, tokens=tokens, attention_head_names=list(labels or views),
                                         **kwargs)

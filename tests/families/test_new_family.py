@@ -11,6 +11,9 @@ from tlgeo.families import support, support_table
 from tlgeo.families.architectures import llama
 from tlgeo.families.checkpoints import SEED_CHECKPOINTS, SEED_FAMILIES
 from tlgeo.families.registry import build
+from tlgeo.report.registry import load_analyses
+
+load_analyses()  # the analyses' support columns (each from its record's rule)
 
 
 def _toy_module() -> types.ModuleType:

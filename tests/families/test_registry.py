@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from tlgeo.cli import main
-from tlgeo.families import (COLUMNS, FAMILIES, UnknownFamilyError, check_support, family_of, family_of_config,
+from tlgeo.families import (FAMILIES, SITE_COLUMNS, UnknownFamilyError, check_support, family_of, family_of_config,
                             get_family, markdown_table, support, support_table)
+from tlgeo.report.registry import support_columns
 from tlgeo.models import TINY_KINDS, UnknownModelError, model_family, tiny_config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -34,17 +35,20 @@ def test_names_and_refusals_of_unknown_things():
     class Unknown:  # a model of no known family runs unchecked
         original_model = type("HF", (), {"config": {"model_type": "t5"}})()
 
-    check_support(Unknown(), *COLUMNS)
+    check_support(Unknown(), *support_columns())
 
 
 def test_the_matrix_follows_the_traits():
-    t = support_table()
-    assert list(t.index) == list(FAMILIES) and list(t.columns) == list(COLUMNS)
+    columns = support_columns()  # the sites', then the analyses' own (each from its record), in report order
+    assert columns[:len(SITE_COLUMNS)] == SITE_COLUMNS
+    assert columns[len(SITE_COLUMNS):] == ("dirmag", "tokenwise", "pdsf", "patching", "compression", "train")
+    t = support_table(cols=columns)
+    assert list(t.index) == list(FAMILIES) and list(t.columns) == list(columns)
     assert set(t.loc["mamba"][["attn", "mlp", "value_full", "value_excl_self", "diag", "patching"]]) == {"no"}
     assert t.loc["mamba", "block"] == "yes*" and t.loc["mamba", "pdsf"] == "yes"
     assert t.loc["llama"].drop("train").eq("yes").all()
     for f in FAMILIES.values():  # every difference and refusal carries its reason
-        for c in COLUMNS:
+        for c in columns:
             s = support(f, c)
             assert (s.status == "yes") == (s.why == ""), (f.name, c)
     assert "a norm follows W_O" in support("gemma2", "patching").why
@@ -74,4 +78,4 @@ def test_model_family_reads_a_local_config(tmp_path):
 def test_the_docs_matrix_is_the_generated_one():
     """The docs' support matrix is the registry's (the docs build writes it; tests/test_docs.py checks it is
     committed as built), not a table kept by hand."""
-    assert markdown_table() in (README.parent / "docs" / "_generated" / "support.md").read_text()
+    assert markdown_table(support_columns()) in (README.parent / "docs" / "_generated" / "support.md").read_text()

@@ -25,6 +25,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = ["allocate_sparsity", "outlier_ratio", "perp_sensitivity"]
 
 
@@ -33,11 +35,11 @@ def allocate_sparsity(scores: Sequence[float], target: float, spread: float = 0.
     min-max scaled to ``[0, 2 * spread]`` (equal scores: uniform ``target``)."""
     s = np.asarray(scores, dtype=float)
     if s.ndim != 1 or len(s) == 0 or not np.isfinite(s).all():
-        raise ValueError(f"scores must be a non-empty 1-d finite sequence, got {scores!r}")
+        raise InputError(f"scores must be a non-empty 1-d finite sequence, got {scores!r}")
     if not 0.0 < target < 1.0 or spread < 0:
-        raise ValueError(f"need 0 < target < 1 and spread >= 0, got target={target}, spread={spread}")
+        raise InputError(f"need 0 < target < 1 and spread >= 0, got target={target}, spread={spread}")
     if target - spread <= 0 or target + spread >= 1:
-        raise ValueError(f"target {target} +- spread {spread} leaves (0, 1)")
+        raise InputError(f"target {target} +- spread {spread} leaves (0, 1)")
     span = np.ptp(s)
     r = (s - s.min()) / span * 2 * spread if span > 0 else np.zeros_like(s)
     return target - (r - r.mean())
@@ -48,7 +50,7 @@ def outlier_ratio(scores: Sequence[Tensor], m: float = 5.0) -> float:
     every prunable layer, pooled) above ``m`` times their mean."""
     flat = torch.cat([s.reshape(-1).float() for s in scores])
     if flat.numel() == 0:
-        raise ValueError("no scores")
+        raise InputError("no scores")
     return float((flat > m * flat.mean()).float().mean())
 
 
@@ -68,10 +70,10 @@ def perp_sensitivity(
                & (layers["mode"] == mode)]
     if g.empty:
         have = sorted(layers["method"].unique()) if "method" in layers else []
-        raise ValueError(f"no {mode}/{site}/{tokens} rows for method {method!r} (have {have})")
+        raise InputError(f"no {mode}/{site}/{tokens} rows for method {method!r} (have {have})")
     if col not in g:
-        raise ValueError(f"no column {col!r} in the diagnosis table")
+        raise InputError(f"no column {col!r} in the diagnosis table")
     g = g.sort_values("layer")
     if not np.array_equal(g["layer"].to_numpy(), np.arange(len(g))):
-        raise ValueError(f"layers of {method!r} are not 0..{len(g) - 1}: {g['layer'].tolist()}")
+        raise InputError(f"layers of {method!r} are not 0..{len(g) - 1}: {g['layer'].tolist()}")
     return g[col].to_numpy(float)

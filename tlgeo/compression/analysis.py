@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import pandas as pd
 
-from ..families import check_support
+from ..errors import InputError
+from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..models import Model, model_label
 from ..runner.identity import identified, run_identity
 from ..runner.results import of_identity, read_table
+from ..storage import folder_lock
 from .config import CompressConfig, CompressionConfig
 
 __all__ = ["CompressionResult", "run", "units", "loaded_key", "default_root", "SETTINGS"]
@@ -88,31 +89,13 @@ def units(model: Model, cfg: CompressionConfig) -> list[str]:
     return list(cfg.methods)
 
 
-@contextmanager
-def _locked(root: Path):
-    """An exclusive lock on ``root`` while missing models are compressed into it (two runs, e.g.
-    two test workers, never compress into one folder at once)."""
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    with open(root / ".tlgeo-compress.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _compressed_dirs(model: Model, cfg: CompressionConfig, methods: list[str], say: Callable[[str], None]) -> dict[str, Path]:
     root = Path(cfg.root) if cfg.root else default_root(model)
     if cfg.compress is not None:
         from .compress import ensure_compressed
 
-        with _locked(root):
-            ensure_compressed(model, methods, root, cfg.compress, log=say)
+        with folder_lock(root).acquire("tlgeo compression: compressing models", wait=True):  # one compressor
+            ensure_compressed(model, methods, root, cfg.compress, log=say)  # at a time; the next finds them made
     dirs = {m: root / m for m in methods}
     missing = [str(p) for p in dirs.values() if not (p / "config.json").is_file()]
     if missing:
@@ -135,7 +118,7 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
     for col, want in settings.items():
         got = old[col].astype(str).unique().tolist() if col in old.columns else ["(not recorded)"]
         if got != [str(want)]:
-            raise ValueError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
+            raise InputError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
                              f"{want}); use another --out or delete it")
     timing_path = store / CompressionResult.table("timing").filename
     timing = of_identity(read_table(timing_path), identity) if timing_path.exists() else pd.DataFrame()
@@ -156,7 +139,6 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
     dense ``model``. With ``out`` the tables are merged into ``out`` (each method's per-prompt rows
     and timing as soon as it is done, the summaries at the end); ``log`` (default ``out``) is where
     a rerun resumes from. ``progress``: print each method's time (through ``say``, default print)."""
-    check_support(model, "compression")  # a family it means nothing on fails here, before any work
     from ..data import load_text
     from .compress import model_id
     from .counterfactual import diagnose, prompt_windows
@@ -166,7 +148,7 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
     chosen = list(cfg.methods) if units is None else list(units)
     unknown = [m for m in chosen if m not in cfg.methods]
     if unknown:
-        raise ValueError(f"units {unknown} are not methods of the config ({list(cfg.methods)})")
+        raise InputError(f"units {unknown} are not methods of the config ({list(cfg.methods)})")
     methods = [m for m in cfg.methods if m in set(chosen)]
     if not methods:
         return CompressionResult()
@@ -268,8 +250,23 @@ def _tiny_compress() -> CompressConfig:
     return CompressConfig(methods=("wanda",), n_calib=4, calib_seq_len=32, pipeline="basic")
 
 
+def support(family: Family) -> Support:
+    """The compression diagnosis on ``family``: dense Llama-style decoder layers (``model.layers``, ``self_attn``,
+    ``mlp``) only."""
+    if not family.attention:
+        return Support("no", f"the compression diagnosis prunes attention and MLP projections: {family.name} has "
+                             "none")
+    if family.layer_path != "model.layers":
+        return Support("no", f"the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
+                             f"mlp); {family.name} keeps its blocks elsewhere")
+    if family.moe:
+        return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not "
+                             "mapped")
+    return Support("yes")
+
+
 ANALYSIS = register_analysis(Analysis(
     "compression", CompressionConfig, run, CompressionResult, units,
     "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
     tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
-    plan=plan, docs="analyses/compression"))
+    plan=plan, support=support, docs="analyses/compression"))

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from ..errors import InputError
 from ..runner.analysis import Command
 from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written)
 from ..storage import write_csv
@@ -110,10 +111,10 @@ def read_ppl_csv(path: Path):
     try:
         df = pd.read_csv(path)
     except (ValueError, UnicodeDecodeError) as e:  # pandas' parser errors are ValueErrors
-        raise ValueError(f"{path}: not a CSV table ({e})") from None
+        raise InputError(f"{path}: not a CSV table ({e})") from None
     missing = [c for c in ("method", "ppl") if c not in df.columns]
     if missing:
-        raise ValueError(f"{path}: no column {', '.join(missing)} (it has {', '.join(map(str, df.columns))}); "
+        raise InputError(f"{path}: no column {', '.join(missing)} (it has {', '.join(map(str, df.columns))}); "
                          "the ppl.csv of tlgeo compress --ppl has method and ppl")
     return df
 

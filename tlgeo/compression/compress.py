@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..errors import InputError
 from ..models import Model, save_local
 from ..storage import append_lines, write_csv, write_json
 from .config import CompressConfig
@@ -69,7 +70,7 @@ def sensitivity(cfg: CompressConfig, spec) -> list[float]:
     from .allocation import perp_sensitivity
 
     if not cfg.sensitivity_from:
-        raise ValueError(f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compression of the uniform "
+        raise InputError(f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compression of the uniform "
                          "model)")
     method = cfg.sensitivity_method or f"wanda_s{round(100 * spec.sparsity)}"
     layers = pd.read_csv(cfg.sensitivity_from)
@@ -151,7 +152,7 @@ def _reusable(target: Path, expected: dict, force: bool, log: Callable[[str], No
     man = json.loads((target / MANIFEST).read_text())
     diff = manifest_differences(man, expected)
     if diff:
-        raise ValueError(f"{target} was compressed with other settings ({'; '.join(diff)}); pass --force to "
+        raise InputError(f"{target} was compressed with other settings ({'; '.join(diff)}); pass --force to "
                          "recompress it or --root for another folder")
     code = _code_differences(man)
     if code:
@@ -210,10 +211,10 @@ def _bind_models(out: Path, dirs: dict[str, Path], logged: set[str]) -> None:
     for m, d in dirs.items():
         now = model_id(d)
         if m in ids and ids[m] != now:
-            raise ValueError(f"{out} holds perplexity / zero-shot results of {m!r} made on another model than the one "
+            raise InputError(f"{out} holds perplexity / zero-shot results of {m!r} made on another model than the one "
                              f"now in {d} (recompressed or changed since); use another --out or delete them")
         if m not in ids and m in logged:
-            raise ValueError(f"{out} holds perplexity / zero-shot results of {m!r} from a run that did not record its "
+            raise InputError(f"{out} holds perplexity / zero-shot results of {m!r} from a run that did not record its "
                              f"model ({MODELS}); use another --out or delete them")
         ids[m] = now
     write_json(path, ids, indent=1, sort_keys=True)
@@ -313,7 +314,7 @@ def export_dense(model: Model, path: str | os.PathLike) -> Path:
     want = fresh.state_dict()
     missing = [k for k in want if k not in state]
     if missing:
-        raise ValueError(f"cannot export the model: no weights for {missing[:5]}")
+        raise InputError(f"cannot export the model: no weights for {missing[:5]}")
     fresh.load_state_dict({k: state[k].detach().to(torch.float32).cpu() for k in want})
     path = Path(path)
     save_local(fresh, path)
@@ -399,7 +400,7 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
             if not diff:
                 continue
             if man.get("made_by") != "compression":
-                raise ValueError(f"{target} was compressed with other settings ({'; '.join(diff)}); use another root "
+                raise InputError(f"{target} was compressed with other settings ({'; '.join(diff)}); use another root "
                                  "or recompress it with tlgeo compress --force")
             log(f"[{m}] recompressing {target}: {'; '.join(diff)}")
         todo.append(m)
@@ -415,7 +416,7 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
         for m in todo:
             spec = cfg.spec(m)
             if spec.family == "perpalloc":
-                raise ValueError(f"{m}: perpalloc needs a diagnosis of the uniform model first; compress it with "
+                raise InputError(f"{m}: perpalloc needs a diagnosis of the uniform model first; compress it with "
                                  "tlgeo compress --sensitivity-from")
             t0 = time.time()
             compress_model(src, spec, root / m, calib=calib, device=cfg.device, pipeline=cfg.pipeline_of(m),

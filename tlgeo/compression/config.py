@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from .methods import UnknownMethodError, parse_method
 
@@ -60,17 +61,17 @@ class CompressConfig(Config):
     def validate(self) -> None:
         self._check_choices()
         if not self.methods:
-            raise ValueError("methods: no methods given")
+            raise InputError("methods: no methods given")
         for m in self.methods:
             try:
                 parse_method(m, self.group_size, self.perp_lambda)
             except UnknownMethodError as e:
-                raise ValueError(f"methods: {e}") from None
+                raise InputError(f"methods: {e}") from None
         if self.calib_seq_len < 2:
-            raise ValueError(f"calib_seq_len must be >= 2, got {self.calib_seq_len}")
+            raise InputError(f"calib_seq_len must be >= 2, got {self.calib_seq_len}")
         for name in ("alloc_spread", "max_iso_increase"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     def spec(self, method: str):
         """The :class:`~tlgeo.compression.methods.MethodSpec` of ``method`` under these defaults."""
@@ -111,18 +112,18 @@ class CompressionConfig(Config):
     def validate(self) -> None:
         self._check_choices()
         if not self.methods:
-            raise ValueError("methods: no methods given")
+            raise InputError("methods: no methods given")
         if len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"methods: {list(self.methods)} names a method twice")
+            raise InputError(f"methods: {list(self.methods)} names a method twice")
         if not self.modes:
-            raise ValueError(f"modes: none given; choose from {MODES}")
+            raise InputError(f"modes: none given; choose from {MODES}")
         if self.seq_len < 2:
-            raise ValueError(f"seq_len must be >= 2, got {self.seq_len}")
+            raise InputError(f"seq_len must be >= 2, got {self.seq_len}")
         if self.compress is not None:
             if not isinstance(self.compress, CompressConfig):
-                raise ValueError(f"compress must be a CompressConfig or None, got {type(self.compress).__name__}")
+                raise InputError(f"compress must be a CompressConfig or None, got {type(self.compress).__name__}")
             for m in self.methods:
                 try:
                     self.compress.spec(m)
                 except UnknownMethodError as e:
-                    raise ValueError(f"methods: {e} (compress= needs method names it can compress)") from None
+                    raise InputError(f"methods: {e} (compress= needs method names it can compress)") from None

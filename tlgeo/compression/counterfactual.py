@@ -40,6 +40,7 @@ from accelerate.utils import send_to_device
 from torch import Tensor, nn
 
 from .decompose import error_energies, prompt_ratios
+from ..errors import InputError, UserError
 
 __all__ = [
     "SITES",
@@ -56,7 +57,7 @@ __all__ = [
 SITES = ("attn", "mlp", "block")
 
 
-class IncompatibleModelsError(ValueError):
+class IncompatibleModelsError(UserError, ValueError):
     """The dense and compressed models do not share an architecture and shapes."""
 
 
@@ -119,12 +120,12 @@ def prompt_windows(model, text: str, n: int = 12, seq_len: int = 128) -> Tensor:
 
     tok = model.tokenizer if hasattr(model, "tokenizer") and model.tokenizer is not None else None
     if tok is None:
-        raise ValueError("model has no tokenizer; pass token ids instead")
+        raise InputError("model has no tokenizer; pass token ids instead")
     bos = tok.bos_token_id
     body = seq_len - (bos is not None)
     ids = tokenize_text(model, text, max_tokens=n * body + 1)
     if ids.numel() < n * body:
-        raise ValueError(f"text has {ids.numel()} tokens, fewer than {n} prompts x {body}")
+        raise InputError(f"text has {ids.numel()} tokens, fewer than {n} prompts x {body}")
     w = ids[: n * body].view(n, body)
     if bos is not None:
         w = torch.cat([torch.full((n, 1), bos, dtype=w.dtype), w], 1)
@@ -325,7 +326,7 @@ def diagnose(
     modes = tuple(modes)
     bad = [m for m in modes if m not in ("local", "e2e")]
     if bad:
-        raise ValueError(f"unknown mode(s) {bad}; choose from local, e2e")
+        raise InputError(f"unknown mode(s) {bad}; choose from local, e2e")
     todo = [m for m in compressed if m not in set(done)]
     # validate all directories before the long work
     for m in todo:

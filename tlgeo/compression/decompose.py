@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.parallel import split_parallel
 
 __all__ = [
@@ -42,7 +43,7 @@ def error_energies(
     ``z`` is given, ``e_par_z``, ``e_perp_z`` (relative to ``z``). float32 or float64.
     """
     if delta_base.shape != delta_comp.shape:
-        raise ValueError(f"Delta_base {tuple(delta_base.shape)} and Delta_comp {tuple(delta_comp.shape)} differ in shape")
+        raise InputError(f"Delta_base {tuple(delta_base.shape)} and Delta_comp {tuple(delta_comp.shape)} differ in shape")
     dt = torch.float64 if delta_base.dtype == torch.float64 else torch.float32
     b, c = delta_base.to(dt), delta_comp.to(delta_base.device, dt)  # on the dense model's device
     e = c - b
@@ -144,7 +145,7 @@ def perp_wanda_score(
     this is Wanda's ``|W_ij| ||X_j||``.
     """
     if not 0.0 <= perp_lambda <= 1.0:
-        raise ValueError(f"perp_lambda must be in [0, 1], got {perp_lambda}")
+        raise InputError(f"perp_lambda must be in [0, 1], got {perp_lambda}")
     energy = sq_norms.reshape(1, -1).to(W.dtype)
     if uu_xx is not None:
         energy = energy - (1.0 - perp_lambda) * uu_xx.to(W.dtype)
@@ -165,9 +166,9 @@ def mixed_error_energy(
     Computed in float32 (float64 for float64 inputs).
     """
     if not 0.0 <= lam < float("inf"):
-        raise ValueError(f"lam must be finite and >= 0, got {lam}")
+        raise InputError(f"lam must be finite and >= 0, got {lam}")
     if ref.shape != out.shape:
-        raise ValueError(f"reference {tuple(ref.shape)} and output {tuple(out.shape)} differ in shape")
+        raise InputError(f"reference {tuple(ref.shape)} and output {tuple(out.shape)} differ in shape")
     dt = torch.float64 if torch.float64 in (ref.dtype, out.dtype) else torch.float32
     r, e = ref.to(dt), out.to(dt) - ref.to(dt)
     n2 = r.pow(2).sum(-1)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..errors import InputError
 from ..models import save_local
 from ..storage import seal, write_json
 from .methods import MethodSpec, UnknownMethodError, parse_method
@@ -106,13 +107,13 @@ def calibration_windows(
     from ..data import load_text
 
     if n < 1 or seq_len < 2:
-        raise ValueError(f"need n >= 1 and seq_len >= 2, got n={n}, seq_len={seq_len}")
+        raise InputError(f"need n >= 1 and seq_len >= 2, got n={n}, seq_len={seq_len}")
     bos = tokenizer.bos_token_id
     body = seq_len - (bos is not None)
     text = load_text(corpus, max_chars=16 * n * seq_len + 4096)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) < n * body:
-        raise ValueError(f"corpus {corpus!r} has {len(ids)} tokens, fewer than {n} x {body}")
+        raise InputError(f"corpus {corpus!r} has {len(ids)} tokens, fewer than {n} x {body}")
     return [([bos] if bos is not None else []) + ids[i * body : (i + 1) * body] for i in range(n)]
 
 
@@ -155,7 +156,7 @@ def build_recipe(
     prune = dict(sparsity=spec.sparsity, mask_structure=spec.mask_structure, targets=["Linear"], ignore=IGNORE)
     if spec.family in ("owl", "perpalloc"):
         if layer_sparsity is None or layer_class is None:
-            raise ValueError(f"{spec.name!r} needs per-layer sparsities and the decoder layer class")
+            raise InputError(f"{spec.name!r} needs per-layer sparsities and the decoder layer class")
         prune.update(sparsity=[float(x) for x in layer_sparsity], targets=[layer_class])
     if spec.family == "sgpt":
         if spec.perp:
@@ -247,7 +248,7 @@ def check_quant_grid(w: Tensor, scale: Tensor, zero_point: Tensor, group_size: i
     """
     out, inp = w.shape
     if inp % group_size:
-        raise ValueError(f"input width {inp} is not a multiple of the group size {group_size}")
+        raise InputError(f"input width {inp} is not a multiple of the group size {group_size}")
     wg = w.double().reshape(out, inp // group_size, group_size)
     s = scale.double().reshape(out, inp // group_size, 1)
     z = zero_point.double().reshape(out, inp // group_size, 1)
@@ -342,13 +343,13 @@ def compress_model(
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
     if spec.family == "perpalloc" and sensitivity is None:
-        raise ValueError(f"{spec.name!r} needs the per-layer sensitivity of a uniformly pruned model")
+        raise InputError(f"{spec.name!r} needs the per-layer sensitivity of a uniformly pruned model")
     from llmcompressor import oneshot
 
     apply_cpu_workaround()
     lens = {len(c) for c in calib}
     if len(lens) != 1:
-        raise ValueError(f"calibration windows must have equal lengths, got {sorted(lens)}")
+        raise InputError(f"calibration windows must have equal lengths, got {sorted(lens)}")
     seq_len = lens.pop()
     tok = AutoTokenizer.from_pretrained(model_dir)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -362,7 +363,7 @@ def compress_model(
     if spec.family in ("owl", "perpalloc"):
         scores = layer_outlier_ratios(hf, calib, owl_m) if spec.family == "owl" else [float(x) for x in sensitivity]
         if len(scores) != n_layers:
-            raise ValueError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
+            raise InputError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
         layer_sparsity = allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist()
     recipe = build_recipe(spec, group_size, perp_lambda, awq_n_grid, layer_sparsity=layer_sparsity,
                           layer_class=type(decoder_layers[0]).__name__, refit_iters=refit_iters,

@@ -29,13 +29,15 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from ..errors import UnknownNameError
+
 __all__ = ["FAMILIES", "MethodSpec", "UnknownMethodError", "parse_method"]
 
 FAMILIES = ("awq", "rtn", "wanda", "sgpt", "owl", "perpalloc")
 QUANT_FAMILIES = ("awq", "rtn")
 
 
-class UnknownMethodError(ValueError):
+class UnknownMethodError(UnknownNameError, ValueError):
     """A compression method name that does not follow the grammar of :mod:`.methods`."""
 
 

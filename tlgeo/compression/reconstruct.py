@@ -32,6 +32,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = ["RefitResult", "layer_energies", "perp_refit"]
 
 
@@ -96,12 +98,12 @@ def perp_refit(
     (float64 for float64 ``W``); the weight comes back in ``W``'s dtype.
     """
     if not 0.0 <= lam < float("inf"):
-        raise ValueError(f"lam must be finite and >= 0, got {lam}")
+        raise InputError(f"lam must be finite and >= 0, got {lam}")
     if damp < 0 or max_iso_increase < 0 or iters < 0:
-        raise ValueError(f"damp, max_iso_increase and iters must be >= 0, got {damp}, {max_iso_increase}, {iters}")
+        raise InputError(f"damp, max_iso_increase and iters must be >= 0, got {damp}, {max_iso_increase}, {iters}")
     out, inp = W.shape
     if keep.shape != W.shape or X.shape[-1] != inp or Y.shape != (X.shape[0], out):
-        raise ValueError(f"shapes do not fit: W {tuple(W.shape)}, keep {tuple(keep.shape)}, "
+        raise InputError(f"shapes do not fit: W {tuple(W.shape)}, keep {tuple(keep.shape)}, "
                          f"X {tuple(X.shape)}, Y {tuple(Y.shape)}")
     dt = torch.float64 if W.dtype == torch.float64 else torch.float32
     W0, X, U = W.to(dt), X.to(dt), _directions(Y.to(dt))

@@ -1,6 +1,8 @@
 """The directional decomposition of one model on the analysis contract:
 ``run(model, DecompositionConfig(...)) -> DecompositionResult`` (``tlgeo decompose``), and the two
-small analyses it is made of, ``run_profile`` (``tlgeo profile``) and ``run_ppl`` (``tlgeo ppl``).
+small analyses it is made of, ``run_profile`` (``tlgeo profile``) and ``run_ppl`` (``tlgeo ppl``). It registers
+every analysis of the package: these three, then the paper's other experiments (their runs, results and plans
+are in :mod:`.experiments`, which imports nothing from here).
 
 Work units:
 
@@ -36,7 +38,14 @@ from ..runner.identity import identified
 from ..runner.results import merge_csv
 from ..storage import write_csv
 from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
-from .config import DecompositionConfig, PplConfig, ProfileConfig
+from .audit import AUDIT_SITES
+from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
+                     PplConfig, ProfileConfig, SweepsConfig)
+from .experiments import (AuditResult, ClosedFormResult, CompareResult, HeadsResult, MlpCarrierResult,
+                          SweepsResult, audit_units, closed_form_units, compare_units, heads_units, mlp_carrier_units,
+                          plan_audit, plan_closed_form, plan_compare, plan_heads, plan_mlp_carrier, plan_sweeps,
+                          run_audit, run_closed_form, run_compare, run_heads, run_mlp_carrier, run_sweeps,
+                          sweeps_units)
 from .observe import parallel_profile, summarize_profile
 
 __all__ = ["PROFILE_KEY", "DecompositionResult", "ProfileResult", "PplResult", "run", "units", "run_profile",
@@ -313,4 +322,33 @@ PPL = register_analysis(Analysis(
     tiny=dict(tokens=128, context=64, site="value_excl_self", s_par=0.0), plan=plan_ppl,
     docs="analyses/decomposition"))
 
-from . import experiments  # noqa: E402,F401 - the paper's other experiments register themselves after these
+# the paper's other experiments (runs, results and plans in experiments.py)
+_TINY_TEXT = dict(tokens=128, context=64)
+_DOCS = "analyses/decomposition"  # every experiment of the seed paper's page
+SWEEPS = register_analysis(Analysis(
+    "sweeps", SweepsConfig, run_sweeps, SweepsResult, sweeps_units,
+    "ΔPPL over the s_par and s_perp grids at every site (seed paper 000, Figure 3)",
+    tiny=dict(**_TINY_TEXT, sites=("attn", "value_excl_self"), s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,)),
+    plan=plan_sweeps, docs=_DOCS))
+COMPARE = register_analysis(Analysis(
+    "compare", CompareConfig, run_compare, CompareResult, compare_units,
+    "exclude-self vs full vs residual vs diagonal parallel removal: perplexity, zero-shot, RULER "
+    "(seed paper 000, Tables 1, 2, 8)",
+    tiny=dict(**_TINY_TEXT, sites=("value_excl_self", "attn"), scales=(0.0,), zeroshot_tasks=("piqa",),
+              zeroshot_limit=2, ruler_lengths=()), plan=plan_compare, docs=_DOCS))
+HEADS = register_analysis(Analysis(
+    "heads", HeadsConfig, run_heads, HeadsResult, heads_units,
+    "per-head alpha map and single-head sensitivity (seed paper 000, Figure 7)",
+    tiny=dict(texts=3, length=32, n_perm=50), plan=plan_heads, docs=_DOCS))
+MLP_CARRIER = register_analysis(Analysis(
+    "mlp_carrier", MlpCarrierConfig, run_mlp_carrier, MlpCarrierResult, mlp_carrier_units,
+    "MLP carrier: No-Para vs No-Perp loss change (seed paper 000, Table 10)", tiny=_TINY_TEXT,
+    command="mlp-carrier", plan=plan_mlp_carrier, docs=_DOCS))
+CLOSED_FORM = register_analysis(Analysis(
+    "closed_form", ClosedFormConfig, run_closed_form, ClosedFormResult, closed_form_units,
+    "the diagonal closed form reproduces the value-space edit (seed paper 000, Table 5, Figure 4)",
+    tiny=dict(tokens=16), command="closed-form", plan=plan_closed_form, docs=_DOCS))
+AUDIT = register_analysis(Analysis(
+    "audit", AuditConfig, run_audit, AuditResult, audit_units,
+    "post-W_O perturbation, energy and retained norm of a parallel removal (seed paper 000, Table 6)",
+    tiny=dict(tokens=128, context=64, sites=AUDIT_SITES), plan=plan_audit, docs=_DOCS))

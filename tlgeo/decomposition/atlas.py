@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.analysis import StepContext, atlas_budgets, register_analysis_step, register_chapter
 from ..models import Model
-from .analysis import PROFILE, ProfileResult
+from .analysis import AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, PROFILE, SWEEPS, ProfileResult
 from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
                      ProfileConfig, SweepsConfig)
-from .experiments import (AUDIT, CLOSED_FORM, COMPARE, HEADS, MLP_CARRIER, SWEEPS, AuditResult, ClosedFormResult,
-                          CompareResult, HeadsResult, MlpCarrierResult, SweepsResult)
+from .experiments import AuditResult, ClosedFormResult, CompareResult, HeadsResult, MlpCarrierResult, SweepsResult
 from .mlp_carrier import carrier_table_wide
 from .paper import PAPER, PAPER_PROFILE_MODEL, PAPER_RULER_MODEL, PAPER_SMALL_MODEL, PAPER_ZEROSHOT_MODEL
 from .plots import attention_view_signed, plot_diagonal, plot_head_maps, plot_profile, plot_sweep
@@ -75,7 +75,7 @@ class DecompositionBudgets(_ClosedForm, _MlpCarrier, _HeadStats, _Heads, _Compar
     def check(self, model: Model) -> None:
         """Fail before any work when a budget does not fit ``model``."""
         if self.context > model.cfg.n_ctx:
-            raise ValueError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
+            raise InputError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
 
     def profile_config(self) -> ProfileConfig:
         return ProfileConfig(tokens=self.profile_tokens, seq_len=self.context)

@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale
 from ..hooks.adapter import HookList, resolve_layers
@@ -67,7 +68,7 @@ def token_audit(y: Tensor, y_new: Tensor, eps: float = 1e-12) -> dict[str, Tenso
     ``y``, ``y_new``: ``[..., d]``; every output is ``[...]``. ``||y||`` is clamped at ``eps``.
     """
     if y.shape != y_new.shape:
-        raise ValueError(f"y and y_new differ in shape: {tuple(y.shape)} vs {tuple(y_new.shape)}")
+        raise InputError(f"y and y_new differ in shape: {tuple(y.shape)} vs {tuple(y_new.shape)}")
     y, y_new = y.double(), y_new.double()
     y_norm = y.norm(dim=-1)
     diff_norm = (y_new - y).norm(dim=-1)
@@ -165,16 +166,16 @@ def post_wo_audit(
     """
     tokens = check_tokens(model, tokens, min_len=2)  # position 0 is left out
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose 'each' (one layer at a time) or 'all'")
+        raise InputError(f"unknown mode {mode!r}; choose 'each' (one layer at a time) or 'all'")
     sites = [get_site(s) for s in sites]
     if not sites:
-        raise ValueError(f"no sites given; choose from {list(AUDIT_SITES)}")
+        raise InputError(f"no sites given; choose from {list(AUDIT_SITES)}")
     bad = [s.name for s in sites if s.name not in AUDIT_SITES]
     if bad:
-        raise ValueError(f"site(s) {bad} cannot be audited after W_O; choose from {list(AUDIT_SITES)}")
+        raise InputError(f"site(s) {bad} cannot be audited after W_O; choose from {list(AUDIT_SITES)}")
     s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
     if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
-        raise ValueError("post_wo_audit takes numeric s_par / s_perp")
+        raise InputError("post_wo_audit takes numeric s_par / s_perp")
     chosen = resolve_layers(model.cfg, layers, skip_first)
     log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("inputs",))
            if log_path is not None else None)
@@ -219,7 +220,7 @@ def audit_overall(per_layer: pd.DataFrame) -> pd.DataFrame:
     from the stored sums (token-weighted: the mean over all (layer, token) pairs), plus
     ``layer_mean_*``: the plain mean of the per-layer per-token means."""
     if per_layer.empty:
-        raise ValueError("empty audit table")
+        raise InputError("empty audit table")
     group = ["site", "s_par", "s_perp", "mode"]
     rows = []
     for key, g in per_layer.groupby(group, sort=False):

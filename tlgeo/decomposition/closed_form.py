@@ -58,6 +58,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.parallel import EPS, Scale, check_scale, compute_dtype
 from ..geometry.value_space import expand_kv, self_weights
 from ..hooks.adapter import HookList, resolve_layers, site_hooks
@@ -91,7 +92,7 @@ VARIANTS: tuple[str, ...] = ("value_full", "value_excl_self", "attn")
 
 def _check_variant(variant: str) -> str:
     if variant not in VARIANTS:
-        raise ValueError(f"unknown closed-form variant {variant!r}; choose one of {list(VARIANTS)}")
+        raise InputError(f"unknown closed-form variant {variant!r}; choose one of {list(VARIANTS)}")
     return variant
 
 
@@ -152,7 +153,7 @@ def value_diag_delta(
     ``hook_z``); with ``exclude_self`` the update is ``c_t = o_t - A_tt v_t``.
     """
     if pattern.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"pattern must be [batch, head, q, k] and v [batch, k, kv, d], got "
+        raise InputError(f"pattern must be [batch, head, q, k] and v [batch, k, kv, d], got "
                          f"{tuple(pattern.shape)} and {tuple(v.shape)}")
     n_heads, q = pattern.shape[1], pattern.shape[-2]
     dt = compute_dtype(pattern, v)
@@ -207,7 +208,7 @@ def add_to_diagonal(
     if delta.ndim == 2:
         delta = delta.unsqueeze(-1).expand(b, q, h)
     if tuple(delta.shape) != (b, q, h):
-        raise ValueError(f"delta must be [batch, q, head] = {(b, q, h)} or [batch, q], "
+        raise InputError(f"delta must be [batch, q, head] = {(b, q, h)} or [batch, q], "
                          f"got {tuple(delta.shape)}")
     dt = compute_dtype(pattern, delta)
     eye = torch.arange(k, device=pattern.device)[None, :] == (
@@ -419,7 +420,7 @@ def closed_form_check(
     tokens = check_tokens(model, tokens)
     variants = [_check_variant(v) for v in variants]
     if not variants:
-        raise ValueError("no variants given: choose from " + str(list(VARIANTS)))
+        raise InputError("no variants given: choose from " + str(list(VARIANTS)))
     scale = _scale(s_par)  # s_par checked once, here
     chosen = resolve_layers(model.cfg, layers, skip_first)
     device = input_device(model)
@@ -453,7 +454,7 @@ def diag_summary(diag: pd.DataFrame, skip_first_pos: bool = True) -> pd.DataFram
     edited diagonals, and (``attn``) mean/max ``resid_local_rel_err``. Position 0 left out
     unless ``skip_first_pos=False`` (it sees only itself, ``A_00 = 1``)."""
     if diag.empty:
-        raise ValueError("empty diagonal table")
+        raise InputError("empty diagonal table")
     d = diag[diag["pos"] > 0] if skip_first_pos else diag
     g = d.groupby("variant", sort=False)
     out = pd.DataFrame({

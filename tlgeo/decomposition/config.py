@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from ..runner.cliargs import TOKENS
 from ..hooks.edits import SKIP_FIRST, Edit
@@ -40,12 +41,12 @@ def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
     try:
         names = tuple(dict.fromkeys(get_site(s).name for s in sites))
     except UnknownSiteError as e:
-        raise ValueError(f"{field}: {e}") from None
+        raise InputError(f"{field}: {e}") from None
     if not names:
-        raise ValueError(f"{field}: no site given; choose from {tuple(SITES)}")
+        raise InputError(f"{field}: no site given; choose from {tuple(SITES)}")
     bad = [s for s in names if decomposition_only and not SITES[s].is_decomposition]
     if bad:
-        raise ValueError(f"{field}: site(s) {bad} edit the pattern and have no decomposition to profile; "
+        raise InputError(f"{field}: site(s) {bad} edit the pattern and have no decomposition to profile; "
                          f"choose from {DECOMPOSITION_SITES}")
     return names
 
@@ -60,11 +61,11 @@ class CorpusConfig(Config):
 
     def validate(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus.strip():
-            raise ValueError(f"corpus: give a corpus name, a text file or hf:<dataset>, got {self.corpus!r}")
+            raise InputError(f"corpus: give a corpus name, a text file or hf:<dataset>, got {self.corpus!r}")
         for f in dataclasses.fields(self):
             v, least = getattr(self, f.name), f.metadata.get("min", 1)
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int) or v < least):
-                raise ValueError(f"{f.name}: must be an integer >= {least}, got {v!r}")
+                raise InputError(f"{f.name}: must be an integer >= {least}, got {v!r}")
 
     @property
     def max_tokens(self) -> int | None:
@@ -95,7 +96,7 @@ class CorpusConfig(Config):
         for name in self._windows():
             n = getattr(self, name)
             if n > model.cfg.n_ctx:
-                raise ValueError(f"--{name.replace('_', '-')} {n} exceeds the model's context of "
+                raise InputError(f"--{name.replace('_', '-')} {n} exceeds the model's context of "
                                  f"{model.cfg.n_ctx} tokens")
 
 
@@ -169,11 +170,11 @@ class PplConfig(CorpusConfig):
     def validate(self) -> None:
         super().validate()
         if self.site is None:
-            raise ValueError(f"site: required; choose from {tuple(SITES)}")
+            raise InputError(f"site: required; choose from {tuple(SITES)}")
         try:
             e = self.edit()  # the site, the scales (finite; s_perp 1 at diag)
         except UnknownSiteError as err:
-            raise ValueError(f"site: {err}") from None
+            raise InputError(f"site: {err}") from None
         object.__setattr__(self, "site", e.site.name)
 
     def _windows(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The paper's experiments beyond the main job, on the analysis contract: config -> run -> typed result.
 
-Each is a command and an atlas step of the same name (:mod:`.atlas` draws its section from the result):
+Each is a command and an atlas step of the same name (:mod:`.atlas` draws its section from the result), its
+record registered by :mod:`.analysis`:
 
 * ``sweeps`` (``tlgeo sweeps``, Figure 3): perplexity over the ``s_par`` / ``s_perp`` grids at every
   site; units ``("site", name)``.
@@ -27,7 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..runner.analysis import Analysis, Result, Table, register_analysis
+from ..errors import InputError
+from ..runner.analysis import Result, Table
 from ..data import load_text
 from ..evals.perplexity import corpus_batches
 from ..models import Model, model_label
@@ -64,7 +66,7 @@ def _chosen(units: Sequence[tuple] | None, every: list[tuple]) -> list[tuple]:
     chosen = every if units is None else [tuple(u) for u in units]
     unknown = [u for u in chosen if u not in every]
     if unknown:
-        raise ValueError(f"unknown unit(s) {unknown}; this config has {every}")
+        raise InputError(f"unknown unit(s) {unknown}; this config has {every}")
     return chosen
 
 
@@ -535,34 +537,3 @@ def plan_audit(shape, cfg: AuditConfig) -> list:
     per_site = 1 if cfg.mode == "all" else shape.n_layers - cfg.skip_first
     return [Work("audit", windows(_text_tokens(cfg), cfg.context) * len(cfg.sites) * per_site, cfg.context, 4,
                  eager=True, note=f"{len(cfg.sites)} site(s), mode {cfg.mode}")]
-
-
-_TINY_TEXT = dict(tokens=128, context=64)
-_DOCS = "analyses/decomposition"  # every experiment of the seed paper's page
-SWEEPS = register_analysis(Analysis(
-    "sweeps", SweepsConfig, run_sweeps, SweepsResult, sweeps_units,
-    "ΔPPL over the s_par and s_perp grids at every site (seed paper 000, Figure 3)",
-    tiny=dict(**_TINY_TEXT, sites=("attn", "value_excl_self"), s_par_grid=(0.0, 2.0), s_perp_grid=(0.5,)),
-    plan=plan_sweeps, docs=_DOCS))
-COMPARE = register_analysis(Analysis(
-    "compare", CompareConfig, run_compare, CompareResult, compare_units,
-    "exclude-self vs full vs residual vs diagonal parallel removal: perplexity, zero-shot, RULER "
-    "(seed paper 000, Tables 1, 2, 8)",
-    tiny=dict(**_TINY_TEXT, sites=("value_excl_self", "attn"), scales=(0.0,), zeroshot_tasks=("piqa",),
-              zeroshot_limit=2, ruler_lengths=()), plan=plan_compare, docs=_DOCS))
-HEADS = register_analysis(Analysis(
-    "heads", HeadsConfig, run_heads, HeadsResult, heads_units,
-    "per-head alpha map and single-head sensitivity (seed paper 000, Figure 7)",
-    tiny=dict(texts=3, length=32, n_perm=50), plan=plan_heads, docs=_DOCS))
-MLP_CARRIER = register_analysis(Analysis(
-    "mlp_carrier", MlpCarrierConfig, run_mlp_carrier, MlpCarrierResult, mlp_carrier_units,
-    "MLP carrier: No-Para vs No-Perp loss change (seed paper 000, Table 10)", tiny=_TINY_TEXT,
-    command="mlp-carrier", plan=plan_mlp_carrier, docs=_DOCS))
-CLOSED_FORM = register_analysis(Analysis(
-    "closed_form", ClosedFormConfig, run_closed_form, ClosedFormResult, closed_form_units,
-    "the diagonal closed form reproduces the value-space edit (seed paper 000, Table 5, Figure 4)",
-    tiny=dict(tokens=16), command="closed-form", plan=plan_closed_form, docs=_DOCS))
-AUDIT = register_analysis(Analysis(
-    "audit", AuditConfig, run_audit, AuditResult, audit_units,
-    "post-W_O perturbation, energy and retained norm of a parallel removal (seed paper 000, Table 6)",
-    tiny=dict(tokens=128, context=64, sites=AUDIT_SITES), plan=plan_audit, docs=_DOCS))

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.edits import Edit
 from ..hooks.adapter import HookList, resolve_layers
 from .observe import parallel_profile
@@ -85,12 +86,12 @@ def head_alpha_map(
     """
     s = get_site(site)
     if not (s.per_head and s.is_decomposition):
-        raise ValueError(f"site {s.name!r} is not a per-head decomposition site (value_full, value_excl_self)")
+        raise InputError(f"site {s.name!r} is not a per-head decomposition site (value_full, value_excl_self)")
     df = parallel_profile(model, tokens, sites=[s.name], layers=layers, **profile_kwargs)
     if skip_first_pos:
         df = df[df["pos"] > 0]
     if df.empty:
-        raise ValueError("no tokens left for the alpha map (sequences of length 1 with skip_first_pos)")
+        raise InputError("no tokens left for the alpha map (sequences of length 1 with skip_first_pos)")
     g = df.groupby(["layer", "head"], sort=True)
     out = pd.DataFrame({
         "alpha_mean": g["alpha"].mean(),
@@ -124,10 +125,10 @@ def text_batches(
     Batches keep the texts' order within each length.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if isinstance(texts, Tensor):
         if texts.ndim != 2:
-            raise ValueError(f"a token tensor must be [n_texts, pos], got {tuple(texts.shape)}")
+            raise InputError(f"a token tensor must be [n_texts, pos], got {tuple(texts.shape)}")
         rows = list(texts)
     else:
         rows = []
@@ -141,13 +142,13 @@ def text_batches(
             else:
                 rows.append(torch.as_tensor(t).reshape(-1))
     if not rows:
-        raise ValueError("no texts given")
+        raise InputError("no texts given")
     n_ctx = model.cfg.n_ctx
     for i, r in enumerate(rows):
         if r.numel() < 2:
-            raise ValueError(f"text {i} has {r.numel()} token(s): at least 2 are needed for a loss")
+            raise InputError(f"text {i} has {r.numel()} token(s): at least 2 are needed for a loss")
         if r.numel() > n_ctx:
-            raise ValueError(f"text {i} has {r.numel()} tokens, above the model's context n_ctx={n_ctx}")
+            raise InputError(f"text {i} has {r.numel()} tokens, above the model's context n_ctx={n_ctx}")
     by_len: dict[int, list[Tensor]] = {}
     for r in rows:
         by_len.setdefault(r.numel(), []).append(r.long())
@@ -213,7 +214,7 @@ def head_sensitivity(
     """
     s = get_site(site)
     if not s.per_head:
-        raise ValueError(f"site {s.name!r} acts on the whole residual vector; head sensitivity needs a "
+        raise InputError(f"site {s.name!r} acts on the whole residual vector; head sensitivity needs a "
                          "per-head site (value_excl_self, value_full, diag)")
     cfg = model.cfg
     chosen = resolve_layers(cfg, layers)
@@ -315,9 +316,9 @@ def _as_batches(model, texts, batch_size: int, max_len: int | None) -> list[Tens
     if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, Tensor) and t.ndim == 2 for t in texts):
         for b in texts:
             if b.shape[1] > model.cfg.n_ctx:
-                raise ValueError(f"batch of length {b.shape[1]} exceeds n_ctx={model.cfg.n_ctx}")
+                raise InputError(f"batch of length {b.shape[1]} exceeds n_ctx={model.cfg.n_ctx}")
             if b.shape[1] < 2:
-                raise ValueError("texts need at least 2 tokens for a loss")
+                raise InputError("texts need at least 2 tokens for a loss")
         return [b.long() for b in texts]
     return text_batches(model, texts, max_len=max_len, batch_size=batch_size)
 
@@ -354,7 +355,7 @@ def head_patch_hook(
 
     def patch(z: Tensor, hook) -> Tensor:
         if z.shape != clean_z.shape:
-            raise ValueError(f"{hook.name}: clean activation {tuple(clean_z.shape)} does not match {tuple(z.shape)}")
+            raise InputError(f"{hook.name}: clean activation {tuple(clean_z.shape)} does not match {tuple(z.shape)}")
         z = z.clone()
         z[:, :, head] = clean_z[:, :, head].to(z.device, z.dtype)
         return z
@@ -383,15 +384,15 @@ def select_heads(
     ``delta_loss``. Give exactly one.
     """
     if (threshold is None) == (k is None):
-        raise ValueError("give exactly one of threshold= or k=")
+        raise InputError("give exactly one of threshold= or k=")
     single = sensitivity[sensitivity["head"] != ALL]
     if single.empty:
-        raise ValueError("the sensitivity map has no single-head rows")
+        raise InputError("the sensitivity map has no single-head rows")
     if threshold is not None:
         picked = single[single["ci_high"] < threshold]
     else:
         if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
+            raise InputError(f"k must be >= 0, got {k}")
         picked = single.sort_values(["delta_loss", "layer", "head"]).head(k)
     out: dict[int, list[int]] = {}
     for L, h in sorted(zip(picked["layer"].astype(int), picked["head"].astype(int))):

@@ -54,7 +54,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..errors import UnknownNameError
+from ..errors import InputError, UnknownNameError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import Scale, check_scale, compute_dtype, is_unit, scaled_delta
 from ..hooks.adapter import HookList, check_hook_names, resolve_layers, site_hooks
@@ -93,7 +93,7 @@ REMOVALS = ("no_para", "no_perp")  # s_par = 0, s_perp = 0
 def n_blocks(d_mlp: int, d_model: int) -> int:
     """``G = ceil(d_mlp / d_model)`` blocks of width ``d_model`` (the last one may be narrower)."""
     if not (isinstance(d_mlp, int) and isinstance(d_model, int)) or d_mlp < 1 or d_model < 1:
-        raise ValueError(f"d_mlp and d_model must be positive integers, got {d_mlp!r}, {d_model!r}")
+        raise InputError(f"d_mlp and d_model must be positive integers, got {d_mlp!r}, {d_model!r}")
     return -(-d_mlp // d_model)
 
 
@@ -138,7 +138,7 @@ def _block_mask(d_mlp: int, d_model: int, narrow: str, device, dtype) -> Tensor 
 
 def _check_narrow(narrow: str) -> None:
     if narrow not in NARROW:
-        raise ValueError(f"narrow must be one of {NARROW}, got {narrow!r}")
+        raise InputError(f"narrow must be one of {NARROW}, got {narrow!r}")
 
 
 def carrier_delta(
@@ -194,7 +194,7 @@ def block_outputs(
     """
     d_mlp, d_model = W_out.shape
     if h.shape[-1] != d_mlp:
-        raise ValueError(f"h has width {h.shape[-1]} but W_out is {tuple(W_out.shape)} ([d_mlp, d_model])")
+        raise InputError(f"h has width {h.shape[-1]} but W_out is {tuple(W_out.shape)} ([d_mlp, d_model])")
     dt = compute_dtype(h, W_out)
     hb = pad_blocks(h.to(dt), d_model)  # [..., G, d]
     Wb = pad_blocks(W_out.to(dt).T, d_model)  # [d_model(out), G, d(in)]
@@ -236,7 +236,7 @@ def scale_output(
     s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
     _check_narrow(narrow)
     if mlp_out.shape[-1] != W_out.shape[1]:
-        raise ValueError(f"mlp_out has width {mlp_out.shape[-1]}, W_out is {tuple(W_out.shape)}")
+        raise InputError(f"mlp_out has width {mlp_out.shape[-1]}, W_out is {tuple(W_out.shape)}")
     if is_unit(s_par) and is_unit(s_perp):
         return mlp_out
     delta = output_delta(h, W_out, s_par, s_perp, narrow)
@@ -255,7 +255,7 @@ def mlp_out_weights(model: Model, layer: int) -> tuple[Float[Tensor, "d_mlp d_mo
         raise AttributeError(f"block {layer}'s MLP exposes no W_out")
     d_mlp, d_model = model.cfg.d_mlp, model.cfg.d_model
     if tuple(W.shape) != (d_mlp, d_model):
-        raise ValueError(
+        raise InputError(
             f"block {layer}: W_out has shape {tuple(W.shape)}, expected [d_mlp, d_model] = "
             f"{[d_mlp, d_model]}"
         )
@@ -418,15 +418,15 @@ def mlp_carrier_table(
     n_tokens, n_windows, delta_loss, delta_ppl, seconds, G, narrow_width``.
     """
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("empty corpus: no text to score")
+        raise InputError("empty corpus: no text to score")
     narrow = list(dict.fromkeys(narrow))
     if not narrow:
-        raise ValueError("narrow is empty: pass 'include' and/or 'skip'")
+        raise InputError("narrow is empty: pass 'include' and/or 'skip'")
     for n in narrow:
         _check_narrow(n)
     cfg = model.cfg
     if context > cfg.n_ctx:
-        raise ValueError(f"context {context} exceeds the model's n_ctx {cfg.n_ctx}")
+        raise InputError(f"context {context} exceeds the model's n_ctx {cfg.n_ctx}")
     layers = resolve_layers(cfg, layers, skip_first)  # validated; the same blocks for every site
     G, w = n_blocks(cfg.d_mlp, cfg.d_model), narrow_width(cfg.d_mlp, cfg.d_model)
     if w is None:
@@ -435,7 +435,7 @@ def mlp_carrier_table(
     removals = list(dict.fromkeys(removals))
     bad = [r for r in removals if r not in REMOVALS]
     if bad or not removals:
-        raise ValueError(f"removals: unknown {bad or 'none given'}; choose from {REMOVALS}")
+        raise InputError(f"removals: unknown {bad or 'none given'}; choose from {REMOVALS}")
     runs: list[tuple[str, str, str, object]] = [("none", "none", "-", None)]
     for removal, sp, sq in (("no_para", 0.0, 1.0), ("no_perp", 1.0, 0.0)):
         if removal not in removals:

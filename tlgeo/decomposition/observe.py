@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.parallel import compute_dtype, cosine, norm_ratio, parallel_ratio, split_parallel
 from ..hooks.adapter import HookList, site_hooks
 from ..evals.perplexity import corpus_batches
@@ -32,13 +33,13 @@ def check_tokens(model: Model, tokens, min_len: int = 1) -> Tensor:
         raise TypeError("pass token ids; cut text with tlgeo.evals.perplexity.corpus_batches(model, text, seq_len)")
     if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.numel() == 0:
         shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")
+        raise InputError(f"tokens must be a non-empty [batch, pos] tensor of ids, got {shape}")
     if tokens.dtype.is_floating_point:
-        raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        raise InputError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     if tokens.shape[1] > model.cfg.n_ctx:
-        raise ValueError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx={model.cfg.n_ctx}")
+        raise InputError(f"sequence length {tokens.shape[1]} exceeds the model's n_ctx={model.cfg.n_ctx}")
     if tokens.shape[1] < min_len:
-        raise ValueError(f"sequences of at least {min_len} tokens are needed, got {tokens.shape[1]}")
+        raise InputError(f"sequences of at least {min_len} tokens are needed, got {tokens.shape[1]}")
     return tokens
 
 
@@ -90,7 +91,7 @@ def parallel_profile(
     sites = [get_site(s).name for s in sites]
     bad = [s for s in sites if not get_site(s).is_decomposition]
     if bad:
-        raise ValueError(f"site(s) {bad} edit the pattern and have no decomposition to profile")
+        raise InputError(f"site(s) {bad} edit the pattern and have no decomposition to profile")
     if isinstance(tokens, str):
         tokens = corpus_batches(model, tokens, seq_len, max_tokens)
     check_tokens(model, tokens)

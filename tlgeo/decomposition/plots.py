@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.adapter import resolve_layers
 from ..models import Model, input_device
 from ..plotting import attention_rows, attention_view
@@ -64,7 +65,7 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
 
     need = {"site", "axis", "scale", "delta_ppl"}
     if df.empty or not need <= set(df.columns):
-        raise ValueError(f"plot_sweep needs a non-empty frame with columns {sorted(need)}")
+        raise InputError(f"plot_sweep needs a non-empty frame with columns {sorted(need)}")
     axes_present = [a for a in ("s_par", "s_perp") if (df["axis"] == a).any()]
     fig, axs = plt.subplots(1, len(axes_present), figsize=(WIDTH if len(axes_present) > 1 else WIDTH * 0.65, 4),
                             squeeze=False, layout="constrained")
@@ -163,7 +164,7 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
     if head is not None:
         d = d[d["head"] == head]
     if d.empty:
-        raise ValueError(f"no diagonal values for variant={variant!r}, layer={layer}, seq={seq}, "
+        raise InputError(f"no diagonal values for variant={variant!r}, layer={layer}, seq={seq}, "
                          f"head={head}; have variants {sorted(diag['variant'].unique())}, "
                          f"layers {sorted(diag['layer'].unique())}")
     before = d.pivot(index="head", columns="pos", values="a_self")

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..geometry.parallel import check_scale
 from ..hooks.adapter import HookList
@@ -86,7 +87,7 @@ def _grid(values: Iterable, name: str) -> tuple[float, ...]:
     for v in values:
         out.append(float(check_scale(v, name)))
     if len(set(out)) != len(out):
-        raise ValueError(f"{name} has repeated values: {out}")
+        raise InputError(f"{name} has repeated values: {out}")
     return tuple(out)
 
 
@@ -103,15 +104,15 @@ def sweep_points(
     """
     sites = [sites] if isinstance(sites, str) else list(sites)
     if not sites:
-        raise ValueError("empty sweep: no sites given")
+        raise InputError("empty sweep: no sites given")
     names = []
     for s in sites:
         try:
             names.append(get_site(s).name)
         except UnknownSiteError as e:
-            raise ValueError(str(e)) from None
+            raise InputError(str(e)) from None
     if len(set(names)) != len(names):
-        raise ValueError(f"repeated sites: {names}")
+        raise InputError(f"repeated sites: {names}")
     par, perp = _grid(s_par_grid, "s_par_grid"), _grid(s_perp_grid, "s_perp_grid")
     points = []
     for name in names:
@@ -119,7 +120,7 @@ def sweep_points(
         if get_site(name).is_decomposition:
             points += [SweepPoint(name, "s_perp", s) for s in perp]
     if not points:
-        raise ValueError(
+        raise InputError(
             f"empty sweep: no grid points for sites {names} "
             f"(s_par_grid={list(par)}, s_perp_grid={list(perp)})"
         )
@@ -140,24 +141,24 @@ def _corpus(model, text: str | Tensor, context: int, max_tokens: int | None, bat
     """Tokenize once and group equal-length windows into batches (as ``perplexity`` does)."""
     n_ctx = model.cfg.n_ctx
     if context > n_ctx:
-        raise ValueError(f"context {context} exceeds the model's n_ctx {n_ctx}")
+        raise InputError(f"context {context} exceeds the model's n_ctx {n_ctx}")
     if context < 2:
-        raise ValueError(f"context must be >= 2, got {context}")
+        raise InputError(f"context must be >= 2, got {context}")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if isinstance(text, str):
         if not text.strip():
-            raise ValueError("empty corpus: no text to score")
+            raise InputError("empty corpus: no text to score")
         ids = tokenize_text(model, text, max_tokens)
     else:
         ids = torch.as_tensor(text).reshape(-1).long().cpu()
         ids = ids[:max_tokens] if max_tokens is not None else ids
     if ids.numel() == 0:
-        raise ValueError("empty corpus: no tokens to score")
+        raise InputError("empty corpus: no tokens to score")
     bos = model.tokenizer.bos_token_id if getattr(model.cfg, "default_prepend_bos", True) else None
     windows = token_windows(ids, context, bos_token_id=bos)
     if not windows:
-        raise ValueError("empty corpus: a single token and no BOS leaves nothing to score")
+        raise InputError("empty corpus: a single token and no BOS leaves nothing to score")
     batches: list[_Batch] = []
     group: list[tuple[Tensor, int]] = []
     for w in windows + [None]:
@@ -324,7 +325,7 @@ def sensitivity_sweep(
     points = sweep_points(sites, s_par_grid, s_perp_grid)
     n = model.cfg.n_layers
     if not isinstance(skip_first, int) or not 0 <= skip_first < n:
-        raise ValueError(f"skip_first must be an integer in 0..{n - 1}, got {skip_first!r}")
+        raise InputError(f"skip_first must be an integer in 0..{n - 1}, got {skip_first!r}")
     edits = _point_edits(points, None, skip_first=skip_first)
     base, rows = _run_sweep(
         model, text, edits, start=skip_first, context=context, max_tokens=max_tokens,
@@ -363,10 +364,10 @@ def layer_sweep(
     Columns: ``site, layer`` and those of :func:`sensitivity_sweep`.
     """
     if axis not in ("s_par", "s_perp"):
-        raise ValueError(f"axis must be 's_par' or 's_perp', got {axis!r}")
+        raise InputError(f"axis must be 's_par' or 's_perp', got {axis!r}")
     n = model.cfg.n_layers
     if not isinstance(layer, int) or not 0 <= layer < n:
-        raise ValueError(f"layer {layer!r} out of range: the model has {n} layers (0..{n - 1})")
+        raise InputError(f"layer {layer!r} out of range: the model has {n} layers (0..{n - 1})")
     grid = _grid(scales, "scales")
     points = sweep_points([site], grid if axis == "s_par" else (), grid if axis == "s_perp" else ())
     edits = _point_edits(points, layer, layers=layer, skip_first=0)

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..families import check_support
+from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..models import model_label
 from ..runner.identity import identified
@@ -83,7 +83,6 @@ def run(model, cfg: DirmagConfig, *, out: str | Path | None = None, log: str | P
     """Every part ``cfg`` asks for, on ``units`` (default all). With ``out`` each table is
     merged into ``out`` as soon as it is done; logs go to ``log`` (default ``out``).
     ``on_table(name, df)`` is called after each part (the CLI prints it)."""
-    check_support(model, "dirmag")  # a family it means nothing on fails here, before any work
     chosen = None if units is None else [tuple(u) for u in units]
     perts = None if chosen is None else tuple((u[1], u[2]) for u in chosen if u[0] == "perturbation")
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
@@ -209,8 +208,15 @@ def plan(shape, cfg: DirmagConfig) -> list:
     return out
 
 
+def support(family: Family) -> Support:
+    """Direction vs magnitude on ``family``: residual states and the unembedding, on every family."""
+    if family.post_ln:
+        return Support("differs", "post-LN: the perturbed resid_post is the renormalised state")
+    return Support("yes")
+
+
 ANALYSIS = register_analysis(Analysis(
     "dirmag", DirmagConfig, run, DirmagResult, units,
     "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
     tiny=dict(sentences=3, seeds=2, absolute_deltas=(1.0,), norm_fractions=(), blimp_pairs=1, probe_sentences=4,
-              probe_layer_count=2, batch_size=4), plan=plan, docs="analyses/dirmag"))
+              probe_layer_count=2, batch_size=4), plan=plan, support=support, docs="analyses/dirmag"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from ..hooks.perturbation import KINDS
 from .engine import SweepGrid
@@ -77,7 +78,7 @@ class DirmagConfig(Config):
     def validate(self) -> None:
         self._check_choices()
         if not 0 < self.sentence_tail <= 1:
-            raise ValueError(f"sentence_tail must be in (0, 1], got {self.sentence_tail}")
+            raise InputError(f"sentence_tail must be in (0, 1], got {self.sentence_tail}")
         self.grid()  # deltas, kinds, seeds, mode and flip
 
     def grid(self, **only) -> SweepGrid:

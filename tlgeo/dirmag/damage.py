@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import load_text
+from ..errors import InputError
 from ..runner.results import IDENTITY
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 from .paper import PAPER_DAMAGE
@@ -46,12 +47,12 @@ def corpus_sentences(corpus: str, limit: int | None = None, *, tail_frac: float 
     import re
 
     if not 0 < tail_frac <= 1:
-        raise ValueError(f"tail_frac must be in (0, 1], got {tail_frac}")
+        raise InputError(f"tail_frac must be in (0, 1], got {tail_frac}")
     text = load_text(corpus)
     tail = " ".join(text[int(len(text) * (1 - tail_frac)):].split())
     out = [t for t in re.split(r"(?<=[.!?])\s+", tail)[1:] if min_chars < len(t) < max_chars]  # [0]: cut mid-way
     if not out:
-        raise ValueError(f"no sentences of {min_chars}-{max_chars} characters in the last {tail_frac:g} of {corpus!r}")
+        raise InputError(f"no sentences of {min_chars}-{max_chars} characters in the last {tail_frac:g} of {corpus!r}")
     return out[:limit] if limit is not None else out
 
 
@@ -153,7 +154,7 @@ def token_damage(model, text: str, perturbations, *, max_tokens: int = 64) -> pd
 
     toks = model.to_tokens(text)[:, :max_tokens]
     if toks.shape[1] < 2:
-        raise ValueError(f"text {text!r} has fewer than 2 tokens: nothing to predict")
+        raise InputError(f"text {text!r} has fewer than 2 tokens: nothing to predict")
 
     def nll(hooks) -> np.ndarray:
         with torch.inference_mode():

@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..evals.sentences import REDUCTIONS, Batch, sentence_batches, sentence_nll
 from ..geometry.perturb import check_delta
 from ..hooks.adapter import HookList
@@ -78,16 +79,16 @@ class SweepGrid:
         kinds = tuple(self.kinds)
         bad = [k for k in kinds if k not in KINDS]
         if bad or not kinds:
-            raise ValueError(f"unknown perturbation kind(s) {bad or list(kinds)}; choose from {KINDS}")
+            raise InputError(f"unknown perturbation kind(s) {bad or list(kinds)}; choose from {KINDS}")
         object.__setattr__(self, "kinds", kinds)
         if self.only is not None:
             object.__setattr__(self, "only", tuple((str(k), int(i)) for k, i in self.only))
         if not isinstance(self.seeds, int) or isinstance(self.seeds, bool) or self.seeds < 1:
-            raise ValueError(f"seeds must be a positive integer, got {self.seeds!r}")
+            raise InputError(f"seeds must be a positive integer, got {self.seeds!r}")
         if self.deltas is not None:
             deltas = tuple(float(check_delta(d)) for d in self.deltas)
             if not deltas:
-                raise ValueError("empty delta grid")
+                raise InputError("empty delta grid")
             object.__setattr__(self, "deltas", deltas)
         if isinstance(self.layers, Iterable):
             object.__setattr__(self, "layers", tuple(self.layers))
@@ -184,7 +185,7 @@ def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: st
     activations of the hooks named in ``keep`` (for repairs; they stay in memory). ``extra(i,
     batch)``: hooks to run in batch ``i``'s clean forward too (e.g. observers)."""
     if reduce not in REDUCTIONS:
-        raise ValueError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
+        raise InputError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
     batches = sentence_batches(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep_all=keep_all)
     first = min(layers)
     names = [f"blocks.{first}.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in layers] + list(keep)
@@ -215,7 +216,7 @@ def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[di
     ``pert.hooks``) to share one draw between calls. ``extra(i, batch)`` adds
     hooks for batch ``i`` after the perturbation's (e.g. a repair from ``clean.kept[i]``)."""
     if min(pert.chosen_layers(model.cfg)) < clean.first:
-        raise ValueError(f"the perturbation starts before block {clean.first}, where the clean pass was cut")
+        raise InputError(f"the perturbation starts before block {clean.first}, where the clean pass was cut")
     per_batch = hooks is None and pert.mode == "exact"
     hooks = pert.hooks(model, stats=stats) if hooks is None and not per_batch else hooks
     out, start = [], 0

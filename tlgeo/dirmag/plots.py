@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .paper import PAPER_BLIMP, PAPER_RECOVERY
+from ..errors import InputError
 
 __all__ = ["plot_damage", "token_damage_view", "plot_blimp", "plot_repair", "plot_probes"]
 
@@ -19,7 +20,7 @@ def plot_damage(table: pd.DataFrame):
     from ..plotting import WIDTH, legend_outside, style
 
     if table.empty:
-        raise ValueError("plot_damage needs a non-empty damage_table")
+        raise InputError("plot_damage needs a non-empty damage_table")
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.8), layout="constrained")
     colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
     for kind, colour in colours.items():
@@ -49,7 +50,7 @@ def token_damage_view(table: pd.DataFrame, kind: str):
 
     col = f"{kind}_change"
     if col not in table:
-        raise ValueError(f"no {col!r} column; the table has {[c for c in table if c.endswith('_change')]}")
+        raise InputError(f"no {col!r} column; the table has {[c for c in table if c.endswith('_change')]}")
     return cv.tokens.colored_tokens(tokens=[str(t) for t in table["token"]], values=table[col].astype(float).tolist())
 
 
@@ -63,7 +64,7 @@ def plot_blimp(df: pd.DataFrame, paradigm: str = "pooled"):
 
     d = df[df["paradigm"] == paradigm]
     if d.empty:
-        raise ValueError(f"plot_blimp: no rows for paradigm {paradigm!r}")
+        raise InputError(f"plot_blimp: no rows for paradigm {paradigm!r}")
     fig, ax = plt.subplots(figsize=(WIDTH * 0.8, 3.6), layout="constrained")
     colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
     relative = bool(d["relative"].iloc[0]) if "relative" in d else False
@@ -96,7 +97,7 @@ def plot_repair(df: pd.DataFrame):
     from ..plotting import WIDTH, legend_outside, style
 
     if df.empty:
-        raise ValueError("plot_repair needs a non-empty causal_repair table")
+        raise InputError("plot_repair needs a non-empty causal_repair table")
     deltas = sorted(df["delta"].unique())
     fig, axes = plt.subplots(1, len(deltas), figsize=(WIDTH, 3.4), squeeze=False, sharey=True, layout="constrained")
     colours = {"magnitude": "#d62728", "angle": "#1f77b4"}

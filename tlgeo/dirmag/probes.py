@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..errors import InputError
 from ..evals.sentences import sentence_batches
 from ..evals.treebank import TreebankSentence, first_subtokens
 from ..hooks.resume import activations
@@ -59,11 +60,11 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
                 max_tokens: int = 128, batch_size: int = 16) -> WordStates:
     """Residual states of every aligned word at ``blocks.L.hook_resid_post`` for ``layers``."""
     if not sentences:
-        raise ValueError("no treebank sentences to probe")
+        raise InputError("no treebank sentences to probe")
     n_layers = model.cfg.n_layers
     bad = [l for l in layers if not 0 <= l < n_layers]
     if bad or not layers:
-        raise ValueError(f"probe layers {bad or list(layers)} out of range: the model has blocks 0..{n_layers - 1}")
+        raise InputError(f"probe layers {bad or list(layers)} out of range: the model has blocks 0..{n_layers - 1}")
     names = [f"blocks.{l}.hook_resid_post" for l in layers]
     kept, positions, skipped = [], [], 0
     for s in sentences:
@@ -73,7 +74,7 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
             kept.append(s)
             positions.append(pos)
     if not kept:
-        raise ValueError("no word of these sentences could be aligned to the model's tokens")
+        raise InputError("no word of these sentences could be aligned to the model's tokens")
     lengths = [len(model.to_tokens(s.text)[0, :max_tokens]) for s in kept]
     order = sorted(range(len(kept)), key=lambda i: lengths[i])  # batches of similar lengths: little padding
     per_sentence: list[dict[int, np.ndarray]] = [{} for _ in kept]
@@ -107,10 +108,10 @@ def direction_magnitude_probes(model, train: Sequence[TreebankSentence], test: S
     bootstrap CI over test sentences, the ``baseline`` (majority tag / training mean), sizes."""
     for t in tasks:
         if t not in PROBE_TASKS:
-            raise ValueError(f"unknown probe task {t!r}; choose from {sorted(PROBE_TASKS)}")
+            raise InputError(f"unknown probe task {t!r}; choose from {sorted(PROBE_TASKS)}")
     for f in features:
         if f not in FEATURES:
-            raise ValueError(f"unknown probe features {f!r}; choose from {FEATURES}")
+            raise InputError(f"unknown probe features {f!r}; choose from {FEATURES}")
     layers = list(layers) if layers is not None else default_probe_layers(model.cfg.n_layers)
     tr = word_states(model, train, layers, max_tokens=max_tokens, batch_size=batch_size)
     te = word_states(model, test, layers, max_tokens=max_tokens, batch_size=batch_size)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from .engine import SweepGrid, perturbed_scores
 from .paper import PAPER_RECOVERY
+from ..errors import InputError
 
 __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
 
@@ -43,7 +44,7 @@ KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "lay
 def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:
     """Hooks that replace ``repair``'s tensors in ``layers`` by their clean values from ``clean``."""
     if repair not in REPAIRS:
-        raise ValueError(f"unknown repair {repair!r}; choose from {sorted(REPAIRS)}")
+        raise InputError(f"unknown repair {repair!r}; choose from {sorted(REPAIRS)}")
 
     def put(name):
         return lambda x, hook: clean[name].to(x.dtype)
@@ -72,19 +73,19 @@ def causal_repair(
     grid = grid or SweepGrid(deltas=(5.0,))
     bad = [r for r in repairs if r not in REPAIRS]
     if bad or not repairs:
-        raise ValueError(f"unknown repair(s) {bad or list(repairs)}; choose from {sorted(REPAIRS)}")
+        raise InputError(f"unknown repair(s) {bad or list(repairs)}; choose from {sorted(REPAIRS)}")
     perturbed = grid.chosen_layers(model.cfg)
     layers = perturbed if repair_layers is None else sorted(set(repair_layers))
     bad = [l for l in layers if not 0 <= l < model.cfg.n_layers]
     if bad or not layers:
-        raise ValueError(f"repair layers {bad or layers} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+        raise InputError(f"repair layers {bad or layers} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
     if repair_layers is None and max(layers) <= min(perturbed):
         import warnings
 
         warnings.warn(f"one perturbed block ({min(perturbed)}): repairing its own attention and norms restores "
                       "nothing; pass repair_layers (e.g. the blocks after it)", stacklevel=2)
     elif max(layers) <= min(perturbed):
-        raise ValueError(f"repair layers {layers} are all at or before the first perturbed block {min(perturbed)}: "
+        raise InputError(f"repair layers {layers} are all at or before the first perturbed block {min(perturbed)}: "
                          "no perturbation reaches them")
     keep = sorted({f"blocks.{l}.{h}" for l in layers for r in repairs for h in REPAIRS[r]})
     clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep=keep)

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from ..errors import InputError
 from ..evals.blimp import AGREEMENT, MinimalPair, accuracy_rows, load_blimp, pair_correct
 from .engine import SweepGrid, perturbed_scores
 from .paper import PAPER_BLIMP
@@ -46,7 +47,7 @@ def blimp_damage(
     pairs), ``clean_accuracy``, ``drop`` (clean − perturbed, points), ``delta_over_norm``.
     """
     if not pairs:
-        raise ValueError("no minimal pairs to score")
+        raise InputError("no minimal pairs to score")
     grid = grid or SweepGrid()
     clean, settings = grid.sweep(model, [p.good for p in pairs] + [p.bad for p in pairs], reduce="sum",
                                  max_tokens=10**6, batch_size=batch_size, keep_all=True)

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from ..errors import InputError
 from ..stats import bootstrap_ci
 from .sentences import sentence_batches, sentence_nll
 
@@ -54,7 +55,7 @@ def blimp_rows(paradigm: str) -> list[dict]:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if path is not None and path.parent.is_dir():
         known = sorted(p.stem for p in path.parent.glob("*.jsonl"))
-        raise ValueError(f"unknown BLiMP paradigm {paradigm!r}; offline ones: {known}")
+        raise InputError(f"unknown BLiMP paradigm {paradigm!r}; offline ones: {known}")
     from datasets import load_dataset  # no offline copy: the hub
 
     return [dict(r) for r in load_dataset("nyu-mll/blimp", paradigm, split="train")]
@@ -63,7 +64,7 @@ def blimp_rows(paradigm: str) -> list[dict]:
 def load_blimp(paradigm: str, limit: int | None = None) -> list[MinimalPair]:
     """The first ``limit`` pairs of a BLiMP paradigm (all 1000 by default)."""
     if limit is not None and limit < 1:
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        raise InputError(f"limit must be a positive integer, got {limit!r}")
     rows = blimp_rows(paradigm)
     rows = rows[:limit] if limit is not None else rows
     return [MinimalPair(r["sentence_good"], r["sentence_bad"], paradigm, str(r.get("pairID", i)))
@@ -74,7 +75,7 @@ def pair_nll(model, pairs: Sequence[MinimalPair], *, fwd_hooks: Iterable[Hook] =
              ) -> tuple[Tensor, Tensor]:
     """``(nll_good, nll_bad)``: each sentence's total NLL under ``fwd_hooks``."""
     if not pairs:
-        raise ValueError("no minimal pairs to score")
+        raise InputError("no minimal pairs to score")
     sentences = [p.good for p in pairs] + [p.bad for p in pairs]
     hooks = list(fwd_hooks)
     scores = []

@@ -45,6 +45,7 @@ except ImportError as e:  # pragma: no cover - exercised only without lm-eval
         "pip install -c constraints.txt 'lm-eval>=0.4.5' (or the 'eval' extra)"
     ) from e
 
+from ..errors import InputError
 from ..hooks.edits import SKIP_FIRST, Edit
 from ..models import input_device
 from .perplexity import perplexity
@@ -70,7 +71,7 @@ def parse_index_list(value: Any) -> int | tuple[int, ...] | None:
         try:
             out += list(range(int(a), int(b) + 1)) if sep else [int(a)]
         except ValueError:
-            raise ValueError(f"bad index list {value!r}: use 3, 1-29 or 0|2|5") from None
+            raise InputError(f"bad index list {value!r}: use 3, 1-29 or 0|2|5") from None
     return out[0] if len(out) == 1 and "-" not in s and "|" not in s else tuple(out)
 
 
@@ -80,7 +81,7 @@ def _bool(value: Any) -> bool | None:
     s = str(value).strip().lower()
     if s in _TRUE | _FALSE:
         return s in _TRUE
-    raise ValueError(f"expected a boolean, got {value!r}")
+    raise InputError(f"expected a boolean, got {value!r}")
 
 
 @register_model("tlgeo")
@@ -124,12 +125,12 @@ class TLGeoLM(LM):
         self.fwd_hooks = [h for e in self.edits for h in e.hooks(model)]
         bs = 8 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
         if bs < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = bs
         n_ctx = model.cfg.n_ctx
         self.max_length = n_ctx if max_length is None else int(max_length)
         if not 1 <= self.max_length <= n_ctx:
-            raise ValueError(f"max_length {self.max_length} must be in [1, n_ctx={n_ctx}]")
+            raise InputError(f"max_length {self.max_length} must be in [1, n_ctx={n_ctx}]")
         self.prefix_token_id = _prefix_token(model, _bool(prepend_bos))
         self.max_gen_toks = int(max_gen_toks)
         self.pretrained = pretrained if isinstance(pretrained, str) else type(model).__name__
@@ -209,7 +210,7 @@ class TLGeoLM(LM):
         prefix = [] if self.prefix_token_id is None else [self.prefix_token_id]
         ids = prefix + list(self.tokenizer(context, add_special_tokens=False)["input_ids"])
         if not ids:
-            raise ValueError("generate_until: empty context and no BOS")
+            raise InputError("generate_until: empty context and no BOS")
         new: list[int] = []
         device = input_device(self.model)
         with torch.inference_mode():

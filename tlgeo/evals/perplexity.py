@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device
 
@@ -63,12 +64,12 @@ def token_windows(
     Every token is scored exactly once, except token 0 when there is no BOS.
     """
     if tokens.ndim != 1:
-        raise ValueError(f"tokens must be 1-D, got shape {tuple(tokens.shape)}")
+        raise InputError(f"tokens must be 1-D, got shape {tuple(tokens.shape)}")
     if context < 2:
-        raise ValueError(f"context must be >= 2, got {context}")
+        raise InputError(f"context must be >= 2, got {context}")
     stride = context if stride is None else stride
     if stride < 1:
-        raise ValueError(f"stride must be >= 1, got {stride}")
+        raise InputError(f"stride must be >= 1, got {stride}")
     has_bos = bos_token_id is not None
     width = context - int(has_bos)  # text tokens per window
     step = min(stride, width if has_bos else width - 1)  # new tokens scored per window
@@ -135,14 +136,14 @@ def corpus_batches(
     """Cut ``text`` into disjoint windows of ``seq_len`` tokens (BOS first when the model
     prepends one); the ragged tail is dropped. ``[n_windows, seq_len]``."""
     if seq_len > model.cfg.n_ctx:
-        raise ValueError(f"seq_len {seq_len} exceeds the model's context n_ctx={model.cfg.n_ctx}")
+        raise InputError(f"seq_len {seq_len} exceeds the model's context n_ctx={model.cfg.n_ctx}")
     if not text or not text.strip():
-        raise ValueError("empty corpus: no text to cut into windows")
+        raise InputError("empty corpus: no text to cut into windows")
     ids = tokenize_text(model, text, max_tokens)
     bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
     windows = [w for w, _ in token_windows(ids, seq_len, bos_token_id=bos) if w.numel() == seq_len]
     if not windows:
-        raise ValueError(f"corpus too short: fewer than {seq_len} tokens ({ids.numel()})")
+        raise InputError(f"corpus too short: fewer than {seq_len} tokens ({ids.numel()})")
     return torch.stack(windows)
 
 
@@ -191,9 +192,9 @@ def perplexity(
     n_ctx = model.cfg.n_ctx
     context = min(n_ctx, 1024) if context is None else context
     if context > n_ctx:
-        raise ValueError(f"context {context} exceeds the model's n_ctx {n_ctx}")
+        raise InputError(f"context {context} exceeds the model's n_ctx {n_ctx}")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
 
     is_text = isinstance(text_or_tokens, str)
     if is_text:
@@ -204,10 +205,10 @@ def perplexity(
         bos_id = _bos_id(model, prepend_bos)
     truncated = max_tokens is not None and tokens.numel() >= max_tokens
     if tokens.numel() == 0 or (is_text and not text_or_tokens.strip()):
-        raise ValueError("empty corpus: no tokens to score")
+        raise InputError("empty corpus: no tokens to score")
     windows = token_windows(tokens, context, stride, bos_token_id=bos_id)
     if not windows:
-        raise ValueError("empty corpus: a single token and no BOS leaves nothing to score")
+        raise InputError("empty corpus: a single token and no BOS leaves nothing to score")
 
     starts = torch.tensor([0] + [w[0].numel() - w[1] for w in windows]).cumsum(0)
     losses = torch.empty(int(starts[-1]), dtype=torch.float32)

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = ["REDUCTIONS", "Batch", "sentence_batches", "sentence_nll"]
 
 REDUCTIONS = ("mean", "sum")
@@ -30,16 +32,16 @@ def sentence_batches(model, sentences: Sequence[str], *, max_tokens: int = 64, b
     """``(tokens, lengths)`` batches in sentence order, right-padded. Sentences of fewer than 2
     tokens are dropped, unless ``keep_all`` (then they are an error: pairs must stay aligned)."""
     if not sentences:
-        raise ValueError("no sentences to score")
+        raise InputError("no sentences to score")
     if max_tokens < 2 or batch_size < 1:
-        raise ValueError(f"max_tokens must be >= 2 and batch_size >= 1, got {max_tokens}, {batch_size}")
+        raise InputError(f"max_tokens must be >= 2 and batch_size >= 1, got {max_tokens}, {batch_size}")
     rows = [model.to_tokens(s)[0, :max_tokens].cpu() for s in sentences]
     short = [i for i, r in enumerate(rows) if r.numel() < 2]
     if short and keep_all:
-        raise ValueError(f"sentence(s) {short[:5]} have fewer than 2 tokens: nothing to score")
+        raise InputError(f"sentence(s) {short[:5]} have fewer than 2 tokens: nothing to score")
     rows = [r for r in rows if r.numel() >= 2]
     if not rows:
-        raise ValueError("no sentence has 2 tokens or more")
+        raise InputError("no sentence has 2 tokens or more")
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
     out = []
     for i in range(0, len(rows), batch_size):
@@ -58,7 +60,7 @@ def sentence_nll(logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b po
 
     One row at a time: no copy of the whole ``[b, pos, vocab]`` logits."""
     if reduce not in REDUCTIONS:
-        raise ValueError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
+        raise InputError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
     tokens = tokens.to(logits.device)
     return torch.stack([
         F.cross_entropy(logits[i, : n - 1].float(), tokens[i, 1:n], reduction=reduce)

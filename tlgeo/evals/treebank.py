@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import InputError
+
 __all__ = ["SPLITS", "TreebankSentence", "load_treebank", "tree_depths", "first_subtokens"]
 
 SPLITS = {"dev": "en_ewt-ud-dev.conllu", "test": "en_ewt-ud-test.conllu"}
@@ -44,9 +46,9 @@ def tree_depths(heads: Sequence[int]) -> list[int]:
         while depth[j] is None:
             h = heads[j]
             if not 0 <= h <= n:
-                raise ValueError(f"word {j + 1} has head {h}, outside 0..{n}")
+                raise InputError(f"word {j + 1} has head {h}, outside 0..{n}")
             if j in path:
-                raise ValueError(f"the heads form a cycle through word {j + 1}")
+                raise InputError(f"the heads form a cycle through word {j + 1}")
             path.append(j)
             if h == 0:
                 depth[j] = 0
@@ -66,7 +68,7 @@ def _path(split: str) -> Path:
     from ..data import data_dir
 
     if split not in SPLITS:
-        raise ValueError(f"unknown treebank split {split!r}; choose from {sorted(SPLITS)}")
+        raise InputError(f"unknown treebank split {split!r}; choose from {sorted(SPLITS)}")
     path = data_dir() / "ud_ewt" / SPLITS[split]
     if not path.is_file():
         raise FileNotFoundError(f"UD English EWT {split} split not found at {path}")
@@ -80,7 +82,7 @@ def load_treebank(split: str = "dev", limit: int | None = None, *, path: str | P
     import conllu
 
     if limit is not None and limit < 1:
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        raise InputError(f"limit must be a positive integer, got {limit!r}")
     out: list[TreebankSentence] = []
     with open(path or _path(split), encoding="utf-8") as f:
         for tl in conllu.parse_incr(f):
@@ -109,7 +111,7 @@ def first_subtokens(model, sentence: TreebankSentence, *, max_tokens: int | None
     full = model.to_tokens(text)[0].tolist()  # BOS first where the model prepends one; cut at n_ctx
     shift = next((k for k in (1, 0) if full[k:] == list(ids[: len(full) - k])), None)
     if shift is None:
-        raise ValueError(f"sentence {sentence.sent_id}: the tokenizer's ids differ from model.to_tokens")
+        raise InputError(f"sentence {sentence.sent_id}: the tokenizer's ids differ from model.to_tokens")
     out: list[int | None] = []
     cursor = 0
     for form in sentence.words:

@@ -48,7 +48,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ..errors import UnknownNameError
+from ..errors import InputError, UnknownNameError
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device
 from ..runner.identity import run_identity
@@ -76,7 +76,7 @@ DEFAULT_TASKS = ("piqa", "arc_easy", "arc_challenge", "openbookqa", "winogrande"
 LOG_KEY = ("task", "limit", "tag")
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UnknownNameError, ValueError):
     """A task name that is not in :data:`TASKS`."""
 
 
@@ -90,12 +90,12 @@ class MCItem:
 
     def __post_init__(self) -> None:
         if len(self.contexts) != len(self.continuations) or len(self.contexts) < 2:
-            raise ValueError(
+            raise InputError(
                 f"an item needs >= 2 choices and one context per continuation, got "
                 f"{len(self.contexts)} contexts / {len(self.continuations)} continuations"
             )
         if not 0 <= self.gold < len(self.contexts):
-            raise ValueError(f"gold {self.gold} out of range for {len(self.contexts)} choices")
+            raise InputError(f"gold {self.gold} out of range for {len(self.contexts)} choices")
 
     @classmethod
     def multiple_choice(cls, context: str, choices: Sequence[str], gold: int, delimiter: str = " ") -> "MCItem":
@@ -124,7 +124,7 @@ def _load_piqa(folder: Path) -> list[MCItem]:
     rows = _read_jsonl(folder / "valid.jsonl")
     labels = [int(x) for x in (folder / "valid-labels.lst").read_text().split()]
     if len(labels) != len(rows):
-        raise ValueError(f"PIQA: {len(rows)} items but {len(labels)} labels in {folder}")
+        raise InputError(f"PIQA: {len(rows)} items but {len(labels)} labels in {folder}")
     return [
         MCItem.multiple_choice(f"Question: {r['goal']}\nAnswer:", [r["sol1"], r["sol2"]], y)
         for r, y in zip(rows, labels)
@@ -177,7 +177,7 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, limit: int |
     if task not in TASKS:
         raise UnknownTaskError(f"unknown zero-shot task {task!r}; known tasks: {sorted(TASKS)}")
     if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1 or None, got {limit}")
+        raise InputError(f"limit must be >= 1 or None, got {limit}")
     spec = TASKS[task]
     path = zeroshot_dir(data_dir) / spec.path
     missing = [path / f for f in spec.required] if spec.required else [path]
@@ -189,7 +189,7 @@ def load_task(task: str, data_dir: str | os.PathLike | None = None, limit: int |
         )
     items = spec.load(path)
     if not items:
-        raise ValueError(f"task {task!r}: no items in {path}")
+        raise InputError(f"task {task!r}: no items in {path}")
     return items if limit is None else items[:limit]
 
 
@@ -214,13 +214,13 @@ def encode_pair(
     if n_spaces:
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
     if not continuation:
-        raise ValueError(f"empty continuation after context {context[-40:]!r}: nothing to score")
+        raise InputError(f"empty continuation after context {context[-40:]!r}: nothing to score")
     prefix = [] if prefix_token_id is None else [prefix_token_id]
     if not context:
         cont = _encode(tokenizer, continuation)
         if not prefix:
             if len(cont) < 2:
-                raise ValueError(f"empty context, no BOS and a one-token continuation {continuation!r}")
+                raise InputError(f"empty context, no BOS and a one-token continuation {continuation!r}")
             return cont[:1], cont[1:]
         return prefix, cont
     whole = _encode(tokenizer, context + continuation)
@@ -229,9 +229,9 @@ def encode_pair(
     while k < min(len(ctx), len(whole)) and ctx[k] == whole[k]:
         k += 1
     if k == len(whole):
-        raise ValueError(f"continuation {continuation!r} adds no token after context {context[-40:]!r}")
+        raise InputError(f"continuation {continuation!r} adds no token after context {context[-40:]!r}")
     if not prefix and k == 0:
-        raise ValueError("no BOS and no context token before the continuation")
+        raise InputError("no BOS and no context token before the continuation")
     return prefix + whole[:k], whole[k:]
 
 
@@ -276,13 +276,13 @@ def score_requests(
     float64. Identical inputs share one forward; batches are right-padded.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     n_ctx = model.cfg.n_ctx
     max_length = n_ctx if max_length is None else max_length
     if not 1 <= max_length <= n_ctx:
-        raise ValueError(f"max_length {max_length} must be in [1, n_ctx={n_ctx}]")
+        raise InputError(f"max_length {max_length} must be in [1, n_ctx={n_ctx}]")
     if not requests:
-        raise ValueError("no requests to score")
+        raise InputError("no requests to score")
 
     inputs: dict[tuple[int, ...], int] = {}  # unique input -> index
     req_input: list[int] = []
@@ -291,9 +291,9 @@ def score_requests(
     for i, (ctx, cont) in enumerate(requests):
         ctx, cont = list(ctx), list(cont)
         if not cont or not ctx:
-            raise ValueError(f"request {i}: needs >= 1 context and >= 1 continuation token")
+            raise InputError(f"request {i}: needs >= 1 context and >= 1 continuation token")
         if len(cont) > max_length:
-            raise ValueError(
+            raise InputError(
                 f"request {i}: continuation of {len(cont)} tokens exceeds max_length {max_length}"
             )
         full = (ctx + cont)[:-1]
@@ -360,7 +360,7 @@ def score_items(
     """One row per item: ``item, gold, logprobs`` (per choice), ``n_tokens, lengths``
     (characters), ``pred, pred_norm, correct, correct_norm, n_truncated``."""
     if not items:
-        raise ValueError("no items to score")
+        raise InputError("no items to score")
     prefix = _prefix_token(model, prepend_bos)
     reqs, owner = [], []
     for j, it in enumerate(items):
@@ -460,7 +460,7 @@ def evaluate_zeroshot(
     """
     tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
     if not tasks:
-        raise ValueError(f"no tasks given; known tasks: {sorted(TASKS)}")
+        raise InputError(f"no tasks given; known tasks: {sorted(TASKS)}")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise UnknownTaskError(f"unknown zero-shot task(s) {unknown}; known tasks: {sorted(TASKS)}")
@@ -521,9 +521,9 @@ def paired_accuracy_change(
     key = ["task", "item"]
     a, b = items.set_index(key).sort_index(), base.set_index(key).sort_index()
     if not a.index.equals(b.index):
-        raise ValueError("paired comparison needs the same (task, item) pairs in both frames")
+        raise InputError("paired comparison needs the same (task, item) pairs in both frames")
     if a.empty:
-        raise ValueError("no items to compare")
+        raise InputError("no items to compare")
     rows = []
     for metric, col in (("acc", "correct"), ("acc_norm", "correct_norm")):
         d = a[col].astype(float).to_numpy() - b[col].astype(float).to_numpy()

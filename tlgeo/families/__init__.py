@@ -4,10 +4,10 @@ them (:mod:`.registry`), and the support matrix of families x sites and analyses
 
 from .registry import (ALIASES, FAMILIES, FAMILY_MODULES, Family, UnknownFamilyError, family_of, family_of_config,
                        get_family, layer_paths)
-from .support import (ANALYSIS_COLUMNS, COLUMNS, SITE_COLUMNS, Support, UnsupportedError, check_support, columns,
-                      markdown_table, register_support, support, support_table)
+from .support import (SITE_COLUMNS, Support, UnsupportedError, check_support, columns, markdown_table,
+                      register_support, support, support_rule, support_table)
 
 __all__ = ["ALIASES", "FAMILIES", "FAMILY_MODULES", "Family", "UnknownFamilyError", "family_of", "family_of_config",
            "get_family", "layer_paths",
-           "ANALYSIS_COLUMNS", "COLUMNS", "SITE_COLUMNS", "Support", "UnsupportedError", "check_support",
-           "markdown_table", "support", "support_table", "columns", "register_support"]
+           "SITE_COLUMNS", "Support", "UnsupportedError", "check_support", "markdown_table", "support",
+           "support_table", "columns", "register_support", "support_rule"]

@@ -23,7 +23,7 @@ import copy
 import math
 from typing import Any
 
-from ..errors import UnknownNameError
+from ..errors import InputError, UnknownNameError
 from .registry import SEED_CHECKPOINTS, SEED_FAMILIES
 
 __all__ = ["SEED_CHECKPOINTS", "SEED_FAMILIES", "reduced_config", "REDUCED"]
@@ -92,7 +92,7 @@ def reduced_config(hub_id: str, *, n_layers: int = 2):
     if hub_id not in SEED_CHECKPOINTS:
         raise UnknownNameError(f"unknown seed checkpoint {hub_id!r}; known: {', '.join(SEED_CHECKPOINTS)}")
     if n_layers < 1:
-        raise ValueError(f"n_layers must be at least 1, got {n_layers}")
+        raise InputError(f"n_layers must be at least 1, got {n_layers}")
     import transformers
 
     real = SEED_CHECKPOINTS[hub_id]

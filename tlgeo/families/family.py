@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["Family", "Support", "ATTN_TINY", "layers_elsewhere"]
+__all__ = ["Family", "Support", "ATTN_TINY"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,3 @@ _TOKENS = dict(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=
 ATTN_TINY = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
                  num_key_value_heads=2, max_position_embeddings=256)
 
-
-def layers_elsewhere(name: str) -> Support:
-    """The compression diagnosis's refusal of a family whose blocks are not Llama-style ``model.layers``."""
-    return Support("no", f"the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
-                         f"mlp); {name} keeps its blocks elsewhere")

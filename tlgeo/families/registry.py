@@ -18,13 +18,14 @@ from typing import Any, Callable
 from .architectures import (bloom, falcon, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, llama, mamba, mistral, mixtral,
                             olmo2, opt, opt_post_ln, phi3, qwen2, qwen3, qwen3_moe, tracr)
 from .family import Family
+from ..errors import InputError, UnknownNameError
 
 __all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "ALIASES", "SEED_CHECKPOINTS", "SEED_FAMILIES", "build",
            "layer_paths", "get_family", "family_of", "family_of_config", "UnknownFamilyError"]
 
 
-class UnknownFamilyError(ValueError):
-    pass
+class UnknownFamilyError(UnknownNameError, ValueError):
+    """A family name (or model_type) that no family module declares."""
 
 
 # the families, one line each, in the support matrix's order
@@ -62,11 +63,11 @@ def build(modules: tuple[ModuleType, ...] = FAMILY_MODULES) -> None:
     seed_families: dict[str, str] = {}
     for f in (m.FAMILY for m in modules):
         if f.name in families:
-            raise ValueError(f"two family modules declare {f.name!r}")
+            raise InputError(f"two family modules declare {f.name!r}")
         families[f.name] = f
         for hub_id, config in f.checkpoints.items():
             if hub_id in checkpoints:
-                raise ValueError(f"{hub_id!r} is a seed checkpoint of {seed_families[hub_id]!r} and {f.name!r}")
+                raise InputError(f"{hub_id!r} is a seed checkpoint of {seed_families[hub_id]!r} and {f.name!r}")
             checkpoints[hub_id], seed_families[hub_id] = config, f.name
     for table, new in ((FAMILIES, families), (SEED_CHECKPOINTS, checkpoints), (SEED_FAMILIES, seed_families)):
         table.clear()

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..families import check_support
 from ..models import Model, model_label
@@ -200,14 +201,14 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     """The quantities and relations of every block of ``units`` (default all). With ``out`` the pool is kept
     in ``out/<pool>`` (and reused), and each block's rows are merged into the tables as soon as they are done:
     a rerun skips the blocks already there. ``log`` is unused (the tables are the log)."""
-    check_support(model, "attn", "mlp", "value_excl_self", "dirmag", "pdsf", "tokenwise")
+    check_support(model, "attn", "mlp", "value_excl_self")  # the sites it reads: refused before any work
     layers = cfg.chosen_layers(model.cfg.n_layers)
     chosen = layers if units is None else sorted({int(u[1]) for u in units})
     bad = sorted(set(chosen) - set(layers))
     if bad:
-        raise ValueError(f"units {[('layer', l) for l in bad]} are not blocks of this config ({layers})")
+        raise InputError(f"units {[('layer', l) for l in bad]} are not blocks of this config ({layers})")
     if cfg.seq_len > model.cfg.n_ctx:
-        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
+        raise InputError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
     windows = token_windows(model, cfg)
     _check_pool(len(windows), windows.shape[1], cfg.k)
     settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
@@ -255,7 +256,7 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
 def _check_pool(n_windows: int, seq_len: int, k: int) -> None:
     others = (n_windows - 1) * (seq_len - 1)  # the neighbours a token's fit may take
     if others < k:
-        raise ValueError(f"the pool has {n_windows} window(s) of {seq_len} tokens: a token's local fit takes its {k} "
+        raise InputError(f"the pool has {n_windows} window(s) of {seq_len} tokens: a token's local fit takes its {k} "
                          f"neighbours from other windows, which hold {others}; give more --tokens, a shorter "
                          "--seq-len or a smaller --k")
 
@@ -332,7 +333,7 @@ def plan(shape, cfg: GeometriesConfig) -> list:
     layers = cfg.chosen_layers(shape.n_layers)
     n, d, seq, b = shape.n_layers, shape.d_model, cfg.seq_len, cfg.batch_size
     if seq > shape.n_ctx:
-        raise ValueError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
+        raise InputError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
     n_win, n_tok = pool_size(cfg.tokens, seq)
     _check_pool(n_win, seq, cfg.k)
     tokens = n_win * seq

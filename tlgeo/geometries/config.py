@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import OutOfRangeError, spans
+from ..errors import InputError, OutOfRangeError, spans
 from ..runner.analysis import Config, param
 
 __all__ = ["GeometriesConfig", "QUANTITIES", "CONTROLS", "ATYPICALITY"]
@@ -51,13 +51,13 @@ class GeometriesConfig(Config):
         for name in ("tokens", "seq_len", "layer_count", "seeds", "k", "n_boot", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {v!r}")
+                raise InputError(f"{name}: must be an integer >= 1, got {v!r}")
         if self.seq_len < 3:
-            raise ValueError(f"seq_len must be >= 3 (a BOS, a token and its successor), got {self.seq_len}")
+            raise InputError(f"seq_len must be >= 3 (a BOS, a token and its successor), got {self.seq_len}")
         if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be in (0, 1) (a share of the state's norm), got {self.delta}")
+            raise InputError(f"delta must be in (0, 1) (a share of the state's norm), got {self.delta}")
         if not self.ridge > 0:
-            raise ValueError(f"ridge must be > 0, got {self.ridge}")
+            raise InputError(f"ridge must be > 0, got {self.ridge}")
 
     def chosen_layers(self, n_layers: int) -> list[int]:
         """The blocks measured: ``layers``, or ``layer_count`` evenly spaced from block 1 to the last."""

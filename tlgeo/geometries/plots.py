@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
+
 __all__ = ["plot_relations", "plot_pairs", "token_view"]
 
 
@@ -18,7 +20,7 @@ def plot_relations(relations: pd.DataFrame, value: str = "rho", top: int | None 
     from ..plotting import WIDTH, style
 
     if relations.empty:
-        raise ValueError("plot_relations needs a non-empty relations table")
+        raise InputError("plot_relations needs a non-empty relations table")
     rel = relations.assign(pair=relations["a"] + " ~ " + relations["b"])
     grid = rel.pivot(index="pair", columns="layer", values=value)
     grid = grid.reindex(grid.abs().mean(1).sort_values(ascending=False).index)
@@ -48,7 +50,7 @@ def plot_pairs(tokens: pd.DataFrame, pairs: pd.DataFrame, max_points: int = 3000
     from ..plotting import WIDTH, legend_outside, style
 
     if pairs.empty:
-        raise ValueError("plot_pairs needs at least one pair")
+        raise InputError("plot_pairs needs at least one pair")
     n = len(pairs)
     fig, axes = plt.subplots(1, n, figsize=(WIDTH, WIDTH / max(n, 2) + 0.6), layout="constrained", squeeze=False)
     cmap = plt.get_cmap("viridis")
@@ -73,14 +75,14 @@ def token_view(tokens: pd.DataFrame, tokenizer, quantity: str, layer: int, windo
     import circuitsvis as cv
 
     if quantity not in tokens:
-        raise ValueError(f"no quantity {quantity!r}; the table has {[c for c in tokens if c not in ('layer', 'index')]}")
+        raise InputError(f"no quantity {quantity!r}; the table has {[c for c in tokens if c not in ('layer', 'index')]}")
     df = tokens[(tokens["layer"] == layer) & (tokens["window"] == window)].sort_values("position")
     if df.empty:
-        raise ValueError(f"no tokens of window {window} at block {layer}")
+        raise InputError(f"no tokens of window {window} at block {layer}")
     if "text" in df and df["text"].notna().all():
         text = df["text"].astype(str).tolist()
     elif tokenizer is not None:
         text = [tokenizer.decode([int(t)]) for t in df["token"]]
     else:
-        raise ValueError("the tokens table has no text and no tokenizer was given")
+        raise InputError("the tokens table has no text and no tokenizer was given")
     return cv.tokens.colored_tokens(tokens=text, values=df[quantity].fillna(0).astype(float).tolist())

@@ -15,13 +15,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["previous_token_score", "induction_score", "duplicate_token_score", "attention_to", "copying_score"]
 
 
 def _check(pattern: Tensor) -> Tensor:
     if pattern.ndim != 4 or pattern.shape[-1] != pattern.shape[-2]:
-        raise ValueError(f"a pattern must be [batch, heads, query, key] with query = key positions, "
+        raise InputError(f"a pattern must be [batch, heads, query, key] with query = key positions, "
                          f"got {tuple(pattern.shape)}")
     return pattern.to(compute_dtype(pattern))
 
@@ -31,7 +32,7 @@ def previous_token_score(pattern: Float[Tensor, "b h q k"], start: int = 1) -> F
     counted, e.g. 2 to leave out the token right after BOS, whose previous token is BOS)."""
     p = _check(pattern)
     if max(start, 1) >= p.shape[-1]:
-        raise ValueError(f"no query position from {start} in a pattern of {p.shape[-1]} positions")
+        raise InputError(f"no query position from {start} in a pattern of {p.shape[-1]} positions")
     q = torch.arange(max(start, 1), p.shape[-1], device=p.device)
     return p[:, :, q, q - 1].mean((0, 2))
 
@@ -40,9 +41,9 @@ def _to_earlier(pattern: Tensor, period: int, offset: int, back: int, shortest: 
     """Mean attention from each position ``q`` of the repeat (from ``offset + period``) to ``q - back``."""
     p = _check(pattern)
     if period < shortest:
-        raise ValueError(f"period must be at least {shortest} token{'s' if shortest > 1 else ''}, got {period}")
+        raise InputError(f"period must be at least {shortest} token{'s' if shortest > 1 else ''}, got {period}")
     if offset + period >= p.shape[-1]:
-        raise ValueError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
+        raise InputError(f"no repeated position: {p.shape[-1]} positions, the repeat starts at {offset + period}")
     q = torch.arange(offset + period, p.shape[-1], device=p.device)
     return p[:, :, q, q - back].mean((0, 2))
 
@@ -66,7 +67,7 @@ def attention_to(pattern: Float[Tensor, "b h q k"], query: Tensor, key: Tensor) 
     p = _check(pattern)
     query, key = torch.as_tensor(query, device=p.device), torch.as_tensor(key, device=p.device)
     if query.shape != (p.shape[0],) or key.shape != (p.shape[0],):
-        raise ValueError(f"query and key must be one position per sequence ({p.shape[0]}), got "
+        raise InputError(f"query and key must be one position per sequence ({p.shape[0]}), got "
                          f"{tuple(query.shape)} and {tuple(key.shape)}")
     rows = torch.arange(p.shape[0], device=p.device)
     return p[rows, :, query, key].mean(0)
@@ -79,7 +80,7 @@ def copying_score(w_e: Float[Tensor, "vocab d"], w_ov: Float[Tensor, "h d d"],
     matrix ``W_OV W_U W_E``), in ``[-1, 1]``: near 1, attending to a token raises that token's logit."""
     d = w_ov.shape[-1]
     if w_ov.ndim != 3 or w_ov.shape[1] != d or w_e.shape[1] != d or w_u.shape[0] != d:
-        raise ValueError(f"shapes do not chain: W_E {tuple(w_e.shape)}, W_OV {tuple(w_ov.shape)}, "
+        raise InputError(f"shapes do not chain: W_E {tuple(w_e.shape)}, W_OV {tuple(w_ov.shape)}, "
                          f"W_U {tuple(w_u.shape)}")
     dt = torch.float64
     circuit = w_ov.to(dt) @ (w_u.to(dt) @ w_e.to(dt))  # [h, d, d]: the nonzero spectrum of W_E W_OV W_U

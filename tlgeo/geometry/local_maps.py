@@ -31,6 +31,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["LOCAL_MAPS", "fit_local", "fit_locals", "local_matrix", "diag_psd", "linear", "lowrank", "orthogonal",
            "global_linear", "tokenwise_fit", "tokenwise_fits"]
@@ -82,7 +83,7 @@ def linear(x: Batch, y: Batch, q: Queries, ridge: float = 1e-6) -> Queries:
 def lowrank(x: Batch, y: Batch, q: Queries, rank: int = 8, ridge: float = 1e-6) -> Queries:
     """``A = I + U Vᵀ`` of rank ``rank`` (reduced-rank regression on the neighbourhood)."""
     if rank < 1:
-        raise ValueError(f"rank must be positive, got {rank}")
+        raise InputError(f"rank must be positive, got {rank}")
     x, y, q = _cast(x, y, q)
     return _reduce_rank(q, *_ridge_update(x, y, q, ridge), rank)
 
@@ -264,17 +265,17 @@ LOCAL_MAPS: dict[str, Callable[..., Tensor]] = {
 def _check(kinds: Sequence[str], x: Tensor, y: Tensor, q: Tensor) -> None:
     bad = [c for c in kinds if c not in LOCAL_MAPS]
     if bad or not kinds:
-        raise ValueError(f"unknown local map class {', '.join(map(repr, bad)) or 'list (empty)'}; "
+        raise InputError(f"unknown local map class {', '.join(map(repr, bad)) or 'list (empty)'}; "
                          f"choose from {sorted(LOCAL_MAPS)}")
     if x.ndim != 3 or x.shape != y.shape or q.ndim != 3 or q.shape[0] != x.shape[0] or q.shape[2] != x.shape[2]:
-        raise ValueError(f"shapes must be x, y [b, k, d] and q [b, m, d]; got {tuple(x.shape)}, "
+        raise InputError(f"shapes must be x, y [b, k, d] and q [b, m, d]; got {tuple(x.shape)}, "
                          f"{tuple(y.shape)}, {tuple(q.shape)}")
 
 
 def fit_local(kind: str, x: Batch, y: Batch, q: Queries, **params) -> Queries:
     """``T(q)`` for the local map of class ``kind`` fitted on ``(x, y)``; ``params``: ``rank``, ``ridge``."""
     if not isinstance(kind, str):
-        raise ValueError(f"kind must be one class name, got {kind!r}; use fit_locals for several")
+        raise InputError(f"kind must be one class name, got {kind!r}; use fit_locals for several")
     _check([kind], x, y, q)
     return LOCAL_MAPS[kind](x, y, q, **params)
 
@@ -285,7 +286,7 @@ def fit_locals(kinds: Sequence[str], x: Batch, y: Batch, q: Queries, *, rank: in
     share one ridge solve; the same results as :func:`fit_local` class by class."""
     _check(kinds, x, y, q)
     if rank < 1:
-        raise ValueError(f"rank must be positive, got {rank}")
+        raise InputError(f"rank must be positive, got {rank}")
     x, y, q = _cast(x, y, q)
     out: dict[str, Tensor] = {}
     if "linear" in kinds or "lowrank" in kinds:
@@ -310,7 +311,7 @@ def local_matrix(kind: str, x: Batch, y: Batch, **params) -> Float[Tensor, "b d 
 def global_linear(x: Float[Tensor, "n d"], y: Float[Tensor, "n d"], ridge: float = 1e-6) -> Float[Tensor, "d d"]:
     """One linear map ``A = I + M`` for the whole pool (``T(q) = q A``), ridge towards identity."""
     if x.ndim != 2 or x.shape != y.shape:
-        raise ValueError(f"x and y must both be [n, d], got {tuple(x.shape)} and {tuple(y.shape)}")
+        raise InputError(f"x and y must both be [n, d], got {tuple(x.shape)} and {tuple(y.shape)}")
     d = x.shape[1]
     x, y = _cast(x, y)
     eye = torch.eye(d, dtype=x.dtype, device=x.device)
@@ -323,7 +324,7 @@ def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n
     """``T(h_in[i])`` for every token ``i``, each map fitted on its ``neighbours[i] [k]`` (indices
     into the pool, the token itself excluded), ``chunk`` tokens at a time."""
     if not isinstance(kind, str):
-        raise ValueError(f"kind must be one class name, got {kind!r}; use tokenwise_fits for several")
+        raise InputError(f"kind must be one class name, got {kind!r}; use tokenwise_fits for several")
     return tokenwise_fits([kind], h_in, h_out, neighbours, chunk=chunk, **params)[kind]
 
 
@@ -333,11 +334,11 @@ def tokenwise_fits(kinds: Sequence[str], h_in: Float[Tensor, "n d"], h_out: Floa
     once for all of them (:func:`fit_locals`); ``threads`` chunks run side by side, each on one
     core (the batched small factorizations of ``lowrank`` and ``orthogonal`` use one core each)."""
     if h_in.shape != h_out.shape or h_in.ndim != 2:
-        raise ValueError(f"h_in and h_out must both be [n, d], got {tuple(h_in.shape)} and {tuple(h_out.shape)}")
+        raise InputError(f"h_in and h_out must both be [n, d], got {tuple(h_in.shape)} and {tuple(h_out.shape)}")
     if neighbours.ndim != 2 or neighbours.shape[0] != h_in.shape[0]:
-        raise ValueError(f"neighbours must be [n, k] with n = {h_in.shape[0]}, got {tuple(neighbours.shape)}")
+        raise InputError(f"neighbours must be [n, k] with n = {h_in.shape[0]}, got {tuple(neighbours.shape)}")
     if chunk < 1 or threads < 1:
-        raise ValueError(f"chunk and threads must be positive, got {chunk} and {threads}")
+        raise InputError(f"chunk and threads must be positive, got {chunk} and {threads}")
     starts = range(0, h_in.shape[0], chunk)
 
     def one(s: int) -> dict[str, Tensor]:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .parallel import compute_dtype
 from .subspaces import participation_ratio
+from ..errors import InputError
 
 __all__ = ["pairwise_distances", "curvature_ratio", "local_global_pr", "twonn_dimension"]
 
@@ -34,9 +35,9 @@ def pairwise_distances(x: Float[Tensor, "n d"]) -> Float[Tensor, "n n"]:
 
 def _check(x: Tensor, k: int) -> None:
     if x.ndim != 2:
-        raise ValueError(f"points must be [n, d], got shape {tuple(x.shape)}")
+        raise InputError(f"points must be [n, d], got shape {tuple(x.shape)}")
     if not 1 <= k < x.shape[0]:
-        raise ValueError(f"k={k} neighbours need 1 <= k < n={x.shape[0]} points")
+        raise InputError(f"k={k} neighbours need 1 <= k < n={x.shape[0]} points")
 
 
 def curvature_ratio(x: Float[Tensor, "n d"], k: int = 8) -> float:

@@ -18,6 +18,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["knn", "max_neighbours"]
 
@@ -26,7 +27,7 @@ def max_neighbours(n: int, groups: Int[Tensor, "n"] | None = None, exclude_group
     """The largest ``k`` every query can have: ``n - 1``, or ``n`` minus the largest group."""
     if exclude_group:
         if groups is None:
-            raise ValueError("exclude_group needs groups (the sequence of each token)")
+            raise InputError("exclude_group needs groups (the sequence of each token)")
         return n - int(torch.bincount(groups - groups.min()).max())
     return n - 1
 
@@ -48,24 +49,24 @@ def knn(
     ``groups`` value. Distances are Euclidean, in float32 (float64 for float64 input).
     """
     if x.ndim != 2:
-        raise ValueError(f"the pool must be [n, d], got shape {tuple(x.shape)}")
+        raise InputError(f"the pool must be [n, d], got shape {tuple(x.shape)}")
     n = x.shape[0]
     if groups is not None and groups.shape != (n,):
-        raise ValueError(f"groups must have one entry per pool point ({n}), got shape {tuple(groups.shape)}")
+        raise InputError(f"groups must have one entry per pool point ({n}), got shape {tuple(groups.shape)}")
     if exclude_group and groups is not None and int(groups.unique().numel()) < 2:
-        raise ValueError("exclude_group with a pool of a single sequence leaves no neighbour")
+        raise InputError("exclude_group with a pool of a single sequence leaves no neighbour")
     limit = max_neighbours(n, groups, exclude_group)
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise InputError(f"k must be a positive integer, got {k!r}")
     if k > limit:
-        raise ValueError(f"k={k} neighbours asked, but a query has at most {limit} in a pool of {n}"
+        raise InputError(f"k={k} neighbours asked, but a query has at most {limit} in a pool of {n}"
                          + (" outside its own sequence" if exclude_group else ""))
     if chunk < 1:
-        raise ValueError(f"chunk must be positive, got {chunk}")
+        raise InputError(f"chunk must be positive, got {chunk}")
     if backend == "faiss":
         return _knn_faiss(x, k, queries, groups if exclude_group else None, chunk)
     if backend != "torch":
-        raise ValueError(f"unknown kNN backend {backend!r}; choose torch or faiss")
+        raise InputError(f"unknown kNN backend {backend!r}; choose torch or faiss")
     dt = compute_dtype(x)
     xp = x.to(dt)
     sq = (xp * xp).sum(-1)

@@ -22,6 +22,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = [
     "EPS",
     "Split",
@@ -59,16 +61,16 @@ def check_scale(s: Scale, name: str = "scale") -> Scale:
     """Return ``s`` if it is finite (a number or a tensor), else raise ``ValueError``."""
     if isinstance(s, Tensor):
         if not torch.isfinite(s).all():
-            raise ValueError(f"{name} must be finite, got a tensor with non-finite entries")
+            raise InputError(f"{name} must be finite, got a tensor with non-finite entries")
         return s
     if not isinstance(s, numbers.Real):
-        raise ValueError(f"{name} must be a number, got {s!r}")
+        raise InputError(f"{name} must be a number, got {s!r}")
     try:
         value = float(s)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {s!r}") from None
+        raise InputError(f"{name} must be a number, got {s!r}") from None
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {s!r}")
+        raise InputError(f"{name} must be finite, got {s!r}")
     return value
 
 

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .parallel import EPS, compute_dtype
 from .value_space import expand_kv, self_weights
+from ..errors import InputError
 
 __all__ = ["PARTS", "project_part", "part_delta", "ValueParts", "value_parts", "head_writes"]
 
@@ -39,13 +40,13 @@ def project_part(
     """``part`` of the change ``d`` relative to ``ref`` (broadcast; unused for ``whole``), in the
     compute dtype. A zero reference has no parallel part (``par`` gives 0, ``perp`` all of ``d``)."""
     if part not in PARTS:
-        raise ValueError(f"unknown part {part!r}; choose from {PARTS}")
+        raise InputError(f"unknown part {part!r}; choose from {PARTS}")
     dt = compute_dtype(d, *(() if ref is None else (ref,)))
     d = d.to(dt)
     if part == "whole":
         return d
     if ref is None:
-        raise ValueError(f"part {part!r} needs a reference")
+        raise InputError(f"part {part!r} needs a reference")
     r = ref.to(dt)
     par = ((d * r).sum(-1) / (r * r).sum(-1).clamp_min(eps)).unsqueeze(-1) * r
     return par if part == "par" else d - par

@@ -38,6 +38,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["Perturbed", "FLIPS", "check_delta", "random_signs", "random_directions", "magnitude_perturb",
            "rotate_exact", "rotate_faithful", "displacement"]
@@ -58,10 +59,10 @@ def check_delta(delta: Delta) -> Delta:
     """``delta`` if it is finite and >= 0 (a number or a tensor), else ``ValueError``."""
     if isinstance(delta, Tensor):
         if not torch.is_floating_point(delta) or not torch.isfinite(delta).all() or (delta < 0).any():
-            raise ValueError("delta must be finite and >= 0 (a float tensor)")
+            raise InputError("delta must be finite and >= 0 (a float tensor)")
         return delta
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not math.isfinite(delta) or delta < 0:
-        raise ValueError(f"delta must be a finite number >= 0, got {delta!r}")
+        raise InputError(f"delta must be a finite number >= 0, got {delta!r}")
     return float(delta)
 
 
@@ -96,9 +97,9 @@ def magnitude_perturb(
     """
     delta = check_delta(delta)
     if flip not in FLIPS:
-        raise ValueError(f"unknown flip {flip!r}; choose from {FLIPS}")
+        raise InputError(f"unknown flip {flip!r}; choose from {FLIPS}")
     if signs.shape != h.shape[:-1]:
-        raise ValueError(f"signs must be one per token {tuple(h.shape[:-1])}, got {tuple(signs.shape)}")
+        raise InputError(f"signs must be one per token {tuple(h.shape[:-1])}, got {tuple(signs.shape)}")
     if _is_zero(delta):
         return Perturbed(h, torch.zeros(h.shape[:-1], dtype=torch.bool, device=h.device))
     dt = compute_dtype(h)
@@ -125,7 +126,7 @@ def rotate_exact(h: Float[Tensor, "... d"], delta: Delta, noise: Float[Tensor, "
     """
     delta = check_delta(delta)
     if noise.shape != h.shape:
-        raise ValueError(f"noise must have the shape of h {tuple(h.shape)}, got {tuple(noise.shape)}")
+        raise InputError(f"noise must have the shape of h {tuple(h.shape)}, got {tuple(noise.shape)}")
     if _is_zero(delta):
         return Perturbed(h, torch.zeros(h.shape[:-1], dtype=torch.bool, device=h.device))
     dt = compute_dtype(h, noise)
@@ -155,9 +156,9 @@ def rotate_faithful(
     """
     delta = check_delta(delta)
     if isinstance(delta, Tensor):
-        raise ValueError("the faithful angle perturbation takes one delta per tensor (a number)")
+        raise InputError("the faithful angle perturbation takes one delta per tensor (a number)")
     if noise.shape != h.shape:
-        raise ValueError(f"noise must have the shape of h {tuple(h.shape)}, got {tuple(noise.shape)}")
+        raise InputError(f"noise must have the shape of h {tuple(h.shape)}, got {tuple(noise.shape)}")
     if _is_zero(delta):
         return h, 0.0
     dt = compute_dtype(h, noise)

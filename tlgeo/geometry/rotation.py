@@ -26,6 +26,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["haar_rotation", "qr_rotation", "rotation", "rotate_in_subspace", "attenuate_in_subspace",
            "replace_in_subspace", "random_basis", "signed_permutation", "complement_part", "edit_complement"]
@@ -34,7 +35,7 @@ __all__ = ["haar_rotation", "qr_rotation", "rotation", "rotate_in_subspace", "at
 def haar_rotation(k: int, seed: int) -> Float[Tensor, "k k"]:
     """A Haar-uniform rotation of ``R^k`` (float64; the identity for ``k = 1``)."""
     if k < 1:
-        raise ValueError(f"a rotation needs k >= 1, got {k}")
+        raise InputError(f"a rotation needs k >= 1, got {k}")
     if k == 1:
         return torch.ones(1, 1, dtype=torch.float64)
     from scipy.stats import special_ortho_group
@@ -45,7 +46,7 @@ def haar_rotation(k: int, seed: int) -> Float[Tensor, "k k"]:
 def qr_rotation(k: int, seed: int) -> Float[Tensor, "k k"]:
     """The authors' rotation: ``Q`` of the QR of a seeded Gaussian ``k x k`` matrix, no sign fix."""
     if k < 1:
-        raise ValueError(f"a rotation needs k >= 1, got {k}")
+        raise InputError(f"a rotation needs k >= 1, got {k}")
     g = torch.randn(k, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     q, _ = torch.linalg.qr(g)
     return q
@@ -57,7 +58,7 @@ def rotation(k: int, seed: int, kind: str = "haar") -> Float[Tensor, "k k"]:
         return haar_rotation(k, seed)
     if kind == "qr":
         return qr_rotation(k, seed)
-    raise ValueError(f"unknown rotation kind {kind!r}; choose haar or qr")
+    raise InputError(f"unknown rotation kind {kind!r}; choose haar or qr")
 
 
 def random_basis(d: int, k: int, seed: int, avoid: Float[Tensor, "d m"] | None = None) -> Float[Tensor, "d k"]:
@@ -73,7 +74,7 @@ def random_basis(d: int, k: int, seed: int, avoid: Float[Tensor, "d m"] | None =
 
 def _coords(h: Tensor, basis: Tensor) -> tuple[Tensor, Tensor, torch.dtype]:
     if basis.ndim != 2 or basis.shape[0] != h.shape[-1]:
-        raise ValueError(f"the basis must be [d={h.shape[-1]}, k], got shape {tuple(basis.shape)}")
+        raise InputError(f"the basis must be [d={h.shape[-1]}, k], got shape {tuple(basis.shape)}")
     dt = compute_dtype(h, basis)
     b = basis.to(dt)
     return h.to(dt) @ b, b, dt
@@ -84,7 +85,7 @@ def rotate_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"],
     """``h`` with its coordinates inside ``basis`` rotated by ``rot`` (everything else unchanged)."""
     c, b, dt = _coords(h, basis)
     if rot.shape != (b.shape[1], b.shape[1]):
-        raise ValueError(f"the rotation must be [{b.shape[1]}, {b.shape[1]}], got {tuple(rot.shape)}")
+        raise InputError(f"the rotation must be [{b.shape[1]}, {b.shape[1]}], got {tuple(rot.shape)}")
     return (h.to(dt) + (c @ rot.to(dt) - c) @ b.T).to(h.dtype)
 
 
@@ -129,7 +130,7 @@ def edit_complement(h: Float[Tensor, "b ... d"], bases: Sequence[Float[Tensor, "
     a donor or mixed vector is projected onto the complement (``project``) and rescaled to ``||f||``
     (zero where either is zero). Exactly zero for ``factor = 1``."""
     if sum(x is not None for x in (factor, donor, mix)) != 1:
-        raise ValueError("give exactly one of factor, donor or mix")
+        raise InputError("give exactly one of factor, donor or mix")
     f = complement_part(h, bases)
     if factor is not None:
         return (factor - 1.0) * f

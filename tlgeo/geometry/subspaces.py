@@ -29,6 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from .parallel import compute_dtype
+from ..errors import InputError
 
 __all__ = ["PARTS", "PDSFBasis", "prediction_directions", "participation_ratio", "pca_basis", "fit_pdsf",
            "own_bases", "split_pdsf", "energy_shares", "subspace_participation", "axis_angles"]
@@ -43,7 +44,7 @@ def prediction_directions(w_u: Float[Tensor, "d vocab"], tokens: Int[Tensor, "n"
     scale ``w``), the direction ``w ⊙ W_U[:, t]``: the one the *un-normalised* state is read along
     (``logit_t ∝ (w ⊙ h)·W_U[:, t]``); without it, the raw column as the authors use it."""
     if w_u.ndim != 2:
-        raise ValueError(f"the unembedding must be [d, vocab], got shape {tuple(w_u.shape)}")
+        raise InputError(f"the unembedding must be [d, vocab], got shape {tuple(w_u.shape)}")
     u = w_u[:, tokens].T.to(compute_dtype(w_u))
     if norm_weight is not None:
         u = u * norm_weight.to(u.dtype)
@@ -64,7 +65,7 @@ def pca_basis(x: Float[Tensor, "n d"], k: int | None = None, *, center: bool = T
     ``k=None``: ``round(PR)`` of the spectrum clipped to ``bounds``, and never more than the rank."""
     n, d = x.shape
     if n < 2:
-        raise ValueError(f"a PCA basis needs at least 2 points, got {n}")
+        raise InputError(f"a PCA basis needs at least 2 points, got {n}")
     x = x.to(compute_dtype(x))
     if center:
         x = x - x.mean(0)
@@ -75,9 +76,9 @@ def pca_basis(x: Float[Tensor, "n d"], k: int | None = None, *, center: bool = T
         lo, hi = bounds
         k = max(lo, min(hi, int(round(float(participation_ratio(spectrum)))), n - 1))
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise InputError(f"k must be a positive integer, got {k!r}")
     if k > min(n, d):
-        raise ValueError(f"k={k} principal axes asked of {n} points in {d} dimensions")
+        raise InputError(f"k={k} principal axes asked of {n} points in {d} dimensions")
     return vh[: min(k, max(rank, 1))].T, spectrum
 
 
@@ -130,12 +131,12 @@ def fit_pdsf(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], *, k_D: int | Non
 
 def _check(h: Tensor, u: Tensor, mode: str) -> None:
     if h.ndim != 2 or h.shape != u.shape:
-        raise ValueError(f"states and prediction directions must both be [n, d], got {tuple(h.shape)} "
+        raise InputError(f"states and prediction directions must both be [n, d], got {tuple(h.shape)} "
                          f"and {tuple(u.shape)}")
     if h.shape[0] == 0:
-        raise ValueError("an empty set of states")
+        raise InputError("an empty set of states")
     if mode not in ("exact", "faithful"):
-        raise ValueError(f"mode must be 'exact' or 'faithful', got {mode!r}")
+        raise InputError(f"mode must be 'exact' or 'faithful', got {mode!r}")
 
 
 def own_bases(u: Tensor, basis: PDSFBasis) -> tuple[Tensor, Tensor]:

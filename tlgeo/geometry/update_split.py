@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .parallel import compute_dtype, cosine
+from ..errors import InputError
 
 __all__ = ["UpdateGeometry", "dominant_basis", "update_geometry"]
 
@@ -38,7 +39,7 @@ def dominant_basis(delta: Float[Tensor, "n d"], energy: float = 0.9) -> Float[Te
     """Orthonormal basis of the top right singular vectors of ``delta`` holding ``energy`` of its
     squared Frobenius norm (at least one vector)."""
     if not 0 < energy <= 1:
-        raise ValueError(f"energy must be in (0, 1], got {energy}")
+        raise InputError(f"energy must be in (0, 1], got {energy}")
     dt = compute_dtype(delta)
     _, s, vh = torch.linalg.svd(delta.to(dt), full_matrices=False)
     share = torch.cumsum(s**2, 0) / (s**2).sum().clamp_min(torch.finfo(dt).tiny)
@@ -50,7 +51,7 @@ def update_geometry(h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], t_o
                     basis: Float[Tensor, "d r"] | None = None, energy: float = 0.9) -> UpdateGeometry:
     """Per-token geometry of ``Delta_full`` vs ``Delta_tok`` and of the residual (see the module)."""
     if not (h_in.shape == h_out.shape == t_out.shape) or h_in.ndim != 2:
-        raise ValueError(f"h_in, h_out, t_out must all be [n, d]; got {tuple(h_in.shape)}, "
+        raise InputError(f"h_in, h_out, t_out must all be [n, d]; got {tuple(h_in.shape)}, "
                          f"{tuple(h_out.shape)}, {tuple(t_out.shape)}")
     dt = compute_dtype(h_in, h_out, t_out)
     h_in, h_out, t_out = h_in.to(dt), h_out.to(dt), t_out.to(dt)

@@ -15,6 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
+
 __all__ = [
     "pattern_entropy",
     "kv_head_index",
@@ -32,7 +34,7 @@ def kv_head_index(n_heads: int, n_kv_heads: int | None = None) -> torch.LongTens
     """``[n_heads]``: the KV head that each query head reads."""
     n_kv = n_heads if n_kv_heads is None else n_kv_heads
     if n_kv < 1 or n_heads % n_kv:
-        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+        raise InputError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     return torch.arange(n_heads) // (n_heads // n_kv)
 
 
@@ -44,7 +46,7 @@ def expand_kv(
     if n_kv == n_heads:
         return v
     if n_heads % n_kv:
-        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+        raise InputError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     return v.repeat_interleave(n_heads // n_kv, dim=-2)
 
 
@@ -59,7 +61,7 @@ def group_heads(
     """
     *lead, n_heads, d = x.shape
     if n_heads % n_kv:
-        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+        raise InputError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     return x.reshape(*lead, n_kv, n_heads // n_kv, d)
 
 

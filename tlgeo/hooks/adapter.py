@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor
 
-from ..errors import OutOfRangeError, UnknownNameError, spans
+from ..errors import InputError, OutOfRangeError, UnknownNameError, spans
 from ..families import SITE_COLUMNS, UnsupportedError, check_support
 from .sites import Site, get_site
 
@@ -36,7 +36,7 @@ def resolve_layers(
     """
     n = cfg.n_layers
     if not isinstance(skip_first, int) or skip_first < 0:
-        raise ValueError(f"skip_first must be a non-negative integer, got {skip_first!r}")
+        raise InputError(f"skip_first must be a non-negative integer, got {skip_first!r}")
     if layers is None:
         chosen = list(range(n))
     else:
@@ -48,7 +48,7 @@ def resolve_layers(
     if not out:
         hint = (f"; blocks 0..{skip_first - 1} are left alone by default: give skip_first=0 (--skip-first 0) "
                 f"to edit them") if skip_first and layers is not None else ""
-        raise ValueError(f"no layers left to edit (layers={layers!r}, skip_first={skip_first}){hint}")
+        raise InputError(f"no layers left to edit (layers={layers!r}, skip_first={skip_first}){hint}")
     return out
 
 
@@ -57,7 +57,7 @@ def resolve_heads(cfg, site: Site, heads: int | Iterable[int] | None) -> Tensor 
     if heads is None:
         return None
     if not site.per_head:
-        raise ValueError(
+        raise InputError(
             f"site {site.name!r} acts on the whole residual vector; heads apply only to "
             f"per-head sites (value_full, value_excl_self, diag)"
         )

@@ -27,6 +27,7 @@ from typing import Iterable, Iterator, Mapping
 import torch
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.parallel import Scale, is_unit, check_scale, scaled_delta
 from .adapter import HookList, resolve_heads, resolve_layers, site_hooks
 from .sites import Site, get_site
@@ -65,7 +66,7 @@ class Edit:
             if v is not None and not isinstance(v, int):
                 object.__setattr__(self, name, tuple(v))
         if not self.site.is_decomposition and not is_unit(self.s_perp):
-            raise ValueError(f"site {self.site.name!r} has no perpendicular part: s_perp must be 1")
+            raise InputError(f"site {self.site.name!r} has no perpendicular part: s_perp must be 1")
 
     @property
     def is_noop(self) -> bool:

@@ -29,6 +29,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.perturb import (
     FLIPS, check_delta, magnitude_perturb, random_directions, random_signs, rotate_exact, rotate_faithful,
 )
@@ -73,17 +74,17 @@ class Perturbation:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"unknown perturbation kind {self.kind!r}; choose from {KINDS}")
+            raise InputError(f"unknown perturbation kind {self.kind!r}; choose from {KINDS}")
         if self.mode not in MODES:
-            raise ValueError(f"unknown perturbation mode {self.mode!r}; choose from {MODES}")
+            raise InputError(f"unknown perturbation mode {self.mode!r}; choose from {MODES}")
         if self.flip not in FLIPS:
-            raise ValueError(f"unknown flip {self.flip!r}; choose from {FLIPS}")
+            raise InputError(f"unknown flip {self.flip!r}; choose from {FLIPS}")
         object.__setattr__(self, "delta", check_delta(float(self.delta) if not isinstance(self.delta, Tensor)
                                                       else self.delta))
         if isinstance(self.layers, Iterable) and not isinstance(self.layers, tuple):
             object.__setattr__(self, "layers", tuple(self.layers))
         if isinstance(self.draw, bool) or not isinstance(self.draw, int) or self.draw < 0:
-            raise ValueError(f"draw must be a non-negative integer, got {self.draw!r}")
+            raise InputError(f"draw must be a non-negative integer, got {self.draw!r}")
         self.target_site()  # an unknown site fails here
 
     def target_site(self) -> Site:

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..families import family_of
 from .adapter import HookList
 
@@ -123,7 +124,7 @@ def activations(model, tokens: Tensor, names: Iterable[str], fwd_hooks: HookList
             pass
     missing = set(wanted) - set(got)
     if missing:
-        raise ValueError(f"the forward never reached {sorted(missing)}")
+        raise InputError(f"the forward never reached {sorted(missing)}")
     return got
 
 
@@ -197,18 +198,18 @@ def resume_forward(
     """
     n = model.cfg.n_layers
     if not 0 <= layer < n:
-        raise ValueError(f"layer {layer} out of range: the model has {n} layers (0..{n - 1})")
+        raise InputError(f"layer {layer} out of range: the model has {n} layers (0..{n - 1})")
     if resid.ndim != 3 or resid.shape[-1] != model.cfg.d_model:
-        raise ValueError(f"resid must be [batch, pos, d_model={model.cfg.d_model}], got {tuple(resid.shape)}")
+        raise InputError(f"resid must be [batch, pos, d_model={model.cfg.d_model}], got {tuple(resid.shape)}")
     if stop_at_layer is not None and not layer < stop_at_layer <= n:
-        raise ValueError(f"stop_at_layer {stop_at_layer} must be in {layer + 1}..{n}")
+        raise InputError(f"stop_at_layer {stop_at_layer} must be in {layer + 1}..{n}")
     hooks = list(fwd_hooks)
     for name, _ in hooks:
         if not isinstance(name, str):
-            raise ValueError("resume_forward needs hook names (strings), not filters")
+            raise InputError("resume_forward needs hook names (strings), not filters")
         m = _BLOCK_HOOK.match(name)
         if (m and int(m.group(1)) < layer) or name.startswith(("hook_embed", "hook_pos_embed", "embed")):
-            raise ValueError(f"hook {name!r} is before block {layer}: it would not run in a forward resumed there")
+            raise InputError(f"hook {name!r} is before block {layer}: it would not run in a forward resumed there")
     family = family_of(model)
     if family is not None and not family.start_at_layer_ok:
         # the bridge's start_at_layer fails on this family: run from placeholder tokens (their embedding and

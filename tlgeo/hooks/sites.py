@@ -22,15 +22,15 @@ from typing import Callable, Mapping, NamedTuple
 
 from torch import Tensor
 
+from ..errors import UnknownNameError
 from ..families import family_of
 from ..geometry.value_space import group_heads, self_weights
 
 __all__ = ["Site", "Update", "SITES", "DECOMPOSITION_SITES", "get_site", "UnknownSiteError"]
 
 
-class UnknownSiteError(KeyError):
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
+class UnknownSiteError(UnknownNameError):
+    """A site name that is not in :data:`SITES`."""
 
 
 class Update(NamedTuple):

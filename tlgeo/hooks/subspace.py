@@ -24,6 +24,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.rotation import edit_complement
 from .adapter import HookList
 
@@ -46,16 +47,16 @@ class _ResidualEdit:
 
     def _check_positions(self) -> None:
         if self.positions not in ("last", "from"):
-            raise ValueError(f"positions must be 'last' or 'from', got {self.positions!r}")
+            raise InputError(f"positions must be 'last' or 'from', got {self.positions!r}")
 
     def hooks(self, model=None) -> HookList:
         """``[(blocks.{layer}.hook_resid_post, fn)]`` for ``run_with_hooks`` / ``model.hooks``."""
         if model is not None and not 0 <= self.layer < model.cfg.n_layers:
-            raise ValueError(f"layer {self.layer} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+            raise InputError(f"layer {self.layer} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
 
         def fn(h: Tensor, hook) -> Tensor:
             if h.shape[0] != self.rows():
-                raise ValueError(f"the edit holds {self.rows()} rows, the batch has {h.shape[0]}")
+                raise InputError(f"the edit holds {self.rows()} rows, the batch has {h.shape[0]}")
             h = h.clone()
             if self.positions == "last":
                 h[:, -1] = h[:, -1] + self.delta(h[:, -1]).to(h.dtype)
@@ -84,14 +85,14 @@ class SubspaceEdit(_ResidualEdit):
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.rotation, self.factor, self.target)]
         if sum(given) != 1:
-            raise ValueError("give exactly one of rotation, factor or target")
+            raise InputError("give exactly one of rotation, factor or target")
         if self.basis.ndim != 3:
-            raise ValueError(f"basis must be [batch, d, k], got shape {tuple(self.basis.shape)}")
+            raise InputError(f"basis must be [batch, d, k], got shape {tuple(self.basis.shape)}")
         b, _, k = self.basis.shape
         if self.rotation is not None and self.rotation.shape != (b, k, k):
-            raise ValueError(f"rotation must be [{b}, {k}, {k}], got {tuple(self.rotation.shape)}")
+            raise InputError(f"rotation must be [{b}, {k}, {k}], got {tuple(self.rotation.shape)}")
         if self.target is not None and self.target.shape != (b, k):
-            raise ValueError(f"target must be [{b}, {k}], got {tuple(self.target.shape)}")
+            raise InputError(f"target must be [{b}, {k}], got {tuple(self.target.shape)}")
         self._check_positions()
 
     def rows(self) -> int:
@@ -106,15 +107,15 @@ class SubspaceEdit(_ResidualEdit):
         layer and positions."""
         given = [e for e in edits if e is not None]
         if not given:
-            raise ValueError("nothing to stack: every edit is None")
+            raise InputError("nothing to stack: every edit is None")
         first = given[0]
         for e in given:
             if not isinstance(e, SubspaceEdit) or e.rotation is None:
-                raise ValueError(f"only rotations stack, got {type(e).__name__} without one")
+                raise InputError(f"only rotations stack, got {type(e).__name__} without one")
             if (e.layer, e.positions, e.start) != (first.layer, first.positions, first.start):
-                raise ValueError("stacked edits must act at one layer and the same positions")
+                raise InputError("stacked edits must act at one layer and the same positions")
             if e.rows() != rows:
-                raise ValueError(f"an edit holds {e.rows()} rows, each block has {rows}")
+                raise InputError(f"an edit holds {e.rows()} rows, each block has {rows}")
         d, k = first.basis.shape[1], max(e.basis.shape[2] for e in given)
         dt = torch.promote_types(first.basis.dtype, first.rotation.dtype)
         basis = torch.zeros(len(edits) * rows, d, k, dtype=dt)
@@ -166,14 +167,14 @@ class ComplementEdit(_ResidualEdit):
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.factor, self.donor, self.mix)) != 1:
-            raise ValueError("give exactly one of factor, donor or mix")
+            raise InputError("give exactly one of factor, donor or mix")
         if not self.bases or any(b.ndim != 3 or b.shape[:2] != self.bases[0].shape[:2] for b in self.bases):
-            raise ValueError("bases must be one or more [batch, d, k] tensors of the same batch and width")
+            raise InputError("bases must be one or more [batch, d, k] tensors of the same batch and width")
         b, d = self.bases[0].shape[:2]
         if self.donor is not None and self.donor.shape != (b, d):
-            raise ValueError(f"donor must be [{b}, {d}], got {tuple(self.donor.shape)}")
+            raise InputError(f"donor must be [{b}, {d}], got {tuple(self.donor.shape)}")
         if self.mix is not None and any(m.shape != (b, d) for m in self.mix):
-            raise ValueError(f"mix must be (perm, signs), each [{b}, {d}]")
+            raise InputError(f"mix must be (perm, signs), each [{b}, {d}]")
         self._check_positions()
 
     def rows(self) -> int:

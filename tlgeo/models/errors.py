@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..errors import UnknownNameError
+
 __all__ = ["UnknownModelError"]
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UnknownNameError, ValueError):
     """A model name that is neither embedded, a local directory, nor loadable from the hub."""

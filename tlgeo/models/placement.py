@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError
+
 __all__ = ["DTYPES", "resolve_dtype", "resolve_device", "input_device", "placement", "read_weights"]
 
 
@@ -18,11 +20,11 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the dtype itself) as a torch dtype."""
     if isinstance(dtype, torch.dtype):
         if dtype not in DTYPES.values():
-            raise ValueError(f"dtype {dtype} is not a weight dtype tlgeo loads; choose from {list(DTYPES)}")
+            raise InputError(f"dtype {dtype} is not a weight dtype tlgeo loads; choose from {list(DTYPES)}")
         return dtype
     name = str(dtype).removeprefix("torch.")
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose from {list(DTYPES)}")
+        raise InputError(f"unknown dtype {dtype!r}; choose from {list(DTYPES)}")
     return DTYPES[name]
 
 
@@ -36,16 +38,16 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise ValueError(f"unknown device {device!r}: give cpu, cuda, cuda:N or auto ({e})") from None
+        raise InputError(f"unknown device {device!r}: give cpu, cuda, cuda:N or auto ({e})") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
+            raise InputError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
                              f"{'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'}); "
                              "use --device cpu or auto")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+            raise InputError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device!r}: MPS is not available here")
+        raise InputError(f"device {device!r}: MPS is not available here")
     return dev
 
 
@@ -69,7 +71,7 @@ def placement(model, *, offload_subfolder: str | None = None) -> dict:
         kw = {"device": input_device(model), "dtype": p.dtype if p is not None else torch.float32}
     if kw.get("offload_folder") is not None:
         if offload_subfolder is None:
-            raise ValueError("the model is offloaded to disk: give offload_subfolder for the second model's files")
+            raise InputError("the model is offloaded to disk: give offload_subfolder for the second model's files")
         kw["offload_folder"] = str(Path(kw["offload_folder"]) / offload_subfolder)
     return kw
 

@@ -28,7 +28,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..families import check_support
+from ..errors import InputError
+from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, model_label
@@ -219,7 +220,6 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
         units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> PatchingResult:
     """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log
     kept in ``log`` (default ``out``). ``on_table(name, df)`` is called with each finished table."""
-    check_support(model, "patching")  # a family it means nothing on fails here, before any work
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
@@ -245,7 +245,7 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
                 warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=3)
             continue
         if cfg.positions != "all" and cfg.positions not in built[name].positions:
-            raise ValueError(f"positions: task {name!r} has no position {cfg.positions!r}; "
+            raise InputError(f"positions: task {name!r} has no position {cfg.positions!r}; "
                              f"choose from {['all', *built[name].positions]}")
     for name, task in built.items():
         mine = [u for u in chosen if u[1] == name]
@@ -483,8 +483,18 @@ def plan(shape, cfg: PatchingConfig) -> list:
     return [w for w in out for _ in cfg.directions]
 
 
+def support(family: Family) -> Support:
+    """Patching on ``family``: heads need attention; a norm after W_O leaves out the heads' parallel parts."""
+    if not family.attention:
+        return Support("no", f"patching heads needs attention heads: {family.name} has none")
+    if family.post_norms:
+        return Support("differs", "head_par / head_perp left out: a norm follows W_O, so the heads' writes do "
+                                  "not add up to hook_attn_out")
+    return Support("yes")
+
+
 ANALYSIS = register_analysis(Analysis(
     "patching", PatchingConfig, run, PatchingResult, units,
     "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
     tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1)),
-    cost=unit_cost, plan=plan, docs="analyses/patching"))
+    cost=unit_cost, plan=plan, support=support, docs="analyses/patching"))

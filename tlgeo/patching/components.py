@@ -35,6 +35,7 @@ from typing import Mapping
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.patch_parts import head_writes, project_part, value_parts
 from ..hooks.sites import Site
 
@@ -79,7 +80,7 @@ class Component:
         ``[rows, q]`` 0/1 (``None``: every position); ``W_O``: ``[n_heads, d_head, d_model]``
         (for ``head_par`` / ``head_perp``)."""
         if frame not in FRAMES:
-            raise ValueError(f"unknown frame {frame!r}; choose from {FRAMES}")
+            raise InputError(f"unknown frame {frame!r}; choose from {FRAMES}")
         own = target if frame == "patched" else source
         if self.quantity == "mlp":
             d = project_part(source["target"].to(target["target"].device) - target["target"], own["ref"], self.part)
@@ -106,7 +107,7 @@ class Component:
         this tensor's head ``h`` (in z space, or as a write into the residual for ``head_par`` /
         ``head_perp``), all heads in one call."""
         if self.scope != "head":
-            raise ValueError(f"{self.name!r} is one per block: it has no per-head changes")
+            raise InputError(f"{self.name!r} is one per block: it has no per-head changes")
         if self.quantity != "write":
             return self.delta(target, source, heads=None, pos=pos, frame=frame)
         own = target if frame == "patched" else source
@@ -154,5 +155,5 @@ def get_component(name: str | Component) -> Component:
     if isinstance(name, Component):
         return name
     if name not in COMPONENTS:
-        raise ValueError(f"unknown component {name!r}; choose from {tuple(COMPONENTS)}")
+        raise InputError(f"unknown component {name!r}; choose from {tuple(COMPONENTS)}")
     return COMPONENTS[name]

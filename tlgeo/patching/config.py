@@ -9,6 +9,7 @@ import copy
 import re
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from .components import COMPONENTS, FRAMES
 from .runs import DIRECTIONS
@@ -30,7 +31,7 @@ def _head_spec(spec, field: str, allow_logits: bool) -> tuple[int, int | None] |
     m = _HEAD.match(spec)
     if not m:
         what = "a head (L23H3 or 23.3), a block (L23)" + (" or logits" if allow_logits else "")
-        raise ValueError(f"{field}: {spec!r} is not {what}")
+        raise InputError(f"{field}: {spec!r} is not {what}")
     return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
 
 
@@ -45,9 +46,9 @@ def parse_heads(specs, n_layers: int, n_heads: int, *, field: str, allow_logits:
             continue
         layer, head = got
         if layer >= n_layers:
-            raise ValueError(f"{field}: block {layer} out of range: the model has {n_layers} (0..{n_layers - 1})")
+            raise InputError(f"{field}: block {layer} out of range: the model has {n_layers} (0..{n_layers - 1})")
         if head is not None and head >= n_heads:
-            raise ValueError(f"{field}: head {head} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
+            raise InputError(f"{field}: head {head} out of range: the model has {n_heads} heads (0..{n_heads - 1})")
         heads += [(layer, head)] if head is not None else [(layer, h) for h in range(n_heads)]
     return list(dict.fromkeys(heads)), logits
 
@@ -121,24 +122,24 @@ class PatchingConfig(Config):
     def validate(self) -> None:
         self._check_choices()
         if not 0 <= self.min_accuracy <= 1:
-            raise ValueError(f"min_accuracy must be in [0, 1], got {self.min_accuracy}")
+            raise InputError(f"min_accuracy must be in [0, 1], got {self.min_accuracy}")
         if self.prompts < 2:
-            raise ValueError(f"prompts must be >= 2 (a CI over prompts), got {self.prompts}")
+            raise InputError(f"prompts must be >= 2 (a CI over prompts), got {self.prompts}")
         names = self.task_names()
         if len(set(names)) < len(names):
-            raise ValueError(f"tasks: two tasks named alike in {list(names)}; give each task its own name")
+            raise InputError(f"tasks: two tasks named alike in {list(names)}; give each task its own name")
         clash = [t.name for t in self.tasks if isinstance(t, Task) and t.name in TASKS]
         if clash:
-            raise ValueError(f"tasks: your task is named {clash[0]!r}, as a built-in task; give it another name")
+            raise InputError(f"tasks: your task is named {clash[0]!r}, as a built-in task; give it another name")
         for field, specs, logits in (("path_senders", self.path_senders, False),
                                      ("path_receivers", self.path_receivers, True)):
             for spec in specs:  # the form, before the model loads (the range needs the model)
                 _head_spec(spec, field, logits)
         if "paths" in self.methods and not (self.path_senders and self.path_receivers):
-            raise ValueError("methods: paths needs path_senders and path_receivers (--path-senders L0H2 "
+            raise InputError("methods: paths needs path_senders and path_receivers (--path-senders L0H2 "
                              "--path-receivers L1,logits)")
         if not self.positions or not self.positions.replace("_", "").isalnum():
-            raise ValueError(f"positions must be 'all' or a position name, got {self.positions!r}")
+            raise InputError(f"positions must be 'all' or a position name, got {self.positions!r}")
 
     def check_shape(self, shape) -> None:
         """``layers``, ``path_senders`` and ``path_receivers`` inside the model (``shape``: its blocks and heads,

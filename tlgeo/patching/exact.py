@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import torch
 from torch import Tensor
 
-from ..errors import OutOfRangeError, spans
+from ..errors import InputError, OutOfRangeError, spans
 from ..hooks.adapter import HookList, site_hooks
 from ..hooks.resume import readout, resume_forward, resumed_last_block_output
 from ..models import Model
@@ -45,10 +45,10 @@ def patch_hooks(
     must share their hook: ``self``, ``nonself*`` together; ``head_par``, ``head_perp``; the
     ``mlp*`` ones."""
     if frame not in FRAMES:
-        raise ValueError(f"unknown frame {frame!r}; choose from {FRAMES}")
+        raise InputError(f"unknown frame {frame!r}; choose from {FRAMES}")
     comps = [get_component(c) for c in components]
     if not comps:
-        raise ValueError("no component to patch")
+        raise InputError("no component to patch")
     by_target: dict[str, list[Component]] = {}
     for c in comps:
         by_target.setdefault(c.site.target, []).append(c)
@@ -56,11 +56,11 @@ def patch_hooks(
     for target, group in by_target.items():
         sites = {c.site.name for c in group}
         if len(sites) > 1:
-            raise ValueError(f"components {[c.name for c in group]} patch {target} in different ways; "
+            raise InputError(f"components {[c.name for c in group]} patch {target} in different ways; "
                              f"patch them in separate runs")
         site = group[0].site
         if any(c.scope == "layer" for c in group) and heads is not None:
-            raise ValueError(f"{[c.name for c in group]}: heads apply only to head components")
+            raise InputError(f"{[c.name for c in group]}: heads apply only to head components")
         src = {"target": source[f"blocks.{layer}.{site.target}"],
                **{role: source[f"blocks.{layer}.{h}"] for role, h in site.read_hooks(model)}}
         w = W_O(model, layer) if any(c.quantity == "write" for c in group) else None
@@ -99,7 +99,7 @@ def patched_metric(
             raise OutOfRangeError(f"head(s) {spans(bad)} out of range: the model has {model.cfg.n_heads} heads "
                              f"(0..{model.cfg.n_heads - 1})")
         if c.scope == "layer":
-            raise ValueError(f"component {c.name!r} is one per block: give heads=None")
+            raise InputError(f"component {c.name!r} is one per block: give heads=None")
     target, source = runs.pair(direction)
     n = runs.task.n
     reps = 1 if heads is None else len(heads)
@@ -158,7 +158,7 @@ def exact_sweep(
     layer components."""
     comps, chosen = sweep_targets(model, runs, components, layers)
     if max_rows < 1:
-        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        raise InputError(f"max_rows must be >= 1, got {max_rows}")
     target, _ = runs.pair(direction)
     if direction not in runs.readout:  # checked once per runs and direction (two small forwards)
         runs.readout[direction] = _readout_ok(model, target, chosen[0])

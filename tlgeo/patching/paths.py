@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..errors import OutOfRangeError
+from ..errors import InputError, OutOfRangeError
 from ..hooks.adapter import HookList
 from ..hooks.resume import StopForward, readout, resume_forward
 from ..models import Model
@@ -190,19 +190,19 @@ def path_sweep(
     inputs = list(dict.fromkeys(inputs))
     bad = [i for i in inputs if i not in RECEIVER_INPUTS]
     if bad:
-        raise ValueError(f"unknown receiver input(s) {bad}; choose from {RECEIVER_INPUTS}")
+        raise InputError(f"unknown receiver input(s) {bad}; choose from {RECEIVER_INPUTS}")
     if not comps:
-        raise ValueError("no sender component")
+        raise InputError("no sender component")
     senders = _check_heads(model, senders, "sender", allow_layer=True)
     receivers = _check_heads(model, receivers, "receiver", allow_layer=False)
     if not senders or not (receivers and inputs or logits):
-        raise ValueError("a path needs at least one sender and one receiver (a head's input, or logits=True)")
+        raise InputError("a path needs at least one sender and one receiver (a head's input, or logits=True)")
     r_layers = sorted({l for l, _ in receivers})
     need = path_hook_names(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
     missing = [n for n in need if n not in runs.clean.acts]
     if missing:
         more = "..." if len(missing) > 3 else ""
-        raise ValueError(f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
+        raise InputError(f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
                          f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
                          f"through_mlps=..., logits=...) naming these senders and receivers")
     target, _ = runs.pair(direction)
@@ -211,7 +211,7 @@ def path_sweep(
         runs.readout[direction] = _readout_ok(model, target, min(l for l, _ in senders))
     use_readout = runs.readout[direction]
     if logits and not use_readout:
-        raise ValueError("a path into the logits reads the last block's output out through the final norm and the "
+        raise InputError("a path into the logits reads the last block's output out through the final norm and the "
                          "unembedding, which is not what this model computes (a final soft-cap?)")
     n, last = runs.task.n, model.cfg.n_layers if logits else max(r_layers)
     per = max(1, max_rows // n)

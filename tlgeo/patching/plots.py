@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
+from ..errors import InputError
 
 __all__ = ["plot_effects", "plot_paths", "plot_attribution_vs_exact", "top_heads", "head_attention_rows",
            "top_heads_view",
@@ -32,10 +33,10 @@ def _select(effects: pd.DataFrame, **match) -> pd.DataFrame:
         if v is None:
             continue
         if k not in df.columns:
-            raise ValueError(f"effects have no column {k!r}")
+            raise InputError(f"effects have no column {k!r}")
         df = df[df[k] == v]
     if df.empty:
-        raise ValueError(f"no effects for {match}; the table has tasks {sorted(effects['task'].unique())}, "
+        raise InputError(f"no effects for {match}; the table has tasks {sorted(effects['task'].unique())}, "
                          f"methods {sorted(effects['method'].unique())}, directions "
                          f"{sorted(effects['direction'].unique())}")
     return df
@@ -57,7 +58,7 @@ def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", dir
     layer = [c for c in comps if c in LAYER_COMPONENTS]
     panels = len(heads) + (1 if layer else 0)
     if not panels:
-        raise ValueError(f"none of the components {list(components or [])} has effects; have {have}")
+        raise InputError(f"none of the components {list(components or [])} has effects; have {have}")
     cols = min(panels, 4)
     rows = -(-panels // cols)
     n_layers = int(df["layer"].max()) + 1
@@ -162,7 +163,7 @@ def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: st
     at = df[df["method"] == "attribution"].set_index(key)["effect"]
     both = pd.concat({"exact": ex, "attribution": at}, axis=1, join="inner").dropna().reset_index()
     if both.empty:
-        raise ValueError(f"{task} ({direction}): no component has both exact and attribution effects")
+        raise InputError(f"{task} ({direction}): no component has both exact and attribution effects")
     comps = [c for c in (components or COMPONENTS) if c in set(both["component"])]
     cols = min(len(comps), 4)
     rows = -(-len(comps) // cols)

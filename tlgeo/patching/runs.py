@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.adapter import check_hook_names, resolve_layers
 from ..models import Model, input_device, read_weights
 from .components import Component, get_component
@@ -51,7 +52,7 @@ class TaskRuns:
     def pair(self, direction: str) -> tuple[RunCache, RunCache]:
         """``(target, source)``: the run patched and the run patched from."""
         if direction not in DIRECTIONS:
-            raise ValueError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
+            raise InputError(f"unknown direction {direction!r}; choose from {DIRECTIONS}")
         return (self.corrupted, self.clean) if direction == "denoise" else (self.clean, self.corrupted)
 
     def accuracy(self) -> dict[str, float]:
@@ -82,7 +83,7 @@ def score_rows(task: Task, logits: Float[Tensor, "rows vocab"]) -> Float[Tensor,
     """The task metric of rows that repeat the task's prompts ``rows / n`` times, in order."""
     n = task.n
     if logits.shape[0] % n:
-        raise ValueError(f"{logits.shape[0]} rows are not a multiple of the task's {n} prompts")
+        raise InputError(f"{logits.shape[0]} rows are not a multiple of the task's {n} prompts")
     return torch.cat([task.score(chunk) for chunk in logits.split(n)])
 
 
@@ -112,7 +113,7 @@ def task_runs(model: Model, task: Task, components: Iterable[str | Component],
     names = list(dict.fromkeys([*hook_names(model, comps, chosen), *extra]))
     check_hook_names(model, names)
     if task.d_vocab is not None and task.d_vocab != model.cfg.d_vocab:
-        raise ValueError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; "
+        raise InputError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; "
                          f"the model has {model.cfg.d_vocab}")
     return TaskRuns(task, _cache(model, task, task.clean, names, batch_size),
                     _cache(model, task, task.corrupted, names, batch_size))
@@ -123,7 +124,7 @@ def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
     if positions == "all":
         return None
     if positions not in task.positions:
-        raise ValueError(f"task {task.name!r} has no position {positions!r}; "
+        raise InputError(f"task {task.name!r} has no position {positions!r}; "
                          f"choose from {('all', *sorted(task.positions))}")
     idx = torch.as_tensor(task.positions[positions]).long()
     mask = torch.zeros(task.clean.shape, dtype=torch.float32)
@@ -151,7 +152,7 @@ def sweep_targets(model: Model, runs: TaskRuns, components: Iterable[str | Compo
     missing = [f"{c.name} at block {layer}" for layer in chosen for c in comps
                if any(n not in runs.clean.acts for n in hook_names(model, [c], [layer]))]
     if missing:
-        raise ValueError(f"the runs of task {runs.task.name!r} did not cache {', '.join(missing)}: make them with "
+        raise InputError(f"the runs of task {runs.task.name!r} did not cache {', '.join(missing)}: make them with "
                          f"task_runs(model, task, components, layers) naming every component and block patched")
     if any(c.quantity == "write" for c in comps):
         check_separable_heads(model, runs, chosen)
@@ -172,7 +173,7 @@ def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -
             got = got + b.float().to(got.device)
         err = float((got - out.float()).norm() / out.float().norm().clamp_min(1e-12))
         if err > 1e-3:
-            raise ValueError(
+            raise InputError(
                 f"block {layer}: the attention output is not the sum of the heads' writes z W_O "
                 f"(relative error {err:.2g}; a norm after W_O?), so head_par / head_perp are not defined "
                 f"for this model; patch head, self or nonself* instead")

@@ -37,7 +37,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from ..families import check_support
+from ..errors import InputError
+from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.resume import unembedding
 from ..models import Model, model_label
@@ -89,7 +90,7 @@ def pdsf_states(model: Model, prompts: PromptSet, *, template: str = "raw", bos:
     """Encode ``prompts``, collect their last-token states, and the prediction direction of each
     prompt's final argmax token (raw unembedding, or with the final norm's scale folded in)."""
     if not len(prompts):
-        raise ValueError("an empty prompt set")
+        raise InputError("an empty prompt set")
     tokens, enc = encode_prompts(model, prompts.texts, template=template, bos=bos)
     ps = last_token_states(model, tokens, batch_size=batch_size, lens=False)  # run_geometry's lens mode computes it
     return PDSFStates(prompts, tokens, enc, ps, directions(model, ps.predicted, fold_norm=fold_norm), fold_norm)
@@ -108,7 +109,7 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
     logit-lens argmax through the final norm and the unembedding). With ``log_path`` the tables
     are a line of that JSON-lines log, read back by a rerun with the same settings."""
     if prediction not in ("final", "lens"):
-        raise ValueError(f"prediction must be 'final' or 'lens', got {prediction!r}")
+        raise InputError(f"prediction must be 'final' or 'lens', got {prediction!r}")
     meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
     key = {"stage": "geometry", "model": model_label(model), **meta, "k_D": k_D, "k_S": k_S,
            "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed,
@@ -155,7 +156,7 @@ def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] =
     conditions it lacks."""
     layer = single_pass_layer(model.cfg.n_layers) if layer is None else layer
     if not 1 <= layer <= model.cfg.n_layers:
-        raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
+        raise InputError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
     conditions = list(conditions)
     meta = {**st.settings(), "mode": mode, "layer": layer, "alpha": alpha, "repeats": repeats, "rotation": rotation,
             "seed": seed}
@@ -327,13 +328,12 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
     stage's tables are merged into ``out`` as soon as it is done; its resume log is in ``log``
     (default ``out``). ``progress``: a line per stage and progress bars; ``on_table(name, df)``
     after each table (the CLI prints some)."""
-    check_support(model, "pdsf")  # a family it means nothing on fails here, before any work
     cfg.check(model)  # before any work
     every = _units(model, cfg)
     chosen = every if units is None else [tuple(u) for u in units]
     unknown = [u for u in chosen if u not in every]
     if unknown:
-        raise ValueError(f"unknown unit(s) {unknown}; this config has {every}")
+        raise InputError(f"unknown unit(s) {unknown}; this config has {every}")
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     logs = (lambda stage: log_dir / LOGS[stage]) if log_dir is not None else (lambda stage: None)
     label = model_label(model)
@@ -495,9 +495,14 @@ def plan(shape, cfg: PDSFConfig) -> list:
     return out
 
 
+def support(family: Family) -> Support:
+    """PDSF on ``family``: residual states and the unembedding, on every family."""
+    return Support("yes")
+
+
 ANALYSIS = register_analysis(Analysis(
     "pdsf", PDSFConfig, run, PDSFResult, units,
     "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed paper 001)",
     tiny=dict(geometry_per_group=2, layers=(0, 2), single_pass=("D_rotate", "F_attenuate"), single_pass_per_group=1,
               repeats=1, per_group=1, new_tokens=3, conditions=("D", "random")),
-    cost=unit_cost, plan=plan, docs="analyses/pdsf"))
+    cost=unit_cost, plan=plan, support=support, docs="analyses/pdsf"))

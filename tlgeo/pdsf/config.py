@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from ..models import Model
 from .interventions import CONDITIONS
@@ -22,7 +23,7 @@ STAGES = ("geometry", "single_pass", "generation")
 def _known(field: str, items: tuple, allowed: tuple, what: str) -> None:
     bad = [x for x in items if x not in allowed]
     if bad:
-        raise ValueError(f"{field}: unknown {what} {bad}; choose from {tuple(allowed)}")
+        raise InputError(f"{field}: unknown {what} {bad}; choose from {tuple(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -91,23 +92,23 @@ class PDSFConfig(Config):
         for name in ("k_d", "k_s", "single_pass_layer", "edit_layer"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v}")
+                raise InputError(f"{name} must be a positive integer, got {v}")
         for name in ("geometry_per_group", "single_pass_per_group", "per_group"):
             v = getattr(self, name)
             if v is not None and v < 0:
-                raise ValueError(f"{name} must be a non-negative integer (0: skip), got {v}")
+                raise InputError(f"{name} must be a non-negative integer (0: skip), got {v}")
         if self.geometry_per_group == 1:
-            raise ValueError("geometry_per_group 1: the groups' discrimination (a silhouette over the prompt groups) "
+            raise InputError("geometry_per_group 1: the groups' discrimination (a silhouette over the prompt groups) "
                              "needs at least 2 prompts per group; give 2 or more (0 skips the geometry)")
         for name in ("repeats", "batch_size", "new_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise InputError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed}")
+            raise InputError(f"seed must be a non-negative integer, got {self.seed}")
         if self.layers is not None and (not self.layers or min(self.layers) < 0):
-            raise ValueError(f"layers must be state indices 0..L, got {list(self.layers)}")
+            raise InputError(f"layers must be state indices 0..L, got {list(self.layers)}")
         if self.stage_runs("generation") and self.new_tokens < 2:
-            raise ValueError(f"new_tokens must be at least 2 (the static/dynamic split of F), got {self.new_tokens}")
+            raise InputError(f"new_tokens must be at least 2 (the static/dynamic split of F), got {self.new_tokens}")
 
     # ------------------------------------------------------------------ stages and their inputs
 
@@ -126,7 +127,7 @@ class PDSFConfig(Config):
             return bool(self.single_pass_conditions())
         if stage == "generation":
             return bool(self.generation_conditions())
-        raise ValueError(f"unknown stage {stage!r}; choose from {STAGES}")
+        raise InputError(f"unknown stage {stage!r}; choose from {STAGES}")
 
     def bos_flag(self) -> bool | None:
         """``bos`` for :func:`tlgeo.pdsf.prompts.encode_prompts` (``None``: the model's default)."""
@@ -173,11 +174,11 @@ class PDSFConfig(Config):
     def check_depth(self, n: int) -> None:
         """The checks against a model of ``n`` blocks (states ``0..n``): :meth:`check` and ``tlgeo plan``."""
         if self.layers is not None and max(self.layers) > n:
-            raise ValueError(f"layers {[l for l in self.layers if l > n]} out of range: the states are 0..{n}")
+            raise InputError(f"layers {[l for l in self.layers if l > n]} out of range: the states are 0..{n}")
         for name in ("single_pass_layer", "edit_layer"):
             v = getattr(self, name)
             if v is not None and v > n:
-                raise ValueError(f"{name} {v} out of range: states 1..{n} can be edited")
+                raise InputError(f"{name} {v} out of range: states 1..{n} can be edited")
 
 
 def _take(ps: PromptSet, per_group: int | None) -> PromptSet:

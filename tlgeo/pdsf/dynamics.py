@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.rotation import complement_part
 from ..geometry.subspaces import fit_pdsf, own_bases, participation_ratio
 from ..models import Model
@@ -79,16 +80,16 @@ def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuation
     ``prompt_states [L + 1, n, d]`` (the prompts' last-token states) with directions ``u [n, d]``.
     ``anchor="step"`` needs ``u_steps [n, T, d]`` (the directions of the generated tokens)."""
     if anchor not in ("prompt", "step"):
-        raise ValueError(f"anchor must be 'prompt' or 'step', got {anchor!r}")
+        raise InputError(f"anchor must be 'prompt' or 'step', got {anchor!r}")
     if anchor == "step" and (u_steps is None or u_steps.shape[:2] != continuations.shape):
-        raise ValueError("anchor='step' needs u_steps [n, T, d], one direction per generated token")
+        raise InputError("anchor='step' needs u_steps [n, T, d], one direction per generated token")
     n, steps = continuations.shape
     if steps < 2:
-        raise ValueError(f"the static/dynamic split needs at least 2 generated steps, got {steps}")
+        raise InputError(f"the static/dynamic split needs at least 2 generated steps, got {steps}")
     n_layers = prompt_states.shape[0] - 1
     layers = list(range(1, n_layers + 1)) if layers is None else list(layers)
     if any(not 0 <= l <= n_layers for l in layers) or (basis_layer is not None and basis_layer not in layers):
-        raise ValueError(f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
+        raise InputError(f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
                          f"basis_layer {basis_layer}")
     bases = {l: fit_pdsf(prompt_states[l].double(), u.double(), mode=mode) for l in layers}
     names = {l: "blocks.0.hook_resid_pre" if l == 0 else f"blocks.{l - 1}.hook_resid_post" for l in layers}

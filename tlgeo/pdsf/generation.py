@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
 from ..models import Model
@@ -93,9 +94,9 @@ def greedy_continuations_each(model: Model, prompts: Sequence[Int[Tensor, "pos"]
 
 def _check_generation(prompts: Sequence, max_new_tokens: int) -> None:
     if not prompts:
-        raise ValueError("an empty prompt set")
+        raise InputError("an empty prompt set")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+        raise InputError(f"max_new_tokens must be positive, got {max_new_tokens}")
 
 
 def _generate(model: Model, toks: Tensor, mask: Tensor, hooks, max_new_tokens: int,

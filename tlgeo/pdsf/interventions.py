@@ -35,6 +35,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.rotation import random_basis, rotation
 from ..geometry.subspaces import PDSFBasis, fit_pdsf, own_bases, pca_basis, split_pdsf
 from ..hooks.subspace import SubspaceEdit
@@ -78,9 +79,9 @@ def condition_bases(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], conditions
     ``F_dynamic`` needs its basis ``f_dynamic [d, k]`` (:func:`tlgeo.pdsf.dynamics.f_dynamics`)."""
     bad = [c for c in conditions if c not in CONDITIONS]
     if bad or not conditions:
-        raise ValueError(f"unknown subspace {', '.join(map(repr, bad)) or '(none)'}; choose from {CONDITIONS}")
+        raise InputError(f"unknown subspace {', '.join(map(repr, bad)) or '(none)'}; choose from {CONDITIONS}")
     if "F_dynamic" in conditions and f_dynamic is None:
-        raise ValueError("the F_dynamic condition needs the dynamic basis of F (f_dynamic, from f_dynamics)")
+        raise InputError("the F_dynamic condition needs the dynamic basis of F (f_dynamic, from f_dynamics)")
     h, u = h.double(), u.double()
     n, d = h.shape
     basis = fit_pdsf(h, u, k_D=k_D, k_S=k_S, mode=mode)
@@ -150,7 +151,7 @@ def frame_shifts(texts_base: Sequence[str], texts_edit: Sequence[str], groups: S
     ``frame_shifts(base, base, groups)`` is its base rate: how often it fires with no edit."""
     groups = np.asarray(groups)
     if len(texts_edit) != len(texts_base) or len(groups) != len(texts_base):
-        raise ValueError(f"{len(texts_base)} unedited and {len(texts_edit)} edited continuations and "
+        raise InputError(f"{len(texts_base)} unedited and {len(texts_edit)} edited continuations and "
                          f"{len(groups)} groups must match")
     vec = _tfidf(texts_base)
     if vec is None:  # none is shifted
@@ -188,9 +189,9 @@ def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], gr
     continuations (and the unedited ones, without ``baseline``) come from one generation per batch of prompts
     (:func:`~tlgeo.pdsf.generation.greedy_continuations_each`); then the KL, condition by condition."""
     if not 1 <= layer <= model.cfg.n_layers:
-        raise ValueError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
+        raise InputError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
     if len(prompts) != len(groups) or h.shape[0] != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
+        raise InputError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
     cb = condition_bases(h, u, conditions, mode=mode, seed=seed, f_dynamic=f_dynamic)
     fns = {c: rotation_edit(cb, c, layer, seed, rotation_kind) for c in conditions}
     edits = ([] if baseline is not None else [None]) + [fns[c] for c in conditions]

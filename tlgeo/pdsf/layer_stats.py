@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.manifold import curvature_ratio, local_global_pr, twonn_dimension
 from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pca_basis, split_pdsf, \
     subspace_participation
@@ -60,14 +61,14 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
     ``W_Uᵀ(g ⊙ part)`` with the whole state's, and each part's share of the predicted token's logit."""
     n = ps.states.shape[1]
     if len(groups) != n:
-        raise ValueError(f"{len(groups)} group labels for {n} prompts")
+        raise InputError(f"{len(groups)} group labels for {n} prompts")
     if u.shape != ps.states.shape[1:] and u.shape != ps.states.shape:
-        raise ValueError(f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
+        raise InputError(f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
                          f"{tuple(ps.states.shape)}), got {tuple(u.shape)}")
     layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
     bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
     if bad:
-        raise ValueError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
+        raise InputError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
     labels = np.asarray(groups)
     g = None if norm_scale is None else norm_scale.double()
     gram = logit_gram(w_u) if w_u is not None else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..geometry.subspaces import PARTS
 from ..plotting import WIDTH
 
@@ -24,7 +25,7 @@ def _color(condition: str) -> str:
 
 def _need(df: pd.DataFrame, cols, what: str) -> None:
     if df is None or df.empty or any(c not in df.columns for c in cols):
-        raise ValueError(f"{what} needs a non-empty table with columns {list(cols)}")
+        raise InputError(f"{what} needs a non-empty table with columns {list(cols)}")
 
 
 def plot_energy_pr(layers: pd.DataFrame):

@@ -23,6 +23,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from ..data import data_dir
+from ..errors import InputError
 from ..models import Model
 
 __all__ = ["PROMPT_SETS", "PromptSet", "load_prompt_set", "Encoding", "encode_prompts"]
@@ -59,7 +60,7 @@ class PromptSet:
 def load_prompt_set(name: str) -> PromptSet:
     """One of :data:`PROMPT_SETS` from the data directory."""
     if name not in PROMPT_SETS:
-        raise ValueError(f"unknown prompt set {name!r}; choose from {sorted(PROMPT_SETS)}")
+        raise InputError(f"unknown prompt set {name!r}; choose from {sorted(PROMPT_SETS)}")
     path = data_dir() / "pdsf_prompts" / PROMPT_SETS[name]
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: the PDSF prompt sets live in <data>/pdsf_prompts "
@@ -97,16 +98,16 @@ def encode_prompts(model: Model, texts: Sequence[str], *, template: str = "raw",
                    bos: bool | None = None) -> tuple[list[Int[Tensor, "pos"]], Encoding]:
     """Token ids ``[len]`` of each prompt, and the :class:`Encoding` used."""
     if template not in ("raw", "chat"):
-        raise ValueError(f"template must be 'raw' or 'chat', got {template!r}")
+        raise InputError(f"template must be 'raw' or 'chat', got {template!r}")
     if not texts:
-        raise ValueError("an empty prompt set")
+        raise InputError("an empty prompt set")
     tok = model.tokenizer
     if bos is None:
         bos = bool(getattr(model.cfg, "default_prepend_bos", True)) and tok.bos_token_id is not None
     if bos and tok.bos_token_id is None:
-        raise ValueError("bos=True, but the tokenizer has no BOS token")
+        raise InputError("bos=True, but the tokenizer has no BOS token")
     if template == "chat" and not getattr(tok, "chat_template", None):
-        raise ValueError(f"template='chat' needs a tokenizer with a chat template; "
+        raise InputError(f"template='chat' needs a tokenizer with a chat template; "
                          f"{getattr(tok, 'name_or_path', type(tok).__name__)!r} has none (use template='raw')")
     out = []
     for t in texts:
@@ -116,6 +117,6 @@ def encode_prompts(model: Model, texts: Sequence[str], *, template: str = "raw",
         if bos and (not ids or ids[0] != tok.bos_token_id):
             ids = [tok.bos_token_id] + ids
         if not ids:
-            raise ValueError(f"prompt {t!r} has no tokens")
+            raise InputError(f"prompt {t!r} has no tokens")
         out.append(torch.tensor(ids, dtype=torch.long))
     return out, Encoding(template, bool(bos))

@@ -39,6 +39,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.rotation import complement_part, rotation, signed_permutation
 from ..hooks.resume import StopForward, readout
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
@@ -188,15 +189,15 @@ def single_pass(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Seq
     back in batch order (batch, condition, repeat, prompt)."""
     n_layers = model.cfg.n_layers
     if not 1 <= layer <= n_layers:
-        raise ValueError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
+        raise InputError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
     bad = [c for c in conditions if c not in SINGLE_PASS]
     if bad or not conditions:
-        raise ValueError(f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; "
+        raise InputError(f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; "
                          f"choose from {SINGLE_PASS}")
     if len(prompts) != len(groups) or h.shape[0] != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
+        raise InputError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
     if repeats < 1:
-        raise ValueError(f"repeats must be positive, got {repeats}")
+        raise InputError(f"repeats must be positive, got {repeats}")
     n, d = h.shape
     parts = _Parts(h, u, mode, seed)
     every = torch.arange(n)

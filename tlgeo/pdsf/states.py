@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.subspaces import prediction_directions
 from ..hooks.resume import last_block_output, readout, readout_ok, unembedding
 from ..models import Model
@@ -57,10 +58,10 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
     and only the last real position goes through the final norm and the unembedding, where
     :func:`~tlgeo.hooks.resume.readout_ok` holds (otherwise a full forward)."""
     if not prompts:
-        raise ValueError("an empty prompt set")
+        raise InputError("an empty prompt set")
     longest = max(len(p) for p in prompts)
     if longest > model.cfg.n_ctx and getattr(model.cfg, "positional_embedding_type", "") == "standard":
-        raise ValueError(f"a prompt of {longest} tokens is longer than the model's {model.cfg.n_ctx} learned "
+        raise InputError(f"a prompt of {longest} tokens is longer than the model's {model.cfg.n_ctx} learned "
                          f"positions")
     names = _names(model.cfg.n_layers)
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0

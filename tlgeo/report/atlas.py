@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.cliargs import config_argv, default_out, model_key
 from ..data import load_text
 from ..runner.distributed import init, ranks, run_analysis
@@ -88,7 +89,7 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     chosen = list(registered) if cfg.steps is None else list(cfg.steps)
     unknown = [s for s in chosen if s not in registered]
     if unknown:
-        raise ValueError(f"unknown atlas step(s) {unknown}; steps: {list(registered)}")
+        raise InputError(f"unknown atlas step(s) {unknown}; steps: {list(registered)}")
     budgets = cfg.chapter_budgets()  # unknown budget names fail here, before any work
     load_text(cfg.corpus)  # an unknown corpus fails here, before the model loads
     model = model if model is not None else load_model(cfg.model, **cfg.load)
@@ -211,11 +212,11 @@ def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
         return
     old = earlier.get("identity")
     if old is None:
-        raise ValueError(f"--out {out} holds an atlas run whose model identity was not recorded (an older tlgeo): "
+        raise InputError(f"--out {out} holds an atlas run whose model identity was not recorded (an older tlgeo): "
                          "give another --out")
     if old != identity.row():
         differ = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in identity.row().items() if old.get(k) != v)
-        raise ValueError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
+        raise InputError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
 
 
 BARE_SHAPE = (4, 256)  # a bare forward of 4 windows of 256 tokens: the atlas's unit of time

@@ -29,6 +29,8 @@ from typing import Callable, Iterable, Mapping, Union
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
+
 __all__ = ["Claim", "Verdict", "Claims", "Counterexample", "differs", "ci_excludes_zero", "cited",
            "uncited_findings", "generated_blocks", "CITE", "edit", "scale", "shift", "no_longer_differs",
            "insignificant", "both"]
@@ -84,12 +86,12 @@ class Claims:
         """Register ``fn(*dataframes) -> Verdict | bool`` as claim ``id`` of ``sentence`` over ``tables``, with the
         counterexamples ``false_if`` (edits of those tables that make the sentence false)."""
         if not CITE.fullmatch(f"`[{id}]`") or id == "interpretation":
-            raise ValueError(f"claim id {id!r} must look like <section>.<words-with-dashes>")
+            raise InputError(f"claim id {id!r} must look like <section>.<words-with-dashes>")
         if id in self.by_id:
-            raise ValueError(f"claim {id!r} is registered twice")
+            raise InputError(f"claim {id!r} is registered twice")
         counter = tuple(false_if)
         if not all(isinstance(c, Counterexample) for c in counter):
-            raise ValueError(f"claim {id!r}: false_if takes Counterexample edits (edit(), scale(), ...)")
+            raise InputError(f"claim {id!r}: false_if takes Counterexample edits (edit(), scale(), ...)")
 
         def wrap(fn: Callable[..., "Verdict | bool"]):
             self.by_id[id] = Claim(id, sentence, tuple(tables), fn, counter)

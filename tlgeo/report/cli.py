@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from ..errors import InputError
 from ..runner.analysis import Command, budget_fields
 from ..runner.cliargs import (LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written)
 from .registry import load_steps
@@ -70,7 +71,7 @@ def atlas_config(args: argparse.Namespace):
     steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
     unknown = [x for x in steps or () if x not in load_steps()]
     if unknown:
-        raise ValueError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
+        raise InputError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
     cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
                       budgets=budgets, load=LoadConfig.of(args).load_kwargs())
     cfg.chapter_budgets()

@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.results import IDENTITY
 from ..storage import write_text
 
@@ -255,7 +256,7 @@ class Report:
         end = src.rfind("</script>")
         div = re.match(r'\s*<div id="([^"]+)"', src)
         if call < 0 or end < call or not div:
-            raise ValueError("unexpected circuitsvis output; cannot embed it offline")
+            raise InputError("unexpected circuitsvis output; cannot embed it offline")
         cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
         self.parts.append(
             f'<figure><div class="scroll"><div id="{div.group(1)}" style="margin: 15px 0;"></div></div>'

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..errors import InputError
 from ..runner.analysis import Command
 from ..runner.cliargs import config_from_args
 
@@ -107,9 +108,9 @@ def _parse(command: str, flags: list[str]) -> argparse.Namespace:
     try:
         parsed, extra = _config_parser(command).parse_known_args(list(flags))
     except argparse.ArgumentError as e:
-        raise ValueError(str(e)) from None
+        raise InputError(str(e)) from None
     if extra:
-        raise ValueError(f"not flags of tlgeo {command}: {' '.join(extra)}")
+        raise InputError(f"not flags of tlgeo {command}: {' '.join(extra)}")
     return parsed
 
 
@@ -161,7 +162,7 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
                            start_seconds)
 
     if command != "atlas" and command not in plannable():
-        raise ValueError(f"tlgeo plan: no plan for {command!r}; choose from {[*plannable(), 'atlas']}")
+        raise InputError(f"tlgeo plan: no plan for {command!r}; choose from {[*plannable(), 'atlas']}")
     cal = calib or calibration()
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     work, notes, parsed = _work(shape, command, flags, cal)
@@ -229,7 +230,7 @@ def _planned(args: argparse.Namespace, name: str, before: str | None, unset: str
     if own is None:
         return before
     if before not in (own, unset):
-        raise ValueError(f"two values of {name}: {before} before {args.analysis} and {own} after it")
+        raise InputError(f"two values of {name}: {before} before {args.analysis} and {own} after it")
     return own
 
 

@@ -21,7 +21,7 @@ from ..errors import UnknownNameError
 from ..runner import analysis
 
 __all__ = ["ANALYSES", "PLUGINS_ENV", "packages", "load_steps", "load_analyses", "load_commands", "command_named",
-           "analysis_command", "analyses_markdown"]
+           "analysis_command", "analyses_markdown", "support_columns"]
 
 ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition",
@@ -105,6 +105,17 @@ def load_analyses() -> dict[str, analysis.Analysis]:
     found = list(analysis.analyses().items())
     found.sort(key=lambda kv: _rank(kv[1].run.__module__))
     return dict(found)
+
+
+def support_columns() -> tuple[str, ...]:
+    """The support matrix's columns: the sites, then the column of every analysis that registered a rule
+    (:func:`load_analyses`), in report order (by the package of its rule), whatever imported first."""
+    from ..families import SITE_COLUMNS, columns, support_rule
+
+    load_analyses()
+    own = [c for c in columns() if c not in SITE_COLUMNS]
+    own.sort(key=lambda c: _rank(getattr(support_rule(c), "__module__", "") or ""))  # stable: registration order
+    return SITE_COLUMNS + tuple(own)
 
 
 def load_commands() -> dict[str, analysis.Command]:

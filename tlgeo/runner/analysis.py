@@ -38,11 +38,11 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..errors import UnknownNameError
+from ..errors import InputError, UnknownNameError
 from .results import IDENTITY, current_identity, merge_csv, read_table, stamp, wide_floats
 
 __all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
-           "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
+           "check_supported", "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
            "register_analysis_step",
            "steps", "headlines", "chapter_headline", "chapter_title", "budget_fields", "make_budgets"]
 
@@ -184,7 +184,7 @@ def make_budgets(overrides: Mapping[str, Any]) -> dict[str, Any]:
     fields = budget_fields()
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"unknown atlas budget(s) {unknown}; known: {sorted(fields)}")
+        raise InputError(f"unknown atlas budget(s) {unknown}; known: {sorted(fields)}")
     per_chapter: dict[str, dict[str, Any]] = {chap: {} for chap in _CHAPTERS}
     for k, v in overrides.items():
         per_chapter[fields[k][0]][k] = v
@@ -262,7 +262,7 @@ class Config:
                 continue
             bad = [x for x in (v if isinstance(v, tuple) else (v,)) if not isinstance(x, accepts) and x not in choices]
             if bad:
-                raise ValueError(f"{f.name}: unknown value(s) {bad}; choose from {tuple(choices)}")
+                raise InputError(f"{f.name}: unknown value(s) {bad}; choose from {tuple(choices)}")
 
 
 @dataclass(frozen=True)
@@ -450,6 +450,9 @@ def register_analysis(analysis: Analysis) -> Analysis:
         raise ValueError(f"analysis {analysis.name!r} is already registered")
     if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
         raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
+    if not getattr(analysis.run, "identified", False):
+        raise TypeError(f"the run of {analysis.name!r} must be decorated with tlgeo.runner.identity.identified "
+                        "(which checks the model's support and stamps its identity)")
     if analysis.support is not None and analysis.name not in _ANALYSES:
         from ..families import register_support
 
@@ -464,6 +467,18 @@ def analyses() -> dict[str, Analysis]:
     return dict(_ANALYSES)
 
 
+def check_supported(run: Callable[..., Any], model: Any) -> None:
+    """Raise :class:`tlgeo.families.UnsupportedError` (one line, the reason) if ``model``'s family refuses the
+    registered analysis whose ``run`` this is (its record's ``support``, or the family's own cell). The one
+    support check of every analysis, built-in or plug-in: :func:`tlgeo.runner.identity.identified` makes it
+    before any work, however the run was called (command line, atlas, torchrun, Python)."""
+    for a in _ANALYSES.values():
+        if a.run is run and a.support is not None:
+            from ..families import check_support
+
+            check_support(model, a.name)
+
+
 def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapping[str, str] | None = None,
                   flags: Mapping[str, str] | None = None, **defaults: Any) -> type:
     """An atlas budgets dataclass made from ``config``'s ``fields``: each becomes the budget
@@ -476,7 +491,7 @@ def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapp
     known = {f.name: f for f in dataclasses.fields(config)}
     bad = [f for f in [*fields, *defaults] if f not in known]
     if bad:
-        raise ValueError(f"{config.__name__} has no field(s) {bad}")
+        raise InputError(f"{config.__name__} has no field(s) {bad}")
     rename = dict(rename or {})
     flag = {n: prefix + rename.get(n, n) for n in fields}
     spec = []

@@ -20,6 +20,8 @@ import typing
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..errors import InputError
+
 __all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
            "config_argv", "config_from_args", "config_flags", "LoadConfig", "add_out_arg", "model_key", "print_written",
            "files_since", "RunRecord", "default_out", "output_dir"]
@@ -166,7 +168,7 @@ def config_argv(cfg: Any) -> list[str]:
         if v == default and not flags.get(f.name, {}).get("required"):
             continue
         if f.name not in flags:
-            raise ValueError(f"{type(cfg).__name__}.{f.name} = {v!r} has no flag (the command sets it)")
+            raise InputError(f"{type(cfg).__name__}.{f.name} = {v!r} has no flag (the command sets it)")
         kw, flag = flags[f.name], flags[f.name]["flag"]
         if kw.get("action") is argparse.BooleanOptionalAction:
             argv.append(flag if v else "--no-" + flag[2:])
@@ -174,7 +176,7 @@ def config_argv(cfg: Any) -> list[str]:
             argv += [flag, ",".join(str(x) for x in v)]
         elif v is None:
             if kw.get("type") is not index_list:
-                raise ValueError(f"{type(cfg).__name__}.{f.name} = None has no flag value (its default is "
+                raise InputError(f"{type(cfg).__name__}.{f.name} = None has no flag value (its default is "
                                  f"{default!r})")
             argv += [flag, "all"]
         else:
@@ -270,7 +272,7 @@ class LoadConfig:
             try:
                 device_map = json.loads(device_map)
             except json.JSONDecodeError as e:
-                raise ValueError(f"--device-map: not a JSON object ({e})") from None
+                raise InputError(f"--device-map: not a JSON object ({e})") from None
         return {"device": self.device, "dtype": self.dtype, "device_map": device_map, "max_memory": self.max_memory,
                 "offload_folder": self.offload_folder}
 
@@ -285,7 +287,7 @@ class LoadConfig:
 
             cores = os.cpu_count() or 1
             if threads > 4 * cores:  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
-                raise ValueError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core "
+                raise InputError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core "
                                  "only slows torch down")
             torch.set_num_threads(threads)
 
@@ -372,7 +374,7 @@ def output_dir(args: argparse.Namespace, name: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()
     except OSError as e:
-        raise ValueError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+        raise InputError(f"--out {out}: cannot write there ({e.strerror or e})") from None
     finally:
         for p in made:  # made again by the folder's lock, or by the first file written; none for a run that fails
             with contextlib.suppress(OSError):

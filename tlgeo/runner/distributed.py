@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .analysis import Analysis, Result
+from ..errors import InputError
+from .analysis import Analysis, Result, check_supported
 from .results import read_table
 from ..models import input_device
 
@@ -142,11 +143,11 @@ def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = 
     together (the work they share is done on fewer ranks) and the ranks' results, concatenated
     in rank order, in the units' order."""
     if not 0 <= rank < size:
-        raise ValueError(f"rank {rank} out of 0..{size - 1}")
+        raise InputError(f"rank {rank} out of 0..{size - 1}")
     units = list(units)
     costs = [1.0] * len(units) if costs is None else [float(c) for c in costs]
     if len(costs) != len(units) or any(c < 0 for c in costs):
-        raise ValueError(f"need one cost >= 0 per unit: {len(units)} units, costs {costs}")
+        raise InputError(f"need one cost >= 0 per unit: {len(units)} units, costs {costs}")
     cum = [0.0, *itertools.accumulate(costs)]
     starts = [0]
     for r in range(1, size):  # the cut nearest to r/size of the total (ties: the later, lower ranks first)
@@ -179,10 +180,8 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     (:meth:`Result.merge`), saves them into ``out``, calls ``on_table`` on each merged table
     and returns the result; the other ranks return ``None``. ``progress`` shows on rank 0 only.
     """
-    if analysis.support is not None:  # a record's own support column: a family it refuses fails before any work
-        from ..families import check_support
-
-        check_support(model, analysis.name)
+    if ranks().size > 1:  # each rank's run checks it too; here every rank fails alike, before the process group
+        check_supported(analysis.run, model)
     r = init(input_device(model))
     extra = {"on_table": on_table} if on_table is not None else {}
     if r.size == 1:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
+from .analysis import check_supported
 from .cliargs import config_argv
 from .provenance import code_state
 from .provenance import record_api as record_provenance
@@ -173,13 +174,15 @@ def run_identity(model) -> RunIdentity:
 
 
 def identified(run: Callable[..., R]) -> Callable[..., R]:
-    """Decorate an analysis's ``run(model, cfg, ...)``: inside, every table saved and every resume log
-    opened carries the model's identity (:func:`tlgeo.runner.results.identity_scope`), and the result it
-    returns has the identity columns in every table. With ``out=``, the run holds that folder
+    """Decorate an analysis's ``run(model, cfg, ...)``: first, a model whose family the registered record
+    refuses fails in one line (:func:`tlgeo.runner.analysis.check_supported`); inside, every table saved and
+    every resume log opened carries the model's identity (:func:`tlgeo.runner.results.identity_scope`), and
+    the result it returns has the identity columns in every table. With ``out=``, the run holds that folder
     (:func:`tlgeo.storage.folder_lock`): a second process writing there is refused."""
 
     @functools.wraps(run)
     def wrapped(model, *args: Any, **kwargs: Any) -> R:
+        check_supported(wrapped, model)  # a family its record refuses fails here, before any work
         if is_bridge(model):  # a bridge booted elsewhere (TransformerBridge.boot_transformers) too
             inputs_follow_model(model)
         identity = run_identity(model).row()

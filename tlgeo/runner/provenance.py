@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..errors import InputError
 from ..storage import append_lines, read_lines
 
 __all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "record_table", "read", "git_state",
@@ -144,7 +145,7 @@ def record_table(out: str | os.PathLike, name: str, rows: list[Mapping[str, Any]
     from ..storage import write_csv
 
     if not rows:
-        raise ValueError(f"no rows to add to {Path(out) / f'{name}.csv'}: nothing measured, nothing written")
+        raise InputError(f"no rows to add to {Path(out) / f'{name}.csv'}: nothing measured, nothing written")
     line = provenance(argv, settings)
     line.update(command="python " + shlex.join(line["argv"]), made_from="script")
     stamp = {"commit": line["git"].get("commit"), "dirty": line["git"].get("dirty"), "date": line["date"]}

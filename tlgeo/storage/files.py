@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-from ..errors import UserError
+from ..errors import InputError, UserError
 
 __all__ = ["DiskFullError", "atomic_write", "write_bytes", "write_text", "write_json", "write_csv",
            "append_lines", "read_lines", "human_bytes"]
@@ -121,7 +121,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str = "u
     bytes it will write, for :class:`DiskFullError`'s message (default: what was written before it
     failed)."""
     if mode not in ("w", "wb"):
-        raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
+        raise InputError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_of(path)

@@ -40,17 +40,18 @@ class FolderLock:
         self.folder, self.path = folder, folder / LOCK_NAME
         self.count, self._fd, self.made = 0, None, []
 
-    def acquire(self, what: str = "") -> "Hold":
+    def acquire(self, what: str = "", wait: bool = False) -> "Hold":
         """Take the folder (``what``: the command, for the message a second writer gets), or raise
-        :class:`FolderBusyError` at once if another process has it. Returns the :class:`Hold` to let go of
-        (``.release()``, or ``with folder_lock(f).acquire(what): ...``)."""
+        :class:`FolderBusyError` at once if another process has it (``wait``: wait for it to let go instead, as
+        a run that fills a shared cache does). Returns the :class:`Hold` to let go of (``.release()``, or
+        ``with folder_lock(f).acquire(what): ...``)."""
         if self.count == 0:
             self.made = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
             self.folder.mkdir(parents=True, exist_ok=True)
             while True:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = _holder(fd)
                     os.close(fd)

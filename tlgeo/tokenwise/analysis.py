@@ -40,8 +40,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..runner.distributed import all_ranks_busy, ranks
-from ..families import check_support
+from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..geometry.local_maps import fit_local
 from ..models import Model, model_label
@@ -133,11 +134,11 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     layers = cfg.fitted_layers(pool.n_layers)
     patch_layers = cfg.patched_layers(pool.n_layers)
     if cfg.patch_tokens > pool.n_tokens:
-        raise ValueError(f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}")
+        raise InputError(f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}")
     chosen = None if units is None else {tuple(u) for u in units}
     unknown = sorted(chosen - {(c, l) for c in cfg.classes for l in layers}) if chosen is not None else []
     if unknown:
-        raise ValueError(f"units {unknown} are not (class, layer) pairs of this config")
+        raise InputError(f"units {unknown} are not (class, layer) pairs of this config")
 
     def wanted(c: str, l: int) -> bool:
         return chosen is None or (c, l) in chosen
@@ -252,15 +253,14 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
     all), with ``patch_tokens`` at most the pool's tokens. With ``out`` each table is merged into it as
     soon as it is done; the resume log is ``<log>/tokenwise.jsonl`` (default ``out``).
     ``on_table(name, df)`` is called after each table (the CLI prints them)."""
-    check_support(model, "tokenwise")  # a family it means nothing on fails here, before any work
     n_maps = n_layer_maps(model)
     cfg.patched_layers(n_maps)  # layers out of range fail before any work, and so do unknown units
     bad = sorted({tuple(u) for u in units or ()} - {(c, l) for c in cfg.classes for l in cfg.fitted_layers(n_maps)})
     if bad:
-        raise ValueError(f"units {bad} are not (class, layer) pairs of this config")
+        raise InputError(f"units {bad} are not (class, layer) pairs of this config")
     n_ctx = model.cfg.n_ctx
     if cfg.seq_len > n_ctx:
-        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's context of {n_ctx} tokens")
+        raise InputError(f"seq_len {cfg.seq_len} exceeds the model's context of {n_ctx} tokens")
     windows = pool_windows(model, cfg)
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     label = model_label(model)
@@ -340,7 +340,7 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
 
     n_layers, d, seq = shape.n_layers, shape.d_model, cfg.seq_len
     if seq > shape.n_ctx:
-        raise ValueError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
+        raise InputError(f"seq_len {seq} exceeds the model's context of {shape.n_ctx} tokens")
     layers, patched = cfg.fitted_layers(n_layers), cfg.patched_layers(n_layers)
     n_win, n_tok = pool_size(cfg.tokens, seq)
     item = 2 if cfg.pool_dtype == "float16" else 4
@@ -364,8 +364,13 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
     return out
 
 
+def support(family: Family) -> Support:
+    """Tokenwise layer maps on ``family``: residual states and the unembedding, on every family."""
+    return Support("yes")
+
+
 ANALYSIS = register_analysis(Analysis(
     "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
     "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
     tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, patch_tokens=12, n_boot=20, fit_workers=1,
-              batch_size=4), plan=plan, docs="analyses/tokenwise"))
+              batch_size=4), plan=plan, support=support, docs="analyses/tokenwise"))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
 from ..runner.analysis import Config, param
 from .fits import CLASSES
 from .paper import POOL_TOKENS
@@ -68,40 +69,40 @@ class TokenwiseConfig(Config):
     def validate(self) -> None:
         bad = [c for c in self.classes if c not in CLASSES]
         if bad or not self.classes:
-            raise ValueError(f"unknown map class(es) {bad or list(self.classes)}; choose from {CLASSES}")
+            raise InputError(f"unknown map class(es) {bad or list(self.classes)}; choose from {CLASSES}")
         self._check_choices()
         for name in ("tokens", "k", "rank", "fit_workers", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 2:
-            raise ValueError(f"seq_len must be at least 2 (the first position of each window is left out), "
+            raise InputError(f"seq_len must be at least 2 (the first position of each window is left out), "
                              f"got {self.seq_len}")
         if self.patch_tokens < 3:
-            raise ValueError(f"patch_tokens must be at least 3 (a rank correlation), got {self.patch_tokens}")
+            raise InputError(f"patch_tokens must be at least 3 (a rank correlation), got {self.patch_tokens}")
         if min(self.patch_layer_count, self.seed, self.n_boot) < 0:
-            raise ValueError("patch_layer_count, seed and n_boot must be non-negative")
+            raise InputError("patch_layer_count, seed and n_boot must be non-negative")
         if not 0 < self.energy <= 1:
-            raise ValueError(f"energy must be in (0, 1], got {self.energy}")
+            raise InputError(f"energy must be in (0, 1], got {self.energy}")
         if self.ridge < 0:
-            raise ValueError(f"ridge must be non-negative, got {self.ridge}")
+            raise InputError(f"ridge must be non-negative, got {self.ridge}")
         for name in ("layers", "patch_layers"):
             v = getattr(self, name)
             if v is not None and (not v or min(v) < 0):
-                raise ValueError(f"{name} must be non-negative layer indices, got {list(v)}")
+                raise InputError(f"{name} must be non-negative layer indices, got {list(v)}")
         if self.layers is not None and self.patch_layers is not None:
             self._check_patch(list(self.layers), sorted(set(self.patch_layers)))
 
     @staticmethod
     def _check_patch(layers: list[int], patch: list[int]) -> None:
         if not patch or not set(patch) <= set(layers):
-            raise ValueError(f"patch_layers {patch} must be a non-empty subset of the fitted layers {layers}")
+            raise InputError(f"patch_layers {patch} must be a non-empty subset of the fitted layers {layers}")
 
     def fitted_layers(self, n_maps: int) -> list[int]:
         """The fitted layer maps of a model (or pool) with ``n_maps`` of them, in the given order."""
         layers = list(range(n_maps)) if self.layers is None else list(self.layers)
         out_of_range = [l for l in layers if not 0 <= l < n_maps]
         if out_of_range:
-            raise ValueError(f"layers {out_of_range} out of range: the pool has layer maps 0..{n_maps - 1}")
+            raise InputError(f"layers {out_of_range} out of range: the pool has layer maps 0..{n_maps - 1}")
         return layers
 
     def patched_layers(self, n_maps: int) -> list[int]:

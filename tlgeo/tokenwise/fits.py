@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..errors import InputError
 from ..geometry.local_maps import LOCAL_MAPS, global_linear, tokenwise_fits
 from ..geometry.neighbours import knn
 from ..geometry.update_split import update_geometry
@@ -87,7 +88,7 @@ def cross_fit(fit, h_in: torch.Tensor, h_out: torch.Tensor, windows: np.ndarray,
     on the other folds."""
     fold = torch.from_numpy(np.asarray(windows) % folds)
     if len(fold.unique()) < 2:
-        raise ValueError("cross-fitting needs tokens from at least two windows")
+        raise InputError("cross-fitting needs tokens from at least two windows")
     out = torch.empty_like(h_in)
     for f in fold.unique():
         test = fold == f
@@ -110,7 +111,7 @@ def layer_outputs(pool: StatePool, layer: int, kinds: Sequence[str], *, k: int =
     token's gathered neighbourhood (:func:`tlgeo.geometry.local_maps.tokenwise_fits`)."""
     bad = [c for c in kinds if c not in CLASSES]
     if bad or not kinds:
-        raise ValueError(f"unknown map class {', '.join(map(repr, bad)) or 'list (empty)'}; choose from {CLASSES}")
+        raise InputError(f"unknown map class {', '.join(map(repr, bad)) or 'list (empty)'}; choose from {CLASSES}")
     h_in, h_out = pool.pair(layer)
     out: dict[str, torch.Tensor] = {}
     if "global" in kinds:

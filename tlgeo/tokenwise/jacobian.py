@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.local_maps import local_matrix
 from ..hooks.resume import resume_forward
 from ..models import Model
@@ -30,9 +31,9 @@ def block_map(model: Model, tokens: Int[Tensor, "1 pos"], layer: int,
               position: int) -> tuple[Float[Tensor, "d"], Callable[[Tensor], Tensor]]:
     """``(x0, f)``: the token's state ``h_layer[position]`` ``[d]`` and ``f(x [m, d]) -> [m, d]``."""
     if tokens.ndim != 2 or tokens.shape[0] != 1:
-        raise ValueError(f"tokens must be one sequence [1, pos], got shape {tuple(tokens.shape)}")
+        raise InputError(f"tokens must be one sequence [1, pos], got shape {tuple(tokens.shape)}")
     if not 0 <= position < tokens.shape[1]:
-        raise ValueError(f"position {position} out of range for a sequence of {tokens.shape[1]} tokens")
+        raise InputError(f"position {position} out of range for a sequence of {tokens.shape[1]} tokens")
     name_in = f"blocks.{layer}.hook_resid_pre"
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=name_in)

@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from ..errors import InputError
 from ..hooks.resume import readout, readout_matches, resume_forward, resumed_last_block_output
 from ..models import Model
 from ..models.bridge import is_bridge
@@ -58,10 +59,10 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
     for name, replacements in sets.items():
         for l, rep in replacements.items():
             if not 0 <= l < n_layers:
-                raise ValueError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
+                raise InputError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
             if rep.shape != (len(indices), d_model):
                 where = f"replacements[{l}]" if name is None else f"replacements[{name!r}][{l}]"
-                raise ValueError(f"{where} must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
+                raise InputError(f"{where} must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
     windows = pool.windows
     # rows per forward: each holds [positions, vocab] float32 logits several times over (clean, patched, their
     # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .fits import ANGLE_THRESHOLD, CLASSES
+from ..errors import InputError
 
 __all__ = ["plot_layer_geometry", "plot_residual_angles", "plot_error_vs_kl"]
 
@@ -19,7 +20,7 @@ def plot_layer_geometry(geometry: pd.DataFrame):
     from ..plotting import WIDTH, integer_ticks, legend_outside, style
 
     if geometry.empty:
-        raise ValueError("plot_layer_geometry needs a non-empty geometry table")
+        raise InputError("plot_layer_geometry needs a non-empty geometry table")
     panels = (("rel_error", "median ||r|| / ||Δ_full||"), ("cos_update", "median cos(Δ_full, Δ_tok)"),
               ("share_angle_above_60", f"share of residual angles > {ANGLE_THRESHOLD:.0f}°"))
     fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.0), layout="constrained")
@@ -47,7 +48,7 @@ def plot_residual_angles(tokens: pd.DataFrame, layer: int | None = None):
         layer = int(tokens.groupby("layer")["rel_error"].median().idxmax())
     d = tokens[tokens["layer"] == layer]
     if d.empty:
-        raise ValueError(f"no tokens at layer {layer}")
+        raise InputError(f"no tokens at layer {layer}")
     fig, ax = plt.subplots(figsize=(WIDTH * 0.7, 3.0), layout="constrained")
     for c, g in d.groupby("class", sort=False):
         ax.hist(g["residual_angle"], bins=36, range=(0, 180), histtype="step", lw=1.5, color=_COLORS.get(c), label=c)
@@ -70,7 +71,7 @@ def plot_error_vs_kl(tokens: pd.DataFrame, correlation: pd.DataFrame | None = No
     layer = layers[len(layers) // 2] if layer is None else layer
     d = tokens[tokens["layer"] == layer]
     if d.empty:
-        raise ValueError(f"no tokens at layer {layer}")
+        raise InputError(f"no tokens at layer {layer}")
     fig, ax = plt.subplots(figsize=(WIDTH * 0.7, 3.4), layout="constrained")
     for c, g in d.groupby("class", sort=False):
         label = c

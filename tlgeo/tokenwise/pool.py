@@ -31,6 +31,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
+from ..errors import InputError
 from ..families import family_of_config, layer_paths
 from ..models import Model
 from ..runner.identity import run_identity
@@ -57,7 +58,7 @@ def layer_list(model: Model) -> nn.ModuleList:
                 break
         if isinstance(obj, nn.ModuleList) and len(obj):
             return obj
-    raise ValueError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(paths)})")
+    raise InputError(f"no list of layers found on {type(model).__name__} (looked for {', '.join(paths)})")
 
 
 def _states_bridge(model, tokens: torch.Tensor) -> list[torch.Tensor]:
@@ -115,7 +116,7 @@ class StatePool:
         d = Path(directory)
         meta = json.loads((d / "meta.json").read_text())
         if meta["done_windows"] < meta["n_windows"]:
-            raise ValueError(f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
+            raise InputError(f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
                              "run collect_pool again to finish it")
         check(d, "the state pool", _pool_files(int(meta["n_layers"])))  # a damaged file is never read as states
         idx = np.load(d / "index.npy")
@@ -125,13 +126,13 @@ class StatePool:
     def states(self, l: int) -> np.ndarray:
         """``h_l`` of every token, ``[n_tokens, d_model]`` (memory-mapped, read-only)."""
         if not 0 <= l <= self.n_layers:
-            raise ValueError(f"state {l} out of range: the pool has states 0..{self.n_layers}")
+            raise InputError(f"state {l} out of range: the pool has states 0..{self.n_layers}")
         return np.load(self.directory / f"states_{l}.npy", mmap_mode="r")
 
     def pair(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(h_layer, h_layer+1)`` as float32 tensors, for layer map ``layer``."""
         if not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer {layer} out of range: the pool has layer maps 0..{self.n_layers - 1}")
+            raise InputError(f"layer {layer} out of range: the pool has layer maps 0..{self.n_layers - 1}")
         return (torch.from_numpy(np.array(self.states(layer), dtype=np.float32)),
                 torch.from_numpy(np.array(self.states(layer + 1), dtype=np.float32)))
 
@@ -147,9 +148,9 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     the states layer by layer, so every rank ends with the whole pool (the same batches as one
     process: the same states, bit for bit at equal thread counts)."""
     if dtype not in ("float16", "float32"):
-        raise ValueError(f"dtype must be float16 or float32, got {dtype!r}")
+        raise InputError(f"dtype must be float16 or float32, got {dtype!r}")
     if windows.ndim != 2 or windows.shape[1] <= skip_first:
-        raise ValueError(f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, "
+        raise InputError(f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, "
                          f"got shape {tuple(windows.shape)}")
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -166,7 +167,7 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     if meta is not None and {k: meta.get(k) for k in settings} != settings:
         other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
-        raise ValueError(f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
+        raise InputError(f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
                          "use another directory")
     if meta is not None and is_sealed(d):  # a finished pool: collected again if a file of it is damaged
         bad = verify(d, _pool_files(n_maps))

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UserError
 from ..runner.analysis import Config, param
 from ..storage import write_json
 
@@ -29,7 +30,7 @@ ARCHS = ("gpt", "llama")
 VARIANTS = ("none", "value_full", "attn", "gate", "value_excl_self")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A training or model configuration that cannot work."""
 
 

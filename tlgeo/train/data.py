@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
+from ..errors import InputError, UserError
 from ..storage import is_sealed, seal, verify, write_json
 
 __all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids", "repeated_halves", "predecessor_queries",
@@ -34,7 +35,7 @@ __all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids", "r
 EOS = 257  # byte tokenizer's <|eos|>, written between documents
 
 
-class EmptyDataError(ValueError):
+class EmptyDataError(UserError, ValueError):
     """No (or too little) text to train on."""
 
 
@@ -97,7 +98,7 @@ def repeated_halves(shortest: int, longest: int, n_tokens: int, seed: int = 0) -
     first (what induction heads do; Olsson et al. 2022), and with ``n`` varying, not by a fixed offset.
     Deterministic under ``seed``."""
     if not 1 <= shortest <= longest:
-        raise ValueError(f"repeat:<shortest>-<longest>: need 1 <= shortest <= longest, got {shortest}-{longest}")
+        raise InputError(f"repeat:<shortest>-<longest>: need 1 <= shortest <= longest, got {shortest}-{longest}")
     rng = np.random.default_rng(seed)
     made = 0
     while made < n_tokens:
@@ -118,7 +119,7 @@ def predecessor_queries(shortest: int, longest: int, n_tokens: int, seed: int = 
     where induction (a head reading ``r_(j+1)``) is K-composition. (Without the separator an answer, itself a token of
     ``r``, would look like a query.) About ``n_tokens`` ids in all; deterministic under ``seed``."""
     if not 2 <= shortest <= longest <= 256:
-        raise ValueError(f"predecessor:<shortest>-<longest>: need 2 <= shortest <= longest <= 256, got "
+        raise InputError(f"predecessor:<shortest>-<longest>: need 2 <= shortest <= longest <= 256, got "
                          f"{shortest}-{longest}")
     rng = np.random.default_rng(seed)
     made = 0
@@ -144,13 +145,13 @@ def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.n
         if not source.startswith(prefix):
             continue
         if tokenizer is not None:
-            raise ValueError(f"{source}: {what} are byte ids; train it with --tokenizer bytes")
+            raise InputError(f"{source}: {what} are byte ids; train it with --tokenizer bytes")
         spec, _, seed = source[len(prefix):].partition(":")
         lo, _, hi = spec.partition("-")
         try:
             shortest, longest, seed_ = int(lo), int(hi or lo), int(seed or 0)
         except ValueError:
-            raise ValueError(f"{source!r}: write {prefix}<n>[-<m>][:<seed>], e.g. {example}") from None
+            raise InputError(f"{source!r}: write {prefix}<n>[-<m>][:<seed>], e.g. {example}") from None
         yield from make(shortest, longest, max_tokens or REPEAT_TOKENS, seed_)
         return
     max_chars = None if max_tokens is None else 4 * max_tokens  # generous: tokens <= chars*4 bytes

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..errors import InputError
 from ..storage import seal, write_json
 
 from .config import ModelSpec, hf_config
@@ -30,7 +31,7 @@ def load_tokenizer(name: str = "bytes"):
 
     where = embedded_model_dir(name) if name in EMBEDDED_MODELS else Path(name)
     if not (Path(where) / "tokenizer_config.json").exists() and not (Path(where) / "tokenizer.json").exists():
-        raise ValueError(f"tokenizer {name!r}: no tokenizer files in {where} (use 'bytes', "
+        raise InputError(f"tokenizer {name!r}: no tokenizer files in {where} (use 'bytes', "
                          f"an embedded model {sorted(EMBEDDED_MODELS)} or an HF directory)")
     return AutoTokenizer.from_pretrained(str(where))
 

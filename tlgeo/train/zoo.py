@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError
 from ..storage import seal, write_json
 from .config import ModelSpec, TrainConfig
 
@@ -76,7 +77,7 @@ ZOO: dict[str, ZooModel] = {
 def zoo_model_dir(name: str, root: str | Path | None = None) -> Path:
     """The exported directory of zoo model ``name`` (under ``root``, default the repository's ``zoo/``)."""
     if name not in ZOO:
-        raise ValueError(f"unknown zoo model {name!r}; choose from {sorted(ZOO)}")
+        raise InputError(f"unknown zoo model {name!r}; choose from {sorted(ZOO)}")
     d = Path(root or ZOO_DIR) / name
     if not (d / "config.json").exists():
         raise FileNotFoundError(f"{d} holds no exported model: train it with scripts/train_zoo.py {name}")
@@ -112,7 +113,7 @@ def head_scores(model, *, n: int = 64, length: int = 20, seed: int = 0, duplicat
                                         previous_token_score)
 
     if duplicates not in ("repeat", "predecessor"):
-        raise ValueError(f"duplicates must be 'repeat' or 'predecessor', got {duplicates!r}")
+        raise InputError(f"duplicates must be 'repeat' or 'predecessor', got {duplicates!r}")
     tokens = repeated_batch(n, length, seed=seed)
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     with torch.no_grad():

@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ...errors import InputError
 from ...models import input_device
 from ...runner.identity import run_identity
 from ...runner.results import ResultLog
@@ -67,11 +68,11 @@ def greedy_generate(
     compute and drop but for one position, are never made.
     """
     if tokens.ndim != 2 or tokens.shape[1] == 0:
-        raise ValueError(f"tokens must be [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
+        raise InputError(f"tokens must be [batch, pos] with pos >= 1, got {tuple(tokens.shape)}")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if tokens.shape[1] + max_new_tokens > model.cfg.n_ctx:
-        raise ValueError(
+        raise InputError(
             f"prompt of {tokens.shape[1]} tokens + {max_new_tokens} new tokens exceeds the "
             f"model's context of {model.cfg.n_ctx} tokens"
         )
@@ -168,16 +169,16 @@ def evaluate_ruler(
     """
     tasks, lengths = list(tasks), list(lengths)
     if not tasks or not lengths:
-        raise ValueError(f"empty grid: tasks={tasks}, lengths={lengths}")
+        raise InputError(f"empty grid: tasks={tasks}, lengths={lengths}")
     for t in tasks:
         if t not in TASKS:
-            raise ValueError(f"unknown RULER task {t!r}; known tasks: {list(TASKS)}")
+            raise InputError(f"unknown RULER task {t!r}; known tasks: {list(TASKS)}")
     _Tok(model, template)  # an unknown template, or "chat" without a chat template, fails here
     n_ctx = model.cfg.n_ctx
     for L in lengths:
         extra = max_new_tokens if max_new_tokens is not None else max(TASKS[t].max_new_tokens for t in tasks)
         if L > n_ctx or L + extra > n_ctx:
-            raise ValueError(
+            raise InputError(
                 f"length {L} (+{extra} new tokens) exceeds the model's context of {n_ctx} tokens"
             )
     hooks = list(fwd_hooks)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ...errors import InputError
+
 __all__ = ["TEMPLATES", "prompt_ids"]
 
 TEMPLATES = ("base", "chat")
@@ -28,7 +30,7 @@ class _Tok:
 
     def __init__(self, tokenizer_or_model, template: str = "base"):
         if template not in TEMPLATES:
-            raise ValueError(f"unknown prompt template {template!r}; choose from {TEMPLATES}")
+            raise InputError(f"unknown prompt template {template!r}; choose from {TEMPLATES}")
         self.template = template
         obj = tokenizer_or_model
         if hasattr(obj, "tokenizer") and hasattr(obj, "cfg"):  # a model
@@ -43,10 +45,10 @@ class _Tok:
         else:
             raise TypeError(f"expected a tokenizer or a model with .tokenizer, got {type(obj).__name__}")
         if self.tok is None:
-            raise ValueError("the model has no tokenizer: RULER prompts need one")
+            raise InputError("the model has no tokenizer: RULER prompts need one")
         self.bos = self.tok.bos_token_id if prepend and template == "base" else None
         if template == "chat" and not getattr(self.tok, "chat_template", None):
-            raise ValueError(
+            raise InputError(
                 f"template='chat' needs a tokenizer with a chat template; "
                 f"{getattr(self.tok, 'name_or_path', type(self.tok).__name__)!r} has none (use template='base')"
             )

@@ -7,16 +7,18 @@ from typing import Sequence
 
 import numpy as np
 
+from ...errors import InputError
+
 __all__ = ["string_match_all", "string_match_part", "first_word", "METRICS"]
 
 
 def _check(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
     if len(preds) != len(refs):
-        raise ValueError(f"{len(preds)} predictions for {len(refs)} reference lists")
+        raise InputError(f"{len(preds)} predictions for {len(refs)} reference lists")
     if not preds:
-        raise ValueError("no predictions to score")
+        raise InputError("no predictions to score")
     if any(len(r) == 0 for r in refs):
-        raise ValueError("a reference list is empty")
+        raise InputError("a reference list is empty")
 
 
 def string_match_all(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .prompts import _ANSWER, _Tok
+from ...errors import InputError
 
 __all__ = ["Sample", "TaskSpec", "TASKS", "TASK_NAMES", "HAYSTACKS", "NOISE", "make_task"]
 
@@ -133,7 +134,7 @@ def _fit_haystack(
     fixed = tok.count(render(""))
     budget = length - fixed
     if budget < 16:
-        raise ValueError(
+        raise InputError(
             f"{what}: length {length} leaves {budget} tokens of haystack after the template and "
             f"needles ({fixed} tokens); use a length of at least {fixed + 16}"
         )
@@ -392,13 +393,13 @@ def _distinct(rng: np.random.Generator, pool: Sequence[str], n: int) -> list[str
             out.append(w)
             if len(out) == n:
                 return out
-    raise ValueError(f"word pool too small for {n} distinct words")
+    raise InputError(f"word pool too small for {n} distinct words")
 
 
 def _fit_count(tok, length: int, render: Callable[[int], str], lo: int, hi: int, what: str) -> tuple[str, int]:
     """The largest ``n`` in ``[lo, hi]`` with ``render(n)`` at most ``length`` tokens (binary search)."""
     if tok.count(render(lo)) > length:
-        raise ValueError(f"{what}: length {length} is too short for the task ({tok.count(render(lo))} tokens at minimum)")
+        raise InputError(f"{what}: length {length} is too short for the task ({tok.count(render(lo))} tokens at minimum)")
     while tok.count(render(hi)) <= length:
         lo, hi = hi, hi * 2
         if hi > 10**6:
@@ -428,7 +429,7 @@ def _cwe(tok, length, rng, haystack, k=10, freq_cw=30, freq_ucw=3):
     est = max(1, int((length - fixed) / per_entry))
     f_cw = int(min(freq_cw, max(freq_ucw + 2, est // (2 * k))))
     if k * f_cw > est:
-        raise ValueError(
+        raise InputError(
             f"cwe: length {length} is too short for {k} common words seen {f_cw} times "
             f"(about {int(fixed + k * f_cw * per_entry)} tokens at least)"
         )
@@ -436,7 +437,7 @@ def _cwe(tok, length, rng, haystack, k=10, freq_cw=30, freq_ucw=3):
 
     def render(n_rare: int, n_once: int = 0) -> str:
         if n_rare + n_once > len(rare):
-            raise ValueError(f"cwe: length {length} too large for the word pool ({len(rare)} rare words)")
+            raise InputError(f"cwe: length {length} too large for the word pool ({len(rare)} rare words)")
         lst = [w for w in common for _ in range(f_cw)] + [w for w in rare[:n_rare] for _ in range(freq_ucw)]
         lst += rare[n_rare : n_rare + n_once]  # fine length adjustment: words seen once
         np.random.default_rng(order_seed).shuffle(lst)
@@ -481,7 +482,7 @@ def _fwe(tok, length, rng, haystack, alpha=2.0, n_answers=3):
     prompt, _ = _fit_count(tok, length, lambda m: render(total, m), 0, 4, "fwe")
     counts = np.floor(weights * total).astype(int)
     if not (counts[1] > counts[2] > counts[3] > counts[4]):
-        raise ValueError(f"fwe: length {length} too short for distinct top-{n_answers} counts")
+        raise InputError(f"fwe: length {length} too short for distinct top-{n_answers} counts")
     return prompt, tuple(vocab[1 : 1 + n_answers])
 
 
@@ -540,20 +541,20 @@ def make_task(
     the length counts the template's tokens). Deterministic in ``seed``.
     """
     if task not in TASKS:
-        raise ValueError(f"unknown RULER task {task!r}; known tasks: {list(TASKS)}")
+        raise InputError(f"unknown RULER task {task!r}; known tasks: {list(TASKS)}")
     if haystack not in HAYSTACKS:
-        raise ValueError(f"unknown haystack {haystack!r}; choose from {HAYSTACKS}")
+        raise InputError(f"unknown haystack {haystack!r}; choose from {HAYSTACKS}")
     if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}")
+        raise InputError(f"n_samples must be a positive integer, got {n_samples!r}")
     if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive integer, got {length!r}")
+        raise InputError(f"length must be a positive integer, got {length!r}")
     tok = _Tok(tokenizer_or_model, template)
     if tok.n_ctx is not None and length > tok.n_ctx:
-        raise ValueError(f"length {length} exceeds the model's context of {tok.n_ctx} tokens")
+        raise InputError(f"length {length} exceeds the model's context of {tok.n_ctx} tokens")
     spec = TASKS[task]
     unknown = set(options) - set(spec.options)
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for {task}; known: {sorted(spec.options)}")
+        raise InputError(f"unknown option(s) {sorted(unknown)} for {task}; known: {sorted(spec.options)}")
     opts = {**spec.options, **options}
     if depths is None:
         ds = [(i + 0.5) / n_samples for i in range(n_samples)]
@@ -562,9 +563,9 @@ def make_task(
     else:
         ds = [float(d) for d in depths]
         if len(ds) != n_samples:
-            raise ValueError(f"got {len(ds)} depths for {n_samples} samples")
+            raise InputError(f"got {len(ds)} depths for {n_samples} samples")
     if any(not 0.0 <= d <= 1.0 for d in ds):
-        raise ValueError(f"depths must lie in [0, 1], got {ds}")
+        raise InputError(f"depths must lie in [0, 1], got {ds}")
 
     out = []
     for i in range(n_samples):

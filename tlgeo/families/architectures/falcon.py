@@ -1,6 +1,6 @@
 """Falcon: parallel attention + MLP from one shared norm, multi-query attention."""
 
-from ..family import Family, layers_elsewhere
+from ..family import Family
 
 FAMILY = Family(
     "falcon", "falcon", "FalconConfig",
@@ -8,6 +8,5 @@ FAMILY = Family(
          multi_query=True, parallel_attn=True, alibi=False),
     norm="LayerNorm", parallel=True,
     layer_path="transformer.h",
-    support={"compression": layers_elsewhere("falcon")},
     differs="parallel attention + MLP from one shared norm; multi-query attention (one KV head)",
 )

@@ -1,6 +1,6 @@
 """GPT-2: LayerNorm and learned absolute positions."""
 
-from ..family import Family, layers_elsewhere
+from ..family import Family
 
 FAMILY = Family(
     "gpt2", "gpt2", "GPT2Config", dict(n_embd=64, n_layer=3, n_head=4, n_positions=256), norm="LayerNorm",
@@ -13,6 +13,5 @@ FAMILY = Family(
         },
     },
     layer_path="transformer.h",
-    support={"compression": layers_elsewhere("gpt2")},
     differs="LayerNorm and learned absolute positions",
 )

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from ..family import Family, layers_elsewhere
+from ..family import Family
 
 
 def _pythia(hidden: int, intermediate: int) -> dict[str, Any]:
@@ -25,6 +25,5 @@ FAMILY = Family(
         "EleutherAI/pythia-1.4b": _pythia(2048, 8192),
     },
     layer_path="gpt_neox.layers",
-    support={"compression": layers_elsewhere("gpt_neox")},
     differs="parallel attention + MLP: both read resid_pre (no resid_mid); LayerNorm; partial rotary",
 )

@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from ..family import Family, layers_elsewhere
+from ..family import Family
 
 TINY = dict(hidden_size=64, ffn_dim=160, num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=256,
             word_embed_proj_dim=64)
@@ -25,7 +25,6 @@ FAMILY = Family(
     "opt", "opt", "OPTConfig", TINY, norm="LayerNorm", positions="absolute",
     checkpoints={"facebook/opt-1.3b": checkpoint(2048, 8192, 32, pre_ln=True, proj=2048)},
     layer_path="model.decoder.layers",
-    support={"compression": layers_elsewhere("opt")},
     workarounds=WORKAROUNDS,
     differs="LayerNorm and learned absolute positions",
 )

@@ -1,6 +1,6 @@
 """Post-LN OPT (OPT-350m, ``do_layer_norm_before=False``): the residual renormalised after each add."""
 
-from ..family import Family, layers_elsewhere
+from ..family import Family
 from .opt import TINY, WORKAROUNDS, checkpoint
 
 FAMILY = Family(
@@ -10,7 +10,6 @@ FAMILY = Family(
     when={"do_layer_norm_before": False},
     checkpoints={"facebook/opt-350m": checkpoint(1024, 4096, 16, pre_ln=False, proj=512)},
     layer_path="model.decoder.layers",
-    support={"compression": layers_elsewhere("opt_post_ln")},
     workarounds=WORKAROUNDS,
     differs="post-LN: the residual is renormalised after each add, so the state an update is added to "
             "is not the state the next sublayer reads",

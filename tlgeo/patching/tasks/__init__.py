@@ -40,6 +40,7 @@ from .greater_than import CENTURIES, YEAR_NOUNS, greater_than_task
 from .induction import induction_task, predecessor_task
 from .ioi import IOI_TEMPLATES, NAMES, OBJECTS, PLACES, ioi_task
 from .tracr import tracr_task
+from ...errors import InputError
 
 __all__ = [
     "METRICS", "TaskError", "Task", "logit_diff", "prob_diff", "logprob",
@@ -62,7 +63,7 @@ def build_task(name: str, model, *, n: int, seed: int = 0, **kwargs: Any) -> Tas
     """Task ``name`` of :data:`TASKS` on ``model``'s tokenizer: BOS first when the model prepends one,
     ``d_vocab`` checked; ``kwargs`` go to the builder (``paradigms=``, ``length=``)."""
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {list(TASKS)}")
+        raise InputError(f"unknown task {name!r}; known tasks: {list(TASKS)}")
     tok = model.tokenizer
     bos = tok.bos_token_id if model.cfg.default_prepend_bos else None
     d_vocab = int(model.cfg.d_vocab)
@@ -87,7 +88,7 @@ def clean_accuracy(model, task: Task, *, batch_size: int = 32) -> dict[str, floa
     """How well ``model`` does ``task``: ``n``, ``accuracy`` and ``corrupted_accuracy`` (score > 0, or for
     ``logprob`` the top token is ``correct[:, 0]``), ``clean_metric`` and ``corrupted_metric`` (mean scores)."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     out: dict[str, float] = {"n": task.n}
     for label, tokens in (("clean", task.clean), ("corrupted", task.corrupted)):
         logits = _end_logits(model, tokens, batch_size)

@@ -6,6 +6,7 @@ import random
 from collections import defaultdict
 from typing import Sequence
 
+from ...errors import InputError
 from ...evals.blimp import AGREEMENT, blimp_rows
 from .base import Task, _Candidate, _check_n, _encode, _make_task, _select
 
@@ -38,13 +39,13 @@ def agreement_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None,
     _check_n(n)
     paradigms = tuple(paradigms)
     if not paradigms:
-        raise ValueError(f"no paradigms given; one-prefix ones: {list(ONE_PREFIX)}")
+        raise InputError(f"no paradigms given; one-prefix ones: {list(ONE_PREFIX)}")
     rng = random.Random(seed)
     cands: list[_Candidate] = []
     for paradigm in paradigms:
         rows = [r for r in blimp_rows(paradigm) if r.get("one_prefix_method")]
         if not rows:
-            raise ValueError(f"BLiMP paradigm {paradigm!r} has no one-prefix rows; choose from {list(ONE_PREFIX)}")
+            raise InputError(f"BLiMP paradigm {paradigm!r} has no one-prefix rows; choose from {list(ONE_PREFIX)}")
         items, seen = [], set()
         for r in rows:
             key = (r["one_prefix_prefix"], r["one_prefix_word_good"], r["one_prefix_word_bad"])

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from ...errors import OutOfRangeError, spans
+from ...errors import InputError, OutOfRangeError, UserError, spans
 
 __all__ = ["TaskError", "Task", "METRICS", "logit_diff", "prob_diff", "logprob", "value"]
 
 
-class TaskError(ValueError):
+class TaskError(UserError, ValueError):
     """A builder cannot build its task on this tokenizer (or from this data)."""
 
 
@@ -110,72 +110,72 @@ class Task:
     def __post_init__(self) -> None:
         name = f"task {self.name!r}"
         if self.metric not in METRICS:
-            raise ValueError(f"{name}: unknown metric {self.metric!r}; known metrics: {list(METRICS)}")
+            raise InputError(f"{name}: unknown metric {self.metric!r}; known metrics: {list(METRICS)}")
         for f in ("clean", "corrupted"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2:
-                raise ValueError(f"{name}: {f} must be a 2-D integer tensor [n, pos] of token ids, got "
+                raise InputError(f"{name}: {f} must be a 2-D integer tensor [n, pos] of token ids, got "
                                  f"{type(t).__name__} {getattr(t, 'dtype', '')} "
                                  f"of shape {tuple(getattr(t, 'shape', ()))}")
         if self.clean.shape != self.corrupted.shape:
-            raise ValueError(f"{name}: clean and corrupted must have the same shape (the task needs aligned "
+            raise InputError(f"{name}: clean and corrupted must have the same shape (the task needs aligned "
                              f"positions), got clean {tuple(self.clean.shape)} "
                              f"and corrupted {tuple(self.corrupted.shape)}")
         n, pos = self.clean.shape
         if n == 0:
-            raise ValueError(f"{name}: no prompts (n == 0)")
+            raise InputError(f"{name}: no prompts (n == 0)")
         if pos == 0:
-            raise ValueError(f"{name}: prompts have no tokens (pos == 0)")
+            raise InputError(f"{name}: prompts have no tokens (pos == 0)")
         for f in ("clean", "corrupted"):
             t = getattr(self, f)
             if (t < 0).any():
-                raise ValueError(f"{name}: {f} has negative token ids")
+                raise InputError(f"{name}: {f} has negative token ids")
         for f in ("correct", "wrong"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2 or t.shape[0] != n or t.shape[1] < 1:
-                raise ValueError(f"{name}: {f} must be an integer tensor [n, k] with n = {n} and k >= 1 "
+                raise InputError(f"{name}: {f} must be an integer tensor [n, k] with n = {n} and k >= 1 "
                                  f"(padded with -1), got {type(t).__name__} {getattr(t, 'dtype', '')} "
                                  f"of shape {tuple(getattr(t, 'shape', ()))}")
             if (t < -1).any():
-                raise ValueError(f"{name}: {f} has ids below -1 (-1 is the only padding value)")
+                raise InputError(f"{name}: {f} has ids below -1 (-1 is the only padding value)")
         no_correct = (self.correct < 0).all(1)
         if no_correct.any():
             rows = no_correct.nonzero().flatten()[:5].tolist()
-            raise ValueError(f"{name}: row(s) {rows} of correct have no valid id")
+            raise InputError(f"{name}: row(s) {rows} of correct have no valid id")
         if self.metric == "logprob" and (self.correct[:, 0] < 0).any():
             bad = (self.correct[:, 0] < 0).nonzero().flatten()[:5].tolist()
-            raise ValueError(f"{name}: metric 'logprob' scores correct[:, 0], which is -1 in row(s) {bad}")
+            raise InputError(f"{name}: metric 'logprob' scores correct[:, 0], which is -1 in row(s) {bad}")
         if self.metric in ("logit_diff", "prob_diff"):
             no_wrong = (self.wrong < 0).all(1)
             if no_wrong.any():
-                raise ValueError(f"{name}: metric {self.metric!r} needs a wrong id in every row; row(s) "
+                raise InputError(f"{name}: metric {self.metric!r} needs a wrong id in every row; row(s) "
                                  f"{no_wrong.nonzero().flatten()[:5].tolist()} of wrong are empty (all -1)")
             same = [i for i in range(n) if _ids(self.correct[i]) == _ids(self.wrong[i])]
             if same:
-                raise ValueError(f"{name}: row(s) {same[:5]} have the same correct and wrong ids, so their metric "
+                raise InputError(f"{name}: row(s) {same[:5]} have the same correct and wrong ids, so their metric "
                                  f"{self.metric!r} is constant (0 whatever the model does)")
         if self.d_vocab is not None:
             for f in ("clean", "corrupted", "correct", "wrong"):
                 top = int(getattr(self, f).max())
                 if top >= self.d_vocab:
-                    raise ValueError(f"{name}: {f} has token id {top} >= d_vocab {self.d_vocab}")
+                    raise InputError(f"{name}: {f} has token id {top} >= d_vocab {self.d_vocab}")
         for f in ("prompts", "corrupted_prompts"):
             texts = tuple(getattr(self, f))
             if texts and len(texts) != n:
-                raise ValueError(f"{name}: {f} must be empty or hold one text per prompt ({n}), got {len(texts)}")
+                raise InputError(f"{name}: {f} must be empty or hold one text per prompt ({n}), got {len(texts)}")
             object.__setattr__(self, f, texts)
         end = torch.full((n,), pos - 1, dtype=torch.long, device=self.clean.device)
         positions: dict[str, Tensor] = {}
         for key, p in dict(self.positions).items():
             p = torch.as_tensor(p, device=self.clean.device)
             if not _is_int(p) or p.shape != (n,):
-                raise ValueError(f"{name}: position {key!r} must be {n} integer token indices, "
+                raise InputError(f"{name}: position {key!r} must be {n} integer token indices, "
                                  f"got shape {tuple(p.shape)} dtype {p.dtype}")
             if ((p < 0) | (p >= pos)).any():
-                raise ValueError(f"{name}: position {key!r} is out of range [0, {pos}): "
+                raise InputError(f"{name}: position {key!r} is out of range [0, {pos}): "
                                  f"min {int(p.min())}, max {int(p.max())}")
             if key == "end" and not torch.equal(p.long(), end):
-                raise ValueError(f"{name}: position 'end' must be pos - 1 = {pos - 1} in every row")
+                raise InputError(f"{name}: position 'end' must be pos - 1 = {pos - 1} in every row")
             positions[key] = p.long()
         positions["end"] = end
         for f in ("clean", "corrupted", "correct", "wrong"):
@@ -190,7 +190,7 @@ class Task:
     def score(self, logits: Float[Tensor, "n vocab"]) -> Float[Tensor, "n"]:
         """The metric per prompt from the final position's logits (float32, differentiable, on their device)."""
         if logits.ndim != 2 or logits.shape[0] != self.n:
-            raise ValueError(f"task {self.name!r}: score takes the final position's logits [n={self.n}, vocab], "
+            raise InputError(f"task {self.name!r}: score takes the final position's logits [n={self.n}, vocab], "
                              f"got shape {tuple(logits.shape)}")
         return METRICS[self.metric](logits, self.correct, self.wrong)
 
@@ -209,7 +209,7 @@ class Task:
             t = torch.as_tensor(idx)
             if t.dtype == torch.bool:
                 if t.shape != (self.n,):
-                    raise ValueError(f"task {self.name!r}: a boolean mask needs {self.n} entries, got {tuple(t.shape)}")
+                    raise InputError(f"task {self.name!r}: a boolean mask needs {self.n} entries, got {tuple(t.shape)}")
                 t = t.nonzero().flatten()
             rows = t.flatten().tolist()
             bad = [i for i in rows if not -self.n <= i < self.n]
@@ -258,7 +258,7 @@ def _decode(tokenizer, ids: Sequence[int]) -> str:
 
 def _check_n(n: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise InputError(f"n must be a positive integer, got {n!r}")
 
 
 def _select(cands: Sequence[_Candidate], n: int, seed: int, what: str) -> list[_Candidate]:

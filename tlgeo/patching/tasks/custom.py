@@ -9,6 +9,7 @@ from typing import Sequence
 import torch
 
 from .base import Task, TaskError, _decode, _encode
+from ...errors import InputError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -26,7 +27,7 @@ def task_from_texts(model, name: str, clean: Sequence[str], corrupted: Sequence[
     n = len(clean)
     for what, seq in (("corrupted", corrupted), ("correct", correct)) + ((("wrong", wrong),) if wrong else ()):
         if len(seq) != n:
-            raise ValueError(f"task {name!r}: {len(seq)} {what} entries for {n} clean prompts")
+            raise InputError(f"task {name!r}: {len(seq)} {what} entries for {n} clean prompts")
     bos = [tok.bos_token_id] if model.cfg.default_prepend_bos and tok.bos_token_id is not None else []
     problems: list[str] = []
     rows = []

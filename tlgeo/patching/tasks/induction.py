@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Task, TaskError, _check_n
+from ...errors import InputError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -17,7 +18,7 @@ def _ordinary_ids(tokenizer, n: int, length: int, need: int, min_id: int | None,
     tokens; the tokenizer's size) less the special ids; ``TaskError`` when fewer than ``need`` are left."""
     _check_n(n)
     if not isinstance(length, int) or length < 2:
-        raise ValueError(f"length must be an integer >= 2, got {length!r}")
+        raise InputError(f"length must be an integer >= 2, got {length!r}")
     size = len(tokenizer)
     lo = (3 if size < 300 else 100) if min_id is None else int(min_id)
     hi = size if max_id is None else int(max_id)
