@@ -24,6 +24,7 @@ keeps in host memory (state pools, CPU copies; on a GPU it is listed beside the 
 
 from __future__ import annotations
 
+from .errors import InputError
 import csv
 import functools
 import json
@@ -222,7 +223,7 @@ def model_shape(name: str) -> ModelShape:
     if name in SEED_CHECKPOINTS:
         family = family_of_config(SEED_CHECKPOINTS[name])
         if family is not None and not family.attention:
-            raise ValueError(f"{name}: the planner counts attention and MLP FLOPs; {family.name} has neither")
+            raise InputError(f"{name}: the planner counts attention and MLP FLOPs; {family.name} has neither")
         return ModelShape.from_hf_config(SEED_CHECKPOINTS[name], name)
     if name in EMBEDDED_MODELS:
         return ModelShape.from_hf_config(json.loads((embedded_model_dir(name) / "config.json").read_text()), name)
@@ -335,7 +336,7 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
     memory (in the peak on a CPU, beside it on a GPU) and (CPU) the process."""
     dev = DEVICES[device] if isinstance(device, str) else device
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose from {list(DTYPE_BYTES)}")
+        raise InputError(f"unknown dtype {dtype!r}; choose from {list(DTYPE_BYTES)}")
     cal = calib or calibration()
     rate = dev.forward_flops(dtype, threads, cal) if any(w.tokens for w in work) else 1.0
     block = 0.0 if dev.gpu else cal.value("forward.block", threads=threads, device=dev.name)

@@ -4,6 +4,7 @@ token and position embeddings, ReLU MLPs and an unembedding onto the program's o
 
 from __future__ import annotations
 
+from ..errors import InputError
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -44,6 +45,6 @@ class TracrConfig(PreTrainedConfig):
     def validate_architecture(self):
         """One line naming the bad value (``output_kind``, the activation)."""
         if self.output_kind not in ("categorical", "numerical"):
-            raise ValueError(f"output_kind must be 'categorical' or 'numerical', got {self.output_kind!r}")
+            raise InputError(f"output_kind must be 'categorical' or 'numerical', got {self.output_kind!r}")
         if self.hidden_act != "relu":
-            raise ValueError(f"tracr's MLPs are ReLU MLPs: hidden_act must be 'relu', got {self.hidden_act!r}")
+            raise InputError(f"tracr's MLPs are ReLU MLPs: hidden_act must be 'relu', got {self.hidden_act!r}")

@@ -15,6 +15,7 @@ TransformerLens's adapter factory; the bridge's boot imports this module (the fa
 
 from __future__ import annotations
 
+from ..errors import InputError
 import contextlib
 import math
 from typing import Any, Callable, Iterator, Optional
@@ -89,7 +90,7 @@ def _keep(s: int, t: int, causal: bool, attention_mask: Optional[torch.Tensor], 
     if attention_mask.dim() == 4:
         m = attention_mask[..., -s:, -t:].to(device)
         return keep & (m if m.dtype == torch.bool else m > -1.0)
-    raise ValueError(f"attention_mask must be 2-D [batch, seq] or 4-D, got shape {tuple(attention_mask.shape)}")
+    raise InputError(f"attention_mask must be 2-D [batch, seq] or 4-D, got shape {tuple(attention_mask.shape)}")
 
 
 class TracrMLP(nn.Module):
@@ -161,7 +162,7 @@ class TracrModel(TracrPreTrainedModel):
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         s = past + inputs_embeds.shape[1]
         if s > self.config.max_position_embeddings:
-            raise ValueError(f"{s} positions: this model has {self.config.max_position_embeddings} "
+            raise InputError(f"{s} positions: this model has {self.config.max_position_embeddings} "
                              f"(a compiled program: BOS and max_seq_len = {self.config.max_position_embeddings - 1})")
         if position_ids is None:
             position_ids = torch.arange(past, s, device=inputs_embeds.device)[None]

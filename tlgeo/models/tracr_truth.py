@@ -24,6 +24,7 @@ all-zero weights and appear in no edge. The file's format, field by field:
 
 from __future__ import annotations
 
+from ..errors import InputError
 import json
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def edge_scores(found, truth: dict, *, ports: bool = True) -> dict:
     found = {tuple(e) for e in found}
     width = {len(e) for e in found}
     if width - {3 if ports else 2}:
-        raise ValueError(f"edges are {'(sender, receiver, port)' if ports else '(sender, receiver)'} tuples; got "
+        raise InputError(f"edges are {'(sender, receiver, port)' if ports else '(sender, receiver)'} tuples; got "
                          f"some of {sorted(width)} items (ports={ports})")
     true = truth_edges(truth, ports=ports)
     hit = found & true

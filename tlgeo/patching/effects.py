@@ -20,6 +20,7 @@ many tests its q was adjusted over.
 
 from __future__ import annotations
 
+from ..errors import InputError
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -42,12 +43,12 @@ CALIBRATED_PROMPTS = {"exact": 16, "paths": 32, "attribution": 64}
 def _num(patched, clean, corrupted, direction: str) -> np.ndarray:
     p, c, k = (np.asarray(x, dtype=np.float64) for x in (patched, clean, corrupted))
     if not p.shape == c.shape == k.shape:
-        raise ValueError(f"patched {p.shape}, clean {c.shape} and corrupted {k.shape} metrics must match")
+        raise InputError(f"patched {p.shape}, clean {c.shape} and corrupted {k.shape} metrics must match")
     if direction == "denoise":
         return p - k
     if direction == "noise":
         return c - p
-    raise ValueError(f"unknown direction {direction!r}; choose from ('denoise', 'noise')")
+    raise InputError(f"unknown direction {direction!r}; choose from ('denoise', 'noise')")
 
 
 def _gap(clean, corrupted) -> np.ndarray:

@@ -14,6 +14,7 @@ Steiger's (1980) Z on Fisher-transformed coefficients, with the correlation of
 
 from __future__ import annotations
 
+from ..errors import InputError
 import warnings
 from typing import NamedTuple
 
@@ -40,15 +41,15 @@ def spearman_ci(x, y, *, groups=None, n_boot: int = 1000, seed: int = 0, level: 
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
-        raise ValueError(f"x and y must be 1-d of the same length, got shapes {x.shape} and {y.shape}")
+        raise InputError(f"x and y must be 1-d of the same length, got shapes {x.shape} and {y.shape}")
     if len(x) < 3:
-        raise ValueError(f"a rank correlation needs at least 3 items, got {len(x)}")
+        raise InputError(f"a rank correlation needs at least 3 items, got {len(x)}")
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        raise ValueError("x and y must be finite")
+        raise InputError("x and y must be finite")
     rho = float(spearmanr(x, y).statistic) if np.ptp(x) > 0 and np.ptp(y) > 0 else float("nan")
     groups = np.arange(len(x)) if groups is None else np.asarray(groups)
     if groups.shape != x.shape:
-        raise ValueError(f"groups has {len(groups)} entries for {len(x)} items")
+        raise InputError(f"groups has {len(groups)} entries for {len(x)} items")
     by_length: dict[int, list[np.ndarray]] = {}  # resamples of unequal groups differ in length
     for idx in group_resamples(groups, n_boot, seed):
         by_length.setdefault(len(idx), []).append(idx)
@@ -92,7 +93,7 @@ def steiger_z(r_ay: float, r_by: float, r_ab: float, n: int) -> tuple[float, flo
     from scipy.stats import norm
 
     if n < 4:
-        raise ValueError(f"Steiger's test needs at least 4 items, got {n}")
+        raise InputError(f"Steiger's test needs at least 4 items, got {n}")
     rs = [max(min(float(r), 1 - 1e-12), -1 + 1e-12) for r in (r_ay, r_by)]
     rbar = (rs[0] + rs[1]) / 2
     psi = r_ab * (1 - 2 * rbar**2) - 0.5 * rbar**2 * (1 - 2 * rbar**2 - r_ab**2)
@@ -108,13 +109,13 @@ def compare_correlations(a, b, y, *, n_boot: int = 2000, seed: int = 0, level: f
 
     a, b, y = (np.asarray(v, dtype=float) for v in (a, b, y))
     if not (a.shape == b.shape == y.shape) or a.ndim != 1:
-        raise ValueError(f"a, b and y must be 1-d of one length, got {a.shape}, {b.shape}, {y.shape}")
+        raise InputError(f"a, b and y must be 1-d of one length, got {a.shape}, {b.shape}, {y.shape}")
     if len(a) < 4:
-        raise ValueError(f"comparing correlations needs at least 4 items, got {len(a)}")
+        raise InputError(f"comparing correlations needs at least 4 items, got {len(a)}")
     if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(y).all()):
-        raise ValueError("a, b and y must be finite")
+        raise InputError("a, b and y must be finite")
     if method not in ("spearman", "pearson"):
-        raise ValueError(f"method must be 'spearman' or 'pearson', got {method!r}")
+        raise InputError(f"method must be 'spearman' or 'pearson', got {method!r}")
     corr = (lambda u, v: spearmanr(u, v).statistic) if method == "spearman" else (lambda u, v: pearsonr(u, v)[0])
 
     def rho(u, v):
@@ -235,14 +236,14 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     undefined, e.g. for a constant column); ``partial`` only with ``controls``. The ``n`` items must be finite."""
     x = np.asarray(x, dtype=float)
     if x.ndim != 2 or x.shape[0] < 3:
-        raise ValueError(f"x must be [n >= 3, k], got shape {x.shape}")
+        raise InputError(f"x must be [n >= 3, k], got shape {x.shape}")
     if not np.isfinite(x).all():
-        raise ValueError("x must be finite")
+        raise InputError("x must be finite")
     groups = np.arange(len(x)) if groups is None else np.asarray(groups)
     if groups.shape != (len(x),):
-        raise ValueError(f"groups has {groups.size} entries for {len(x)} items")
+        raise InputError(f"groups has {groups.size} entries for {len(x)} items")
     if n_boot < 1:
-        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+        raise InputError(f"n_boot must be at least 1, got {n_boot}")
     boots = np.stack([_spearman_matrix(x[idx]) for idx in group_resamples(groups, n_boot, seed)])
     rho = _spearman_matrix(x)
     low, high, se, p = _boot_summary(boots, rho, len(np.unique(groups)) - 1, level)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,9 +24,9 @@ def _arrays(x, labels) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64)
     labels = np.asarray(labels)
     if x.ndim != 2 or len(x) != len(labels):
-        raise ValueError(f"points must be [n, d] with one label each, got {x.shape} and {labels.shape}")
+        raise InputError(f"points must be [n, d] with one label each, got {x.shape} and {labels.shape}")
     if len(np.unique(labels)) < 2:
-        raise ValueError("group discrimination needs at least two groups")
+        raise InputError("group discrimination needs at least two groups")
     return x, labels
 
 
@@ -36,7 +37,7 @@ def silhouette(x, labels, metric: str = "cosine") -> float:
     x, labels = _arrays(x, labels)
     n_groups = len(np.unique(labels))
     if n_groups >= len(x):
-        raise ValueError(f"a silhouette of {n_groups} groups needs more than {n_groups} points (got {len(x)}): "
+        raise InputError(f"a silhouette of {n_groups} groups needs more than {n_groups} points (got {len(x)}): "
                          "give at least two per group")
     return float(silhouette_score(x, labels, metric=metric))
 
@@ -74,7 +75,7 @@ class GapTest:
 def cosine_gap_test(x, labels, n_shuffles: int = 20, seed: int = 0, center: bool = True) -> GapTest:
     """:func:`cosine_gap` against ``n_shuffles`` random relabellings (the authors: 20)."""
     if n_shuffles < 2:
-        raise ValueError(f"n_shuffles must be at least 2, got {n_shuffles}")
+        raise InputError(f"n_shuffles must be at least 2, got {n_shuffles}")
     x, labels = _arrays(x, labels)
     cos = _cosines(x, center)
     obs = _gap(cos, labels)
@@ -96,7 +97,7 @@ def group_angles(a, b, k: int = 4, center: bool = True) -> np.ndarray:
         if center:
             x = x - x.mean(0)
         if not 1 <= k <= min(x.shape):
-            raise ValueError(f"k={k} axes asked of a group of {x.shape[0]} points in {x.shape[1]} dimensions")
+            raise InputError(f"k={k} axes asked of a group of {x.shape[0]} points in {x.shape[1]} dimensions")
         _, _, vt = np.linalg.svd(x, full_matrices=False)
         bases.append(vt[:k].T)
     return np.sort(np.degrees(subspace_angles(*bases)))

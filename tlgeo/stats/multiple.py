@@ -14,6 +14,7 @@ allowed)."""
 
 from __future__ import annotations
 
+from ..errors import InputError
 import numpy as np
 
 __all__ = ["wald_pvalue", "mean_test_pvalue", "significant_digits", "bh_qvalues", "proportion_ci"]
@@ -36,7 +37,7 @@ def wald_pvalue(estimate, se, df=None) -> np.ndarray:
     se = np.asarray(se, dtype=np.float64)
     est, se = np.broadcast_arrays(est, se)
     if np.any(se < 0):
-        raise ValueError("standard errors must be >= 0")
+        raise InputError("standard errors must be >= 0")
     p = np.ones(est.shape)
     ok = np.isfinite(est) & np.isfinite(se)
     pos = ok & (se > 0)
@@ -83,7 +84,7 @@ def bh_qvalues(pvalues) -> np.ndarray:
     q = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
     if np.any((p[ok] < 0) | (p[ok] > 1)):
-        raise ValueError("p-values must lie in [0, 1]")
+        raise InputError("p-values must lie in [0, 1]")
     if ok.any():
         q[ok] = false_discovery_control(p[ok], method="bh")
     return q
@@ -95,7 +96,7 @@ def proportion_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     if n == 0:
         return float("nan"), float("nan")
     if not 0 <= k <= n:
-        raise ValueError(f"k = {k} successes out of n = {n}: need 0 <= k <= n")
+        raise InputError(f"k = {k} successes out of n = {n}: need 0 <= k <= n")
     from scipy.stats import binomtest
 
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")

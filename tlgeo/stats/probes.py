@@ -12,6 +12,7 @@ independent.
 
 from __future__ import annotations
 
+from ..errors import InputError
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -43,10 +44,10 @@ def probe_features(h: np.ndarray, kind: str) -> np.ndarray:
     """Features ``[n, d]`` (direction), ``[n, 1]`` (magnitude) or ``[n, d + 1]`` (both) of states
     ``h [n, d]``, float64. A zero state has direction 0 (no NaN)."""
     if kind not in FEATURES:
-        raise ValueError(f"unknown probe features {kind!r}; choose from {FEATURES}")
+        raise InputError(f"unknown probe features {kind!r}; choose from {FEATURES}")
     h = np.asarray(h, dtype=np.float64)
     if h.ndim != 2:
-        raise ValueError(f"states must be [n, d], got shape {h.shape}")
+        raise InputError(f"states must be [n, d], got shape {h.shape}")
     norm = np.linalg.norm(h, axis=1, keepdims=True)
     if kind == "magnitude":
         return norm
@@ -81,15 +82,15 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
 
     ``groups [n_test]``: the bootstrap resamples these units (default: each test item)."""
     if task not in TASKS:
-        raise ValueError(f"unknown probe task {task!r}; choose from {TASKS}")
+        raise InputError(f"unknown probe task {task!r}; choose from {TASKS}")
     x_train, x_test = np.asarray(x_train, dtype=np.float64), np.asarray(x_test, dtype=np.float64)
     y_train, y_test = np.asarray(y_train), np.asarray(y_test)
     if len(x_train) < 2 or len(x_test) < 1:
-        raise ValueError(f"a probe needs >= 2 training and >= 1 test items, got {len(x_train)} and {len(x_test)}")
+        raise InputError(f"a probe needs >= 2 training and >= 1 test items, got {len(x_train)} and {len(x_test)}")
     if len(x_train) != len(y_train) or len(x_test) != len(y_test):
-        raise ValueError("features and labels differ in length")
+        raise InputError("features and labels differ in length")
     if task == "classify" and len(np.unique(y_train)) < 2:
-        raise ValueError("the training labels have a single class: nothing to classify")
+        raise InputError("the training labels have a single class: nothing to classify")
     est = _estimator(task, seed, max_iter)
     import warnings
 
@@ -104,7 +105,7 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
         base_pred = np.full(len(y_test), float(np.mean(y_train)))
     groups = np.arange(len(y_test)) if groups is None else np.asarray(groups)
     if len(groups) != len(y_test):
-        raise ValueError(f"groups has {len(groups)} entries for {len(y_test)} test items")
+        raise InputError(f"groups has {len(groups)} entries for {len(y_test)} test items")
     boots = []
     for idx in group_resamples(groups, n_boot, seed):
         if task == "regress" and np.ptp(y_test[idx]) == 0:

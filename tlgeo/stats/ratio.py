@@ -27,6 +27,7 @@ bound the ratio: when the gap itself is not distinguishable from 0 at this ``n``
 
 from __future__ import annotations
 
+from ..errors import InputError
 from typing import NamedTuple
 
 import numpy as np
@@ -51,9 +52,9 @@ def _moments(num, den) -> tuple[int, np.ndarray, ...]:
     a = np.asarray(num, dtype=np.float64)
     b = np.asarray(den, dtype=np.float64)
     if a.shape != b.shape or a.ndim == 0 or a.shape[-1] == 0:
-        raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
+        raise InputError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("num and den must be finite (no NaN or inf)")
+        raise InputError("num and den must be finite (no NaN or inf)")
     n = a.shape[-1]
     ma, mb = a.mean(-1), b.mean(-1)
     if n < 2:
@@ -90,7 +91,7 @@ def ratio_tests(num, den, level: float = 0.95) -> dict[str, np.ndarray]:
     from scipy.stats import t as student
 
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise InputError(f"level must be in (0, 1), got {level}")
     a = np.asarray(num, dtype=np.float64)
     n, ma, mb, vaa, vab, vbb = _moments(num, den)
     shape = ma.shape
@@ -140,6 +141,6 @@ def ratio_test(num, den, level: float = 0.95) -> RatioTest:
     a = np.asarray(num, dtype=np.float64).ravel()
     b = np.asarray(den, dtype=np.float64).ravel()
     if a.shape != b.shape:
-        raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
+        raise InputError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
     r = ratio_tests(a, b, level)
     return RatioTest(*(float(r[k]) for k in ("estimate", "low", "high", "se", "p")), str(r["kind"]))

@@ -21,6 +21,7 @@ and is reproducible for a fixed integer seed.
 
 from __future__ import annotations
 
+from ..errors import InputError
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -52,17 +53,17 @@ def _check(diffs, weights) -> tuple[np.ndarray, np.ndarray]:
     """``d`` and ``w`` as float64 ``[n]`` arrays; clear errors for bad input."""
     d = np.asarray(diffs, dtype=np.float64).reshape(-1)
     if d.size == 0:
-        raise ValueError("no differences given: need at least one text")
+        raise InputError("no differences given: need at least one text")
     if not np.all(np.isfinite(d)):
-        raise ValueError("differences contain NaN or inf")
+        raise InputError("differences contain NaN or inf")
     if weights is None:
         w = np.ones_like(d)
     else:
         w = np.asarray(weights, dtype=np.float64).reshape(-1)
         if w.shape != d.shape:
-            raise ValueError(f"{w.size} weights for {d.size} differences")
+            raise InputError(f"{w.size} weights for {d.size} differences")
         if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-            raise ValueError("weights must be finite, non-negative and not all zero")
+            raise InputError("weights must be finite, non-negative and not all zero")
     return d, w
 
 
@@ -102,9 +103,9 @@ def _bootstrap_stats(n: int, stat, n_boot: int, level: float, seed) -> np.ndarra
     """The finite values of ``stat(idx)`` over ``n_boot`` resamples of ``n`` items (``idx [m, n]``,
     drawn in chunks that bound memory)."""
     if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+        raise InputError(f"n_boot must be >= 1, got {n_boot}")
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise InputError(f"level must be in (0, 1), got {level}")
     rng = _rng(seed)
     stats = np.empty(n_boot)
     step = max(1, _CHUNK // n)
@@ -144,7 +145,7 @@ def ratio_bootstrap(num, den, *, n_boot: int = 2000, level: float = 0.95, seed=0
     float64; 0 when every resample gives the same ratio, NaN with fewer than two defined."""
     a, b = np.asarray(num, dtype=np.float64).ravel(), np.asarray(den, dtype=np.float64).ravel()
     if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
+        raise InputError(f"num and den must be equal-length, non-empty; got {a.shape} and {b.shape}")
 
     def stat(idx: np.ndarray) -> np.ndarray:
         d = b[idx].sum(1)
@@ -220,9 +221,9 @@ def sign_flip_test(diffs, weights=None, *, n_perm: int = 10000, level: float = 0
     possible p is 2/32."""
     d, w = _check(diffs, weights)
     if n_perm < 1:
-        raise ValueError(f"n_perm must be >= 1, got {n_perm}")
+        raise InputError(f"n_perm must be >= 1, got {n_perm}")
     if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise InputError(f"level must be in (0, 1), got {level}")
     x, u = w * d / w.sum(), w / w.sum()
     mean = float(x.sum())
     sx, su, exact = _sign_sums(x, u, n_perm, seed)
@@ -261,7 +262,7 @@ def benjamini_hochberg(pvalues) -> np.ndarray:
     if p.size == 0:
         return p.reshape(shape)
     if np.any(np.isnan(p)) or np.any((p < 0) | (p > 1)):
-        raise ValueError("p-values must lie in [0, 1] (no NaN)")
+        raise InputError("p-values must lie in [0, 1] (no NaN)")
     m = p.size
     order = np.argsort(p, kind="stable")
     scaled = p[order] * m / np.arange(1, m + 1)

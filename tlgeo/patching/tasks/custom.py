@@ -115,6 +115,6 @@ def load_task(path) -> Task:
                     prompts=tuple(d.get("prompts", ())), corrupted_prompts=tuple(d.get("corrupted_prompts", ())),
                     description=d.get("description", ""), d_vocab=d.get("d_vocab"))
     except FileNotFoundError:
-        raise ValueError(f"tasks: no task file {path}") from None
+        raise InputError(f"tasks: no task file {path}") from None
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(f"tasks: {path} does not hold a task ({type(e).__name__}: {e})") from None
+        raise InputError(f"tasks: {path} does not hold a task ({type(e).__name__}: {e})") from None
