@@ -262,6 +262,10 @@ def support(family: Family) -> Support:
     if family.moe:
         return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not "
                              "mapped")
+    if family.compiled:
+        return Support("no", "the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
+                             "mlp with gate/up/down projections); a compiled program's MLP is fc_in/fc_out and its "
+                             "weights are compiled, not trained")
     return Support("yes")
 
 

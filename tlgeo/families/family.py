@@ -43,6 +43,7 @@ class Family:
     sinks: bool = False  # a learned sink logit per head: pattern rows sum to less than 1
     sliding: bool = False  # sliding-window attention layers
     post_ln: bool = False  # the residual is renormalised after each add (OPT-350m)
+    compiled: bool = False  # weights compiled from a program (tracr), not trained: plain fc_in / fc_out MLPs
     start_at_layer_ok: bool = True  # TransformerLens 4.3's start_at_layer works (not: Bloom's ALiBi, OPT's project_in)
     when: Mapping[str, Any] = field(default_factory=dict)  # config values that pick this family among its model_type's
     layer_path: str = "model.layers"  # where the HF causal LM keeps its decoder layers

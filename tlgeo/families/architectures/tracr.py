@@ -5,7 +5,7 @@ Its config class is tlgeo's own (:mod:`tlgeo.families.tracr_config`), its model 
 boot hook, which registers both with transformers and TransformerLens). The compiled programs are in the zoo
 (``zoo/tracr-<program>/``, written by ``scripts/compile_tracr.py``); the tiny model is a random causal one."""
 
-from ..family import Family, Support
+from ..family import Family
 
 _COMPILED = ("a compiled program reads only its own residual directions and puts out its output space's "
              "coordinates, not next-token logits over its vocabulary")
@@ -15,12 +15,7 @@ FAMILY = Family(
     dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, head_dim=16, intermediate_size=160,
          max_position_embeddings=256, causal=True, initializer_range=0.1),
     norm="none", positions="absolute",
-    layer_path="model.layers",
-    support={
-        "compression": Support("no", "the compression diagnosis reads Llama-style decoder layers (model.layers, "
-                                     "self_attn, mlp with gate/up/down projections); tracr's MLP is fc_in/fc_out and "
-                                     "its weights are compiled, not trained"),
-    },
+    layer_path="model.layers", compiled=True,
     workarounds="tlgeo.models.tracr",
     differs="no norm (identity ln1/ln2/ln_f), learned absolute positions, ReLU MLPs; the compiled zoo programs "
             "may be bidirectional, and " + _COMPILED,
