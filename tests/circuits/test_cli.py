@@ -67,3 +67,13 @@ def test_plan_costs_a_circuit_on_smollm2_shape():
     eap, ig = plan(shape, CircuitConfig(method="eap")), plan(shape, CircuitConfig(method="eap-ig", ig_steps=5))
     assert [w.step for w in eap] == ["ioi: eap scores", "ioi: faithfulness curve", "ioi: exact check of the top edges"]
     assert eap[0].note == "70651 edges" and ig[0].tokens > 3 * eap[0].tokens
+
+
+def test_the_bench_times_eap_in_forwards(capsys):
+    from tests.scripts import load_script
+
+    got = load_script("bench_circuits").main(["--model", "tiny:llama", "--task", "induction", "--prompts", "4",
+                                              "--ig-steps", "2", "--rounds", "1"])
+    assert set(got) == {"forward", "eap", "eap_ig", "corrupted_run", "clean_forward_backward", "products"}
+    assert got["forward"]["forwards"] == 1 and got["eap"]["forwards"] > 1 and got["eap_ig"]["seconds"] > 0
+    assert '"method": "eap"' in capsys.readouterr().out
