@@ -24,7 +24,7 @@ def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
     assert set(commands) == {"decompose", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier",
                              "closed-form", "audit", "atlas", "plan", "compression", "compress", "dirmag", "tokenwise",
-                             "pdsf", "patching", "geometries", "train", "sites", "models"}
+                             "pdsf", "patching", "circuit", "geometries", "train", "sites", "models"}
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
