@@ -123,6 +123,7 @@ PLANNED = {
     "profile": ["--tokens", "1024"],
     "ppl": ["--site", "attn", "--tokens", "1024"],
     "patching": ["--tasks", "induction", "--prompts", "8"],
+    "circuit": ["--task", "ioi", "--prompts", "8", "--method", "eap"],
     "pdsf": ["--geometry-per-group", "2", "--single-pass-per-group", "1", "--per-group", "1", "--new-tokens", "8"],
     "tokenwise": ["--tokens", "512", "--seq-len", "64", "--patch-tokens", "16", "--patch-layer-count", "2"],
     "dirmag": ["--sentences", "16", "--seeds", "1", "--blimp-pairs", "2", "--repair-sentences", "4",

@@ -40,7 +40,7 @@ def test_eap_equals_finite_differences(case):
     kind, model, task, metric = case
     g = graph_of(model)
     sc = eap_scores(model, task.clean, task.corrupted, metric, batch_size=3)  # two batches
-    edges = torch.nonzero(g.valid)[::5].tolist()
+    edges = torch.nonzero(g.valid)[::9].tolist()
 
     def central(h):
         f = lambda t: exact_scores(model, g, task.clean, task.corrupted, edges, metric, clean_metric=0.0,  # noqa
@@ -54,7 +54,7 @@ def test_eap_equals_finite_differences(case):
     assert float((eap - fd).abs().max() / fd.abs().max()) < tol
 
 
-def test_parts_add_up_and_par_is_the_projection(case):
+def test_parts_add_up_and_the_parallel_part_is_second_order(case):
     _, model, task, metric = case
     sc = eap_scores(model, task.clean, task.corrupted, metric)
     df = sc.table()
@@ -63,9 +63,13 @@ def test_parts_add_up_and_par_is_the_projection(case):
     heads = df[df["sender_kind"] == "head"]
     assert (heads["score_self"] + heads["score_nonself"] - heads["score"]).abs().max() < 1e-12
     assert df.loc[df["sender_kind"] != "head", "score_self"].isna().all()
-    # the parallel part is small next to the whole (a change along the residual is mostly undone by the norm)
-    # but not nothing, and the self part of a head into the logits is its own
-    assert 0 < df["score_par"].abs().sum() < df["score"].abs().sum()
+    # to first order a change along the receiver's residual does nothing through its scale-invariant norm
+    # (J_norm(x) x = 0 up to the norm's epsilon): EAP's parallel part is that epsilon (measured 0.05-0.3 % of the
+    # summed |score| on these models); EAP-IG's gradients, taken away from the clean residual, see more of it
+    share = df["score_par"].abs().sum() / df["score"].abs().sum()
+    assert 0 < share < 0.01
+    ig = eap_scores(model, task.clean, task.corrupted, metric, ig_steps=3).table()
+    assert ig["score_par"].abs().sum() / ig["score"].abs().sum() > 5 * share
     assert df["rank"].min() == 1 and sorted(df["rank"]) == list(range(1, len(df) + 1))
 
 

@@ -234,8 +234,8 @@ def _plan_task(shape, cfg: CircuitConfig, task: str) -> list:
 
 
 ANALYSIS = register_analysis(Analysis(
-    "circuit", CircuitConfig, run, CircuitResult, units,
+    "circuits", CircuitConfig, run, CircuitResult, units,
     "circuit discovery: every edge scored (EAP, EAP-IG or exact) and split by the geometry of the sender's write; "
     "faithfulness curves",
     tiny=dict(tasks=("induction", "predecessor"), prompts=4, ig_steps=2, verify=5, k=(0, 5, 20)),
-    plan=plan, docs="analyses/circuits"))
+    command="circuit", plan=plan, docs="analyses/circuits"))

@@ -54,7 +54,8 @@ def _show_task(res, s, cfg: CircuitConfig, out) -> list:
           f"{s['corrupted_metric']:.3f}; scores in {s['score_seconds']:.2f} s = {s['forward_equivalents']:.1f} "
           f"forwards of the prompts; score matrices {s['score_bytes'] / 2**20:.1f} MiB")
     levels = [c for c in res.summary.columns if c.startswith("k") and c[1:].isdigit()]
-    print("smallest k reaching " + ", ".join(f"{c[1:]} %: {s[c]:.0f}" for c in levels) + f"; curve area {s['area']:.3f}")
+    reach = ", ".join(f"{c[1:]} %: {s[c]:.0f}" for c in levels)
+    print(f"smallest k reaching {reach}; curve area {s['area']:.3f}")
     if s["verified"]:
         print(f"top {s['verified']} edges vs exact edge patching: Spearman {s['spearman']:.2f} (sizes), signs agree "
               f"{s['sign_agreement']:.2f}")

@@ -31,8 +31,8 @@ class CircuitConfig(Config):
                                   "one forward per edge, small models)", choices=METHODS)
     ig_steps: int = param(5, "EAP-IG's interpolation steps from the corrupted to the clean input embedding")
     k: tuple[int, ...] | None = param(None, "circuit sizes (edges kept) of the faithfulness curve (default: 0, every "
-                                            "edge, MIB's shares of 0.001 to 0.5 of the edges and 1, 2, 3, 5, 8, 13, 20, "
-                                            "30, 50, 100, ...)", item=int, min=0)
+                                            "edge, MIB's shares 0.1 to 50 percent of the edges and 1, 2, 3, 5, 8, "
+                                            "13, 20, 30, 50, 100, ...)", item=int, min=0)
     levels: tuple[float, ...] = param((0.8, 0.9), "faithfulness levels whose smallest k is found (bisection between "
                                                   "the curve's points)", item=float)
     verify: int = param(20, "top edges whose scores are checked by exact edge patching (0: none)", min=0)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from ..geometry.parallel import EPS, compute_dtype
 from ..geometry.patch_parts import head_writes, value_parts
-from ..hooks.resume import in_model_dtype
+from ..hooks.resume import StopForward, in_model_dtype, readout_ok
 from ..models import Model, input_device
 from .graph import Graph, check_graph_support, graph_of, norm_module, qkv_weights
 
@@ -88,9 +88,33 @@ def run_acts(model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], metric: M
              dt: torch.dtype) -> RunActs:
     """One no-grad forward of ``tokens``: its :class:`RunActs`."""
     acts: dict[str, Tensor] = {}
-    with torch.no_grad(), model.hooks(fwd_hooks=[(n, _grab(acts, n, detach=True)) for n in _names(graph)]):
-        logits = model(tokens.to(input_device(model)))
-    return _acts(model, graph, acts, dt, metric(logits[:, -1], rows).detach())
+    with torch.no_grad():
+        logits = _last_logits(model, tokens, [(n, _grab(acts, n, detach=True)) for n in _names(graph)], acts)
+    return _acts(model, graph, acts, dt, metric(logits, rows).detach())
+
+
+def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tensor]) -> Tensor:
+    """The final position's logits ``[b, vocab]`` of a forward with ``hooks``, which keep the final norm's input in
+    ``kept``: the forward stops there and only the last position is read out (the unembedding of every position,
+    and its backward, are most of a small model's forward), where that is what the model computes
+    (:func:`~tlgeo.hooks.resume.readout_ok`); else the whole forward."""
+    tokens = tokens.to(input_device(model))
+    if not readout_ok(model, tokens):
+        with model.hooks(fwd_hooks=hooks):
+            return model(tokens)[:, -1]
+
+    def stop(x: Tensor, hook) -> None:
+        raise StopForward
+
+    with model.hooks(fwd_hooks=[*hooks, ("ln_final.hook_in", stop)]):
+        try:
+            model(tokens)
+        except StopForward:
+            pass
+    final = kept["ln_final.hook_in"][:, -1]
+    h = norm_module(model, "ln_final")(in_model_dtype(model, final)[None])  # the HF norm: no hook fires again
+    project = getattr(model, "project_out", None)
+    return model.unembed(h if project is None else project(h))[0]
 
 
 def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor) -> RunActs:
@@ -118,9 +142,8 @@ def _grad_pass(model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows:
         targets += [f"blocks.{l}.attn.hook_{i}" for i in "qkv"] + [f"blocks.{l}.ln2.hook_in"]
         fwd.append((f"blocks.{l}.ln1.hook_in", _grab(keep, f"blocks.{l}.ln1.hook_in")))
     fwd += [(n, _grab(keep, n)) for n in targets]
-    with torch.enable_grad(), model.hooks(fwd_hooks=fwd):
-        logits = model(tokens.to(input_device(model)))
-        total = metric(logits[:, -1], rows).sum()
+    with torch.enable_grad():
+        total = metric(_last_logits(model, tokens, fwd, keep), rows).sum()
         grads = dict(zip(targets, torch.autograd.grad(total, [keep[n] for n in targets], allow_unused=True)))
     out: dict[int, Tensor] = {}
     for l in range(graph.n_layers):

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from ..geometry.patch_parts import head_writes
 from ..hooks.resume import in_model_dtype
-from ..models import Model, input_device
-from .eap import RESID0, Metric, RunActs, run_acts
+from ..models import Model
+from .eap import RESID0, Metric, RunActs, _last_logits, run_acts
 from .graph import Graph, norm_module, qkv_weights
 
 __all__ = ["MODES", "edge_run", "edge_metric", "exact_scores", "faithfulness_runs"]
@@ -122,10 +122,15 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
                   (f"blocks.{l}.attn.hook_z", on_z(l)),
                   (f"blocks.{l}.ln2.hook_in", on_in(graph.mlp_receiver(l), corr.mlp_in[l])),
                   (f"blocks.{l}.hook_mlp_out", on_mlp_out(l))]
-    hooks.append(("ln_final.hook_in", on_in(graph.logits_receiver, corr.final)))
-    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-        logits = model(_rows(tokens, R).to(input_device(model)))
-    return logits[:, -1]
+    final: dict[str, Tensor] = {}
+    to_logits = on_in(graph.logits_receiver, corr.final)
+
+    def on_final(x: Tensor, hook) -> Tensor:
+        final["ln_final.hook_in"] = to_logits(x, hook)
+        return final["ln_final.hook_in"]
+
+    with torch.no_grad():
+        return _last_logits(model, _rows(tokens, R), [*hooks, ("ln_final.hook_in", on_final)], final)
 
 
 def edge_metric(model: Model, graph: Graph, tokens: Tensor, corr: RunActs, sets: Sequence[Tensor], metric: Metric,
