@@ -19,6 +19,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from ..errors import InputError
 from .edges import exact_scores, faithfulness_runs
 from .eap import Metric
 from .graph import Graph
@@ -59,7 +60,7 @@ def faithfulness_curve(model, graph: Graph, clean: Tensor, corrupted: Tensor, me
     ks = sorted(set(int(k) for k in ks))
     bad = [k for k in ks if not 0 <= k <= len(order)]
     if bad:
-        raise ValueError(f"k {bad[0]} out of range: the graph has {len(order)} edges (0..{len(order)})")
+        raise InputError(f"k {bad[0]} out of range: the graph has {len(order)} edges (0..{len(order)})")
     got = faithfulness_runs(model, graph, clean, corrupted, [circuit_mask(graph, order, k) for k in ks], metric,
                             batch_size=batch_size, max_rows=max_rows)
     gap = clean_metric - corrupted_metric

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..patching.tasks import TASKS
 from ..runner.analysis import Config, param
 
@@ -42,16 +43,16 @@ class CircuitConfig(Config):
     def validate(self) -> None:
         self._check_choices()
         if not self.tasks or len(set(self.tasks)) < len(self.tasks):
-            raise ValueError(f"tasks: give one or more different tasks, got {list(self.tasks)}")
+            raise InputError(f"tasks: give one or more different tasks, got {list(self.tasks)}")
         if self.prompts < 2:
-            raise ValueError(f"prompts must be >= 2, got {self.prompts}")
+            raise InputError(f"prompts must be >= 2, got {self.prompts}")
         if self.ig_steps < 1:
-            raise ValueError(f"ig_steps must be >= 1, got {self.ig_steps}")
+            raise InputError(f"ig_steps must be >= 1, got {self.ig_steps}")
         bad = [v for v in self.levels if not 0 < v <= 1]
         if bad:
-            raise ValueError(f"levels must be in (0, 1], got {bad[0]}")
+            raise InputError(f"levels must be in (0, 1], got {bad[0]}")
         if self.k is not None and any(k < 0 for k in self.k):
-            raise ValueError(f"k must be >= 0, got {min(self.k)}")
+            raise InputError(f"k must be >= 0, got {min(self.k)}")
 
     @property
     def steps(self) -> int:

@@ -31,6 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.parallel import EPS, compute_dtype
 from ..geometry.patch_parts import head_writes, value_parts
 from ..hooks.resume import StopForward, in_model_dtype, readout_ok
@@ -247,7 +248,7 @@ class EdgeScores:
         got = {"score": self.score, "score_par": self.par, "score_perp": self.score - self.par,
                "score_self": self.self_, "score_nonself": self.score - self.self_}
         if part not in got:
-            raise ValueError(f"unknown part {part!r}; choose from {SCORE_COLUMNS}")
+            raise InputError(f"unknown part {part!r}; choose from {SCORE_COLUMNS}")
         return got[part]
 
     def table(self) -> pd.DataFrame:
@@ -274,9 +275,9 @@ def eap_scores(model: Model, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor,
     grad (EAP-IG; EAP takes the clean one from its gradient pass) and ``max(1, ig_steps)`` forward-backward passes."""
     check_graph_support(model)
     if clean.shape != corrupted.shape:
-        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
+        raise InputError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
     if ig_steps < 0:
-        raise ValueError(f"ig_steps must be >= 0, got {ig_steps}")
+        raise InputError(f"ig_steps must be >= 0, got {ig_steps}")
     graph = graph_of(model)
     dt = compute_dtype(next(p for p in model.parameters() if p.is_floating_point()))
     out = EdgeScores.zeros(graph)

@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..geometry.patch_parts import head_writes
 from ..hooks.resume import in_model_dtype
 from ..models import Model
@@ -44,11 +45,11 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
     """Final-position logits ``[len(sets) * n, vocab]`` of the clean ``tokens`` run with the edges of each mask in
     ``sets`` patched (``mode``: see the module); ``corr``: the corrupted run of the same prompts (:func:`run_acts`)."""
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose from {MODES}")
+        raise InputError(f"unknown mode {mode!r}; choose from {MODES}")
     R, n = len(sets), tokens.shape[0]
     masks = torch.stack([m.to(torch.bool) for m in sets])  # [R, S, Rcv]
     if masks.shape[1:] != (graph.n_senders, graph.n_receivers):
-        raise ValueError(f"edge masks must be [senders, receivers] = [{graph.n_senders}, {graph.n_receivers}], "
+        raise InputError(f"edge masks must be [senders, receivers] = [{graph.n_senders}, {graph.n_receivers}], "
                          f"got {tuple(masks.shape[1:])}")
     masks = masks & graph.valid
     used = masks.any(0).any(1)  # the senders some edge names: only their writes are kept

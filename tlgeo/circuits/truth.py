@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from ..errors import InputError
 from ..models import Model, input_device
 from ..models.tracr_truth import edge_scores, program_heads
 from .eap import run_acts
@@ -39,7 +40,7 @@ def truth_sender(name: str) -> str:
         return f"MLP{m.group(1)}"
     if name == "input" or _HEAD.fullmatch(name):
         return name
-    raise ValueError(f"unknown graph sender {name!r}: senders are named like input, L0H1, L0MLP")
+    raise InputError(f"unknown graph sender {name!r}: senders are named like input, L0H1, L0MLP")
 
 
 def truth_receiver(name: str) -> tuple[str, str]:
@@ -53,7 +54,7 @@ def truth_receiver(name: str) -> tuple[str, str]:
     m = re.fullmatch(r"(L\d+H\d+)\.([qkv])", name)
     if m:
         return m.group(1), m.group(2)
-    raise ValueError(f"unknown graph receiver {name!r}: receivers are named like L1H0.q, L1H0.k, L1MLP, logits")
+    raise InputError(f"unknown graph receiver {name!r}: receivers are named like L1H0.q, L1H0.k, L1MLP, logits")
 
 
 def truth_edge(sender: str, receiver: str) -> tuple[str, str, str]:
@@ -93,10 +94,10 @@ def visible_edges(model: Model, truth: dict, clean: Int[Tensor, "n pos"], corrup
     program (its residual ``len(residual_labels)`` wide, no norm)."""
     labels = truth["residual_labels"]
     if model.cfg.d_model != len(labels):
-        raise ValueError(f"the model's residual is {model.cfg.d_model} wide, the program's {len(labels)}: "
+        raise InputError(f"the model's residual is {model.cfg.d_model} wide, the program's {len(labels)}: "
                          f"not the compiled {truth['program']!r}")
     if clean.shape != corrupted.shape:
-        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
+        raise InputError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
     graph = graph_of(model)
     names = list(graph.senders["sender"].map(truth_sender))
     change = torch.zeros(graph.n_senders, 2, len(labels), dtype=torch.float64)  # [sender, (all, last), d]
@@ -130,7 +131,7 @@ def recovery(edges: pd.DataFrame, k: int, truth: dict, visible: pd.DataFrame | N
     (:func:`tlgeo.models.tracr_truth.edge_scores`, with its ``missed`` and ``extra``), and, with ``visible``
     (:func:`visible_edges`), ``recall_visible`` over the edges the prompts can show and the ``missed_visible``."""
     if not 0 <= k <= len(edges):
-        raise ValueError(f"k {k} out of range: the table has {len(edges)} edges (0..{len(edges)})")
+        raise InputError(f"k {k} out of range: the table has {len(edges)} edges (0..{len(edges)})")
     kept = edges.nsmallest(k, "rank")
     found = {truth_edge(s, r) for s, r in zip(kept["sender"], kept["receiver"])}
     out = {"k": k, **edge_scores(found, truth)}
