@@ -1,6 +1,6 @@
 """tlgeo: the geometry of a transformer's updates, on TransformerLens.
 
-Four analyses on one core, each a package with the same contract (:mod:`tlgeo.runner.analysis`:
+The four papers' analyses on one core, each a package with the same contract (:mod:`tlgeo.runner.analysis`:
 config → run → typed result):
 
 * ``decomposition``: how much of each attention/MLP update is parallel to the state it
@@ -9,8 +9,9 @@ config → run → typed result):
 * ``pdsf``: how does a state split around the model's own prediction (P, D, S, F)?
 * ``tokenwise``: how much of a layer's map is a tokenwise map ``h_{l+1} ≈ A(x) x``?
 
-plus ``compression`` (diagnosis and direction-aware objectives) and ``train`` (pretraining
-with parallel suppression). Edits and perturbations are TransformerLens hooks
+plus ``patching`` (geometry-resolved activation and path patching), ``circuits`` (circuit discovery with
+geometry-resolved edges), ``geometries`` (the four papers' quantities on one pool of tokens), ``compression``
+(diagnosis and direction-aware objectives) and ``train`` (pretraining with parallel suppression). Edits and perturbations are TransformerLens hooks
 (:class:`tlgeo.hooks.Intervention`).
 
 Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``stats`` →
