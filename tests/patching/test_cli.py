@@ -105,7 +105,7 @@ def test_a_rerun_that_no_longer_patches_a_task_removes_its_old_rows(tmp_path, ca
     patched" and leaves no effect, baseline or attention rows of that task behind, as a fresh folder has none."""
     out = tmp_path / "pt"
     argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--layers", "0,1",
-            "--n-boot", "50", "--components", "head,head_par", "--out", str(out), "--threads", "1"]
+            "--components", "head,head_par", "--out", str(out), "--threads", "1"]
     assert main([*argv, "--min-accuracy", "0"]) == 0
     assert len(pd.read_csv(out / "patching_effects.csv")) > 0
     capsys.readouterr()

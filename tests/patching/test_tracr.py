@@ -56,7 +56,7 @@ def test_exact_head_patching_ranks_the_programs_heads_first(compiled):
     length in both runs."""
     model, task, truth = compiled
     cfg = PatchingConfig(tasks=(task,), prompts=task.n, components=("head",), methods=("exact",),
-                         directions=("noise",), n_boot=200)
+                         directions=("noise",))
     res = run(model, cfg)
     assert bool(res.tasks["patched"].iloc[0])
     effect = {(int(r.layer), int(r.head)): float(r.effect) for r in res.effects.itertuples()}
@@ -92,7 +92,7 @@ def test_tlgeo_patching_runs_on_a_compiled_program(tmp_path, capsys):
 
     out = tmp_path / "tracr"
     argv = ["patching", "--model", str(ZOO / "tracr-detect-pattern"), "--tasks", "tracr", "--prompts", "16",
-            "--components", "head", "--methods", "exact", "--directions", "noise", "--n-boot", "200",
+            "--components", "head", "--methods", "exact", "--directions", "noise",
             "--out", str(out), "--threads", "1"]
     assert main(argv) == 0
     tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
