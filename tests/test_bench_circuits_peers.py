@@ -1,5 +1,5 @@
-"""scripts/bench_circuits.py: tlgeo's edges mapped onto auto-circuit's (both graphs' edge sets, grouped-query keys
-and values, the sign), the comparison, the tlgeo side of the bench on the zoo model with no auto-circuit, and where
+"""scripts/bench_circuits_peers.py: tlgeo's edges mapped onto auto-circuit's (both graphs' edge sets, grouped-query
+keys and values, the sign), the comparison, the tlgeo side of the bench on the zoo model with no auto-circuit, and where
 auto-circuit's environment exists, the two libraries' EAP scores equal on a tiny grouped-query Llama."""
 
 from pathlib import Path
@@ -10,7 +10,7 @@ import torch
 from tests.scripts import load_script
 from tlgeo.circuits.graph import Graph
 
-bench = load_script("bench_circuits")
+bench = load_script("bench_circuits_peers")
 
 GRAPHS = [Graph(2, 4, 4), Graph(3, 4, 2), Graph(2, 6, 3), Graph(2, 4, 2, parallel=True)]
 

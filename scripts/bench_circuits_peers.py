@@ -2,7 +2,8 @@
 
 Both score every edge of the same graph (Syed et al.'s EAP: ``(corrupted - clean write of the sender) . dM / dx``
 at the receiver's input, summed over positions, one clean forward + backward) on the same weights, prompts and
-metric (the task's: IOI's logit difference, the induction task's log-probability of the answer), one thread:
+metric (the task's: IOI's logit difference, the induction task's log-probability of the answer), one thread
+(scripts/bench_circuits.py times tlgeo's EAP and its stages alone):
 
   tlgeo         :func:`tlgeo.circuits.eap.eap_scores` on tlgeo's bridge
   auto_circuit  ``mask_gradient_prune_scores(grad_function=..., answer_function=..., mask_val=0.0)`` (the fast EAP
@@ -29,7 +30,7 @@ a value receiver per *query* head (ungrouped copies of the kv head's input); tlg
 its negative. Every tlgeo edge has its auto-circuit counterpart and the reverse (the same edge sets), so all edges
 are compared. The difference is ``max |tlgeo - peer| / max |tlgeo|`` over all edges (goal <= 1e-4).
 
-    python scripts/bench_circuits.py [--cases zoo,ioi] [--prompts 8] [--rounds 3] [--out DIR]
+    python scripts/bench_circuits_peers.py [--cases zoo,ioi] [--prompts 8] [--rounds 3] [--out DIR]
 
 Timings: medians over ``--rounds`` (alternating order); tlgeo's also in forward-equivalents (one plain no-grad
 forward of the same clean batch on tlgeo's bridge, timed in the same run). auto-circuit's ``patchable_model``
@@ -219,12 +220,7 @@ def peer_side(d: Path) -> None:
     vals = torch.log_softmax(logits, -1) if grad_fn == "logprob" else logits
     m = torch.stack([vals[i, a].mean() - (0 if answer_fn == "avg_val" else vals[i, w].mean())
                      for i, (a, w) in enumerate(zip(answers, wrong))])
-    fwd = []
-    for _ in range(spec["rounds"]):  # before patchable_model wraps its modules
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            model(clean)
-        fwd.append(time.perf_counter() - t0)
+    fwd, plain = timed_forwards(model, clean, spec["rounds"])
     loader = PromptDataLoader(PromptDataset(clean, corrupt, answers, wrong), seq_len=None, diverge_idx=0,
                               batch_size=len(clean), shuffle=False)
     t0 = time.perf_counter()
@@ -238,8 +234,30 @@ def peer_side(d: Path) -> None:
         times.append(time.perf_counter() - t0)
     edges = [[e.src.name, e.dest.name, float(e.prune_score(ps))] for e in pm.edges]
     out = {"edges": edges, "clean": m.double().tolist(), "times": times, "setup": setup, "forward": fwd,
-           "versions": peer_versions(), "peak_gib": peak_gib()}
+           "versions": peer_versions(), "peak_gib": peak_gib(), "plain_forward": plain}
     (d / "scores.json").write_text(json.dumps(out))
+
+
+def timed_forwards(model, tokens: torch.Tensor, rounds: int) -> tuple[list[float], list[float]]:
+    """Per round, the no-grad forward time of ``model`` as auto-circuit needs it (split q/k/v inputs, per-head
+    results, ``hook_mlp_in``, ungrouped kv heads) and without those (TransformerLens's plain forward); before
+    ``patchable_model`` wraps its modules."""
+    flags = ("use_split_qkv_input", "use_attn_result", "use_hook_mlp_in", "ungroup_grouped_query_attention")
+    kept = {f: getattr(model.cfg, f) for f in flags}
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(rounds):
+            for on in (True, False):
+                for f in flags:
+                    setattr(model.cfg, f, kept[f] and on)
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    model(tokens)
+                times[on].append(time.perf_counter() - t0)
+    finally:
+        for f in flags:
+            setattr(model.cfg, f, kept[f])
+    return times[True], times[False]
 
 
 def peak_gib() -> float:
@@ -343,8 +361,9 @@ def bench_case(name: str, prompts: int, rounds: int, threads: int, python: str) 
         print(f"  auto-circuit   not run: {got['why']}")
         return rows
     cmp, t_peer = got["cmp"], statistics.median(peer["times"])
+    f_peer, f_plain = statistics.median(peer["forward"]), statistics.median(peer["plain_forward"])
     print(f"  auto-circuit   {t_peer:8.3f} s (+ {peer['setup']:.2f} s patchable_model once; its HookedTransformer's "
-          f"plain forward {statistics.median(peer['forward']):.4f} s; peak {peer['peak_gib']:.1f} GiB)  "
+          f"forward {f_peer:.4f} s, {f_plain:.4f} s without auto-circuit's hooks; peak {peer['peak_gib']:.1f} GiB)  "
           f"[{peer['versions']}]")
     print(f"  tlgeo / auto-circuit time: {t_mine / t_peer:.3f}")
     print(f"  scores over all {cmp['edges']} tlgeo edges (from {len(peer['edges'])} auto-circuit edges, "
@@ -353,7 +372,7 @@ def bench_case(name: str, prompts: int, rounds: int, threads: int, python: str) 
           f"{cmp['top20_common']:.2f}; clean metric max |diff| {got['clean_diff']:.1e}")
     rows[0] |= {"x_auto_circuit": t_mine / t_peer, "max_rel_diff": cmp["rel"]}
     rows.append({**settings, "method": "auto_circuit", "median_s": t_peer, "setup_s": peer["setup"],
-                 "forward_s": statistics.median(peer["forward"]), "x_auto_circuit": 1.0, "max_rel_diff": cmp["rel"],
+                 "forward_s": f_peer, "plain_forward_s": f_plain, "x_auto_circuit": 1.0, "max_rel_diff": cmp["rel"],
                  "max_abs_diff": cmp["max_abs"], "clean_metric_diff": got["clean_diff"], "peak_gib": peer["peak_gib"],
                  "package": peer["versions"]})
     return rows
@@ -393,7 +412,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         from tlgeo.runner.provenance import record_table
 
         record_table(args.out, "circuits_peers", rows,
-                     ["scripts/bench_circuits.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
+                     ["scripts/bench_circuits_peers.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
     return rows
 
 
