@@ -1,5 +1,6 @@
 # `make run`: set up .venv and run the main job on the embedded SmolLM2.
-# `make test`: set up .venv and run the test suite on two workers (the command CI runs). Each worker starts
+# `make test`: set up .venv, run ruff (lint and format check, pyproject.toml's [tool.ruff]) and the test suite on two
+# workers (the command CI runs). Each worker starts
 # on a contiguous half of the tests and one that runs out takes half of the other's (worksteal), which
 # finished sooner than the default round-robin scheduling here.
 # Python runs with PYTHONDONTWRITEBYTECODE unset: the first process to import a module writes its .pyc
@@ -21,6 +22,7 @@ run: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/tlgeo decompose --model smollm2-135m
 
 test: setup
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=15
 
 # `make results`: every folder RESULTS.md quotes, rerun from its provenance at this commit (refuses uncommitted code)

@@ -44,8 +44,12 @@ def generate() -> None:
     out.mkdir(exist_ok=True)
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "cmd")
-    lines = ["# Command-line reference", "",
-             "Every command's `--help`, generated from the code when the docs are built.", ""]
+    lines = [
+        "# Command-line reference",
+        "",
+        "Every command's `--help`, generated from the code when the docs are built.",
+        "",
+    ]
     columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps help at the terminal's width: the same page everywhere
     try:
@@ -63,10 +67,15 @@ def generate() -> None:
     for name, text in helps.items():
         lines += [f"## `tlgeo {name}`", "", "```text", text.rstrip(), "```", ""]
     (out / "cli.md").write_text("\n".join(lines))
-    md = ["# Support matrix", "",
-          "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "
-          "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
-          "difference; `no`: refused.", "", markdown_table(support_columns())]
+    md = [
+        "# Support matrix",
+        "",
+        "Which sites and analyses run on which architecture family, generated from `tlgeo.families` when the "
+        "docs are built (`tlgeo models --support FAMILY` gives the reasons). `yes*`: supported with a documented "
+        "difference; `no`: refused.",
+        "",
+        markdown_table(support_columns()),
+    ]
     (out / "support.md").write_text("\n".join(md) + "\n")
     from tlgeo.report.registry import analyses_markdown
 
@@ -81,13 +90,24 @@ def api_markdown() -> str:
     from tlgeo.report.registry import load_analyses
 
     def rst(kind: str, target: str, **options: str) -> list[str]:
-        return ["```{eval-rst}", f".. auto{kind}:: {target}", *(f"   :{k}:{' ' + v if v else ''}"
-                                                               for k, v in options.items()), "```", ""]
+        return [
+            "```{eval-rst}",
+            f".. auto{kind}:: {target}",
+            *(f"   :{k}:{' ' + v if v else ''}" for k, v in options.items()),
+            "```",
+            "",
+        ]
 
-    lines = ["# API reference", "",
-             "Generated from the docstrings when the docs are built: the names `import tlgeo` gives, the analysis "
-             "contract every analysis follows (`tlgeo.runner.analysis`), and each registered analysis's config, run and "
-             "typed result, from its record.", "", "## `tlgeo`", ""]
+    lines = [
+        "# API reference",
+        "",
+        "Generated from the docstrings when the docs are built: the names `import tlgeo` gives, the analysis "
+        "contract every analysis follows (`tlgeo.runner.analysis`), and each registered analysis's config, run and "
+        "typed result, from its record.",
+        "",
+        "## `tlgeo`",
+        "",
+    ]
     for name in sorted(tlgeo.__all__, key=str.lower):
         value = getattr(tlgeo, name)
         module = value.__module__ if hasattr(value, "__module__") and callable(value) else None
@@ -101,8 +121,14 @@ def api_markdown() -> str:
         lines += rst("class" if isinstance(value, type) else "function", f"tlgeo.runner.analysis.{name}")
     lines += ["## The analyses", ""]
     for a in load_analyses().values():
-        lines += [f"### `{a.name}`", "", f"{a.description} (`tlgeo {a.command_name}`; its settings:)", "",
-                  "| setting | default | what it is |", "|---|---|---|"]
+        lines += [
+            f"### `{a.name}`",
+            "",
+            f"{a.description} (`tlgeo {a.command_name}`; its settings:)",
+            "",
+            "| setting | default | what it is |",
+            "|---|---|---|",
+        ]
         for f in dataclasses.fields(a.config):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             text = " ".join(str(f.metadata.get("help", "")).split()).replace("|", "\\|")
@@ -122,9 +148,12 @@ def api_markdown() -> str:
             documented.add(target)
             used.append((target, "class" if isinstance(value, type) else "function"))
     if used:
-        lines += ["## What the guides import", "",
-                  "Every other name the pages of these docs (and the README) import from tlgeo, where it is defined.",
-                  ""]
+        lines += [
+            "## What the guides import",
+            "",
+            "Every other name the pages of these docs (and the README) import from tlgeo, where it is defined.",
+            "",
+        ]
         for target, kind in sorted(used, key=lambda t: t[0].lower()):
             lines += rst(kind, target)
     return "\n".join(lines)

@@ -33,17 +33,27 @@ if str(ROOT) not in sys.path:
 
 from tlgeo.report.claims import generated_blocks  # noqa: E402
 
-from results.checks import (s1_decomposition, s2_dirmag, s3_pdsf, s4_tokenwise, s5_patching,  # noqa: E402
-                            s6_geometries, s7_circuits)
+from results.checks import (  # noqa: E402
+    s1_decomposition,
+    s2_dirmag,
+    s3_pdsf,
+    s4_tokenwise,
+    s5_patching,  # noqa: E402
+    s6_geometries,
+    s7_circuits,
+)
 from results.checks.common import CLAIMS, EFFECTS, PAIR, PARTS, PARTS_GEMMA, PDSF, TOKENWISE  # noqa: E402
 
 SECTIONS = (s1_decomposition, s2_dirmag, s3_pdsf, s4_tokenwise, s5_patching, s6_geometries, s7_circuits)  # registered
-TABLES = {"patching-heads": (s5_patching.patching_heads_table, EFFECTS), "pdsf-smollm2": (s3_pdsf.pdsf_table, PDSF),
-          "tokenwise": (s4_tokenwise.tokenwise_table, TOKENWISE),
-          "dirmag-parts": (s2_dirmag.dirmag_parts_table, PARTS),
-          "dirmag-parts-gemma": (s2_dirmag.dirmag_parts_table, PARTS_GEMMA),
-          "pretrain-study": (s1_decomposition.pretrain_table, s1_decomposition.STUDY),
-          "dirmag-pair": (s2_dirmag.dirmag_pair_table, PAIR["gpt"])}
+TABLES = {
+    "patching-heads": (s5_patching.patching_heads_table, EFFECTS),
+    "pdsf-smollm2": (s3_pdsf.pdsf_table, PDSF),
+    "tokenwise": (s4_tokenwise.tokenwise_table, TOKENWISE),
+    "dirmag-parts": (s2_dirmag.dirmag_parts_table, PARTS),
+    "dirmag-parts-gemma": (s2_dirmag.dirmag_parts_table, PARTS_GEMMA),
+    "pretrain-study": (s1_decomposition.pretrain_table, s1_decomposition.STUDY),
+    "dirmag-pair": (s2_dirmag.dirmag_pair_table, PAIR["gpt"]),
+}
 
 
 def table_input(path: str) -> "pd.DataFrame | Path":
@@ -71,8 +81,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", choices=sorted(TABLES), help="print a generated table's Markdown instead")
     ap.add_argument("--write-tables", action="store_true", help="rewrite RESULTS.md's generated tables that are stale")
-    ap.add_argument("--counterexamples", action="store_true",
-                    help="evaluate each claim on each of its counterexamples (every one should be False)")
+    ap.add_argument(
+        "--counterexamples",
+        action="store_true",
+        help="evaluate each claim on each of its counterexamples (every one should be False)",
+    )
     args = ap.parse_args()
     if args.counterexamples:
         got = CLAIMS.refute(ROOT)

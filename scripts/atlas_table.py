@@ -1,6 +1,6 @@
 """Atlas results of several models side by side with the paper's numbers, as a markdown table.
 
-    python scripts/atlas_table.py results/atlas-smollm2-135m results/atlas-gemma3-270m
+python scripts/atlas_table.py results/atlas-smollm2-135m results/atlas-gemma3-270m
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from tlgeo.decomposition.summary import atlas_summary
 def side_by_side(dirs: list[Path]) -> pd.DataFrame:
     """One column per atlas directory (named after it) plus ``paper``; index ``(table, row, quantity)``."""
     frames = [atlas_summary(d).assign(model=d.name.removeprefix("atlas-")) for d in dirs]
-    wide = pd.concat(frames).pivot_table(index=["table", "row", "quantity"], columns="model",
-                                         values="value", sort=False)
+    wide = pd.concat(frames).pivot_table(
+        index=["table", "row", "quantity"], columns="model", values="value", sort=False
+    )
     wide = wide[[d.name.removeprefix("atlas-") for d in dirs if d.name.removeprefix("atlas-") in wide]]
     wide["paper"] = [PAPER.get(k, "") for k in wide.index]
     return wide

@@ -74,13 +74,18 @@ def step_table(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
 def commit_of(source: Path) -> tuple[str, bool]:
     """``(the commit checked out in source, whether its tree has changes not committed)``."""
     head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout
+    dirty = subprocess.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout
     return head.strip(), bool(dirty.strip())
 
 
-STEP_NAMES = {"dirmag": "direction vs magnitude", "pdsf": "PDSF", "mlp_carrier": "the MLP carrier",
-              "closed_form": "the closed form"}
+STEP_NAMES = {
+    "dirmag": "direction vs magnitude",
+    "pdsf": "PDSF",
+    "mlp_carrier": "the MLP carrier",
+    "closed_form": "the closed form",
+}
 
 
 def markdown(csv: str | Path) -> str:
@@ -92,15 +97,19 @@ def markdown(csv: str | Path) -> str:
     per_step = steps[f"{now['tree']} bare fwd"].sort_values(ascending=False)
     big = [f"{STEP_NAMES.get(s, s)} {v:.0f}" for s, v in per_step.items() if v >= 5]
     rest = per_step[per_step < 5].sum()
-    text = (f"Measured by `scripts/bench_atlas.py` (`{csv}`: a fresh process into an empty folder, at commit "
-            f"{str(now['commit'])[:7]}{' with changes' if now['dirty'] else ''}): all {len(per_step)} steps took "
-            f"**{now['bare_forwards']:.0f}** bare 4×256-token forwards of the model (one took "
-            f"{now['bare_forward_s']:.2f} s there, measured before and after the steps; the steps "
-            f"{now['steps_s'] / 60:.1f} min), peak resident memory **{now['peak_rss_gib']:.2f} GiB**. By step, in "
-            f"bare forwards: {', '.join(big)}, the rest {rest:.0f}.")
+    text = (
+        f"Measured by `scripts/bench_atlas.py` (`{csv}`: a fresh process into an empty folder, at commit "
+        f"{str(now['commit'])[:7]}{' with changes' if now['dirty'] else ''}): all {len(per_step)} steps took "
+        f"**{now['bare_forwards']:.0f}** bare 4×256-token forwards of the model (one took "
+        f"{now['bare_forward_s']:.2f} s there, measured before and after the steps; the steps "
+        f"{now['steps_s'] / 60:.1f} min), peak resident memory **{now['peak_rss_gib']:.2f} GiB**. By step, in "
+        f"bare forwards: {', '.join(big)}, the rest {rest:.0f}."
+    )
     if before is not None:
-        text += (f" The same bench ran the atlas of commit {str(before['commit'])[:7]} just before, on the same "
-                 f"machine: {before['bare_forwards']:.0f} bare forwards, {before['peak_rss_gib']:.2f} GiB.")
+        text += (
+            f" The same bench ran the atlas of commit {str(before['commit'])[:7]} just before, on the same "
+            f"machine: {before['bare_forwards']:.0f} bare forwards, {before['peak_rss_gib']:.2f} GiB."
+        )
     return text + "\n"
 
 
@@ -112,10 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=200.0, help="the whole run, in bare forwards")
     ap.add_argument("--stretch", type=float, default=150.0)
     ap.add_argument("--memory-gib", type=float, default=1.8, help="peak resident memory of the atlas process")
-    ap.add_argument("--csv", type=Path, default=None, help="write the step table here, and each run's totals "
-                                                            "beside it (<name>_summary.csv)")
-    ap.add_argument("--markdown", type=Path, default=None, help="print the atlas page's paragraph from a step table "
-                                                                 "this script wrote, and stop")
+    ap.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        help="write the step table here, and each run's totals beside it (<name>_summary.csv)",
+    )
+    ap.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="print the atlas page's paragraph from a step table this script wrote, and stop",
+    )
     ap.add_argument("atlas_args", nargs="*", help="after --: more flags of tlgeo atlas (e.g. -- --steps heads)")
     a = ap.parse_args(argv)
     if a.markdown:
@@ -130,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.against:
             tree = scratch / f"tree-{a.against}"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.against], check=True,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.against],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             try:
                 commits[a.against] = commit_of(tree)
                 t, wall, peak = run_atlas(a.model, scratch / "atlas-against", tree, a.atlas_args)
@@ -149,16 +169,20 @@ def main(argv: list[str] | None = None) -> int:
 
     table = step_table(runs)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(f"\nThe atlas of {a.model}, step by step (bare fwd: the step's time in bare 4x256-token forwards of "
-              "the same run):\n")
+        print(
+            f"\nThe atlas of {a.model}, step by step (bare fwd: the step's time in bare 4x256-token forwards of "
+            "the same run):\n"
+        )
         print(table.to_string())
     print()
     missed = False
     for label, (steps, bare, wall, peak) in totals.items():
         ratio = steps / bare
-        print(f"{label}: steps {steps:.0f} s = {ratio:.0f} bare forwards of {bare:.2f} s "
-              f"(target <= {a.target:.0f}, stretch <= {a.stretch:.0f}); process wall {wall:.0f} s; "
-              f"peak RSS {peak:.2f} GiB (target <= {a.memory_gib})")
+        print(
+            f"{label}: steps {steps:.0f} s = {ratio:.0f} bare forwards of {bare:.2f} s "
+            f"(target <= {a.target:.0f}, stretch <= {a.stretch:.0f}); process wall {wall:.0f} s; "
+            f"peak RSS {peak:.2f} GiB (target <= {a.memory_gib})"
+        )
         if label == "this tree":
             missed = ratio > a.target or peak > a.memory_gib
     if a.against:
@@ -167,11 +191,23 @@ def main(argv: list[str] | None = None) -> int:
     if a.csv:
         a.csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(a.csv)
-        pd.DataFrame([{"tree": label, "commit": commits[label][0], "dirty": commits[label][1], "model": a.model,
-                       "atlas_args": " ".join(a.atlas_args), "steps_s": steps, "bare_forward_s": bare,
-                       "bare_forwards": steps / bare, "process_wall_s": wall, "peak_rss_gib": peak}
-                      for label, (steps, bare, wall, peak) in totals.items()]).to_csv(
-            a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
+        pd.DataFrame(
+            [
+                {
+                    "tree": label,
+                    "commit": commits[label][0],
+                    "dirty": commits[label][1],
+                    "model": a.model,
+                    "atlas_args": " ".join(a.atlas_args),
+                    "steps_s": steps,
+                    "bare_forward_s": bare,
+                    "bare_forwards": steps / bare,
+                    "process_wall_s": wall,
+                    "peak_rss_gib": peak,
+                }
+                for label, (steps, bare, wall, peak) in totals.items()
+            ]
+        ).to_csv(a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
     print("targets met" if not missed else "a target is missed")
     return int(missed)
 

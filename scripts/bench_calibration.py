@@ -19,7 +19,8 @@ pool is then the population:
 Coverage is also given over the **tame** cells, whose per-prompt numerators have ``|skewness| <= 3``: a cell
 carried by a few prompts (the induction heads' self messages: 0 on a third of the prompts, skewness 10-12, true
 effects below 0.004) is covered far less at any ``n <= 64`` by any interval, since most samples of ``n`` hold
-none of the prompts that carry it. Each for Fieller's interval with the t-test (``tlgeo.stats.ratio``, what tlgeo reports) and, on the ``head``
+none of the prompts that carry it. Each for Fieller's interval with the t-test (``tlgeo.stats.ratio``, what tlgeo
+reports) and, on the ``head``
 component, for the percentile bootstrap of the ratio tlgeo reported before (``--n-boot`` resamples). Per
 (case, method, interval, n): the cells, the mean and the worst cell's coverage, the mean and the worst cell's
 false-positive rate, the agreement. Cells whose pool gap or effect is undefined are left out.
@@ -45,8 +46,18 @@ import torch
 
 warnings.filterwarnings("ignore")
 
-COMPONENTS = ("head", "head_par", "head_perp", "self", "nonself", "nonself_par", "nonself_perp", "mlp", "mlp_par",
-              "mlp_perp")
+COMPONENTS = (
+    "head",
+    "head_par",
+    "head_perp",
+    "self",
+    "nonself",
+    "nonself_par",
+    "nonself_perp",
+    "mlp",
+    "mlp_par",
+    "mlp_perp",
+)
 CASES = {  # name: (model, task, direction)
     "induction-llama": ("zoo/induction-llama", "induction", "noise"),
     "induction-gpt": ("zoo/induction-gpt", "induction", "noise"),
@@ -85,21 +96,33 @@ def pool_cells(case: str, pool: int, seed: int = 0, layers=None) -> tuple[np.nda
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     den = clean.astype(np.float64) - corrupted.astype(np.float64)
     cells = []
-    sweeps = {"exact": lambda: exact_sweep(model, runs, comps, layers=layers, direction=direction),
-              "attribution": lambda: attribution_sweep(model, runs, comps, layers=layers, direction=direction)}
+    sweeps = {
+        "exact": lambda: exact_sweep(model, runs, comps, layers=layers, direction=direction),
+        "attribution": lambda: attribution_sweep(model, runs, comps, layers=layers, direction=direction),
+    }
     for method, sweep in sweeps.items():
         for r in sweep():
-            cells.append({"method": method, "cell": f"{r['component']} L{r['layer']}H{r['head']}",
-                          "component": r["component"],
-                          "num": _num(r["patched"], clean, corrupted, direction)})
+            cells.append(
+                {
+                    "method": method,
+                    "cell": f"{r['component']} L{r['layer']}H{r['head']}",
+                    "component": r["component"],
+                    "num": _num(r["patched"], clean, corrupted, direction),
+                }
+            )
     if n_layers >= 2 and n_layers <= 4:  # paths: every block-0 head into every block-1 head's q, k, v
         pruns = path_runs(model, task, ["head"], [0], [1])
         senders, receivers = [(0, h) for h in range(n_heads)], [(1, h) for h in range(n_heads)]
         for r in path_sweep(model, pruns, senders, receivers, direction=direction):
-            cells.append({"method": "paths", "component": "head",
-                          "cell": f"L{r['sender_layer']}H{r['sender_head']}->L{r['receiver_layer']}H"
-                                  f"{r['receiver_head']}.{r['receiver_input']}",
-                          "num": _num(r["patched"], clean, corrupted, direction)})
+            cells.append(
+                {
+                    "method": "paths",
+                    "component": "head",
+                    "cell": f"L{r['sender_layer']}H{r['sender_head']}->L{r['receiver_layer']}H"
+                    f"{r['receiver_head']}.{r['receiver_input']}",
+                    "num": _num(r["patched"], clean, corrupted, direction),
+                }
+            )
     return den, cells
 
 
@@ -139,26 +162,52 @@ def calibrate(den: np.ndarray, cells: list[dict], ns, draws: int, n_boot: int, s
             excl0 = ~((hit["low"] <= 0) & (0 <= hit["high"]))
             rejects = hit["p"] < 0.05
             per.setdefault((c["method"], "fieller"), []).append(
-                (((hit["low"] <= truth) & (truth <= hit["high"])).mean(), null, rejects.mean(), excl0.mean(),
-                 (excl0 == rejects).mean(), tame))
+                (
+                    ((hit["low"] <= truth) & (truth <= hit["high"])).mean(),
+                    null,
+                    rejects.mean(),
+                    excl0.mean(),
+                    (excl0 == rejects).mean(),
+                    tame,
+                )
+            )
             if c["component"] == "head" and c["method"] != "paths" and n_boot:
                 lo, hi = percentile_bootstrap(a, d, n_boot, rng)
                 excl0 = ~((lo <= 0) & (0 <= hi))
                 per.setdefault((c["method"], "percentile"), []).append(
-                    (((lo <= truth) & (truth <= hi)).mean(), null, rejects.mean(), excl0.mean(),
-                     (excl0 == rejects).mean(), tame))
+                    (
+                        ((lo <= truth) & (truth <= hi)).mean(),
+                        null,
+                        rejects.mean(),
+                        excl0.mean(),
+                        (excl0 == rejects).mean(),
+                        tame,
+                    )
+                )
         for (method, name), vals in per.items():
             v = np.array(vals, dtype=np.float64)
             nul, tame = v[v[:, 1] > 0], v[v[:, 5] > 0]
             fpr = lambda col, f: round(float(f(nul[:, col])), 4) if len(nul) else float("nan")  # noqa: E731
-            out.append({"method": method, "interval": name, "n": n, "cells": len(v), "null_cells": len(nul),
-                        "draws": draws, "coverage": round(float(v[:, 0].mean()), 4),
-                        "coverage_worst": round(float(v[:, 0].min()), 4), "tame_cells": len(tame),
-                        "coverage_tame": round(float(tame[:, 0].mean()), 4) if len(tame) else float("nan"),
-                        "coverage_tame_worst": round(float(tame[:, 0].min()), 4) if len(tame) else float("nan"),
-                        "test_fpr": fpr(2, np.mean), "test_fpr_worst": fpr(2, np.max),
-                        "interval_fpr": fpr(3, np.mean), "interval_fpr_worst": fpr(3, np.max),
-                        "agreement": round(float(v[:, 4].mean()), 4)})
+            out.append(
+                {
+                    "method": method,
+                    "interval": name,
+                    "n": n,
+                    "cells": len(v),
+                    "null_cells": len(nul),
+                    "draws": draws,
+                    "coverage": round(float(v[:, 0].mean()), 4),
+                    "coverage_worst": round(float(v[:, 0].min()), 4),
+                    "tame_cells": len(tame),
+                    "coverage_tame": round(float(tame[:, 0].mean()), 4) if len(tame) else float("nan"),
+                    "coverage_tame_worst": round(float(tame[:, 0].min()), 4) if len(tame) else float("nan"),
+                    "test_fpr": fpr(2, np.mean),
+                    "test_fpr_worst": fpr(2, np.max),
+                    "interval_fpr": fpr(3, np.mean),
+                    "interval_fpr_worst": fpr(3, np.max),
+                    "agreement": round(float(v[:, 4].mean()), 4),
+                }
+            )
     return out
 
 
@@ -194,18 +243,36 @@ def main(argv=None) -> int:
         got = calibrate(den, cells, ns, args.draws, args.n_boot, args.seed)
         model, task, direction = CASES[case]
         for r in got:
-            rows.append({"case": case, "model": model, "task": task, "direction": direction, "pool": args.pool,
-                         "pool_gap": round(float(den.mean()), 4), **r})
-        print(f"{case}: {len(cells)} cells over {args.pool} prompts in {t1 - t0:.0f} s, "
-              f"simulated in {time.perf_counter() - t1:.0f} s", file=sys.stderr, flush=True)
+            rows.append(
+                {
+                    "case": case,
+                    "model": model,
+                    "task": task,
+                    "direction": direction,
+                    "pool": args.pool,
+                    "pool_gap": round(float(den.mean()), 4),
+                    **r,
+                }
+            )
+        print(
+            f"{case}: {len(cells)} cells over {args.pool} prompts in {t1 - t0:.0f} s, "
+            f"simulated in {time.perf_counter() - t1:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     df = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(df.drop(columns=["model", "task", "pool"]).to_string(index=False))
     if args.out:
         from tlgeo.runner.provenance import record_table
 
-        path = record_table(args.out, "calibration", rows, ["scripts/bench_calibration.py", *sys.argv[1:]],
-                            settings=json.loads(json.dumps(vars(args))))
+        path = record_table(
+            args.out,
+            "calibration",
+            rows,
+            ["scripts/bench_calibration.py", *sys.argv[1:]],
+            settings=json.loads(json.dumps(vars(args))),
+        )
         print(f"appended {len(rows)} rows to {path}")
     return 0
 

@@ -59,18 +59,28 @@ def main(argv=None) -> dict:
     def products():
         cl, corr = state["clean"], state["corr"]
         out = E.EdgeScores.zeros(graph)
-        out.add(corr.writes - cl.writes, corr.self_writes - cl.self_writes, state["grads"],
-                torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]]), 1.0)
+        out.add(
+            corr.writes - cl.writes,
+            corr.self_writes - cl.self_writes,
+            state["grads"],
+            torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]]),
+            1.0,
+        )
 
-    jobs = {"forward": forward,
-            "eap": lambda: E.eap_scores(model, task.clean, task.corrupted, metric, batch_size=task.n),
-            "eap_ig": lambda: E.eap_scores(model, task.clean, task.corrupted, metric, ig_steps=args.ig_steps,
-                                           batch_size=task.n),
-            "corrupted_run": corrupted, "clean_forward_backward": clean_grad, "products": products}
+    jobs = {
+        "forward": forward,
+        "eap": lambda: E.eap_scores(model, task.clean, task.corrupted, metric, batch_size=task.n),
+        "eap_ig": lambda: E.eap_scores(
+            model, task.clean, task.corrupted, metric, ig_steps=args.ig_steps, batch_size=task.n
+        ),
+        "corrupted_run": corrupted,
+        "clean_forward_backward": clean_grad,
+        "products": products,
+    }
     forward()  # warm up
     times: dict[str, list[float]] = {k: [] for k in jobs}
     for r in range(args.rounds):
-        for name in (list(jobs) if r % 2 == 0 else [*list(jobs)[1:], "forward"]):
+        for name in list(jobs) if r % 2 == 0 else [*list(jobs)[1:], "forward"]:
             t = time.perf_counter()
             jobs[name]()
             times[name].append(time.perf_counter() - t)
@@ -78,8 +88,19 @@ def main(argv=None) -> dict:
     out = {}
     for name, ts in times.items():
         out[name] = {"seconds": statistics.median(ts), "forwards": statistics.median(ts) / unit}
-        print(json.dumps({"model": args.model, "task": args.task, "prompts": task.n, "tokens": task.clean.shape[1],
-                          "edges": graph.n_edges, "method": name, **out[name]}))
+        print(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "task": args.task,
+                    "prompts": task.n,
+                    "tokens": task.clean.shape[1],
+                    "edges": graph.n_edges,
+                    "method": name,
+                    **out[name],
+                }
+            )
+        )
     return out
 
 

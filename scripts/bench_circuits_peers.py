@@ -59,8 +59,11 @@ warnings.filterwarnings("ignore")
 PEER_PYTHON = os.environ.get("AUTOCIRCUIT_PYTHON", "/work/venv-autocircuit/bin/python")
 CASES = {"zoo": ("zoo/induction-llama", "induction"), "ioi": ("smollm2-135m", "ioi")}
 # the task's metric -> auto-circuit's (grad_function, answer_function)
-PEER_METRIC = {"logit_diff": ("logit", "avg_diff"), "logprob": ("logprob", "avg_val"),
-               "prob_diff": ("prob", "avg_diff")}
+PEER_METRIC = {
+    "logit_diff": ("logit", "avg_diff"),
+    "logprob": ("logprob", "avg_val"),
+    "prob_diff": ("prob", "avg_diff"),
+}
 
 
 # --------------------------------------------------------------------------------------------- the edge mapping
@@ -129,15 +132,22 @@ def compare(mine: torch.Tensor, theirs: torch.Tensor, valid: torch.Tensor) -> di
     diff, scale = float((a - b).abs().max()), float(a.abs().max())
     k = min(20, a.numel())
     top_a, top_b = set(a.abs().topk(k).indices.tolist()), set(b.abs().topk(k).indices.tolist())
-    return {"edges": int(valid.sum()), "rel": diff / scale if scale > 0 else float("nan"), "max_abs": diff,
-            "scale": scale, "top20_common": len(top_a & top_b) / k}
+    return {
+        "edges": int(valid.sum()),
+        "rel": diff / scale if scale > 0 else float("nan"),
+        "max_abs": diff,
+        "scale": scale,
+        "top20_common": len(top_a & top_b) / k,
+    }
 
 
 # --------------------------------------------------------------------------------------------- tlgeo's side
 def hf_state(model) -> dict[str, torch.Tensor]:
     """The Hugging Face weights the bridge runs (float32, contiguous, its own names)."""
-    sd = {n.replace("._original_component", ""): p.detach().float().contiguous()
-          for n, p in model.original_model.named_parameters()}
+    sd = {
+        n.replace("._original_component", ""): p.detach().float().contiguous()
+        for n, p in model.original_model.named_parameters()
+    }
     if "lm_head.weight" not in sd:  # tied: a copy (safetensors stores no shared tensors)
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"].clone()
     return sd
@@ -151,9 +161,18 @@ def llama_spec(model) -> dict:
     rope = getattr(c, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
     d_head = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return {"d_model": c.hidden_size, "n_layers": c.num_hidden_layers, "n_heads": c.num_attention_heads,
-            "n_kv": c.num_key_value_heads, "d_head": d_head, "d_mlp": c.intermediate_size, "d_vocab": c.vocab_size,
-            "n_ctx": c.max_position_embeddings, "eps": c.rms_norm_eps, "rope_theta": float(theta)}
+    return {
+        "d_model": c.hidden_size,
+        "n_layers": c.num_hidden_layers,
+        "n_heads": c.num_attention_heads,
+        "n_kv": c.num_key_value_heads,
+        "d_head": d_head,
+        "d_mlp": c.intermediate_size,
+        "d_vocab": c.vocab_size,
+        "n_ctx": c.max_position_embeddings,
+        "eps": c.rms_norm_eps,
+        "rope_theta": float(theta),
+    }
 
 
 def write_exchange(d: Path, model, task, rounds: int, threads: int) -> None:
@@ -162,8 +181,16 @@ def write_exchange(d: Path, model, task, rounds: int, threads: int) -> None:
     save_file(hf_state(model), str(d / "weights.safetensors"))
     ans = [[int(i) for i in row if i >= 0] for row in task.correct]
     wrong = [[int(i) for i in row if i >= 0] or [0] for row in task.wrong]  # logprob: unused, auto-circuit wants one
-    spec = {"model": llama_spec(model), "clean": task.clean.tolist(), "corrupted": task.corrupted.tolist(),
-            "answers": ans, "wrong": wrong, "metric": task.metric, "rounds": rounds, "threads": threads}
+    spec = {
+        "model": llama_spec(model),
+        "clean": task.clean.tolist(),
+        "corrupted": task.corrupted.tolist(),
+        "answers": ans,
+        "wrong": wrong,
+        "metric": task.metric,
+        "rounds": rounds,
+        "threads": threads,
+    }
     (d / "inputs.json").write_text(json.dumps(spec))
 
 
@@ -173,8 +200,9 @@ def run_peer(model, task, rounds: int, threads: int, python: str = PEER_PYTHON, 
         d = Path(tmp)
         write_exchange(d, model, task, rounds, threads)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": str(threads)}
-        proc = subprocess.run([python, __file__, "--peer-side", str(d)], capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [python, __file__, "--peer-side", str(d)], capture_output=True, text=True, env=env, timeout=timeout
+        )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             raise RuntimeError(f"auto-circuit side failed: {tail[-1] if tail else proc.returncode}")
@@ -218,23 +246,37 @@ def peer_side(d: Path) -> None:
     with torch.no_grad():
         logits = model(clean)[:, -1]
     vals = torch.log_softmax(logits, -1) if grad_fn == "logprob" else logits
-    m = torch.stack([vals[i, a].mean() - (0 if answer_fn == "avg_val" else vals[i, w].mean())
-                     for i, (a, w) in enumerate(zip(answers, wrong))])
+    m = torch.stack(
+        [
+            vals[i, a].mean() - (0 if answer_fn == "avg_val" else vals[i, w].mean())
+            for i, (a, w) in enumerate(zip(answers, wrong))
+        ]
+    )
     fwd, plain = timed_forwards(model, clean, spec["rounds"])
-    loader = PromptDataLoader(PromptDataset(clean, corrupt, answers, wrong), seq_len=None, diverge_idx=0,
-                              batch_size=len(clean), shuffle=False)
+    loader = PromptDataLoader(
+        PromptDataset(clean, corrupt, answers, wrong), seq_len=None, diverge_idx=0, batch_size=len(clean), shuffle=False
+    )
     t0 = time.perf_counter()
     pm = patchable_model(model, factorized=True, slice_output="last_seq", separate_qkv=True, device=torch.device("cpu"))
     setup = time.perf_counter() - t0
     times = []
     for _ in range(spec["rounds"]):
         t0 = time.perf_counter()
-        ps = mask_gradient_prune_scores(pm, loader, None, grad_function=grad_fn, answer_function=answer_fn,
-                                        mask_val=0.0)
+        ps = mask_gradient_prune_scores(
+            pm, loader, None, grad_function=grad_fn, answer_function=answer_fn, mask_val=0.0
+        )
         times.append(time.perf_counter() - t0)
     edges = [[e.src.name, e.dest.name, float(e.prune_score(ps))] for e in pm.edges]
-    out = {"edges": edges, "clean": m.double().tolist(), "times": times, "setup": setup, "forward": fwd,
-           "versions": peer_versions(), "peak_gib": peak_gib(), "plain_forward": plain}
+    out = {
+        "edges": edges,
+        "clean": m.double().tolist(),
+        "times": times,
+        "setup": setup,
+        "forward": fwd,
+        "versions": peer_versions(),
+        "peak_gib": peak_gib(),
+        "plain_forward": plain,
+    }
     (d / "scores.json").write_text(json.dumps(out))
 
 
@@ -281,36 +323,69 @@ def peer_model(m: dict, sd: dict[str, torch.Tensor]):
 
     gqa = m["n_kv"] != m["n_heads"]
     cfg = HookedTransformerConfig(
-        d_model=m["d_model"], d_head=m["d_head"], n_heads=m["n_heads"], d_mlp=m["d_mlp"], n_layers=m["n_layers"],
-        n_ctx=m["n_ctx"], d_vocab=m["d_vocab"], eps=m["eps"], act_fn="silu", normalization_type="RMS",
-        positional_embedding_type="rotary", rotary_dim=m["d_head"], rotary_base=m["rope_theta"],
-        rotary_adjacent_pairs=False, final_rms=True, gated_mlp=True, original_architecture="LlamaForCausalLM",
-        n_key_value_heads=m["n_kv"] if gqa else None, ungroup_grouped_query_attention=gqa, dtype=torch.float32,
-        default_prepend_bos=False, use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True)
+        d_model=m["d_model"],
+        d_head=m["d_head"],
+        n_heads=m["n_heads"],
+        d_mlp=m["d_mlp"],
+        n_layers=m["n_layers"],
+        n_ctx=m["n_ctx"],
+        d_vocab=m["d_vocab"],
+        eps=m["eps"],
+        act_fn="silu",
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_dim=m["d_head"],
+        rotary_base=m["rope_theta"],
+        rotary_adjacent_pairs=False,
+        final_rms=True,
+        gated_mlp=True,
+        original_architecture="LlamaForCausalLM",
+        n_key_value_heads=m["n_kv"] if gqa else None,
+        ungroup_grouped_query_attention=gqa,
+        dtype=torch.float32,
+        default_prepend_bos=False,
+        use_attn_result=True,
+        use_split_qkv_input=True,
+        use_hook_mlp_in=True,
+    )
     u = "_" if gqa else ""
-    w = {"embed.W_E": sd["model.embed_tokens.weight"], "ln_final.w": sd["model.norm.weight"],
-         "unembed.W_U": sd["lm_head.weight"].T, "unembed.b_U": torch.zeros(m["d_vocab"])}
+    w = {
+        "embed.W_E": sd["model.embed_tokens.weight"],
+        "ln_final.w": sd["model.norm.weight"],
+        "unembed.W_U": sd["lm_head.weight"].T,
+        "unembed.b_U": torch.zeros(m["d_vocab"]),
+    }
     for l in range(m["n_layers"]):
         p = f"model.layers.{l}."
         heads = lambda x, n: einops.rearrange(sd[p + f"self_attn.{x}_proj.weight"], "(n h) m -> n m h", n=n)  # noqa
-        w |= {f"blocks.{l}.ln1.w": sd[p + "input_layernorm.weight"],
-              f"blocks.{l}.ln2.w": sd[p + "post_attention_layernorm.weight"],
-              f"blocks.{l}.attn.W_Q": heads("q", m["n_heads"]), f"blocks.{l}.attn.{u}W_K": heads("k", m["n_kv"]),
-              f"blocks.{l}.attn.{u}W_V": heads("v", m["n_kv"]),
-              f"blocks.{l}.attn.W_O": einops.rearrange(sd[p + "self_attn.o_proj.weight"], "m (n h) -> n h m",
-                                                         n=m["n_heads"]),
-              f"blocks.{l}.attn.b_Q": torch.zeros(m["n_heads"], m["d_head"]),
-              f"blocks.{l}.attn.{u}b_K": torch.zeros(m["n_kv"], m["d_head"]),
-              f"blocks.{l}.attn.{u}b_V": torch.zeros(m["n_kv"], m["d_head"]),
-              f"blocks.{l}.attn.b_O": torch.zeros(m["d_model"]),
-              f"blocks.{l}.mlp.W_in": sd[p + "mlp.up_proj.weight"].T,
-              f"blocks.{l}.mlp.W_gate": sd[p + "mlp.gate_proj.weight"].T,
-              f"blocks.{l}.mlp.W_out": sd[p + "mlp.down_proj.weight"].T,
-              f"blocks.{l}.mlp.b_in": torch.zeros(m["d_mlp"]),
-              f"blocks.{l}.mlp.b_out": torch.zeros(m["d_model"])}
+        w |= {
+            f"blocks.{l}.ln1.w": sd[p + "input_layernorm.weight"],
+            f"blocks.{l}.ln2.w": sd[p + "post_attention_layernorm.weight"],
+            f"blocks.{l}.attn.W_Q": heads("q", m["n_heads"]),
+            f"blocks.{l}.attn.{u}W_K": heads("k", m["n_kv"]),
+            f"blocks.{l}.attn.{u}W_V": heads("v", m["n_kv"]),
+            f"blocks.{l}.attn.W_O": einops.rearrange(
+                sd[p + "self_attn.o_proj.weight"], "m (n h) -> n h m", n=m["n_heads"]
+            ),
+            f"blocks.{l}.attn.b_Q": torch.zeros(m["n_heads"], m["d_head"]),
+            f"blocks.{l}.attn.{u}b_K": torch.zeros(m["n_kv"], m["d_head"]),
+            f"blocks.{l}.attn.{u}b_V": torch.zeros(m["n_kv"], m["d_head"]),
+            f"blocks.{l}.attn.b_O": torch.zeros(m["d_model"]),
+            f"blocks.{l}.mlp.W_in": sd[p + "mlp.up_proj.weight"].T,
+            f"blocks.{l}.mlp.W_gate": sd[p + "mlp.gate_proj.weight"].T,
+            f"blocks.{l}.mlp.W_out": sd[p + "mlp.down_proj.weight"].T,
+            f"blocks.{l}.mlp.b_in": torch.zeros(m["d_mlp"]),
+            f"blocks.{l}.mlp.b_out": torch.zeros(m["d_model"]),
+        }
     model = HookedTransformer(cfg)
-    model.load_and_process_state_dict(w, fold_ln=False, center_writing_weights=False, center_unembed=False,
-                                      fold_value_biases=False, refactor_factored_attn_matrices=False)
+    model.load_and_process_state_dict(
+        w,
+        fold_ln=False,
+        center_writing_weights=False,
+        center_unembed=False,
+        fold_value_biases=False,
+        refactor_factored_attn_matrices=False,
+    )
     for p in model.parameters():
         p.requires_grad_(False)
     return model.eval()
@@ -332,9 +407,13 @@ def side_by_side(model, task, rounds: int, threads: int, python: str = PEER_PYTH
     g = mine["graph"]
     theirs = to_tlgeo(g, {(s, d): v for s, d, v in peer["edges"]})
     used = {e for es in peer_edge_map(g).values() for e in es}
-    return out | {"peer": peer, "theirs": theirs, "cmp": compare(mine["scores"], theirs, g.valid),
-                  "unmatched": len({(s, d) for s, d, _ in peer["edges"]} - used),
-                  "clean_diff": float(np.abs(np.array(mine["clean"]) - np.array(peer["clean"])).max())}
+    return out | {
+        "peer": peer,
+        "theirs": theirs,
+        "cmp": compare(mine["scores"], theirs, g.valid),
+        "unmatched": len({(s, d) for s, d, _ in peer["edges"]} - used),
+        "clean_diff": float(np.abs(np.array(mine["clean"]) - np.array(peer["clean"])).max()),
+    }
 
 
 def bench_case(name: str, prompts: int, rounds: int, threads: int, python: str) -> list[dict]:
@@ -348,33 +427,71 @@ def bench_case(name: str, prompts: int, rounds: int, threads: int, python: str) 
     got = side_by_side(model, task, rounds, threads, python)
     mine, peer = got["mine"], got["peer"]
     g = mine["graph"]
-    settings = {"case": name, "model": spec, "task": task_name, "metric": task.metric, "prompts": prompts,
-                "positions": task.clean.shape[1], "edges": g.n_edges, "threads": threads, "rounds": rounds}
+    settings = {
+        "case": name,
+        "model": spec,
+        "task": task_name,
+        "metric": task.metric,
+        "prompts": prompts,
+        "positions": task.clean.shape[1],
+        "edges": g.n_edges,
+        "threads": threads,
+        "rounds": rounds,
+    }
     t_mine, t_fwd = statistics.median(mine["times"]), statistics.median(mine["forward"])
-    rows = [{**settings, "method": "tlgeo", "median_s": t_mine, "forward_s": t_fwd, "forward_equiv": t_mine / t_fwd,
-             "peak_gib": peak_gib(), "package": package_version("tlgeo")}]
-    print(f"{name}: {spec}, task {task_name} ({task.metric}), {prompts} prompts x {task.clean.shape[1]} positions, "
-          f"{g.n_edges} edges, {threads} thread(s), medians of {rounds} rounds")
-    print(f"  tlgeo EAP      {t_mine:8.3f} s = {t_mine / t_fwd:.2f} forward-equivalents (its plain forward "
-          f"{t_fwd:.4f} s; peak {peak_gib():.1f} GiB)")
+    rows = [
+        {
+            **settings,
+            "method": "tlgeo",
+            "median_s": t_mine,
+            "forward_s": t_fwd,
+            "forward_equiv": t_mine / t_fwd,
+            "peak_gib": peak_gib(),
+            "package": package_version("tlgeo"),
+        }
+    ]
+    print(
+        f"{name}: {spec}, task {task_name} ({task.metric}), {prompts} prompts x {task.clean.shape[1]} positions, "
+        f"{g.n_edges} edges, {threads} thread(s), medians of {rounds} rounds"
+    )
+    print(
+        f"  tlgeo EAP      {t_mine:8.3f} s = {t_mine / t_fwd:.2f} forward-equivalents (its plain forward "
+        f"{t_fwd:.4f} s; peak {peak_gib():.1f} GiB)"
+    )
     if peer is None:
         print(f"  auto-circuit   not run: {got['why']}")
         return rows
     cmp, t_peer = got["cmp"], statistics.median(peer["times"])
     f_peer, f_plain = statistics.median(peer["forward"]), statistics.median(peer["plain_forward"])
-    print(f"  auto-circuit   {t_peer:8.3f} s (+ {peer['setup']:.2f} s patchable_model once; its HookedTransformer's "
-          f"forward {f_peer:.4f} s, {f_plain:.4f} s without auto-circuit's hooks; peak {peer['peak_gib']:.1f} GiB)  "
-          f"[{peer['versions']}]")
+    print(
+        f"  auto-circuit   {t_peer:8.3f} s (+ {peer['setup']:.2f} s patchable_model once; its HookedTransformer's "
+        f"forward {f_peer:.4f} s, {f_plain:.4f} s without auto-circuit's hooks; peak {peer['peak_gib']:.1f} GiB)  "
+        f"[{peer['versions']}]"
+    )
     print(f"  tlgeo / auto-circuit time: {t_mine / t_peer:.3f}")
-    print(f"  scores over all {cmp['edges']} tlgeo edges (from {len(peer['edges'])} auto-circuit edges, "
-          f"{got['unmatched']} unmatched): max |tlgeo - auto-circuit| / max |tlgeo| = {cmp['rel']:.2e} "
-          f"(max |diff| {cmp['max_abs']:.2e}, max |score| {cmp['scale']:.3g}); top-20 edges in common "
-          f"{cmp['top20_common']:.2f}; clean metric max |diff| {got['clean_diff']:.1e}")
+    print(
+        f"  scores over all {cmp['edges']} tlgeo edges (from {len(peer['edges'])} auto-circuit edges, "
+        f"{got['unmatched']} unmatched): max |tlgeo - auto-circuit| / max |tlgeo| = {cmp['rel']:.2e} "
+        f"(max |diff| {cmp['max_abs']:.2e}, max |score| {cmp['scale']:.3g}); top-20 edges in common "
+        f"{cmp['top20_common']:.2f}; clean metric max |diff| {got['clean_diff']:.1e}"
+    )
     rows[0] |= {"x_auto_circuit": t_mine / t_peer, "max_rel_diff": cmp["rel"]}
-    rows.append({**settings, "method": "auto_circuit", "median_s": t_peer, "setup_s": peer["setup"],
-                 "forward_s": f_peer, "plain_forward_s": f_plain, "x_auto_circuit": 1.0, "max_rel_diff": cmp["rel"],
-                 "max_abs_diff": cmp["max_abs"], "clean_metric_diff": got["clean_diff"], "peak_gib": peer["peak_gib"],
-                 "package": peer["versions"]})
+    rows.append(
+        {
+            **settings,
+            "method": "auto_circuit",
+            "median_s": t_peer,
+            "setup_s": peer["setup"],
+            "forward_s": f_peer,
+            "plain_forward_s": f_plain,
+            "x_auto_circuit": 1.0,
+            "max_rel_diff": cmp["rel"],
+            "max_abs_diff": cmp["max_abs"],
+            "clean_metric_diff": got["clean_diff"],
+            "peak_gib": peer["peak_gib"],
+            "package": peer["versions"],
+        }
+    )
     return rows
 
 
@@ -411,8 +528,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.out:
         from tlgeo.runner.provenance import record_table
 
-        record_table(args.out, "circuits_peers", rows,
-                     ["scripts/bench_circuits_peers.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
+        record_table(
+            args.out,
+            "circuits_peers",
+            rows,
+            ["scripts/bench_circuits_peers.py", *(sys.argv[1:] if argv is None else argv)],
+            vars(args),
+        )
     return rows
 
 

@@ -50,8 +50,11 @@ def main(argv=None) -> int:
 
     src = base_dir(args.model)
     calib = calibration_windows(AutoTokenizer.from_pretrained(src), "wikitext2-valid", args.n_calib, 128)
-    groups = {"awq": ["awq", "awq_perp"], "sgpt": ["sgpt", f"sgpt_perp_l{args.lam:g}"],
-              "wanda": ["wanda", "owl", "perpalloc"]}
+    groups = {
+        "awq": ["awq", "awq_perp"],
+        "sgpt": ["sgpt", f"sgpt_perp_l{args.lam:g}"],
+        "wanda": ["wanda", "owl", "perpalloc"],
+    }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in [p for p in args.pairs.split(",") if p]:
@@ -66,8 +69,15 @@ def main(argv=None) -> int:
                     sens = perp_sensitivity(layers, "wanda").tolist()
                     times["diag_seconds"] = time.perf_counter() - t0
                     del base
-                man = compress_model(src, m, Path(tmp) / m, calib=calib, awq_n_grid=args.awq_grid,
-                                     refit_iters=args.refit_iters, sensitivity=sens)
+                man = compress_model(
+                    src,
+                    m,
+                    Path(tmp) / m,
+                    calib=calib,
+                    awq_n_grid=args.awq_grid,
+                    refit_iters=args.refit_iters,
+                    sensitivity=sens,
+                )
                 times[m] = man["seconds"]
                 print(f"[{m}] {man['seconds']:.1f} s", flush=True)
             base_m = groups[pair][0]

@@ -53,14 +53,21 @@ def main(argv: list[str] | None = None) -> None:
     grid = SweepGrid(deltas=[float(x) for x in a.deltas.split(",")], seeds=a.seeds)
     runs = len(grid.deltas) * len(grid.kinds) * a.seeds
     sentences = wikitext_sentences(a.sentences)
-    parts = {"loss": (lambda: lm_damage(model, sentences, grid, batch_size=a.batch_size),
-                      sentence_batches(model, sentences, batch_size=a.batch_size), "mean")}
+    parts = {
+        "loss": (
+            lambda: lm_damage(model, sentences, grid, batch_size=a.batch_size),
+            sentence_batches(model, sentences, batch_size=a.batch_size),
+            "mean",
+        )
+    }
     if a.blimp_pairs:
         pairs = agreement_pairs(a.blimp_pairs)
         texts = [q.good for q in pairs] + [q.bad for q in pairs]
-        parts["blimp"] = (lambda: blimp_damage(model, pairs, grid, batch_size=a.batch_size, n_boot=10),
-                          sentence_batches(model, texts, batch_size=a.batch_size, max_tokens=10**6, keep_all=True),
-                          "sum")
+        parts["blimp"] = (
+            lambda: blimp_damage(model, pairs, grid, batch_size=a.batch_size, n_boot=10),
+            sentence_batches(model, texts, batch_size=a.batch_size, max_tokens=10**6, keep_all=True),
+            "sum",
+        )
     lm_damage(model, sentences[:4], SweepGrid(deltas=grid.deltas[:1], seeds=1), batch_size=a.batch_size)  # warm up
     ratios: dict[str, list[float]] = {name: [] for name in [*parts, "all"]}
     for r in range(a.rounds):
@@ -72,15 +79,19 @@ def main(argv: list[str] | None = None) -> None:
                 b, s = bare(model, batches, runs + 1, reduce), timed(run)
             tot_s, tot_b = tot_s + s, tot_b + b
             ratios[name].append(s / b)
-            print(f"round {r + 1} {name}: sweep {s:.1f} s ({runs} perturbed runs + clean), bare {b:.1f} s "
-                  f"({runs + 1} forwards): {s / b:.3f}x", flush=True)
+            print(
+                f"round {r + 1} {name}: sweep {s:.1f} s ({runs} perturbed runs + clean), bare {b:.1f} s "
+                f"({runs + 1} forwards): {s / b:.3f}x",
+                flush=True,
+            )
         ratios["all"].append(tot_s / tot_b)
     sizes = {name: sum(int(l.sum()) for _, l in batches) for name, (_, batches, _) in parts.items()}
-    print(f"{a.model}, layers: the middle third; tokens per pass: "
-          + ", ".join(f"{n} {t}" for n, t in sizes.items()))
+    print(f"{a.model}, layers: the middle third; tokens per pass: " + ", ".join(f"{n} {t}" for n, t in sizes.items()))
     for name, rs in ratios.items():
-        print(f"median ratio {name}: {statistics.median(rs):.3f}x over {a.rounds} rounds "
-              f"({', '.join(f'{x:.3f}' for x in rs)})")
+        print(
+            f"median ratio {name}: {statistics.median(rs):.3f}x over {a.rounds} rounds "
+            f"({', '.join(f'{x:.3f}' for x in rs)})"
+        )
 
 
 if __name__ == "__main__":

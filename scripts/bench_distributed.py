@@ -32,10 +32,26 @@ from tlgeo.runner.provenance import record_table  # noqa: E402
 
 # command, its analysis, flags: a few minutes each on SmolLM2 on 2 cores
 BENCHES = {
-    "decompose": ("decomposition", ["--tokens", "2048", "--context", "512", "--profile-tokens", "256",
-                              "--sites", "attn,mlp,value_excl_self"]),
-    "pdsf": ("pdsf", ["--geometry-per-group", "4", "--no-complexity", "--single-pass-per-group", "2",
-                      "--per-group", "1", "--new-tokens", "16", "--conditions", "D,S,F_top,random"]),
+    "decompose": (
+        "decomposition",
+        ["--tokens", "2048", "--context", "512", "--profile-tokens", "256", "--sites", "attn,mlp,value_excl_self"],
+    ),
+    "pdsf": (
+        "pdsf",
+        [
+            "--geometry-per-group",
+            "4",
+            "--no-complexity",
+            "--single-pass-per-group",
+            "2",
+            "--per-group",
+            "1",
+            "--new-tokens",
+            "16",
+            "--conditions",
+            "D,S,F_top,random",
+        ],
+    ),
 }
 
 
@@ -80,25 +96,55 @@ def main(argv: list[str] | None = None) -> int:
     analyses = load_analyses()
     cores = os.cpu_count() or 1
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    print(f"{a.model}, {cores} cores: one process with {cores} threads vs {a.ranks} ranks with "
-          f"{max(1, cores // a.ranks)} each")
-    for name in (a.only.split(",") if a.only else BENCHES):
+    print(
+        f"{a.model}, {cores} cores: one process with {cores} threads vs {a.ranks} ranks with "
+        f"{max(1, cores // a.ranks)} each"
+    )
+    for name in a.only.split(",") if a.only else BENCHES:
         analysis, flags = BENCHES[name]
         with tempfile.TemporaryDirectory() as d:
             one, two = Path(d) / "one", Path(d) / "two"
             base = ["-m", "tlgeo", name, "--model", a.model, *flags]
             t1 = _run([sys.executable, *base, "--threads", str(cores), "--out", str(one)], env)
-            t2 = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.ranks}",
-                       *base, "--out", str(two)], {**env, "OMP_NUM_THREADS": str(max(1, cores // a.ranks))})
+            t2 = _run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    f"--nproc_per_node={a.ranks}",
+                    *base,
+                    "--out",
+                    str(two),
+                ],
+                {**env, "OMP_NUM_THREADS": str(max(1, cores // a.ranks))},
+            )
             same = _agree(one, two, analyses[analysis].result)
-        print(f"{name:>6}: one process {t1:6.1f} s | {a.ranks} ranks {t2:6.1f} s | ratio {t2 / t1:.2f} | "
-              f"tables {same}", flush=True)
-        rows.append({"command": name, "model": a.model, "cores": cores, "ranks": a.ranks,
-                     "threads_per_rank": max(1, cores // a.ranks), "one_process_s": t1, "ranks_s": t2,
-                     "ratio": t2 / t1, "tables": same})
+        print(
+            f"{name:>6}: one process {t1:6.1f} s | {a.ranks} ranks {t2:6.1f} s | ratio {t2 / t1:.2f} | tables {same}",
+            flush=True,
+        )
+        rows.append(
+            {
+                "command": name,
+                "model": a.model,
+                "cores": cores,
+                "ranks": a.ranks,
+                "threads_per_rank": max(1, cores // a.ranks),
+                "one_process_s": t1,
+                "ranks_s": t2,
+                "ratio": t2 / t1,
+                "tables": same,
+            }
+        )
     if a.out:
-        record_table(a.out, "distributed", rows,
-                     ["scripts/bench_distributed.py", *(sys.argv[1:] if argv is None else argv)], vars(a))
+        record_table(
+            a.out,
+            "distributed",
+            rows,
+            ["scripts/bench_distributed.py", *(sys.argv[1:] if argv is None else argv)],
+            vars(a),
+        )
     return 0
 
 

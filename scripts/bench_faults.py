@@ -40,22 +40,37 @@ def markdown(folder: str | Path) -> str:
     folder = Path(folder)
     kills, inputs = pd.read_csv(folder / "kills.csv"), pd.read_csv(folder / "inputs.csv")
     cmd = provenance.read(folder)[-1]["command"].replace("tlgeo scripts/", "python scripts/")
-    per = kills.groupby("analysis", sort=False).agg(series=("seed", "size"), kills=("kills_tried", "sum"),
-                                                     identical=("identical", "sum"), rows_lost=("rows_lost", "sum"),
-                                                     rows_extra=("rows_extra", "sum")).reset_index()
-    lines = [f"Measured by `{cmd}` on `tiny:llama`, one torch thread per run ({folder}/kills.csv, "
-             f"{folder}/inputs.csv, with their provenance):", "",
-             f"- **{int(kills.kills_tried.sum())} kills** struck a running command (alternately at a random moment "
-             f"and in the middle of a write), in {len(kills)} series over {kills.analysis.nunique()} analyses, each "
-             f"series then rerun into its folder until it finished: **{int(kills.identical.sum())} of {len(kills)}** "
-             f"series ended with every table identical to an uninterrupted run's; rows lost "
-             f"{int(kills.rows_lost.sum())}, rows extra {int(kills.rows_extra.sum())}.",
-             f"- **{int(inputs.tried.sum())} flag values** (random and out of range) over {len(inputs)} commands: "
-             f"{int(inputs.one_line_error.sum())} one-line errors before any work, {int(inputs.valid.sum())} valid "
-             f"configurations, {int(inputs.other.sum())} anything else (a traceback or an error of several lines).",
-             "", "| analysis | series | kills | identical | rows lost | rows extra |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.analysis} | {r.series} | {r.kills} | {r.identical} | {r.rows_lost} | {r.rows_extra} |"
-              for r in per.itertuples()]
+    per = (
+        kills.groupby("analysis", sort=False)
+        .agg(
+            series=("seed", "size"),
+            kills=("kills_tried", "sum"),
+            identical=("identical", "sum"),
+            rows_lost=("rows_lost", "sum"),
+            rows_extra=("rows_extra", "sum"),
+        )
+        .reset_index()
+    )
+    lines = [
+        f"Measured by `{cmd}` on `tiny:llama`, one torch thread per run ({folder}/kills.csv, "
+        f"{folder}/inputs.csv, with their provenance):",
+        "",
+        f"- **{int(kills.kills_tried.sum())} kills** struck a running command (alternately at a random moment "
+        f"and in the middle of a write), in {len(kills)} series over {kills.analysis.nunique()} analyses, each "
+        f"series then rerun into its folder until it finished: **{int(kills.identical.sum())} of {len(kills)}** "
+        f"series ended with every table identical to an uninterrupted run's; rows lost "
+        f"{int(kills.rows_lost.sum())}, rows extra {int(kills.rows_extra.sum())}.",
+        f"- **{int(inputs.tried.sum())} flag values** (random and out of range) over {len(inputs)} commands: "
+        f"{int(inputs.one_line_error.sum())} one-line errors before any work, {int(inputs.valid.sum())} valid "
+        f"configurations, {int(inputs.other.sum())} anything else (a traceback or an error of several lines).",
+        "",
+        "| analysis | series | kills | identical | rows lost | rows extra |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r.analysis} | {r.series} | {r.kills} | {r.identical} | {r.rows_lost} | {r.rows_extra} |"
+        for r in per.itertuples()
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -67,8 +82,13 @@ def main() -> int:
     p.add_argument("--series", type=int, default=3, help="kill series per analysis")
     p.add_argument("--kills", type=int, default=5, help="kills per series")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cuts", type=int, default=1, help="per table of every analysis: a cut in half and this many at "
-                   "a seeded byte, each rerun into its folder (cuts.csv; 0: none)")
+    p.add_argument(
+        "--cuts",
+        type=int,
+        default=1,
+        help="per table of every analysis: a cut in half and this many at "
+        "a seeded byte, each rerun into its folder (cuts.csv; 0: none)",
+    )
     p.add_argument("--inputs", type=int, default=40, help="random flag values per command (0: none)")
     p.add_argument("--markdown", metavar="FOLDER", help="print the reliability page's numbers from FOLDER's tables")
     args = p.parse_args()
@@ -90,21 +110,51 @@ def main() -> int:
                 folder = Path(tmp) / case.name / f"series{i}"
                 shutil.rmtree(folder, ignore_errors=True)
                 s = kill_series(case, folder, reference, ref_run, kills=args.kills, seed=seed)
-                rows.append({"analysis": case.name, "seed": seed, "kills_tried": s.kills_tried, "runs": s.runs,
-                             "identical": s.comparison.identical, "rows_lost": s.comparison.rows_lost,
-                             "rows_extra": s.comparison.rows_extra, "detail": s.comparison.detail,
-                             "reference_s": round(ref_run.seconds, 2), "reference_writes": ref_run.writes})
-                print(f"{case.name} series {i}: {s.kills_tried} kills, {s.runs} runs, "
-                      f"{'identical' if s.comparison.identical else 'DIFFERENT: ' + s.comparison.detail}", flush=True)
+                rows.append(
+                    {
+                        "analysis": case.name,
+                        "seed": seed,
+                        "kills_tried": s.kills_tried,
+                        "runs": s.runs,
+                        "identical": s.comparison.identical,
+                        "rows_lost": s.comparison.rows_lost,
+                        "rows_extra": s.comparison.rows_extra,
+                        "detail": s.comparison.detail,
+                        "reference_s": round(ref_run.seconds, 2),
+                        "reference_writes": ref_run.writes,
+                    }
+                )
+                print(
+                    f"{case.name} series {i}: {s.kills_tried} kills, {s.runs} runs, "
+                    f"{'identical' if s.comparison.identical else 'DIFFERENT: ' + s.comparison.detail}",
+                    flush=True,
+                )
             write_csv(out / "kills.csv", pd.DataFrame(rows))
             if args.cuts:
-                for t in truncate_series(case, Path(tmp) / case.name / "reference", Path(tmp) / case.name / "cut",
-                                         seed=args.seed * 1000 + len(cuts), cuts=args.cuts):
-                    cuts.append({"analysis": t.case, "table": t.table, "size": t.size, "cut": t.cut, "rc": t.rc,
-                                 "ok": t.ok, "refused": t.rc == 2, "detail": t.comparison.detail if t.comparison
-                                 else " | ".join(t.errors)})
-                    print(f"{case.name} {t.table} cut at {t.cut} of {t.size} bytes: "
-                          f"{'ok' if t.ok else 'NOT OK: ' + cuts[-1]['detail']}", flush=True)
+                for t in truncate_series(
+                    case,
+                    Path(tmp) / case.name / "reference",
+                    Path(tmp) / case.name / "cut",
+                    seed=args.seed * 1000 + len(cuts),
+                    cuts=args.cuts,
+                ):
+                    cuts.append(
+                        {
+                            "analysis": t.case,
+                            "table": t.table,
+                            "size": t.size,
+                            "cut": t.cut,
+                            "rc": t.rc,
+                            "ok": t.ok,
+                            "refused": t.rc == 2,
+                            "detail": t.comparison.detail if t.comparison else " | ".join(t.errors),
+                        }
+                    )
+                    print(
+                        f"{case.name} {t.table} cut at {t.cut} of {t.size} bytes: "
+                        f"{'ok' if t.ok else 'NOT OK: ' + cuts[-1]['detail']}",
+                        flush=True,
+                    )
                 write_csv(out / "cuts.csv", pd.DataFrame(cuts))
             print(f"{case.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     kills = pd.DataFrame(rows)
@@ -113,17 +163,23 @@ def main() -> int:
         write_csv(out / "inputs.csv", inputs)
     provenance.record(out, ["scripts/bench_faults.py", *sys.argv[1:]], vars(args))
     if len(kills):
-        print(f"kills: {int(kills.kills_tried.sum())} tried in {len(kills)} series over {kills.analysis.nunique()} "
-              f"analyses; {int(kills.identical.sum())} of {len(kills)} series ended with identical tables; rows lost "
-              f"{int(kills.rows_lost.sum())}, rows extra {int(kills.rows_extra.sum())}")
+        print(
+            f"kills: {int(kills.kills_tried.sum())} tried in {len(kills)} series over {kills.analysis.nunique()} "
+            f"analyses; {int(kills.identical.sum())} of {len(kills)} series ended with identical tables; rows lost "
+            f"{int(kills.rows_lost.sum())}, rows extra {int(kills.rows_extra.sum())}"
+        )
     if len(inputs):
-        print(f"inputs: {int(inputs.tried.sum())} flag values over {len(inputs)} commands: "
-              f"{int(inputs.one_line_error.sum())} one-line errors, {int(inputs.valid.sum())} valid, "
-              f"{int(inputs.other.sum())} other")
+        print(
+            f"inputs: {int(inputs.tried.sum())} flag values over {len(inputs)} commands: "
+            f"{int(inputs.one_line_error.sum())} one-line errors, {int(inputs.valid.sum())} valid, "
+            f"{int(inputs.other.sum())} other"
+        )
     if cuts:
         c = pd.DataFrame(cuts)
-        print(f"cuts: {len(c)} tables cut over {c.analysis.nunique()} analyses: {int(c.ok.sum())} rebuilt to the "
-              f"uninterrupted run's tables or refused in one line ({int(c.refused.sum())} refused)")
+        print(
+            f"cuts: {len(c)} tables cut over {c.analysis.nunique()} analyses: {int(c.ok.sum())} rebuilt to the "
+            f"uninterrupted run's tables or refused in one line ({int(c.refused.sum())} refused)"
+        )
         if not c.ok.all():
             return 1
     return 0 if len(kills) == 0 or (kills.identical.all() and (not len(inputs) or inputs.other.sum() == 0)) else 1

@@ -19,11 +19,13 @@ here, with ``.whl/`` in ``.git/info/exclude``, ``pip download --no-deps --only-b
 transformer-lens==4.3.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 conllu==6.0.0
 scikit-dimension==0.5.0`` (six pure-Python wheels, 2.6 MB; the last two only for the dirmag and pdsf
 analyses), carry ``.whl`` and begin the command there with ``python3 -m pip install -q --no-index --no-deps
---target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site``. Checked here: that download and install (into a --target folder), and a
+--target /tmp/site .whl/*.whl && export
+PYTHONPATH=/tmp/site``. Checked here: that download and install (into a --target folder), and a
 tiny run with every package outside the image's list and those wheels hidden (the forwards and all
 analyses but compression ran). Run on an H200 on 2026-12-04 (``results/bench-gpu/``, ``docs/cli.md``),
 with ``circuitsvis==1.43.3`` and ``importlib-metadata==8.7.0`` carried too for the atlas's views
-(importlib-metadata 10 needs ``lazy_importer``, which is not in the image). The analyses read corpora from ``$TLGEO_DATA``
+(importlib-metadata 10 needs ``lazy_importer``, which is not in the image). The analyses read corpora from
+``$TLGEO_DATA``
 (default ``../shared/data``, which does not travel with the checkout: copy it into an ignored folder,
 carry it and set ``TLGEO_DATA``), else each prints an error line. compression (needs llmcompressor) is
 skipped at the 8B shapes unless named in ``--analyses``: it hashes and exports the dense model in
@@ -64,29 +66,87 @@ _SPECIAL = dict(bos_token_id=256, eos_token_id=257, pad_token_id=257)
 
 # name -> (transformers config class, its keyword arguments): the public configs' shapes
 SHAPES: dict[str, tuple[str, dict]] = {
-    "llama-8b": ("LlamaConfig", dict(  # meta-llama/Llama-3.1-8B
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
-        rope_theta=500000.0, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 8192})),
-    "qwen3-8b": ("Qwen3Config", dict(  # Qwen/Qwen3-8B
-        hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)),
-    "tiny": ("LlamaConfig", dict(  # the Llama family at a few MB: GQA 4/2 heads, 3 layers (pdsf's tiny config uses layer 2)
-        hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=258, max_position_embeddings=256, rms_norm_eps=1e-5,
-        rope_theta=500000.0, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 64})),
-    "tiny-qwen3": ("Qwen3Config", dict(  # the Qwen3 family (q/k norms, head_dim set apart) at a few MB
-        hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, vocab_size=258, max_position_embeddings=256,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)),
+    "llama-8b": (
+        "LlamaConfig",
+        dict(  # meta-llama/Llama-3.1-8B
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            tie_word_embeddings=False,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        ),
+    ),
+    "qwen3-8b": (
+        "Qwen3Config",
+        dict(  # Qwen/Qwen3-8B
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            tie_word_embeddings=False,
+        ),
+    ),
+    "tiny": (
+        "LlamaConfig",
+        dict(  # the Llama family at a few MB: GQA 4/2 heads, 3 layers (pdsf's tiny config uses layer 2)
+            hidden_size=64,
+            intermediate_size=160,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=258,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            tie_word_embeddings=False,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        ),
+    ),
+    "tiny-qwen3": (
+        "Qwen3Config",
+        dict(  # the Qwen3 family (q/k norms, head_dim set apart) at a few MB
+            hidden_size=64,
+            intermediate_size=160,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            vocab_size=258,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            tie_word_embeddings=False,
+        ),
+    ),
 }
-BIG_SKIPS = {"compression": "skipped at 8B shapes by default: it hashes and exports the dense model in "
-                            "float32 on the CPU (name it in --analyses to run it)"}
+BIG_SKIPS = {
+    "compression": "skipped at 8B shapes by default: it hashes and exports the dense model in "
+    "float32 on the CPU (name it in --analyses to run it)"
+}
 TARGET_SITE, TARGET_RATIO = "value_excl_self", 1.05
 
 
@@ -126,23 +186,49 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=None, help="tokens per row (default: 1024 on GPU, 128 on CPU)")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds after one warm-up round; the median is reported")
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed rounds after one warm-up round; the median is reported"
+    )
     p.add_argument("--skip-analyses", action="store_true", help="time the forwards only")
-    p.add_argument("--analyses", default=None,
-                   help="comma-separated analyses to run (default: all registered; compression not at 8B shapes)")
-    p.add_argument("--analysis-timeout", type=float, default=60.0,
-                   help="seconds before an analysis is stopped and reported as timed out (0: no limit)")
-    p.add_argument("--budget", type=float, default=420.0,
-                   help="seconds for the whole run: no analysis starts, or runs, past it (0: no limit)")
+    p.add_argument(
+        "--analyses",
+        default=None,
+        help="comma-separated analyses to run (default: all registered; compression not at 8B shapes)",
+    )
+    p.add_argument(
+        "--analysis-timeout",
+        type=float,
+        default=60.0,
+        help="seconds before an analysis is stopped and reported as timed out (0: no limit)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=420.0,
+        help="seconds for the whole run: no analysis starts, or runs, past it (0: no limit)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--parity", default=None, metavar="CSV",
-                   help="instead of timing: each analysis's tiny run on the CPU and on --device, float32, same "
-                        "weights; the largest difference per table, written to CSV (tiny shapes only)")
-    p.add_argument("--compare-folders", nargs=2, default=None, metavar=("CPU_DIR", "DEVICE_DIR"),
-                   help="only compare the tables of two result folders of one run on two devices (no model); "
-                        "with --out, the rows go to that CSV")
-    p.add_argument("--parity-dump", default=None, metavar="DIR",
-                   help="with --parity: every table of both runs, as DIR/{cpu,device}/<analysis>/<table>.csv")
+    p.add_argument(
+        "--parity",
+        default=None,
+        metavar="CSV",
+        help="instead of timing: each analysis's tiny run on the CPU and on --device, float32, same "
+        "weights; the largest difference per table, written to CSV (tiny shapes only)",
+    )
+    p.add_argument(
+        "--compare-folders",
+        nargs=2,
+        default=None,
+        metavar=("CPU_DIR", "DEVICE_DIR"),
+        help="only compare the tables of two result folders of one run on two devices (no model); "
+        "with --out, the rows go to that CSV",
+    )
+    p.add_argument(
+        "--parity-dump",
+        default=None,
+        metavar="DIR",
+        help="with --parity: every table of both runs, as DIR/{cpu,device}/<analysis>/<table>.csv",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the rows to this CSV file")
     args = p.parse_args(argv)
@@ -380,7 +466,9 @@ def compare_folders(cpu_dir: str, device_dir: str) -> list[dict]:
     out = []
     for name in names:
         if not (a / name).exists() or not (b / name).exists():
-            out.append(dict(table=name, cells=0, max_diff=math.inf, column=f"only in {a if (a / name).exists() else b}"))
+            out.append(
+                dict(table=name, cells=0, max_diff=math.inf, column=f"only in {a if (a / name).exists() else b}")
+            )
             continue
         n, worst, col = _table_difference(pd.read_csv(a / name), pd.read_csv(b / name), skip)
         out.append(dict(table=name, cells=n, max_diff=worst, column=col))
@@ -394,8 +482,12 @@ def run_parity(args, device: torch.device) -> list[dict]:
     from tlgeo.report.registry import load_analyses
     from tlgeo.runner.results import IDENTITY
 
-    models = {d: build_model(args.shape, torch.device(d) if d == "cpu" else device, torch.float32, args.seed,
-                             init_on_cpu=True) for d in ("cpu", "device")}
+    models = {
+        d: build_model(
+            args.shape, torch.device(d) if d == "cpu" else device, torch.float32, args.seed, init_on_cpu=True
+        )
+        for d in ("cpu", "device")
+    }
     registered = load_analyses()
     wanted = [a.strip() for a in args.analyses.split(",")] if args.analyses else list(registered)
     out = []
@@ -464,17 +556,42 @@ def _device_name(device: torch.device) -> str:
 
 
 def write_csv(path: str, rows: list[Row], meta: dict) -> None:
-    cols = ["section", "name", "site", "s_par", "median_s", "ratio", "paired_ratio", "peak_gib", "extra_gib", "n", "status",
-            *meta]
+    cols = [
+        "section",
+        "name",
+        "site",
+        "s_par",
+        "median_s",
+        "ratio",
+        "paired_ratio",
+        "peak_gib",
+        "extra_gib",
+        "n",
+        "status",
+        *meta,
+    ]
     bare = rows[0].seconds if rows and rows[0].name == "bare" else math.nan
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for r in rows:
             fwd = r.section == "forward"
-            w.writerow([r.section, r.name, r.site, r.s_par, r.seconds, r.seconds / bare if fwd else "",
-                        statistics.median(r.ratios) if fwd and r.ratios else "", r.peak_gib, r.extra_gib, len(r.times),
-                        r.status, *meta.values()])
+            w.writerow(
+                [
+                    r.section,
+                    r.name,
+                    r.site,
+                    r.s_par,
+                    r.seconds,
+                    r.seconds / bare if fwd else "",
+                    statistics.median(r.ratios) if fwd and r.ratios else "",
+                    r.peak_gib,
+                    r.extra_gib,
+                    len(r.times),
+                    r.status,
+                    *meta.values(),
+                ]
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -506,11 +623,15 @@ def main(argv: list[str] | None = None) -> int:
     seq = args.seq or (1024 if device.type == "cuda" else 128)
     if args.parity:
         if args.shape.endswith("-8b"):
-            print("bench_gpu: --parity runs on the tiny shapes only (it runs every analysis on the CPU too)",
-                  file=sys.stderr)
+            print(
+                "bench_gpu: --parity runs on the tiny shapes only (it runs every analysis on the CPU too)",
+                file=sys.stderr,
+            )
             return 2
-        print(f"parity   {args.shape}: each analysis's tiny run on cpu and on {_device_name(device)}, float32, "
-              f"same weights; max_diff = max |cpu - device| / max(1, |cpu|) over a table's numeric cells")
+        print(
+            f"parity   {args.shape}: each analysis's tiny run on cpu and on {_device_name(device)}, float32, "
+            f"same weights; max_diff = max |cpu - device| / max(1, |cpu|) over a table's numeric cells"
+        )
         print(f"  {'analysis':<14} {'table':<22} {'cells':>7} {'max_diff':>10}  column")
         rows = run_parity(args, device)
         with open(args.parity, "w", newline="") as f:
@@ -529,30 +650,43 @@ def main(argv: list[str] | None = None) -> int:
     built = time.perf_counter() - t0
     n_params = sum(p.numel() for p in model.parameters())
     c = model.cfg
-    print(f"shape    {args.shape} ({SHAPES[args.shape][0]}): {n_params:,} parameters ({n_params / 1e9:.2f} B), {c.n_layers} layers, "
-          f"d_model {c.d_model}, {c.n_heads} heads / {getattr(c, 'n_key_value_heads', None) or c.n_heads} KV heads, "
-          f"d_head {c.d_head}, d_mlp {c.d_mlp}, vocab {c.d_vocab}; {args.dtype}; built and booted in {built:.1f} s"
-          + (f"; {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB allocated" if device.type == "cuda" else ""))
+    print(
+        f"shape    {args.shape} ({SHAPES[args.shape][0]}): {n_params:,} parameters ({n_params / 1e9:.2f} B), "
+        f"{c.n_layers} layers, "
+        f"d_model {c.d_model}, {c.n_heads} heads / {getattr(c, 'n_key_value_heads', None) or c.n_heads} KV heads, "
+        f"d_head {c.d_head}, d_mlp {c.d_mlp}, vocab {c.d_vocab}; {args.dtype}; built and booted in {built:.1f} s"
+        + (f"; {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB allocated" if device.type == "cuda" else "")
+    )
     if seq > c.n_ctx:
         print(f"bench_gpu: --seq {seq} is longer than the model's context ({c.n_ctx})", file=sys.stderr)
         return 2
 
     gen = torch.Generator().manual_seed(args.seed)
     tokens = torch.randint(0, c.d_vocab, (args.batch, seq), generator=gen).to(device)
-    print(f"\nforward: batch {args.batch} x seq {seq}, {args.dtype}, every layer hooked; one warm-up round, "
-          f"{args.repeats} timed round(s) interleaved; ratio = median / median(bare), paired = median of per-round ratios; "
-          f"peak_GiB: peak allocated on the GPU during the call, +GiB: that peak over what was allocated before it")
+    print(
+        f"\nforward: batch {args.batch} x seq {seq}, {args.dtype}, every layer hooked; one warm-up round, "
+        f"{args.repeats} timed round(s) interleaved; ratio = median / median(bare), paired = median of "
+        "per-round ratios; "
+        f"peak_GiB: peak allocated on the GPU during the call, +GiB: that peak over what was allocated before it"
+    )
     rows = time_forwards(model, tokens, args.repeats, device)
     bare = rows[0].seconds
-    print(f"  {'measure':<6} {'site':<16} {'s_par':>5} {'median_s':>10} {'ratio':>7} {'paired':>7} {'peak_GiB':>9} {'+GiB':>7}")
+    print(
+        f"  {'measure':<6} {'site':<16} {'s_par':>5} {'median_s':>10} {'ratio':>7} {'paired':>7} {'peak_GiB':>9} "
+        f"{'+GiB':>7}"
+    )
     for r in rows:
-        print(f"  {r.name:<6} {r.site:<16} {r.s_par:>5} {r.seconds:10.4f} {r.seconds / bare:7.3f} "
-              f"{statistics.median(r.ratios):7.3f} {_fmt(r.peak_gib, '9.2f')} {_fmt(r.extra_gib, '7.2f')}")
+        print(
+            f"  {r.name:<6} {r.site:<16} {r.s_par:>5} {r.seconds:10.4f} {r.seconds / bare:7.3f} "
+            f"{statistics.median(r.ratios):7.3f} {_fmt(r.peak_gib, '9.2f')} {_fmt(r.extra_gib, '7.2f')}"
+        )
     target = next((r for r in rows if r.name == "edit" and r.site == TARGET_SITE), None)
     if target is not None:
         ratio = target.seconds / bare
-        print(f"target   {TARGET_SITE} s_par=0 / bare {args.dtype} forward = {ratio:.3f} "
-              f"({'within' if ratio <= TARGET_RATIO else 'above'} {TARGET_RATIO}x)")
+        print(
+            f"target   {TARGET_SITE} s_par=0 / bare {args.dtype} forward = {ratio:.3f} "
+            f"({'within' if ratio <= TARGET_RATIO else 'above'} {TARGET_RATIO}x)"
+        )
     del tokens
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -560,15 +694,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_analyses:
         print("\nanalyses: skipped (--skip-analyses)")
     else:
-        left = f", {max(0.0, start + args.budget - time.perf_counter()):.0f} s of --budget left" if args.budget > 0 else ""
-        print(f"\nanalyses: each registered analysis once with its tiny config on {model.tlgeo_name} "
-              f"(time-out {args.analysis_timeout:g} s each{left})")
+        left = (
+            f", {max(0.0, start + args.budget - time.perf_counter()):.0f} s of --budget left" if args.budget > 0 else ""
+        )
+        print(
+            f"\nanalyses: each registered analysis once with its tiny config on {model.tlgeo_name} "
+            f"(time-out {args.analysis_timeout:g} s each{left})"
+        )
         print(f"  {'analysis':<14} {'seconds':>9} {'peak_GiB':>9}  status")
         rows += run_analyses(model, args, device, start + args.budget if args.budget > 0 else math.inf)
 
     if args.out:
-        meta = dict(shape=args.shape, device=_device_name(device), dtype=args.dtype, batch=args.batch, seq=seq,
-                    repeats=args.repeats, params=n_params)
+        meta = dict(
+            shape=args.shape,
+            device=_device_name(device),
+            dtype=args.dtype,
+            batch=args.batch,
+            seq=seq,
+            repeats=args.repeats,
+            params=n_params,
+        )
         write_csv(args.out, rows, meta)
         print(f"\nrows written to {args.out}")
     return 0

@@ -45,6 +45,7 @@ def time_in_hooks(model, tokens, hooks, repeats: int = 3) -> float:
             out = fn(x, hook)
             spent[0] += time.perf_counter() - t
             return out
+
         return wrapper
 
     wrapped = [(name, timed(fn)) for name, fn in hooks]
@@ -115,7 +116,7 @@ def main() -> None:
         run_once(model, tokens, hooks[m])
     times = {m: [] for m in MODES}
     for r in range(args.repeats):
-        order = MODES[r % len(MODES):] + MODES[: r % len(MODES)]  # rotate who goes first
+        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]  # rotate who goes first
         for m in order:
             times[m].append(run_once(model, tokens, hooks[m]))
     med = {m: statistics.median(v) for m, v in times.items()}
@@ -125,17 +126,35 @@ def main() -> None:
 
     peaks = {m: peak_memory_mib(model, tokens, hooks[m]) for m in MODES}
 
-    print(f"model {args.model}, batch {args.batch} x {args.seq}, {args.threads} threads, {args.repeats} interleaved repeats")
-    print(f"{'mode':>8} {'median s':>9} {'ratio':>7} {'paired':>7} {'in hooks':>9} {'peak RSS MiB':>13} {'forward adds MiB':>17}")
+    print(
+        f"model {args.model}, batch {args.batch} x {args.seq}, {args.threads} threads, {args.repeats} "
+        "interleaved repeats"
+    )
+    print(
+        f"{'mode':>8} {'median s':>9} {'ratio':>7} {'paired':>7} {'in hooks':>9} {'peak RSS MiB':>13} "
+        f"{'forward adds MiB':>17}"
+    )
     for m in MODES:
-        print(f"{m:>8} {med[m]:9.3f} {med[m] / med['bare']:7.3f} {paired[m]:7.3f} "
-              f"{in_hooks[m] / med['bare']:8.2%} {peaks[m][0]:13.0f} {peaks[m][1]:17.0f}")
-    print("ratio: median/median; paired: median of per-round ratios; in hooks: time inside the hook "
-          "functions as a share of the bare forward")
-    print(json.dumps({"median_s": med, "ratio": {m: med[m] / med["bare"] for m in MODES},
-                      "paired_ratio": paired, "in_hooks_share": {m: in_hooks[m] / med["bare"] for m in MODES},
-                      "peak_rss_mib": {m: peaks[m][0] for m in MODES},
-                      "forward_adds_mib": {m: peaks[m][1] for m in MODES}}))
+        print(
+            f"{m:>8} {med[m]:9.3f} {med[m] / med['bare']:7.3f} {paired[m]:7.3f} "
+            f"{in_hooks[m] / med['bare']:8.2%} {peaks[m][0]:13.0f} {peaks[m][1]:17.0f}"
+        )
+    print(
+        "ratio: median/median; paired: median of per-round ratios; in hooks: time inside the hook "
+        "functions as a share of the bare forward"
+    )
+    print(
+        json.dumps(
+            {
+                "median_s": med,
+                "ratio": {m: med[m] / med["bare"] for m in MODES},
+                "paired_ratio": paired,
+                "in_hooks_share": {m: in_hooks[m] / med["bare"] for m in MODES},
+                "peak_rss_mib": {m: peaks[m][0] for m in MODES},
+                "forward_adds_mib": {m: peaks[m][1] for m in MODES},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -59,10 +59,12 @@ def main() -> None:
             name = f"blocks.{layer}.attn.hook_z"
             clean = runs.clean.acts[name]
             for head in range(n_heads):
+
                 def patch(z, hook, _h=head, _c=clean):
                     z = z.clone()
                     z[:, :, _h] = _c[:, :, _h]
                     return z
+
                 with torch.no_grad():
                     logits = model.run_with_hooks(task.corrupted, fwd_hooks=[(name, patch)])
                 out.append(task.score(logits[:, -1]))
@@ -104,8 +106,14 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in wall.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     result = {
-        "model": args.model, "task": args.task, "prompts": task.n, "tokens_per_prompt": int(task.clean.shape[1]),
-        "blocks": len(layers), "heads": n_heads, "rounds": args.rounds, "threads": args.threads,
+        "model": args.model,
+        "task": args.task,
+        "prompts": task.n,
+        "tokens_per_prompt": int(task.clean.shape[1]),
+        "blocks": len(layers),
+        "heads": n_heads,
+        "rounds": args.rounds,
+        "threads": args.threads,
         "seconds": {k: round(v, 3) for k, v in med.items()},
         "cpu_seconds": {k: round(v, 3) for k, v in med_cpu.items()},
         "exact_over_full": round(med["exact"] / med["full"], 3),

@@ -66,6 +66,7 @@ def sweep_tl(model, runs, layers):
         name = f"blocks.{layer}.attn.hook_z"
         clean = runs.clean.acts[name]
         for head in range(model.cfg.n_heads):
+
             def patch(z, hook, _h=head):
                 z[:, :, _h] = clean[:, :, _h].to(z.dtype)
                 return z
@@ -107,14 +108,26 @@ def sweep_pyvene(hf, runs, layers, n_heads):
     out = {}
     with torch.no_grad():
         for layer in layers:
-            cfg = pv.IntervenableConfig([{"layer": layer, "component": "head_attention_value_output", "unit": "h.pos",
-                                          "max_number_of_units": 1}], intervention_types=pv.VanillaIntervention)
+            cfg = pv.IntervenableConfig(
+                [
+                    {
+                        "layer": layer,
+                        "component": "head_attention_value_output",
+                        "unit": "h.pos",
+                        "max_number_of_units": 1,
+                    }
+                ],
+                intervention_types=pv.VanillaIntervention,
+            )
             im = pv.IntervenableModel(cfg, model=hf)
             im.disable_model_gradients()
             for head in range(n_heads):
                 loc = [[[head]] * b, [every] * b]
-                _, got = im({"input_ids": runs.corrupted.tokens}, [{"input_ids": runs.clean.tokens}],
-                            unit_locations={"sources->base": ([loc], [loc])})
+                _, got = im(
+                    {"input_ids": runs.corrupted.tokens},
+                    [{"input_ids": runs.clean.tokens}],
+                    unit_locations={"sources->base": ([loc], [loc])},
+                )
                 out[(layer, head)] = runs.task.score(got.logits[:, -1]).float().numpy()
     return out
 
@@ -123,8 +136,9 @@ def package_version(method: str) -> str:
     """``name==version`` of the package whose code a method runs (tlgeo's sweeps: tlgeo)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    name = {"transformer_lens": "transformer-lens"}.get(method, method.split("_")[0] if method.startswith("tlgeo")
-                                                         else method)
+    name = {"transformer_lens": "transformer-lens"}.get(
+        method, method.split("_")[0] if method.startswith("tlgeo") else method
+    )
     try:
         return f"{name}=={version(name)}"
     except PackageNotFoundError:
@@ -159,10 +173,13 @@ def main(argv: list[str] | None = None) -> None:
     n_heads, d_head = model.cfg.n_heads, model.cfg.d_head
 
     methods = {
-        "tlgeo_exact": lambda: {(r["layer"], r["head"]): np.asarray(r["patched"])
-                                for r in exact_sweep(model, runs, ["head"], layers=layers)},
-        "tlgeo_attribution": lambda: {(r["layer"], r["head"]): np.asarray(r["patched"])
-                                      for r in attribution_sweep(model, runs, ["head"], layers=layers)},
+        "tlgeo_exact": lambda: {
+            (r["layer"], r["head"]): np.asarray(r["patched"]) for r in exact_sweep(model, runs, ["head"], layers=layers)
+        },
+        "tlgeo_attribution": lambda: {
+            (r["layer"], r["head"]): np.asarray(r["patched"])
+            for r in attribution_sweep(model, runs, ["head"], layers=layers)
+        },
         "transformer_lens": lambda: sweep_tl(model, runs, layers),
         "nnsight": lambda: sweep_nnsight(hf, runs, layers, n_heads, d_head),
         "pyvene": lambda: sweep_pyvene(hf, runs, layers, n_heads),
@@ -177,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     times: dict[str, list[float]] = {m: [] for m in methods}
     effects: dict[str, dict] = {}
     for r in range(args.rounds):
-        for name in (list(methods) if r % 2 == 0 else list(methods)[::-1]):
+        for name in list(methods) if r % 2 == 0 else list(methods)[::-1]:
             t0 = time.perf_counter()
             got = methods[name]()
             times[name].append(time.perf_counter() - t0)
@@ -189,24 +206,49 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"method": name, "median_s": statistics.median(times[name]), "max_abs_effect_diff": diff})
     base = {r["method"]: r["median_s"] for r in rows}
     exact_peers = [m for m in base if m not in ("tlgeo_exact", "tlgeo_attribution")]
-    print(f"{args.model}, {args.task}, {args.prompts} prompts, {len(layers)} blocks x {n_heads} heads, "
-          f"{args.threads} threads, "
-          f"median of {args.rounds} rounds")
+    print(
+        f"{args.model}, {args.task}, {args.prompts} prompts, {len(layers)} blocks x {n_heads} heads, "
+        f"{args.threads} threads, "
+        f"median of {args.rounds} rounds"
+    )
     print(f"{'method':<18} {'median s':>9} {'x tlgeo exact':>14} {'max |effect - tlgeo exact|':>27}")
     for r in rows:
-        print(f"{r['method']:<18} {r['median_s']:>9.2f} {r['median_s'] / base['tlgeo_exact']:>14.2f} "
-              f"{r['max_abs_effect_diff']:>27.2e}")
+        print(
+            f"{r['method']:<18} {r['median_s']:>9.2f} {r['median_s'] / base['tlgeo_exact']:>14.2f} "
+            f"{r['max_abs_effect_diff']:>27.2e}"
+        )
     if exact_peers:
         fastest = min(exact_peers, key=base.get)
-        print(f"tlgeo exact vs the fastest peer ({fastest}): {base['tlgeo_exact'] / base[fastest]:.2f}x its time; "
-              f"attribution vs the fastest exact sweep: "
-              f"{min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster")
+        print(
+            f"tlgeo exact vs the fastest peer ({fastest}): {base['tlgeo_exact'] / base[fastest]:.2f}x its time; "
+            f"attribution vs the fastest exact sweep: "
+            f"{min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster"
+        )
     if args.out:
-        settings = {"model": args.model, "task": args.task, "prompts": args.prompts, "blocks": len(layers),
-                    "heads": n_heads, "threads": args.threads, "rounds": args.rounds}
-        record_table(args.out, "peers", [{**settings, **r, "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"],
-                                          "package": package_version(r["method"])} for r in rows],
-                     ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)], vars(args))
+        settings = {
+            "model": args.model,
+            "task": args.task,
+            "prompts": args.prompts,
+            "blocks": len(layers),
+            "heads": n_heads,
+            "threads": args.threads,
+            "rounds": args.rounds,
+        }
+        record_table(
+            args.out,
+            "peers",
+            [
+                {
+                    **settings,
+                    **r,
+                    "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"],
+                    "package": package_version(r["method"]),
+                }
+                for r in rows
+            ],
+            ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)],
+            vars(args),
+        )
 
 
 if __name__ == "__main__":

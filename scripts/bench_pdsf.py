@@ -45,37 +45,45 @@ def main() -> None:
     st = pdsf_states(model, load_prompt_set("specA"), batch_size=a.batch_size)
     t_states = time.perf_counter() - t
     model.run_with_cache = orig
-    names = [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)] + ["blocks.0.hook_resid_pre",
-                                                                                  "blocks.0.hook_attn_out"]
+    names = [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)] + [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.hook_attn_out",
+    ]
     kept = [n for n in names if forwards[0](n)]
     t = time.perf_counter()
     g = run_geometry(model, st)
     t_geo = time.perf_counter() - t
-    print(f"geometry: {len(st.prompts)} SpecA prompts, {len(forwards)} forwards of up to {a.batch_size} prompts, "
-          f"each caching {len(kept)} of the residual hooks probed ({model.cfg.n_layers + 1} wanted; "
-          f"blocks.0.hook_attn_out cached: {'blocks.0.hook_attn_out' in kept}); states {t_states:.1f} s, "
-          f"geometry of {len(g.layers)} layers {t_geo:.1f} s")
+    print(
+        f"geometry: {len(st.prompts)} SpecA prompts, {len(forwards)} forwards of up to {a.batch_size} prompts, "
+        f"each caching {len(kept)} of the residual hooks probed ({model.cfg.n_layers + 1} wanted; "
+        f"blocks.0.hook_attn_out cached: {'blocks.0.hook_attn_out' in kept}); states {t_states:.1f} s, "
+        f"geometry of {len(g.layers)} layers {t_geo:.1f} s"
+    )
 
     gen = load_prompt_set("specB").take(a.per_group)
     gst = pdsf_states(model, gen, batch_size=a.batch_size)
     layer = default_layer(model.cfg.n_layers)
     cb = condition_bases(gst.states.states[layer], gst.u, CONDITIONS)
-    print(f"\ngeneration: {len(gen)} SpecB prompts x {a.new_tokens} tokens, batch {a.batch_size}, KV cache, "
-          f"edit at state {layer}")
+    print(
+        f"\ngeneration: {len(gen)} SpecB prompts x {a.new_tokens} tokens, batch {a.batch_size}, KV cache, "
+        f"edit at state {layer}"
+    )
     totals = {"edited": 0.0, "unedited": 0.0}
     for r in range(a.rounds):
         for c in CONDITIONS:
             fn = rotation_edit(cb, c, layer, 42, "haar")
             runs = [("edited", fn), ("unedited", None)]
-            for name, e in (runs if (r + CONDITIONS.index(c)) % 2 == 0 else runs[::-1]):
+            for name, e in runs if (r + CONDITIONS.index(c)) % 2 == 0 else runs[::-1]:
                 t = time.perf_counter()
                 greedy_continuations(model, gst.tokens, a.new_tokens, batch_size=a.batch_size, edit=e)
                 dt = time.perf_counter() - t
                 totals[name] += dt
                 print(f"  round {r} {c:>6} {name:>8}: {dt:.1f} s")
     ratio = totals["edited"] / totals["unedited"]
-    print(f"persistent rotations {totals['edited']:.0f} s vs unedited generation {totals['unedited']:.0f} s: "
-          f"ratio {ratio:.3f} (target <= 1.3)")
+    print(
+        f"persistent rotations {totals['edited']:.0f} s vs unedited generation {totals['unedited']:.0f} s: "
+        f"ratio {ratio:.3f} (target <= 1.3)"
+    )
 
 
 if __name__ == "__main__":

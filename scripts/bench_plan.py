@@ -47,22 +47,122 @@ RUNS = [
     ("tiny:llama", "decompose", ["--tokens", "20000", "--context", "256", "--profile-tokens", "4096"]),
     ("gemma3-270m", "ppl", ["--site", "value_excl_self", "--s-par", "0", "--tokens", "2048"]),  # TLGEO_GEMMA=1 setup
     ("gemma3-270m", "profile", ["--tokens", "1024", "--sites", "attn,mlp,value_full"]),
-    ("smollm2-135m", "pdsf", ["--geometry-per-group", "4", "--single-pass-per-group", "1", "--per-group", "1",
-                              "--new-tokens", "16", "--repeats", "1", "--conditions", "D,S,random"]),
-    ("gemma3-270m", "pdsf", ["--geometry-per-group", "2", "--single-pass-per-group", "1", "--per-group", "1",
-                             "--new-tokens", "16", "--repeats", "1", "--conditions", "D,random"]),
-    ("smollm2-135m", "tokenwise", ["--tokens", "2048", "--seq-len", "64", "--classes", "diag_psd,linear,global",
-                                   "--patch-tokens", "16", "--patch-layer-count", "3", "--n-boot", "200"]),
-    ("gemma3-270m", "tokenwise", ["--tokens", "1024", "--seq-len", "64", "--classes", "linear,global",
-                                  "--patch-tokens", "16", "--patch-layer-count", "2", "--n-boot", "200"]),
-    ("smollm2-135m", "dirmag", ["--sentences", "64", "--seeds", "1", "--absolute-deltas", "5", "--norm-fractions",
-                                "0.5", "--blimp-pairs", "8", "--probe-sentences", "40", "--probe-layer-count", "3"]),
+    (
+        "smollm2-135m",
+        "pdsf",
+        [
+            "--geometry-per-group",
+            "4",
+            "--single-pass-per-group",
+            "1",
+            "--per-group",
+            "1",
+            "--new-tokens",
+            "16",
+            "--repeats",
+            "1",
+            "--conditions",
+            "D,S,random",
+        ],
+    ),
+    (
+        "gemma3-270m",
+        "pdsf",
+        [
+            "--geometry-per-group",
+            "2",
+            "--single-pass-per-group",
+            "1",
+            "--per-group",
+            "1",
+            "--new-tokens",
+            "16",
+            "--repeats",
+            "1",
+            "--conditions",
+            "D,random",
+        ],
+    ),
+    (
+        "smollm2-135m",
+        "tokenwise",
+        [
+            "--tokens",
+            "2048",
+            "--seq-len",
+            "64",
+            "--classes",
+            "diag_psd,linear,global",
+            "--patch-tokens",
+            "16",
+            "--patch-layer-count",
+            "3",
+            "--n-boot",
+            "200",
+        ],
+    ),
+    (
+        "gemma3-270m",
+        "tokenwise",
+        [
+            "--tokens",
+            "1024",
+            "--seq-len",
+            "64",
+            "--classes",
+            "linear,global",
+            "--patch-tokens",
+            "16",
+            "--patch-layer-count",
+            "2",
+            "--n-boot",
+            "200",
+        ],
+    ),
+    (
+        "smollm2-135m",
+        "dirmag",
+        [
+            "--sentences",
+            "64",
+            "--seeds",
+            "1",
+            "--absolute-deltas",
+            "5",
+            "--norm-fractions",
+            "0.5",
+            "--blimp-pairs",
+            "8",
+            "--probe-sentences",
+            "40",
+            "--probe-layer-count",
+            "3",
+        ],
+    ),
     ("smollm2-135m", "geometries", ["--tokens", "2048", "--layer-count", "3", "--seeds", "1"]),
     ("smollm2-135m", "compression", ["--methods", "wanda,wanda_2_4"]),  # 12 prompts x 128 tokens
     ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "8", "--exact-components", "head,head_par"]),
-    ("smollm2-135m", "sweeps", ["--tokens", "512", "--context", "256", "--s-par-grid", "0,0.5,2", "--s-perp-grid", "0,2"]),
-    ("smollm2-135m", "compare", ["--tokens", "512", "--context", "256", "--zeroshot-limit", "10", "--ruler-samples", "1",
-                                 "--ruler-sites", "value_excl_self"]),
+    (
+        "smollm2-135m",
+        "sweeps",
+        ["--tokens", "512", "--context", "256", "--s-par-grid", "0,0.5,2", "--s-perp-grid", "0,2"],
+    ),
+    (
+        "smollm2-135m",
+        "compare",
+        [
+            "--tokens",
+            "512",
+            "--context",
+            "256",
+            "--zeroshot-limit",
+            "10",
+            "--ruler-samples",
+            "1",
+            "--ruler-sites",
+            "value_excl_self",
+        ],
+    ),
     ("smollm2-135m", "heads", ["--texts", "4", "--length", "128"]),
     ("smollm2-135m", "mlp-carrier", ["--tokens", "512", "--context", "256"]),
     ("smollm2-135m", "closed-form", ["--tokens", "128"]),
@@ -71,13 +171,29 @@ RUNS = [
 # short runs, where the start-up is most of the time (at one thread: SmolLM2 path patching at 2 prompts, the tiny
 # atlas)
 SHORT_RUNS = [
-    ("smollm2-135m", "patching", ["--tasks", "ioi", "--prompts", "2", "--methods", "paths", "--path-senders", "L9",
-                                  "--path-receivers", "logits"]),
+    (
+        "smollm2-135m",
+        "patching",
+        [
+            "--tasks",
+            "ioi",
+            "--prompts",
+            "2",
+            "--methods",
+            "paths",
+            "--path-senders",
+            "L9",
+            "--path-receivers",
+            "logits",
+        ],
+    ),
     ("tiny:llama", "atlas", []),
 ]
 # the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
 # --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
-PAIR_RUNS = [(c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("decompose", "pdsf", "dirmag")]  # SmolLM2's flags
+PAIR_RUNS = [
+    (c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("decompose", "pdsf", "dirmag")
+]  # SmolLM2's flags
 # made before a run when missing, not measured: the compressed models compression reads (in $TLGEO_CACHE)
 SETUP = {"compression": ["compress", "--methods", "wanda,wanda_2_4", "--n-calib", "4", "--pipeline", "basic"]}
 
@@ -116,8 +232,9 @@ print(rss() - r0)
 
 
 def _fresh_peak(call: str) -> float:
-    done = subprocess.run([sys.executable, "-c", FRESH.replace("CALL", call)], capture_output=True, text=True,
-                          cwd=REPO, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH.replace("CALL", call)], capture_output=True, text=True, cwd=REPO, check=True
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -168,26 +285,96 @@ print(json.dumps({"load": time.perf_counter() - t}))
 # commands that price the kinds the bare forward does not, each group's kinds solved together by least squares from
 # the commands' measured work (their time after the model is loaded) less what the plan gives it without them; in
 # order (each group's plan uses the groups before it). None of them is a command the check runs (RUNS, SHORT_RUNS)
-_DIRMAG = ["--seeds", "1", "--absolute-deltas", "5", "--norm-fractions", "0.5", "--blimp-pairs", "0",
-           "--repair-sentences", "0", "--entropy-sentences", "0"]
+_DIRMAG = [
+    "--seeds",
+    "1",
+    "--absolute-deltas",
+    "5",
+    "--norm-fractions",
+    "0.5",
+    "--blimp-pairs",
+    "0",
+    "--repair-sentences",
+    "0",
+    "--entropy-sentences",
+    "0",
+]
 SOLVE = [
-    (["profile.site"], [(CAL_MODEL, "profile", ["--tokens", "1024", "--sites",
-                                                "attn,mlp,block,value_full,value_excl_self"])]),
+    (
+        ["profile.site"],
+        [(CAL_MODEL, "profile", ["--tokens", "1024", "--sites", "attn,mlp,block,value_full,value_excl_self"])],
+    ),
     (["edit"], [(CAL_MODEL, "ppl", ["--site", "mlp", "--s-par", "0", "--tokens", "2048"])]),
     (["dirmag.sweep"], [(CAL_MODEL, "dirmag", ["--sentences", "32", *_DIRMAG, "--probe-sentences", "0"])]),
-    (["dirmag.probe_fit"], [(CAL_MODEL, "dirmag", ["--sentences", "8", *_DIRMAG, "--probe-sentences", "60",
-                                                   "--probe-layer-count", "2"])]),
-    (["tokenwise.knn", "tokenwise.fit_class", "tokenwise.fit.diag_psd", "tokenwise.fit.linear",
-      "tokenwise.fit.lowrank", "tokenwise.fit.orthogonal"],
-     [(CAL_MODEL, "tokenwise", ["--tokens", str(t), "--seq-len", "64", "--classes", c, "--layers",
-                                ",".join(map(str, range(1, 30))), "--patch-tokens", "3", "--patch-layer-count", "1",
-                                "--n-boot", "10"])  # fits at 29 layers: the most of each command's work they can be
-      for t, c in ((4096, "global"), (4096, "diag_psd"), (8192, "diag_psd"), (4096, "linear"), (4096, "lowrank"),
-                   (4096, "orthogonal"))]),
-    (["pdsf.geometry_fit"], [(CAL_MODEL, "pdsf", ["--geometry-per-group", "4", "--single-pass", "none",
-                                                  "--per-group", "0"])]),
-    (["pdsf.generation_call"], [(CAL_MODEL, "pdsf", ["--geometry-per-group", "0", "--single-pass", "none",
-                                                     "--per-group", "1", "--new-tokens", "16", "--conditions", "D"])]),
+    (
+        ["dirmag.probe_fit"],
+        [(CAL_MODEL, "dirmag", ["--sentences", "8", *_DIRMAG, "--probe-sentences", "60", "--probe-layer-count", "2"])],
+    ),
+    (
+        [
+            "tokenwise.knn",
+            "tokenwise.fit_class",
+            "tokenwise.fit.diag_psd",
+            "tokenwise.fit.linear",
+            "tokenwise.fit.lowrank",
+            "tokenwise.fit.orthogonal",
+        ],
+        [
+            (
+                CAL_MODEL,
+                "tokenwise",
+                [
+                    "--tokens",
+                    str(t),
+                    "--seq-len",
+                    "64",
+                    "--classes",
+                    c,
+                    "--layers",
+                    ",".join(map(str, range(1, 30))),
+                    "--patch-tokens",
+                    "3",
+                    "--patch-layer-count",
+                    "1",
+                    "--n-boot",
+                    "10",
+                ],
+            )  # fits at 29 layers: the most of each command's work they can be
+            for t, c in (
+                (4096, "global"),
+                (4096, "diag_psd"),
+                (8192, "diag_psd"),
+                (4096, "linear"),
+                (4096, "lowrank"),
+                (4096, "orthogonal"),
+            )
+        ],
+    ),
+    (
+        ["pdsf.geometry_fit"],
+        [(CAL_MODEL, "pdsf", ["--geometry-per-group", "4", "--single-pass", "none", "--per-group", "0"])],
+    ),
+    (
+        ["pdsf.generation_call"],
+        [
+            (
+                CAL_MODEL,
+                "pdsf",
+                [
+                    "--geometry-per-group",
+                    "0",
+                    "--single-pass",
+                    "none",
+                    "--per-group",
+                    "1",
+                    "--new-tokens",
+                    "16",
+                    "--conditions",
+                    "D",
+                ],
+            )
+        ],
+    ),
 ]
 # the fixed work of each analysis's run besides its planned steps (its data, tables, plots, provenance: "run.<name>")
 # and the atlas's report ("atlas.report"): from the step times of one tiny atlas (a run of its own, before the one
@@ -218,8 +405,24 @@ def _timed_command(model: str, cmd: str, flags: list[str], threads: int, out: Pa
     before its first model load (``imports_s``, the interpreter's start included), its loads and its work after them."""
     scratch = out or Path(tempfile.mkdtemp(prefix="bench-plan-"))
     t = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD_TIMED, cmd, "--model", model, *flags, "--threads", str(threads),
-                           "--out", str(scratch)], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD_TIMED,
+            cmd,
+            "--model",
+            model,
+            *flags,
+            "--threads",
+            str(threads),
+            "--out",
+            str(scratch),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     wall = time.perf_counter() - t
     if out is None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -241,8 +444,18 @@ def _work_seconds(cal, model: str, cmd: str, flags: list[str], threads: int) -> 
 
 
 def _row(kind: str, value: float, unit: str, how: str, threads: int, machine: str, **fields) -> dict:
-    return {"device": "cpu", "dtype": "any", **fields, "kind": kind, "value": float(value), "unit": unit,
-            "threads": threads, "machine": machine, "measured": time.strftime("%Y-%m-%d"), "how": how}
+    return {
+        "device": "cpu",
+        "dtype": "any",
+        **fields,
+        "kind": kind,
+        "value": float(value),
+        "unit": unit,
+        "threads": threads,
+        "machine": machine,
+        "measured": time.strftime("%Y-%m-%d"),
+        "how": how,
+    }
 
 
 def _machine(threads: int, note: str) -> str:
@@ -250,8 +463,9 @@ def _machine(threads: int, note: str) -> str:
 
     cpu = platform.processor() or "unknown CPU"
     if Path("/proc/cpuinfo").exists():
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                   cpu)
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), cpu
+        )
     return f"{cpu}, {os.cpu_count()} cores, {threads} thread(s)" + (f", {note}" if note else "")
 
 
@@ -262,22 +476,46 @@ def _base_rows(threads: int, machine: str) -> list[dict]:
     shape, rows = model_shape(CAL_MODEL), []
     flops = shape.forward_flops(FORWARD_TOKENS, FORWARD_TOKENS)
     for device, env, reps in (("cpu", {}, 3), ("cpu-avx2", NO_HALF_UNITS, 1)):
-        done = subprocess.run([sys.executable, "-c", BASE, str(threads), str(FORWARD_TOKENS), str(reps),
-                               "float32,bfloat16,float16"], capture_output=True, text=True, cwd=REPO,
-                              env={**os.environ, **env}, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", BASE, str(threads), str(FORWARD_TOKENS), str(reps), "float32,bfloat16,float16"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, **env},
+            check=True,
+        )
         got = json.loads(done.stdout.strip().splitlines()[-1])
         held = " with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)" if env else ""
         for dtype in ("float32", "bfloat16", "float16"):
             bare = got[dtype] - shape.n_layers * got["block"]
-            rows.append(_row("forward.flops", flops / bare, "FLOP/s", f"a bare 1 x {FORWARD_TOKENS}-token {CAL_MODEL} "
-                             f"forward ({got[dtype]:.3f} s, less its blocks' fixed cost){held}", threads, machine,
-                             device=device, dtype=dtype))
+            rows.append(
+                _row(
+                    "forward.flops",
+                    flops / bare,
+                    "FLOP/s",
+                    f"a bare 1 x {FORWARD_TOKENS}-token {CAL_MODEL} "
+                    f"forward ({got[dtype]:.3f} s, less its blocks' fixed cost){held}",
+                    threads,
+                    machine,
+                    device=device,
+                    dtype=dtype,
+                )
+            )
             print(f"{device} {dtype}: bare forward {got[dtype]:.3f} s -> {flops / bare:.3g} FLOP/s", flush=True)
         if device == "cpu":
-            rows.append(_row("forward.block", got["block"], "s per block of a forward", "a 1 x 16-token tiny:llama "
-                             "forward over its blocks (its FLOPs are nothing)", threads, machine))
-            rows.append(_row("host.flop", got["flop64"], "s per FLOP", "a float64 512 x 512 matrix product",
-                             threads, machine))
+            rows.append(
+                _row(
+                    "forward.block",
+                    got["block"],
+                    "s per block of a forward",
+                    "a 1 x 16-token tiny:llama forward over its blocks (its FLOPs are nothing)",
+                    threads,
+                    machine,
+                )
+            )
+            rows.append(
+                _row("host.flop", got["flop64"], "s per FLOP", "a float64 512 x 512 matrix product", threads, machine)
+            )
             print(f"forward's fixed cost {got['block'] * 1e3:.2f} ms per block; float64 {1 / got['flop64']:.3g} FLOP/s")
     return rows
 
@@ -288,13 +526,18 @@ def _startup_rows(threads: int, machine: str) -> list[dict]:
     from tlgeo.models import cache_dir
     from tlgeo.planner import model_shape
 
-    models = {"tiny": "tiny:llama", "small directory": str(REPO / "zoo" / "induction-llama"),
-              "directory": str(cache_dir() / CAL_MODEL), "embedded": CAL_MODEL}
+    models = {
+        "tiny": "tiny:llama",
+        "small directory": str(REPO / "zoo" / "induction-llama"),
+        "directory": str(cache_dir() / CAL_MODEL),
+        "embedded": CAL_MODEL,
+    }
     got, imports = {}, []
     for what, name in models.items():
         t = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", STARTUP, name, str(threads)], capture_output=True, text=True,
-                              cwd=REPO, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", STARTUP, name, str(threads)], capture_output=True, text=True, cwd=REPO, check=True
+        )
         wall = time.perf_counter() - t
         got[what] = json.loads(done.stdout.strip().splitlines()[-1])["load"]
         imports.append(wall - got[what])
@@ -304,14 +547,28 @@ def _startup_rows(threads: int, machine: str) -> list[dict]:
     fixed = got["small directory"] - gib["small directory"] * per_gib
     emb = (got["embedded"] - fixed) / gib["embedded"]
     how = f"loads of zoo/induction-llama ({gib['small directory']:.3g} GiB) and the converted {CAL_MODEL}'s folder"
-    return [_row("start.imports", statistics.median(imports), "s", "a fresh process to tlgeo's parser built (median "
-                 f"of {len(imports)})", threads, machine),
-            _row("start.load.tiny", got["tiny"], "s", "load_model('tiny:llama')", threads, machine),
-            _row("start.load.directory", fixed, "s", how, threads, machine),
-            _row("start.load.directory.gib", per_gib, "s per GiB", how, threads, machine),
-            _row("start.load.embedded", fixed, "s", "as a directory's", threads, machine),
-            _row("start.load.embedded.gib", emb, "s per GiB", f"load_model({CAL_MODEL!r}), checksums verified, less "
-                 "a directory's fixed part", threads, machine)]
+    return [
+        _row(
+            "start.imports",
+            statistics.median(imports),
+            "s",
+            f"a fresh process to tlgeo's parser built (median of {len(imports)})",
+            threads,
+            machine,
+        ),
+        _row("start.load.tiny", got["tiny"], "s", "load_model('tiny:llama')", threads, machine),
+        _row("start.load.directory", fixed, "s", how, threads, machine),
+        _row("start.load.directory.gib", per_gib, "s per GiB", how, threads, machine),
+        _row("start.load.embedded", fixed, "s", "as a directory's", threads, machine),
+        _row(
+            "start.load.embedded.gib",
+            emb,
+            "s per GiB",
+            f"load_model({CAL_MODEL!r}), checksums verified, less a directory's fixed part",
+            threads,
+            machine,
+        ),
+    ]
 
 
 FLOOR_SHARE = -0.9  # a hook's share of a bare forward: at least this (hooks that skip work run below the FLOPs)
@@ -328,18 +585,25 @@ def _solve_rows(cal, kinds: list[str], runs: list, threads: int, machine: str) -
     for model, cmd, flags in runs:
         got = _timed_command(model, cmd, flags, threads)
         base = _work_seconds(zero, model, cmd, flags, threads)
-        A.append([_work_seconds(zero.replace(k, 1.0, threads=threads), model, cmd, flags, threads) - base
-                  for k in kinds])
+        A.append(
+            [_work_seconds(zero.replace(k, 1.0, threads=threads), model, cmd, flags, threads) - base for k in kinds]
+        )
         y.append(got["work_s"] - base)
         seen.append({**got, "command": f"tlgeo {cmd} --model {model} {' '.join(flags)}", "planned_rest_s": base})
-        print(f"  {cmd} {' '.join(flags)}: work {got['work_s']:.2f} s, the plan without {kinds} {base:.2f} s "
-              f"(start-up: imports {got['imports_s']:.2f} s, load {got['load_s']:.2f} s)", flush=True)
+        print(
+            f"  {cmd} {' '.join(flags)}: work {got['work_s']:.2f} s, the plan without {kinds} {base:.2f} s "
+            f"(start-up: imports {got['imports_s']:.2f} s, load {got['load_s']:.2f} s)",
+            flush=True,
+        )
     A, y = np.asarray(A, float), np.asarray(y, float)
     scale = np.linalg.norm(A, axis=0)
     scale[scale == 0] = 1
     values = np.linalg.lstsq(A / scale, y, rcond=None)[0] / scale
-    how = (f"least squares over {len(runs)} commands ({runs[0][1]}: --classes and --tokens vary)" if len(runs) > 1
-           else f"from {seen[0]['command']}")
+    how = (
+        f"least squares over {len(runs)} commands ({runs[0][1]}: --classes and --tokens vary)"
+        if len(runs) > 1
+        else f"from {seen[0]['command']}"
+    )
     rows = []
     for k, v in zip(kinds, values):
         unit = cal.row(k, threads=threads)["unit"]
@@ -377,16 +641,44 @@ def _atlas_rows(cal, threads: int, machine: str) -> list[dict]:
         print(f"  atlas step {name}: {seconds:.2f} s, planned without its fixed work {planned:.2f} s", flush=True)
     how = f"the step times of tlgeo atlas --model {ATLAS_MODEL} (each step's time less its plan)"
     rows = [_row(f"run.{a}", statistics.mean(v), "s per run", how, threads, machine) for a, v in fixed.items()]
-    rows.append(_row("run.any", statistics.median(r["value"] for r in rows), "s per run",
-                     "the median of the analyses' run.<name>", threads, machine))
+    rows.append(
+        _row(
+            "run.any",
+            statistics.median(r["value"] for r in rows),
+            "s per run",
+            "the median of the analyses' run.<name>",
+            threads,
+            machine,
+        )
+    )
     report = got["work_s"] - steps.sum()
-    rows.append(_row("atlas.report", report, "s", f"tlgeo atlas --model {ATLAS_MODEL}: its work less its steps' times",
-                     threads, machine))
-    rows.append(_row("atlas.memory", max(0.0, peak - planned_peak), "GiB", f"tlgeo atlas --model {ATLAS_MODEL}: "
-                     f"its peak resident memory ({peak:.3f} GiB) less its plan's without it ({planned_peak:.3f} GiB): "
-                     "its steps' modules", threads, machine))
-    print(f"atlas: work {got['work_s']:.2f} s, steps {steps.sum():.2f} s -> report {report:.2f} s; peak "
-          f"{peak:.3f} GiB, planned {planned_peak:.3f} GiB without the atlas's own", flush=True)
+    rows.append(
+        _row(
+            "atlas.report",
+            report,
+            "s",
+            f"tlgeo atlas --model {ATLAS_MODEL}: its work less its steps' times",
+            threads,
+            machine,
+        )
+    )
+    rows.append(
+        _row(
+            "atlas.memory",
+            max(0.0, peak - planned_peak),
+            "GiB",
+            f"tlgeo atlas --model {ATLAS_MODEL}: "
+            f"its peak resident memory ({peak:.3f} GiB) less its plan's without it ({planned_peak:.3f} GiB): "
+            "its steps' modules",
+            threads,
+            machine,
+        )
+    )
+    print(
+        f"atlas: work {got['work_s']:.2f} s, steps {steps.sum():.2f} s -> report {report:.2f} s; peak "
+        f"{peak:.3f} GiB, planned {planned_peak:.3f} GiB without the atlas's own",
+        flush=True,
+    )
     return rows
 
 
@@ -397,19 +689,41 @@ def _unit_rows(kind: str, seen: list[dict], runs: list, threads: int, machine: s
     from tlgeo.report.plan import _parse
     from tlgeo.runner.cliargs import config_from_args
 
-    (model, cmd, flags), got = runs[0], seen[0]
+    (_model, cmd, flags), got = runs[0], seen[0]
     cfg = config_from_args(PDSFConfig, _parse(cmd, flags))
     unit = "s per prompt (ratios: dealing units to ranks)"
     if kind == "pdsf.geometry_fit":
         prompts = len(cfg.geometry_prompts())
-        return [_row("pdsf.unit.geometry", got["work_s"] / prompts, unit, f"{got['command']}: its work over its "
-                     f"{prompts} prompts", threads, machine)]
+        return [
+            _row(
+                "pdsf.unit.geometry",
+                got["work_s"] / prompts,
+                unit,
+                f"{got['command']}: its work over its {prompts} prompts",
+                threads,
+                machine,
+            )
+        ]
     prompts = len(cfg.generation_prompts())
     per = got["work_s"] / prompts * 16 / cfg.new_tokens
-    return [_row("pdsf.unit.generation", per, unit, f"{got['command']}: its work over its {prompts} prompts",
-                 threads, machine),
-            _row("pdsf.unit.single_pass", per * 0.30 / 0.39, unit, "0.77 x the generation's (their ratio measured "
-                 "before this table; not measured here)", threads, machine)]
+    return [
+        _row(
+            "pdsf.unit.generation",
+            per,
+            unit,
+            f"{got['command']}: its work over its {prompts} prompts",
+            threads,
+            machine,
+        ),
+        _row(
+            "pdsf.unit.single_pass",
+            per * 0.30 / 0.39,
+            unit,
+            "0.77 x the generation's (their ratio measured before this table; not measured here)",
+            threads,
+            machine,
+        ),
+    ]
 
 
 def calibrate(threads: int, only: list[str] | None, note: str, path: Path, keep_threads: bool = False) -> None:
@@ -462,29 +776,53 @@ def memory() -> None:
         resident = _rss_gib()
         model(toks)
         forward = _rss_gib() - resident
-    print(f"resident with its weights: {resident:.2f} GiB -> the process less the weights "
-          f"{resident - shape.params * 4 / 2**30:.2f} GiB (CPU_PROCESS_GIB); one 4 x 256 forward adds "
-          f"{forward:.2f} GiB")
+    print(
+        f"resident with its weights: {resident:.2f} GiB -> the process less the weights "
+        f"{resident - shape.params * 4 / 2**30:.2f} GiB (CPU_PROCESS_GIB); one 4 x 256 forward adds "
+        f"{forward:.2f} GiB"
+    )
     every = ("attn", "mlp", "block", "value_full", "value_excl_self")
-    step = {"profile": "profile_summary_table(m, t, corpus='wikitext2', max_tokens=1024, seq_len=256, "
-                       f"sites={every!r}, batch_size=4)",
-            "perplexity": "perplexity(m, m.to_tokens(t[:40000])[0, :2048], context=512, batch_size=4)"}
+    step = {
+        "profile": "profile_summary_table(m, t, corpus='wikitext2', max_tokens=1024, seq_len=256, "
+        f"sites={every!r}, batch_size=4)",
+        "perplexity": "perplexity(m, m.to_tokens(t[:40000])[0, :2048], context=512, batch_size=4)",
+    }
     d_part = (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp) * 4 / 2**30
     copy = shape.vocab * 4 / 2**30
     print(f"  = {(forward / 1024 - d_part) / copy:.2f} [tokens, vocab] float32 arrays (LOGIT_COPIES)")
-    for (name, call), live in zip(step.items(), (1024, 2048)):  # fresh processes: peaks only grow, freed memory is reused
+    for (name, call), live in zip(
+        step.items(), (1024, 2048)
+    ):  # fresh processes: peaks only grow, freed memory is reused
         got = _fresh_peak(call)
-        print(f"{name} of {live} tokens (4 windows) adds {got:.2f} GiB to the resident model = "
-              f"{(got / live - d_part) / copy:.2f} [tokens, vocab] arrays ({'PROFILE' if name == 'profile' else 'PPL'}"
-              "_LOGIT_COPIES)")
+        print(
+            f"{name} of {live} tokens (4 windows) adds {got:.2f} GiB to the resident model = "
+            f"{(got / live - d_part) / copy:.2f} [tokens, vocab] arrays ({'PROFILE' if name == 'profile' else 'PPL'}"
+            "_LOGIT_COPIES)"
+        )
     print(f"peak resident memory: {_rss_gib():.2f} GiB")
 
 
 def _setup(model: str, cmd: str) -> None:
     """``SETUP[cmd]`` for ``model`` in a fresh process, unmeasured (its results in a temporary folder)."""
     out = Path(tempfile.mkdtemp(prefix="bench-plan-setup-"))
-    done = subprocess.run([sys.executable, "-m", "tlgeo", *SETUP[cmd][:1], "--model", model, *SETUP[cmd][1:],
-                           "--threads", "2", "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tlgeo",
+            *SETUP[cmd][:1],
+            "--model",
+            model,
+            *SETUP[cmd][1:],
+            "--threads",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     shutil.rmtree(out, ignore_errors=True)
     if done.returncode:
         sys.exit(f"setting up {cmd} ({' '.join(SETUP[cmd])}) failed: {done.stderr[-2000:]}")
@@ -512,14 +850,18 @@ def machine_factor(threads: int) -> float:
     table's: machines of this kind differ ~2x and more, and the planner's CPU times are the calibration machine's."""
     from tlgeo.planner import DEVICES, calibration, model_shape
 
-    done = subprocess.run([sys.executable, "-c", BARE, str(threads)], capture_output=True, text=True, cwd=REPO,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", BARE, str(threads)], capture_output=True, text=True, cwd=REPO, check=True
+    )
     bare = float(done.stdout.strip().splitlines()[-1])
     shape, cal = model_shape("smollm2-135m"), calibration()
-    planned = (shape.forward_flops(256, 256) / DEVICES["cpu"].forward_flops("float32", threads, cal)
-               + shape.n_layers * cal.value("forward.block", threads=threads))
-    print(f"bare 1 x 256 SmolLM2 forward: {bare:.2f} s here, {planned:.2f} s planned: this machine "
-          f"{bare / planned:.2f}x the calibration machine (the 'ratio/m' column divides by it)")
+    planned = shape.forward_flops(256, 256) / DEVICES["cpu"].forward_flops(
+        "float32", threads, cal
+    ) + shape.n_layers * cal.value("forward.block", threads=threads)
+    print(
+        f"bare 1 x 256 SmolLM2 forward: {bare:.2f} s here, {planned:.2f} s planned: this machine "
+        f"{bare / planned:.2f}x the calibration machine (the 'ratio/m' column divides by it)"
+    )
     return bare / planned
 
 
@@ -530,8 +872,10 @@ def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None, threa
 
     factor = machine_factor(threads)
     rows = []
-    print(f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} {'ratio/m':>7} | "
-          f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}")
+    print(
+        f"{'model':>14} {'command':>13} | {'predicted s':>11} {'measured s':>10} {'ratio':>6} {'ratio/m':>7} | "
+        f"{'pred GiB':>8} {'meas GiB':>8} {'ratio':>6}"
+    )
     for model, cmd, flags in runs:
         try:
             shape = model_shape(model)
@@ -544,20 +888,49 @@ def check(runs: list[tuple[str, str, list[str]]], out: Path | None = None, threa
         # the start-up included, as `tlgeo plan` prints it
         pred_s = total["seconds"]
         scratch = Path(tempfile.mkdtemp(prefix="bench-plan-"))  # fresh: nothing to resume
-        done = subprocess.run([sys.executable, "-c", CHILD, cmd, "--model", model, *flags, "--threads", str(threads),
-                               "--out", str(scratch)], capture_output=True, text=True, cwd=REPO)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                cmd,
+                "--model",
+                model,
+                *flags,
+                "--threads",
+                str(threads),
+                "--out",
+                str(scratch),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         shutil.rmtree(scratch, ignore_errors=True)
         if done.returncode:
             sys.exit(f"{cmd} failed: {done.stderr[-2000:]}")
         got = json.loads(done.stderr.strip().splitlines()[-1])
         ratio = got["seconds"] / pred_s
-        print(f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {ratio:6.2f} {ratio / factor:7.2f} | "
-              f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
-              flush=True)
-        rows.append(dict(model=model, command=cmd, flags=" ".join(flags), predicted_s=pred_s, measured_s=got["seconds"],
-                         ratio=ratio, machine_factor=factor, ratio_over_machine=ratio / factor,
-                         predicted_gib=total["peak_gib"], measured_gib=got["peak_gib"],
-                         memory_ratio=got["peak_gib"] / total["peak_gib"]))
+        print(
+            f"{model:>14} {cmd:>13} | {pred_s:11.1f} {got['seconds']:10.1f} {ratio:6.2f} {ratio / factor:7.2f} | "
+            f"{total['peak_gib']:8.2f} {got['peak_gib']:8.2f} {got['peak_gib'] / total['peak_gib']:6.2f}",
+            flush=True,
+        )
+        rows.append(
+            dict(
+                model=model,
+                command=cmd,
+                flags=" ".join(flags),
+                predicted_s=pred_s,
+                measured_s=got["seconds"],
+                ratio=ratio,
+                machine_factor=factor,
+                ratio_over_machine=ratio / factor,
+                predicted_gib=total["peak_gib"],
+                measured_gib=got["peak_gib"],
+                memory_ratio=got["peak_gib"] / total["peak_gib"],
+            )
+        )
         if out is not None:  # after every command: an interrupted check keeps what it measured
             import pandas as pd
 
@@ -579,16 +952,21 @@ def markdown_table(table) -> str:
     lines = ["| model | command | time | ÷ machine | peak memory |", "|---|---|---|---|---|"]
     for r in table.itertuples():
         flags = f" {r.flags}" if isinstance(r.flags, str) and r.flags else ""
-        lines.append(f"| {r.model} | `{r.command}{flags}` | {r.ratio:.2f}× | {r.ratio_over_machine:.2f}× | "
-                     f"{r.memory_ratio:.2f}× |")
+        lines.append(
+            f"| {r.model} | `{r.command}{flags}` | {r.ratio:.2f}× | {r.ratio_over_machine:.2f}× | "
+            f"{r.memory_ratio:.2f}× |"
+        )
     within = lambda x, lo, hi: int(((x >= lo) & (x <= hi)).sum())  # noqa: E731
     n = len(table)
     t = within(table["ratio"], 1 / TIME_WITHIN, TIME_WITHIN)
     tm = within(table["ratio_over_machine"], 1 / TIME_WITHIN, TIME_WITHIN)
     m = within(table["memory_ratio"], 1 - MEMORY_WITHIN, 1 + MEMORY_WITHIN)
-    lines += ["", f"Time within {TIME_WITHIN:g}× in {t} of {n} commands ({tm} of {n} divided by the machine factor "
-                  f"{float(table['machine_factor'].iloc[0]):.2f}); peak memory within {100 * MEMORY_WITHIN:g} % in "
-                  f"{m} of {n} ({table['memory_ratio'].min():.2f}–{table['memory_ratio'].max():.2f}×)."]
+    lines += [
+        "",
+        f"Time within {TIME_WITHIN:g}× in {t} of {n} commands ({tm} of {n} divided by the machine factor "
+        f"{float(table['machine_factor'].iloc[0]):.2f}); peak memory within {100 * MEMORY_WITHIN:g} % in "
+        f"{m} of {n} ({table['memory_ratio'].min():.2f}–{table['memory_ratio'].max():.2f}×).",
+    ]
     return "\n".join(lines)
 
 
@@ -597,16 +975,30 @@ if __name__ == "__main__":
     p.add_argument("--calibrate", action="store_true", help="measure the planner's calibration table and write it")
     p.add_argument("--threads", type=int, default=1, help="torch threads of every measurement (default 1)")
     p.add_argument("--note", default="", help="--calibrate: a note on the machine, kept in the table ('quiet')")
-    p.add_argument("--calibration", type=Path, default=REPO / "tlgeo" / "planner_calibration.csv",
-                   help="--calibrate: the table written")
-    p.add_argument("--keep-threads", action="store_true", help="--calibrate: keep the table's rows of other thread "
-                   "counts (measured on this machine at those counts)")
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        default=REPO / "tlgeo" / "planner_calibration.csv",
+        help="--calibrate: the table written",
+    )
+    p.add_argument(
+        "--keep-threads",
+        action="store_true",
+        help="--calibrate: keep the table's rows of other thread counts (measured on this machine at those counts)",
+    )
     p.add_argument("--memory", action="store_true", help="print the planner's memory constants")
-    p.add_argument("--pair", metavar="DIR", help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) "
-                   "instead of the other models")
+    p.add_argument(
+        "--pair",
+        metavar="DIR",
+        help="check the trained pair in DIR (<DIR>/gpt/model, <DIR>/llama/model) instead of the other models",
+    )
     p.add_argument("--short", action="store_true", help="check SHORT_RUNS instead of RUNS")
-    p.add_argument("--only", metavar="NAMES", help="comma-separated commands of RUNS to check (default: all); with "
-                   "--calibrate, parts (base, startup, solve, atlas) or kinds of SOLVE to measure")
+    p.add_argument(
+        "--only",
+        metavar="NAMES",
+        help="comma-separated commands of RUNS to check (default: all); with "
+        "--calibrate, parts (base, startup, solve, atlas) or kinds of SOLVE to measure",
+    )
     p.add_argument("--out", type=Path, help="also write plan_vs_measured.csv (and provenance.jsonl) into this folder")
     p.add_argument("--table", type=Path, metavar="CSV", help="print the Markdown table of a plan_vs_measured.csv")
     a = p.parse_args()
@@ -619,6 +1011,13 @@ if __name__ == "__main__":
     elif a.memory:
         memory()
     else:
-        runs = (SHORT_RUNS if a.short else RUNS) if a.pair is None else [
-            (str(Path(a.pair) / arch / "model"), cmd, flags) for arch in ("gpt", "llama") for cmd, flags in PAIR_RUNS]
+        runs = (
+            (SHORT_RUNS if a.short else RUNS)
+            if a.pair is None
+            else [
+                (str(Path(a.pair) / arch / "model"), cmd, flags)
+                for arch in ("gpt", "llama")
+                for cmd, flags in PAIR_RUNS
+            ]
+        )
         check([r for r in runs if not a.only or r[1] in a.only.split(",")], a.out, a.threads)

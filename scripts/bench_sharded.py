@@ -53,12 +53,21 @@ def compare(label: str, whole, sharded, runs: dict, rounds: int) -> list[dict]:
         w, s = [], []
         for r in range(rounds):
             pair = (lambda: w.append(timed(lambda: run(whole))), lambda: s.append(timed(lambda: run(sharded))))
-            for f in (pair if r % 2 == 0 else pair[::-1]):
+            for f in pair if r % 2 == 0 else pair[::-1]:
                 f()
         mw, ms = statistics.median(w), statistics.median(s)
         print(f"{label:>28} {name:>14} | whole {mw:7.3f} s  sharded {ms:7.3f} s  {ms / mw:5.2f}x", flush=True)
-        rows.append({"placement": label, "analysis": name, "rounds": rounds, "threads": torch.get_num_threads(),
-                     "whole_s": mw, "sharded_s": ms, "ratio": ms / mw})
+        rows.append(
+            {
+                "placement": label,
+                "analysis": name,
+                "rounds": rounds,
+                "threads": torch.get_num_threads(),
+                "whole_s": mw,
+                "sharded_s": ms,
+                "ratio": ms / mw,
+            }
+        )
     return rows
 
 
@@ -80,8 +89,13 @@ def measure(a: argparse.Namespace) -> list[dict]:
     n = whole.cfg.n_layers
     with tempfile.TemporaryDirectory() as off:
         sharded = load_model("smollm2-135m", device_map=device_map(n, n // 2), offload_folder=off)
-        rows += compare(f"SmolLM2, blocks {n // 2}-{n - 1} on disk", whole, sharded,
-                        {"ppl 2048": lambda m: ppl.run(m, cfg)}, a.rounds)
+        rows += compare(
+            f"SmolLM2, blocks {n // 2}-{n - 1} on disk",
+            whole,
+            sharded,
+            {"ppl 2048": lambda m: ppl.run(m, cfg)},
+            a.rounds,
+        )
     return rows
 
 
@@ -94,8 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     rows = measure(a)
     if a.out:
-        record_table(a.out, "sharded", rows, ["scripts/bench_sharded.py", *(sys.argv[1:] if argv is None else argv)],
-                     vars(a))
+        record_table(
+            a.out, "sharded", rows, ["scripts/bench_sharded.py", *(sys.argv[1:] if argv is None else argv)], vars(a)
+        )
 
 
 if __name__ == "__main__":

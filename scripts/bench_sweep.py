@@ -79,9 +79,14 @@ def main() -> None:
     prefix = _prefix_token(model, None)
     zs_batches = []  # the scorer's batches: unique inputs, longest first, 8 per batch, right-padded
     for task in zs_tasks:
-        uniq = {tuple((c + x)[:-1]) for it in load_task(task, limit=args.zs_items)
-                for c, x in (encode_pair(model.tokenizer, a, b, prefix_token_id=prefix)
-                             for a, b in zip(it.contexts, it.continuations))}
+        uniq = {
+            tuple((c + x)[:-1])
+            for it in load_task(task, limit=args.zs_items)
+            for c, x in (
+                encode_pair(model.tokenizer, a, b, prefix_token_id=prefix)
+                for a, b in zip(it.contexts, it.continuations)
+            )
+        }
         order = sorted(uniq, key=len, reverse=True)
         for i in range(0, len(order), 8):
             chunk = order[i : i + 8]
@@ -112,7 +117,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {k: [] for k in jobs}
     order = list(jobs)
     for r in range(args.rounds):
-        for name in order[r % len(order):] + order[: r % len(order)]:
+        for name in order[r % len(order) :] + order[: r % len(order)]:
             t, c = time.perf_counter(), time.process_time()
             jobs[name]()
             times[name].append(time.perf_counter() - t)

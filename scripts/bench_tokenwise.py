@@ -39,8 +39,10 @@ def _pool(model, tokens: int, seq_len: int, directory: Path):
     windows = windows[: -(-tokens // (seq_len - 1))]
     t = time.perf_counter()
     pool = collect_pool(model, windows, directory / f"pool-t{tokens}-s{seq_len}", batch_size=16, progress=True)
-    print(f"pool: {pool.n_tokens} tokens x {pool.n_layers + 1} states of width {pool.d_model} "
-          f"({time.perf_counter() - t:.0f} s to collect or open)")
+    print(
+        f"pool: {pool.n_tokens} tokens x {pool.n_layers + 1} states of width {pool.d_model} "
+        f"({time.perf_counter() - t:.0f} s to collect or open)"
+    )
     return pool
 
 
@@ -69,10 +71,13 @@ def fits(pool, k: int, workers: int) -> None:
                 tokenwise_fits([kind], h_in, h_out, nb, threads=workers, rank=8, ridge=1e-3)
                 per_class[kind] = time.perf_counter() - t
     total = t_knn + t_fit
-    print(f"fits total: {total:.0f} s = kNN {t_knn:.0f} s + classes {t_fit:.0f} s over {pool.n_layers} layers "
-          f"(target 300 s: {total / 300:.2f}x)")
-    print(f"  class by class at layer {pool.n_layers // 2}: "
-          + ", ".join(f"{c} {s:.1f} s" for c, s in per_class.items()))
+    print(
+        f"fits total: {total:.0f} s = kNN {t_knn:.0f} s + classes {t_fit:.0f} s over {pool.n_layers} layers "
+        f"(target 300 s: {total / 300:.2f}x)"
+    )
+    print(
+        f"  class by class at layer {pool.n_layers // 2}: " + ", ".join(f"{c} {s:.1f} s" for c, s in per_class.items())
+    )
 
 
 def backends(pool, k: int) -> None:
@@ -103,8 +108,16 @@ def memory_child(directory: str, layer: int, backend: str, chunk: int) -> None:
     t = time.perf_counter()
     knn(h, 32, groups=groups, exclude_group=True, chunk=chunk, backend=backend)
     peak = _status_kib("VmHWM")
-    print(json.dumps({"n": pool.n_tokens, "before_mib": before / 1024, "peak_mib": peak / 1024,
-                      "seconds": time.perf_counter() - t}))
+    print(
+        json.dumps(
+            {
+                "n": pool.n_tokens,
+                "before_mib": before / 1024,
+                "peak_mib": peak / 1024,
+                "seconds": time.perf_counter() - t,
+            }
+        )
+    )
 
 
 def _status_kib(field: str) -> int:
@@ -118,16 +131,29 @@ def memory(pools, chunk: int) -> None:
     print(f"\nkNN peak memory at one layer (fresh process each; chunk {chunk} queries):")
     for pool in pools:
         for backend in ("torch", "faiss"):
-            r = subprocess.run([sys.executable, __file__, "--memory-child", str(pool.directory),
-                                str(pool.n_layers // 2), backend, str(chunk)], capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--memory-child",
+                    str(pool.directory),
+                    str(pool.n_layers // 2),
+                    backend,
+                    str(chunk),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode:
                 print(f"  {backend} at {pool.n_tokens} tokens failed: {r.stderr.strip().splitlines()[-1]}")
                 continue
             m = json.loads(r.stdout.strip().splitlines()[-1])
             n = m["n"]
-            print(f"  {backend:5s} N={n:6d}: +{m['peak_mib'] - m['before_mib']:6.0f} MiB over the loaded states "
-                  f"({m['before_mib']:.0f} MiB) in {m['seconds']:.1f} s; one chunk of distances "
-                  f"{chunk * n * 4 / 2**20:.0f} MiB; N x N distances would be {n * n * 4 / 2**30:.1f} GiB")
+            print(
+                f"  {backend:5s} N={n:6d}: +{m['peak_mib'] - m['before_mib']:6.0f} MiB over the loaded states "
+                f"({m['before_mib']:.0f} MiB) in {m['seconds']:.1f} s; one chunk of distances "
+                f"{chunk * n * 4 / 2**20:.0f} MiB; N x N distances would be {n * n * 4 / 2**30:.1f} GiB"
+            )
 
 
 def patching(model, pool, patch_tokens: int, batch_size: int, rounds: int) -> None:
@@ -158,11 +184,14 @@ def patching(model, pool, patch_tokens: int, batch_size: int, rounds: int) -> No
                         h[b, pos] = rep.to(h.dtype)
                         return h
 
-                    out = torch.log_softmax(model.run_with_hooks(
-                        toks, fwd_hooks=[(f"blocks.{l}.hook_resid_post", patch)])[sel].float(), -1)
+                    out = torch.log_softmax(
+                        model.run_with_hooks(toks, fwd_hooks=[(f"blocks.{l}.hook_resid_post", patch)])[sel].float(), -1
+                    )
                     (clean.exp() * (clean - out)).sum(-1)
 
-    print(f"\npatching {patch_tokens} tokens x {len(layers)} layers (windows of {windows.shape[1]}, batch {batch_size}):")
+    print(
+        f"\npatching {patch_tokens} tokens x {len(layers)} layers (windows of {windows.shape[1]}, batch {batch_size}):"
+    )
     ratios = []
     for r in range(rounds):
         order = (resumed, full) if r % 2 == 0 else (full, resumed)
@@ -172,8 +201,10 @@ def patching(model, pool, patch_tokens: int, batch_size: int, rounds: int) -> No
             fn()
             times[fn.__name__] = time.perf_counter() - t
         ratios.append(times["resumed"] / times["full"])
-        print(f"  round {r}: resumed {times['resumed']:.1f} s, full forwards {times['full']:.1f} s, "
-              f"ratio {ratios[-1]:.3f}")
+        print(
+            f"  round {r}: resumed {times['resumed']:.1f} s, full forwards {times['full']:.1f} s, "
+            f"ratio {ratios[-1]:.3f}"
+        )
     print(f"patching ratio (median of {rounds}): {float(np.median(ratios)):.3f} (target <= 0.6)")
 
 

@@ -10,7 +10,7 @@
     nice -n 10 python scripts/bench_train_overhead.py [--device cuda --dtype bf16] [--out results/pretrain_study/overhead.csv]
 
 On GPU use ``--dtype bf16`` (autocast for training, bf16 weights for SmolLM2).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -37,8 +37,11 @@ def bench_train(a) -> list[dict]:
     rows = []
     models = {}
     for v in a.variants.split(","):
-        cfg = TrainConfig(model=ModelSpec(arch="gpt", d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
-                                          context=a.seq_len), variant=v, seed=0)
+        cfg = TrainConfig(
+            model=ModelSpec(arch="gpt", d_model=a.d_model, n_layers=a.layers, n_heads=a.heads, context=a.seq_len),
+            variant=v,
+            seed=0,
+        )
         lm = make_model(cfg).to(a.device)
         opt = torch.optim.AdamW(lm.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
         models[v] = (lm, opt)
@@ -67,9 +70,15 @@ def bench_train(a) -> list[dict]:
             times[v].append(step(v))
     base = times["none"]
     for v, ts in times.items():
-        rows.append({"bench": "train_step", "mode": v, "median_s": statistics.median(ts),
-                     "ratio_vs_unedited": statistics.median([t / b for t, b in zip(ts, base)]),
-                     "shape": f"{a.batch}x{a.seq_len}, gpt d{a.d_model} L{a.layers}"})
+        rows.append(
+            {
+                "bench": "train_step",
+                "mode": v,
+                "median_s": statistics.median(ts),
+                "ratio_vs_unedited": statistics.median([t / b for t, b in zip(ts, base)]),
+                "shape": f"{a.batch}x{a.seq_len}, gpt d{a.d_model} L{a.layers}",
+            }
+        )
     return rows
 
 
@@ -99,9 +108,15 @@ def bench_infer(a) -> list[dict]:
             for m, h in hooks.items():
                 times[m].append(fn(h))
         for m, ts in times.items():
-            rows.append({"bench": name, "mode": m, "median_s": statistics.median(ts),
-                         "ratio_vs_unedited": statistics.median([t / b for t, b in zip(ts, times["unedited"])]),
-                         "shape": f"{a.model} {a.dtype}, {'prompt ' + str(a.prefill) if name == 'prefill' else str(a.decode) + ' new tokens after a 64-token prompt'}"})
+            rows.append(
+                {
+                    "bench": name,
+                    "mode": m,
+                    "median_s": statistics.median(ts),
+                    "ratio_vs_unedited": statistics.median([t / b for t, b in zip(ts, times["unedited"])]),
+                    "shape": f"{a.model} {a.dtype}, {'prompt ' + str(a.prefill) if name == 'prefill' else str(a.decode) + ' new tokens after a 64-token prompt'}",  # noqa: E501
+                }
+            )
     return rows
 
 
@@ -113,8 +128,9 @@ def decode_gen(model, prompt, a):
         _sync(a.device)
         t = time.perf_counter()
         with model.hooks(fwd_hooks=h):
-            model.generate(prompt[:, :64], max_new_tokens=a.decode, do_sample=False, verbose=False,
-                           use_past_kv_cache=True)
+            model.generate(
+                prompt[:, :64], max_new_tokens=a.decode, do_sample=False, verbose=False, use_past_kv_cache=True
+            )
         _sync(a.device)
         return (time.perf_counter() - t) / a.decode
 

@@ -31,14 +31,26 @@ def _programs():
     from tracr.rasp import rasp
 
     return {
-        "frac_prevs": (lambda: lib.make_frac_prevs(rasp.tokens == "x"), ["a", "b", "x"], True,
-                       "fraction of the tokens so far (this one included) that are x"),
+        "frac_prevs": (
+            lambda: lib.make_frac_prevs(rasp.tokens == "x"),
+            ["a", "b", "x"],
+            True,
+            "fraction of the tokens so far (this one included) that are x",
+        ),
         "reverse": (lambda: lib.make_reverse(rasp.tokens), ["a", "b", "c"], False, "the input reversed"),
         "hist": (lib.make_hist, ["a", "b", "c"], False, "how often each position's token occurs in the input"),
-        "sort": (lambda: lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=MAX_SEQ_LEN, min_key=1),
-                 [1, 2, 3, 4], False, "the input sorted ascending"),
-        "detect_pattern": (lambda: lib.detect_pattern(rasp.tokens, "abc"), ["a", "b", "c"], True,
-                           "whether the tokens ending here are a b c"),
+        "sort": (
+            lambda: lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=MAX_SEQ_LEN, min_key=1),
+            [1, 2, 3, 4],
+            False,
+            "the input sorted ascending",
+        ),
+        "detect_pattern": (
+            lambda: lib.detect_pattern(rasp.tokens, "abc"),
+            ["a", "b", "c"],
+            True,
+            "whether the tokens ending here are a b c",
+        ),
     }
 
 
@@ -54,26 +66,63 @@ def _components(params: dict, cfg, residual: list[str], out_labels: list[str]) -
     """The used components (input, heads, MLPs, output) with the residual labels each reads and writes."""
     ks, n_heads = cfg.key_size, cfg.num_heads
     emb = np.concatenate([params["token_embed"]["embeddings"], params["pos_embed"]["embeddings"]])
-    comps = [dict(node="input", kind="input", layer=None, head=None, order=-1,
-                  reads={}, writes=_labels(np.flatnonzero(np.abs(emb).max(0) > 0), residual))]
+    comps = [
+        dict(
+            node="input",
+            kind="input",
+            layer=None,
+            head=None,
+            order=-1,
+            reads={},
+            writes=_labels(np.flatnonzero(np.abs(emb).max(0) > 0), residual),
+        )
+    ]
     for layer in range(cfg.num_layers):
         attn = f"transformer/layer_{layer}/attn/"
         for h in range(n_heads):
             cols = slice(h * ks, (h + 1) * ks)
-            reads = {p: _labels(_nonzero_rows(params[attn + name]["w"][:, cols]), residual)
-                     for p, name in (("q", "query"), ("k", "key"), ("v", "value"))}
+            reads = {
+                p: _labels(_nonzero_rows(params[attn + name]["w"][:, cols]), residual)
+                for p, name in (("q", "query"), ("k", "key"), ("v", "value"))
+            }
             writes = _labels(np.flatnonzero(np.abs(params[attn + "linear"]["w"][cols]).max(0) > 0), residual)
             if writes:
-                comps.append(dict(node=f"L{layer}H{h}", kind="head", layer=layer, head=h, order=2 * layer,
-                                  reads=reads, writes=writes))
+                comps.append(
+                    dict(
+                        node=f"L{layer}H{h}",
+                        kind="head",
+                        layer=layer,
+                        head=h,
+                        order=2 * layer,
+                        reads=reads,
+                        writes=writes,
+                    )
+                )
         mlp = f"transformer/layer_{layer}/mlp/"
         writes = _labels(np.flatnonzero(np.abs(params[mlp + "linear_2"]["w"]).max(0) > 0), residual)
         if writes:
-            comps.append(dict(node=f"MLP{layer}", kind="mlp", layer=layer, head=None, order=2 * layer + 1,
-                              reads={"in": _labels(_nonzero_rows(params[mlp + "linear_1"]["w"]), residual)},
-                              writes=writes))
-    comps.append(dict(node="output", kind="output", layer=None, head=None, order=2 * cfg.num_layers,
-                      reads={"out": out_labels}, writes=[]))
+            comps.append(
+                dict(
+                    node=f"MLP{layer}",
+                    kind="mlp",
+                    layer=layer,
+                    head=None,
+                    order=2 * layer + 1,
+                    reads={"in": _labels(_nonzero_rows(params[mlp + "linear_1"]["w"]), residual)},
+                    writes=writes,
+                )
+            )
+    comps.append(
+        dict(
+            node="output",
+            kind="output",
+            layer=None,
+            head=None,
+            order=2 * cfg.num_layers,
+            reads={"out": out_labels},
+            writes=[],
+        )
+    )
     return comps, _edges(comps)
 
 
@@ -91,8 +140,15 @@ def _edges(comps: list) -> list:
                     continue
                 shared = [lab for lab in reads if lab in s["writes"]]
                 if shared:
-                    edges.append(dict(sender=s["node"], receiver=r["node"], port=port,
-                                      sops=sorted({_sop(lab) for lab in shared}), directions=shared))
+                    edges.append(
+                        dict(
+                            sender=s["node"],
+                            receiver=r["node"],
+                            port=port,
+                            sops=sorted({_sop(lab) for lab in shared}),
+                            directions=shared,
+                        )
+                    )
     return edges
 
 
@@ -104,8 +160,7 @@ def _hf_weights(params: dict, cfg, n_out: int, out_idx: list[int], vocab_size: i
     d = tokens.shape[1]
     padded = np.zeros((vocab_size, d), dtype=np.float32)
     padded[: len(tokens)] = tokens
-    w = {"model.embed_tokens.weight": padded,
-         "model.embed_positions.weight": f(params["pos_embed"]["embeddings"])}
+    w = {"model.embed_tokens.weight": padded, "model.embed_positions.weight": f(params["pos_embed"]["embeddings"])}
     for layer in range(cfg.num_layers):
         pre, attn, mlp = f"model.layers.{layer}.", f"transformer/layer_{layer}/attn/", f"transformer/layer_{layer}/mlp/"
         for hf, tr in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"), ("o_proj", "linear")):
@@ -121,11 +176,28 @@ def _hf_weights(params: dict, cfg, n_out: int, out_idx: list[int], vocab_size: i
 
 
 def _tokenizer_json(vocab: dict[str, int], bos: str, pad: str) -> dict:
-    return {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                              "normalized": False, "special": True} for t in (bos, pad)],
-            "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": pad}}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": vocab[t],
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for t in (bos, pad)
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": pad},
+    }
 
 
 def _reference(model, vocab: list, n: int, seed: int, categorical: bool, out_idx: list[int]) -> dict:
@@ -143,8 +215,12 @@ def _reference(model, vocab: list, n: int, seed: int, categorical: bool, out_idx
         res[: len(ids)] = np.asarray(out.transformer_output[0])
         tokens.append(row)
         final.append(res)
-        decoded.append([None if v is None else (v if isinstance(v, str) else float(v)) if not categorical else str(v)
-                        for v in out.decoded])
+        decoded.append(
+            [
+                None if v is None else (v if isinstance(v, str) else float(v)) if not categorical else str(v)
+                for v in out.decoded
+            ]
+        )
         unembedded = np.asarray(out.unembedded[0])
         mine = res[: len(ids)][:, out_idx]
         check = mine.argmax(-1) if categorical else mine[:, 0]
@@ -159,8 +235,9 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
 
     build, vocab, causal, what = _programs()[name]
     program = build()
-    model = compiling.compile_rasp_to_model(program, vocab=set(vocab), max_seq_len=MAX_SEQ_LEN, causal=causal,
-                                            compiler_bos="BOS", compiler_pad="PAD")
+    model = compiling.compile_rasp_to_model(
+        program, vocab=set(vocab), max_seq_len=MAX_SEQ_LEN, causal=causal, compiler_bos="BOS", compiler_pad="PAD"
+    )
     cfg, residual = model.model_config, list(model.residual_labels)
     categorical = isinstance(model.output_encoder, CategoricalEncoder)
     label = program.label
@@ -177,33 +254,71 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
     # tlgeo task checks
     vocab_size = max(len(tok_vocab), len(out_labels))
     config = {
-        "architectures": ["TracrForCausalLM"], "model_type": "tracr", "vocab_size": vocab_size,
-        "hidden_size": len(residual), "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-        "head_dim": cfg.key_size, "intermediate_size": cfg.mlp_hidden_size, "output_size": len(out_labels),
-        "max_position_embeddings": MAX_SEQ_LEN + 1, "causal": bool(causal), "bos_token_id": tok_vocab["BOS"],
-        "pad_token_id": tok_vocab["PAD"], "eos_token_id": None, "tie_word_embeddings": False,
-        "output_kind": "categorical" if categorical else "numerical", "dtype": "float32",
+        "architectures": ["TracrForCausalLM"],
+        "model_type": "tracr",
+        "vocab_size": vocab_size,
+        "hidden_size": len(residual),
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "head_dim": cfg.key_size,
+        "intermediate_size": cfg.mlp_hidden_size,
+        "output_size": len(out_labels),
+        "max_position_embeddings": MAX_SEQ_LEN + 1,
+        "causal": bool(causal),
+        "bos_token_id": tok_vocab["BOS"],
+        "pad_token_id": tok_vocab["PAD"],
+        "eos_token_id": None,
+        "tie_word_embeddings": False,
+        "output_kind": "categorical" if categorical else "numerical",
+        "dtype": "float32",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(_hf_weights(model.params, cfg, len(out_labels), out_idx, vocab_size), str(folder / "model.safetensors"))
     (folder / "tokenizer.json").write_text(json.dumps(_tokenizer_json(tok_vocab, "BOS", "PAD"), indent=1) + "\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "BOS", "pad_token": "PAD", "unk_token": "PAD",
-         "model_max_length": MAX_SEQ_LEN + 1, "clean_up_tokenization_spaces": False}, indent=2) + "\n")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "BOS",
+                "pad_token": "PAD",
+                "unk_token": "PAD",
+                "model_max_length": MAX_SEQ_LEN + 1,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     ref, decoded = _reference(model, vocab, N_REFERENCE, seed, categorical, out_idx)
     np.savez_compressed(folder / "reference.npz", **ref)
-    output_values = (sorted(model.output_encoder.encoding_map, key=model.output_encoder.encoding_map.get)
-                     if categorical else None)
+    output_values = (
+        sorted(model.output_encoder.encoding_map, key=model.output_encoder.encoding_map.get) if categorical else None
+    )
     truth = {
-        "schema": SCHEMA, "program": name, "description": what, "rasp_label": label, "causal": bool(causal),
-        "max_seq_len": MAX_SEQ_LEN, "vocab": [str(v) for v in vocab], "bos": "BOS", "pad": "PAD",
-        "input_encoding": tok_vocab, "output_kind": config["output_kind"],
+        "schema": SCHEMA,
+        "program": name,
+        "description": what,
+        "rasp_label": label,
+        "causal": bool(causal),
+        "max_seq_len": MAX_SEQ_LEN,
+        "vocab": [str(v) for v in vocab],
+        "bos": "BOS",
+        "pad": "PAD",
+        "input_encoding": tok_vocab,
+        "output_kind": config["output_kind"],
         "output_values": None if output_values is None else [str(v) for v in output_values],
-        "output_labels": out_labels, "residual_labels": residual,
+        "output_labels": out_labels,
+        "residual_labels": residual,
         "nodes": [{k: c[k] for k in ("node", "kind", "layer", "head", "reads", "writes")} for c in comps],
-        "edges": edges, "reference": {"inputs": "reference.npz", "decoded": decoded},
-        "tracr": {"num_layers": cfg.num_layers, "num_heads": cfg.num_heads, "key_size": cfg.key_size,
-                  "mlp_hidden_size": cfg.mlp_hidden_size, "mlp_exactness": 100},
+        "edges": edges,
+        "reference": {"inputs": "reference.npz", "decoded": decoded},
+        "tracr": {
+            "num_layers": cfg.num_layers,
+            "num_heads": cfg.num_heads,
+            "key_size": cfg.key_size,
+            "mlp_hidden_size": cfg.mlp_hidden_size,
+            "mlp_exactness": 100,
+        },
     }
     (folder / "tracr.json").write_text(json.dumps(truth, indent=1) + "\n")
     return folder

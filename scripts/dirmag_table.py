@@ -22,9 +22,12 @@ import pandas as pd
 from tlgeo.dirmag.damage import damage_table
 
 PAPER = {  # Pythia-410M (LayerNorm) unless marked; TinyLlama (RMSNorm) ratios from the notebook's outputs
-    "damage ratio at delta 1": "42.9 (TinyLlama 0.2)", "damage ratio at delta 5": "5.4 (TinyLlama 1.2)",
-    "damage ratio at delta 20": "1.4", "BLiMP clean (%)": "89.5",
-    "BLiMP at delta 5: magnitude / angle": "69.1 / 87.9", "BLiMP at delta 15: magnitude / angle": "53.5 / 67.4",
+    "damage ratio at delta 1": "42.9 (TinyLlama 0.2)",
+    "damage ratio at delta 5": "5.4 (TinyLlama 1.2)",
+    "damage ratio at delta 20": "1.4",
+    "BLiMP clean (%)": "89.5",
+    "BLiMP at delta 5: magnitude / angle": "69.1 / 87.9",
+    "BLiMP at delta 15: magnitude / angle": "53.5 / 67.4",
     "attention repair at delta 5: angle / magnitude (%)": "28.4 / 15.2",
     "norm repair at delta 5: angle / magnitude (%)": "13.7 / 29.9",
     "entropy shift at delta 5: angle / magnitude": "+0.129 / +0.025",
@@ -65,8 +68,9 @@ def column(d: Path) -> dict[str, str]:
             dl = _nearest(t["delta"], delta)
             if dl is not None:
                 r = t[t["delta"] == dl].iloc[0]
-                out[f"damage ratio at delta {label}"] = (f"{r['ratio_angle_over_magnitude']:.2f} "
-                                                         f"({r['angle_damage']:.3g} / {r['magnitude_damage']:.3g})")
+                out[f"damage ratio at delta {label}"] = (
+                    f"{r['ratio_angle_over_magnitude']:.2f} ({r['angle_damage']:.3g} / {r['magnitude_damage']:.3g})"
+                )
     bl = _read(d, "blimp")
     if bl is not None:
         p = bl[bl["paradigm"] == "pooled"]
@@ -86,8 +90,11 @@ def column(d: Path) -> dict[str, str]:
     elif rp is not None and rp["layers"].astype(str).map(lambda v: len(json.loads(v)) == 1).all():
         rp = None
     if rp is not None:
-        blocks = json.loads(str(rp["repair_layers"].iloc[0])) if "repair_layers" in rp and \
-            str(rp["repair_layers"].iloc[0]).startswith("[") else json.loads(str(rp["layers"].iloc[0]))
+        blocks = (
+            json.loads(str(rp["repair_layers"].iloc[0]))
+            if "repair_layers" in rp and str(rp["repair_layers"].iloc[0]).startswith("[")
+            else json.loads(str(rp["layers"].iloc[0]))
+        )
         out["repaired blocks"] = f"{min(blocks)}..{max(blocks)}"
         norm = float(dmg["median_norm"].iloc[0]) if dmg is not None else np.nan
         for label, delta in (("5", 5.0), ("0.5 x norm", 0.5 * norm)):
@@ -97,8 +104,9 @@ def column(d: Path) -> dict[str, str]:
             g = rp[rp["delta"] == dl].groupby(["repair", "kind"])["recovery"].mean()
             for repair, name in (("attn", "attention"), ("norm", "norm")):
                 if (repair, "angle") in g:
-                    out[f"{name} repair at delta {label}: angle / magnitude (%)"] = \
+                    out[f"{name} repair at delta {label}: angle / magnitude (%)"] = (
                         f"{g[(repair, 'angle')]:.1f} / {g[(repair, 'magnitude')]:.1f}"
+                    )
     en = _read(d, "entropy")
     if en is not None:
         dl = _nearest(en["delta"], 5.0)
@@ -109,11 +117,13 @@ def column(d: Path) -> dict[str, str]:
     pr = _read(d, "probes")
     if pr is not None:
         up = pr[pr["task"] == "upos"].groupby("features")["score"].max()
-        out["POS probe, best layer: direction / magnitude / majority (%)"] = \
+        out["POS probe, best layer: direction / magnitude / majority (%)"] = (
             f"{up['direction']:.1f} / {up['magnitude']:.1f} / {pr.loc[pr.task == 'upos', 'baseline'].iloc[0]:.1f}"
+        )
         dep = pr[pr["task"] == "depth"].groupby("features")["score"].max()
-        out["depth probe, best layer: R² x 100, direction / magnitude"] = \
+        out["depth probe, best layer: R² x 100, direction / magnitude"] = (
             f"{dep['direction']:.1f} / {dep['magnitude']:.1f}"
+        )
     return out
 
 

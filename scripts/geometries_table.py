@@ -37,19 +37,27 @@ def main() -> None:
     wide = s.pivot_table(index=["a", "b"], columns="model", values="mean_rho")
     bh = s["significant_bh"].astype("string").fillna("?")
     sig = s.assign(sig="CI " + s["significant"].astype(str) + ", BH " + bh + " of " + s["blocks"].astype(str)).pivot(
-        index=["a", "b"], columns="model", values="sig")
-    g = s.groupby(["a", "b"]).agg(mean_abs=("mean_rho", lambda v: v.abs().mean()), models=("model", "nunique"),
-                                  same_sign=("same_sign", "all"), partial=("partial", "mean"),
-                                  partial_atypical=("partial_atypical", "mean"),
-                                  shuffled=("shuffled", "mean"), signs=("mean_rho", lambda v: len(set(v > 0))),
-                                  weakest=("min_rho", lambda v: v.abs().min()))
+        index=["a", "b"], columns="model", values="sig"
+    )
+    g = s.groupby(["a", "b"]).agg(
+        mean_abs=("mean_rho", lambda v: v.abs().mean()),
+        models=("model", "nunique"),
+        same_sign=("same_sign", "all"),
+        partial=("partial", "mean"),
+        partial_atypical=("partial_atypical", "mean"),
+        shuffled=("shuffled", "mean"),
+        signs=("mean_rho", lambda v: len(set(v > 0))),
+        weakest=("min_rho", lambda v: v.abs().min()),
+    )
     n = s["model"].nunique()
     full = g[g["models"] == n]
     table = wide.round(2).astype(str) + " (" + sig + ")"
     strongest = full.sort_values("mean_abs", ascending=False).head(5).index
     consistent = full[full["same_sign"] & (full["signs"] == 1)].sort_values("weakest", ascending=False).head(5).index
-    for title, idx in (("strongest", strongest), ("most consistent (one sign at every block of every model)",
-                                                   consistent)):
+    for title, idx in (
+        ("strongest", strongest),
+        ("most consistent (one sign at every block of every model)", consistent),
+    ):
         print(f"\n{title}: mean rho per model (blocks whose CI excludes 0, blocks with BH q < 0.05, of the blocks)")
         out = table.loc[idx].join(g.loc[idx, ["partial", "partial_atypical", "shuffled"]].round(2))
         print(out.to_markdown() if len(out) else "none")

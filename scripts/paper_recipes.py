@@ -21,21 +21,50 @@ sys.path.insert(0, str(REPO))
 
 # name -> (paper, models, tlgeo argv without --model / --out)
 RECIPES: dict[str, tuple[str, tuple[str, ...], list[str]]] = {
-    "decomposition": ("000 directional decomposition: parallel ratios and removal perplexities, by scale",
-                      ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"),
-                      ["decompose", "--tokens", "0", "--context", "2048", "--profile-tokens", "8192", "--profile-seq-len",
-                       "1024", "--dtype", "bfloat16"]),
-    "pdsf": ("001 prediction-anchored subspaces: SpecA geometry, single-pass edits, SpecB rotations",
-             ("google/gemma-2-9b",),
-             ["pdsf", "--prompts", "specA", "--generate", "specB", "--new-tokens", "64",
-              "--conditions", "D,S,F_top,random", "--dtype", "bfloat16"]),
-    "tokenwise": ("002 tokenwise layer maps: local fits over 20,000 tokens, patching KL",
-                  ("meta-llama/Llama-3.2-3B",),
-                  ["tokenwise", "--tokens", "20000", "--k", "32", "--patch-tokens", "256", "--dtype", "bfloat16"]),
-    "dirmag": ("003 direction vs magnitude: LayerNorm (Pythia) against RMSNorm (TinyLlama)",
-               ("EleutherAI/pythia-410m", "TinyLlama/TinyLlama-1.1B"),
-               ["dirmag", "--seeds", "5", "--blimp-pairs", "34", "--repair-sentences", "100",
-                "--probe-sentences", "500"]),
+    "decomposition": (
+        "000 directional decomposition: parallel ratios and removal perplexities, by scale",
+        ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-8B"),
+        [
+            "decompose",
+            "--tokens",
+            "0",
+            "--context",
+            "2048",
+            "--profile-tokens",
+            "8192",
+            "--profile-seq-len",
+            "1024",
+            "--dtype",
+            "bfloat16",
+        ],
+    ),
+    "pdsf": (
+        "001 prediction-anchored subspaces: SpecA geometry, single-pass edits, SpecB rotations",
+        ("google/gemma-2-9b",),
+        [
+            "pdsf",
+            "--prompts",
+            "specA",
+            "--generate",
+            "specB",
+            "--new-tokens",
+            "64",
+            "--conditions",
+            "D,S,F_top,random",
+            "--dtype",
+            "bfloat16",
+        ],
+    ),
+    "tokenwise": (
+        "002 tokenwise layer maps: local fits over 20,000 tokens, patching KL",
+        ("meta-llama/Llama-3.2-3B",),
+        ["tokenwise", "--tokens", "20000", "--k", "32", "--patch-tokens", "256", "--dtype", "bfloat16"],
+    ),
+    "dirmag": (
+        "003 direction vs magnitude: LayerNorm (Pythia) against RMSNorm (TinyLlama)",
+        ("EleutherAI/pythia-410m", "TinyLlama/TinyLlama-1.1B"),
+        ["dirmag", "--seeds", "5", "--blimp-pairs", "34", "--repair-sentences", "100", "--probe-sentences", "500"],
+    ),
 }
 
 
@@ -66,10 +95,15 @@ def main(argv: list[str] | None = None) -> int:
                 dtype = argv_[argv_.index("--dtype") + 1] if "--dtype" in argv_ else None
                 df = plan_table(model, argv_[0], _config_flags(argv_[3:]), a.device, dtype)
                 total = df[df["step"] == "total"].iloc[0]
-                print(f"{model}: ~{total['seconds'] / 60:.0f} min on one {a.device}, peak "
-                      f"{total['peak_gib']:.0f} GiB ({int(total['forward_tokens']):,} forward tokens; tlgeo plan)")
-            launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.gpus}"]
-                        if a.gpus > 1 else [sys.executable])
+                print(
+                    f"{model}: ~{total['seconds'] / 60:.0f} min on one {a.device}, peak "
+                    f"{total['peak_gib']:.0f} GiB ({int(total['forward_tokens']):,} forward tokens; tlgeo plan)"
+                )
+            launcher = (
+                [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.gpus}"]
+                if a.gpus > 1
+                else [sys.executable]
+            )
             cmd = [*launcher, "-m", "tlgeo", *argv_]
             print("  " + " ".join(["python", *cmd[1:]] if a.gpus == 1 else ["torchrun", *cmd[3:]]))
             if a.run:

@@ -27,14 +27,19 @@ def tables(out: Path, top: int, direction: str) -> str:
     tasks = pd.read_csv(out / "patching_tasks.csv")
     eff = pd.read_csv(out / "patching_effects.csv")
     eff = eff[eff["direction"] == direction]
-    lines = [f"### {eff['model'].iloc[0] if len(eff) else out.name} ({direction})", "",
-             "| task | prompts | clean accuracy | clean metric | corrupted metric | patched |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"### {eff['model'].iloc[0] if len(eff) else out.name} ({direction})",
+        "",
+        "| task | prompts | clean accuracy | clean metric | corrupted metric | patched |",
+        "|---|---|---|---|---|---|",
+    ]
     for _, t in tasks.iterrows():
-        lines.append(f"| {t['task']} | {int(t['n']) if pd.notna(t.get('n')) else '—'} | "
-                     f"{t.get('accuracy', float('nan')):.2f} | {t.get('clean_metric', float('nan')):.3f} | "
-                     f"{t.get('corrupted_metric', float('nan')):.3f} | "
-                     f"{'yes' if t['patched'] else 'no: ' + str(t['reason'])} |")
+        lines.append(
+            f"| {t['task']} | {int(t['n']) if pd.notna(t.get('n')) else '—'} | "
+            f"{t.get('accuracy', float('nan')):.2f} | {t.get('clean_metric', float('nan')):.3f} | "
+            f"{t.get('corrupted_metric', float('nan')):.3f} | "
+            f"{'yes' if t['patched'] else 'no: ' + str(t['reason'])} |"
+        )
     for task in eff["task"].unique():
         d = eff[eff["task"] == task]
         ex = d[d["method"] == "exact"]
@@ -42,9 +47,14 @@ def tables(out: Path, top: int, direction: str) -> str:
         heads = d[(d["method"] == method) & (d["component"] == "head")]
         best = heads.assign(size=heads["effect"].abs()).nlargest(top, "size")
         comps = [c for c in COMPONENTS if c in set(d["component"]) and COMPONENTS[c].scope == "head"]
-        lines += ["", f"**{task}**: the {top} heads with the largest {method} whole-head effect; each component's "
-                      f"{method} effect [95 % CI over prompts]", "",
-                  "| head | " + " | ".join(comps) + " |", "|---|" + "---|" * len(comps)]
+        lines += [
+            "",
+            f"**{task}**: the {top} heads with the largest {method} whole-head effect; each component's "
+            f"{method} effect [95 % CI over prompts]",
+            "",
+            "| head | " + " | ".join(comps) + " |",
+            "|---|" + "---|" * len(comps),
+        ]
         for _, b in best.iterrows():
             cells = []
             for c in comps:
@@ -59,16 +69,25 @@ def tables(out: Path, top: int, direction: str) -> str:
             lines += ["", f"Largest MLP ({method}): block {int(m['layer'])}, {_fmt(m)}."]
         agree = agreement(d)
         if len(agree):
-            lines += ["", "| component | pairs | Pearson | Spearman | max abs diff (block, head) |",
-                      "|---|---|---|---|---|"]
+            lines += [
+                "",
+                "| component | pairs | Pearson | Spearman | max abs diff (block, head) |",
+                "|---|---|---|---|---|",
+            ]
             for _, a in agree.iterrows():
-                lines.append(f"| {a['component']} | {a['pairs']} | {a['pearson']:.3f} | {a['spearman']:.3f} | "
-                             f"{a['max_abs_diff']:.3f} (L{a['worst_layer']}H{a['worst_head']}) |")
+                lines.append(
+                    f"| {a['component']} | {a['pairs']} | {a['pearson']:.3f} | {a['spearman']:.3f} | "
+                    f"{a['max_abs_diff']:.3f} (L{a['worst_layer']}H{a['worst_head']}) |"
+                )
         inter = interactions(d)
         if len(inter):
             s = inter.assign(size=inter["interaction"].abs()).groupby("split")["size"].agg(["mean", "max"])
-            lines += ["", "Interactions (exact whole − sum of its parts' exact effects, over blocks and heads): "
-                      + "; ".join(f"{k}: mean |·| {v['mean']:.3f}, max {v['max']:.3f}" for k, v in s.iterrows()) + "."]
+            lines += [
+                "",
+                "Interactions (exact whole − sum of its parts' exact effects, over blocks and heads): "
+                + "; ".join(f"{k}: mean |·| {v['mean']:.3f}, max {v['max']:.3f}" for k, v in s.iterrows())
+                + ".",
+            ]
     return "\n".join(lines)
 
 

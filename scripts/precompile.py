@@ -16,12 +16,42 @@ import pkgutil
 import sys
 import time
 
-STACK = ("torch", "transformers", "transformer_lens", "accelerate", "datasets", "pandas", "scipy.stats",
-         "sklearn.linear_model", "sklearn.decomposition", "sklearn.metrics", "sklearn.neural_network",
-         "matplotlib.pyplot", "circuitsvis.tokens", "gguf", "safetensors.torch", "skdim", "faiss", "jaxtyping",
-         "einops", "conllu", "tqdm", "lm_eval", "lm_eval.api.model", "lm_eval.tasks", "llmcompressor",
-         "pytest", "xdist", "hypothesis", "nbclient", "nbformat", "ipykernel.kernelapp", "sphinx.application",
-         "myst_parser", "furo")
+STACK = (
+    "torch",
+    "transformers",
+    "transformer_lens",
+    "accelerate",
+    "datasets",
+    "pandas",
+    "scipy.stats",
+    "sklearn.linear_model",
+    "sklearn.decomposition",
+    "sklearn.metrics",
+    "sklearn.neural_network",
+    "matplotlib.pyplot",
+    "circuitsvis.tokens",
+    "gguf",
+    "safetensors.torch",
+    "skdim",
+    "faiss",
+    "jaxtyping",
+    "einops",
+    "conllu",
+    "tqdm",
+    "lm_eval",
+    "lm_eval.api.model",
+    "lm_eval.tasks",
+    "llmcompressor",
+    "pytest",
+    "xdist",
+    "hypothesis",
+    "nbclient",
+    "nbformat",
+    "ipykernel.kernelapp",
+    "sphinx.application",
+    "myst_parser",
+    "furo",
+)
 
 
 def main() -> int:

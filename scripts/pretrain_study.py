@@ -44,12 +44,25 @@ def run_configs(a) -> list[TrainConfig]:
     for seed in range(a.seeds):
         for arch in a.archs.split(","):
             for v in a.variants.split(","):
-                out.append(TrainConfig(
-                    model=ModelSpec(**ARCHS[arch]), variant=v, data=a.data, data_dir=str(Path(a.ckpt) / "data"),
-                    seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, warmup=a.warmup, lr=a.lr,
-                    eval_every=a.eval_every, eval_batches=a.eval_batches, save_every=a.save_every,
-                    seed=seed, threads=a.threads, out=str(Path(a.ckpt) / f"{arch}_{v}_s{seed}"),
-                ))
+                out.append(
+                    TrainConfig(
+                        model=ModelSpec(**ARCHS[arch]),
+                        variant=v,
+                        data=a.data,
+                        data_dir=str(Path(a.ckpt) / "data"),
+                        seq_len=a.seq_len,
+                        batch_size=a.batch_size,
+                        steps=a.steps,
+                        warmup=a.warmup,
+                        lr=a.lr,
+                        eval_every=a.eval_every,
+                        eval_batches=a.eval_batches,
+                        save_every=a.save_every,
+                        seed=seed,
+                        threads=a.threads,
+                        out=str(Path(a.ckpt) / f"{arch}_{v}_s{seed}"),
+                    )
+                )
     return out
 
 
@@ -76,14 +89,25 @@ def report(a) -> None:
     curves = pd.concat(frames, ignore_index=True)
     curves.dropna(subset=["val_loss"]).to_csv(res / "curves.csv", index=False)
     done = curves[curves.done]
-    final = (done.sort_values("step").groupby(["arch", "variant", "seed"]).tail(1)
-             [["arch", "variant", "seed", "step", "tokens", "train_loss", "val_loss", "elapsed_s"]])
+    final = (
+        done.sort_values("step")
+        .groupby(["arch", "variant", "seed"])
+        .tail(1)[["arch", "variant", "seed", "step", "tokens", "train_loss", "val_loss", "elapsed_s"]]
+    )
     final.to_csv(res / "final.csv", index=False)
-    summ = (final.groupby(["arch", "variant"])
-            .agg(seeds=("seed", "count"), tokens=("tokens", "first"), val_loss_mean=("val_loss", "mean"),
-                 val_loss_sd=("val_loss", "std"), val_loss_min=("val_loss", "min"),
-                 val_loss_max=("val_loss", "max"), train_s_mean=("elapsed_s", "mean"))
-            .reset_index())
+    summ = (
+        final.groupby(["arch", "variant"])
+        .agg(
+            seeds=("seed", "count"),
+            tokens=("tokens", "first"),
+            val_loss_mean=("val_loss", "mean"),
+            val_loss_sd=("val_loss", "std"),
+            val_loss_min=("val_loss", "min"),
+            val_loss_max=("val_loss", "max"),
+            train_s_mean=("elapsed_s", "mean"),
+        )
+        .reset_index()
+    )
     base = summ[summ.variant == "none"].set_index("arch").val_loss_mean
     summ["delta_vs_baseline"] = summ.val_loss_mean - summ.arch.map(base)
     order = {v: i for i, v in enumerate(VARIANTS)}
@@ -143,8 +167,11 @@ def main(argv=None) -> int:
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ckpt", default="checkpoints/pretrain_study")
-    p.add_argument("--results", default="runs/pretrain_study",
-                   help="where the report writes (the committed copy: --results results/pretrain_study)")
+    p.add_argument(
+        "--results",
+        default="runs/pretrain_study",
+        help="where the report writes (the committed copy: --results results/pretrain_study)",
+    )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--worker", type=int, default=0)
     p.add_argument("--report", action="store_true", help="only aggregate finished runs")

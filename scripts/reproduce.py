@@ -53,9 +53,9 @@ def with_out(argv: list[str], out: Path) -> list[str]:
     argv = list(argv)
     for i, a in enumerate(argv):
         if a == "--out" and i + 1 < len(argv):
-            return [*argv[:i], "--out", str(out), *argv[i + 2:]]
+            return [*argv[:i], "--out", str(out), *argv[i + 2 :]]
         if a.startswith("--out="):
-            return [*argv[:i], f"--out={out}", *argv[i + 1:]]
+            return [*argv[:i], f"--out={out}", *argv[i + 1 :]]
     return [*argv, "--out", str(out)]
 
 
@@ -63,6 +63,7 @@ def with_files_of(argv: list[str], folder: Path) -> list[str]:
     """``argv`` with each file it names beside the tables of the run (a task of your own, ``--tasks
     ioi,OUT/patching_task_x.json``) found in ``folder`` where the path recorded no longer leads to it (the folder
     moved, or was cloned elsewhere)."""
+
     def fix(item: str) -> str:
         if item.endswith(".json") and not Path(item).exists() and (Path(folder) / Path(item).name).exists():
             return str(Path(folder) / Path(item).name)
@@ -111,8 +112,11 @@ def rerun(argv: list[str]) -> int:
 
 
 def _csvs(folder: Path) -> dict[str, Path]:
-    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*.csv*"))
-            if p.suffix in (".csv", ".gz") and ".csv" in p.name}
+    return {
+        str(p.relative_to(folder)): p
+        for p in sorted(folder.rglob("*.csv*"))
+        if p.suffix in (".csv", ".gz") and ".csv" in p.name
+    }
 
 
 def quoted_folders(doc: Path) -> list[Path]:
@@ -131,31 +135,55 @@ def code_commit(commit: str | None, repo: Path | None = None) -> str | None:
     one hold the same code and data."""
     if not commit:
         return None
-    r = subprocess.run(["git", "-C", str(repo or ROOT), "log", "-1", "--format=%H", commit, "--", ".",
-                        *(f":(exclude){p}" for p in NOT_CODE)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo or ROOT),
+            "log",
+            "-1",
+            "--format=%H",
+            commit,
+            "--",
+            ".",
+            *(f":(exclude){p}" for p in NOT_CODE),
+        ],
+        capture_output=True,
+        text=True,
+    )
     return (r.stdout.strip() or None) if r.returncode == 0 else None
 
 
 def made_by(folder: Path, code: str | None, repo: Path | None = None) -> bool:
     """Whether every provenance line of ``folder`` was made from a clean tree of the code commit ``code``."""
     lines = read(folder)
-    return bool(lines) and code is not None and all(
-        (p.get("git") or {}).get("dirty") is False and code_commit((p.get("git") or {}).get("commit"), repo) == code
-        for p in lines)
+    return (
+        bool(lines)
+        and code is not None
+        and all(
+            (p.get("git") or {}).get("dirty") is False and code_commit((p.get("git") or {}).get("commit"), repo) == code
+            for p in lines
+        )
+    )
 
 
 def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float, resume: bool = False) -> int:
     """Every folder ``doc`` quotes, rerun from its provenance at this commit (see the module docstring)."""
     state = code_state()
     if state.get("dirty"):
-        print("reproduce: the tree has uncommitted changes outside results/: commit them first, so that every "
-              f"rerun folder names the commit that made it ({state.get('commit')})", file=sys.stderr)
+        print(
+            "reproduce: the tree has uncommitted changes outside results/: commit them first, so that every "
+            f"rerun folder names the commit that made it ({state.get('commit')})",
+            file=sys.stderr,
+        )
         return 2
     folders = quoted_folders(doc)
     missing = [f for f in folders if not read(f)]
     if missing:
-        print(f"reproduce: {', '.join(map(str, missing))}: no provenance.jsonl, nothing says how to make it",
-              file=sys.stderr)
+        print(
+            f"reproduce: {', '.join(map(str, missing))}: no provenance.jsonl, nothing says how to make it",
+            file=sys.stderr,
+        )
         return 2
     status = 0
     code = code_commit(state.get("commit"))
@@ -190,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--doc", type=Path, default=ROOT / "RESULTS.md", help="the document whose folders to rerun")
         ap.add_argument("--replace", action="store_true", help="put each rerun folder in place of the old one")
         ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-        ap.add_argument("--resume", action="store_true",
-                        help="leave out the folders this code made already (an interrupted --all --replace)")
+        ap.add_argument(
+            "--resume",
+            action="store_true",
+            help="leave out the folders this code made already (an interrupted --all --replace)",
+        )
         ap.add_argument("--rtol", type=float, default=1e-4)
         ap.add_argument("--atol", type=float, default=1e-6)
         a = ap.parse_args(argv)
@@ -199,8 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a folder with a provenance.jsonl")
     ap.add_argument("--out", type=Path, default=None, help="where to rerun (default: a temporary folder)")
-    ap.add_argument("--line", type=int, nargs="*", default=None,
-                    help="which provenance lines to rerun (0-based, negative from the end; default: all)")
+    ap.add_argument(
+        "--line",
+        type=int,
+        nargs="*",
+        default=None,
+        help="which provenance lines to rerun (0-based, negative from the end; default: all)",
+    )
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--atol", type=float, default=1e-6)
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")

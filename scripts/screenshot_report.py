@@ -54,11 +54,24 @@ def find_chromium(explicit: str | None = None) -> str | None:
 def _run(chromium: str, args: list[str], profile: Path, timeout: float) -> subprocess.CompletedProcess:
     """``chromium`` headless on ``args``, offline: no host name resolves (a page's remote load fails, and shows in
     the NetLog), and the browser's own background traffic is turned off where a switch allows."""
-    cmd = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--hide-scrollbars", "--no-first-run", "--no-default-browser-check", "--mute-audio",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--host-resolver-rules=MAP * ~NOTFOUND",
-           f"--user-data-dir={profile}", "--force-device-scale-factor=1", *args]
+    cmd = [
+        chromium,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--mute-audio",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}",
+        "--force-device-scale-factor=1",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -80,8 +93,12 @@ def network_requests(net_log: Path) -> list[str]:
     for event in log.get("events", []):
         params = event.get("params") or {}
         url = str(params.get("url", ""))
-        if (event.get("type") == start and url.lower().startswith(WEB_SCHEMES)
-                and params.get("initiator") != "not an origin" and url not in urls):
+        if (
+            event.get("type") == start
+            and url.lower().startswith(WEB_SCHEMES)
+            and params.get("initiator") != "not an origin"
+            and url not in urls
+        ):
             urls.append(url)
     return urls
 
@@ -90,13 +107,23 @@ def network_requests(net_log: Path) -> list[str]:
 class Rendered:
     """A page as Chromium showed it: ``dom``, the DOM after its scripts ran (``--dump-dom``); ``requests``, what it
     asked the network for (:func:`network_requests`); ``png``, the screenshot if one was asked for."""
+
     dom: str
     requests: list[str]
     png: Path | None = None
 
 
-def render(chromium: str, html_path: Path, *, profile: Path, width: int = 1280, height: int = 2000,
-           png: Path | None = None, timeout: float = 120, wait_ms: int = 4000) -> Rendered:
+def render(
+    chromium: str,
+    html_path: Path,
+    *,
+    profile: Path,
+    width: int = 1280,
+    height: int = 2000,
+    png: Path | None = None,
+    timeout: float = 120,
+    wait_ms: int = 4000,
+) -> Rendered:
     """Open ``html_path`` once in a ``width`` x ``height`` window: its DOM after ``wait_ms`` of (virtual) time,
     the URLs it asked the network for, and a screenshot into ``png`` if given."""
     html_path = Path(html_path).resolve()
@@ -106,9 +133,15 @@ def render(chromium: str, html_path: Path, *, profile: Path, width: int = 1280, 
         png.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "netlog.json"
-        args = [f"--window-size={width},{height}", f"--virtual-time-budget={wait_ms}", f"--log-net-log={log}",
-                "--net-log-capture-mode=Default", "--dump-dom", *([f"--screenshot={png}"] if png else []),
-                html_path.as_uri()]
+        args = [
+            f"--window-size={width},{height}",
+            f"--virtual-time-budget={wait_ms}",
+            f"--log-net-log={log}",
+            "--net-log-capture-mode=Default",
+            "--dump-dom",
+            *([f"--screenshot={png}"] if png else []),
+            html_path.as_uri(),
+        ]
         res = _run(chromium, args, profile, timeout)
         if res.returncode != 0 or not log.exists() or "<html" not in res.stdout.lower():
             raise RuntimeError(f"chromium could not render {html_path} (exit {res.returncode}): {res.stderr[-500:]}")
@@ -118,8 +151,9 @@ def render(chromium: str, html_path: Path, *, profile: Path, width: int = 1280, 
     return Rendered(res.stdout, requests, png)
 
 
-def page_height(chromium: str, html_path: Path, width: int, *, profile: Path, timeout: float = 120,
-                wait_ms: int = 4000) -> tuple[int, int, list[str]]:
+def page_height(
+    chromium: str, html_path: Path, width: int, *, profile: Path, timeout: float = 120, wait_ms: int = 4000
+) -> tuple[int, int, list[str]]:
     """``(height, scroll width, network requests)``: the page's size in CSS px laid out in a window ``width`` px
     wide, and the URLs it asked the network for (:func:`render`)."""
     page = html_path.read_text(encoding="utf-8")
@@ -127,23 +161,40 @@ def page_height(chromium: str, html_path: Path, width: int, *, profile: Path, ti
     with tempfile.TemporaryDirectory() as tmp:
         tmp_page = Path(tmp) / html_path.name
         tmp_page.write_text(marked, encoding="utf-8")
-        shown = render(chromium, tmp_page, profile=profile, width=width, height=1000, timeout=timeout,
-                       wait_ms=wait_ms)
+        shown = render(chromium, tmp_page, profile=profile, width=width, height=1000, timeout=timeout, wait_ms=wait_ms)
     m = re.search(r'data-shot="(\d+)x(\d+)"', shown.dom)
     if not m:
         raise RuntimeError(f"could not measure the page height of {html_path}")
     return int(m.group(1)), int(m.group(2)), shown.requests
 
 
-def screenshot(chromium: str, html_path: Path, out: Path, width: int, height: int, *, profile: Path,
-               timeout: float = 180, wait_ms: int = 4000) -> Path:
+def screenshot(
+    chromium: str,
+    html_path: Path,
+    out: Path,
+    width: int,
+    height: int,
+    *,
+    profile: Path,
+    timeout: float = 180,
+    wait_ms: int = 4000,
+) -> Path:
     """Capture ``html_path`` in a ``width`` x ``height`` window into the PNG ``out``."""
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
         out.unlink()
-    res = _run(chromium, [f"--window-size={width},{height}", f"--virtual-time-budget={wait_ms}",
-                          f"--screenshot={out}", html_path.resolve().as_uri()], profile, timeout)
+    res = _run(
+        chromium,
+        [
+            f"--window-size={width},{height}",
+            f"--virtual-time-budget={wait_ms}",
+            f"--screenshot={out}",
+            html_path.resolve().as_uri(),
+        ],
+        profile,
+        timeout,
+    )
     if not out.exists() or out.stat().st_size == 0:
         raise RuntimeError(f"chromium wrote no screenshot (exit {res.returncode}): {res.stderr[-500:]}")
     return out
@@ -156,21 +207,33 @@ def _shrink(path: Path, max_mb: float) -> None:
     try:
         from PIL import Image
     except ImportError:
-        print(f"warning: {path} is {path.stat().st_size / 2**20:.1f} MB and Pillow is not installed to shrink it",
-              file=sys.stderr)
+        print(
+            f"warning: {path} is {path.stat().st_size / 2**20:.1f} MB and Pillow is not installed to shrink it",
+            file=sys.stderr,
+        )
         return
     with Image.open(path) as im:
         small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     small.save(path, optimize=True)
 
 
-def shoot(report: Path, out_dir: Path, widths: list[int], *, prefix: str | None = None,
-          chromium: str | None = None, max_height: int = 30000, max_mb: float = 2.0) -> list[Path]:
+def shoot(
+    report: Path,
+    out_dir: Path,
+    widths: list[int],
+    *,
+    prefix: str | None = None,
+    chromium: str | None = None,
+    max_height: int = 30000,
+    max_mb: float = 2.0,
+) -> list[Path]:
     """One full-height PNG of ``report`` per width in ``out_dir``, named ``{prefix}-{width}.png``."""
     browser = find_chromium(chromium)
     if browser is None:
-        raise FileNotFoundError(f"no Chromium found (tried {', '.join(BROWSERS)}); install it, e.g. "
-                                "apt-get install chromium, or pass --chromium PATH")
+        raise FileNotFoundError(
+            f"no Chromium found (tried {', '.join(BROWSERS)}); install it, e.g. "
+            "apt-get install chromium, or pass --chromium PATH"
+        )
     report = Path(report)
     if not report.is_file():
         raise FileNotFoundError(f"no report at {report}")
@@ -180,16 +243,29 @@ def shoot(report: Path, out_dir: Path, widths: list[int], *, prefix: str | None 
         for width in widths:
             height, scroll_width, requests = page_height(browser, report, width, profile=Path(profile))
             if requests:
-                print(f"warning: the page asks the network for {len(requests)} URL(s) (not shown offline): "
-                      + ", ".join(requests[:5]), file=sys.stderr)
+                print(
+                    f"warning: the page asks the network for {len(requests)} URL(s) (not shown offline): "
+                    + ", ".join(requests[:5]),
+                    file=sys.stderr,
+                )
             if scroll_width > width:
-                print(f"warning: at {width} px the page is {scroll_width} px wide (content runs off the page)",
-                      file=sys.stderr)
-            path = screenshot(browser, report, Path(out_dir) / f"{prefix}-{width}.png", width,
-                              min(height, max_height), profile=Path(profile))
+                print(
+                    f"warning: at {width} px the page is {scroll_width} px wide (content runs off the page)",
+                    file=sys.stderr,
+                )
+            path = screenshot(
+                browser,
+                report,
+                Path(out_dir) / f"{prefix}-{width}.png",
+                width,
+                min(height, max_height),
+                profile=Path(profile),
+            )
             _shrink(path, max_mb)
-            print(f"{path}: {width} x {min(height, max_height)} px, {path.stat().st_size / 2**20:.2f} MB"
-                  + (f" (page {height} px, cut at {max_height})" if height > max_height else ""))
+            print(
+                f"{path}: {width} x {min(height, max_height)} px, {path.stat().st_size / 2**20:.2f} MB"
+                + (f" (page {height} px, cut at {max_height})" if height > max_height else "")
+            )
             paths.append(path)
     return paths
 
@@ -200,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir", type=Path, help="folder for the PNGs")
     p.add_argument("--widths", default="1280,800", help="comma-separated window widths in px (default 1280,800)")
     p.add_argument("--prefix", default=None, help="PNG name prefix (default: the report's file stem)")
-    p.add_argument("--chromium", default=None, help="browser executable (default: first of %s on PATH)"
-                   % ", ".join(BROWSERS))
+    p.add_argument(
+        "--chromium", default=None, help="browser executable (default: first of %s on PATH)" % ", ".join(BROWSERS)
+    )
     p.add_argument("--max-height", type=int, default=30000, help="cut pages taller than this (px)")
     p.add_argument("--max-mb", type=float, default=2.0, help="quantize PNGs larger than this (MB)")
     args = p.parse_args(argv)
@@ -209,8 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     if not widths or any(w < 200 for w in widths):
         p.error(f"--widths must be widths of at least 200 px, got {args.widths!r}")
     try:
-        shoot(args.report, args.out_dir, widths, prefix=args.prefix, chromium=args.chromium,
-              max_height=args.max_height, max_mb=args.max_mb)
+        shoot(
+            args.report,
+            args.out_dir,
+            widths,
+            prefix=args.prefix,
+            chromium=args.chromium,
+            max_height=args.max_height,
+            max_mb=args.max_mb,
+        )
     except (FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -44,19 +44,41 @@ def measure(program: str, prompts: int, seed: int, ig_steps: int, level: float) 
     visible = visible_edges(model, truth, task.clean, task.corrupted)
     rows = []
     for method in METHODS:
-        res = run(model, CircuitConfig(tasks=("tracr",), prompts=prompts, seed=seed, method=method,
-                                       ig_steps=ig_steps, verify=0, levels=(level,)))
+        res = run(
+            model,
+            CircuitConfig(
+                tasks=("tracr",),
+                prompts=prompts,
+                seed=seed,
+                method=method,
+                ig_steps=ig_steps,
+                verify=0,
+                levels=(level,),
+            ),
+        )
         s = res.summary.iloc[0]
         k = s[f"k{round(100 * level)}"]
         rec = recovery(res.edges, int(k), truth, visible) if k == k else {}
-        rows.append(dict(program=program, method=method, prompts=prompts, seed=seed,
-                         ig_steps=ig_steps if method == "eap-ig" else 0, level=level, gap=float(s["gap"]),
-                         graph_edges=int(s["edges"]), program_edges=len(truth["edges"]),
-                         visible_edges=int(visible["visible"].sum()), k=k,
-                         precision=rec.get("precision"), recall=rec.get("recall"),
-                         recall_visible=rec.get("recall_visible"),
-                         missed_visible=" ".join("-".join(e) for e in rec.get("missed_visible", [])),
-                         extra=" ".join("-".join(e) for e in rec.get("extra", []))))
+        rows.append(
+            dict(
+                program=program,
+                method=method,
+                prompts=prompts,
+                seed=seed,
+                ig_steps=ig_steps if method == "eap-ig" else 0,
+                level=level,
+                gap=float(s["gap"]),
+                graph_edges=int(s["edges"]),
+                program_edges=len(truth["edges"]),
+                visible_edges=int(visible["visible"].sum()),
+                k=k,
+                precision=rec.get("precision"),
+                recall=rec.get("recall"),
+                recall_visible=rec.get("recall_visible"),
+                missed_visible=" ".join("-".join(e) for e in rec.get("missed_visible", [])),
+                extra=" ".join("-".join(e) for e in rec.get("extra", [])),
+            )
+        )
     return rows
 
 
@@ -73,14 +95,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for prog in PROGRAMS for r in measure(prog, a.prompts, a.seed, a.ig_steps, a.level)]
     import pandas as pd
 
-    cols = ["program", "method", "graph_edges", "program_edges", "visible_edges", "k", "precision", "recall",
-            "recall_visible", "extra"]
+    cols = [
+        "program",
+        "method",
+        "graph_edges",
+        "program_edges",
+        "visible_edges",
+        "k",
+        "precision",
+        "recall",
+        "recall_visible",
+        "extra",
+    ]
     print(pd.DataFrame(rows)[cols].to_string(index=False))
     if a.out:
         from tlgeo.runner.provenance import record_table
 
-        path = record_table(a.out, "recovery", rows, [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
-                            settings=vars(a))
+        path = record_table(
+            a.out, "recovery", rows, [sys.argv[0], *(sys.argv[1:] if argv is None else argv)], settings=vars(a)
+        )
         print(f"wrote {path}")
     return 0
 

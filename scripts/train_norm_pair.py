@@ -38,10 +38,19 @@ def pair_configs(a: argparse.Namespace) -> list[TrainConfig]:
     return [
         TrainConfig(
             model=ModelSpec(arch=arch, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads, context=a.seq_len),
-            tokenizer=a.tokenizer, data=a.data, data_dir=str(Path(a.checkpoints) / "data"),
-            seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr,
-            warmup=min(a.warmup, a.steps), eval_every=max(a.steps // 7, 1), eval_batches=16,
-            save_every=max(a.steps // 7, 1), seed=a.seed, threads=a.threads,
+            tokenizer=a.tokenizer,
+            data=a.data,
+            data_dir=str(Path(a.checkpoints) / "data"),
+            seq_len=a.seq_len,
+            batch_size=a.batch_size,
+            steps=a.steps,
+            lr=a.lr,
+            warmup=min(a.warmup, a.steps),
+            eval_every=max(a.steps // 7, 1),
+            eval_batches=16,
+            save_every=max(a.steps // 7, 1),
+            seed=a.seed,
+            threads=a.threads,
             out=str(Path(a.checkpoints) / arch),
         )
         for arch in a.archs
@@ -63,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokenizer", default="smollm2-135m")
     p.add_argument("--data", default="austen,mobydick,bible")
     p.add_argument("--blimp-limit", type=int, default=500, help="pairs per BLiMP paradigm")
-    p.add_argument("--archs", type=lambda v: tuple(x for x in v.split(",") if x), default=ARCHS,
-                   help="which of gpt,llama to train")
+    p.add_argument(
+        "--archs", type=lambda v: tuple(x for x in v.split(",") if x), default=ARCHS, help="which of gpt,llama to train"
+    )
     p.add_argument("--checkpoints", default="checkpoints/norm_pair")
-    p.add_argument("--out", default="runs/norm_pair",
-                   help="results folder (the committed copy: --out results/norm_pair)")
+    p.add_argument(
+        "--out", default="runs/norm_pair", help="results folder (the committed copy: --out results/norm_pair)"
+    )
     a = p.parse_args(argv)
     if not a.archs or any(x not in ARCHS for x in a.archs):
         p.error(f"--archs must name some of {','.join(ARCHS)}, got {','.join(a.archs) or '(none)'}")
@@ -89,18 +100,30 @@ def main(argv: list[str] | None = None) -> int:
         blimp.append(acc)
         last = log.dropna(subset=["val_loss"]).iloc[-1]
         pooled = acc[acc.paradigm == "pooled"].iloc[0]
-        summary.append({
-            "arch": arch, "norm": "LayerNorm" if arch == "gpt" else "RMSNorm",
-            "params": sum(q.numel() for q in model.parameters()), "d_model": cfg.model.d_model,
-            "layers": cfg.model.n_layers, "steps": cfg.steps, "tokens": int(last.tokens),
-            "val_loss": float(last.val_loss), "blimp_pooled": float(pooled.accuracy),
-            "blimp_ci_low": float(pooled.ci_low), "blimp_ci_high": float(pooled.ci_high),
-            "train_s": float(log.elapsed_s.iloc[-1]), "wall_s": time.perf_counter() - t0,
-            "cpu_s": time.process_time() - c0,  # all threads: 2 x wall on a dedicated 2-core machine
-            "model_dir": str(Path(cfg.out) / "model"),
-        })
-        print(f"{arch}: val loss {last.val_loss:.3f}, BLiMP pooled {pooled.accuracy:.1f}% "
-              f"({pooled.ci_low:.1f}-{pooled.ci_high:.1f}), {log.elapsed_s.iloc[-1] / 60:.1f} min", flush=True)
+        summary.append(
+            {
+                "arch": arch,
+                "norm": "LayerNorm" if arch == "gpt" else "RMSNorm",
+                "params": sum(q.numel() for q in model.parameters()),
+                "d_model": cfg.model.d_model,
+                "layers": cfg.model.n_layers,
+                "steps": cfg.steps,
+                "tokens": int(last.tokens),
+                "val_loss": float(last.val_loss),
+                "blimp_pooled": float(pooled.accuracy),
+                "blimp_ci_low": float(pooled.ci_low),
+                "blimp_ci_high": float(pooled.ci_high),
+                "train_s": float(log.elapsed_s.iloc[-1]),
+                "wall_s": time.perf_counter() - t0,
+                "cpu_s": time.process_time() - c0,  # all threads: 2 x wall on a dedicated 2-core machine
+                "model_dir": str(Path(cfg.out) / "model"),
+            }
+        )
+        print(
+            f"{arch}: val loss {last.val_loss:.3f}, BLiMP pooled {pooled.accuracy:.1f}% "
+            f"({pooled.ci_low:.1f}-{pooled.ci_high:.1f}), {log.elapsed_s.iloc[-1] / 60:.1f} min",
+            flush=True,
+        )
         shutil.copy(Path(cfg.out) / "config.json", out / f"{arch}_config.json")
     pd.DataFrame(summary).to_csv(out / "summary.csv", index=False)
     pd.concat(blimp).to_csv(out / "blimp.csv", index=False)

@@ -67,6 +67,7 @@ def pytest_collection_modifyitems(items):
     of the other's, so one worker makes the atlas (:func:`atlas_run`: ~13 s) and runs every test that
     reads it (the other does not sit waiting on its lock), then runs all the notebooks in one kernel
     (a kernel's start is ~9 s of imports: once, not once per worker)."""
+
     def rank(item) -> int:
         if "atlas_run" in getattr(item, "fixturenames", ()):
             return 0
@@ -95,8 +96,14 @@ def tokens():
 @pytest.fixture
 def sentences():
     """A few short English sentences (one of a single character) for sentence-level scoring."""
-    return ["The cat sat on the mat.", "A dog ran across the park and barked twice.",
-            "Rain fell.", "Stocks rose sharply on Tuesday after the report.", "x", "We left early."]
+    return [
+        "The cat sat on the mat.",
+        "A dog ran across the park and barked twice.",
+        "Rain fell.",
+        "Stocks rose sharply on Tuesday after the report.",
+        "x",
+        "We left early.",
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -137,9 +144,21 @@ def torchrun_launch(tmp_path_factory):
     with lock:
         if not done.exists():
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
-            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                                str(repo / "tests" / "torchrun_worker.py"), str(out)],
-                               env=env, capture_output=True, text=True, timeout=900)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc_per_node=2",
+                    str(repo / "tests" / "torchrun_worker.py"),
+                    str(out),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             done.write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr}))
     return out, json.loads(done.read_text())
 

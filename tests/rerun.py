@@ -18,4 +18,3 @@ def changed_corpus_runs(run_fn, model, cfg, tmp_path, capsys, field: str = "corp
     said = capsys.readouterr().out.splitlines()
     fresh = run_fn(model, cfg.replace(**{field: str(corpus)}), out=tmp_path / "fresh")
     return again, fresh, said
-

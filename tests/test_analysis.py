@@ -1,4 +1,5 @@
-"""The analysis contract: results own their tables; atlas chapters, budgets and steps register once, in order, with clear errors."""
+"""The analysis contract: results own their tables; atlas chapters, budgets and steps register once, in order, with
+clear errors."""
 
 import dataclasses
 from dataclasses import dataclass
@@ -56,7 +57,9 @@ def test_registration_order_budgets_and_overrides(empty_registry):
     assert pipeline.budget_fields()["grid"][1].metadata["item"] is float
     budgets = make_budgets({"tokens": 4, "samples": 9})
     assert budgets["toy"] == ToyBudgets(tokens=4) and budgets["other"] == OtherBudgets(samples=9)
-    with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['tokns'\]; known: \['grid', 'samples', 'tokens'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown atlas budget\(s\) \['tokns'\]; known: \['grid', 'samples', 'tokens'\]"
+    ):
         make_budgets({"tokns": 4})
 
 
@@ -127,8 +130,10 @@ def test_result_tables_become_fields_and_save_load_merge_by_key(tmp_path):
     @dataclasses.dataclass
     class Toy(Result):
         note: str = ""
-        TABLES = (Table("rows", ("setting", "unit"), "toy_rows.csv", ("wall_s",)),
-                  Table("other", ("unit",), "toy_other.csv.gz"))
+        TABLES = (
+            Table("rows", ("setting", "unit"), "toy_rows.csv", ("wall_s",)),
+            Table("other", ("unit",), "toy_other.csv.gz"),
+        )
 
     assert [f.name for f in dataclasses.fields(Toy)] == ["note", "rows", "other"]
     a = Toy(rows=pd.DataFrame({"setting": ["x", "x"], "unit": [1, 2], "v": [0.5, 0.25], "wall_s": [1.0, 2.0]}))

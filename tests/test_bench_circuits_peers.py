@@ -55,8 +55,20 @@ def test_to_tlgeo_negates_and_sums_a_group():
 
 def test_tlgeo_side_without_auto_circuit(tmp_path):
     """The zoo case runs and records tlgeo's row when auto-circuit's environment is absent."""
-    rows = bench.main(["--cases", "zoo", "--rounds", "1", "--prompts", "4", "--peer-python", str(tmp_path / "none"),
-                       "--out", str(tmp_path)])
+    rows = bench.main(
+        [
+            "--cases",
+            "zoo",
+            "--rounds",
+            "1",
+            "--prompts",
+            "4",
+            "--peer-python",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert [r["method"] for r in rows] == ["tlgeo"]
     assert rows[0]["edges"] == 110 and rows[0]["forward_equiv"] > 1
     assert (tmp_path / "circuits_peers.csv").read_text().count("\n") == 2

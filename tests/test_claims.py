@@ -10,8 +10,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tlgeo.report.claims import (CITE, Claims, Counterexample, Verdict, both, cited, differs, edit, generated_blocks,
-                                 insignificant, no_longer_differs, scale, shift, uncited_findings)
+from tlgeo.report.claims import (
+    CITE,
+    Claims,
+    Counterexample,
+    Verdict,
+    both,
+    cited,
+    differs,
+    edit,
+    generated_blocks,
+    insignificant,
+    no_longer_differs,
+    scale,
+    shift,
+    uncited_findings,
+)
 
 from .test_docs_numbers import DOCS as DOC_PAGES
 
@@ -57,8 +71,12 @@ def test_results_cites_every_claim_and_only_registered_ones():
 
 def test_the_docs_cite_only_registered_claims():
     """A docs page points to a finding by its claim id; the id must be one RESULTS.md's checks register."""
-    unknown = {f"{p.relative_to(ROOT)}: {i}" for p in sorted((ROOT / "docs").rglob("*.md"))
-               for i in set(cited(p.read_text())) - {INTERPRETATION} if i not in RC.CLAIMS.by_id}
+    unknown = {
+        f"{p.relative_to(ROOT)}: {i}"
+        for p in sorted((ROOT / "docs").rglob("*.md"))
+        for i in set(cited(p.read_text())) - {INTERPRETATION}
+        if i not in RC.CLAIMS.by_id
+    }
     assert not unknown, f"claim ids cited in the docs but not registered: {sorted(unknown)}"
 
 
@@ -74,8 +92,11 @@ DOCS = [DOC, *DOC_PAGES]
 def test_every_finding_of_results_and_the_docs_cites_a_claim(page):
     """In each section that quotes tables, of RESULTS.md or of a docs page, each sentence of a finding (a bullet, a
     paragraph that opens in bold) that says something checkable cites a claim or is marked as an interpretation."""
-    missing = [f"{head}: {sentence}" for head, body in _sections_with_tables(page.read_text())
-               for sentence in uncited_findings(body)]
+    missing = [
+        f"{head}: {sentence}"
+        for head, body in _sections_with_tables(page.read_text())
+        for sentence in uncited_findings(body)
+    ]
     assert not missing, "sentences without a claim id:\n" + "\n".join(missing)
 
 
@@ -83,26 +104,34 @@ def test_generated_tables_are_what_their_script_prints_now():
     blocks = generated_blocks(DOC.read_text())
     assert set(blocks) == set(RC.TABLES)
     for name, (fn, path) in RC.TABLES.items():
-        assert blocks[name] == fn(RC.table_input(path)), (f"RESULTS.md's {name} table is stale (`python "
-                                                          "results/claims.py --write-tables` rewrites it)")
+        assert blocks[name] == fn(RC.table_input(path)), (
+            f"RESULTS.md's {name} table is stale (`python results/claims.py --write-tables` rewrites it)"
+        )
 
 
 def test_write_tables_rewrites_the_stale_tables_only(tmp_path, monkeypatch):
     """After a rerun, ``--write-tables`` puts what each table's function prints now in place of a stale block and
     leaves the current blocks and the prose around them alone."""
-    tables = {"a": (lambda t: "| x |\n|---|\n| 2 |", "results/run-smollm2-135m"),
-              "b": (lambda t: "| y |\n|---|\n| 1 |", "results/run-smollm2-135m")}
+    tables = {
+        "a": (lambda t: "| x |\n|---|\n| 2 |", "results/run-smollm2-135m"),
+        "b": (lambda t: "| y |\n|---|\n| 1 |", "results/run-smollm2-135m"),
+    }
     monkeypatch.setattr(RC, "TABLES", tables)
     doc = tmp_path / "R.md"
-    doc.write_text("x went up.\n<!-- table: a -->\n| x |\n|---|\n| 1 |\n<!-- /table -->\nthen\n"
-                   "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n")
+    doc.write_text(
+        "x went up.\n<!-- table: a -->\n| x |\n|---|\n| 1 |\n<!-- /table -->\nthen\n"
+        "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n"
+    )
     assert RC.write_tables(doc) == ["a"]
-    assert doc.read_text() == ("x went up.\n<!-- table: a -->\n| x |\n|---|\n| 2 |\n<!-- /table -->\nthen\n"
-                               "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n")
+    assert doc.read_text() == (
+        "x went up.\n<!-- table: a -->\n| x |\n|---|\n| 2 |\n<!-- /table -->\nthen\n"
+        "<!-- table: b -->\n| y |\n|---|\n| 1 |\n<!-- /table -->\n"
+    )
     assert RC.write_tables(doc) == [] and generated_blocks(doc.read_text())["a"].endswith("| 2 |")
 
 
 # -- the machinery, on documents and tables made here -------------------------------------------------------
+
 
 def test_a_claim_its_table_contradicts_is_reported_false(tmp_path):
     pd.DataFrame({"site": ["a", "b"], "ppl": [10.0, 30.0]}).to_csv(tmp_path / "t.csv", index=False)
@@ -142,8 +171,15 @@ def test_uncited_findings_are_the_checkable_sentences_of_bullets_and_bold_paragr
 
 
 def test_a_counterexample_edits_a_copy_of_the_picked_rows_only():
-    t = pd.DataFrame({"site": ["a", "b", "b"], "n": [1, 2, 3], "ci_low": [0.1, 0.2, -0.3], "ci_high": [0.4, 0.5, -0.1],
-                      "q": [0.01, 0.02, 0.03]})
+    t = pd.DataFrame(
+        {
+            "site": ["a", "b", "b"],
+            "n": [1, 2, 3],
+            "ci_low": [0.1, 0.2, -0.3],
+            "ci_high": [0.4, 0.5, -0.1],
+            "q": [0.01, 0.02, 0.03],
+        }
+    )
     (got,) = edit({"site": "b", "n": 3}, n=lambda x: x * 10).apply([t])
     assert got["n"].tolist() == [1, 2, 30] and t["n"].tolist() == [1, 2, 3]
     (got,) = edit({"site": ["a", "b"]}, n=0.5).apply([t])  # a float into an int column
@@ -169,9 +205,15 @@ def test_refute_reports_a_claim_its_counterexample_leaves_true(tmp_path):
     pd.DataFrame({"site": ["a", "b"], "ppl": [10.0, 30.0]}).to_csv(tmp_path / "t.csv", index=False)
     claims = Claims()
 
-    @claims.claim("1.b-worse", "b costs more than a.", "t.csv",
-                  false_if=[edit({"site": "a"}, ppl=40.0, says="a costs 40"),
-                            edit({"site": "b"}, ppl=20.0, says="b costs 20: still more than a")])
+    @claims.claim(
+        "1.b-worse",
+        "b costs more than a.",
+        "t.csv",
+        false_if=[
+            edit({"site": "a"}, ppl=40.0, says="a costs 40"),
+            edit({"site": "b"}, ppl=20.0, says="b costs 20: still more than a"),
+        ],
+    )
     def _(t):
         return t.set_index("site").loc["b", "ppl"] > t.set_index("site").loc["a", "ppl"]
 

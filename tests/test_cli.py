@@ -22,9 +22,30 @@ def _subparsers():
 
 def test_every_flag_has_help_and_help_shows_defaults():
     parser, commands = _subparsers()
-    assert set(commands) == {"decompose", "profile", "ppl", "sweeps", "compare", "heads", "mlp-carrier",
-                             "closed-form", "audit", "atlas", "plan", "compression", "compress", "dirmag", "tokenwise",
-                             "pdsf", "patching", "circuit", "geometries", "train", "sites", "models"}
+    assert set(commands) == {
+        "decompose",
+        "profile",
+        "ppl",
+        "sweeps",
+        "compare",
+        "heads",
+        "mlp-carrier",
+        "closed-form",
+        "audit",
+        "atlas",
+        "plan",
+        "compression",
+        "compress",
+        "dirmag",
+        "tokenwise",
+        "pdsf",
+        "patching",
+        "circuit",
+        "geometries",
+        "train",
+        "sites",
+        "models",
+    }
     for name, p in commands.items():
         for a in p._actions:
             if a.dest in ("help",):
@@ -34,7 +55,9 @@ def test_every_flag_has_help_and_help_shows_defaults():
     atlas_help = " ".join(commands["atlas"].format_help().split())
     limit = next(a for a in commands["atlas"]._actions if "--zeroshot-limit" in a.option_strings)
     assert limit.help.startswith("first n items of each zero-shot task") and "[decomposition; default 20" in limit.help
-    assert "--mlp-carrier-tokens" in atlas_help and "--closed-form-tokens" in atlas_help  # every step's budget is a flag
+    assert (
+        "--mlp-carrier-tokens" in atlas_help and "--closed-form-tokens" in atlas_help
+    )  # every step's budget is a flag
 
 
 def test_version(capsys):
@@ -46,18 +69,21 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tlgeo {tlgeo.__version__}"
 
 
-@pytest.mark.parametrize("argv, flag, msg", [
-    (["ppl", "--site", "attn", "--layers", "abc"], "--layers", "expected indices such as 3,5,10-12"),
-    (["ppl", "--site", "attn", "--heads", "0,-1"], "--heads", "expected indices such as 3,5,10-12"),
-    (["ppl", "--site", "attn", "--tokens", "-5"], "--tokens", "must be a positive integer (0 = all), got '-5'"),
-    (["decompose", "--context", "0"], "--context", "must be a positive integer"),
-    (["decompose", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
-    (["profile", "--seq-len", "x"], "--seq-len", "must be a positive integer"),
-    (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "expected a comma-separated list of int, got '1a'"),
-    (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
-    (["dirmag", "--seeds", "0"], "--seeds", "must be a positive integer, got '0'"),
-    (["tokenwise", "--layers", "3-1"], "--layers", "expected indices such as 3,5,10-12"),
-])
+@pytest.mark.parametrize(
+    "argv, flag, msg",
+    [
+        (["ppl", "--site", "attn", "--layers", "abc"], "--layers", "expected indices such as 3,5,10-12"),
+        (["ppl", "--site", "attn", "--heads", "0,-1"], "--heads", "expected indices such as 3,5,10-12"),
+        (["ppl", "--site", "attn", "--tokens", "-5"], "--tokens", "must be a positive integer (0 = all), got '-5'"),
+        (["decompose", "--context", "0"], "--context", "must be a positive integer"),
+        (["decompose", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
+        (["profile", "--seq-len", "x"], "--seq-len", "must be a positive integer"),
+        (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "expected a comma-separated list of int, got '1a'"),
+        (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
+        (["dirmag", "--seeds", "0"], "--seeds", "must be a positive integer, got '0'"),
+        (["tokenwise", "--layers", "3-1"], "--layers", "expected indices such as 3,5,10-12"),
+    ],
+)
 def test_bad_values_name_their_flag(argv, flag, msg, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -85,9 +111,11 @@ def test_bad_placement_is_one_line_before_any_work(tmp_path, capsys, monkeypatch
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for argv, msg in ((["--device", "cuda"], "device 'cuda': CUDA is not available here"),
-                      (["--device", "gpu0"], "unknown device 'gpu0'"),
-                      (["--device-map", "{not json"], "--device-map: not a JSON object")):
+    for argv, msg in (
+        (["--device", "cuda"], "device 'cuda': CUDA is not available here"),
+        (["--device", "gpu0"], "unknown device 'gpu0'"),
+        (["--device-map", "{not json"], "--device-map: not a JSON object"),
+    ):
         code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--out", str(tmp_path / "x"), *argv])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and msg in err, err
@@ -101,7 +129,7 @@ def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatc
     from tlgeo.decomposition import cli as decomposition_cli
 
     def fails(*a, **k):
-        raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'\nmore lines')
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore lines")
 
     monkeypatch.setattr(decomposition_cli, "_run", fails)
     code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--dtype", "float16"])
@@ -113,11 +141,13 @@ def test_a_kernel_missing_for_the_dtype_is_one_line(tmp_path, capsys, monkeypatc
         main(["ppl", "--model", "tiny:llama", "--site", "attn"])
 
 
-
-@pytest.mark.parametrize("error, says", [
-    ("rank_failed", "error: a rank failed: rank 1: step audit: ValueError: bad."),
-    ("gloo", "error: lost contact with the other ranks (one of them died?): [gloo] Connection closed by peer"),
-])
+@pytest.mark.parametrize(
+    "error, says",
+    [
+        ("rank_failed", "error: a rank failed: rank 1: step audit: ValueError: bad."),
+        ("gloo", "error: lost contact with the other ranks (one of them died?): [gloo] Connection closed by peer"),
+    ],
+)
 def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
     from tlgeo.decomposition import cli as decomposition_cli
     from tlgeo.runner.distributed import RankFailed
@@ -131,6 +161,7 @@ def test_a_failed_or_lost_rank_is_one_line(error, says, capsys, monkeypatch):
     code = main(["ppl", "--model", "tiny:llama", "--site", "attn"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and says in err and "Rerun the same command" in err
+
 
 def test_ctrl_c_in_a_real_process(tmp_path):
     """SIGINT while a sweep runs (a process of its own, forked from a server with tlgeo imported): one line on
@@ -151,7 +182,9 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert all((out / n).exists() for n in named), named  # every file named exists
 
 
-@pytest.mark.parametrize("command", [["decompose"], ["ppl", "--site", "attn"], ["dirmag"], ["tokenwise"], ["pdsf"], ["atlas"]])
+@pytest.mark.parametrize(
+    "command", [["decompose"], ["ppl", "--site", "attn"], ["dirmag"], ["tokenwise"], ["pdsf"], ["atlas"]]
+)
 def test_an_out_that_cannot_be_written_fails_before_the_model_loads(command, tmp_path, capsys, monkeypatch):
     import tlgeo.models
 
@@ -178,8 +211,7 @@ def test_descriptions_name_only_flags_their_command_has():
 
 
 @pytest.mark.parametrize("flags, msg", [(["--layers", "5-40"], "layer"), (["--heads", "12"], "head")])
-def test_ppl_layers_and_heads_fail_from_the_config_before_the_model_loads(flags, msg, tmp_path, capsys,
-                                                                        monkeypatch):
+def test_ppl_layers_and_heads_fail_from_the_config_before_the_model_loads(flags, msg, tmp_path, capsys, monkeypatch):
     import tlgeo.models
 
     monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
@@ -193,12 +225,17 @@ def test_ctrl_c_under_torchrun_names_each_rank_folder_once_from_rank_0(tmp_path,
     from tlgeo.runner.cliargs import RunRecord
 
     record = RunRecord(tmp_path)
-    for name in ("patching_tasks.csv", "ranks/0-of-2/patching.jsonl", "ranks/1-of-2/patching.jsonl",
-                 "ranks/1-of-2/patching_effects.csv"):
+    for name in (
+        "patching_tasks.csv",
+        "ranks/0-of-2/patching.jsonl",
+        "ranks/1-of-2/patching.jsonl",
+        "ranks/1-of-2/patching_effects.csv",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    assert record.saved() == (f"Saved in {tmp_path}: patching_tasks.csv, ranks/0-of-2 (1 file), "
-                              "ranks/1-of-2 (2 files).")
+    assert record.saved() == (
+        f"Saved in {tmp_path}: patching_tasks.csv, ranks/0-of-2 (1 file), ranks/1-of-2 (2 files)."
+    )
 
     def interrupted(args):
         args.record.out = tmp_path

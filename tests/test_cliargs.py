@@ -36,20 +36,24 @@ def test_flags_follow_the_fields_and_their_defaults():
     p = _parser()
     cfg = config_from_args(Toy, p.parse_args([]))
     assert cfg == Toy()
-    cfg = config_from_args(Toy, p.parse_args(["--tokens", "0", "--kinds", "c", "--layers", "1,3-4", "--mode", "y",
-                                              "--faithful"]))
+    cfg = config_from_args(
+        Toy, p.parse_args(["--tokens", "0", "--kinds", "c", "--layers", "1,3-4", "--mode", "y", "--faithful"])
+    )
     assert cfg == Toy(tokens=0, kinds=("c",), layers=(1, 3, 4), mode="y", faithful=True)
     assert "--hidden" not in p.format_help()
     text = " ".join(p.format_help().split())
     assert "kinds (default: a,b)" in text and "('a', 'b')" not in text  # lists as typed, not as tuples
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--seeds", "0"], "argument --seeds: must be a positive integer, got '0'"),
-    (["--tokens", "-1"], "argument --tokens: must be a non-negative integer"),
-    (["--mode", "z"], "argument --mode: invalid choice: 'z'"),
-    (["--layers", "x"], "argument --layers: expected indices"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--seeds", "0"], "argument --seeds: must be a positive integer, got '0'"),
+        (["--tokens", "-1"], "argument --tokens: must be a non-negative integer"),
+        (["--mode", "z"], "argument --mode: invalid choice: 'z'"),
+        (["--layers", "x"], "argument --layers: expected indices"),
+    ],
+)
 def test_bad_flags_name_themselves(argv, msg, capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(argv)
@@ -84,8 +88,11 @@ def test_default_output_is_never_the_committed_results(monkeypatch):
 
 
 # a timing that holds on one machine only: "3 s", "~0.15 sec", "2 min", "2-core", "this CPU", a date
-MACHINE_TIMING = re.compile(r"\d\s*(?:s|secs?|seconds?|mins?|minutes?)\b|\b\d+-core\b|\bthis (?:cpu|machine)\b"
-                            r"|\b20\d\d-\d\d", re.IGNORECASE)
+MACHINE_TIMING = re.compile(
+    r"\d\s*(?:s|secs?|seconds?|mins?|minutes?)\b|\b\d+-core\b|\bthis (?:cpu|machine)\b"
+    r"|\b20\d\d-\d\d",
+    re.IGNORECASE,
+)
 
 
 def _config_classes() -> list[type]:
@@ -137,15 +144,35 @@ def test_no_machine_specific_timing_in_help_or_cost():
     assert not bad, "machine-specific timings in help: " + "; ".join(f"{k}: {v!r}" for k, v in sorted(bad.items()))
 
 
-@pytest.mark.parametrize("text", ["~0.006 s per token", "~12 s per value", "2.5 sec", "9.0 min", "on a 2-core CPU",
-                                  "as measured on this machine", "measured 2026-12-02", "this CPU"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "~0.006 s per token",
+        "~12 s per value",
+        "2.5 sec",
+        "9.0 min",
+        "on a 2-core CPU",
+        "as measured on this machine",
+        "measured 2026-12-02",
+        "this CPU",
+    ],
+)
 def test_the_timing_check_catches_a_planted_timing(text):
     assert MACHINE_TIMING.search(f"tokens profiled; {text}")
 
 
-@pytest.mark.parametrize("text", ["one forward per value and site", "n_heads + 1 resumed forwards per block",
-                                  "in tlgeo atlas 0 skips the step", "tokens (0 = all)", "kNN is quadratic in the pool",
-                                  "first n items (below 50: indication only)", "4x256-token forwards"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "one forward per value and site",
+        "n_heads + 1 resumed forwards per block",
+        "in tlgeo atlas 0 skips the step",
+        "tokens (0 = all)",
+        "kNN is quadratic in the pool",
+        "first n items (below 50: indication only)",
+        "4x256-token forwards",
+    ],
+)
 def test_the_timing_check_passes_plain_cost_words(text):
     assert not MACHINE_TIMING.search(text)
 
@@ -157,23 +184,54 @@ def test_load_config_is_one_set_of_flags_for_every_command_that_loads_a_model():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     load_flags = {"--model", "--device", "--dtype", "--device-map", "--max-memory", "--offload-folder", "--threads"}
     loading = [n for n, p in sub.items() if "--device-map" in p._option_string_actions]
-    assert {"decompose", "dirmag", "tokenwise", "pdsf", "patching", "compression", "geometries", "atlas",
-            "heads"} <= set(loading)
+    assert {
+        "decompose",
+        "dirmag",
+        "tokenwise",
+        "pdsf",
+        "patching",
+        "compression",
+        "geometries",
+        "atlas",
+        "heads",
+    } <= set(loading)
     for name in loading:
         assert load_flags <= set(sub[name]._option_string_actions), name
         for flag in load_flags:  # the same flag: dest, default, type, help
             mine, theirs = sub[name]._option_string_actions[flag], sub["decompose"]._option_string_actions[flag]
-            assert (mine.dest, mine.default, mine.type, mine.help) == (theirs.dest, theirs.default, theirs.type,
-                                                                       theirs.help), (name, flag)
+            assert (mine.dest, mine.default, mine.type, mine.help) == (
+                theirs.dest,
+                theirs.default,
+                theirs.type,
+                theirs.help,
+            ), (name, flag)
     p = argparse.ArgumentParser()
     LoadConfig.add_args(p)
-    args = p.parse_args(["--model", "tiny:llama", "--dtype", "bfloat16", "--threads", "1",
-                         "--device-map", '{"": "cpu"}', "--max-memory", "0=1GiB,cpu=2GiB"])
+    args = p.parse_args(
+        [
+            "--model",
+            "tiny:llama",
+            "--dtype",
+            "bfloat16",
+            "--threads",
+            "1",
+            "--device-map",
+            '{"": "cpu"}',
+            "--max-memory",
+            "0=1GiB,cpu=2GiB",
+        ]
+    )
     load = LoadConfig.of(args)
-    assert load == LoadConfig(model="tiny:llama", dtype="bfloat16", threads=1, device_map='{"": "cpu"}',
-                              max_memory={0: "1GiB", "cpu": "2GiB"})
-    assert load.load_kwargs() == {"device": "auto", "dtype": "bfloat16", "device_map": {"": "cpu"},
-                                  "max_memory": {0: "1GiB", "cpu": "2GiB"}, "offload_folder": None}
+    assert load == LoadConfig(
+        model="tiny:llama", dtype="bfloat16", threads=1, device_map='{"": "cpu"}', max_memory={0: "1GiB", "cpu": "2GiB"}
+    )
+    assert load.load_kwargs() == {
+        "device": "auto",
+        "dtype": "bfloat16",
+        "device_map": {"": "cpu"},
+        "max_memory": {0: "1GiB", "cpu": "2GiB"},
+        "offload_folder": None,
+    }
     compress = sub["compress"]  # llmcompressor places the model itself: --model and --threads only
     assert "--model" in compress._option_string_actions and "--threads" in compress._option_string_actions
     assert "--dtype" not in compress._option_string_actions

@@ -74,8 +74,9 @@ def test_save_load_round_trip(name, llama, runs, tmp_path):
     assert written and all(p.exists() for p in written)
     _assert_same(res, a.result.load(tmp_path), via_csv=True, tmp=tmp_path)
     res.save(tmp_path)  # saving the same rows again replaces them, keeps one copy
-    assert {n: len(df) for n, df in a.result.load(tmp_path).tables().items()} == \
-        {n: len(df) for n, df in res.tables().items()}
+    assert {n: len(df) for n, df in a.result.load(tmp_path).tables().items()} == {
+        n: len(df) for n, df in res.tables().items()
+    }
 
 
 @pytest.mark.parametrize("name", list(ANALYSES))
@@ -115,8 +116,7 @@ def second_models():
 
 @pytest.mark.parametrize("other", ["model", "dtype"])
 @pytest.mark.parametrize("name", list(ANALYSES))
-def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name, other, runs, second_models,
-                                                                          tmp_path):
+def test_a_rerun_of_another_identity_into_the_folder_gets_its_fresh_numbers(name, other, runs, second_models, tmp_path):
     import shutil
 
     import torch
@@ -179,9 +179,12 @@ def test_the_same_text_read_without_bos_into_the_folder_gets_its_fresh_numbers(n
 
 # the analyses that read a text by name (a named corpus or a file); tokenwise and geometries are tested in their
 # folders (with their state pools), compression's prompts come after a compression of its own
-TEXT_FIELD = {n: f for n, a in ANALYSES.items() for f in ("corpus", "sentence_corpus")
-              if f in {x.name for x in dataclasses.fields(a.config)} and n not in ("tokenwise", "geometries",
-                                                                                   "compression")}
+TEXT_FIELD = {
+    n: f
+    for n, a in ANALYSES.items()
+    for f in ("corpus", "sentence_corpus")
+    if f in {x.name for x in dataclasses.fields(a.config)} and n not in ("tokenwise", "geometries", "compression")
+}
 
 
 @pytest.mark.parametrize("name", sorted(TEXT_FIELD))
@@ -193,8 +196,9 @@ def test_a_text_changed_under_its_file_name_is_computed_again(name, llama, tmp_p
 
     a = ANALYSES[name]
     cfg = a.config(**{**a.tiny, **({"sentence_tail": 1.0} if TEXT_FIELD[name] == "sentence_corpus" else {})})
-    again, fresh, said = changed_corpus_runs(lambda m, c, out: a.run(m, c, out=out), llama, cfg, tmp_path, capsys,
-                                             field=TEXT_FIELD[name])
+    again, fresh, said = changed_corpus_runs(
+        lambda m, c, out: a.run(m, c, out=out), llama, cfg, tmp_path, capsys, field=TEXT_FIELD[name]
+    )
     _assert_same(again, fresh)
     if [f for f in (tmp_path / "same").glob("*.jsonl") if f.name != "provenance.jsonl"]:  # a resume log
         assert [line for line in said if line.startswith("recomputed")], said

@@ -134,6 +134,9 @@ def test_an_unreachable_hub_corpus_is_one_clear_error(monkeypatch):
         raise ConnectionError("Couldn't reach 'wikitext' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(UnknownCorpusError, match=r"hub corpus 'hf:wikitext' cannot be loaded \(ConnectionError.*"
-                                                 r"named corpora \["):
+    with pytest.raises(
+        UnknownCorpusError,
+        match=r"hub corpus 'hf:wikitext' cannot be loaded \(ConnectionError.*"
+        r"named corpora \[",
+    ):
         load_text("hf:wikitext")

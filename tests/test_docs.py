@@ -57,10 +57,20 @@ def _render_index(site: Path) -> None:
     shots = load_script("screenshot_report")
     chromium = shots.find_chromium(None)
     if chromium is None:
-        pytest.skip("no chromium, chromium-browser or google-chrome on PATH: the site is built and checked, "
-                    "not rendered (apt-get install chromium)")
-    shown = shots.render(chromium, site / "index.html", profile=site / "shots" / "profile", width=1000,
-                         height=2000, png=site / "shots" / "index.png", timeout=60, wait_ms=3000)
+        pytest.skip(
+            "no chromium, chromium-browser or google-chrome on PATH: the site is built and checked, "
+            "not rendered (apt-get install chromium)"
+        )
+    shown = shots.render(
+        chromium,
+        site / "index.html",
+        profile=site / "shots" / "profile",
+        width=1000,
+        height=2000,
+        png=site / "shots" / "index.png",
+        timeout=60,
+        wait_ms=3000,
+    )
     assert shown.requests == [], f"the docs index asks the network for {shown.requests}"
     assert "<title>tlgeo</title>" in shown.dom and re.search(r"<h1>tlgeo<a [^>]*>", shown.dom)
     assert '<body data-theme="auto">' in shown.dom  # set by the theme's script: the scripts ran

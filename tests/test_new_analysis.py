@@ -57,7 +57,7 @@ register_analysis(Analysis(
     support=lambda family: Support("yes") if family.attention else Support("no", "toy: reads attention blocks")))
 '''
 
-CHECKS = '''
+CHECKS = """
 import contextlib, io, json, sys
 from pathlib import Path
 
@@ -95,7 +95,7 @@ from tlgeo.report.registry import load_steps
 
 got["n_steps"] = len(load_steps())
 print(json.dumps(got))
-'''
+"""
 
 
 def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
@@ -103,10 +103,19 @@ def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "analysis.py").write_text(textwrap.dedent(TOY))  # the one registration
-    env = {**os.environ, "TLGEO_ANALYSES": "tlgeo_toy",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", CHECKS, str(tmp_path)], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    env = {
+        **os.environ,
+        "TLGEO_ANALYSES": "tlgeo_toy",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", CHECKS, str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     import json
 
@@ -121,8 +130,10 @@ def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
     assert (tmp_path / "cmd" / "provenance.jsonl").is_file()
     assert "--toy-tokens" in got["atlas_help"] and got["atlas_rc"] == 0  # the atlas: its budgets and its step
     report = (tmp_path / "atlas" / "report.html").read_text()
-    assert "the residual stream&#x27;s mean norm after each block" in report or \
-        "the residual stream's mean norm after each block" in report
+    assert (
+        "the residual stream&#x27;s mean norm after each block" in report
+        or "the residual stream's mean norm after each block" in report
+    )
     assert "toy: mean residual norm after each block" in report
     assert f"<h2>{got['n_steps']}. the residual stream" in report  # the last step's number, in a partial run too
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "atlas" / "toy_norms.csv"), cmd)  # the atlas = the command
@@ -131,8 +142,25 @@ def test_a_toy_analysis_in_one_folder_is_everywhere(tmp_path):
     assert not (tmp_path / "refused" / "toy_norms.csv").exists()
     assert "| [toy](../analyses/toy.md) | `tlgeo toy` |" in got["docs"] and "/analyses/toy" in got["docs"]
     # the contract tests: the toy's config, save/load, units split and merged, a rerun of another identity
-    contract = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                               str(ROOT / "tests" / "test_contract.py"), "-k", "toy"], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+    contract = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            str(ROOT / "tests" / "test_contract.py"),
+            "-k",
+            "toy",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert contract.returncode == 0, contract.stdout[-3000:]
     assert " passed" in contract.stdout and int(contract.stdout.split(" passed")[0].split()[-1]) >= 5, contract.stdout

@@ -11,11 +11,22 @@ from tlgeo.cli import main
 from tlgeo.planner import CALIBRATION_MODEL, DEVICES, Work, calibration, estimate, model_shape
 
 # total parameters as each model card states them (billions)
-PUBLISHED = {"Qwen/Qwen3-0.6B": 0.6, "Qwen/Qwen3-1.7B": 1.7, "Qwen/Qwen3-4B": 4.0, "Qwen/Qwen3-8B": 8.2,
-             "Qwen/Qwen3-30B-A3B": 30.5, "meta-llama/Llama-3.2-3B": 3.21, "TinyLlama/TinyLlama-1.1B": 1.1,
-             "google/gemma-2-9b": 9.24, "EleutherAI/pythia-410m": 0.405, "EleutherAI/pythia-1.4b": 1.41,
-             "facebook/opt-1.3b": 1.3, "distilgpt2": 0.082,
-             "google/gemma-3-1b-pt": 1.0, "openai/gpt-oss-20b": 20.9}  # these two from their config.json alone
+PUBLISHED = {
+    "Qwen/Qwen3-0.6B": 0.6,
+    "Qwen/Qwen3-1.7B": 1.7,
+    "Qwen/Qwen3-4B": 4.0,
+    "Qwen/Qwen3-8B": 8.2,
+    "Qwen/Qwen3-30B-A3B": 30.5,
+    "meta-llama/Llama-3.2-3B": 3.21,
+    "TinyLlama/TinyLlama-1.1B": 1.1,
+    "google/gemma-2-9b": 9.24,
+    "EleutherAI/pythia-410m": 0.405,
+    "EleutherAI/pythia-1.4b": 1.41,
+    "facebook/opt-1.3b": 1.3,
+    "distilgpt2": 0.082,
+    "google/gemma-3-1b-pt": 1.0,
+    "openai/gpt-oss-20b": 20.9,
+}  # these two from their config.json alone
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
@@ -59,8 +70,13 @@ def test_moe_counts_all_experts_in_memory_and_the_routed_ones_in_flops():
 def test_estimate_adds_up_and_says_what_does_not_fit():
     shape = model_shape("Qwen/Qwen3-8B")
     cal = calibration().replace("test.hook", 1.0)  # a hook that doubles a forward's time
-    df = estimate(shape, [Work("a", 4096, 1024, 4), Work("b", 8192, 1024, 4, hooks={"test.hook": 1}, kept_bytes=2**34)],
-                  "h100", "bfloat16", calib=cal)
+    df = estimate(
+        shape,
+        [Work("a", 4096, 1024, 4), Work("b", 8192, 1024, 4, hooks={"test.hook": 1}, kept_bytes=2**34)],
+        "h100",
+        "bfloat16",
+        calib=cal,
+    )
     a, b, total = (df.iloc[i] for i in range(3))
     assert a["weights_gib"] == pytest.approx(shape.params * 2 / 2**30)
     assert b["seconds"] == pytest.approx(4 * a["seconds"])  # twice the tokens, twice the overhead
@@ -75,8 +91,23 @@ def test_plan_command_plans_a_run_without_weights(capsys, monkeypatch):
     import tlgeo.models
 
     monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("the planner loaded a model"))
-    assert main(["plan", "--model", "Qwen/Qwen3-8B", "--device", "h200", "decompose", "--tokens", "8192",
-                 "--sites", "attn,mlp"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "Qwen/Qwen3-8B",
+                "--device",
+                "h200",
+                "decompose",
+                "--tokens",
+                "8192",
+                "--sites",
+                "attn,mlp",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "8.19 B parameters" in out and "bfloat16 weights" in out
     lines = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
@@ -101,8 +132,10 @@ def test_the_command_s_own_dtype_flag_is_the_dtype_planned(capsys):
     assert out.splitlines()[0].endswith("bfloat16 weights")
     assert main(["plan", "--model", "tiny:llama", "ppl", "--site", "attn"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("float32 weights")
-    assert main(["plan", "--model", "tiny:llama", "--dtype", "float32", "ppl", "--site", "attn", "--dtype",
-                 "bfloat16"]) == 2
+    assert (
+        main(["plan", "--model", "tiny:llama", "--dtype", "float32", "ppl", "--site", "attn", "--dtype", "bfloat16"])
+        == 2
+    )
     assert "two values of --dtype: float32 before ppl and bfloat16 after it" in capsys.readouterr().err
 
 
@@ -126,8 +159,20 @@ PLANNED = {
     "circuit": ["--task", "ioi", "--prompts", "8", "--method", "eap"],
     "pdsf": ["--geometry-per-group", "2", "--single-pass-per-group", "1", "--per-group", "1", "--new-tokens", "8"],
     "tokenwise": ["--tokens", "512", "--seq-len", "64", "--patch-tokens", "16", "--patch-layer-count", "2"],
-    "dirmag": ["--sentences", "16", "--seeds", "1", "--blimp-pairs", "2", "--repair-sentences", "4",
-               "--entropy-sentences", "4", "--probe-sentences", "8"],
+    "dirmag": [
+        "--sentences",
+        "16",
+        "--seeds",
+        "1",
+        "--blimp-pairs",
+        "2",
+        "--repair-sentences",
+        "4",
+        "--entropy-sentences",
+        "4",
+        "--probe-sentences",
+        "8",
+    ],
     "geometries": ["--tokens", "512", "--layer-count", "2"],
     "compression": ["--methods", "wanda,awq", "--prompts", "4"],
     "sweeps": ["--tokens", "512", "--s-par-grid", "0,2"],
@@ -169,19 +214,24 @@ def test_plan_table_adds_up_each_command(command):
     assert df.attrs["start_seconds"] == pytest.approx(df[df["step"].str.startswith("start-up: ")]["seconds"].sum())
 
 
-@pytest.mark.parametrize("command, flag, step", [
-    ("tokenwise", ("--tokens", "630", "1260"), "pool"),  # whole windows of 63 pool tokens
-    ("tokenwise", ("--patch-tokens", "16", "32"), "patching"),
-    ("pdsf", ("--conditions", "D", "D,S"), "generation: rotations"),
-    ("geometries", ("--seeds", "1", "2"), "damage"),
-    ("compression", ("--methods", "wanda", "wanda,awq"), "dense"),
-    ("compression", ("--prompts", "6", "12"), "e2e"),
-])
+@pytest.mark.parametrize(
+    "command, flag, step",
+    [
+        ("tokenwise", ("--tokens", "630", "1260"), "pool"),  # whole windows of 63 pool tokens
+        ("tokenwise", ("--patch-tokens", "16", "32"), "patching"),
+        ("pdsf", ("--conditions", "D", "D,S"), "generation: rotations"),
+        ("geometries", ("--seeds", "1", "2"), "damage"),
+        ("compression", ("--methods", "wanda", "wanda,awq"), "dense"),
+        ("compression", ("--prompts", "6", "12"), "e2e"),
+    ],
+)
 def test_doubling_a_budget_doubles_its_steps_tokens(command, flag, step):
     from tlgeo.report.plan import plan_table
 
-    base = {"tokenwise": ["--seq-len", "64"], "pdsf": ["--per-group", "1", "--geometry-per-group", "0",
-                                                        "--single-pass", "none", "--new-tokens", "8"]}.get(command, [])
+    base = {
+        "tokenwise": ["--seq-len", "64"],
+        "pdsf": ["--per-group", "1", "--geometry-per-group", "0", "--single-pass", "none", "--new-tokens", "8"],
+    }.get(command, [])
     name, one, two = flag
     a, b = (_steps(plan_table(CALIBRATION_MODEL, command, [*base, name, v])).loc[step] for v in (one, two))
     assert b["forward_tokens"] == 2 * a["forward_tokens"] > 0
@@ -198,8 +248,12 @@ def test_dirmag_passes_grow_with_the_perturbations():
     one, two, four = damage(1), damage(2), damage(4)  # one clean pass and kinds x deltas x seeds resumed ones
     assert four - two == 2 * (two - one) > 0 and one > two - one  # the clean pass besides
     blocks = _steps(plan_table(CALIBRATION_MODEL, "dirmag", ["--sentences", "32", "--layers", "20"]))
-    assert blocks.loc["damage", "tflops"] < _steps(plan_table(CALIBRATION_MODEL, "dirmag", [
-        "--sentences", "32", "--layers", "5"])).loc["damage", "tflops"]  # resumed later: fewer blocks run
+    assert (
+        blocks.loc["damage", "tflops"]
+        < _steps(plan_table(CALIBRATION_MODEL, "dirmag", ["--sentences", "32", "--layers", "5"])).loc[
+            "damage", "tflops"
+        ]
+    )  # resumed later: fewer blocks run
 
 
 def test_the_tokenwise_pool_keeps_every_state_of_every_token():
@@ -225,8 +279,13 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     shape = CALIBRATION_MODEL
 
     def rows(new_tokens):
-        cfg = PDSFConfig(geometry_per_group=0, single_pass="none", per_group=1, conditions=("D", "S", "random"),
-                         new_tokens=new_tokens)
+        cfg = PDSFConfig(
+            geometry_per_group=0,
+            single_pass="none",
+            per_group=1,
+            conditions=("D", "S", "random"),
+            new_tokens=new_tokens,
+        )
         return {w.step: w for w in ANALYSIS.plan(shape, cfg)}
 
     short, long = rows(5), rows(13)
@@ -237,22 +296,30 @@ def test_pdsf_generation_counts_a_prefill_and_single_token_steps_per_prompt_and_
     # the three conditions' rows share each generation call: 13 calls, not 3 x 13
     assert long["generation: rotations"].host == {"pdsf.generation_call": 13 * 30}  # calls x blocks
     assert long["generation: rotations"].batch == 3 * long["generation: unedited"].batch
-    assert set(long) == {"generation: states", "generation: unedited", "generation: rotations", "generation: KL",
-                         "generation: F dynamics"}  # no geometry, no single pass
+    assert set(long) == {
+        "generation: states",
+        "generation: unedited",
+        "generation: rotations",
+        "generation: KL",
+        "generation: F dynamics",
+    }  # no geometry, no single pass
 
 
-@pytest.mark.parametrize("command, flags, error, says", [
-    ("pdsf", ["--layers", "0,40"], ValueError, "layers [40] out of range: the states are 0..30"),
-    ("pdsf", ["--new-tokens", "1"], ValueError, "new_tokens must be at least 2"),
-    ("tokenwise", ["--layers", "30"], ValueError, "out of range: the pool has layer maps 0..29"),
-    ("tokenwise", ["--seq-len", "1"], ValueError, "seq_len must be at least 2"),
-    ("geometries", ["--layers", "30"], IndexError, "layer(s) 30 out of range"),
-    ("geometries", ["--tokens", "32"], ValueError, "neighbours from other windows"),
-    ("dirmag", ["--layers", "31"], IndexError, "layer(s) 31 out of range"),
-    ("dirmag", ["--seeds", "0"], ValueError, "seeds"),
-    ("compression", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
-    ("tokenwise", ["--n-patch", "8"], ValueError, "not flags of tlgeo tokenwise: --n-patch"),  # --patch-tokens
-])
+@pytest.mark.parametrize(
+    "command, flags, error, says",
+    [
+        ("pdsf", ["--layers", "0,40"], ValueError, "layers [40] out of range: the states are 0..30"),
+        ("pdsf", ["--new-tokens", "1"], ValueError, "new_tokens must be at least 2"),
+        ("tokenwise", ["--layers", "30"], ValueError, "out of range: the pool has layer maps 0..29"),
+        ("tokenwise", ["--seq-len", "1"], ValueError, "seq_len must be at least 2"),
+        ("geometries", ["--layers", "30"], IndexError, "layer(s) 30 out of range"),
+        ("geometries", ["--tokens", "32"], ValueError, "neighbours from other windows"),
+        ("dirmag", ["--layers", "31"], IndexError, "layer(s) 31 out of range"),
+        ("dirmag", ["--seeds", "0"], ValueError, "seeds"),
+        ("compression", ["--methods", "wanda,wanda"], ValueError, "names a method twice"),
+        ("tokenwise", ["--n-patch", "8"], ValueError, "not flags of tlgeo tokenwise: --n-patch"),  # --patch-tokens
+    ],
+)
 def test_a_bad_config_fails_with_the_analysis_error(command, flags, error, says):
     from tlgeo.report.plan import plan_table
 
@@ -298,11 +365,11 @@ def test_compress_diag_plans_the_calibration_when_it_compresses():
     assert seconds(got["compress"]) == pytest.approx(2 * fixed + per["wanda"] + per["awq"])
     half = CompressionConfig(methods=("wanda",), compress=CompressConfig(methods=("wanda",), n_calib=16))
     assert seconds({w.step: w for w in ANALYSIS.plan(shape, half)}["compress"]) == pytest.approx(
-        fixed + per["wanda"] / 2)
+        fixed + per["wanda"] / 2
+    )
     # a method without a row of its own is priced as its family: wanda_2_4 as wanda
     semi = CompressionConfig(methods=("wanda_2_4",), compress=CompressConfig(methods=("wanda",), n_calib=32))
-    assert seconds({w.step: w for w in ANALYSIS.plan(shape, semi)}["compress"]) == pytest.approx(
-        fixed + per["wanda"])
+    assert seconds({w.step: w for w in ANALYSIS.plan(shape, semi)}["compress"]) == pytest.approx(fixed + per["wanda"])
 
 
 def test_the_calibration_model_is_smollm2_s_config():
@@ -316,9 +383,22 @@ def test_the_calibration_model_is_smollm2_s_config():
 def test_host_work_and_partial_forwards_in_estimate():
     shape = CALIBRATION_MODEL
     cal = calibration().replace("test.fit", 3.5)  # seconds per unit
-    full, resumed, stopped, fits = estimate(shape, [
-        Work("full", 1000, 100), Work("resumed", 1000, 100, blocks=0.5), Work("stopped", 1000, 100, readout=0.01),
-        Work("fits", 0, 1, host={"test.fit": 2})], "h100", "bfloat16", calib=cal).iloc[:4].itertuples()
+    full, resumed, stopped, fits = (
+        estimate(
+            shape,
+            [
+                Work("full", 1000, 100),
+                Work("resumed", 1000, 100, blocks=0.5),
+                Work("stopped", 1000, 100, readout=0.01),
+                Work("fits", 0, 1, host={"test.fit": 2}),
+            ],
+            "h100",
+            "bfloat16",
+            calib=cal,
+        )
+        .iloc[:4]
+        .itertuples()
+    )
     readout = 2 * shape.d_model * shape.vocab * 1000 / 1e12
     assert resumed.tflops == pytest.approx((full.tflops - readout) / 2 + readout)
     assert stopped.tflops == pytest.approx(full.tflops - 0.99 * readout)
@@ -345,8 +425,10 @@ def test_the_atlas_is_planned_step_by_step_from_its_budgets():
     df = plan_table(shape, "atlas", [])
     body = df[~df["step"].str.startswith("start-up: ") & ~df["step"].isin(["total", "report"])]
     assert {s.split(": ")[0] for s in body["step"]} == set(load_steps())  # every step, each its analysis's plan
-    assert (body["step"].str.endswith(": run").sum() == len(load_steps())  # each step's fixed work, then the report
-            and df["step"].iloc[-2] == "report")
+    assert (
+        body["step"].str.endswith(": run").sum() == len(load_steps())  # each step's fixed work, then the report
+        and df["step"].iloc[-2] == "report"
+    )
     total = df.set_index("step").loc["total"]
     assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
     # a budget moves its step's plan and no other: twice the sweep tokens, twice the sweep's forward tokens
@@ -363,8 +445,13 @@ def _table(tmp_path, rows):
     from tlgeo.planner import CALIBRATION_COLUMNS, Calibration
 
     path = tmp_path / "calibration.csv"
-    path.write_text(",".join(CALIBRATION_COLUMNS) + "\n" + "".join(
-        f"{r[4] if len(r) > 4 else 'cpu'},{r[0]},{r[1]},{r[2]},{r[3]},u,test machine,today,test\n" for r in rows))
+    path.write_text(
+        ",".join(CALIBRATION_COLUMNS)
+        + "\n"
+        + "".join(
+            f"{r[4] if len(r) > 4 else 'cpu'},{r[0]},{r[1]},{r[2]},{r[3]},u,test machine,today,test\n" for r in rows
+        )
+    )
     return Calibration.read(path)
 
 
@@ -376,8 +463,9 @@ def test_the_calibration_table_prices_every_time(tmp_path):
     cal = calibration()
     flags = ["--tokens", "1024", "--threads", "1"]
     base = plan_table("smollm2-135m", "profile", flags, calib=cal).set_index("step")
-    slow = cal.replace("forward.flops", cal.value("forward.flops", "float32", 1) / 2, dtype="float32", threads=1,
-                       unit="FLOP/s")
+    slow = cal.replace(
+        "forward.flops", cal.value("forward.flops", "float32", 1) / 2, dtype="float32", threads=1, unit="FLOP/s"
+    )
     hooks = cal.replace("profile.site", 2 * cal.value("profile.site", threads=1), threads=1)
     load = cal.replace("start.load.embedded.gib", 2 * cal.value("start.load.embedded.gib", threads=1), threads=1)
     shape, prof = model_shape("smollm2-135m"), base.loc["profile"]
@@ -386,14 +474,16 @@ def test_the_calibration_table_prices_every_time(tmp_path):
     blocks = forwards * shape.n_layers * cal.value("forward.block", threads=1)
     site = cal.value("profile.site", threads=1)
     assert prof["seconds"] == pytest.approx(flops * (1 + 5 * site) + blocks)  # the default five sites
+
     def got(c, step):
         return plan_table("smollm2-135m", "profile", flags, calib=c).set_index("step").loc[step, "seconds"]
 
     assert got(slow, "profile") == pytest.approx(prof["seconds"] + flops * (1 + 5 * site))
     assert got(hooks, "profile") == pytest.approx(prof["seconds"] + flops * 5 * site)
     gib = shape.params * 4 / 2**30
-    assert got(load, "start-up: load") == pytest.approx(base.loc["start-up: load", "seconds"]
-                                                        + gib * cal.value("start.load.embedded.gib", threads=1))
+    assert got(load, "start-up: load") == pytest.approx(
+        base.loc["start-up: load", "seconds"] + gib * cal.value("start.load.embedded.gib", threads=1)
+    )
     assert got(cal, "start-up: imports") == cal.value("start.imports", threads=1) > 0
 
 
@@ -402,13 +492,24 @@ def test_the_start_up_is_priced_by_the_model_s_format_and_size(tmp_path, capsys)
     each format's fixed load and per-GiB rows; ``tlgeo plan`` says which part of its total is the start-up."""
     from tlgeo.planner import model_format, start_seconds
 
-    cal = _table(tmp_path, [("start.imports", "any", 1, 4.0), ("start.load.tiny", "any", 1, 0.5),
-                            ("start.load.embedded", "any", 1, 1.0), ("start.load.embedded.gib", "any", 1, 10.0),
-                            ("start.load.directory", "any", 1, 2.0), ("start.load.directory.gib", "any", 1, 1.0)])
+    cal = _table(
+        tmp_path,
+        [
+            ("start.imports", "any", 1, 4.0),
+            ("start.load.tiny", "any", 1, 0.5),
+            ("start.load.embedded", "any", 1, 1.0),
+            ("start.load.embedded.gib", "any", 1, 10.0),
+            ("start.load.directory", "any", 1, 2.0),
+            ("start.load.directory.gib", "any", 1, 1.0),
+        ],
+    )
     shape = model_shape("smollm2-135m")
     gib = shape.params * 4 / 2**30
-    assert [model_format(n) for n in ("tiny:llama", "smollm2-135m", "Qwen/Qwen3-8B")] == ["tiny", "embedded",
-                                                                                         "directory"]
+    assert [model_format(n) for n in ("tiny:llama", "smollm2-135m", "Qwen/Qwen3-8B")] == [
+        "tiny",
+        "embedded",
+        "directory",
+    ]
     assert start_seconds(shape, "float32", "embedded", 1, cal) == {"imports": 4.0, "load": pytest.approx(1 + 10 * gib)}
     assert start_seconds(shape, "bfloat16", "directory", 1, cal)["load"] == pytest.approx(2 + gib / 2)
     assert start_seconds(model_shape("tiny:llama"), "float32", "tiny", 1, cal)["load"] == 0.5
@@ -424,11 +525,19 @@ def test_threads_and_dtypes_are_the_table_s_rows_and_the_plan_says_which(tmp_pat
     its own FLOP/s (the CPU's matrix units), with a note, and ``cpu-avx2`` the rows measured without them."""
     from tlgeo.report.plan import plan_table
 
-    rows = [("forward.flops", "float32", 1, 1e10), ("forward.flops", "float32", 2, 2e10),
-            ("forward.flops", "bfloat16", 1, 4e10), ("forward.flops", "float32", 1, 1e10, "cpu-avx2"),
-            ("forward.flops", "bfloat16", 1, 1e9, "cpu-avx2"), ("forward.block", "any", 1, 0.0),
-            ("start.imports", "any", 1, 1.0), ("start.load.embedded", "any", 1, 0.0),
-            ("start.load.embedded.gib", "any", 1, 0.0), ("profile.site", "any", 1, 0.0), ("run.any", "any", 1, 0.0)]
+    rows = [
+        ("forward.flops", "float32", 1, 1e10),
+        ("forward.flops", "float32", 2, 2e10),
+        ("forward.flops", "bfloat16", 1, 4e10),
+        ("forward.flops", "float32", 1, 1e10, "cpu-avx2"),
+        ("forward.flops", "bfloat16", 1, 1e9, "cpu-avx2"),
+        ("forward.block", "any", 1, 0.0),
+        ("start.imports", "any", 1, 1.0),
+        ("start.load.embedded", "any", 1, 0.0),
+        ("start.load.embedded.gib", "any", 1, 0.0),
+        ("profile.site", "any", 1, 0.0),
+        ("run.any", "any", 1, 0.0),
+    ]
     cal = _table(tmp_path, rows)
 
     def forwards(flags, device="cpu"):
@@ -477,7 +586,14 @@ def test_plan_takes_the_command_s_flags_before_the_analysis_name(capsys):
     from tlgeo.report.plan import plan_argv
 
     assert plan_argv(["--threads", "1", "--model", "m", "decompose", "--tokens", "8"]) == [
-        "--model", "m", "decompose", "--threads", "1", "--tokens", "8"]
+        "--model",
+        "m",
+        "decompose",
+        "--threads",
+        "1",
+        "--tokens",
+        "8",
+    ]
     assert plan_argv(["--device=h100", "--tokens", "8", "atlas"]) == ["--device=h100", "atlas", "--tokens", "8"]
     assert main(["plan", "--threads", "1", "--model", "smollm2-135m", "decompose"]) == 0
     before = capsys.readouterr().out
@@ -520,8 +636,17 @@ def test_the_calibration_solves_each_kind_from_its_commands_measured_work(monkey
     for i, k in enumerate(kinds):
         truth = truth.replace(k, (1.5 + i) * cal.value(k, threads=1), threads=1)
     measured = {" ".join(f): bench._work_seconds(truth, m, c, f, 1) for m, c, f in runs}
-    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
-        "work_s": measured[" ".join(f)], "imports_s": 1.0, "load_s": 1.0, "seconds": 3.0, "wall_s": 3.0})
+    monkeypatch.setattr(
+        bench,
+        "_timed_command",
+        lambda m, c, f, t, out=None: {
+            "work_s": measured[" ".join(f)],
+            "imports_s": 1.0,
+            "load_s": 1.0,
+            "seconds": 3.0,
+            "wall_s": 3.0,
+        },
+    )
     rows, seen = bench._solve_rows(cal, kinds, runs, 1, "test machine")
     assert [r["kind"] for r in rows] == kinds and len(seen) == len(runs)
     for r in rows:
@@ -538,8 +663,11 @@ def test_the_readme_quotes_what_the_planner_prints():
     from tlgeo.report.plan import plan_table
 
     text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
-    m = re.search(r"plans ([\d,.]+) s on SmolLM2 .*?\(`tlgeo plan (patching [^`]*)`\), ([\d,.]+) s of it the exact "
-                  r"sweep .*? and ([\d,.]+) s the start-up .*?the attribution step alone plans ([\d,.]+) s", text)
+    m = re.search(
+        r"plans ([\d,.]+) s on SmolLM2 .*?\(`tlgeo plan (patching [^`]*)`\), ([\d,.]+) s of it the exact "
+        r"sweep .*? and ([\d,.]+) s the start-up .*?the attribution step alone plans ([\d,.]+) s",
+        text,
+    )
     assert m, "the README's plan sentence changed: update this test"
     total, flags, exact, start, attribution = m.groups()
     df = plan_table("smollm2-135m", "patching", flags.split()[1:])
@@ -555,8 +683,11 @@ def test_a_kind_the_rest_of_the_plan_already_exceeds_is_priced_at_its_floor(monk
     from .scripts import load_script
 
     bench, cal = load_script("bench_plan"), calibration()
-    monkeypatch.setattr(bench, "_timed_command", lambda m, c, f, t, out=None: {
-        "work_s": 0.0, "imports_s": 1.0, "load_s": 1.0, "seconds": 2.0, "wall_s": 2.0})
+    monkeypatch.setattr(
+        bench,
+        "_timed_command",
+        lambda m, c, f, t, out=None: {"work_s": 0.0, "imports_s": 1.0, "load_s": 1.0, "seconds": 2.0, "wall_s": 2.0},
+    )
     for kinds, runs in bench.SOLVE[1:3]:  # edit, dirmag.sweep: shares of a bare forward; then seconds
         (row,), _ = bench._solve_rows(cal, kinds, runs, 1, "m")
         assert row["value"] == bench.FLOOR_SHARE and "below" in row["how"]

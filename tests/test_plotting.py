@@ -31,8 +31,11 @@ def _legend_clear_of_axes(fig) -> None:
 
 
 def _profile_summary(n_layers: int = 7) -> pd.DataFrame:
-    rows = [dict(site=s, layer=l, parallel_ratio_median=0.1 + 0.05 * l + 0.1 * i)
-            for i, s in enumerate(("attn", "mlp", "value_excl_self")) for l in range(n_layers)]
+    rows = [
+        dict(site=s, layer=l, parallel_ratio_median=0.1 + 0.05 * l + 0.1 * i)
+        for i, s in enumerate(("attn", "mlp", "value_excl_self"))
+        for l in range(n_layers)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -50,9 +53,12 @@ def test_profile_figure():
 
 
 def test_sweep_figure_has_one_legend_outside():
-    rows = [dict(site=s, axis=a, scale=x, delta_ppl=d)
-            for s in ("attn", "mlp") for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
-            for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))]
+    rows = [
+        dict(site=s, axis=a, scale=x, delta_ppl=d)
+        for s in ("attn", "mlp")
+        for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
+        for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))
+    ]
     fig = plot_sweep(pd.DataFrame(rows))
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["attn", "mlp"]
@@ -106,22 +112,41 @@ def test_pdsf_and_tokenwise_figures_keep_legends_and_ticks_off_each_other():
     rng = np.random.default_rng(0)
     n = 31
     share = rng.dirichlet(np.ones(4), n)
-    layers = pd.DataFrame({"layer": range(n), **{f"energy_{p}": share[:, i] for i, p in enumerate("PDSF")},
-                           "pr_D": rng.uniform(1, 4, n), "pr_S": rng.uniform(1, 12, n), "interface_dim": 10.0,
-                           "k_D": 4, "k_S": 12})
+    layers = pd.DataFrame(
+        {
+            "layer": range(n),
+            **{f"energy_{p}": share[:, i] for i, p in enumerate("PDSF")},
+            "pr_D": rng.uniform(1, 4, n),
+            "pr_S": rng.uniform(1, 12, n),
+            "interface_dim": 10.0,
+            "k_D": 4,
+            "k_S": 12,
+        }
+    )
     conds = ["D_rotate", "S_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant", "F_top_rotate"]
     summary = pd.DataFrame({"condition": conds, "kl_mean": rng.uniform(1e-3, 5, 7), "kl_sem": 0.01})
-    angles = pd.DataFrame([dict(condition=c, state=s, angle_mean=90 * np.exp(-s / 5) + 40 * (i > 3))
-                           for i, c in enumerate(conds) for s in range(4, 31)])
-    tokens = pd.DataFrame({"layer": 15, "class": rng.choice(["linear", "global", "mlp"], 300),
-                           "rel_error": rng.uniform(0.18, 1.1, 300), "kl": 10 ** rng.uniform(-4, 0, 300)})
+    angles = pd.DataFrame(
+        [
+            dict(condition=c, state=s, angle_mean=90 * np.exp(-s / 5) + 40 * (i > 3))
+            for i, c in enumerate(conds)
+            for s in range(4, 31)
+        ]
+    )
+    tokens = pd.DataFrame(
+        {
+            "layer": 15,
+            "class": rng.choice(["linear", "global", "mlp"], 300),
+            "rel_error": rng.uniform(0.18, 1.1, 300),
+            "kl": 10 ** rng.uniform(-4, 0, 300),
+        }
+    )
     for fig in (plot_energy_pr(layers), plot_single_pass(summary, angles), plot_error_vs_kl(tokens)):
         _legend_clear_of_axes(fig)
         assert fig.get_figwidth() <= WIDTH + 1e-9
     fig = plot_error_vs_kl(tokens)
     fig.canvas.draw()
     boxes = [t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text()]
-    assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert boxes and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     lines = plot_single_pass(summary, angles).axes[1].get_lines()
     assert len({(l.get_color(), l.get_marker()) for l in lines}) == len(conds)  # each condition told apart
     plt.close("all")

@@ -21,8 +21,11 @@ def test_a_record_says_what_ran_with_what(tmp_path):
     record(tmp_path, ["ppl", "--model", "m"], {"model": "m", "tokens": 8, "_run": print, "sites": ("a",)}, [ident])
     record(tmp_path, ["run"], {})
     first, second = read(tmp_path)
-    assert first["command"] == "tlgeo ppl --model m" and first["settings"] == {"model": "m", "tokens": 8,
-                                                                               "sites": ["a"]}
+    assert first["command"] == "tlgeo ppl --model m" and first["settings"] == {
+        "model": "m",
+        "tokens": 8,
+        "sites": ["a"],
+    }
     assert first["identities"] == [ident] and first["git"] == code_state() and second["argv"] == ["run"]
     assert {"tlgeo", "torch", "transformers", "transformer-lens", "python"} <= set(first["versions"])
     assert first["machine"]["cores"] and first["date"].startswith("20")
@@ -39,14 +42,20 @@ def test_a_record_says_what_ran_with_what(tmp_path):
 def test_a_script_s_table_names_the_commit_of_each_row_and_keeps_earlier_invocations(tmp_path):
     """A benchmark's rows each carry the commit and dirty state of the code that measured them; a second invocation
     appends (its own commit on its own rows) and adds its own provenance line, a command that says ``python``."""
-    path = record_table(tmp_path, "timings", [{"method": "a", "s": 1.5}, {"method": "b", "s": 3.0}],
-                        ["scripts/bench_x.py", "--rounds", "1"], {"rounds": 1})
+    path = record_table(
+        tmp_path,
+        "timings",
+        [{"method": "a", "s": 1.5}, {"method": "b", "s": 3.0}],
+        ["scripts/bench_x.py", "--rounds", "1"],
+        {"rounds": 1},
+    )
     record_table(tmp_path, "timings", [{"method": "a", "s": 2.0}], ["scripts/bench_x.py"], {"rounds": 2})
     table, lines = pd.read_csv(path), read(tmp_path)
     assert list(table.columns[:3]) == ["commit", "dirty", "date"] and list(table["s"]) == [1.5, 3.0, 2.0]
     assert set(table["commit"]) == {code_state()["commit"]} and set(table["dirty"]) == {code_state()["dirty"]}
     assert [x["settings"]["rounds"] for x in lines] == [1, 2] and list(table["date"]) == [lines[0]["date"]] * 2 + [
-        lines[1]["date"]]
+        lines[1]["date"]
+    ]
     assert lines[0]["command"] == "python scripts/bench_x.py --rounds 1" and lines[0]["made_from"] == "script"
     before = path.read_bytes(), (tmp_path / "provenance.jsonl").read_bytes()
     with pytest.raises(ValueError, match="no rows to add to .*timings.csv"):  # every case failed: nothing to record
@@ -56,8 +65,23 @@ def test_a_script_s_table_names_the_commit_of_each_row_and_keeps_earlier_invocat
 
 def test_a_command_records_its_provenance_and_reproduce_reruns_it(tmp_path, capsys, monkeypatch):
     made = tmp_path / "made"
-    argv = ["ppl", "--model", "tiny:llama", "--site", "attn", "--s-perp", "0", "--tokens", "128", "--context", "64",
-            "--threads", "1", "--out", str(made)]
+    argv = [
+        "ppl",
+        "--model",
+        "tiny:llama",
+        "--site",
+        "attn",
+        "--s-perp",
+        "0",
+        "--tokens",
+        "128",
+        "--context",
+        "64",
+        "--threads",
+        "1",
+        "--out",
+        str(made),
+    ]
     assert main(argv) == 0
     assert f"provenance: {made / 'provenance.jsonl'}" in capsys.readouterr().out
     (line,) = read(made)
@@ -96,8 +120,25 @@ def test_version_answers_without_importing_torch():
 def test_a_resumed_run_says_in_its_provenance_what_it_took_back(tmp_path, capsys):
     """One line per invocation; the second, which reads every row back from the first's log, says so."""
     out = tmp_path / "p"
-    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
-            "--layers", "0,1", "--methods", "exact", "--components", "head", "--out", str(out)]
+    argv = [
+        "patching",
+        "--model",
+        "tiny:llama",
+        "--tasks",
+        "induction",
+        "--prompts",
+        "4",
+        "--min-accuracy",
+        "0",
+        "--layers",
+        "0,1",
+        "--methods",
+        "exact",
+        "--components",
+        "head",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0 and main(argv) == 0
     first, second = read(out)
     assert first["resumed"] == [] and first["date"] <= second["date"]
@@ -154,8 +195,12 @@ def test_reproduce_all_remakes_every_quoted_folder_and_refuses_a_dirty_tree(tmp_
     import tlgeo.runner.provenance as prov
 
     made = tmp_path / "results" / "ppl-tiny"
-    assert main(["ppl", "--model", "tiny:llama", "--site", "attn", "--tokens", "128", "--context", "64",
-                 "--out", str(made)]) == 0
+    assert (
+        main(
+            ["ppl", "--model", "tiny:llama", "--site", "attn", "--tokens", "128", "--context", "64", "--out", str(made)]
+        )
+        == 0
+    )
     doc = tmp_path / "DOC.md"
     doc.write_text("## 1. A section\n<!-- source: results/ppl-tiny/ppl.csv -->\nA number.\n")
     reproduce = load_script("reproduce")
@@ -171,7 +216,8 @@ def test_reproduce_all_remakes_every_quoted_folder_and_refuses_a_dirty_tree(tmp_
     assert "1 table(s) reproduced, 0 differ" in said and f"replaced {made}" in said
     (line,) = read(made)  # the folder is the rerun's: one line, this commit's
     assert line["git"]["commit"] == "c" * 40 and sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        "ppl-tiny"]
+        "ppl-tiny"
+    ]
 
 
 def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, capsys, monkeypatch):
@@ -184,7 +230,7 @@ def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, ca
 
     def commit(path: Path, text: str) -> str:
         path.write_text(text)
-        run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)
+        run = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True)  # noqa: E731
         run("add", "-A")
         run("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", path.name)
         return run("rev-parse", "HEAD").stdout.strip()
@@ -194,8 +240,11 @@ def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, ca
     b = commit(folder / "t.csv", "x\n1\n")  # only results committed since a: the same code
     (repo / "docs").mkdir()
     (repo / "tests").mkdir()
-    prose = [commit(repo / "RESULTS.md", "rewritten\n"), commit(repo / "docs" / "page.md", "cites\n"),
-             commit(repo / "tests" / "test_claims.py", "checks\n")]  # prose and checks make no number
+    prose = [
+        commit(repo / "RESULTS.md", "rewritten\n"),
+        commit(repo / "docs" / "page.md", "cites\n"),
+        commit(repo / "tests" / "test_claims.py", "checks\n"),
+    ]  # prose and checks make no number
     c = commit(repo / "tlgeo" / "m.py", "A = 2\n")
     reproduce = load_script("reproduce")
     monkeypatch.setattr(reproduce, "ROOT", repo)

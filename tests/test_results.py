@@ -151,11 +151,20 @@ def test_a_row_of_other_content_under_the_same_settings_is_computed_again_and_sa
         assert again.get(task="capitals", layer=1, inputs="aaaa")["value"] == 1  # the same content: read back
     assert again.changed == 1 and again.resumed == 1
     said = state.lines()
-    assert len(said) == 2 and said[0].startswith("resumed 1 row from") and said[1].startswith(
-        f"recomputed 1 row of {path}: the rows logged there under the same settings measured other inputs")
+    assert (
+        len(said) == 2
+        and said[0].startswith("resumed 1 row from")
+        and said[1].startswith(
+            f"recomputed 1 row of {path}: the rows logged there under the same settings measured other inputs"
+        )
+    )
     again.add({"task": "capitals", "layer": 0, "inputs": "bbbb", "value": 10})  # both contents kept in the log
-    assert ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",)).get(
-        task="capitals", layer=0, inputs="aaaa")["value"] == 0
+    assert (
+        ResultLog(path, ("task", "layer", "inputs"), identity={}, content=("inputs",)).get(
+            task="capitals", layer=0, inputs="aaaa"
+        )["value"]
+        == 0
+    )
     with pytest.raises(ValueError, match=r"content column\(s\) \['digest'\] are not key columns"):
         ResultLog(path, ("task", "layer"), identity={}, content=("digest",))
 
@@ -191,8 +200,13 @@ def test_the_bit_sum_in_chunks_equals_one_wrapping_sum(monkeypatch):
     monkeypatch.setattr(identity, "_BIT_SUM_CHUNK", 7)
     g = torch.Generator().manual_seed(0)
     big = torch.full((50,), 2**62, dtype=torch.int64)  # sums past 2**63: wraps
-    for flat in (torch.randn(101, generator=g), torch.randn(64, generator=g, dtype=torch.float64),
-                 torch.randn(33, generator=g).to(torch.bfloat16), big.view(torch.float64), torch.zeros(0)):
+    for flat in (
+        torch.randn(101, generator=g),
+        torch.randn(64, generator=g, dtype=torch.float64),
+        torch.randn(33, generator=g).to(torch.bfloat16),
+        big.view(torch.float64),
+        torch.zeros(0),
+    ):
         ints = flat.view(identity._BITS[flat.element_size()])
         assert identity._bit_sum(flat) == int(ints.sum(dtype=torch.int64))
     assert identity._bit_sum(big.view(torch.float64)) == int(big.sum())  # the same wrapped value as torch's

@@ -69,13 +69,16 @@ def paper_values(path: str) -> np.ndarray:
     import ast
 
     tree = ast.parse((ROOT / path).read_text())
-    vals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, (int, float))
-            and not isinstance(n.value, bool)]
+    vals = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)
+    ]
     return np.asarray(vals, dtype=float)
 
 
 def found(value: float, decimals: int, percent: bool, values: np.ndarray) -> bool:
-    tol = 0.5 * 10.0 ** -decimals + 1e-9
+    tol = 0.5 * 10.0**-decimals + 1e-9
     candidates = [values, values * 100] if percent else [values]
     return any(np.any(np.abs(v - value) <= tol) for v in candidates)
 
@@ -97,8 +100,10 @@ def _has_provenance(path: str) -> bool:
 def test_the_checker_finds_a_number_with_no_source():
     body = "F ~ tok_error +0.45 [0.21, 0.58] in 6 of 6 blocks; 34.5 % of prompts; 4.052e4; `--delta 0.2` is a flag"
     assert [q[3] for q in quoted(body)] == ["+0.45", "0.21", "0.58", "34.5 %", "4.052e4"]
-    assert [q[3] for q in quoted("q < 0.05 and p 0.021\n<!-- table: t -->\n| 0.77 |\n<!-- /table -->\n0.3")] == \
-        ["0.021", "0.3"]
+    assert [q[3] for q in quoted("q < 0.05 and p 0.021\n<!-- table: t -->\n| 0.77 |\n<!-- /table -->\n0.3")] == [
+        "0.021",
+        "0.3",
+    ]
     values = np.array([0.4512, 0.2149, 0.345, 40518.0])
     assert found(0.45, 2, False, values) and found(34.5, 1, True, values) and not found(0.58, 2, False, values)
     assert found(40520.0, -1, False, values) and not found(40560.0, -1, False, values)
@@ -146,8 +151,11 @@ def test_every_quoted_folder_was_made_from_a_clean_tree_at_one_code_commit():
     from tlgeo.runner.provenance import read
 
     reproduce, folders, code = _folders_and_code()
-    other = {f.name: [((p.get("git") or {}).get("commit", "")[:12], (p.get("git") or {}).get("dirty")) for p in read(f)]
-             for f in folders if not reproduce.made_by(f, code, ROOT)}
+    other = {
+        f.name: [((p.get("git") or {}).get("commit", "")[:12], (p.get("git") or {}).get("dirty")) for p in read(f)]
+        for f in folders
+        if not reproduce.made_by(f, code, ROOT)
+    }
     assert not other, f"folders with a line made from an uncommitted tree or from code other than {code[:12]}: {other}"
     assert f"`{code[:7]}`" in DOC.read_text(), f"RESULTS.md does not name the code commit {code[:7]} of its folders"
 
@@ -158,8 +166,22 @@ def test_every_code_change_after_the_folders_were_made_is_named():
     import subprocess
 
     reproduce, folders, code = _folders_and_code()
-    later = subprocess.run(["git", "-C", str(ROOT), "log", "--format=%h", "--abbrev=7", f"{code}..HEAD", "--", ".",
-                            *(f":(exclude){p}" for p in reproduce.NOT_CODE)],
-                           capture_output=True, text=True, check=True).stdout.split()
+    later = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "log",
+            "--format=%h",
+            "--abbrev=7",
+            f"{code}..HEAD",
+            "--",
+            ".",
+            *(f":(exclude){p}" for p in reproduce.NOT_CODE),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     opening = DOC.read_text().split("\n## ", 1)[0]
     assert not [h for h in later if f"`{h[:7]}`" not in opening], f"code commits after {code[:7]} not named: {later}"

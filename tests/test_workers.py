@@ -19,6 +19,9 @@ def test_no_test_module_sets_torch_threads_at_import():
     """A module-level ``torch.set_num_threads`` runs in every worker at collection, before any test."""
     from pathlib import Path
 
-    offenders = [str(p) for p in Path(__file__).parent.rglob("test_*.py")
-                 if any(line.startswith("torch.set_num_threads") for line in p.read_text().splitlines())]
+    offenders = [
+        str(p)
+        for p in Path(__file__).parent.rglob("test_*.py")
+        if any(line.startswith("torch.set_num_threads") for line in p.read_text().splitlines())
+    ]
     assert not offenders, offenders

@@ -18,8 +18,13 @@ from tests.train import ddp_worker
 def main(out: str) -> int:
     """0 when everything ran and the failed run raised :class:`RankFailed` (printed on stderr), else 1."""
     worker.main(str(Path(out) / "analyses"), [])
-    failed = atlas_worker.main(str(Path(out) / "atlas"), ",".join(atlas_worker.SHARED), str(Path(out) / "failed"),
-                               ",".join(atlas_worker.FAIL_STEPS), atlas_worker.FAIL)
+    failed = atlas_worker.main(
+        str(Path(out) / "atlas"),
+        ",".join(atlas_worker.SHARED),
+        str(Path(out) / "failed"),
+        ",".join(atlas_worker.FAIL_STEPS),
+        atlas_worker.FAIL,
+    )
     (Path(out) / "train").mkdir(parents=True, exist_ok=True)
     ddp_worker.main(str(Path(out) / "train"), "ddp")
     return 0 if failed == 3 else 1

@@ -11,7 +11,8 @@ config → run → typed result):
 
 plus ``patching`` (geometry-resolved activation and path patching), ``circuits`` (circuit discovery with
 geometry-resolved edges), ``geometries`` (the four papers' quantities on one pool of tokens), ``compression``
-(diagnosis and direction-aware objectives) and ``train`` (pretraining with parallel suppression). Edits and perturbations are TransformerLens hooks
+(diagnosis and direction-aware objectives) and ``train`` (pretraining with parallel suppression). Edits and
+perturbations are TransformerLens hooks
 (:class:`tlgeo.hooks.Intervention`).
 
 Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``stats`` →
@@ -21,22 +22,35 @@ Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``sta
 
 import importlib
 
-from .version import __version__
+from .version import __version__  # noqa: F401
 
 # name -> module: imported when first used, so that ``tlgeo --version`` and the light modules
 # (the runner's results, provenance and cliargs) load without torch
 _PUBLIC = {
-    "parallel_profile": ".decomposition.observe", "summarize_profile": ".decomposition.observe",
-    "perplexity": ".evals.perplexity", "evaluate_zeroshot": ".evals.zeroshot",
-    "cosine": ".geometry.parallel", "norm_ratio": ".geometry.parallel", "parallel_ratio": ".geometry.parallel",
-    "scale_components": ".geometry.parallel", "split_parallel": ".geometry.parallel",
-    "expand_kv": ".geometry.value_space", "remove_diagonal": ".geometry.value_space",
-    "scale_diagonal": ".geometry.value_space", "self_message": ".geometry.value_space",
+    "parallel_profile": ".decomposition.observe",
+    "summarize_profile": ".decomposition.observe",
+    "perplexity": ".evals.perplexity",
+    "evaluate_zeroshot": ".evals.zeroshot",
+    "cosine": ".geometry.parallel",
+    "norm_ratio": ".geometry.parallel",
+    "parallel_ratio": ".geometry.parallel",
+    "scale_components": ".geometry.parallel",
+    "split_parallel": ".geometry.parallel",
+    "expand_kv": ".geometry.value_space",
+    "remove_diagonal": ".geometry.value_space",
+    "scale_diagonal": ".geometry.value_space",
+    "self_message": ".geometry.value_space",
     "split_self": ".geometry.value_space",
-    "Edit": ".hooks.edits", "edit": ".hooks.edits", "edit_hooks": ".hooks.edits",
-    "Intervention": ".hooks.intervention", "intervene": ".hooks.intervention",
-    "DECOMPOSITION_SITES": ".hooks.sites", "SITES": ".hooks.sites", "get_site": ".hooks.sites",
-    "load_model": ".models", "tiny_model": ".models",
+    "Edit": ".hooks.edits",
+    "edit": ".hooks.edits",
+    "edit_hooks": ".hooks.edits",
+    "Intervention": ".hooks.intervention",
+    "intervene": ".hooks.intervention",
+    "DECOMPOSITION_SITES": ".hooks.sites",
+    "SITES": ".hooks.sites",
+    "get_site": ".hooks.sites",
+    "load_model": ".models",
+    "tiny_model": ".models",
 }
 
 
@@ -53,11 +67,28 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Edit", "edit", "edit_hooks", "Intervention", "intervene",
-    "split_parallel", "scale_components", "parallel_ratio", "norm_ratio", "cosine",
-    "load_model", "tiny_model",
-    "parallel_profile", "summarize_profile",
-    "perplexity", "evaluate_zeroshot",
-    "SITES", "DECOMPOSITION_SITES", "get_site",
-    "expand_kv", "self_message", "split_self", "scale_diagonal", "remove_diagonal",
+    "Edit",
+    "edit",
+    "edit_hooks",
+    "Intervention",
+    "intervene",
+    "split_parallel",
+    "scale_components",
+    "parallel_ratio",
+    "norm_ratio",
+    "cosine",
+    "load_model",
+    "tiny_model",
+    "parallel_profile",
+    "summarize_profile",
+    "perplexity",
+    "evaluate_zeroshot",
+    "SITES",
+    "DECOMPOSITION_SITES",
+    "get_site",
+    "expand_kv",
+    "self_message",
+    "split_self",
+    "scale_diagonal",
+    "remove_diagonal",
 ]

@@ -75,9 +75,15 @@ def _support(model: str | None) -> int:
 
 
 def _models_args(p) -> None:
-    p.add_argument("--support", nargs="?", const="", default=None, metavar="MODEL",
-                   help="the support matrix of families x sites and analyses; with MODEL (a family, tiny:<kind>, an "
-                        "embedded model, a local directory or a seed model's hub id) its row, with the reasons")
+    p.add_argument(
+        "--support",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="MODEL",
+        help="the support matrix of families x sites and analyses; with MODEL (a family, tiny:<kind>, an "
+        "embedded model, a local directory or a seed model's hub id) its row, with the reasons",
+    )
 
 
 def _commands() -> dict:
@@ -86,8 +92,9 @@ def _commands() -> dict:
 
     cmds = dict(load_commands())
     cmds["sites"] = Command("sites", "list the sites", lambda p: None, _sites)
-    cmds["models"] = Command("models", "list the embedded models; --support: what each family supports",
-                             _models_args, _models)
+    cmds["models"] = Command(
+        "models", "list the embedded models; --support: what each family supports", _models_args, _models
+    )
     return cmds
 
 
@@ -107,10 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tlgeo {_version()}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     for c in cmds.values():
-        epilog = (f"Its time and memory, before it runs: tlgeo plan [--device D] {c.name} [these flags]"
-                  if c.name in planned else None)
-        p = sub.add_parser(c.name, help=c.help, description=c.description or c.help, epilog=epilog,
-                           formatter_class=Formatter)
+        epilog = (
+            f"Its time and memory, before it runs: tlgeo plan [--device D] {c.name} [these flags]"
+            if c.name in planned
+            else None
+        )
+        p = sub.add_parser(
+            c.name, help=c.help, description=c.description or c.help, epilog=epilog, formatter_class=Formatter
+        )
         c.add_args(p)
         p.set_defaults(_run=c.run)
     return parser
@@ -157,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     _map_large_allocations()
     quiet = int(os.environ.get("RANK", "0")) > 0  # torchrun: rank 0 prints, the others only their errors
     try:
-        with open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink, \
-                contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
+        with (
+            open(os.devnull, "w") if quiet else contextlib.nullcontext() as sink,
+            contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext(),
+        ):
             with run_state(command=True) as state:  # what this command runs, takes back and computes again
                 rc = args._run(args)
             resumed = state.lines()
@@ -211,8 +224,10 @@ def _one_line(e: BaseException, args, quiet: bool) -> tuple[str, int] | None:
             who = dead_ranks() or f"lost contact with the other ranks (one of them died?): {first}"
             return f"{cmd}: error: {who}. {saved} {rerun}", 1
         if "not implemented for" in first and any(t in first for t in ("'Half'", "'BFloat16'")):
-            return (f"{cmd}: error: {first}: this device has no such kernel for --dtype "
-                    f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {saved}"), 2
+            return (
+                f"{cmd}: error: {first}: this device has no such kernel for --dtype "
+                f"{getattr(args, 'load_dtype', '?')}; use --dtype float32 (or bfloat16). {saved}"
+            ), 2
     return None
 
 
@@ -221,7 +236,8 @@ def _lost_ranks(e: RuntimeError) -> bool:
     import torch.distributed as dist
 
     return isinstance(e, getattr(dist, "DistError", ())) or any(
-        m in str(e) for m in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted"))
+        m in str(e) for m in ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted")
+    )
 
 
 if __name__ == "__main__":

@@ -79,8 +79,10 @@ def _read_file(path: Path, max_chars: int | None) -> str:
         with open(path, encoding="utf-8-sig", newline=None) as f:
             return f.read() if max_chars is None else f.read(max_chars)
     except UnicodeDecodeError as e:
-        raise InputError(f"corpus file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); "
-                         "convert it to UTF-8 (e.g. iconv -t utf-8)") from None
+        raise InputError(
+            f"corpus file {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); "
+            "convert it to UTF-8 (e.g. iconv -t utf-8)"
+        ) from None
 
 
 def _load_hf(spec: str, max_chars: int | None) -> str:
@@ -88,8 +90,10 @@ def _load_hf(spec: str, max_chars: int | None) -> str:
     parts = spec[len("hf:") :].split(":")
     if not parts[0] or len(parts) > 3:
         raise UnknownCorpusError(f"bad hub spec {spec!r}; expected 'hf:<dataset>[:<config>[:<split>]]'")
-    dataset, config, split = parts[0], (parts[1] if len(parts) > 1 and parts[1] else None), (
-        parts[2] if len(parts) > 2 and parts[2] else "test"
+    dataset, config, split = (
+        parts[0],
+        (parts[1] if len(parts) > 1 and parts[1] else None),
+        (parts[2] if len(parts) > 2 and parts[2] else "test"),
     )
     import datasets
 
@@ -98,7 +102,8 @@ def _load_hf(spec: str, max_chars: int | None) -> str:
     except (ConnectionError, OSError, datasets.exceptions.DatasetNotFoundError) as e:  # offline, or no such set
         raise UnknownCorpusError(
             f"hub corpus {spec!r} cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            f"offline, use one of the named corpora {sorted(CORPORA)} or a path to a text file") from None
+            f"offline, use one of the named corpora {sorted(CORPORA)} or a path to a text file"
+        ) from None
     if "text" not in ds.column_names:
         raise InputError(f"{spec!r} has no 'text' column (columns: {ds.column_names})")
     text = "\n\n".join(ds["text"])
@@ -126,8 +131,9 @@ def load_text(name_or_path: str | os.PathLike, *, max_chars: int | None = None) 
             path.stat()
         except OSError as e:  # a name too long for a path, a folder that is a file, ...
             if e.errno not in (errno.ENOENT,):
-                raise InputError(f"corpus {name[:80]!r}{'...' if len(name) > 80 else ''} is not a usable path "
-                                 f"({e.strerror})") from None
+                raise InputError(
+                    f"corpus {name[:80]!r}{'...' if len(name) > 80 else ''} is not a usable path ({e.strerror})"
+                ) from None
         if path.is_file():
             text = _read_file(path, max_chars)
         elif path.is_dir():

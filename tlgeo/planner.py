@@ -35,9 +35,26 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["ModelShape", "model_shape", "model_format", "Device", "DEVICES", "Work", "estimate", "start_seconds",
-           "Calibration", "calibration", "CALIBRATION_FILE", "MissingCalibration",
-           "GPU_EFFICIENCY", "CALIBRATION_MODEL", "CHARS_PER_TOKEN", "text_tokens", "padded_batches", "windows"]
+__all__ = [
+    "ModelShape",
+    "model_shape",
+    "model_format",
+    "Device",
+    "DEVICES",
+    "Work",
+    "estimate",
+    "start_seconds",
+    "Calibration",
+    "calibration",
+    "CALIBRATION_FILE",
+    "MissingCalibration",
+    "GPU_EFFICIENCY",
+    "CALIBRATION_MODEL",
+    "CHARS_PER_TOKEN",
+    "text_tokens",
+    "padded_batches",
+    "windows",
+]
 
 GIB = 2**30
 GPU_EFFICIENCY = 0.35  # share of peak bf16 FLOP/s a batched forward reaches: an assumption, not measured here
@@ -93,8 +110,10 @@ class Calibration:
                 if got:
                     want = max(r["threads"] for r in got) if threads is None else threads
                     return min(got, key=lambda r: (abs(r["threads"] - want), -r["threads"]))
-        raise MissingCalibration(f"the planner's calibration has no {kind!r} ({dtype}, {device}): "
-                                 "scripts/bench_plan.py --calibrate measures it")
+        raise MissingCalibration(
+            f"the planner's calibration has no {kind!r} ({dtype}, {device}): "
+            "scripts/bench_plan.py --calibrate measures it"
+        )
 
     def value(self, kind: str, dtype: str = "any", threads: int | None = None, device: str = "cpu") -> float:
         return float(self.row(kind, dtype, threads, device)["value"])
@@ -109,8 +128,18 @@ class Calibration:
     def replace(self, kind: str, value: float, **fields: Any) -> "Calibration":
         """This table with ``kind`` (at ``fields``' device, dtype and threads; by default cpu, any, 1) set to
         ``value``: added, or the matching row replaced."""
-        row = {"device": "cpu", "dtype": "any", "threads": 1, "unit": "", "machine": "", "measured": "", "how": "",
-               **fields, "kind": kind, "value": float(value)}
+        row = {
+            "device": "cpu",
+            "dtype": "any",
+            "threads": 1,
+            "unit": "",
+            "machine": "",
+            "measured": "",
+            "how": "",
+            **fields,
+            "kind": kind,
+            "value": float(value),
+        }
         same = lambda r: all(r[k] == row[k] for k in ("device", "kind", "dtype", "threads"))  # noqa: E731
         return Calibration((*(r for r in self.rows if not same(r)), row))
 
@@ -173,8 +202,12 @@ class ModelShape:
         get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, Mapping) else (lambda k, d=None: getattr(cfg, k, d))
         if get("text_config") is not None:  # a multimodal wrapper: the language model's config
             inner = get("text_config")
-            return cls.from_hf_config(inner if isinstance(inner, Mapping) else vars(inner) | {"model_type": getattr(
-                inner, "model_type", get("model_type"))}, name)
+            return cls.from_hf_config(
+                inner
+                if isinstance(inner, Mapping)
+                else vars(inner) | {"model_type": getattr(inner, "model_type", get("model_type"))},
+                name,
+            )
         kind = str(get("model_type", "unknown"))
         d = int(_first(get, "hidden_size", "n_embd", "d_model"))
         heads = int(_first(get, "num_attention_heads", "n_head", "num_heads", default=1))
@@ -182,16 +215,21 @@ class ModelShape:
         d_mlp = _first(get, "moe_intermediate_size", default=None) if experts else None
         d_mlp = d_mlp or _first(get, "intermediate_size", "n_inner", "ffn_dim", "d_ff", default=None) or 4 * d
         return cls(
-            name=name or str(get("_name_or_path", "") or kind), family=kind,
+            name=name or str(get("_name_or_path", "") or kind),
+            family=kind,
             n_layers=int(_first(get, "num_hidden_layers", "n_layer", "num_layers")),
-            d_model=d, n_heads=heads, n_kv_heads=int(_first(get, "num_key_value_heads", default=heads) or heads),
-            d_head=int(_first(get, "head_dim", default=None) or d // heads), d_mlp=int(d_mlp),
+            d_model=d,
+            n_heads=heads,
+            n_kv_heads=int(_first(get, "num_key_value_heads", default=heads) or heads),
+            d_head=int(_first(get, "head_dim", default=None) or d // heads),
+            d_mlp=int(d_mlp),
             vocab=int(get("vocab_size")),
             n_ctx=int(_first(get, "max_position_embeddings", "n_positions", "n_ctx", default=2048)),
             tied=bool(get("tie_word_embeddings", True)),
             gated_mlp=kind not in ("gpt2", "gpt_neox", "opt", "bloom", "falcon", "gpt_bigcode", "starcoder2", "phi"),
-            n_experts=experts, experts_per_token=int(_first(get, "num_experts_per_tok", "experts_per_token",
-                                                            default=0) or 0))
+            n_experts=experts,
+            experts_per_token=int(_first(get, "num_experts_per_tok", "experts_per_token", default=0) or 0),
+        )
 
 
 def _first(get, *keys: str, default: Any = KeyError) -> Any:
@@ -206,8 +244,18 @@ def _first(get, *keys: str, default: Any = KeyError) -> Any:
 
 # the model the calibration's forwards were measured on: SmolLM2-135M's config.json, transcribed (so a plan on it
 # never converts the model)
-CALIBRATION_MODEL = ModelShape(name="smollm2-135m", family="llama", n_layers=30, d_model=576, n_heads=9, n_kv_heads=3,
-                               d_head=64, d_mlp=1536, vocab=49152, n_ctx=8192)
+CALIBRATION_MODEL = ModelShape(
+    name="smollm2-135m",
+    family="llama",
+    n_layers=30,
+    d_model=576,
+    n_heads=9,
+    n_kv_heads=3,
+    d_head=64,
+    d_mlp=1536,
+    vocab=49152,
+    n_ctx=8192,
+)
 
 
 def model_shape(name: str) -> ModelShape:
@@ -232,8 +280,10 @@ def model_shape(name: str) -> ModelShape:
         path = path / "config.json"
     if path.is_file():
         return ModelShape.from_hf_config(json.loads(path.read_text()), name)
-    raise UnknownModelError(f"no shape for {name!r}: give tiny:<kind>, an embedded model ({', '.join(EMBEDDED_MODELS)}), "
-                            f"a directory or config.json, or a seed model: {', '.join(SEED_CHECKPOINTS)}")
+    raise UnknownModelError(
+        f"no shape for {name!r}: give tiny:<kind>, an embedded model ({', '.join(EMBEDDED_MODELS)}), "
+        f"a directory or config.json, or a seed model: {', '.join(SEED_CHECKPOINTS)}"
+    )
 
 
 def model_format(name: str) -> str:
@@ -279,17 +329,41 @@ class Device:
 
 _HOPPER = {"bfloat16": 1.0, "float16": 1.0, "float32": H100_FLOAT32_SLOWDOWN}
 DEVICES: dict[str, Device] = {
-    "cpu": Device("cpu", 24.0, "the CPU of the planner's calibration table (tlgeo/planner_calibration.csv: "
-                  "its machine and threads; CPUs differ ~2x)", gpu=False),
-    "cpu-avx2": Device("cpu-avx2", 24.0, "the calibration's CPU without bfloat16 / float16 matrix units (oneDNN "
-                       "held to AVX2; float32 as the calibration's CPU)", gpu=False),
-    "h100": Device("h100", 80.0, f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}", flops=989e12 * GPU_EFFICIENCY,
-                   dtype_slowdown=_HOPPER),
-    "h200": Device("h200", 141.0, f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}", flops=989e12 * GPU_EFFICIENCY,
-                   dtype_slowdown=_HOPPER),
-    "a100": Device("a100", 80.0, f"A100 80GB: 312 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
-                   flops=312e12 * GPU_EFFICIENCY,
-                   dtype_slowdown={"bfloat16": 1.0, "float16": 1.0, "float32": A100_FLOAT32_SLOWDOWN}),
+    "cpu": Device(
+        "cpu",
+        24.0,
+        "the CPU of the planner's calibration table (tlgeo/planner_calibration.csv: "
+        "its machine and threads; CPUs differ ~2x)",
+        gpu=False,
+    ),
+    "cpu-avx2": Device(
+        "cpu-avx2",
+        24.0,
+        "the calibration's CPU without bfloat16 / float16 matrix units (oneDNN "
+        "held to AVX2; float32 as the calibration's CPU)",
+        gpu=False,
+    ),
+    "h100": Device(
+        "h100",
+        80.0,
+        f"H100 SXM: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+        flops=989e12 * GPU_EFFICIENCY,
+        dtype_slowdown=_HOPPER,
+    ),
+    "h200": Device(
+        "h200",
+        141.0,
+        f"H200: 989 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+        flops=989e12 * GPU_EFFICIENCY,
+        dtype_slowdown=_HOPPER,
+    ),
+    "a100": Device(
+        "a100",
+        80.0,
+        f"A100 80GB: 312 TFLOP/s bf16 dense x {GPU_EFFICIENCY}",
+        flops=312e12 * GPU_EFFICIENCY,
+        dtype_slowdown={"bfloat16": 1.0, "float16": 1.0, "float32": A100_FLOAT32_SLOWDOWN},
+    ),
 }
 
 
@@ -328,8 +402,14 @@ class Work:
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cpu", dtype: str = "float32",
-             threads: int | None = None, calib: Calibration | None = None) -> pd.DataFrame:
+def estimate(
+    shape: ModelShape,
+    work: Sequence[Work],
+    device: str | Device = "cpu",
+    dtype: str = "float32",
+    threads: int | None = None,
+    calib: Calibration | None = None,
+) -> pd.DataFrame:
     """One row per step: forward tokens, TFLOPs, seconds (the forwards at the device's speed in ``dtype`` and, on a CPU,
     ``threads``: the calibration's; the host work as the calibration prices it), and peak memory (GiB) split into
     weights, one forward's activations, what the step keeps on the device, what it keeps in host
@@ -345,10 +425,17 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
     for w in work:
         flops = shape.forward_flops(w.tokens, w.window, w.blocks, w.readout)
         tokens_live = min(w.batch * w.window, max(w.tokens, w.window)) if w.tokens else 0  # a last batch: fewer
-        act = tokens_live * (ACTIVATION_FLOATS * shape.d_model + shape.d_mlp * max(1, shape.experts_per_token)
-                             + w.logit_copies * shape.vocab) * 4
+        act = (
+            tokens_live
+            * (
+                ACTIVATION_FLOATS * shape.d_model
+                + shape.d_mlp * max(1, shape.experts_per_token)
+                + w.logit_copies * shape.vocab
+            )
+            * 4
+        )
         if w.eager and w.tokens:
-            act += w.batch * shape.n_heads * w.window ** 2 * 4 * 2
+            act += w.batch * shape.n_heads * w.window**2 * 4 * 2
         process = 0.0 if dev.gpu else CPU_PROCESS_GIB
         host, kept = w.host_bytes / GIB, w.kept_bytes / GIB + w.weight_copies * weights
         peak = weights + act / GIB + kept + (0.0 if dev.gpu else host) + process
@@ -357,22 +444,48 @@ def estimate(shape: ModelShape, work: Sequence[Work], device: str | Device = "cp
         fixed = forwards * shape.n_layers * w.blocks * block
         host_s = cal.price(w.host, threads, dev.name)
         hooks = 1.0 + cal.price(w.hooks, threads, dev.name) if w.tokens else 1.0
-        rows.append({"step": w.step, "forward_tokens": int(w.tokens), "window": w.window, "batch": w.batch,
-                     "tflops": flops / 1e12, "seconds": flops / rate * hooks + fixed + host_s,
-                     "cpu_seconds": host_s, "weights_gib": weights, "activations_gib": act / GIB,
-                     "kept_gib": kept, "host_gib": host, "process_gib": process, "peak_gib": peak,
-                     "fits": peak <= dev.memory_gib, "note": w.note})
+        rows.append(
+            {
+                "step": w.step,
+                "forward_tokens": int(w.tokens),
+                "window": w.window,
+                "batch": w.batch,
+                "tflops": flops / 1e12,
+                "seconds": flops / rate * hooks + fixed + host_s,
+                "cpu_seconds": host_s,
+                "weights_gib": weights,
+                "activations_gib": act / GIB,
+                "kept_gib": kept,
+                "host_gib": host,
+                "process_gib": process,
+                "peak_gib": peak,
+                "fits": peak <= dev.memory_gib,
+                "note": w.note,
+            }
+        )
     df = pd.DataFrame(rows)
     if len(df):
-        total = {"step": "total", "forward_tokens": int(df["forward_tokens"].sum()), "tflops": df["tflops"].sum(),
-                 "seconds": df["seconds"].sum(), "cpu_seconds": df["cpu_seconds"].sum(),
-                 "host_gib": df["host_gib"].max(), "peak_gib": df["peak_gib"].max(), "fits": bool(df["fits"].all())}
+        total = {
+            "step": "total",
+            "forward_tokens": int(df["forward_tokens"].sum()),
+            "tflops": df["tflops"].sum(),
+            "seconds": df["seconds"].sum(),
+            "cpu_seconds": df["cpu_seconds"].sum(),
+            "host_gib": df["host_gib"].max(),
+            "peak_gib": df["peak_gib"].max(),
+            "fits": bool(df["fits"].all()),
+        }
         df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
     return df.assign(model=shape.name, device=dev.name, dtype=dtype)
 
 
-def start_seconds(shape: ModelShape, dtype: str = "float32", fmt: str = "directory", threads: int | None = None,
-                  calib: Calibration | None = None) -> dict[str, float]:
+def start_seconds(
+    shape: ModelShape,
+    dtype: str = "float32",
+    fmt: str = "directory",
+    threads: int | None = None,
+    calib: Calibration | None = None,
+) -> dict[str, float]:
     """A command's start-up before its work, as the calibration measured it: ``imports`` (torch, transformers,
     TransformerLens, tlgeo's commands) and ``load`` (booting a model of ``fmt``, :func:`model_format`: a fixed part
     and a part per GiB of its weights in ``dtype``), the same on any device (the planner has no GPU's)."""
@@ -399,5 +512,5 @@ def padded_batches(lengths: Sequence[int], batch: int) -> tuple[int, int]:
     """``(forward tokens, longest row)`` of rows of ``lengths`` in batches of ``batch`` in their order,
     each batch padded to its longest row."""
     lengths = list(lengths)
-    tokens = sum(len(c) * max(c) for c in (lengths[i: i + batch] for i in range(0, len(lengths), batch)))
+    tokens = sum(len(c) * max(c) for c in (lengths[i : i + batch] for i in range(0, len(lengths), batch)))
     return tokens, max(lengths, default=0)

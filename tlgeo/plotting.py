@@ -3,7 +3,8 @@ integer layer ticks, one colour per site.
 
 The report embeds figures at 110 dpi in a page about 1000 px wide, so a figure
 :data:`WIDTH` inches wide (legend included) shows at its natural size, with
-10-point text about 15 px high. Nothing here touches the data of a plot; :func:`attention_rows` / :func:`attention_view` store
+10-point text about 15 px high. Nothing here touches the data of a plot; :func:`attention_rows` /
+:func:`attention_view` store
 attention patterns as table rows (computed by an analysis's run) and draw them back as a circuitsvis view,
 so a report section needs no model.
 """
@@ -12,15 +13,32 @@ from __future__ import annotations
 
 from .errors import InputError
 
-__all__ = ["WIDTH", "FONT", "SITE_COLORS", "site_color", "integer_ticks", "legend_outside", "plain_log_ticks",
-           "style", "attention_rows", "attention_view"]
+__all__ = [
+    "WIDTH",
+    "FONT",
+    "SITE_COLORS",
+    "site_color",
+    "integer_ticks",
+    "legend_outside",
+    "plain_log_ticks",
+    "style",
+    "attention_rows",
+    "attention_view",
+]
 
 WIDTH = 9.0  # inches, legend included: ~1000 px at the report's 110 dpi
 FONT = 11  # points
 
 # one colour per site in every figure (matplotlib's tab10 order)
-SITE_COLORS = {"value_excl_self": "#1f77b4", "value_full": "#ff7f0e", "attn": "#2ca02c", "mlp": "#d62728",
-               "block": "#9467bd", "diag": "#8c564b", "resid_post": "#e377c2"}
+SITE_COLORS = {
+    "value_excl_self": "#1f77b4",
+    "value_full": "#ff7f0e",
+    "attn": "#2ca02c",
+    "mlp": "#d62728",
+    "block": "#9467bd",
+    "diag": "#8c564b",
+    "resid_post": "#e377c2",
+}
 _EXTRA = ("#7f7f7f", "#bcbd22", "#17becf")
 
 
@@ -89,9 +107,15 @@ def attention_rows(patterns, names, tokens) -> "pd.DataFrame":
     if pats.ndim != 3 or pats.shape[1] != pats.shape[2] or pats.shape[0] != len(names) or pats.shape[1] != len(tokens):
         raise InputError(f"patterns must be [{len(names)}, {len(tokens)}, {len(tokens)}], got {pats.shape}")
     q, k = np.tril_indices(len(tokens))
-    return pd.DataFrame({"view": np.repeat(list(names), len(q)), "query": np.tile(q, len(names)),
-                         "key": np.tile(k, len(names)), "weight": pats[:, q, k].reshape(-1),
-                         "query_token": np.tile(np.asarray(tokens, dtype=object)[q], len(names))})
+    return pd.DataFrame(
+        {
+            "view": np.repeat(list(names), len(q)),
+            "query": np.tile(q, len(names)),
+            "key": np.tile(k, len(names)),
+            "weight": pats[:, q, k].reshape(-1),
+            "query_token": np.tile(np.asarray(tokens, dtype=object)[q], len(names)),
+        }
+    )
 
 
 def attention_view(rows: "pd.DataFrame", views=None, labels=None, **kwargs):
@@ -113,5 +137,6 @@ def attention_view(rows: "pd.DataFrame", views=None, labels=None, **kwargs):
         if r.empty:
             raise InputError(f"no attention view {v!r}; stored: {sorted(set(rows['view']))}")
         pats[i, r["query"].to_numpy(), r["key"].to_numpy()] = r["weight"].to_numpy()
-    return cv.attention.attention_heads(attention=pats, tokens=tokens, attention_head_names=list(labels or views),
-                                        **kwargs)
+    return cv.attention.attention_heads(
+        attention=pats, tokens=tokens, attention_head_names=list(labels or views), **kwargs
+    )

@@ -26,8 +26,9 @@ PAIR_LOGS = [f"results/norm-pair/{a}/log.csv" for a in ("gpt", "llama")]
 TABLE12, COMPRESSED_PPL = "results/compression-smollm2-135m/table12.csv", "results/compression-smollm2-135m/ppl.csv"
 BLIMP, REPAIR, ENTROPY, PROBES = (f"{PARTS}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy", "probes"))
 PARTS_GEMMA = "results/dirmag-parts-gemma3-270m"
-BLIMP_G, REPAIR_G, ENTROPY_G, PROBES_G = (f"{PARTS_GEMMA}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy",
-                                                                                   "probes"))
+BLIMP_G, REPAIR_G, ENTROPY_G, PROBES_G = (
+    f"{PARTS_GEMMA}/dirmag_{t}.csv" for t in ("blimp", "repair", "entropy", "probes")
+)
 TASKS = "results/patching-smollm2-135m/patching_tasks.csv"
 EFFECTS = "results/patching-smollm2-135m/patching_effects.csv"
 BASELINE = "results/patching-smollm2-135m/patching_par_baseline.csv"
@@ -51,8 +52,7 @@ PDSF_GEN_ROWS = f"{PDSF}/pdsf_generation.csv.gz"
 TOKENWISE = "results/tokenwise-smollm2-135m"
 TOKENWISE_GEMMA = "results/tokenwise-gemma3-270m"
 TW_GEOMETRY = {m: f"{d}/tokenwise_geometry.csv" for m, d in (("smollm2", TOKENWISE), ("gemma", TOKENWISE_GEMMA))}
-TW_CORRELATION = {m: f"{d}/tokenwise_correlation.csv" for m, d in (("smollm2", TOKENWISE),
-                                                                  ("gemma", TOKENWISE_GEMMA))}
+TW_CORRELATION = {m: f"{d}/tokenwise_correlation.csv" for m, d in (("smollm2", TOKENWISE), ("gemma", TOKENWISE_GEMMA))}
 
 
 def _near(x: float, quoted: float, decimals: int) -> bool:
@@ -61,8 +61,10 @@ def _near(x: float, quoted: float, decimals: int) -> bool:
 
 # -- which rows a counterexample edits ----------------------------------------------------------------------
 
-def _head(layer: int, head: int, seed: "int | None" = None, component: str = "head",
-          direction: str = "denoise") -> dict:
+
+def _head(
+    layer: int, head: int, seed: "int | None" = None, component: str = "head", direction: str = "denoise"
+) -> dict:
     """One head's exact patching rows (of one prompt sample, if ``seed``)."""
     w = {"method": "exact", "direction": direction, "component": component, "layer": layer, "head": head}
     return w if seed is None else {**w, "seed": seed}
@@ -75,6 +77,12 @@ def _rel(a: str, b: str, layer: int):
 
 def _path(sender: tuple[int, int], receiver: tuple[int, int], inp: str, direction: "str | None" = None) -> dict:
     """One path's rows: the whole sender head into ``inp`` of the receiver head."""
-    w = {"component": "head", "sender_layer": sender[0], "sender_head": sender[1], "receiver_layer": receiver[0],
-         "receiver_head": receiver[1], "receiver_input": inp}
+    w = {
+        "component": "head",
+        "sender_layer": sender[0],
+        "sender_head": sender[1],
+        "receiver_layer": receiver[0],
+        "receiver_head": receiver[1],
+        "receiver_input": inp,
+    }
     return w if direction is None else {**w, "direction": direction}

@@ -12,6 +12,7 @@ from .common import ROOT, claim, ZOO_EFFECTS, ZOO_PATHS, ZOO_TASKS, PRED, _near,
 
 # -- 7. circuits whose answer is known ---------------------------------------------------------------------
 
+
 def _planted(model: str) -> dict[str, list[tuple[int, int]]]:
     """The heads zoo/induction-<model>/zoo.json names from their attention scores (the test recomputes them)."""
     import json
@@ -21,20 +22,34 @@ def _planted(model: str) -> dict[str, list[tuple[int, int]]]:
 
 
 def _zoo_heads(effects: pd.DataFrame, component: str = "head") -> pd.DataFrame:
-    e = effects[(effects["method"] == "exact") & (effects["direction"] == "noise")
-                & (effects["component"] == component)]
+    e = effects[
+        (effects["method"] == "exact") & (effects["direction"] == "noise") & (effects["component"] == component)
+    ]
     return e.set_index(["layer", "head"])
 
 
-@claim("7.task", "Both do the task: the Llama answers 84.4 % of 64 clean prompts right (log-probability gap 4.53), "
-       "the GPT 54.7 % (gap 4.05).", ZOO_TASKS["llama"], ZOO_TASKS["gpt"],
-       false_if=[edit(None, accuracy=0.5, says="the Llama answers half")])
+@claim(
+    "7.task",
+    "Both do the task: the Llama answers 84.4 % of 64 clean prompts right (log-probability gap 4.53), "
+    "the GPT 54.7 % (gap 4.05).",
+    ZOO_TASKS["llama"],
+    ZOO_TASKS["gpt"],
+    false_if=[edit(None, accuracy=0.5, says="the Llama answers half")],
+)
 def _(ll, gp):
     a, b = ll.iloc[0], gp.iloc[0]
-    return Verdict(bool(_near(100 * a["accuracy"], 84.4, 1) and _near(a["gap"], 4.53, 2)
-                        and _near(100 * b["accuracy"], 54.7, 1)
-                        and _near(b["gap"], 4.05, 2) and a["patched"] and b["patched"] and a["n"] == b["n"] == 64),
-                   "")
+    return Verdict(
+        bool(
+            _near(100 * a["accuracy"], 84.4, 1)
+            and _near(a["gap"], 4.53, 2)
+            and _near(100 * b["accuracy"], 54.7, 1)
+            and _near(b["gap"], 4.05, 2)
+            and a["patched"]
+            and b["patched"]
+            and a["n"] == b["n"] == 64
+        ),
+        "",
+    )
 
 
 def _named(model: str) -> set[tuple[int, int]]:
@@ -42,12 +57,19 @@ def _named(model: str) -> set[tuple[int, int]]:
     return set(sum(_planted(model).values(), []))
 
 
-@claim("7.exact-ranks-planted", "Exact patching ranks the previous-token and induction heads the attention scores name "
-       "first in both models: the top four by |effect| in the Llama and the top five in the GPT are exactly those "
-       "heads, each with a CI above 0 and q < 0.05; the duplicate-token head the Llama's scores also name (L0H1, score "
-       "0.599) is not among them and does not pass (0.032, q 0.41).", ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"],
-       false_if=[edit(_head(1, 3, direction="noise"), effect=2.0, says="an unnamed Llama head breaks the most"),
-                 edit(_head(0, 1, direction="noise"), ci_low=0.01, q=0.01, says="the duplicate-token head passes")])
+@claim(
+    "7.exact-ranks-planted",
+    "Exact patching ranks the previous-token and induction heads the attention scores name "
+    "first in both models: the top four by |effect| in the Llama and the top five in the GPT are exactly those "
+    "heads, each with a CI above 0 and q < 0.05; the duplicate-token head the Llama's scores also name (L0H1, score "
+    "0.599) is not among them and does not pass (0.032, q 0.41).",
+    ZOO_EFFECTS["llama"],
+    ZOO_EFFECTS["gpt"],
+    false_if=[
+        edit(_head(1, 3, direction="noise"), effect=2.0, says="an unnamed Llama head breaks the most"),
+        edit(_head(0, 1, direction="noise"), ci_low=0.01, q=0.01, says="the duplicate-token head passes"),
+    ],
+)
 def _(ll, gp):
     import json
 
@@ -57,21 +79,35 @@ def _(ll, gp):
         circuit = set(jobs["previous_token"]) | set(jobs["induction"])
         h = _zoo_heads(e)
         top = set(h["effect"].abs().nlargest(len(circuit)).index)
-        out.append(top == circuit and bool((h.loc[list(circuit), "ci_low"] > 0).all())
-                   and bool((h.loc[list(circuit), "q"] < 0.05).all()))
+        out.append(
+            top == circuit
+            and bool((h.loc[list(circuit), "ci_low"] > 0).all())
+            and bool((h.loc[list(circuit), "q"] < 0.05).all())
+        )
     dup = _planted("llama")["duplicate_token"]
     scores = json.loads((ROOT / "zoo" / "induction-llama" / "zoo.json").read_text())["head_scores"]
     score = [s["duplicate_token"] for s in scores if (s["layer"], s["head"]) == (0, 1)]
     l0h1 = _zoo_heads(ll).loc[(0, 1)]
-    return Verdict(all(out) and dup == [(0, 1)] and score == [0.5993] and not differs(l0h1)
-                   and _near(l0h1["effect"], 0.032, 3) and _near(l0h1["q"], 0.41, 2), f"llama, gpt: {out}")
+    return Verdict(
+        all(out)
+        and dup == [(0, 1)]
+        and score == [0.5993]
+        and not differs(l0h1)
+        and _near(l0h1["effect"], 0.032, 3)
+        and _near(l0h1["q"], 0.41, 2),
+        f"llama, gpt: {out}",
+    )
 
 
-@claim("7.unplanted", "Not every other head is null: of the heads the scores name for no job, in the Llama L0H3 "
-       "(0.136, q 0.0054) and L1H3 (0.040, q 0.0024), in the GPT L0H3 (-0.100, q 0.022) also pass; the other such "
-       "heads have q of 0.078 or more.",
-       ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"],
-       false_if=[edit(_head(0, 0, direction="noise"), q=0.01, says="L0H0 passes too")])
+@claim(
+    "7.unplanted",
+    "Not every other head is null: of the heads the scores name for no job, in the Llama L0H3 "
+    "(0.136, q 0.0054) and L1H3 (0.040, q 0.0024), in the GPT L0H3 (-0.100, q 0.022) also pass; the other such "
+    "heads have q of 0.078 or more.",
+    ZOO_EFFECTS["llama"],
+    ZOO_EFFECTS["gpt"],
+    false_if=[edit(_head(0, 0, direction="noise"), q=0.01, says="L0H0 passes too")],
+)
 def _(ll, gp):
     out, detail = [], []
     # head: (effect, q, decimals of q as quoted)
@@ -80,83 +116,148 @@ def _(ll, gp):
         h = _zoo_heads(e)
         others = h.drop(index=list(_named(m)))
         sig = others[others["q"] < 0.05]
-        out.append(set(sig.index) == set(quoted[m])
-                   and all(_near(sig.loc[[c], "effect"].iloc[0], eff, 3)
-                           and _near(sig.loc[[c], "q"].iloc[0], q, digits) for c, (eff, q, digits) in quoted[m].items())
-                   and others.drop(index=list(quoted[m]))["q"].min() >= 0.078)
+        out.append(
+            set(sig.index) == set(quoted[m])
+            and all(
+                _near(sig.loc[[c], "effect"].iloc[0], eff, 3) and _near(sig.loc[[c], "q"].iloc[0], q, digits)
+                for c, (eff, q, digits) in quoted[m].items()
+            )
+            and others.drop(index=list(quoted[m]))["q"].min() >= 0.078
+        )
         detail.append(f"{m}: {others['q'].round(3).to_dict()}")
     return Verdict(all(out), "; ".join(detail))
 
 
-@claim("7.prev-token-first", "Noising a previous-token head breaks the most: the Llama's L0H2 1.105 of the gap, the "
-       "GPT's L0H1 0.881 (its second, L0H0, 0.331).", ZOO_EFFECTS["llama"], ZOO_EFFECTS["gpt"],
-       false_if=[edit(_head(1, 0, direction="noise"), effect=1.5)])
+@claim(
+    "7.prev-token-first",
+    "Noising a previous-token head breaks the most: the Llama's L0H2 1.105 of the gap, the "
+    "GPT's L0H1 0.881 (its second, L0H0, 0.331).",
+    ZOO_EFFECTS["llama"],
+    ZOO_EFFECTS["gpt"],
+    false_if=[edit(_head(1, 0, direction="noise"), effect=1.5)],
+)
 def _(ll, gp):
     a, b = _zoo_heads(ll)["effect"], _zoo_heads(gp)["effect"]
-    return Verdict(bool(a.idxmax() == (0, 2) and _near(a[(0, 2)], 1.105, 3) and b.idxmax() == (0, 1)
-                        and _near(b[(0, 1)], 0.881, 3) and _near(b[(0, 0)], 0.331, 3)), "")
+    return Verdict(
+        bool(
+            a.idxmax() == (0, 2)
+            and _near(a[(0, 2)], 1.105, 3)
+            and b.idxmax() == (0, 1)
+            and _near(b[(0, 1)], 0.881, 3)
+            and _near(b[(0, 0)], 0.331, 3)
+        ),
+        "",
+    )
 
 
 def _k_q_v(paths: pd.DataFrame, model: str) -> pd.DataFrame:
     """The previous-token heads' paths into the induction heads, one row per (sender, receiver), inputs as columns."""
     planted = _planted(model)
     p = paths[(paths["component"] == "head") & (paths["direction"] == "noise")]
-    p = p[p[["sender_layer", "sender_head"]].apply(tuple, axis=1).isin(planted["previous_token"])
-          & p[["receiver_layer", "receiver_head"]].apply(tuple, axis=1).isin(planted["induction"])]
+    p = p[
+        p[["sender_layer", "sender_head"]].apply(tuple, axis=1).isin(planted["previous_token"])
+        & p[["receiver_layer", "receiver_head"]].apply(tuple, axis=1).isin(planted["induction"])
+    ]
     return p.pivot_table(index=["sender_head", "receiver_head"], columns="receiver_input", values="effect")
 
 
-@claim("7.k-composition", "Path patching finds K-composition: the Llama's previous-token head reaches its induction "
-       "heads through their keys (0.225-0.330 of the gap, each q < 0.05), not their queries (at most 0.0007 in size), "
-       "and through their values far less (0.039-0.068).", ZOO_PATHS["llama"],
-       false_if=[edit(_path((0, 2), (1, 0), "q", "noise"), effect=0.1)])
+@claim(
+    "7.k-composition",
+    "Path patching finds K-composition: the Llama's previous-token head reaches its induction "
+    "heads through their keys (0.225-0.330 of the gap, each q < 0.05), not their queries (at most 0.0007 in size), "
+    "and through their values far less (0.039-0.068).",
+    ZOO_PATHS["llama"],
+    false_if=[edit(_path((0, 2), (1, 0), "q", "noise"), effect=0.1)],
+)
 def _(paths):
     t = _k_q_v(paths, "llama")
-    sig = paths[(paths["component"] == "head") & (paths["sender_head"] == 2) & (paths["receiver_input"] == "k")
-                & paths["receiver_head"].isin([0, 1, 2])]["q"]
-    return Verdict(bool(_near(t["k"].min(), 0.225, 3) and _near(t["k"].max(), 0.330, 3) and (sig < 0.05).all()
-                        and _near(t["q"].abs().max(), 0.0007, 4) and _near(t["v"].min(), 0.039, 3)
-                        and _near(t["v"].max(), 0.068, 3)), t.round(4).to_string())
+    sig = paths[
+        (paths["component"] == "head")
+        & (paths["sender_head"] == 2)
+        & (paths["receiver_input"] == "k")
+        & paths["receiver_head"].isin([0, 1, 2])
+    ]["q"]
+    return Verdict(
+        bool(
+            _near(t["k"].min(), 0.225, 3)
+            and _near(t["k"].max(), 0.330, 3)
+            and (sig < 0.05).all()
+            and _near(t["q"].abs().max(), 0.0007, 4)
+            and _near(t["v"].min(), 0.039, 3)
+            and _near(t["v"].max(), 0.068, 3)
+        ),
+        t.round(4).to_string(),
+    )
 
 
-@claim("7.gpt-v-too", "In the GPT the two previous-token heads reach the induction heads' keys (0.086-0.540) and "
-       "also their values (0.084-0.184): for each induction head the keys carry more, summed over the senders, and "
-       "the queries nothing (at most 0.0002).", ZOO_PATHS["gpt"],
-       false_if=[edit(_path((0, 1), (1, 1), "v", "noise"), effect=1.0)])
+@claim(
+    "7.gpt-v-too",
+    "In the GPT the two previous-token heads reach the induction heads' keys (0.086-0.540) and "
+    "also their values (0.084-0.184): for each induction head the keys carry more, summed over the senders, and "
+    "the queries nothing (at most 0.0002).",
+    ZOO_PATHS["gpt"],
+    false_if=[edit(_path((0, 1), (1, 1), "v", "noise"), effect=1.0)],
+)
 def _(paths):
     t = _k_q_v(paths, "gpt")
     per = t.groupby(level="receiver_head")[["k", "v"]].sum()
-    return Verdict(bool(_near(t["k"].min(), 0.086, 3) and _near(t["k"].max(), 0.540, 3)
-                        and _near(t["v"].min(), 0.084, 3)
-                        and _near(t["v"].max(), 0.184, 3) and (per["k"] > per["v"]).all()
-                        and t["q"].abs().max() <= 0.00025), per.round(3).to_string())
+    return Verdict(
+        bool(
+            _near(t["k"].min(), 0.086, 3)
+            and _near(t["k"].max(), 0.540, 3)
+            and _near(t["v"].min(), 0.084, 3)
+            and _near(t["v"].max(), 0.184, 3)
+            and (per["k"] > per["v"]).all()
+            and t["q"].abs().max() <= 0.00025
+        ),
+        per.round(3).to_string(),
+    )
 
 
-@claim("7.nonself-perp", "An induction head acts through its non-self aggregate, across the residual: in the Llama "
-       "nonself carries 0.303-0.444 and head_perp 0.297-0.437 of the gap, self and head_par at most 0.003 in size; "
-       "in the GPT nonself 0.385-0.711 but self 0.074-0.118 too, head_par at most 0.0104.", ZOO_EFFECTS["llama"],
-       ZOO_EFFECTS["gpt"],
-       false_if=[edit(_head(1, 0, component="self", direction="noise"), effect=0.05)])
+@claim(
+    "7.nonself-perp",
+    "An induction head acts through its non-self aggregate, across the residual: in the Llama "
+    "nonself carries 0.303-0.444 and head_perp 0.297-0.437 of the gap, self and head_par at most 0.003 in size; "
+    "in the GPT nonself 0.385-0.711 but self 0.074-0.118 too, head_par at most 0.0104.",
+    ZOO_EFFECTS["llama"],
+    ZOO_EFFECTS["gpt"],
+    false_if=[edit(_head(1, 0, component="self", direction="noise"), effect=0.05)],
+)
 def _(ll, gp):
     def parts(e, m):
         heads = _planted(m)["induction"]
         return {c: _zoo_heads(e, c).loc[heads, "effect"] for c in ("nonself", "self", "head_par", "head_perp")}
+
     a, b = parts(ll, "llama"), parts(gp, "gpt")
-    return Verdict(bool(_near(a["nonself"].min(), 0.303, 3) and _near(a["nonself"].max(), 0.444, 3)
-                        and _near(a["head_perp"].min(), 0.297, 3) and _near(a["head_perp"].max(), 0.437, 3)
-                        and a["self"].abs().max() <= 0.003 and a["head_par"].abs().max() <= 0.003
-                        and _near(b["nonself"].min(), 0.385, 3) and _near(b["nonself"].max(), 0.711, 3)
-                        and _near(b["self"].min(), 0.074, 3) and _near(b["self"].max(), 0.118, 3)
-                        and _near(b["head_par"].abs().max(), 0.0104, 4)),
-                   f"llama self {a['self'].round(4).tolist()}, gpt head_par {b['head_par'].round(4).tolist()}")
+    return Verdict(
+        bool(
+            _near(a["nonself"].min(), 0.303, 3)
+            and _near(a["nonself"].max(), 0.444, 3)
+            and _near(a["head_perp"].min(), 0.297, 3)
+            and _near(a["head_perp"].max(), 0.437, 3)
+            and a["self"].abs().max() <= 0.003
+            and a["head_par"].abs().max() <= 0.003
+            and _near(b["nonself"].min(), 0.385, 3)
+            and _near(b["nonself"].max(), 0.711, 3)
+            and _near(b["self"].min(), 0.074, 3)
+            and _near(b["self"].max(), 0.118, 3)
+            and _near(b["head_par"].abs().max(), 0.0104, 4)
+        ),
+        f"llama self {a['self'].round(4).tolist()}, gpt head_par {b['head_par'].round(4).tolist()}",
+    )
 
 
-@claim("7.v-composition", "In the predecessor Llama (100 % of 64 clean prompts right, gap 12.47) exact patching ranks "
-       "its five planted heads (previous-token L0H1-3, duplicate-token L1H1-2) first; the previous-token heads reach "
-       "the duplicate-token heads through their values (0.005-0.066 of the gap, each q < 0.05), not their keys (at "
-       "most 0.0009 in size, q of 0.57 or more) or their queries (below 0.0001).", PRED["tasks"], PRED["effects"],
-       PRED["paths"],
-       false_if=[edit(_path((0, 1), (1, 1), "k"), table=2, effect=0.05)])
+@claim(
+    "7.v-composition",
+    "In the predecessor Llama (100 % of 64 clean prompts right, gap 12.47) exact patching ranks "
+    "its five planted heads (previous-token L0H1-3, duplicate-token L1H1-2) first; the previous-token heads reach "
+    "the duplicate-token heads through their values (0.005-0.066 of the gap, each q < 0.05), not their keys (at "
+    "most 0.0009 in size, q of 0.57 or more) or their queries (below 0.0001).",
+    PRED["tasks"],
+    PRED["effects"],
+    PRED["paths"],
+    false_if=[edit(_path((0, 1), (1, 1), "k"), table=2, effect=0.05)],
+)
 def _(tasks, effects, paths):
     import json
 
@@ -165,24 +266,49 @@ def _(tasks, effects, paths):
     t = tasks.iloc[0]
     h = _zoo_heads(effects)
     top = set(h["effect"].abs().nlargest(len(prev) + len(dup)).index)
-    p = paths[(paths["component"] == "head")
-              & paths[["sender_layer", "sender_head"]].apply(tuple, axis=1).isin(prev)
-              & paths[["receiver_layer", "receiver_head"]].apply(tuple, axis=1).isin(dup)]
+    p = paths[
+        (paths["component"] == "head")
+        & paths[["sender_layer", "sender_head"]].apply(tuple, axis=1).isin(prev)
+        & paths[["receiver_layer", "receiver_head"]].apply(tuple, axis=1).isin(dup)
+    ]
     v, k, q = (p[p["receiver_input"] == i] for i in ("v", "k", "q"))
-    return Verdict(bool(prev == [(0, 1), (0, 2), (0, 3)] and dup == [(1, 1), (1, 2)] and top == set(prev) | set(dup)
-                        and _near(100 * t["accuracy"], 100.0, 1) and _near(t["gap"], 12.47, 2) and t["n"] == 64
-                        and _near(v["effect"].min(), 0.005, 3) and _near(v["effect"].max(), 0.066, 3)
-                        and (v["q"] < 0.05).all() and _near(k["effect"].abs().max(), 0.0009, 4)
-                        and _near(k["q"].min(), 0.57, 2) and q["effect"].abs().max() < 0.0001),
-                   f"values {v['effect'].round(4).tolist()}")
+    return Verdict(
+        bool(
+            prev == [(0, 1), (0, 2), (0, 3)]
+            and dup == [(1, 1), (1, 2)]
+            and top == set(prev) | set(dup)
+            and _near(100 * t["accuracy"], 100.0, 1)
+            and _near(t["gap"], 12.47, 2)
+            and t["n"] == 64
+            and _near(v["effect"].min(), 0.005, 3)
+            and _near(v["effect"].max(), 0.066, 3)
+            and (v["q"] < 0.05).all()
+            and _near(k["effect"].abs().max(), 0.0009, 4)
+            and _near(k["q"].min(), 0.57, 2)
+            and q["effect"].abs().max() < 0.0001
+        ),
+        f"values {v['effect'].round(4).tolist()}",
+    )
 
 
-@claim("7.pred-unplanted", "The predecessor Llama's three other heads (L0H0, L1H0, L1H3) pass q < 0.05 too, with "
-       "effects of at most 0.0011 of the gap (0.0011, 0.0001, 0.0010).", PRED["effects"],
-       false_if=[edit({"method": "exact", "direction": "noise", "component": "head", "layer": 1, "head": 0}, q=0.3,
-                      says="L1H0 does not pass"),
-                 edit({"method": "exact", "direction": "noise", "component": "head", "layer": 1, "head": 3},
-                      effect=0.05, says="L1H3 moves 0.05 of the gap")])
+@claim(
+    "7.pred-unplanted",
+    "The predecessor Llama's three other heads (L0H0, L1H0, L1H3) pass q < 0.05 too, with "
+    "effects of at most 0.0011 of the gap (0.0011, 0.0001, 0.0010).",
+    PRED["effects"],
+    false_if=[
+        edit(
+            {"method": "exact", "direction": "noise", "component": "head", "layer": 1, "head": 0},
+            q=0.3,
+            says="L1H0 does not pass",
+        ),
+        edit(
+            {"method": "exact", "direction": "noise", "component": "head", "layer": 1, "head": 3},
+            effect=0.05,
+            says="L1H3 moves 0.05 of the gap",
+        ),
+    ],
+)
 def _(effects):
     import json
 
@@ -190,7 +316,12 @@ def _(effects):
     h = _zoo_heads(effects)
     others = h.drop(index=[tuple(x) for job in rec.values() for x in job])
     quoted = {(0, 0): 0.0011, (1, 0): 0.0001, (1, 3): 0.0010}
-    return Verdict(bool(set(others.index) == set(quoted) and (others["q"] < 0.05).all()
-                        and all(_near(others.loc[k, "effect"], v, 4) for k, v in quoted.items())
-                        and others["effect"].abs().max() <= 0.0011),
-                   f"{others[['effect', 'q']].round(4).to_dict('index')}")
+    return Verdict(
+        bool(
+            set(others.index) == set(quoted)
+            and (others["q"] < 0.05).all()
+            and all(_near(others.loc[k, "effect"], v, 4) for k, v in quoted.items())
+            and others["effect"].abs().max() <= 0.0011
+        ),
+        f"{others[['effect', 'q']].round(4).to_dict('index')}",
+    )

@@ -43,8 +43,17 @@ def test_eap_equals_finite_differences(case):
     edges = torch.nonzero(g.valid)[::9].tolist()
 
     def central(h):
-        f = lambda t: exact_scores(model, g, task.clean, task.corrupted, edges, metric, clean_metric=0.0,  # noqa
-                                   scale=t, max_rows=512)
+        f = lambda t: exact_scores(  # noqa: E731
+            model,
+            g,
+            task.clean,
+            task.corrupted,
+            edges,
+            metric,
+            clean_metric=0.0,  # noqa
+            scale=t,
+            max_rows=512,
+        )
         return (f(h) - f(-h)) / (2 * h)
 
     fd = (4 * central(0.01) - central(0.02)) / 3
@@ -84,8 +93,9 @@ def test_edge_runs_at_their_ends(case):
     got = faithfulness_runs(model, g, task.clean, task.corrupted, [g.valid.clone(), torch.zeros_like(g.valid)], metric)
     assert abs(clean - corr) > 1e-4
     assert float(got[0]) == pytest.approx(clean, abs=1e-9) and float(got[1]) == pytest.approx(corr, abs=1e-9)
-    zero = exact_scores(model, g, task.clean, task.corrupted, [(0, 0), (1, g.logits_receiver)], metric,
-                        clean_metric=clean, scale=0.0)
+    zero = exact_scores(
+        model, g, task.clean, task.corrupted, [(0, 0), (1, g.logits_receiver)], metric, clean_metric=clean, scale=0.0
+    )
     assert zero.abs().max() < 1e-9
 
 

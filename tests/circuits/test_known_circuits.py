@@ -18,8 +18,11 @@ from tlgeo.patching.paths import path_runs, path_sweep
 from tlgeo.patching.tasks import build_task
 from tlgeo.train.zoo import zoo_model_dir
 
-CASES = {"induction-llama": ("induction", "k"), "predecessor-llama": ("predecessor", "v"),
-         "induction-gpt": ("induction", "k")}
+CASES = {
+    "induction-llama": ("induction", "k"),
+    "predecessor-llama": ("predecessor", "v"),
+    "induction-gpt": ("induction", "k"),
+}
 
 
 def planted_edges(name: str) -> set[tuple[str, str]]:

@@ -58,25 +58,55 @@ INVISIBLE = {
     # only the first token changes, so the length (L0H0 -> MLP0) and opp_index (MLP1, MLP2) are the same on both
     # runs; L0H0's query and key read the tokens, but its selector (Select(tokens, tokens, TRUE)) attends to the
     # same keys whatever they are
-    "reverse": {("input", "L0H0", "q"), ("input", "L0H0", "k"), ("input", "L0H0", "v"), ("input", "MLP0", "in"),
-                ("L0H0", "MLP0", "in"), ("input", "MLP1", "in"), ("MLP0", "MLP1", "in"), ("MLP1", "MLP2", "in"),
-                ("input", "L3H0", "q"), ("MLP2", "L3H0", "q"), ("input", "L3H0", "k")},
+    "reverse": {
+        ("input", "L0H0", "q"),
+        ("input", "L0H0", "k"),
+        ("input", "L0H0", "v"),
+        ("input", "MLP0", "in"),
+        ("L0H0", "MLP0", "in"),
+        ("input", "MLP1", "in"),
+        ("MLP0", "MLP1", "in"),
+        ("MLP1", "MLP2", "in"),
+        ("input", "L3H0", "q"),
+        ("MLP2", "L3H0", "q"),
+        ("input", "L3H0", "k"),
+    },
     # the head's value and the MLP's `one` / BOS reads: the same on both runs
     "hist": {("input", "L0H0", "v"), ("input", "MLP0", "in")},
     # `one`, positions and BOS
-    "sort": {("input", "L1H0", "q"), ("input", "L1H0", "k"), ("input", "L1H0", "v"), ("input", "MLP1", "in"),
-             ("input", "L2H0", "q"), ("input", "L2H0", "k")},
+    "sort": {
+        ("input", "L1H0", "q"),
+        ("input", "L1H0", "k"),
+        ("input", "L1H0", "v"),
+        ("input", "MLP1", "in"),
+        ("input", "L2H0", "q"),
+        ("input", "L2H0", "k"),
+    },
     # `one`, positions and BOS; MLP0 -> MLP2 carries "the token is c", which is c at the last position on both runs
     # (the corruption changes the a or the b), and MLP2, the last layer, counts there only
-    "detect_pattern": {("input", "L1H0", "q"), ("input", "L1H0", "k"), ("input", "L1H1", "q"),
-                       ("input", "L1H1", "k"), ("input", "MLP1", "in"), ("input", "MLP2", "in"),
-                       ("MLP0", "MLP2", "in")},
+    "detect_pattern": {
+        ("input", "L1H0", "q"),
+        ("input", "L1H0", "k"),
+        ("input", "L1H1", "q"),
+        ("input", "L1H1", "k"),
+        ("input", "MLP1", "in"),
+        ("input", "MLP2", "in"),
+        ("MLP0", "MLP2", "in"),
+    },
 }
 # visible edges the gradient methods score ~0 (see the module): program -> (edges, bound on |EAP / EAP-IG score|)
 FLAT = {
     "hist": ({("input", "L0H0", "q"), ("input", "L0H0", "k"), ("L0H0", "MLP0", "in")}, 1e-6),
-    "sort": ({("input", "MLP0", "in"), ("MLP0", "L1H0", "q"), ("MLP0", "L1H0", "k"), ("L1H0", "MLP1", "in"),
-              ("MLP1", "L2H0", "k")}, 1e-2),
+    "sort": (
+        {
+            ("input", "MLP0", "in"),
+            ("MLP0", "L1H0", "q"),
+            ("MLP0", "L1H0", "k"),
+            ("L1H0", "MLP1", "in"),
+            ("MLP1", "L2H0", "k"),
+        },
+        1e-2,
+    ),
 }
 
 
@@ -93,16 +123,24 @@ def found(request):
     visible = visible_edges(model, truth, task.clean, task.corrupted)
     out = {}
     for method in METHODS:
-        res = run(model, CircuitConfig(tasks=("tracr",), prompts=N, seed=SEED, method=method, ig_steps=5,
-                                       verify=0, levels=(LEVEL,)))
+        res = run(
+            model,
+            CircuitConfig(tasks=("tracr",), prompts=N, seed=SEED, method=method, ig_steps=5, verify=0, levels=(LEVEL,)),
+        )
         s = res.summary.iloc[0]
         k = int(s["k90"])
         rec = recovery(res.edges, k, truth, visible)
         named = [truth_edge(a, b) for a, b in zip(res.edges["sender"], res.edges["receiver"])]
-        out[method] = dict(summary=s, rec=rec, scores=dict(zip(named, res.edges["score"].astype(float))),
-                           ranks=dict(zip(named, res.edges["rank"].astype(int))))
-        print(f"{program:15s} {method:6s} edges {s['edges']:3d} k90 {k:3d} precision {rec['precision']:.3f} "
-              f"recall {rec['recall']:.3f} recall_visible {rec['recall_visible']:.3f} extra {rec['extra']}")
+        out[method] = dict(
+            summary=s,
+            rec=rec,
+            scores=dict(zip(named, res.edges["score"].astype(float))),
+            ranks=dict(zip(named, res.edges["rank"].astype(int))),
+        )
+        print(
+            f"{program:15s} {method:6s} edges {s['edges']:3d} k90 {k:3d} precision {rec['precision']:.3f} "
+            f"recall {rec['recall']:.3f} recall_visible {rec['recall_visible']:.3f} extra {rec['extra']}"
+        )
     return program, model, truth, visible, out
 
 
@@ -121,12 +159,18 @@ def test_recovery_counts_the_top_k_and_refuses_bad_input():
     """Precision and recall of a hand-made edge table against a hand-made truth (not the code's own output)."""
     import pandas as pd
 
-    truth = {"edges": [{"sender": "input", "receiver": "L0H0", "port": "q"},
-                       {"sender": "L0H0", "receiver": "output", "port": "out"}]}
-    edges = pd.DataFrame({"sender": ["L0H0", "input", "L0MLP"], "receiver": ["logits", "L0MLP", "L0H0.q"],
-                          "rank": [1, 2, 3]})
-    visible = pd.DataFrame({"sender": ["input", "L0H0"], "receiver": ["L0H0", "output"], "port": ["q", "out"],
-                            "visible": [False, True]})
+    truth = {
+        "edges": [
+            {"sender": "input", "receiver": "L0H0", "port": "q"},
+            {"sender": "L0H0", "receiver": "output", "port": "out"},
+        ]
+    }
+    edges = pd.DataFrame(
+        {"sender": ["L0H0", "input", "L0MLP"], "receiver": ["logits", "L0MLP", "L0H0.q"], "rank": [1, 2, 3]}
+    )
+    visible = pd.DataFrame(
+        {"sender": ["input", "L0H0"], "receiver": ["L0H0", "output"], "port": ["q", "out"], "visible": [False, True]}
+    )
     got = recovery(edges, 2, truth, visible)
     assert got["precision"] == 0.5 and got["recall"] == 0.5 and got["recall_visible"] == 1
     assert got["missed"] == [("input", "L0H0", "q")] and got["extra"] == [("input", "MLP0", "in")]

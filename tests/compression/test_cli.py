@@ -38,11 +38,33 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     _zero_cols(tiny_dir, root)
     out = tmp_path / "out"
     pd.DataFrame({"method": ["same", "zero_cols"], "ppl": [10.0, 12.0]}).to_csv(tmp_path / "ppl.csv", index=False)
-    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
-            "--prompts", "3", "--seq-len", "32", "--out", str(out), "--ppl", str(tmp_path / "ppl.csv")]
+    args = [
+        "compression",
+        "--model",
+        str(tiny_dir),
+        "--root",
+        str(root),
+        "--methods",
+        "same,zero_cols",
+        "--prompts",
+        "3",
+        "--seq-len",
+        "32",
+        "--out",
+        str(out),
+        "--ppl",
+        str(tmp_path / "ppl.csv"),
+    ]
     assert main(args) == 0
-    for f in ("diag_prompts.csv.gz", "diag_layers.csv", "table12.csv", "ppl_prediction.csv",
-              "figure6_local.png", "figure6_e2e.png", "timing.csv"):
+    for f in (
+        "diag_prompts.csv.gz",
+        "diag_layers.csv",
+        "table12.csv",
+        "ppl_prediction.csv",
+        "figure6_local.png",
+        "figure6_e2e.png",
+        "timing.csv",
+    ):
         assert (out / f).is_file(), f
     t = pd.read_csv(out / "table12.csv")
     assert set(t["method"]) == {"same", "zero_cols"} and set(t["ref"]) == {"delta", "z"}
@@ -56,9 +78,31 @@ def test_cli_compress_diag(tiny_dir, tmp_path, capsys):
     assert main(["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "gone"]) == 2
     assert "compressed model directory missing" in capsys.readouterr().err
     # the identity columns, then the old files' columns in their order
-    assert list(t.columns) == [*IDENTITY, "method", "mode", "site", "tokens", "ref", "r_e_perp", "rho_e_perp", "rho_e_par",
-                               "share_perp", "share_par", "mean_e", "mean_e_perp", "mean_e_par", "n_layers"]
-    assert list(pd.read_csv(out / "timing.csv").columns) == [*IDENTITY, "method", "seconds", "modes", "n_prompts", "seq_len"]
+    assert list(t.columns) == [
+        *IDENTITY,
+        "method",
+        "mode",
+        "site",
+        "tokens",
+        "ref",
+        "r_e_perp",
+        "rho_e_perp",
+        "rho_e_par",
+        "share_perp",
+        "share_par",
+        "mean_e",
+        "mean_e_perp",
+        "mean_e_par",
+        "n_layers",
+    ]
+    assert list(pd.read_csv(out / "timing.csv").columns) == [
+        *IDENTITY,
+        "method",
+        "seconds",
+        "modes",
+        "n_prompts",
+        "seq_len",
+    ]
     prompts = pd.read_csv(out / "diag_prompts.csv.gz")
     assert list(prompts.columns[:12]) == [*IDENTITY, "method", "mode", "site", "layer", "tokens", "prompt"]
     assert {"n_prompts_cfg", "seq_len_cfg", "corpus_cfg", "base_cfg", "model_cfg"} <= set(prompts.columns)
@@ -70,8 +114,18 @@ def test_cli_compression_checks_its_ppl_table_before_the_model_loads(tiny_dir, t
     root = tmp_path / "root"
     _zero_cols(tiny_dir, root)
     monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
-    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "same,zero_cols",
-            "--out", str(tmp_path / "out"), "--ppl"]
+    args = [
+        "compression",
+        "--model",
+        str(tiny_dir),
+        "--root",
+        str(root),
+        "--methods",
+        "same,zero_cols",
+        "--out",
+        str(tmp_path / "out"),
+        "--ppl",
+    ]
     assert main([*args, str(tmp_path / "nowhere.csv")]) == 2  # was: left out without a word
     assert "nowhere.csv: no such file" in capsys.readouterr().err
     pd.DataFrame({"method": ["same"], "perplexity": [10.0]}).to_csv(tmp_path / "bad.csv", index=False)
@@ -83,8 +137,21 @@ def test_cli_compress_diag_settings_and_model_changes(tiny_dir, tmp_path, monkey
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "root"
     _zero_cols(tiny_dir, root)
-    args = ["compression", "--model", str(tiny_dir), "--root", str(root), "--methods", "zero_cols",
-            "--prompts", "2", "--seq-len", "16", "--modes", "local"]
+    args = [
+        "compression",
+        "--model",
+        str(tiny_dir),
+        "--root",
+        str(root),
+        "--methods",
+        "zero_cols",
+        "--prompts",
+        "2",
+        "--seq-len",
+        "16",
+        "--modes",
+        "local",
+    ]
     assert main(args) == 0
     out = tmp_path / "runs" / "compression" / "base"  # default_out("compression/<model>"), never results/
     assert (out / "table12.csv").is_file() and (out / "figure6_local.png").is_file()
@@ -121,8 +188,9 @@ def test_run_compresses_missing_methods_on_the_fly(tmp_path):
 
     model = tiny_model("llama")
     comp = CompressConfig(n_calib=4, calib_seq_len=32, pipeline="basic")
-    cfg = CompressionConfig(methods=("wanda", "rtn_w4g32"), prompts=2, seq_len=16, modes=("local",), root=str(tmp_path / "c"),
-                     compress=comp)
+    cfg = CompressionConfig(
+        methods=("wanda", "rtn_w4g32"), prompts=2, seq_len=16, modes=("local",), root=str(tmp_path / "c"), compress=comp
+    )
     said = []
     res = run(model, cfg, out=tmp_path / "out", say=said.append)
     assert isinstance(res, CompressionResult) and set(res.table12["method"]) == {"wanda", "rtn_w4g32"}
@@ -156,8 +224,13 @@ def test_each_dtype_compresses_into_a_folder_of_its_own(tmp_path, monkeypatch):
     f32, bf16 = tiny_model("llama"), tiny_model("llama", dtype=torch.bfloat16)
     assert default_root(f32) == tmp_path / "cache" / "compressed" / "tiny-llama"
     assert default_root(bf16) == tmp_path / "cache" / "compressed" / "tiny-llama-bfloat16"
-    cfg = CompressionConfig(methods=("rtn_w4g32",), prompts=2, seq_len=16, modes=("local",),
-                     compress=CompressConfig(n_calib=2, calib_seq_len=16, pipeline="basic"))
+    cfg = CompressionConfig(
+        methods=("rtn_w4g32",),
+        prompts=2,
+        seq_len=16,
+        modes=("local",),
+        compress=CompressConfig(n_calib=2, calib_seq_len=16, pipeline="basic"),
+    )
     first = run(f32, cfg).prompts[MODEL_COLUMN].unique()
     run(bf16, cfg)
     said = []
@@ -171,9 +244,28 @@ def test_cli_compress(tiny_dir, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
     root = tmp_path / "root"
-    args = ["compress", "--model", str(tiny_dir), "--methods", "rtn_w4g32,wanda", "--n-calib", "4",
-            "--calib-seq-len", "32", "--pipeline", "basic", "--root", str(root), "--ppl", "--ppl-tokens", "64",
-            "--context", "32", "--threads", "1"]
+    args = [
+        "compress",
+        "--model",
+        str(tiny_dir),
+        "--methods",
+        "rtn_w4g32,wanda",
+        "--n-calib",
+        "4",
+        "--calib-seq-len",
+        "32",
+        "--pipeline",
+        "basic",
+        "--root",
+        str(root),
+        "--ppl",
+        "--ppl-tokens",
+        "64",
+        "--context",
+        "32",
+        "--threads",
+        "1",
+    ]
     assert main(args) == 0
     cap = capsys.readouterr()
     assert "INFO" not in cap.out + cap.err and "METRIC" not in cap.out + cap.err  # llmcompressor kept at WARNING

@@ -63,9 +63,23 @@ def test_across_layer_stats_and_summary():
         for l in layers:
             ep, ea = e_perp[l], e_par[l]
             e = math.hypot(ep, ea)
-            rows.append({"method": "m", "mode": "local", "site": "attn", "tokens": "all", "layer": l, "prompt": p,
-                         "e": e, "e_par": ea, "e_perp": ep, "e_par_z": 0.0, "e_perp_z": e,
-                         "share_perp": ep / e, "share_par": ea / e})
+            rows.append(
+                {
+                    "method": "m",
+                    "mode": "local",
+                    "site": "attn",
+                    "tokens": "all",
+                    "layer": l,
+                    "prompt": p,
+                    "e": e,
+                    "e_par": ea,
+                    "e_perp": ep,
+                    "e_par_z": 0.0,
+                    "e_perp_z": e,
+                    "share_perp": ep / e,
+                    "share_par": ea / e,
+                }
+            )
     summ = summarize_layers(pd.DataFrame(rows))
     assert len(summ) == 6 and (summ["e_sd"] == 0).all() and (summ["n_prompts"] == 3).all()
     t = across_layer_stats(summ).iloc[0]
@@ -144,8 +158,13 @@ def test_a_compressed_directory_loads_where_the_dense_model_is(tiny_dir, toks, t
     assert placement(bf16) == {"device": torch.device("cpu"), "dtype": torch.bfloat16}
     df = diagnose(bf16, {"same": str(tiny_dir)}, toks)
     assert (df[["e", "e_par", "e_perp"]].to_numpy() == 0).all()
-    offloaded = {"device": None, "dtype": torch.float32, "device_map": "auto", "max_memory": None,
-                 "offload_folder": str(tmp_path)}
+    offloaded = {
+        "device": None,
+        "dtype": torch.float32,
+        "device_map": "auto",
+        "max_memory": None,
+        "offload_folder": str(tmp_path),
+    }
     bf16.tlgeo_placement = offloaded  # as load_model(..., offload_folder=tmp_path) records it
     assert placement(bf16, offload_subfolder="wanda")["offload_folder"] == str(tmp_path / "wanda")
     with pytest.raises(ValueError, match="offload_subfolder"):

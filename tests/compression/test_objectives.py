@@ -32,10 +32,20 @@ def test_parse_method():
     assert parse_method("sgpt_perp_4_8").kind == "sgpt_perp"
     assert parse_method("wanda_perp", lam=0.3).lam == 0.3 and parse_method("wanda", lam=0.3).lam == 0.0
     assert parse_method("perpalloc_s60").sparsity == pytest.approx(0.6)
-    for bad, part in [("gptq", "family"), ("wanda_x", "'x'"), ("awq_s50", "no sparsity"),
-                      ("wanda_w4g64", "no w<bits>"), ("owl_perp", "_perp"), ("wanda_l0.5", "needs '_perp'"),
-                      ("awq_perp_l150", "lambda"), ("owl_2_4", "unstructured"), ("wanda_4_2", "0 < N < M"),
-                      ("rtn_w5g64", "5-bit"), ("wanda_s0", "sparsity"), ("wanda_s60_2_4", "contradicts")]:
+    for bad, part in [
+        ("gptq", "family"),
+        ("wanda_x", "'x'"),
+        ("awq_s50", "no sparsity"),
+        ("wanda_w4g64", "no w<bits>"),
+        ("owl_perp", "_perp"),
+        ("wanda_l0.5", "needs '_perp'"),
+        ("awq_perp_l150", "lambda"),
+        ("owl_2_4", "unstructured"),
+        ("wanda_4_2", "0 < N < M"),
+        ("rtn_w5g64", "5-bit"),
+        ("wanda_s0", "sparsity"),
+        ("wanda_s60_2_4", "contradicts"),
+    ]:
         with pytest.raises(UnknownMethodError, match=part):
             parse_method(bad)
 
@@ -149,8 +159,12 @@ def test_outlier_ratio_and_sensitivity():
     scores = [torch.ones(10), torch.tensor([100.0, 1.0])]  # mean 109/12 ~ 9.1: one score above 5x it
     assert outlier_ratio(scores, m=5) == pytest.approx(1 / 12)
     assert outlier_ratio(scores, m=20) == 0.0
-    rows = [{"method": m, "mode": "local", "site": st, "tokens": "all", "layer": l, "e_perp_mean": v}
-            for m in ("wanda", "other") for st in ("block", "attn") for l, v in ((1, 0.3), (0, 0.1), (2, 0.2))]
+    rows = [
+        {"method": m, "mode": "local", "site": st, "tokens": "all", "layer": l, "e_perp_mean": v}
+        for m in ("wanda", "other")
+        for st in ("block", "attn")
+        for l, v in ((1, 0.3), (0, 0.1), (2, 0.2))
+    ]
     df = pd.DataFrame(rows)
     assert perp_sensitivity(df, "wanda").tolist() == [0.1, 0.3, 0.2]
     with pytest.raises(ValueError, match="no local/block/all rows"):
@@ -215,7 +229,9 @@ def _o_proj_io(d, calib):
     hf = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     got = {}
     mod = hf.model.layers[0].self_attn.o_proj
-    h = mod.register_forward_hook(lambda m, a, o: got.update(x=a[0].reshape(-1, a[0].shape[-1]), y=o.reshape(-1, o.shape[-1])))
+    h = mod.register_forward_hook(
+        lambda m, a, o: got.update(x=a[0].reshape(-1, a[0].shape[-1]), y=o.reshape(-1, o.shape[-1]))
+    )
     with torch.no_grad():
         hf(input_ids=torch.tensor(calib), use_cache=False)
     h.remove()
@@ -243,7 +259,9 @@ def test_perp_sparsegpt_refit_on_a_tiny_model(tiny, tmp_path):
     log = {r["module"]: r for r in man["refit"]}
     assert set(log) == {f"model.layers.{i}.{m}" for i in range(3) for m in ("self_attn.o_proj", "mlp.down_proj")}
     assert log["model.layers.0.self_attn.o_proj"]["perp_after"] == pytest.approx(perp_p, rel=1e-3)
-    assert all(r["iso_after"] <= r["iso_bound"] * (1 + 1e-5) and r["perp_after"] <= r["perp_start"] for r in log.values())
+    assert all(
+        r["iso_after"] <= r["iso_bound"] * (1 + 1e-5) and r["perp_after"] <= r["perp_start"] for r in log.values()
+    )
 
 
 def test_allocated_sparsity_on_a_tiny_model(tiny, tmp_path):
@@ -282,8 +300,9 @@ def test_baseline_of():
 
 
 def _items(correct):
-    return pd.DataFrame({"task": ["piqa"] * len(correct), "item": range(len(correct)), "correct": correct,
-                         "correct_norm": correct})
+    return pd.DataFrame(
+        {"task": ["piqa"] * len(correct), "item": range(len(correct)), "correct": correct, "correct_norm": correct}
+    )
 
 
 def test_quality_table_and_prediction_test():
@@ -304,8 +323,18 @@ def test_quality_table_and_prediction_test():
     rows = []
     for m in methods[1:]:
         d = damage[m]
-        rows.append({"method": m, "mode": "local", "site": "attn", "tokens": "all", "ref": "delta",
-                     "mean_e_perp": d, "mean_e": d + rng.normal(0, 0.15), "mean_e_par": 1 - d})
+        rows.append(
+            {
+                "method": m,
+                "mode": "local",
+                "site": "attn",
+                "tokens": "all",
+                "ref": "delta",
+                "mean_e_perp": d,
+                "mean_e": d + rng.normal(0, 0.15),
+                "mean_e_par": 1 - d,
+            }
+        )
     corr, comp = prediction_test(pd.DataFrame(rows), q.reset_index(), n_boot=300)
     c = corr.set_index(["target", "predictor"])
     assert c.loc[("log_ppl", "e_perp"), "rho"] == pytest.approx(1.0)

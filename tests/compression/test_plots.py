@@ -15,10 +15,21 @@ from tlgeo.compression.plots import plot_layers, plot_prediction, save_figures
 
 def _layers() -> pd.DataFrame:
     """A summarize_layers-shaped frame: two methods, two modes, three sites, four layers."""
-    rows = [{"method": m, "mode": mode, "site": s, "tokens": "all", "layer": l,
-             "e_perp_mean": 0.1 * (k + 1) * (l + 1), "e_par_mean": 0.05 * (k + 1)}
-            for k, m in enumerate(("wanda", "awq")) for mode in ("local", "e2e")
-            for s in ("attn", "mlp", "block") for l in range(4)]
+    rows = [
+        {
+            "method": m,
+            "mode": mode,
+            "site": s,
+            "tokens": "all",
+            "layer": l,
+            "e_perp_mean": 0.1 * (k + 1) * (l + 1),
+            "e_par_mean": 0.05 * (k + 1),
+        }
+        for k, m in enumerate(("wanda", "awq"))
+        for mode in ("local", "e2e")
+        for s in ("attn", "mlp", "block")
+        for l in range(4)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -37,12 +48,27 @@ def test_plot_prediction():
     rng = np.random.default_rng(0)
     methods = ["base"] + [f"wanda_s{s}" for s in (30, 40, 50, 60, 70)] + ["rtn_w3g64", "rtn_w4g64"]
     damage = dict(zip(methods, [0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.3, 0.03]))
-    quality = pd.DataFrame({"method": methods, "ppl": [30 * np.exp(3 * damage[m]) for m in methods],
-                            "acc": [0.7 * (1 - damage[m]) for m in methods]})
+    quality = pd.DataFrame(
+        {
+            "method": methods,
+            "ppl": [30 * np.exp(3 * damage[m]) for m in methods],
+            "acc": [0.7 * (1 - damage[m]) for m in methods],
+        }
+    )
     # e_perp follows the damage exactly; e adds noise; e_par runs against it
-    rows = [{"method": m, "mode": "local", "site": "attn", "tokens": "all", "ref": "delta",
-             "mean_e_perp": damage[m], "mean_e": damage[m] + rng.normal(0, 0.15), "mean_e_par": 1 - damage[m]}
-            for m in methods[1:]]
+    rows = [
+        {
+            "method": m,
+            "mode": "local",
+            "site": "attn",
+            "tokens": "all",
+            "ref": "delta",
+            "mean_e_perp": damage[m],
+            "mean_e": damage[m] + rng.normal(0, 0.15),
+            "mean_e_par": 1 - damage[m],
+        }
+        for m in methods[1:]
+    ]
     fig = plot_prediction(pd.DataFrame(rows), quality, site="attn", target="acc_drop")
     assert len(fig.axes) == 3 and "rho 1.00" in fig.axes[1].get_title()  # e_perp: the damage itself
     assert "rho -1.00" in fig.axes[2].get_title()  # e_par: against it

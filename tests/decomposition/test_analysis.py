@@ -5,8 +5,16 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from tlgeo.decomposition.analysis import (DecompositionResult, PplResult, ProfileResult, ppl_units, run, run_ppl,
-                                          run_profile, units)
+from tlgeo.decomposition.analysis import (
+    DecompositionResult,
+    PplResult,
+    ProfileResult,
+    ppl_units,
+    run,
+    run_ppl,
+    run_profile,
+    units,
+)
 from tlgeo.decomposition.config import DecompositionConfig, PplConfig, ProfileConfig
 
 
@@ -29,13 +37,20 @@ def test_configs_check_their_values():
     assert PplConfig(site="exclude_self").site == "value_excl_self"
     cfg = DecompositionConfig(sites=("attn", "diag"))
     assert cfg.profile_sites() == ("attn",) and [e.describe()["site"] for e in cfg.edits()] == ["attn", "attn", "diag"]
-    assert ProfileConfig(tokens=0, seq_len=64, corpus="a/b.txt").per_token_file() == "profile_tokens-a_b.txt-tall-s64.csv.gz"
+    assert (
+        ProfileConfig(tokens=0, seq_len=64, corpus="a/b.txt").per_token_file()
+        == "profile_tokens-a_b.txt-tall-s64.csv.gz"
+    )
 
 
 def test_units_name_the_profile_and_each_removal(llama):
     cfg = DecompositionConfig(sites=("attn", "diag"))
-    assert units(llama, cfg) == [("profile",), ("edit", "attn", "par"), ("edit", "attn", "perp"),
-                                 ("edit", "diag", "par")]
+    assert units(llama, cfg) == [
+        ("profile",),
+        ("edit", "attn", "par"),
+        ("edit", "attn", "perp"),
+        ("edit", "diag", "par"),
+    ]
     assert units(llama, DecompositionConfig(sites=("diag",))) == [("edit", "diag", "par")]  # nothing to profile
     assert ppl_units(llama, PplConfig(site="attn")) == [("baseline",), ("edit",)]
 
@@ -51,8 +66,9 @@ def test_run_saves_the_old_files_and_resumes_from_the_log(llama, tmp_path):
     assert list(res.profile_summary[["max_tokens", "seq_len"]].iloc[0]) == [64, 32]
     only = run(llama, cfg, log=tmp_path / "logs", units=[("edit", "mlp", "perp")])  # from the log
     assert only.profile_summary is None and list(only.edits["s_perp"]) == [1.0, 0.0]
-    pd.testing.assert_frame_equal(only.edits.iloc[[1]].reset_index(drop=True),
-                                  res.edits.iloc[[2]].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        only.edits.iloc[[1]].reset_index(drop=True), res.edits.iloc[[2]].reset_index(drop=True)
+    )
     loaded = DecompositionResult.load(tmp_path / "out")
     assert len(loaded.edits) == 3 and len(loaded.profile_summary) == len(res.profile_summary)
 

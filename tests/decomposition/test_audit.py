@@ -7,8 +7,7 @@ from tlgeo.decomposition.audit import audit_overall, post_wo_audit, token_audit
 from tlgeo.hooks.edits import Edit
 from tlgeo.geometry import scale_components
 
-COLS = ["perturbation_mean", "energy_mean", "retained_mean",
-        "perturbation_pooled", "energy_pooled", "retained_pooled"]
+COLS = ["perturbation_mean", "energy_mean", "retained_mean", "perturbation_pooled", "energy_pooled", "retained_pooled"]
 
 
 def _attn_out(model, tokens, layer, edit=None):
@@ -27,9 +26,11 @@ def _direct(y, y_new):
     rho = (y_new - y).norm(dim=-1) / y.norm(dim=-1)
     kappa = y_new.norm(dim=-1) / y.norm(dim=-1)
     return {
-        "perturbation_mean": rho.mean(), "energy_mean": (rho ** 2).mean(), "retained_mean": kappa.mean(),
+        "perturbation_mean": rho.mean(),
+        "energy_mean": (rho**2).mean(),
+        "retained_mean": kappa.mean(),
         "perturbation_pooled": (y_new - y).norm(dim=-1).sum() / y.norm(dim=-1).sum(),
-        "energy_pooled": ((y_new - y) ** 2).sum() / (y ** 2).sum(),
+        "energy_pooled": ((y_new - y) ** 2).sum() / (y**2).sum(),
         "retained_pooled": y_new.norm(dim=-1).sum() / y.norm(dim=-1).sum(),
     }
 

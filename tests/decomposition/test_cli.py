@@ -12,16 +12,44 @@ from tlgeo.runner.results import IDENTITY
 
 def test_run_writes_outputs_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["decompose", "--model", "tiny:llama", "--tokens", "300", "--profile-tokens", "256",
-            "--context", "128", "--out", str(out)]
+    argv = [
+        "decompose",
+        "--model",
+        "tiny:llama",
+        "--tokens",
+        "300",
+        "--profile-tokens",
+        "256",
+        "--context",
+        "128",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     edits = pd.read_csv(out / "edits.csv")
     # baseline + (s_par=0, s_perp=0) for 5 decomposition sites + diag s_par=0
     assert len(edits) == 12 and edits.iloc[0]["site"] == "none"
     assert edits["ppl"].gt(0).all() and (edits.loc[0, "delta_ppl"] == 0)
-    assert list(edits.columns) == [*IDENTITY, "site", "s_par", "s_perp", "layers", "skip_first", "heads", "context",
-                                   "max_tokens", "text_sha1", "tokens", "ppl", "nll", "n_tokens", "n_windows",
-                                   "word_ppl", "delta_ppl", "corpus"]  # the identity, then the old CLI's columns
+    assert list(edits.columns) == [
+        *IDENTITY,
+        "site",
+        "s_par",
+        "s_perp",
+        "layers",
+        "skip_first",
+        "heads",
+        "context",
+        "max_tokens",
+        "text_sha1",
+        "tokens",
+        "ppl",
+        "nll",
+        "n_tokens",
+        "n_windows",
+        "word_ppl",
+        "delta_ppl",
+        "corpus",
+    ]  # the identity, then the old CLI's columns
     prof = pd.read_csv(out / "profile_summary.csv")
     assert set(prof["site"]) == {"attn", "mlp", "block", "value_full", "value_excl_self"}
     assert {"corpus", "max_tokens", "seq_len"} <= set(prof.columns) and (prof["seq_len"] == 256).all()
@@ -42,18 +70,49 @@ def test_run_writes_outputs_and_resumes(tmp_path, capsys):
 
 def test_run_default_out_is_runs_not_results(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
-    argv = ["decompose", "--model", "tiny:llama", "--tokens", "100", "--profile-tokens", "64", "--profile-seq-len", "32",
-            "--context", "32", "--sites", "attn"]
+    argv = [
+        "decompose",
+        "--model",
+        "tiny:llama",
+        "--tokens",
+        "100",
+        "--profile-tokens",
+        "64",
+        "--profile-seq-len",
+        "32",
+        "--context",
+        "32",
+        "--sites",
+        "attn",
+    ]
     assert main(argv) == 0
     out = tmp_path / "runs" / "tiny-llama"
     assert len(pd.read_csv(out / "edits.csv")) == 3 and set(pd.read_csv(out / "profile_summary.csv")["site"]) == {
-        "attn"}
+        "attn"
+    }
 
 
 def test_ppl_command(tmp_path):
     out = tmp_path / "ppl"
-    argv = ["ppl", "--model", "tiny:llama", "--tokens", "200", "--context", "64", "--site", "value_excl_self",
-            "--s-par", "0", "--heads", "0,1", "--layers", "1-2", "--out", str(out)]
+    argv = [
+        "ppl",
+        "--model",
+        "tiny:llama",
+        "--tokens",
+        "200",
+        "--context",
+        "64",
+        "--site",
+        "value_excl_self",
+        "--s-par",
+        "0",
+        "--heads",
+        "0,1",
+        "--layers",
+        "1-2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "ppl.jsonl").read_text().splitlines()]
     assert [r["site"] for r in rows] == ["none", "value_excl_self"]
@@ -137,8 +196,9 @@ def test_a_default_window_follows_the_model_a_given_one_does_not(tmp_path, capsy
     cfg, notes = DecompositionConfig(tokens=64).fit_to(256)  # tiny:llama: 256 positions, the default is 512
     assert cfg.context == 256 and cfg.profile_seq_len == 256 and len(notes) == 1 and "--context" in notes[0]
     assert DecompositionConfig(context=300).fit_to(256)[0].context == 300  # given: left for check_fits to refuse
-    code = main(["ppl", "--model", "tiny:llama", "--site", "attn", "--s-par", "0", "--tokens", "64", "--out",
-                 str(tmp_path)])
+    code = main(
+        ["ppl", "--model", "tiny:llama", "--site", "attn", "--s-par", "0", "--tokens", "64", "--out", str(tmp_path)]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "the default 512 is above the model's context of 256 tokens; using 256" in out
 
@@ -163,8 +223,25 @@ def test_results_are_appended_by_settings_not_overwritten(tmp_path, capsys):
 
 def test_profile_per_token_file(tmp_path, capsys):
     out = tmp_path / "prof"
-    assert main(["profile", "--model", "tiny:llama", "--tokens", "128", "--seq-len", "64", "--sites",
-                 "attn,value_excl_self", "--per-token", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--model",
+                "tiny:llama",
+                "--tokens",
+                "128",
+                "--seq-len",
+                "64",
+                "--sites",
+                "attn,value_excl_self",
+                "--per-token",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = pd.read_csv(out / "profile_tokens-wikitext2-t128-s64.csv.gz")
     assert set(rows["site"]) == {"attn", "value_excl_self"}
     assert list(rows.columns[:5]) == ["site", "layer", "head", "seq", "pos"]
@@ -179,8 +256,21 @@ def test_ctrl_c_prints_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(compare, "compare_edits", interrupted)
     out = tmp_path / "run"
-    code = main(["decompose", "--model", "tiny:llama", "--tokens", "200", "--profile-tokens", "300", "--context", "64",
-                 "--out", str(out)])
+    code = main(
+        [
+            "decompose",
+            "--model",
+            "tiny:llama",
+            "--tokens",
+            "200",
+            "--profile-tokens",
+            "300",
+            "--context",
+            "64",
+            "--out",
+            str(out),
+        ]
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "%|" not in line]
     assert code == 130 and len(err) == 1, err
     assert err[0].startswith("tlgeo decompose: interrupted.") and f"{out}/edits.jsonl" in err[0]

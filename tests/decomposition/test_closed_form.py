@@ -33,7 +33,7 @@ def test_value_closed_form_equals_edit_pure(exclude_self, s_par, q):
     p = _pattern(b, h, q, k, gen)
     v = torch.randn(b, k, kv, d, generator=gen, dtype=torch.float64)
     z = torch.einsum("bhqk,bkhd->bqhd", p, expand_kv(v, h))
-    v_self = expand_kv(v[:, k - q:], h)
+    v_self = expand_kv(v[:, k - q :], h)
     if exclude_self:
         dself, c = split_self(z, p, v)
         z_edit = dself + scale_components(c, v_self, s_par)

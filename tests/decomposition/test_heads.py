@@ -114,8 +114,18 @@ def test_sensitivity_rows_match_direct_forwards(llama, texts):
         df = head_sensitivity(llama, texts, layers=[1, 2], batch_size=4, **FAST)
     n_heads = llama.cfg.n_heads
     assert len(df) == 2 * (n_heads + 1)
-    assert list(df.columns[:10]) == ["site", "layer", "head", "delta_loss", "ci_low", "ci_high", "p", "q",
-                                     "n_texts", "n_tokens"]
+    assert list(df.columns[:10]) == [
+        "site",
+        "layer",
+        "head",
+        "delta_loss",
+        "ci_low",
+        "ci_high",
+        "p",
+        "q",
+        "n_texts",
+        "n_tokens",
+    ]
     base = _direct_losses(llama, texts).double()
     for L in (1, 2):
         for head, heads in [(ALL, None), (0, [0]), (3, [3])]:
@@ -250,8 +260,18 @@ def _fake_map():
     for L in (1, 2):
         for h in [*range(4), ALL]:
             d = 0.5 if h == ALL else 0.01 * (L * 4 + h) * (-1) ** h
-            rows.append({"site": "value_excl_self", "layer": L, "head": h, "delta_loss": d,
-                         "ci_low": d - 0.02, "ci_high": d + 0.02, "p": 0.5, "q": 0.5})
+            rows.append(
+                {
+                    "site": "value_excl_self",
+                    "layer": L,
+                    "head": h,
+                    "delta_loss": d,
+                    "ci_low": d - 0.02,
+                    "ci_high": d + 0.02,
+                    "p": 0.5,
+                    "q": 0.5,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -281,7 +301,9 @@ def test_selective_removal(llama, texts):
     sel = [h for e in head_edits("value_excl_self", {1: [3], 2: [1, 3]}) for h in e.hooks(llama)]
     assert ppl["selective"] == pytest.approx(perplexity(llama, stream, context=64, fwd_hooks=sel).ppl)
     rec = df.set_index("condition").recovered
-    assert rec["selective"] == pytest.approx(1 - (ppl["selective"] - ppl["unedited"]) / (ppl["all heads"] - ppl["unedited"]))
+    assert rec["selective"] == pytest.approx(
+        1 - (ppl["selective"] - ppl["unedited"]) / (ppl["all heads"] - ppl["unedited"])
+    )
     again = selective_removal(llama, stream, _fake_map(), k=3, context=64, n_random=2, seed=0)
     pd.testing.assert_frame_equal(df, again)
 

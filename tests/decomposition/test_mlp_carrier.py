@@ -103,7 +103,10 @@ def brute_output(h, W, b, s_par, s_perp, narrow="include"):
 @pytest.mark.parametrize("narrow", ["include", "skip"])
 def test_scale_carrier_equals_loop(d_mlp, narrow):
     g = torch.Generator().manual_seed(1)
-    h, x = torch.randn(3, 7, d_mlp, generator=g, dtype=torch.float64), torch.randn(3, 7, 64, generator=g, dtype=torch.float64)
+    h, x = (
+        torch.randn(3, 7, d_mlp, generator=g, dtype=torch.float64),
+        torch.randn(3, 7, 64, generator=g, dtype=torch.float64),
+    )
     for sp, sq in [(0.0, 1.0), (1.0, 0.0), (0.3, -1.2)]:
         torch.testing.assert_close(scale_carrier(h, x, sp, sq, narrow), brute_carrier(h, x, sp, sq, narrow))
     assert scale_carrier(h, x, 1, 1, narrow) is h
@@ -176,8 +179,9 @@ def test_h_vs_x_equals_brute_force(tiny, tokens, narrow):
     W, b = W.detach().double(), None if b is None else b.detach().double()
     sp, sq = 0.25, 0.6
     h_new = brute_carrier(c[h_name].double(), c[x_name].double(), sp, sq, narrow)
-    seen = run_recording(tiny, tokens, CarrierEdit("h_vs_x", sp, sq, layers=L, narrow=narrow).hooks(tiny),
-                         [h_name, out_name])
+    seen = run_recording(
+        tiny, tokens, CarrierEdit("h_vs_x", sp, sq, layers=L, narrow=narrow).hooks(tiny), [h_name, out_name]
+    )
     torch.testing.assert_close(seen[h_name].double(), h_new, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(seen[out_name].double(), h_new @ W + (0 if b is None else b), atol=1e-5, rtol=1e-5)
 
@@ -191,8 +195,9 @@ def test_y_vs_h_equals_brute_force(tiny, tokens, narrow):
     W, b = W.detach().double(), None if b is None else b.detach().double()
     sp, sq = 0.0, 0.7
     expected = brute_output(c[h_name].double(), W, b, sp, sq, narrow)
-    seen = run_recording(tiny, tokens, CarrierEdit("y_g_vs_h_g", sp, sq, layers=[L], narrow=narrow).hooks(tiny),
-                         [out_name])
+    seen = run_recording(
+        tiny, tokens, CarrierEdit("y_g_vs_h_g", sp, sq, layers=[L], narrow=narrow).hooks(tiny), [out_name]
+    )
     torch.testing.assert_close(seen[out_name].double(), expected, atol=1e-5, rtol=1e-5)
 
 

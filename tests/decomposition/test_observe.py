@@ -23,7 +23,12 @@ def test_profile_rows_and_columns(llama, tokens):
 
 def test_profile_matches_direct_computation(llama, tokens):
     L = 1
-    names = [f"blocks.{L}.hook_resid_pre", f"blocks.{L}.hook_attn_out", f"blocks.{L}.attn.hook_v", f"blocks.{L}.attn.hook_z"]
+    names = [
+        f"blocks.{L}.hook_resid_pre",
+        f"blocks.{L}.hook_attn_out",
+        f"blocks.{L}.attn.hook_v",
+        f"blocks.{L}.attn.hook_z",
+    ]
     with torch.no_grad():
         _, cache = llama.run_with_cache(tokens, names_filter=lambda n: n in names)
     r, y = cache[names[0]].double(), cache[names[1]].double()

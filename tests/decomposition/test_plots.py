@@ -16,9 +16,12 @@ from .test_heads import _fake_map  # a sensitivity map of layers 1-2, heads 0-3 
 
 
 def test_plot_sweep():
-    rows = [dict(site=s, axis=a, scale=x, delta_ppl=d)
-            for s in ("attn", "mlp") for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
-            for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))]
+    rows = [
+        dict(site=s, axis=a, scale=x, delta_ppl=d)
+        for s in ("attn", "mlp")
+        for a, xs in (("s_par", (0, 1, 2)), ("s_perp", (0, 1)))
+        for x, d in zip(xs, ((5.0, 0.0, 2.0) if a == "s_par" else (3000.0, 0.0)))
+    ]
     fig = plot_sweep(pd.DataFrame(rows))
     axs = fig.axes
     assert [a.get_xlabel() for a in axs] == ["s_par", "s_perp"]

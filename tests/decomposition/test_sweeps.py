@@ -23,14 +23,22 @@ def text():
 def test_sweep_points_grid_and_errors():
     pts = sweep_points(["value_excl_self", "diag"], (0, 1), (0.5,))
     assert [(p.site, p.axis, p.scale) for p in pts] == [
-        ("value_excl_self", "s_par", 0.0), ("value_excl_self", "s_par", 1.0),
-        ("value_excl_self", "s_perp", 0.5), ("diag", "s_par", 0.0), ("diag", "s_par", 1.0),
+        ("value_excl_self", "s_par", 0.0),
+        ("value_excl_self", "s_par", 1.0),
+        ("value_excl_self", "s_perp", 0.5),
+        ("diag", "s_par", 0.0),
+        ("diag", "s_par", 1.0),
     ]  # diag: no s_perp axis
     assert pts[2].s_par == 1.0 and pts[2].s_perp == 0.5 and pts[1].is_noop
     assert len(sweep_points()) == 5 * (11 + 7) + 11
-    for bad in (dict(sites=[]), dict(sites=["nope"]), dict(s_par_grid=(), s_perp_grid=()),
-                dict(sites=["diag"], s_par_grid=()), dict(s_par_grid=(0, float("nan"))),
-                dict(s_par_grid=(0, 0))):
+    for bad in (
+        dict(sites=[]),
+        dict(sites=["nope"]),
+        dict(s_par_grid=(), s_perp_grid=()),
+        dict(sites=["diag"], s_par_grid=()),
+        dict(s_par_grid=(0, float("nan"))),
+        dict(s_par_grid=(0, 0)),
+    ):
         with pytest.raises(ValueError):
             sweep_points(**bad)
 
@@ -60,8 +68,15 @@ def test_sweep_matches_perplexity_and_reuses_unedited(llama, text, monkeypatch):
     calls = []
     real = sw._edited_pass
     monkeypatch.setattr(sw, "_edited_pass", lambda *a: calls.append(1) or real(*a))
-    df = sensitivity_sweep(llama, text, sites=["value_excl_self", "mlp", "diag"],
-                           s_par_grid=(0, 1, 2.5), s_perp_grid=(0.5, 1), skip_first=1, **TEXT_KW)
+    df = sensitivity_sweep(
+        llama,
+        text,
+        sites=["value_excl_self", "mlp", "diag"],
+        s_par_grid=(0, 1, 2.5),
+        s_perp_grid=(0.5, 1),
+        skip_first=1,
+        **TEXT_KW,
+    )
     assert list(df.columns) == sw.COLUMNS
     assert len(df) == 3 + 2 + 3 + 2 + 3 and len(calls) == len(df) - 5  # five (1, 1) points not run
     base = perplexity(llama, text, **TEXT_KW)
@@ -70,8 +85,7 @@ def test_sweep_matches_perplexity_and_reuses_unedited(llama, text, monkeypatch):
         if r.s_par == 1 and r.s_perp == 1:
             assert r.delta_ppl == 0 and r.ppl == df.attrs["baseline_ppl"]
             continue
-        ref = perplexity(llama, text, fwd_hooks=Edit(r.site, r.s_par, r.s_perp, skip_first=1).hooks(llama),
-                         **TEXT_KW)
+        ref = perplexity(llama, text, fwd_hooks=Edit(r.site, r.s_par, r.s_perp, skip_first=1).hooks(llama), **TEXT_KW)
         assert math.isclose(r.ppl, ref.ppl, rel_tol=1e-5), (r, ref.ppl)
         assert r.n_tokens == ref.n_tokens == base.n_tokens
         assert math.isclose(r.delta_ppl, ref.ppl - base.ppl, rel_tol=1e-4, abs_tol=1e-6)
@@ -79,8 +93,7 @@ def test_sweep_matches_perplexity_and_reuses_unedited(llama, text, monkeypatch):
 
 
 def test_interrupted_sweep_resumes_without_loss_or_duplicates(llama, text, tmp_path, monkeypatch):
-    kw = dict(sites=["attn", "value_full"], s_par_grid=(0, 0.5, 1), s_perp_grid=(0, 1),
-              skip_first=1, **TEXT_KW)
+    kw = dict(sites=["attn", "value_full"], s_par_grid=(0, 0.5, 1), s_perp_grid=(0, 1), skip_first=1, **TEXT_KW)
     full = sensitivity_sweep(llama, text, **kw)
     path = tmp_path / "sweep.jsonl"
     real_edit, real_clean = sw._edited_pass, sw._clean_pass

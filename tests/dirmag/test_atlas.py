@@ -30,9 +30,12 @@ def test_zero_budgets_leave_only_the_damage():
 
 
 def test_the_headline_follows_the_csv(tmp_path):
-    rows = [dict(kind=k, delta=d, seed=42 + s, damage=dmg, delta_over_norm=d / 10, n_sentences=281, relative=False)
-            for d, (mag, ang) in {1.0: (0.01, 0.5), 10.0: (2.0, 4.0)}.items()
-            for k, dmg in (("magnitude", mag), ("angle", ang)) for s in range(5)]
+    rows = [
+        dict(kind=k, delta=d, seed=42 + s, damage=dmg, delta_over_norm=d / 10, n_sentences=281, relative=False)
+        for d, (mag, ang) in {1.0: (0.01, 0.5), 10.0: (2.0, 4.0)}.items()
+        for k, dmg in (("magnitude", mag), ("angle", ang))
+        for s in range(5)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "dirmag_damage.csv", index=False)
     h = headline(tmp_path)
     assert "does 50.00x the loss damage" in h.sentences[0] and "2.00x" in h.sentences[0] and not h.warnings

@@ -9,13 +9,26 @@ from tlgeo.cli import main
 
 def test_dirmag_command(tmp_path, capsys):
     out = tmp_path / "dm"
-    argv = ["dirmag", "--model", "tiny:llama", "--sentences", "4", "--deltas", "0.02,0.1", "--seeds", "2",
-            "--out", str(out)]
+    argv = [
+        "dirmag",
+        "--model",
+        "tiny:llama",
+        "--sentences",
+        "4",
+        "--deltas",
+        "0.02,0.1",
+        "--seeds",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     df = pd.read_csv(out / "dirmag_damage.csv")
     assert len(df) == 2 * 2 * 2 and set(df["kind"]) == {"magnitude", "angle"} and (df["layers"] == "[1]").all()
     printed = capsys.readouterr().out
-    assert "perturbing blocks.L.hook_resid_post in blocks 1 of 0..2" in printed and "ratio_angle_over_magnitude" in printed
+    assert (
+        "perturbing blocks.L.hook_resid_post in blocks 1 of 0..2" in printed and "ratio_angle_over_magnitude" in printed
+    )
     assert main(argv + ["--relative", "--deltas", "0.5", "--blimp-pairs", "2"]) == 0  # other settings: rows added
     assert len(pd.read_csv(out / "dirmag_damage.csv")) == 8 + 4
     blimp = pd.read_csv(out / "dirmag_blimp.csv")
@@ -28,7 +41,9 @@ def test_dirmag_command(tmp_path, capsys):
     assert "recovery (%" in printed
     assert "note: damage and BLiMP on 4 sentences, repair on 3 sentences, 2 seed(s): an indication only" in printed
     assert main(argv + ["--entropy-sentences", "3", "--repair-deltas", "0.05"]) == 0
-    assert len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out
+    assert (
+        len(pd.read_csv(out / "dirmag_entropy.csv")) == 2 * 2 and "attention entropy shift" in capsys.readouterr().out
+    )
     import subprocess
     import sys
 
@@ -45,8 +60,23 @@ def test_dirmag_command(tmp_path, capsys):
 
 def test_dirmag_probes_command(tmp_path, capsys):
     out = tmp_path / "dm"
-    argv = ["dirmag", "--model", "tiny:llama", "--sentences", "2", "--deltas", "0.1", "--seeds", "1",
-            "--probe-sentences", "6", "--probe-layers", "0,2", "--out", str(out)]
+    argv = [
+        "dirmag",
+        "--model",
+        "tiny:llama",
+        "--sentences",
+        "2",
+        "--deltas",
+        "0.1",
+        "--seeds",
+        "1",
+        "--probe-sentences",
+        "6",
+        "--probe-layers",
+        "0,2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     probes = pd.read_csv(out / "dirmag_probes.csv")
     assert len(probes) == 2 * 2 * 3 and set(probes["layer"]) == {0, 2} and (probes["train_sentences"] == 6).all()
@@ -58,8 +88,26 @@ def test_dirmag_probes_command(tmp_path, capsys):
 
 def test_dirmag_grid_parts(tmp_path):
     out = tmp_path / "dm"
-    assert main(["dirmag", "--model", "tiny:llama", "--sentences", "2", "--seeds", "1", "--absolute-deltas", "0.1",
-                 "--norm-fractions", "0.5", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "dirmag",
+                "--model",
+                "tiny:llama",
+                "--sentences",
+                "2",
+                "--seeds",
+                "1",
+                "--absolute-deltas",
+                "0.1",
+                "--norm-fractions",
+                "0.5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     df = pd.read_csv(out / "dirmag_damage.csv")
     assert 0.1 in set(df["delta"]) and df["delta"].nunique() == 2
     assert df.loc[df["delta"] != 0.1, "delta_over_norm"].round(2).eq(0.5).all()

@@ -19,8 +19,12 @@ def test_the_notebooks_sentence_set():
 
 
 def test_resumed_perturbed_runs_equal_full_forwards(llama, sentences):
-    df = lm_damage(llama, sentences, SweepGrid(deltas=[0.0, 0.05], kinds=["magnitude", "angle"], seeds=2,
-                                               layers=(1, 2)), batch_size=4)
+    df = lm_damage(
+        llama,
+        sentences,
+        SweepGrid(deltas=[0.0, 0.05], kinds=["magnitude", "angle"], seeds=2, layers=(1, 2)),
+        batch_size=4,
+    )
     assert len(df) == 2 * 2 * 2 and set(df["seed"]) == {42, 43}
     zero = df[df["delta"] == 0.0]
     assert (zero["damage"].abs() < 1e-5).all()  # delta 0: no damage (resumed vs full clean forward: rounding)
@@ -72,15 +76,18 @@ def test_default_grid_reaches_the_norm():
     assert set(PAPER_DELTAS) <= set(grid) and max(grid) == 170.0 and 42.5 in grid
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(kinds=["size"]), ValueError, "unknown perturbation kind"),
-    (dict(seeds=0), ValueError, "seeds must be a positive integer"),
-    (dict(flip="mirror"), ValueError, "unknown flip"),
-    (dict(deltas=[-1.0]), ValueError, "delta must be"),
-    (dict(deltas=[]), ValueError, "empty delta grid"),
-    (dict(layers=(9,)), IndexError, "out of range"),
-    (dict(mode="rough"), ValueError, "unknown perturbation mode"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(kinds=["size"]), ValueError, "unknown perturbation kind"),
+        (dict(seeds=0), ValueError, "seeds must be a positive integer"),
+        (dict(flip="mirror"), ValueError, "unknown flip"),
+        (dict(deltas=[-1.0]), ValueError, "delta must be"),
+        (dict(deltas=[]), ValueError, "empty delta grid"),
+        (dict(layers=(9,)), IndexError, "out of range"),
+        (dict(mode="rough"), ValueError, "unknown perturbation mode"),
+    ],
+)
 def test_bad_input(llama, kwargs, exc, match, sentences):
     with pytest.raises(exc, match=match):
         lm_damage(llama, sentences, SweepGrid(**kwargs))
@@ -92,8 +99,24 @@ def test_the_benchmark_script_runs(capsys):
     """scripts/bench_dirmag.py on a tiny model: it prints a ratio per round and their median."""
     from ..scripts import load_script
 
-    load_script("bench_dirmag").main(["--model", "tiny:llama", "--sentences", "4", "--deltas", "0.05", "--seeds",
-                                      "1", "--rounds", "1", "--batch-size", "2", "--blimp-pairs", "1"])
+    load_script("bench_dirmag").main(
+        [
+            "--model",
+            "tiny:llama",
+            "--sentences",
+            "4",
+            "--deltas",
+            "0.05",
+            "--seeds",
+            "1",
+            "--rounds",
+            "1",
+            "--batch-size",
+            "2",
+            "--blimp-pairs",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "round 1 loss:" in out and "round 1 blimp:" in out
     for part in ("loss", "blimp", "all"):
@@ -108,7 +131,7 @@ def test_token_damage_matches_the_sentence_loss_and_renders(llama, sentences):
     perts = [Perturbation("magnitude", 0.5), Perturbation("angle", 0.5)]
     t = token_damage(llama, text, perts)
     assert list(t.columns) == ["position", "token", "clean_nll", "magnitude_change", "angle_change"]
-    (toks, lengths), = sentence_batches(llama, [text])
+    ((toks, lengths),) = sentence_batches(llama, [text])
     with torch.no_grad():
         clean = float(sentence_nll(llama(toks), toks, lengths)[0])
     assert t["clean_nll"].mean() == pytest.approx(clean, rel=1e-5)
@@ -140,14 +163,30 @@ def test_the_summary_is_the_table_of_each_run_kept_apart():
 
     from tlgeo.dirmag.damage import damage_summary
 
-    rows = [{"model": "m", "kind": k, "delta": d, "seed": s, "relative": False, "mode": "exact", "flip": "allow",
-             "layers": [1, 2], "n_sentences": n, "max_tokens": 64, "text_sha1": "x", "damage": dmg,
-             "delta_over_norm": d / 10}
-            for n in (5, 9) for d in (1.0, 2.0) for k in ("magnitude", "angle")
-            for s, dmg in ((42, 0.1 * n), (43, 0.3 * n))]
+    rows = [
+        {
+            "model": "m",
+            "kind": k,
+            "delta": d,
+            "seed": s,
+            "relative": False,
+            "mode": "exact",
+            "flip": "allow",
+            "layers": [1, 2],
+            "n_sentences": n,
+            "max_tokens": 64,
+            "text_sha1": "x",
+            "damage": dmg,
+            "delta_over_norm": d / 10,
+        }
+        for n in (5, 9)
+        for d in (1.0, 2.0)
+        for k in ("magnitude", "angle")
+        for s, dmg in ((42, 0.1 * n), (43, 0.3 * n))
+    ]
     got = damage_summary(pd.DataFrame(rows))
     assert len(got) == 4 and list(got.columns[:2]) == ["model", "relative"]
     nine = got[(got["n_sentences"] == 9) & (got["delta"] == 2.0)].iloc[0]
-    assert nine["angle_damage"] == pytest.approx(1.8) and nine["magnitude_sd"] == pytest.approx(0.2 * 9 / 2 ** 0.5)
+    assert nine["angle_damage"] == pytest.approx(1.8) and nine["magnitude_sd"] == pytest.approx(0.2 * 9 / 2**0.5)
     assert nine["ratio_angle_over_magnitude"] == pytest.approx(1.0, abs=1e-6) and nine["layers"] == "[1, 2]"
     assert damage_summary(pd.DataFrame(rows).iloc[:0]) is None

@@ -31,14 +31,19 @@ def test_repaired_runs_equal_full_forwards_with_the_clean_parts_put_back(model_n
         losses = []
         with torch.inference_mode():
             for toks, lengths in sentence_batches(model, sentences, batch_size=3):
-                names = [f"blocks.{l}.{h}" for l in (1, 2) for h in
-                         (("hook_attn_out",) if repair == "attn" else ("ln1.hook_out", "ln2.hook_out"))]
+                names = [
+                    f"blocks.{l}.{h}"
+                    for l in (1, 2)
+                    for h in (("hook_attn_out",) if repair == "attn" else ("ln1.hook_out", "ln2.hook_out"))
+                ]
                 _, cache = model.run_with_cache(toks, names_filter=names)
                 hooks = pert.hooks(model) + repair_hooks(repair, (1, 2), {n: cache[n] for n in names})
                 losses.append(sentence_nll(model.run_with_hooks(toks, fwd_hooks=hooks), toks, lengths))
         by_hand[repair] = float(torch.cat(losses).mean())
         assert df.loc[repair, "repaired_loss"] == pytest.approx(by_hand[repair], abs=1e-5)
-    assert df["unrepaired_loss"].nunique() == 1 and (df["unrepaired_loss"] != df["clean_loss"]).all()  # same perturbation
+    assert (
+        df["unrepaired_loss"].nunique() == 1 and (df["unrepaired_loss"] != df["clean_loss"]).all()
+    )  # same perturbation
     assert all(math.isfinite(v) for v in df["recovery"])
     assert by_hand["attn"] != by_hand["norm"]
 

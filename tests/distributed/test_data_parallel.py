@@ -65,8 +65,13 @@ def _same_csvs(one: Path, two: Path, result_cls) -> list[str]:
         a, b = one / t.filename, two / t.filename
         assert a.exists() == b.exists(), (t.filename, a.exists(), b.exists())
         if a.exists():
-            pd.testing.assert_frame_equal(_comparable(pd.read_csv(b), t), _comparable(pd.read_csv(a), t),
-                                          check_exact=exact, rtol=1e-6, obj=f"{result_cls.__name__}.{t.name}")
+            pd.testing.assert_frame_equal(
+                _comparable(pd.read_csv(b), t),
+                _comparable(pd.read_csv(a), t),
+                check_exact=exact,
+                rtol=1e-6,
+                obj=f"{result_cls.__name__}.{t.name}",
+            )
             names.append(t.name)
     return names
 
@@ -124,7 +129,8 @@ def test_the_data_parallel_bench_records_each_command_s_times_with_its_commit(tm
     table = pd.read_csv(tmp_path / "distributed.csv")
     assert len(launched) == 2 and "--nproc_per_node=2" in launched[1][0] and "--model" in launched[0][0]
     assert table[["command", "model", "ranks", "one_process_s", "ranks_s", "tables"]].values.tolist() == [
-        ["pdsf", "tiny:llama", 2, 4.0, 5.0, "identical"]]
+        ["pdsf", "tiny:llama", 2, 4.0, 5.0, "identical"]
+    ]
     assert table["ratio"].tolist() == [1.25] and "ratio 1.25" in capsys.readouterr().out
     (line,) = read(tmp_path)
     assert table["commit"].tolist() == [line["git"]["commit"]] and line["settings"]["only"] == "pdsf"

@@ -14,8 +14,15 @@ from ..test_contract import _comparable
 
 ANALYSES = load_analyses()
 # tiny:llama's three blocks: the first in memory, the other two on disk, as a model larger than its GPUs
-DEVICE_MAP = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
-              "model.layers.1": "disk", "model.layers.2": "disk", "model.norm": "cpu", "lm_head": "cpu"}
+DEVICE_MAP = {
+    "model.embed_tokens": "cpu",
+    "model.rotary_emb": "cpu",
+    "model.layers.0": "cpu",
+    "model.layers.1": "disk",
+    "model.layers.2": "disk",
+    "model.norm": "cpu",
+    "lm_head": "cpu",
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +54,14 @@ def test_every_analysis_gives_the_unsharded_numbers(name, sharded, whole_model):
     assert set(whole) == set(split) and whole
     for t in whole:
         table = a.result.table(t)
-        pd.testing.assert_frame_equal(_comparable(split[t], table), _comparable(whole[t], table),
-                                      check_exact=False, rtol=1e-6, atol=1e-8, obj=f"{name}.{t}")
+        pd.testing.assert_frame_equal(
+            _comparable(split[t], table),
+            _comparable(whole[t], table),
+            check_exact=False,
+            rtol=1e-6,
+            atol=1e-8,
+            obj=f"{name}.{t}",
+        )
 
 
 def test_bad_device_names_the_problem():
@@ -75,8 +88,12 @@ def test_token_ids_go_to_the_input_device_not_cfg_device():
 
     root = Path(tlgeo.__file__).parent
     pattern = re.compile(r"model\.cfg\.device\b|getattr\([\w.]*model\.cfg,\s*[\"']device[\"']")
-    found = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
-             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    found = [
+        f"{p.relative_to(root)}:{i}"
+        for p in sorted(root.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert found == [], found
 
 
@@ -89,8 +106,9 @@ def test_the_overhead_benchmark_script_runs(capsys, tmp_path):
 
     from ..scripts import load_script
 
-    load_script("bench_sharded").main(["--rounds", "1", "--skip-smollm2", "--analyses", "ppl,profile",
-                                       "--out", str(tmp_path)])
+    load_script("bench_sharded").main(
+        ["--rounds", "1", "--skip-smollm2", "--analyses", "ppl,profile", "--out", str(tmp_path)]
+    )
     found = re.findall(r"(\w+) \| whole +([\d.]+) s +sharded +([\d.]+) s +([\d.]+)x", capsys.readouterr().out)
     assert sorted(name for name, *_ in found) == ["ppl", "profile"], found
     for _, whole, sharded, ratio in found:  # seconds to 3 decimals, the ratio to 2

@@ -15,8 +15,21 @@ from tlgeo.runner.distributed import ranks, run_analysis
 from tlgeo.models import tiny_model
 from tlgeo.report.registry import load_analyses
 
-CLI = ["ppl", "--model", "tiny:llama", "--tokens", "128", "--context", "64", "--site", "value_excl_self",
-       "--s-par", "0", "--layers", "1,2"]  # the PplConfig the test compares with
+CLI = [
+    "ppl",
+    "--model",
+    "tiny:llama",
+    "--tokens",
+    "128",
+    "--context",
+    "64",
+    "--site",
+    "value_excl_self",
+    "--s-par",
+    "0",
+    "--layers",
+    "1,2",
+]  # the PplConfig the test compares with
 
 
 def main(out: str, names: list[str]) -> None:

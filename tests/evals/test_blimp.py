@@ -29,8 +29,10 @@ def test_accuracy_per_paradigm_and_pooled():
 
 
 def test_pairs_score_whole_sentences_under_hooks(llama):
-    pairs = [MinimalPair("The dogs bark.", "The dogs barks.", "x", "0"),
-             MinimalPair("A cat sleeps here.", "A cat sleep here.", "x", "1")]
+    pairs = [
+        MinimalPair("The dogs bark.", "The dogs barks.", "x", "0"),
+        MinimalPair("A cat sleeps here.", "A cat sleep here.", "x", "1"),
+    ]
     good, bad = pair_nll(llama, pairs)
     assert good.shape == bad.shape == (2,) and (good > 0).all() and not torch.equal(good, bad)
     noop, _ = pair_nll(llama, pairs, fwd_hooks=Edit("attn", s_par=1.0).hooks(llama))

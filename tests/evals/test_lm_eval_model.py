@@ -88,8 +88,11 @@ def test_local_yaml_tasks_match_zeroshot(llama, monkeypatch):
     tm = TaskManager(include_path=str(DATA / "lm_eval"), include_defaults=False)  # not lm-eval's ~10,000 YAMLs
     lm = TLGeoLM(model=llama, site="value_excl_self", s_par=0.0, skip_first=1, batch_size=4)
     res = lm_eval.simple_evaluate(
-        model=lm, tasks=["tlgeo_tiny_arc", "tlgeo_tiny_winogrande"], task_manager=tm,
-        log_samples=True, bootstrap_iters=0,
+        model=lm,
+        tasks=["tlgeo_tiny_arc", "tlgeo_tiny_winogrande"],
+        task_manager=tm,
+        log_samples=True,
+        bootstrap_iters=0,
     )
     hooks = Edit("value_excl_self", s_par=0.0, skip_first=1).hooks(llama)
     for task, name in [("tlgeo_tiny_arc", "arc_easy"), ("tlgeo_tiny_winogrande", "winogrande")]:

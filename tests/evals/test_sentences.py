@@ -13,15 +13,19 @@ def test_batches_pad_right_and_drop_one_token_sentences(llama, sentences):
     toks, l = batches[0]
     with torch.inference_mode():
         batched = sentence_nll(llama(toks), toks, l)
-        alone = torch.stack([sentence_nll(llama(toks[i : i + 1, : l[i]]), toks[i : i + 1, : l[i]], l[i : i + 1])[0]
-                             for i in range(len(l))])
+        alone = torch.stack(
+            [
+                sentence_nll(llama(toks[i : i + 1, : l[i]]), toks[i : i + 1, : l[i]], l[i : i + 1])[0]
+                for i in range(len(l))
+            ]
+        )
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)  # right padding changes nothing
     with pytest.raises(ValueError, match="no sentences"):
         sentence_batches(llama, [])
 
 
 def test_sum_is_the_sentence_log_probability(llama, sentences):
-    (toks, l), = sentence_batches(llama, sentences[:2], batch_size=2)
+    ((toks, l),) = sentence_batches(llama, sentences[:2], batch_size=2)
     with torch.inference_mode():
         logits = llama(toks)
         total = sentence_nll(logits, toks, l, "sum")

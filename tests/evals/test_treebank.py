@@ -32,19 +32,20 @@ def test_offline_splits_are_ud_ewt():
 
 def test_multiword_tokens_are_split_into_their_words(tmp_path):
     f = tmp_path / "mwt.conllu"
-    f.write_text("# sent_id = 1\n# text = I don't know\n"
-                 "1\tI\tI\tPRON\t_\t_\t4\tnsubj\t_\t_\n"
-                 "2-3\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
-                 "2\tdo\tdo\tAUX\t_\t_\t4\taux\t_\t_\n"
-                 "3\tn't\tnot\tPART\t_\t_\t4\tadvmod\t_\t_\n"
-                 "4\tknow\tknow\tVERB\t_\t_\t0\troot\t_\t_\n\n")
+    f.write_text(
+        "# sent_id = 1\n# text = I don't know\n"
+        "1\tI\tI\tPRON\t_\t_\t4\tnsubj\t_\t_\n"
+        "2-3\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
+        "2\tdo\tdo\tAUX\t_\t_\t4\taux\t_\t_\n"
+        "3\tn't\tnot\tPART\t_\t_\t4\tadvmod\t_\t_\n"
+        "4\tknow\tknow\tVERB\t_\t_\t0\troot\t_\t_\n\n"
+    )
     (s,) = load_treebank(path=f)
     assert s.words == ("I", "do", "n't", "know") and s.depths == (1, 1, 1, 0)
 
 
 def test_words_align_to_their_first_token(gpt2):
-    s = TreebankSentence("x", "Hi, dear world", ("Hi", ",", "dear", "world"), ("INTJ",) * 4, (0, 1, 1, 1),
-                         (0, 1, 1, 1))
+    s = TreebankSentence("x", "Hi, dear world", ("Hi", ",", "dear", "world"), ("INTJ",) * 4, (0, 1, 1, 1), (0, 1, 1, 1))
     pos = first_subtokens(gpt2, s)
     toks = gpt2.to_str_tokens(s.text)  # byte tokens, BOS first
     assert [toks[p] for p in pos] == ["H", ",", "d", "w"]  # the token of the word's first character

@@ -8,7 +8,13 @@ from tlgeo.evals import zeroshot as zs
 from tlgeo.hooks.edits import Edit, edit
 from tlgeo.evals.zeroshot import (
     paired_accuracy_change,
-    MCItem, UnknownTaskError, encode_pair, evaluate_zeroshot, load_task, score_items, score_requests,
+    MCItem,
+    UnknownTaskError,
+    encode_pair,
+    evaluate_zeroshot,
+    load_task,
+    score_items,
+    score_requests,
 )
 
 DATA = Path(__file__).parents[1] / "data" / "zeroshot"
@@ -68,9 +74,11 @@ def test_encode_pair_bpe_boundary():
             out, i = [], 0
             while i < len(s):
                 if s[i : i + 2] == "ab":
-                    out.append(1000); i += 2
+                    out.append(1000)
+                    i += 2
                 else:
-                    out.append(ord(s[i])); i += 1
+                    out.append(ord(s[i]))
+                    i += 1
             return {"input_ids": out}
 
     c, x = encode_pair(Merging(), "xa", "bc", prefix_token_id=7)
@@ -129,8 +137,12 @@ def test_acc_norm_divides_by_characters(llama, monkeypatch):
 
     def fake(model, reqs, **kw):
         k = len(reqs) // 2
-        return zs.Scores(torch.tensor([-2.0, -3.0] * k, dtype=torch.float64), torch.zeros(2 * k, dtype=torch.bool),
-                         torch.tensor([1, 3] * k), torch.zeros(2 * k, dtype=torch.bool))
+        return zs.Scores(
+            torch.tensor([-2.0, -3.0] * k, dtype=torch.float64),
+            torch.zeros(2 * k, dtype=torch.bool),
+            torch.tensor([1, 3] * k),
+            torch.zeros(2 * k, dtype=torch.bool),
+        )
 
     monkeypatch.setattr(zs, "score_requests", fake)
     row = score_items(llama, [item]).iloc[0]
@@ -187,8 +199,9 @@ def test_truncation_from_the_left_warns(llama):
 
 def test_evaluate_summary_items_and_resume(llama, tmp_path, monkeypatch):
     log = tmp_path / "zs.jsonl"
-    out, items = evaluate_zeroshot(llama, ("piqa", "winogrande"), data_dir=DATA, limit=2, log_path=log,
-                                   tag="base", return_items=True)
+    out, items = evaluate_zeroshot(
+        llama, ("piqa", "winogrande"), data_dir=DATA, limit=2, log_path=log, tag="base", return_items=True
+    )
     assert list(out["task"]) == ["piqa", "winogrande"] and list(out["n"]) == [2, 2]
     for task, g in items.groupby("task"):
         acc = g["correct"].mean()
@@ -203,8 +216,9 @@ def test_evaluate_summary_items_and_resume(llama, tmp_path, monkeypatch):
         raise AssertionError("recomputed a logged task")
 
     monkeypatch.setattr(zs, "score_items", boom)
-    again, items2 = evaluate_zeroshot(llama, ("piqa", "winogrande"), data_dir=DATA, limit=2, log_path=log,
-                                      tag="base", return_items=True)
+    again, items2 = evaluate_zeroshot(
+        llama, ("piqa", "winogrande"), data_dir=DATA, limit=2, log_path=log, tag="base", return_items=True
+    )
     pd.testing.assert_frame_equal(again, out)
     pd.testing.assert_frame_equal(items2, items)
     with pytest.raises(AssertionError, match="recomputed"):  # another tag is another run
@@ -213,8 +227,14 @@ def test_evaluate_summary_items_and_resume(llama, tmp_path, monkeypatch):
 
 def _items(correct, correct_norm=None, task="piqa"):
     n = len(correct)
-    return pd.DataFrame({"task": task, "item": range(n), "correct": correct,
-                         "correct_norm": correct if correct_norm is None else correct_norm})
+    return pd.DataFrame(
+        {
+            "task": task,
+            "item": range(n),
+            "correct": correct,
+            "correct_norm": correct if correct_norm is None else correct_norm,
+        }
+    )
 
 
 def test_paired_accuracy_change():
@@ -260,7 +280,10 @@ def test_smollm2_real_tasks(smollm2):
     """Real BPE tokenizer and data: scored tokens decode to the continuation; batched = unbatched."""
     items = load_task("arc_easy", limit=2)
     tok = smollm2.tokenizer
-    reqs = [encode_pair(tok, c, x, prefix_token_id=tok.bos_token_id) for c, x in zip(items[0].contexts, items[0].continuations)]
+    reqs = [
+        encode_pair(tok, c, x, prefix_token_id=tok.bos_token_id)
+        for c, x in zip(items[0].contexts, items[0].continuations)
+    ]
     assert [tok.decode(r[1]) for r in reqs] == list(items[0].continuations)
     assert reqs[0][0][0] == tok.bos_token_id and tok.decode(reqs[0][0][1:]) == items[0].contexts[0]
     df = score_items(smollm2, items, batch_size=8)

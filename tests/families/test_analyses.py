@@ -27,8 +27,12 @@ def test_resumed_forwards_and_the_readout_equal_the_full_forward(family_model, f
         n = model.cfg.n_layers
         for layer in range(1, n):
             for rows in (slice(None), slice(1)):  # one row: Bloom and Falcon indexed it as attention weights
-                torch.testing.assert_close(resume_forward(model, cache[f"blocks.{layer}.hook_resid_pre"][rows], layer),
-                                           full[rows], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(
+                    resume_forward(model, cache[f"blocks.{layer}.hook_resid_pre"][rows], layer),
+                    full[rows],
+                    rtol=1e-5,
+                    atol=1e-5,
+                )
         last = cache[f"blocks.{n - 1}.hook_resid_post"]
         torch.testing.assert_close(readout(model, last), full, rtol=1e-4, atol=1e-4)
 

@@ -20,8 +20,12 @@ BRIDGE_FAILS: dict[str, str] = {}
 
 
 def _params(ids=IDS):
-    return [pytest.param(i, id=i, marks=[pytest.mark.xfail(strict=True, reason=BRIDGE_FAILS[i])]
-                         if i in BRIDGE_FAILS else []) for i in ids]
+    return [
+        pytest.param(
+            i, id=i, marks=[pytest.mark.xfail(strict=True, reason=BRIDGE_FAILS[i])] if i in BRIDGE_FAILS else []
+        )
+        for i in ids
+    ]
 
 
 def _get(real: dict, *keys, default=KeyError):
@@ -70,8 +74,11 @@ def test_the_planners_seed_shapes_read_the_configs():
             n_heads=n_heads,
             n_kv_heads=_get(real, "num_key_value_heads", default=n_heads),
             d_head=_get(real, "head_dim", default=d_model // n_heads),
-            d_mlp=(_get(real, "moe_intermediate_size", "intermediate_size") if moe
-                   else _get(real, "intermediate_size", "ffn_dim", "n_inner", default=4 * d_model)),
+            d_mlp=(
+                _get(real, "moe_intermediate_size", "intermediate_size")
+                if moe
+                else _get(real, "intermediate_size", "ffn_dim", "n_inner", default=4 * d_model)
+            ),
             vocab=real["vocab_size"],
             n_ctx=_get(real, "max_position_embeddings", "n_positions"),
             tied=_full_config(hub_id).tie_word_embeddings,
@@ -109,13 +116,41 @@ def test_real_configs_are_consistent():
 # --------------------------------------------------------------------------------------------
 
 SIZES = {  # keys reduced_config changes by design; every other real key must survive
-    "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head", "num_key_value_heads",
-    "head_dim", "query_pre_attn_scalar", "intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size",
-    "num_experts", "num_local_experts", "num_experts_per_tok", "experts_per_token", "word_embed_proj_dim",
-    "max_position_embeddings", "n_positions", "n_ctx", "sliding_window", "sliding_window_size", "max_window_layers",
-    "layer_types", "sliding_window_pattern", "time_step_rank", "vocab_size", "quantization_config",
+    "hidden_size",
+    "n_embd",
+    "num_hidden_layers",
+    "n_layer",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "head_dim",
+    "query_pre_attn_scalar",
+    "intermediate_size",
+    "ffn_dim",
+    "n_inner",
+    "moe_intermediate_size",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "word_embed_proj_dim",
+    "max_position_embeddings",
+    "n_positions",
+    "n_ctx",
+    "sliding_window",
+    "sliding_window_size",
+    "max_window_layers",
+    "layer_types",
+    "sliding_window_pattern",
+    "time_step_rank",
+    "vocab_size",
+    "quantization_config",
     # rotary settings: transformers moves them into rope_parameters (checked there)
-    "rope_theta", "rope_scaling", "rope_local_base_freq", "rotary_pct", "rotary_emb_base",
+    "rope_theta",
+    "rope_scaling",
+    "rope_local_base_freq",
+    "rotary_pct",
+    "rotary_emb_base",
 }
 
 
@@ -199,7 +234,9 @@ def test_sliding_pattern_keeps_both_kinds(hub_id, n_layers):
 
 def test_gemma3_pattern():
     assert reduced_config("google/gemma-3-1b-pt", n_layers=7).layer_types == ["sliding_attention"] * 5 + [
-        "full_attention", "sliding_attention"]
+        "full_attention",
+        "sliding_attention",
+    ]
     assert reduced_config("google/gemma-3-1b-pt").layer_types == ["sliding_attention", "full_attention"]
 
 
@@ -251,12 +288,16 @@ def _tokens():
 # a real value of each kind and a config without it: with the fixtures' weights it must move the logits
 FEATURES = {
     "google/gemma-2-9b": ("attn_logit_softcapping", dict(attn_logit_softcapping=None)),
-    "meta-llama/Llama-3.2-3B": ("llama3 rope scaling", dict(rope_parameters={"rope_type": "default",
-                                                                               "rope_theta": 500000.0})),
+    "meta-llama/Llama-3.2-3B": (
+        "llama3 rope scaling",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+    ),
     "openai/gpt-oss-20b": ("yarn rope scaling", dict(rope_parameters={"rope_type": "default", "rope_theta": 150000})),
     "google/gemma-3-1b-pt": ("sliding layer of window 8", dict(layer_types=["full_attention"] * 2)),
-    "EleutherAI/pythia-410m": ("rotary_pct 0.25", dict(rope_parameters={"rope_type": "default", "rope_theta": 10000,
-                                                                         "partial_rotary_factor": 1.0})),
+    "EleutherAI/pythia-410m": (
+        "rotary_pct 0.25",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 1.0}),
+    ),
 }
 
 

@@ -20,12 +20,22 @@ def _toy_module() -> types.ModuleType:
     """A family module as a contributor writes it: Llama's traits under a new model_type."""
     toy = types.ModuleType("toyllama")
     toy.FAMILY = dataclasses.replace(
-        llama.FAMILY, name="toyllama", model_type="toyllama",
-        checkpoints={"example/toyllama-1b": {"model_type": "toyllama", "hidden_size": 2048, "num_hidden_layers": 16,
-                                             "num_attention_heads": 32, "vocab_size": 32000}},
+        llama.FAMILY,
+        name="toyllama",
+        model_type="toyllama",
+        checkpoints={
+            "example/toyllama-1b": {
+                "model_type": "toyllama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 32,
+                "vocab_size": 32000,
+            }
+        },
         layer_path="model.toy_layers",
         support={"compression": Support("no", "toy weights are not mapped")},
-        differs="Llama under another name")
+        differs="Llama under another name",
+    )
     return toy
 
 
@@ -49,8 +59,10 @@ def test_one_module_and_one_registry_line_make_a_family(toy):
     row = support_table().loc["toyllama"]
     assert (row.drop("compression") == support_table().loc["llama"].drop("compression")).all()  # the traits' rules
     assert row["compression"] == "no" and support(toy, "compression").why == "toy weights are not mapped"  # its own
-    assert "- **toyllama**: Llama under another name. `compression` (refused): toy weights are not mapped" \
+    assert (
+        "- **toyllama**: Llama under another name. `compression` (refused): toy weights are not mapped"
         in markdown_table()
+    )
 
 
 def test_the_registry_is_its_own_again_after():

@@ -6,8 +6,18 @@ from pathlib import Path
 import pytest
 
 from tlgeo.cli import main
-from tlgeo.families import (FAMILIES, SITE_COLUMNS, UnknownFamilyError, check_support, family_of, family_of_config,
-                            get_family, markdown_table, support, support_table)
+from tlgeo.families import (
+    FAMILIES,
+    SITE_COLUMNS,
+    UnknownFamilyError,
+    check_support,
+    family_of,
+    family_of_config,
+    get_family,
+    markdown_table,
+    support,
+    support_table,
+)
 from tlgeo.report.registry import support_columns
 from tlgeo.models import TINY_KINDS, UnknownModelError, model_family, tiny_config
 
@@ -40,8 +50,8 @@ def test_names_and_refusals_of_unknown_things():
 
 def test_the_matrix_follows_the_traits():
     columns = support_columns()  # the sites', then the analyses' own (each from its record), in report order
-    assert columns[:len(SITE_COLUMNS)] == SITE_COLUMNS
-    assert columns[len(SITE_COLUMNS):] == ("dirmag", "tokenwise", "pdsf", "patching", "compression", "train")
+    assert columns[: len(SITE_COLUMNS)] == SITE_COLUMNS
+    assert columns[len(SITE_COLUMNS) :] == ("dirmag", "tokenwise", "pdsf", "patching", "compression", "train")
     t = support_table(cols=columns)
     assert list(t.index) == list(FAMILIES) and list(t.columns) == list(columns)
     assert set(t.loc["mamba"][["attn", "mlp", "value_full", "value_excl_self", "diag", "patching"]]) == {"no"}

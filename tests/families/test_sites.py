@@ -20,8 +20,20 @@ def _run(model, hooks=()):
         return model.run_with_hooks(TOKENS, fwd_hooks=list(hooks))
 
 
-_READ = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out", "ln1.hook_in",
-         "ln1.hook_out", "ln2.hook_in", "ln2.hook_out", "attn.hook_pattern", "attn.hook_v", "attn.hook_z")
+_READ = (
+    "hook_resid_pre",
+    "hook_resid_mid",
+    "hook_resid_post",
+    "hook_attn_out",
+    "hook_mlp_out",
+    "ln1.hook_in",
+    "ln1.hook_out",
+    "ln2.hook_in",
+    "ln2.hook_out",
+    "attn.hook_pattern",
+    "attn.hook_v",
+    "attn.hook_z",
+)
 
 
 def _cache(model, layer=1):
@@ -117,8 +129,7 @@ def test_diag_edit_keeps_each_rows_own_sum(family_model, family):
     model = family_model(family)
     clean = _cache(model)["attn.hook_pattern"]
     seen = {}
-    _run(model, edit_hooks(model, "diag", 0.0, layers=1) + [
-        ("blocks.1.attn.hook_pattern", _record(seen, "A"))])
+    _run(model, edit_hooks(model, "diag", 0.0, layers=1) + [("blocks.1.attn.hook_pattern", _record(seen, "A"))])
     torch.testing.assert_close(seen["A"].sum(-1), clean.sum(-1), atol=1e-5, rtol=1e-5)
     assert torch.diagonal(seen["A"], dim1=-2, dim2=-1)[..., 1:].abs().max() == 0
 
@@ -156,10 +167,16 @@ def test_profile_cosines_are_the_updates_against_their_references(family_model, 
     sites = [s for s in ("attn", "mlp", "block") if support(family, s).ok]
     df = parallel_profile(model, TOKENS, sites=sites, layers=[1])
     c = _cache(model)
-    ref = {"attn": c["hook_resid_pre"], "block": c["hook_resid_pre"],
-           "mlp": c["hook_resid_pre"] if f.parallel else c["ln1.hook_out"] if f.post_ln else c.get("hook_resid_mid")}
-    upd = {"attn": c.get("hook_attn_out"), "mlp": c.get("hook_mlp_out"),
-           "block": c["hook_resid_post"] - c["hook_resid_pre"]}
+    ref = {
+        "attn": c["hook_resid_pre"],
+        "block": c["hook_resid_pre"],
+        "mlp": c["hook_resid_pre"] if f.parallel else c["ln1.hook_out"] if f.post_ln else c.get("hook_resid_mid"),
+    }
+    upd = {
+        "attn": c.get("hook_attn_out"),
+        "mlp": c.get("hook_mlp_out"),
+        "block": c["hook_resid_post"] - c["hook_resid_pre"],
+    }
     for s in sites:
         got = df[(df.site == s) & (df.layer == 1)].sort_values(["seq", "pos"])["cosine"].to_numpy()
         want = torch.nn.functional.cosine_similarity(upd[s], ref[s], dim=-1).flatten().numpy()

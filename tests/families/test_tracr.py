@@ -28,8 +28,10 @@ def test_a_compiled_program_is_the_tracr_family_and_keeps_its_mask(program):
     model, truth, _ = program
     assert family_of(model).name == "tracr"
     assert model.cfg.causal == truth["causal"] and model.cfg.d_vocab_out == len(truth["output_labels"])
-    assert model.tokenizer.convert_ids_to_tokens(model.to_tokens(" ".join(truth["vocab"]))[0].tolist()) == \
-        [truth["bos"], *truth["vocab"]]  # BOS first, one token per value
+    assert model.tokenizer.convert_ids_to_tokens(model.to_tokens(" ".join(truth["vocab"]))[0].tolist()) == [
+        truth["bos"],
+        *truth["vocab"],
+    ]  # BOS first, one token per value
 
 
 def test_the_torch_model_reproduces_tracrs_outputs(program):
@@ -79,8 +81,10 @@ def _edges_from_weights(model) -> set[tuple[str, str, str]]:
     """Every (sender, receiver, port) whose receiver's input weights read a residual direction the sender's output
     weights write, from the booted model's own weights (torch Linear weights are [out, in])."""
     cfg, d = model.cfg, model.cfg.d_head
-    writes = {"input": _nonzero(model.embed.original_component.weight, 0)
-              | _nonzero(model.pos_embed.original_component.weight, 0)}
+    writes = {
+        "input": _nonzero(model.embed.original_component.weight, 0)
+        | _nonzero(model.pos_embed.original_component.weight, 0)
+    }
     reads, order = {("output", "out"): _nonzero(model.unembed.original_component.weight, 0)}, {"input": -1}
     order["output"] = 2 * cfg.n_layers
     for layer in range(cfg.n_layers):
@@ -94,8 +98,9 @@ def _edges_from_weights(model) -> set[tuple[str, str, str]]:
         name = f"MLP{layer}"
         writes[name], order[name] = _nonzero(mlp.out.original_component.weight, 1), 2 * layer + 1
         reads[(name, "in")] = _nonzero(getattr(mlp, "in").original_component.weight, 0)
-    return {(s, r, p) for (r, p), got in reads.items() for s, put in writes.items()
-            if order[s] < order[r] and got & put}
+    return {
+        (s, r, p) for (r, p), got in reads.items() for s, put in writes.items() if order[s] < order[r] and got & put
+    }
 
 
 def test_the_ground_truth_is_the_booted_models_weights(program):
@@ -127,12 +132,21 @@ def test_the_ground_truth_edges_are_the_programs():
     from tlgeo.models.tracr_truth import program_heads, program_mlps, program_truth, truth_edges
 
     frac = program_truth(load_model(str(ZOO / "tracr-frac-prevs")))
-    assert truth_edges(frac) == {("input", "MLP0", "in"), ("input", "L1H0", "q"), ("input", "L1H0", "k"),
-                                 ("MLP0", "L1H0", "v"), ("L1H0", "output", "out")}
+    assert truth_edges(frac) == {
+        ("input", "MLP0", "in"),
+        ("input", "L1H0", "q"),
+        ("input", "L1H0", "k"),
+        ("MLP0", "L1H0", "v"),
+        ("L1H0", "output", "out"),
+    }
     assert program_heads(frac) == [(1, 0)] and program_mlps(frac) == [0]
     hist = program_truth(ZOO / "tracr-hist")
-    assert truth_edges(hist, ports=False) == {("input", "L0H0"), ("input", "MLP0"), ("L0H0", "MLP0"),
-                                              ("MLP0", "output")}
+    assert truth_edges(hist, ports=False) == {
+        ("input", "L0H0"),
+        ("input", "MLP0"),
+        ("L0H0", "MLP0"),
+        ("MLP0", "output"),
+    }
     assert {e["port"] for e in hist["edges"] if e["receiver"] == "L0H0"} == {"q", "k", "v"}
 
 

@@ -14,13 +14,60 @@ from pathlib import Path
 import pandas as pd
 
 # values any flag may be given: empty, signs, extremes, non-numbers, lists and ranges gone wrong
-WILD = ["", " ", "0", "-1", "1", "2", "7", "0.5", "-0.5", "1.5", "1e309", "-1e309", "nan", "inf", "-inf",
-        "999999999999999999999", "-999999999999999999999", "abc", "ünïcødé", "1,2", "1,,2", ",", "3,a", "1-", "-3",
-        "5-400", "400-5", "all", "none", "None", "true", "[1]", "{}", "{\"a\": 1}", "x" * 300, "\t", "0,0,0"]
+WILD = [
+    "",
+    " ",
+    "0",
+    "-1",
+    "1",
+    "2",
+    "7",
+    "0.5",
+    "-0.5",
+    "1.5",
+    "1e309",
+    "-1e309",
+    "nan",
+    "inf",
+    "-inf",
+    "999999999999999999999",
+    "-999999999999999999999",
+    "abc",
+    "ünïcødé",
+    "1,2",
+    "1,,2",
+    ",",
+    "3,a",
+    "1-",
+    "-3",
+    "5-400",
+    "400-5",
+    "all",
+    "none",
+    "None",
+    "true",
+    "[1]",
+    "{}",
+    '{"a": 1}',
+    "x" * 300,
+    "\t",
+    "0,0,0",
+]
 SKIP = {"sites", "models"}  # nothing to configure
 BASE = {"ppl": ["--site", "attn"], "plan": ["decompose"]}  # what a command needs before anything else
-FIXED = {"--model", "--out", "--help", "--version", "--device", "--device-map", "--offload-folder", "--max-memory",
-         "--report", "--tensorboard", "--wandb"}  # placement flags have their own tests; outputs go to --out
+FIXED = {
+    "--model",
+    "--out",
+    "--help",
+    "--version",
+    "--device",
+    "--device-map",
+    "--offload-folder",
+    "--max-memory",
+    "--report",
+    "--tensorboard",
+    "--wandb",
+}  # placement flags have their own tests; outputs go to --out
 
 
 class Reached(Exception):
@@ -36,8 +83,14 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 
 
 def flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if a.option_strings and a.nargs != 0
-            and not set(a.option_strings) & FIXED and not isinstance(a, argparse._HelpAction)]
+    return [
+        a
+        for a in parser._actions
+        if a.option_strings
+        and a.nargs != 0
+        and not set(a.option_strings) & FIXED
+        and not isinstance(a, argparse._HelpAction)
+    ]
 
 
 def values(action: argparse.Action, rng: random.Random, n: int) -> list[str]:
@@ -61,8 +114,11 @@ def work_stopped():
     def reached(*a, **k):
         raise Reached
 
-    saved = [(loading, "_load_model", loading._load_model), (loop, "train", loop.train),
-             (compress, "run_compress", compress.run_compress)]
+    saved = [
+        (loading, "_load_model", loading._load_model),
+        (loop, "train", loop.train),
+        (compress, "run_compress", compress.run_compress),
+    ]
     for mod, name, _ in saved:
         setattr(mod, name, reached)
     try:
@@ -120,6 +176,15 @@ def flag_survey(per_command: int, seed: int = 0, only: set[str] | None = None) -
                 counts[kind] += 1
                 if kind == "other":
                     failures.append(what)
-            rows.append({"command": name, "flags": len(acts), "tried": per_command, "one_line_error": counts["error"],
-                         "valid": counts["valid"], "other": counts["other"], "failures": " | ".join(failures[:3])})
+            rows.append(
+                {
+                    "command": name,
+                    "flags": len(acts),
+                    "tried": per_command,
+                    "one_line_error": counts["error"],
+                    "valid": counts["valid"],
+                    "other": counts["other"],
+                    "failures": " | ".join(failures[:3]),
+                }
+            )
     return pd.DataFrame(rows)

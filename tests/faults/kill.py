@@ -75,8 +75,15 @@ def analysis_cases(model: str = "tiny:llama") -> list[Case]:
     return out
 
 
-def _child(argv: list[str], kill_write: int | None, stats: str, log, fsize: int | None, stdout: bool = True,
-           env: dict | None = None) -> None:
+def _child(
+    argv: list[str],
+    kill_write: int | None,
+    stats: str,
+    log,
+    fsize: int | None,
+    stdout: bool = True,
+    env: dict | None = None,
+) -> None:
     """In the forked process: ``tlgeo <argv>``, killed mid-way through its ``kill_write``-th write; ``fsize``:
     from its first result write on, no file may grow beyond that many bytes (a disk that fills up, as
     ``RLIMIT_FSIZE``); ``env``: set first (a rank's torchrun variables)."""
@@ -127,9 +134,17 @@ class Run:
     log: str = ""  # what it printed
 
 
-def run_once(case: Case, out: Path, *, kill_after: float | None = None, kill_write: int | None = None,
-             fsize: int | None = None, interrupt_when: Path | None = None, expect_error: bool = False,
-             stdout: bool = True) -> Run:
+def run_once(
+    case: Case,
+    out: Path,
+    *,
+    kill_after: float | None = None,
+    kill_write: int | None = None,
+    fsize: int | None = None,
+    interrupt_when: Path | None = None,
+    expect_error: bool = False,
+    stdout: bool = True,
+) -> Run:
     """One run of ``case`` into ``out``: killed after ``kill_after`` seconds or in its ``kill_write``-th write
     (if it is still running then), else to the end; ``fsize``: a file-size limit; ``interrupt_when``: Ctrl-C
     (SIGINT) once that file has something in it; ``stdout=False``: its log is its stderr alone. A run that
@@ -139,8 +154,9 @@ def run_once(case: Case, out: Path, *, kill_after: float | None = None, kill_wri
     stats = out.parent / f".{out.name}.stats"
     stats.unlink(missing_ok=True)
     read_end, write_end = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=([*case.argv, "--out", str(out)], kill_write, str(stats), write_end, fsize,
-                                         stdout))
+    p = ctx.Process(
+        target=_child, args=([*case.argv, "--out", str(out)], kill_write, str(stats), write_end, fsize, stdout)
+    )
     chunks: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(read_end, chunks), daemon=True)
     t0 = time.perf_counter()
@@ -149,8 +165,11 @@ def run_once(case: Case, out: Path, *, kill_after: float | None = None, kill_wri
     reader.start()
     if interrupt_when is not None:
         deadline = time.monotonic() + 120
-        while not (interrupt_when.exists() and interrupt_when.stat().st_size) and p.is_alive() \
-                and time.monotonic() < deadline:
+        while (
+            not (interrupt_when.exists() and interrupt_when.stat().st_size)
+            and p.is_alive()
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         if p.is_alive():
             os.kill(p.pid, signal.SIGINT)
@@ -169,8 +188,9 @@ def run_once(case: Case, out: Path, *, kill_after: float | None = None, kill_wri
     return Run(p.exitcode, seconds, json.loads(stats.read_text())["writes"] if stats.exists() else None, text)
 
 
-def run_ranks(case: Case, out: Path, *, size: int = 2, kill_rank: int | None = None,
-              kill_write: int | None = None) -> list[Run]:
+def run_ranks(
+    case: Case, out: Path, *, size: int = 2, kill_rank: int | None = None, kill_write: int | None = None
+) -> list[Run]:
     """``case`` as ``size`` ranks of one job, as torchrun starts them (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
     and ``MASTER_PORT`` set; a gloo process group), forked from the fork server: rank ``kill_rank`` is killed in
     the middle of its ``kill_write``-th write. One :class:`Run` per rank (its log: what it printed)."""
@@ -183,13 +203,30 @@ def run_ranks(case: Case, out: Path, *, size: int = 2, kill_rank: int | None = N
         port = s.getsockname()[1]
     procs = []
     for rank in range(size):
-        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_WORLD_SIZE": str(size),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TLGEO_DIST_TIMEOUT": "120"}
+        env = {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(size),
+            "LOCAL_WORLD_SIZE": str(size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TLGEO_DIST_TIMEOUT": "120",
+        }
         read_end, write_end = ctx.Pipe(duplex=False)
         stats = out.parent / f".{out.name}.rank{rank}.stats"
         stats.unlink(missing_ok=True)
-        p = ctx.Process(target=_child, args=([*case.argv, "--out", str(out)], kill_write if rank == kill_rank else None,
-                                             str(stats), write_end, None, True, env))
+        p = ctx.Process(
+            target=_child,
+            args=(
+                [*case.argv, "--out", str(out)],
+                kill_write if rank == kill_rank else None,
+                str(stats),
+                write_end,
+                None,
+                True,
+                env,
+            ),
+        )
         chunks: list[bytes] = []
         reader = threading.Thread(target=_drain, args=(read_end, chunks), daemon=True)
         p.start()
@@ -206,8 +243,14 @@ def run_ranks(case: Case, out: Path, *, size: int = 2, kill_rank: int | None = N
         read_end.close()
         text = b"".join(chunks).decode(errors="replace")
         killed = p.exitcode == -signal.SIGKILL
-        runs.append(Run(None if killed else p.exitcode, 0.0,
-                        json.loads(stats.read_text())["writes"] if stats.exists() else None, text))
+        runs.append(
+            Run(
+                None if killed else p.exitcode,
+                0.0,
+                json.loads(stats.read_text())["writes"] if stats.exists() else None,
+                text,
+            )
+        )
     return runs
 
 
@@ -286,8 +329,17 @@ class Series:
     comparison: Comparison
 
 
-def kill_series(case: Case, folder: Path, reference: dict[str, pd.DataFrame], ref_run: Run, *, kills: int,
-                seed: int, mode: str = "mixed", max_runs: int = 50) -> Series:
+def kill_series(
+    case: Case,
+    folder: Path,
+    reference: dict[str, pd.DataFrame],
+    ref_run: Run,
+    *,
+    kills: int,
+    seed: int,
+    mode: str = "mixed",
+    max_runs: int = 50,
+) -> Series:
     """Run ``case`` into ``folder`` with ``kills`` kills at seeded moments (``mode``: ``time``, ``write`` or
     ``mixed``, alternating), then rerun it until it finishes; compare its tables with ``reference``."""
     rng = random.Random(seed)
@@ -338,15 +390,16 @@ class Truncation:
         return self.rc == 2 and len(self.errors) == 1 and self.table in self.errors[0] and self.untouched
 
 
-def truncate_series(case: Case, reference_folder: Path, folder: Path, *, seed: int, tables: list[str] | None = None,
-                    cuts: int = 1) -> list[Truncation]:
+def truncate_series(
+    case: Case, reference_folder: Path, folder: Path, *, seed: int, tables: list[str] | None = None, cuts: int = 1
+) -> list[Truncation]:
     """For each result table of ``reference_folder`` (an uninterrupted run of ``case``; or each of ``tables``): a
     copy of the folder with that table cut in half, then ``cuts`` times at a seeded byte (anywhere from 0 to its
     size less one), each time the same command rerun into it, its tables compared with the uninterrupted run's."""
     rng = random.Random(seed)
     reference = read_tables(reference_folder)
     out = []
-    for name in (sorted(reference) if tables is None else tables):
+    for name in sorted(reference) if tables is None else tables:
         size = (reference_folder / name).stat().st_size
         for cut in [size // 2, *(rng.randrange(0, size) for _ in range(cuts))]:
             shutil.rmtree(folder, ignore_errors=True)
@@ -363,6 +416,16 @@ def truncate_series(case: Case, reference_folder: Path, folder: Path, *, seed: i
                     comparison = compare(reference, read_tables(folder))
                 except (ValueError, EOFError, OSError) as e:  # a table left as it was cut
                     comparison = Comparison(False, 0, 0, f"a table does not read: {type(e).__name__}: {e}")
-            out.append(Truncation(case.name, name, size, cut, r.rc, errors, comparison,
-                                  target.exists() and target.read_bytes() == damaged))
+            out.append(
+                Truncation(
+                    case.name,
+                    name,
+                    size,
+                    cut,
+                    r.rc,
+                    errors,
+                    comparison,
+                    target.exists() and target.read_bytes() == damaged,
+                )
+            )
     return out

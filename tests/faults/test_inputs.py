@@ -22,15 +22,20 @@ def stopped():
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_flag_value_is_one_line_or_a_valid_config(stopped, tmp_path, command, data):
     acts = flags(commands()[command])
     act = data.draw(st.sampled_from(acts), label="flag")
-    value = data.draw(st.one_of(st.sampled_from(values(act, random.Random(0), 12) + WILD),
-                                st.text(max_size=12), st.integers(-10**15, 10**15).map(str),
-                                st.floats().map(str)), label="value")
+    value = data.draw(
+        st.one_of(
+            st.sampled_from(values(act, random.Random(0), 12) + WILD),
+            st.text(max_size=12),
+            st.integers(-(10**15), 10**15).map(str),
+            st.floats().map(str),
+        ),
+        label="value",
+    )
     kind, what = one_try(command, act.option_strings[-1], value, tmp_path / "o")
     assert kind != "other", what
 

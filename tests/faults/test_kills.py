@@ -74,8 +74,13 @@ def test_a_second_writer_is_refused_in_one_line(cases, tmp_path):
 
 
 def _equal(a, b) -> bool:
-    return set(a) == set(b) and all(a[k].sort_values(list(a[k].columns)).reset_index(drop=True).equals(
-        b[k].sort_values(list(b[k].columns)).reset_index(drop=True)) for k in a)
+    return set(a) == set(b) and all(
+        a[k]
+        .sort_values(list(a[k].columns))
+        .reset_index(drop=True)
+        .equals(b[k].sort_values(list(b[k].columns)).reset_index(drop=True))
+        for k in a
+    )
 
 
 def test_geometries_killed_in_its_last_table_write_resumes_to_the_whole_runs_q(cases, references, tmp_path):
@@ -112,11 +117,9 @@ def test_a_dying_rank_is_one_line_and_a_rerun_on_two_ranks_completes(cases, refe
     assert c.identical, c.detail
 
 
-
 # (analysis, its tables cut): the patching tables, and geometries, which resumes from its tables, not a log;
 # every table of every analysis: scripts/bench_faults.py --cuts
-CUT = (("patching", ["patching_tasks.csv", "patching_effects.csv"]),
-       ("geometries", ["geometries_relations.csv"]))
+CUT = (("patching", ["patching_tasks.csv", "patching_effects.csv"]), ("geometries", ["geometries_relations.csv"]))
 
 
 @pytest.mark.parametrize("name,tables", CUT)

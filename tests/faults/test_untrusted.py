@@ -14,6 +14,9 @@ def test_no_unsafe_loading_anywhere_in_the_package():
     for p in sorted(PACKAGE.rglob("*.py")):
         for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
             code = line.split("#", 1)[0]
-            if re.search(r"weights_only\s*=\s*False|trust_remote_code\s*=\s*True|pickle\.loads?\(|torch\.load\((?!.*weights_only\s*=\s*True)", code):
+            if re.search(
+                r"weights_only\s*=\s*False|trust_remote_code\s*=\s*True|pickle\.loads?\(|torch\.load\((?!.*weights_only\s*=\s*True)",
+                code,
+            ):
                 found.append(f"{p.relative_to(PACKAGE.parent)}:{i}: {line.strip()}")
     assert not found, "\n".join(found)

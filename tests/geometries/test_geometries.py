@@ -53,7 +53,7 @@ def test_the_damage_is_a_full_forward_under_the_batchs_own_draw(result, llama):
     got = result.tokens[result.tokens["layer"] == layer].set_index("index")
     per = CFG.seq_len - 1
     for start in (0, CFG.batch_size):
-        toks = w[start: start + CFG.batch_size]
+        toks = w[start : start + CFG.batch_size]
         p = Perturbation("magnitude", CFG.delta, seed=CFG.seed * 1000, layers=layer, relative=True, draw=start + 1)
         with torch.no_grad():
             clean = torch.log_softmax(llama(toks)[:, :-1].float(), -1)
@@ -103,10 +103,18 @@ def _planted_tokens(seed=0, n_win=30, per=10):
     share a factor of their own; everything else is noise."""
     rng = np.random.default_rng(seed)
     n = n_win * per
-    df = pd.DataFrame({"layer": 1, "index": np.arange(n), "window": np.repeat(np.arange(n_win), per),
-                       "position": np.tile(np.arange(1, per + 1), n_win).astype(float), "log_freq": rng.normal(size=n),
-                       "state_norm": rng.normal(size=n), "knn_dist": rng.gamma(2.0, size=n),
-                       "knn_dist_out": rng.normal(size=n)})
+    df = pd.DataFrame(
+        {
+            "layer": 1,
+            "index": np.arange(n),
+            "window": np.repeat(np.arange(n_win), per),
+            "position": np.tile(np.arange(1, per + 1), n_win).astype(float),
+            "log_freq": rng.normal(size=n),
+            "state_norm": rng.normal(size=n),
+            "knn_dist": rng.gamma(2.0, size=n),
+            "knn_dist_out": rng.normal(size=n),
+        }
+    )
     for q in [q for qs in QUANTITIES.values() for q in qs]:
         df[q] = rng.normal(size=n)
     df["F"] = np.log(df["knn_dist"]) + 0.3 * rng.normal(size=n)
@@ -154,8 +162,14 @@ def test_relations_find_a_planted_relation_and_the_controls_remove_it():
     window = np.repeat(np.arange(n_win), per)
     position = np.tile(np.arange(1, per + 1), n_win).astype(float)
     a = rng.normal(size=n_win * per)
-    x = np.column_stack([a, a + 0.5 * rng.normal(size=len(a)), position + 0.1 * rng.normal(size=len(a)),
-                         position + 0.1 * rng.normal(size=len(a))])
+    x = np.column_stack(
+        [
+            a,
+            a + 0.5 * rng.normal(size=len(a)),
+            position + 0.1 * rng.normal(size=len(a)),
+            position + 0.1 * rng.normal(size=len(a)),
+        ]
+    )
     m = spearman_matrix(x, groups=window, controls=np.column_stack([position, rng.normal(size=len(a))]), n_boot=100)
     # shuffling within windows leaves only what the windows' means share (about 1/12 of the variance here)
     assert m["rho"][0, 1] > 0.8 and m["low"][0, 1] > 0.7 and abs(m["shuffled"][0, 1]) < 0.2
@@ -171,8 +185,15 @@ def test_relations_table_of_a_block(result):
     assert len(rel) == rel["layer"].nunique() * len(qs) * (len(qs) - 1) // 2
     ok = rel.dropna(subset=["rho"])
     assert ((ok["ci_low"] <= ok["rho"] + 1e-9) & (ok["rho"] <= ok["ci_high"] + 1e-9)).mean() > 0.9
-    assert (ok["n"] == result.tokens["position"].ne(CFG.seq_len - 1).groupby(result.tokens["layer"]).sum()
-            .reindex(ok["layer"]).to_numpy()).all()
+    assert (
+        ok["n"]
+        == result.tokens["position"]
+        .ne(CFG.seq_len - 1)
+        .groupby(result.tokens["layer"])
+        .sum()
+        .reindex(ok["layer"])
+        .to_numpy()
+    ).all()
 
 
 def test_a_rerun_resumes_by_block(llama, tmp_path, monkeypatch):
@@ -184,8 +205,12 @@ def test_a_rerun_resumes_by_block(llama, tmp_path, monkeypatch):
     monkeypatch.setattr(A, "_layer_tokens", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
     whole = run(llama, CFG, out=tmp_path)
     assert calls == CFG.chosen_layers(llama.cfg.n_layers)[1:]  # the finished block is read back
-    pd.testing.assert_frame_equal(whole.tokens[whole.tokens["layer"] == first.tokens["layer"].iloc[0]]
-                                  .reset_index(drop=True), first.tokens, check_dtype=False, rtol=1e-6)
+    pd.testing.assert_frame_equal(
+        whole.tokens[whole.tokens["layer"] == first.tokens["layer"].iloc[0]].reset_index(drop=True),
+        first.tokens,
+        check_dtype=False,
+        rtol=1e-6,
+    )
 
 
 def test_a_corpus_file_changed_under_its_name_is_computed_again(llama, tmp_path, capsys):
@@ -212,8 +237,30 @@ def test_bad_input_fails_before_any_forward(llama, monkeypatch):
 def test_command(tmp_path, capsys):
     from tlgeo.cli import main
 
-    assert main(["geometries", "--model", "tiny:llama", "--tokens", "60", "--seq-len", "16", "--layer-count", "2",
-                 "--seeds", "1", "--k", "8", "--n-boot", "20", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "geometries",
+                "--model",
+                "tiny:llama",
+                "--tokens",
+                "60",
+                "--seq-len",
+                "16",
+                "--layer-count",
+                "2",
+                "--seeds",
+                "1",
+                "--k",
+                "8",
+                "--n-boot",
+                "20",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "block x pair correlations" in out and (tmp_path / "geometries_relations.csv").exists()
     assert "Benjamini-Hochberg q < 0.05" in out and "significant_bh" in out and "partial_atypical" in out

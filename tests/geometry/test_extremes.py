@@ -11,10 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tlgeo.geometry.parallel import (EPS, cosine, norm_ratio, parallel_ratio, scale_components, split_parallel)
+from tlgeo.geometry.parallel import EPS, cosine, norm_ratio, parallel_ratio, scale_components, split_parallel
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("TLGEO_FUZZ_EXAMPLES", 80)), deadline=None,
-                    derandomize=True)  # the same examples in every test run (more: TLGEO_FUZZ_EXAMPLES)
+SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("TLGEO_FUZZ_EXAMPLES", 80)), deadline=None, derandomize=True
+)  # the same examples in every test run (more: TLGEO_FUZZ_EXAMPLES)
 DTYPES = st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16])
 
 

@@ -37,8 +37,13 @@ def test_copying_scores_of_a_copying_an_anti_copying_and_a_mixed_head():
     w_e = torch.randn(vocab, d, generator=g, dtype=torch.float64)
     w_u = w_e.T.clone()  # tied: W_E W_U is PSD
     rot = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]
-    w_ov = torch.stack([torch.eye(d, dtype=torch.float64), -torch.eye(d, dtype=torch.float64),
-                        torch.diag(torch.tensor([1.0, 1, 1, -1, -1, -1], dtype=torch.float64)) @ rot * 0])
+    w_ov = torch.stack(
+        [
+            torch.eye(d, dtype=torch.float64),
+            -torch.eye(d, dtype=torch.float64),
+            torch.diag(torch.tensor([1.0, 1, 1, -1, -1, -1], dtype=torch.float64)) @ rot * 0,
+        ]
+    )
     s = copying_score(w_e, w_ov, w_u)
     torch.testing.assert_close(s[:2], torch.tensor([1.0, -1.0], dtype=torch.float64))
     assert s[2] == 0.0  # a head that writes nothing: 0, not NaN
@@ -67,7 +72,9 @@ def test_a_duplicate_token_head_and_attention_to_positions_that_differ_per_seque
     # per sequence: from the last position to key 3 in one sequence and key 7 in the other
     two = torch.zeros(2, 1, n, n, dtype=torch.float64)
     two[0, 0, -1, 3], two[1, 0, -1, 7], two[1, 0, -1, 2] = 1.0, 0.25, 0.75
-    torch.testing.assert_close(attention_to(two, torch.tensor([n - 1, n - 1]), torch.tensor([3, 7])),
-                               torch.tensor([(1.0 + 0.25) / 2], dtype=torch.float64))
+    torch.testing.assert_close(
+        attention_to(two, torch.tensor([n - 1, n - 1]), torch.tensor([3, 7])),
+        torch.tensor([(1.0 + 0.25) / 2], dtype=torch.float64),
+    )
     with pytest.raises(ValueError, match="one position per sequence"):
         attention_to(two, torch.tensor([n - 1]), torch.tensor([3, 7]))

@@ -60,8 +60,12 @@ def test_completion_outside_the_neighbours_span():
     inside = torch.zeros(1, 1, D, dtype=torch.float64)
     inside[0, 0, :2] = torch.tensor([0.3, -0.8])
     for kind in LOCAL_MAPS:
-        torch.testing.assert_close(fit_local(kind, x, y, inside, **({"rank": 2} if kind == "lowrank" else {})),
-                                   2.0 * inside, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            fit_local(kind, x, y, inside, **({"rank": 2} if kind == "lowrank" else {})),
+            2.0 * inside,
+            rtol=1e-6,
+            atol=1e-6,
+        )
 
 
 def test_pool_fit_recovers_a_tokenwise_map_and_not_a_cross_token_one():
@@ -140,9 +144,17 @@ def test_fit_locals_and_threads_give_the_class_by_class_results():
     two = tokenwise_fits(kinds, h, out, nb, chunk=16, threads=2, rank=3, ridge=1e-4)
     for kind in kinds:
         torch.testing.assert_close(one[kind], two[kind], rtol=0, atol=0)
-        torch.testing.assert_close(one[kind], tokenwise_fit(kind, h, out, nb, chunk=7,
-                                                            **({"rank": 3, "ridge": 1e-4} if kind == "lowrank" else
-                                                               {"ridge": 1e-4} if kind == "linear" else {})))
+        torch.testing.assert_close(
+            one[kind],
+            tokenwise_fit(
+                kind,
+                h,
+                out,
+                nb,
+                chunk=7,
+                **({"rank": 3, "ridge": 1e-4} if kind == "lowrank" else {"ridge": 1e-4} if kind == "linear" else {}),
+            ),
+        )
     with pytest.raises(ValueError, match="unknown local map class 'mlp'"):
         tokenwise_fits(["linear", "mlp"], h, out, nb)
 

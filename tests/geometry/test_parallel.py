@@ -41,13 +41,13 @@ def _flush(x: float, below: float = 1e-30) -> float:
 
 
 # Finite float64 entries.
-ELEM = st.floats(
-    min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False, allow_subnormal=False
-).map(_flush)
+ELEM = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_infinity=False, allow_subnormal=False).map(
+    _flush
+)
 # Entries that are representable without overflow in float16 too.
-ELEM_LP = st.floats(
-    min_value=-50.0, max_value=50.0, allow_nan=False, allow_infinity=False, allow_subnormal=False
-).map(lambda x: _flush(x, 1e-4))
+ELEM_LP = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False, allow_infinity=False, allow_subnormal=False).map(
+    lambda x: _flush(x, 1e-4)
+)
 SCALE = st.floats(min_value=-10.0, max_value=10.0, allow_nan=False, allow_infinity=False)
 
 DIMS = st.integers(min_value=1, max_value=8)
@@ -131,9 +131,12 @@ def test_par_is_parallel_to_ref(pair):
     # ... and alpha is <y, r> / max(||r||^2, eps), computed here independently in numpy.
     yn, rn = y.numpy(), r.numpy()
     alpha = np.einsum("...d,...d->...", yn, rn) / np.maximum(np.einsum("...d,...d->...", rn, rn), EPS)
-    alpha_bound = 1e-12 * (np.linalg.norm(yn, axis=-1) * np.linalg.norm(rn, axis=-1)) / np.maximum(
-        np.einsum("...d,...d->...", rn, rn), EPS
-    ) + 1e-300
+    alpha_bound = (
+        1e-12
+        * (np.linalg.norm(yn, axis=-1) * np.linalg.norm(rn, axis=-1))
+        / np.maximum(np.einsum("...d,...d->...", rn, rn), EPS)
+        + 1e-300
+    )
     assert np.all(np.abs(s.alpha.numpy() - alpha) <= alpha_bound)
     # Cauchy-Schwarz: the projection is never longer than y.
     assert torch.all(s.par.norm(dim=-1) <= y.norm(dim=-1) * (1 + 1e-12) + 1e-300)
@@ -209,7 +212,7 @@ def test_low_precision_matches_float64(dtype, pair):
         bound = u * exp.abs() + 8 * d * 2.0**-24 * ny + sub
         err = (got.double() - exp).abs()
         assert torch.all(err <= bound), (dtype, err.max().item())
-    scale_a = (ny.squeeze(-1) / r.double().pow(2).sum(-1).clamp_min(EPS).sqrt())
+    scale_a = ny.squeeze(-1) / r.double().pow(2).sum(-1).clamp_min(EPS).sqrt()
     bound_a = u * want.alpha.abs() + 8 * d * 2.0**-24 * scale_a + sub
     assert torch.all((s.alpha.double() - want.alpha).abs() <= bound_a)
 
@@ -292,9 +295,7 @@ def test_scale_is_linear_in_components(pair, sp, sq):
 
 
 # Batch shapes whose last axis is not 1 (see test_tensor_scale_trailing_unit_axis).
-BATCH_NO_TRAILING_1 = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4).filter(
-    lambda s: s[-1] != 1
-)
+BATCH_NO_TRAILING_1 = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4).filter(lambda s: s[-1] != 1)
 
 
 @SETTINGS
@@ -314,7 +315,9 @@ def test_tensor_scales_match_loop(data):
         assert_vec_close(out[idx], one, scale, rel=1e-11)
     # A 0-d tensor acts like the number, and mixing a tensor with a number works.
     assert_vec_close(
-        scale_components(y, r, torch.tensor(0.3, dtype=torch.float64), 1.5), scale_components(y, r, 0.3, 1.5), 3 * vnorm(y)
+        scale_components(y, r, torch.tensor(0.3, dtype=torch.float64), 1.5),
+        scale_components(y, r, 0.3, 1.5),
+        3 * vnorm(y),
     )
 
 

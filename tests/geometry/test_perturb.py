@@ -148,4 +148,6 @@ def test_the_geometry_of_the_angle():
     h = torch.tensor([[2.0, 0.0, 0.0]], dtype=torch.float64)
     out, _ = rotate_exact(h, 2.0, torch.tensor([[0.0, 1.0, 0.0]], dtype=torch.float64))
     theta = 2 * math.asin(2.0 / 4.0)  # 60 degrees
-    torch.testing.assert_close(out, torch.tensor([[2 * math.cos(theta), 2 * math.sin(theta), 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        out, torch.tensor([[2 * math.cos(theta), 2 * math.sin(theta), 0.0]], dtype=torch.float64)
+    )

@@ -5,7 +5,12 @@ import pytest
 import torch
 
 from tlgeo.geometry.rotation import (
-    attenuate_in_subspace, haar_rotation, qr_rotation, random_basis, replace_in_subspace, rotate_in_subspace,
+    attenuate_in_subspace,
+    haar_rotation,
+    qr_rotation,
+    random_basis,
+    replace_in_subspace,
+    rotate_in_subspace,
     rotation,
 )
 
@@ -38,8 +43,9 @@ def test_identity_rotation_is_a_no_op_bit_for_bit():
 
 def test_haar_rotations_are_proper_and_seeded_and_qr_is_the_authors():
     assert torch.det(haar_rotation(6, 0)) == pytest.approx(1.0)
-    assert torch.equal(haar_rotation(6, 4), haar_rotation(6, 4)) and not torch.equal(haar_rotation(6, 4),
-                                                                                      haar_rotation(6, 5))
+    assert torch.equal(haar_rotation(6, 4), haar_rotation(6, 4)) and not torch.equal(
+        haar_rotation(6, 4), haar_rotation(6, 5)
+    )
     q = qr_rotation(6, 2)
     g = torch.randn(6, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     torch.testing.assert_close(q, torch.linalg.qr(g).Q)
@@ -50,8 +56,9 @@ def test_haar_rotations_are_proper_and_seeded_and_qr_is_the_authors():
 def test_attenuate_and_transplant():
     h, b = _setup()
     other = torch.randn(7, 20, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    torch.testing.assert_close(attenuate_in_subspace(h, b, 0.0) @ b, torch.zeros(7, 5, dtype=torch.float64),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        attenuate_in_subspace(h, b, 0.0) @ b, torch.zeros(7, 5, dtype=torch.float64), atol=1e-12, rtol=0
+    )
     moved = replace_in_subspace(h, b, other, 1.0)
     torch.testing.assert_close(moved @ b, other @ b)
     perp = torch.eye(20, dtype=torch.float64) - b @ b.T

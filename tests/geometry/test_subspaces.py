@@ -6,7 +6,13 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from tlgeo.geometry.subspaces import (
-    axis_angles, energy_shares, fit_pdsf, participation_ratio, pca_basis, prediction_directions, split_pdsf,
+    axis_angles,
+    energy_shares,
+    fit_pdsf,
+    participation_ratio,
+    pca_basis,
+    prediction_directions,
+    split_pdsf,
     subspace_participation,
 )
 
@@ -36,7 +42,7 @@ def test_exact_split_is_orthogonal_and_complete(seed, kd, ks):
     torch.testing.assert_close(sum(parts.values()), h, rtol=1e-12, atol=1e-12)
     names = list(parts)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert (parts[a] * parts[b]).sum(-1).abs().max() < 1e-10, (a, b)
     e = energy_shares(parts)
     torch.testing.assert_close(sum(e.values()), torch.ones(len(h), dtype=torch.float64))

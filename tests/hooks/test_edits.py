@@ -150,7 +150,9 @@ def test_diag_head_selection(llama, tokens):
     name = "blocks.0.attn.hook_pattern"
     clean = clean_cache(llama, tokens, [name])[name]
     seen = {}
-    logits(llama, tokens, edit_hooks(llama, "diag", 0.0, layers=0, skip_first=0, heads=[3]) + [(name, recorder(seen, "A"))])
+    logits(
+        llama, tokens, edit_hooks(llama, "diag", 0.0, layers=0, skip_first=0, heads=[3]) + [(name, recorder(seen, "A"))]
+    )
     assert torch.equal(seen["A"][:, :3], clean[:, :3])
     assert torch.all(torch.diagonal(seen["A"][:, 3], dim1=-2, dim2=-1)[..., 1:] == 0)
 
@@ -158,9 +160,11 @@ def test_diag_head_selection(llama, tokens):
 def _counting(hooks, counts):
     out = []
     for name, fn in hooks:
+
         def wrapped(x, hook, _fn=fn, _name=name):
             counts[_name] = counts.get(_name, 0) + 1
             return _fn(x, hook)
+
         out.append((name, wrapped))
     return out
 
@@ -281,8 +285,9 @@ def test_tensor_scale_per_head_site(llama, tokens):
 
 def test_an_edit_reads_as_what_it_does():
     e = Edit("value_excl_self", s_par=0.0, layers=(1, 2))
-    assert repr(e) == ("Edit(site=Site('value_excl_self'), s_par=0.0, s_perp=1.0, layers=(1, 2), skip_first=1, "
-                       "heads=None)")
+    assert repr(e) == (
+        "Edit(site=Site('value_excl_self'), s_par=0.0, s_perp=1.0, layers=(1, 2), skip_first=1, heads=None)"
+    )
 
 
 def test_block_0_is_left_alone_unless_asked(llama, tokens):

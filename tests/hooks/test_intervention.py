@@ -14,8 +14,12 @@ def _logits(model, toks, hooks=()):
 def _interventions(model):
     d = model.cfg.d_model
     basis = torch.linalg.qr(torch.randn(2, d, 2, generator=torch.Generator().manual_seed(0)))[0]
-    return [Edit("attn", s_par=0.0), Perturbation("angle", 0.5, layers=(1,)),
-            SubspaceEdit(1, basis, factor=0.5), ComplementEdit(1, (basis,), factor=0.5)]
+    return [
+        Edit("attn", s_par=0.0),
+        Perturbation("angle", 0.5, layers=(1,)),
+        SubspaceEdit(1, basis, factor=0.5),
+        ComplementEdit(1, (basis,), factor=0.5),
+    ]
 
 
 def test_every_intervention_class_implements_the_protocol(llama):

@@ -124,14 +124,17 @@ def test_works_on_any_site_and_on_gpt_neox(neox, tokens):
             assert torch.isfinite(out).all() and not torch.allclose(out, clean)
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(kind="size", delta=1.0), ValueError, "unknown perturbation kind"),
-    (dict(kind="angle", delta=-1.0), ValueError, "delta must be"),
-    (dict(kind="angle", delta=float("nan")), ValueError, "delta must be"),
-    (dict(kind="angle", delta=1.0, mode="rough"), ValueError, "unknown perturbation mode"),
-    (dict(kind="magnitude", delta=1.0, flip="mirror"), ValueError, "unknown flip"),
-    (dict(kind="angle", delta=1.0, site="nowhere"), KeyError, "unknown site"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(kind="size", delta=1.0), ValueError, "unknown perturbation kind"),
+        (dict(kind="angle", delta=-1.0), ValueError, "delta must be"),
+        (dict(kind="angle", delta=float("nan")), ValueError, "delta must be"),
+        (dict(kind="angle", delta=1.0, mode="rough"), ValueError, "unknown perturbation mode"),
+        (dict(kind="magnitude", delta=1.0, flip="mirror"), ValueError, "unknown flip"),
+        (dict(kind="angle", delta=1.0, site="nowhere"), KeyError, "unknown site"),
+    ],
+)
 def test_bad_perturbations_raise_clear_errors(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         Perturbation(**kwargs)

@@ -25,7 +25,9 @@ def test_resume_forward_equals_full_edited_forward(tiny, tokens, layer):
     assert (out - clean).abs().max() > 1e-4  # the edit did something
     assert fired == [layer]  # hooks at the start block fire, once
     assert len(ran) == (2 if layer == 0 else 0)  # earlier blocks are skipped, not run
-    assert not any("forward" in vars(m) for m in tiny.modules() if m is not tiny)  # nothing left patched (the bridge: inputs_follow_model)
+    assert not any(
+        "forward" in vars(m) for m in tiny.modules() if m is not tiny
+    )  # nothing left patched (the bridge: inputs_follow_model)
     with torch.inference_mode():
         torch.testing.assert_close(tiny(tokens), clean, rtol=0, atol=0)
     if layer > 0:
@@ -57,8 +59,10 @@ def test_activations_equal_the_cache_and_end_the_forward_at_the_last_one(tiny, t
         with tiny.hooks(fwd_hooks=edit):
             _, cache = tiny.run_with_cache(tokens, names_filter=lambda n: n in names)
         ran = []
-        handles = [tiny.blocks[2].original_component.register_forward_hook(lambda *a: ran.append("block 2")),
-                   tiny.unembed.register_forward_hook(lambda *a: ran.append("unembed"))]
+        handles = [
+            tiny.blocks[2].original_component.register_forward_hook(lambda *a: ran.append("block 2")),
+            tiny.unembed.register_forward_hook(lambda *a: ran.append("unembed")),
+        ]
         try:
             got = activations(tiny, tokens, names, edit)
         finally:

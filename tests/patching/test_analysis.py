@@ -13,8 +13,9 @@ from tlgeo.patching.tasks import build_task
 
 
 def _cfg(**kw):
-    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1),
-                components=("head", "head_par", "mlp"))
+    base = dict(
+        tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), components=("head", "head_par", "mlp")
+    )
     return PatchingConfig(**{**base, **kw})
 
 
@@ -83,7 +84,8 @@ def test_a_task_rerun_under_its_name_with_other_prompts_is_computed_again(llama,
     run(llama, cfg.replace(tasks=(second,)), out=tmp_path / "same")
     said = capsys.readouterr().out.splitlines()
     assert [line for line in said if line.startswith("resumed")] and not [
-        line for line in said if line.startswith("recomputed")], said
+        line for line in said if line.startswith("recomputed")
+    ], said
 
 
 def test_a_task_the_model_cannot_do_is_reported_not_patched(llama):
@@ -104,9 +106,13 @@ def test_bad_input_fails_before_any_forward(llama, monkeypatch):
     monkeypatch.setattr(analysis, "task_runs", no_forward)
     with pytest.raises(ValueError, match="no position 'S2'"):
         run(llama, _cfg(positions="S2"))
-    for bad, match in ((dict(tasks=("copy",)), "tasks"), (dict(components=("heads",)), "components"),
-                       (dict(prompts=1), "prompts"), (dict(min_accuracy=2.0), "min_accuracy"),
-                       (dict(directions=("sideways",)), "directions")):
+    for bad, match in (
+        (dict(tasks=("copy",)), "tasks"),
+        (dict(components=("heads",)), "components"),
+        (dict(prompts=1), "prompts"),
+        (dict(min_accuracy=2.0), "min_accuracy"),
+        (dict(directions=("sideways",)), "directions"),
+    ):
         with pytest.raises(ValueError, match=match):
             _cfg(**bad)
     with pytest.raises(IndexError, match="out of range"):
@@ -143,8 +149,12 @@ def test_the_plan_counts_the_exact_sweep_by_resumed_blocks():
 
     shape = model_shape("tiny:llama")
     full = {w.step: w for w in plan(shape, PatchingConfig(tasks=("ioi",), prompts=8, components=("head", "mlp")))}
-    late = {w.step: w for w in plan(shape, PatchingConfig(tasks=("ioi",), prompts=8, components=("head", "mlp"),
-                                                         layers=(shape.n_layers - 1,)))}
+    late = {
+        w.step: w
+        for w in plan(
+            shape, PatchingConfig(tasks=("ioi",), prompts=8, components=("head", "mlp"), layers=(shape.n_layers - 1,))
+        )
+    }
     n, L = shape.n_layers, PROMPT_TOKENS["ioi"]
     per_block = (shape.n_heads + 1) * 8 * L  # one copy of the prompts per head, and one for the MLP
     assert full["ioi: exact"].tokens == int(per_block * sum((n - l) / n for l in range(n)))
@@ -192,7 +202,8 @@ def test_your_own_task_is_patched_as_a_built_in_one(llama, tmp_path):
     top = top_heads(saved.effects, "my_induction", method="exact")
     views = saved.attention.set_index(["view", "query", "key"])["weight"]
     want = head_attention_rows(llama, mine.clean[:1], zip(top["layer"], top["head"])).set_index(
-        ["view", "query", "key"])["weight"]
+        ["view", "query", "key"]
+    )["weight"]
     pd.testing.assert_series_equal(views.loc[want.index], want, rtol=1e-6)  # the clean pattern of its top heads
     report = Report("patching")
     load_steps()["patching"].render(StepContext(None, report, None, _cfg(tasks=(mine,))), saved)
@@ -231,16 +242,19 @@ def test_a_component_not_cached_is_one_line(llama):
 
 
 def test_path_patching_in_the_analysis_is_the_sweep_and_resumes_from_its_log(llama, tmp_path, monkeypatch):
-    cfg = _cfg(methods=("paths",), path_senders=("L0H1", "L1"), path_receivers=("L2H0", "logits"),
-               path_components=("head", "nonself"))
+    cfg = _cfg(
+        methods=("paths",),
+        path_senders=("L0H1", "L1"),
+        path_receivers=("L2H0", "logits"),
+        path_components=("head", "nonself"),
+    )
     assert sum(u[0] == "paths" for u in units(llama, cfg)) == 2 * 2  # components x sender blocks
     res = run(llama, cfg, out=tmp_path)
     assert res.effects is None and res.par_baseline is None and len(res.paths) == 2 * 5 * 4
     task = build_task("induction", llama, n=4, seed=0)
     runs = path_runs(llama, task, ["head", "nonself"], [0, 1], [2], logits=True)
     senders = [(0, 1), *((1, h) for h in range(llama.cfg.n_heads))]
-    want = path_effects(path_sweep(llama, runs, senders, [(2, 0)], components=["head", "nonself"], logits=True),
-                        runs)
+    want = path_effects(path_sweep(llama, runs, senders, [(2, 0)], components=["head", "nonself"], logits=True), runs)
     key = ["component", "sender_layer", "sender_head", "receiver_layer", "receiver_head", "receiver_input"]
     got = res.paths.sort_values(key).reset_index(drop=True)
     want = want.sort_values(key).reset_index(drop=True)
@@ -270,8 +284,10 @@ def test_a_task_rerun_whose_new_prompts_are_not_patched_leaves_no_rows_of_the_ol
     cfg = _cfg(tasks=(first, other), methods=("exact",), components=("head", "head_par"))
     out = tmp_path / "same"
     assert run(llama, cfg, out=out).tasks["patched"].all()
-    kept = {f: pd.read_csv(out / f).query("task == 'kept'") for f in
-            ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz")}
+    kept = {
+        f: pd.read_csv(out / f).query("task == 'kept'")
+        for f in ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz")
+    }
     assert all(len(df) for df in kept.values())
     capsys.readouterr()
     with pytest.warns(UserWarning, match="not patched"):
@@ -301,8 +317,14 @@ def test_a_python_run_of_your_own_task_records_a_command_that_reruns_it(llama, t
     from tlgeo.patching import task_from_texts
     from tlgeo.runner.provenance import read
 
-    mine = task_from_texts(llama, "my rep", ["abcab", "cdacd", "bdcbd", "adbad"], ["abcax", "cdacx", "bdcbx", "adbax"],
-                           ["c", "a", "c", "b"], ["x", "x", "x", "x"])
+    mine = task_from_texts(
+        llama,
+        "my rep",
+        ["abcab", "cdacd", "bdcbd", "adbad"],
+        ["abcax", "cdacx", "bdcbx", "adbax"],
+        ["c", "a", "c", "b"],
+        ["x", "x", "x", "x"],
+    )
     cfg = _cfg(tasks=("induction", mine), methods=("exact",), components=("head",))
     made = tmp_path / "api"
     run(llama, cfg, out=made)

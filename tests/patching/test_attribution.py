@@ -42,10 +42,14 @@ def test_attribution_is_the_derivative_of_the_exact_patch(setup, component):
 
 def test_attribution_tracks_exact_patching_on_every_component(setup):
     model, task, runs = setup
-    ex = {(r["component"], r["layer"], r["head"]): torch.tensor(r["patched"]).mean()
-          for r in exact_sweep(model, runs, list(COMPONENTS))}
-    at = {(r["component"], r["layer"], r["head"]): torch.tensor(r["patched"]).mean()
-          for r in attribution_sweep(model, runs, list(COMPONENTS), batch_size=3)}  # two batches
+    ex = {
+        (r["component"], r["layer"], r["head"]): torch.tensor(r["patched"]).mean()
+        for r in exact_sweep(model, runs, list(COMPONENTS))
+    }
+    at = {
+        (r["component"], r["layer"], r["head"]): torch.tensor(r["patched"]).mean()
+        for r in attribution_sweep(model, runs, list(COMPONENTS), batch_size=3)
+    }  # two batches
     assert ex.keys() == at.keys()
     for comp in COMPONENTS:
         keys = [k for k in ex if k[0] == comp]

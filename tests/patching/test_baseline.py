@@ -58,8 +58,7 @@ def test_on_the_tiny_model_the_rotated_share_is_one_over_d_and_the_share_is_head
 
 
 def _cfg(**kw):
-    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1),
-                components=("head", "head_par"))
+    base = dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1), components=("head", "head_par"))
     return PatchingConfig(**{**base, **kw})
 
 

@@ -8,13 +8,31 @@ from tlgeo.cli import main
 
 def test_patching_command(tmp_path, capsys):
     out = tmp_path / "pt"
-    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction,ioi", "--prompts", "4", "--min-accuracy", "0",
-            "--components", "head,head_perp,self,nonself,mlp", "--exact-components", "head,self,nonself",
-            "--out", str(out), "--threads", "1"]
+    argv = [
+        "patching",
+        "--model",
+        "tiny:llama",
+        "--tasks",
+        "induction,ioi",
+        "--prompts",
+        "4",
+        "--min-accuracy",
+        "0",
+        "--components",
+        "head,head_perp,self,nonself,mlp",
+        "--exact-components",
+        "head,self,nonself",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     printed = captured.out
-    assert " done" not in printed and "patching induction:" in captured.err  # a progress bar per task, not a line per sweep
+    assert (
+        " done" not in printed and "patching induction:" in captured.err
+    )  # a progress bar per task, not a line per sweep
     assert "tasks (accuracy: share of clean prompts answered right):" in printed
     assert "largest effects" in printed and "attribution vs exact" in printed
     assert "head = self + nonself" in printed  # the interaction of the split's parts
@@ -26,8 +44,9 @@ def test_patching_command(tmp_path, capsys):
     effects = pd.read_csv(out / "patching_effects.csv")
     exact = effects[effects["method"] == "exact"]
     assert set(exact["component"]) == {"head", "self", "nonself"} and len(exact) == 3 * 3 * 4  # x blocks x heads
-    assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl",
-            "patching_par_baseline.csv"} <= {p.name for p in out.iterdir()}
+    assert {"patching_agreement.csv", "patching_interactions.csv", "patching.jsonl", "patching_par_baseline.csv"} <= {
+        p.name for p in out.iterdir()
+    }
     assert {"p", "q", "significant"} <= set(effects.columns) and (effects["q"] >= effects["p"]).all()
     excludes = ~((effects["ci_low"] <= 0) & (0 <= effects["ci_high"]))
     assert (excludes == (effects["p"] < 0.05)).all()  # one interval, one test
@@ -42,9 +61,29 @@ def test_patching_command(tmp_path, capsys):
 
 def test_path_patching_command(tmp_path, capsys):
     out = tmp_path / "pp"
-    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--min-accuracy", "0",
-            "--methods", "paths", "--path-senders", "L0H1,L1H2", "--path-receivers", "L2,logits", "--path-inputs", "k,v",
-            "--out", str(out), "--threads", "1"]
+    argv = [
+        "patching",
+        "--model",
+        "tiny:llama",
+        "--tasks",
+        "induction",
+        "--prompts",
+        "4",
+        "--min-accuracy",
+        "0",
+        "--methods",
+        "paths",
+        "--path-senders",
+        "L0H1,L1H2",
+        "--path-receivers",
+        "L2,logits",
+        "--path-inputs",
+        "k,v",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "largest paths (a sender's change let through only to the receiver's input" in printed
@@ -55,14 +94,17 @@ def test_path_patching_command(tmp_path, capsys):
     assert not (out / "patching_effects.csv").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--methods", "paths", "--path-senders", "L0"], "paths needs path_senders and path_receivers"),
-    (["--path-receivers", "L1H"], "path_receivers: 'L1H' is not a head"),
-    (["--tasks", "copy"], "tasks: unknown value(s) ['copy']"),
-    (["--components", "heads"], "components: unknown value(s) ['heads']"),
-    (["--directions", "both"], "directions: unknown value(s) ['both']"),
-    (["--prompts", "1"], "prompts must be >= 2"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--methods", "paths", "--path-senders", "L0"], "paths needs path_senders and path_receivers"),
+        (["--path-receivers", "L1H"], "path_receivers: 'L1H' is not a head"),
+        (["--tasks", "copy"], "tasks: unknown value(s) ['copy']"),
+        (["--components", "heads"], "components: unknown value(s) ['heads']"),
+        (["--directions", "both"], "directions: unknown value(s) ['both']"),
+        (["--prompts", "1"], "prompts must be >= 2"),
+    ],
+)
 def test_bad_flags_fail_before_the_model_loads(flags, message, tmp_path, capsys, monkeypatch):
     import tlgeo.models as models
 
@@ -72,8 +114,21 @@ def test_bad_flags_fail_before_the_model_loads(flags, message, tmp_path, capsys,
 
 
 def test_a_position_the_task_lacks_is_one_line_before_any_forward(tmp_path, capsys):
-    code = main(["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--positions", "S2",
-                 "--out", str(tmp_path)])
+    code = main(
+        [
+            "patching",
+            "--model",
+            "tiny:llama",
+            "--tasks",
+            "induction",
+            "--prompts",
+            "4",
+            "--positions",
+            "S2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "task 'induction' has no position 'S2'; choose from ['all', 'end']" in err
     assert "Traceback" not in err and not (tmp_path / "patching.jsonl").exists()
@@ -87,14 +142,31 @@ def test_the_peer_bench_finds_transformer_lens_s_effects(tmp_path):
 
     bench = load_script("bench_patching_peers")
     out = tmp_path / "peers"
-    bench.main(["--model", "tiny:llama", "--task", "induction", "--prompts", "4", "--every", "1", "--rounds", "1",
-                "--threads", "1", "--out", str(out)])
+    bench.main(
+        [
+            "--model",
+            "tiny:llama",
+            "--task",
+            "induction",
+            "--prompts",
+            "4",
+            "--every",
+            "1",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     table = pd.read_csv(out / "peers.csv")
     rows = {r["method"]: r for _, r in table.iterrows()}
     assert {"tlgeo_exact", "tlgeo_attribution", "transformer_lens"} <= set(rows)
     assert rows["tlgeo_exact"]["x_tlgeo_exact"] == 1.0 and set(table["prompts"]) == {4} and set(table["heads"]) == {4}
     assert rows["transformer_lens"]["package"].startswith("transformer-lens==") and rows["tlgeo_exact"][
-        "package"].startswith("tlgeo==")
+        "package"
+    ].startswith("tlgeo==")
     (line,) = read(out)  # the commit on every row is the provenance line's
     assert set(table["commit"]) == {line["git"]["commit"]} and line["settings"]["task"] == "induction"
     assert all(rows[m]["max_abs_effect_diff"] < 1e-3 for m in rows if m != "tlgeo_attribution")
@@ -104,16 +176,35 @@ def test_a_rerun_that_no_longer_patches_a_task_removes_its_old_rows(tmp_path, ca
     """Issue 67: a finished run rerun into its folder with a ``--min-accuracy`` the model does not reach says "not
     patched" and leaves no effect, baseline or attention rows of that task behind, as a fresh folder has none."""
     out = tmp_path / "pt"
-    argv = ["patching", "--model", "tiny:llama", "--tasks", "induction", "--prompts", "4", "--layers", "0,1",
-            "--components", "head,head_par", "--out", str(out), "--threads", "1"]
+    argv = [
+        "patching",
+        "--model",
+        "tiny:llama",
+        "--tasks",
+        "induction",
+        "--prompts",
+        "4",
+        "--layers",
+        "0,1",
+        "--components",
+        "head,head_par",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main([*argv, "--min-accuracy", "0"]) == 0
     assert len(pd.read_csv(out / "patching_effects.csv")) > 0
     capsys.readouterr()
     assert main([*argv, "--min-accuracy", "1"]) == 0
     printed = capsys.readouterr().out
     assert not pd.read_csv(out / "patching_tasks.csv")["patched"].any()
-    for name in ("patching_effects.csv", "patching_par_baseline.csv", "patching_attention.csv.gz",
-                 "patching_agreement.csv"):
+    for name in (
+        "patching_effects.csv",
+        "patching_par_baseline.csv",
+        "patching_attention.csv.gz",
+        "patching_agreement.csv",
+    ):
         assert len(pd.read_csv(out / name)) == 0, name
     assert "removed" in printed and str(out / "patching_effects.csv") in printed, printed
 
@@ -131,10 +222,24 @@ def test_layers_out_of_range_fail_before_the_weights_load_and_leave_no_folder(tm
     code = main(["patching", "--model", str(zoo), "--layers", "5-9", "--out", str(out), "--threads", "1"])
     captured = capsys.readouterr()
     assert code == 2 and captured.err.strip() == (
-        "tlgeo patching: error: layers: layer(s) 5-9 out of range: the model has 2 layers (0..1)"), captured.err
+        "tlgeo patching: error: layers: layer(s) 5-9 out of range: the model has 2 layers (0..1)"
+    ), captured.err
     assert captured.out == "" and not (tmp_path / "new").exists()
-    code = main(["patching", "--model", "tiny:llama", "--methods", "paths", "--path-senders", "L9H0",
-                 "--path-receivers", "logits", "--out", str(out)])
+    code = main(
+        [
+            "patching",
+            "--model",
+            "tiny:llama",
+            "--methods",
+            "paths",
+            "--path-senders",
+            "L9H0",
+            "--path-receivers",
+            "logits",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 2 and "path_senders: block 9 out of range" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 

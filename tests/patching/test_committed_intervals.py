@@ -23,10 +23,16 @@ def disagreements(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
 
 def _made_with_fieller(folder: Path) -> bool:
     """Whether every command of ``folder``'s provenance ran code that has ``tlgeo/stats/ratio.py``."""
-    commits = {json.loads(line)["git"]["commit"] for line in (folder / "provenance.jsonl").read_text().splitlines()
-               if line.strip()}
-    return all(subprocess.run(["git", "cat-file", "-e", f"{c}:tlgeo/stats/ratio.py"], cwd=ROOT,
-                              capture_output=True).returncode == 0 for c in commits)
+    commits = {
+        json.loads(line)["git"]["commit"]
+        for line in (folder / "provenance.jsonl").read_text().splitlines()
+        if line.strip()
+    }
+    return all(
+        subprocess.run(["git", "cat-file", "-e", f"{c}:tlgeo/stats/ratio.py"], cwd=ROOT, capture_output=True).returncode
+        == 0
+        for c in commits
+    )
 
 
 def test_the_check_finds_the_audit_example():

@@ -124,6 +124,7 @@ def test_patched_frame_keeps_the_patched_runs_orthogonal_part(setup):
     def grab(key):
         def fn(x, hook):
             seen[key] = x.detach().clone()
+
         return fn
 
     mask = torch.zeros(task.n, model.cfg.n_heads)
@@ -149,7 +150,7 @@ def test_hooks_run_once_and_are_removed_after_an_exception(setup):
         before = model(runs.corrupted.tokens)
     calls = []
     hooks = patch_hooks(model, ["nonself_par"], 1, runs.clean.acts)
-    counted = [(n, (lambda f: (lambda x, hook: (calls.append(hook.name), f(x, hook))[1]))(f)) for n, f in hooks]
+    counted = [(n, (lambda f: lambda x, hook: (calls.append(hook.name), f(x, hook))[1])(f)) for n, f in hooks]
     with torch.no_grad():
         model.run_with_hooks(runs.corrupted.tokens, fwd_hooks=counted)
     assert len(calls) == len(hooks)
@@ -175,8 +176,15 @@ def test_patches_that_disagree_on_a_hook_are_refused(setup):
 
 def test_hook_names_cover_every_read(llama):
     names = hook_names(llama, ["head_par", "nonself", "mlp"], [0])
-    assert {"blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.attn.hook_z", "blocks.0.attn.hook_v",
-            "blocks.0.attn.hook_pattern", "blocks.0.hook_mlp_out", "blocks.0.hook_resid_mid"} == set(names)
+    assert {
+        "blocks.0.hook_resid_pre",
+        "blocks.0.hook_attn_out",
+        "blocks.0.attn.hook_z",
+        "blocks.0.attn.hook_v",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.hook_mlp_out",
+        "blocks.0.hook_resid_mid",
+    } == set(names)
 
 
 def test_parallel_blocks_take_resid_pre_as_the_mlp_reference(neox):
@@ -189,8 +197,10 @@ def test_head_deltas_are_the_one_head_deltas(setup, comp):
     model, task, runs = setup
     c = get_component(comp)
     roles = c.site.read_hooks(model)
-    acts = lambda run: {"target": run.acts[f"blocks.1.{c.site.target}"],  # noqa: E731
-                        **{r: run.acts[f"blocks.1.{h}"] for r, h in roles}}
+    acts = lambda run: {  # noqa: E731
+        "target": run.acts[f"blocks.1.{c.site.target}"],  # noqa: E731
+        **{r: run.acts[f"blocks.1.{h}"] for r, h in roles},
+    }
     w = model.blocks[1].attn.W_O
     every = c.head_deltas(acts(runs.corrupted), acts(runs.clean), pos=None, W_O=w)
     for h in range(model.cfg.n_heads):

@@ -79,9 +79,22 @@ def test_q_values_are_benjamini_hochberg_within_each_family():
 
     rng = np.random.default_rng(0)
     p = np.concatenate([rng.uniform(size=30), [1e-6, 1e-5, 2e-4]])
-    df = pd.DataFrame({"model": "m", "task": "t", "prompts": 8, "seed": 0, "positions": "all", "frame": "patched",
-                       "method": np.where(np.arange(p.size) % 2, "exact", "attribution"), "direction": "denoise",
-                       "component": "head", "layer": np.arange(p.size), "head": 0, "p": p})
+    df = pd.DataFrame(
+        {
+            "model": "m",
+            "task": "t",
+            "prompts": 8,
+            "seed": 0,
+            "positions": "all",
+            "frame": "patched",
+            "method": np.where(np.arange(p.size) % 2, "exact", "attribution"),
+            "direction": "denoise",
+            "component": "head",
+            "layer": np.arange(p.size),
+            "head": 0,
+            "p": p,
+        }
+    )
     got = add_qvalues(df)
     for _, fam in got.groupby("method"):  # one family per method: BH over its own rows only
         np.testing.assert_allclose(fam["q"], false_discovery_control(fam["p"], method="bh"))
@@ -97,9 +110,22 @@ def test_agreement_pairs_the_two_methods_cell_by_cell():
     for method, scale in (("exact", 1.0), ("attribution", 2.0)):
         for layer in range(3):
             for head in range(2):
-                rows.append(dict(model="m", task="t", prompts=4, seed=0, method=method, direction="denoise",
-                                 positions="all", frame="patched", component="head", layer=layer, head=head,
-                                 effect=scale * (layer + 0.1 * head) + (method == "attribution") * (layer == 2)))
+                rows.append(
+                    dict(
+                        model="m",
+                        task="t",
+                        prompts=4,
+                        seed=0,
+                        method=method,
+                        direction="denoise",
+                        positions="all",
+                        frame="patched",
+                        component="head",
+                        layer=layer,
+                        head=head,
+                        effect=scale * (layer + 0.1 * head) + (method == "attribution") * (layer == 2),
+                    )
+                )
     got = agreement(pd.DataFrame(rows))
     assert len(got) == 1
     r = got.iloc[0]
@@ -108,10 +134,22 @@ def test_agreement_pairs_the_two_methods_cell_by_cell():
 
 
 def test_interactions_are_what_the_parts_leave_of_the_whole():
-    base = dict(model="m", task="t", prompts=4, seed=0, method="exact", direction="denoise", positions="all",
-                frame="patched", layer=0, head=1)
-    rows = [dict(base, component=c, effect=e) for c, e in
-            (("head", 0.5), ("head_par", 0.1), ("head_perp", 0.3), ("self", 0.05), ("nonself", 0.45))]
+    base = dict(
+        model="m",
+        task="t",
+        prompts=4,
+        seed=0,
+        method="exact",
+        direction="denoise",
+        positions="all",
+        frame="patched",
+        layer=0,
+        head=1,
+    )
+    rows = [
+        dict(base, component=c, effect=e)
+        for c, e in (("head", 0.5), ("head_par", 0.1), ("head_perp", 0.3), ("self", 0.05), ("nonself", 0.45))
+    ]
     rows.append(dict(base, component="head", effect=9.0, method="attribution"))  # another method: ignored
     got = interactions(pd.DataFrame(rows)).set_index("split")
     assert set(got.index) == {"head = head_par + head_perp", "head = self + nonself"}

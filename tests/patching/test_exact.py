@@ -30,8 +30,9 @@ def _full_forward_metric(model, runs, comp, layer, head, direction, positions="a
 @pytest.mark.parametrize("direction", ["denoise", "noise"])
 def test_batched_resumed_sweep_equals_one_full_forward_per_patch(setup, direction):
     model, task, runs = setup
-    rows = exact_sweep(model, runs, ["head_perp", "nonself_par", "mlp_perp"], layers=[0, 2], direction=direction,
-                       max_rows=5)  # 5 rows: heads split over several forwards
+    rows = exact_sweep(
+        model, runs, ["head_perp", "nonself_par", "mlp_perp"], layers=[0, 2], direction=direction, max_rows=5
+    )  # 5 rows: heads split over several forwards
     assert len(rows) == 2 * (2 * model.cfg.n_heads + 1)
     for r in rows:
         head = None if r["head"] == -1 else r["head"]

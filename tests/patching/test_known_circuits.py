@@ -30,11 +30,13 @@ def test_exact_patching_ranks_the_planted_heads_first(zoo):
     runs = task_runs(model, task, ["head"])
     assert runs.accuracy()["accuracy"] > 0.5 and runs.gap > 3  # the model does the task (GPT 0.55, Llama 0.83)
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    tests = {(r["layer"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")
-             for r in exact_sweep(model, runs, ["head"], direction="noise")}
+    tests = {
+        (r["layer"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")
+        for r in exact_sweep(model, runs, ["head"], direction="noise")
+    }
     ranked = sorted(tests, key=lambda h: -abs(tests[h]["effect"]))
     planted = set(prev) | set(induction)
-    assert set(ranked[:len(planted)]) == planted  # precision@k = 1, k = the planted heads
+    assert set(ranked[: len(planted)]) == planted  # precision@k = 1, k = the planted heads
     assert all(tests[h]["ci_low"] > 0 for h in planted)  # each one's noising breaks the behaviour
     assert max(tests[h]["effect"] for h in prev) > 0.8  # a previous-token head feeds every induction head
 
@@ -60,8 +62,10 @@ def test_an_induction_head_acts_through_its_non_self_aggregate_across_the_residu
     comps = ["head", "self", "nonself", "head_par", "head_perp"]
     runs = task_runs(model, task, comps, [1])
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    eff = {(r["component"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")["effect"]
-           for r in exact_sweep(model, runs, comps, layers=[1], direction="noise")}
+    eff = {
+        (r["component"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")["effect"]
+        for r in exact_sweep(model, runs, comps, layers=[1], direction="noise")
+    }
     for _, h in induction:
         whole = eff[("head", h)]
         assert eff[("nonself", h)] > 0.7 * whole and abs(eff[("self", h)]) < 0.3 * whole
@@ -83,10 +87,12 @@ def test_path_patching_finds_v_composition_in_the_predecessor_model():
     runs = task_runs(model, task, ["head"])
     assert runs.accuracy()["accuracy"] > 0.5 and runs.gap > 3
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
-    tests = {(r["layer"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")
-             for r in exact_sweep(model, runs, ["head"], direction="noise")}
+    tests = {
+        (r["layer"], r["head"]): effect_test(r["patched"], clean, corrupted, "noise")
+        for r in exact_sweep(model, runs, ["head"], direction="noise")
+    }
     ranked = sorted(tests, key=lambda h: -abs(tests[h]["effect"]))
-    assert set(ranked[:len(prev) + len(dup)]) == set(prev) | set(dup)
+    assert set(ranked[: len(prev) + len(dup)]) == set(prev) | set(dup)
     pruns = path_runs(model, task, ["head"], [0], [1])
     df = path_effects(path_sweep(model, pruns, prev, dup, direction="noise"), pruns, direction="noise")
     by = df.groupby("receiver_input")["effect"].sum()

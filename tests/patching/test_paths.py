@@ -42,8 +42,11 @@ def _by_hand(model, task, comp, sender, receiver, inp, direction="denoise", thro
             hooks.append((f"blocks.{l}.hook_mlp_out", lambda x, hook, v=target[f"blocks.{l}.hook_mlp_out"]: v))
     with torch.no_grad():
         store = {}
-        name = (f"blocks.{model.cfg.n_layers - 1}.hook_resid_post" if receiver is None
-                else f"blocks.{r_layer}.attn.hook_{inp}")
+        name = (
+            f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+            if receiver is None
+            else f"blocks.{r_layer}.attn.hook_{inp}"
+        )
         hooks.append((name, lambda x, hook: store.__setitem__("x", x.clone())))
         model.run_with_hooks(target_tokens, fwd_hooks=hooks)
         if receiver is None:
@@ -65,13 +68,15 @@ def test_the_sweep_equals_the_three_steps_by_hand(setup, direction):
     comps = ["head", "head_perp", "nonself"]
     runs = path_runs(model, task, comps, [0], [2], logits=True)
     senders, receivers = [(0, 0), (0, 1)], [(2, 0), (2, 3)]
-    rows = path_sweep(model, runs, senders, receivers, components=comps, logits=True, direction=direction,
-                      max_rows=4)  # 4 rows: senders and receivers split over several forwards
+    rows = path_sweep(
+        model, runs, senders, receivers, components=comps, logits=True, direction=direction, max_rows=4
+    )  # 4 rows: senders and receivers split over several forwards
     assert len(rows) == len(comps) * len(senders) * (len(receivers) * 3 + 1)
-    for r in rows[:: 3]:
+    for r in rows[::3]:
         receiver = None if r["receiver_input"] == "logits" else (r["receiver_layer"], r["receiver_head"])
-        want = _by_hand(model, task, r["component"], (r["sender_layer"], r["sender_head"]), receiver,
-                        r["receiver_input"], direction)
+        want = _by_hand(
+            model, task, r["component"], (r["sender_layer"], r["sender_head"]), receiver, r["receiver_input"], direction
+        )
         torch.testing.assert_close(torch.tensor(r["patched"]), want, rtol=1e-4, atol=1e-4)
 
 

@@ -10,8 +10,21 @@ import torch
 from tlgeo.data import data_dir
 from tlgeo.models import byte_tokenizer
 from tlgeo.patching.tasks import (
-    CENTURIES, NAMES, ONE_PREFIX, TASKS, Task, TaskError, agreement_task, build_task, clean_accuracy,
-    greater_than_task, induction_task, ioi_task, logit_diff, logprob, prob_diff,
+    CENTURIES,
+    NAMES,
+    ONE_PREFIX,
+    TASKS,
+    Task,
+    TaskError,
+    agreement_task,
+    build_task,
+    clean_accuracy,
+    greater_than_task,
+    induction_task,
+    ioi_task,
+    logit_diff,
+    logprob,
+    prob_diff,
 )
 
 
@@ -43,10 +56,15 @@ class WordTokenizer:
 
 
 def toy_task(**kw):
-    base = dict(name="toy", clean=torch.tensor([[5, 1, 2, 3], [5, 2, 3, 4]]),
-                corrupted=torch.tensor([[5, 4, 2, 3], [5, 1, 3, 4]]),
-                correct=torch.tensor([[1, -1], [2, 3]]), wrong=torch.tensor([[0, 4], [4, -1]]),
-                positions={"X": torch.tensor([1, 2])}, prompts=("a", "b"))
+    base = dict(
+        name="toy",
+        clean=torch.tensor([[5, 1, 2, 3], [5, 2, 3, 4]]),
+        corrupted=torch.tensor([[5, 4, 2, 3], [5, 1, 3, 4]]),
+        correct=torch.tensor([[1, -1], [2, 3]]),
+        wrong=torch.tensor([[0, 4], [4, -1]]),
+        positions={"X": torch.tensor([1, 2])},
+        prompts=("a", "b"),
+    )
     return Task(**{**base, **kw})
 
 
@@ -73,8 +91,11 @@ def test_score_dispatches_and_is_differentiable_with_padding_left_out():
     for metric, fn in (("logit_diff", logit_diff), ("prob_diff", prob_diff), ("logprob", logprob)):
         task = toy_task(metric=metric)
         assert torch.equal(task.score(logits), fn(logits, task.correct, task.wrong))
-    task = toy_task(clean=torch.tensor([[5, 1, 2, 3], [5, 2, 3, 4]]), correct=torch.tensor([[1, -1], [2, 3]]),
-                    wrong=torch.tensor([[4, -1], [4, -1]]))
+    task = toy_task(
+        clean=torch.tensor([[5, 1, 2, 3], [5, 2, 3, 4]]),
+        correct=torch.tensor([[1, -1], [2, 3]]),
+        wrong=torch.tensor([[4, -1], [4, -1]]),
+    )
     task.score(logits).sum().backward()
     # the -1 padding gathers nothing: id 0 is in no answer, so its logit gets no gradient
     assert (logits.grad[:, 0] == 0).all() and (logits.grad[:, 5] == 0).all()
@@ -95,26 +116,37 @@ def test_end_is_added_and_ids_are_kept():
     assert toy_task(positions={"end": torch.tensor([3, 3])}).positions["end"].tolist() == [3, 3]
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(clean=torch.tensor([[5.0, 1, 2, 3], [5, 2, 3, 4]])), "clean must be a 2-D integer tensor"),
-    (dict(corrupted=torch.tensor([5, 4, 2, 3])), "corrupted must be a 2-D integer tensor"),
-    (dict(corrupted=torch.tensor([[5, 4, 2], [5, 1, 3]])), r"aligned positions.*\(2, 4\).*\(2, 3\)"),
-    (dict(clean=torch.zeros(0, 4, dtype=torch.long), corrupted=torch.zeros(0, 4, dtype=torch.long),
-          correct=torch.zeros(0, 1, dtype=torch.long), wrong=torch.zeros(0, 1, dtype=torch.long),
-          positions={}, prompts=()), r"n == 0"),
-    (dict(correct=torch.tensor([1, 2])), r"correct must be an integer tensor \[n, k\]"),
-    (dict(wrong=torch.tensor([[0, 4], [4, -1], [1, 1]])), r"wrong must be an integer tensor \[n, k\] with n = 2"),
-    (dict(correct=torch.tensor([[1, -1], [-1, -1]])), r"row\(s\) \[1\] of correct have no valid id"),
-    (dict(wrong=torch.tensor([[0, 4], [-1, -1]])), r"'logit_diff' needs a wrong id in every row"),
-    (dict(wrong=torch.tensor([[-1, -1], [4, -1]]), metric="prob_diff"), r"'prob_diff' needs a wrong id"),
-    (dict(correct=torch.tensor([[-1, 1], [2, 3]]), metric="logprob"), r"correct\[:, 0\], which is -1"),
-    (dict(d_vocab=5), r"clean has token id 5 >= d_vocab 5"),
-    (dict(correct=torch.tensor([[9, -1], [2, 3]]), d_vocab=6), r"correct has token id 9 >= d_vocab 6"),
-    (dict(metric="accuracy"), r"unknown metric 'accuracy'.*logit_diff.*prob_diff.*logprob"),
-    (dict(positions={"X": torch.tensor([1, 4])}), r"position 'X' is out of range \[0, 4\)"),
-    (dict(positions={"X": torch.tensor([1])}), r"position 'X' must be 2 integer token indices"),
-    (dict(prompts=("a",)), r"prompts must be empty or hold one text per prompt \(2\)"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(clean=torch.tensor([[5.0, 1, 2, 3], [5, 2, 3, 4]])), "clean must be a 2-D integer tensor"),
+        (dict(corrupted=torch.tensor([5, 4, 2, 3])), "corrupted must be a 2-D integer tensor"),
+        (dict(corrupted=torch.tensor([[5, 4, 2], [5, 1, 3]])), r"aligned positions.*\(2, 4\).*\(2, 3\)"),
+        (
+            dict(
+                clean=torch.zeros(0, 4, dtype=torch.long),
+                corrupted=torch.zeros(0, 4, dtype=torch.long),
+                correct=torch.zeros(0, 1, dtype=torch.long),
+                wrong=torch.zeros(0, 1, dtype=torch.long),
+                positions={},
+                prompts=(),
+            ),
+            r"n == 0",
+        ),
+        (dict(correct=torch.tensor([1, 2])), r"correct must be an integer tensor \[n, k\]"),
+        (dict(wrong=torch.tensor([[0, 4], [4, -1], [1, 1]])), r"wrong must be an integer tensor \[n, k\] with n = 2"),
+        (dict(correct=torch.tensor([[1, -1], [-1, -1]])), r"row\(s\) \[1\] of correct have no valid id"),
+        (dict(wrong=torch.tensor([[0, 4], [-1, -1]])), r"'logit_diff' needs a wrong id in every row"),
+        (dict(wrong=torch.tensor([[-1, -1], [4, -1]]), metric="prob_diff"), r"'prob_diff' needs a wrong id"),
+        (dict(correct=torch.tensor([[-1, 1], [2, 3]]), metric="logprob"), r"correct\[:, 0\], which is -1"),
+        (dict(d_vocab=5), r"clean has token id 5 >= d_vocab 5"),
+        (dict(correct=torch.tensor([[9, -1], [2, 3]]), d_vocab=6), r"correct has token id 9 >= d_vocab 6"),
+        (dict(metric="accuracy"), r"unknown metric 'accuracy'.*logit_diff.*prob_diff.*logprob"),
+        (dict(positions={"X": torch.tensor([1, 4])}), r"position 'X' is out of range \[0, 4\)"),
+        (dict(positions={"X": torch.tensor([1])}), r"position 'X' must be 2 integer token indices"),
+        (dict(prompts=("a",)), r"prompts must be empty or hold one text per prompt \(2\)"),
+    ],
+)
 def test_bad_tasks_fail_with_the_problem_named(kw, message):
     with pytest.raises(ValueError, match=message):
         toy_task(**kw)
@@ -261,15 +293,16 @@ def test_greater_than_prompts_differ_only_in_the_year(smollm2):
         text, at = task.prompts[i], int(task.positions["YY"][i])
         cc, yy = re.search(r" (\d\d)(\d\d) to the year (\d\d)$", text).group(1, 2)
         assert cc in CENTURIES and 1 <= int(yy[0]) <= 8
-        assert strip(tok, task.clean[i, at: at + 2].tolist()) == [yy[0], yy[1]]
-        assert strip(tok, task.corrupted[i, at: at + 2].tolist()) == ["0", "1"]
+        assert strip(tok, task.clean[i, at : at + 2].tolist()) == [yy[0], yy[1]]
+        assert strip(tok, task.corrupted[i, at : at + 2].tolist()) == ["0", "1"]
         diff = (task.clean[i] != task.corrupted[i]).nonzero().flatten().tolist()
         assert at in diff and set(diff) <= {at, at + 1}
         correct = strip(tok, [t for t in task.correct[i].tolist() if t >= 0])
         wrong = strip(tok, [t for t in task.wrong[i].tolist() if t >= 0])
         assert correct == [str(d) for d in range(int(yy[0]) + 1, 10)] and wrong == [str(d) for d in range(int(yy[0]))]
         assert tok.decode(task.clean[i, 1:].tolist()) == text and task.corrupted_prompts[i] == text.replace(
-            f"{cc}{yy} to", f"{cc}01 to")
+            f"{cc}{yy} to", f"{cc}01 to"
+        )
 
 
 @pytest.mark.real
@@ -332,9 +365,14 @@ def test_a_constant_metric_is_refused():
 def test_a_task_from_texts_checks_lengths_and_single_token_answers(smollm2):
     from tlgeo.patching.tasks import TaskError, task_from_texts
 
-    t = task_from_texts(smollm2, "capitals", ["The Eiffel Tower is in the city of", "The Colosseum is in the city of"],
-                        ["The Colosseum is in the city of", "The Eiffel Tower is in the city of"],
-                        [" Paris", " Rome"], [" Rome", " Paris"])
+    t = task_from_texts(
+        smollm2,
+        "capitals",
+        ["The Eiffel Tower is in the city of", "The Colosseum is in the city of"],
+        ["The Colosseum is in the city of", "The Eiffel Tower is in the city of"],
+        [" Paris", " Rome"],
+        [" Rome", " Paris"],
+    )
     assert t.clean.shape == t.corrupted.shape and t.clean[0, 0] == smollm2.tokenizer.bos_token_id
     assert smollm2.tokenizer.decode(t.correct[0]) == " Paris" and smollm2.tokenizer.decode(t.wrong[1]) == " Paris"
     with pytest.raises(TaskError, match=r"answer . cerulean. of prompt 0 is 3 tokens"):
@@ -342,5 +380,11 @@ def test_a_task_from_texts_checks_lengths_and_single_token_answers(smollm2):
     with pytest.raises(TaskError, match="aligned positions"):
         task_from_texts(smollm2, "x", ["The sky is"], ["The big blue sea is"], [" blue"], [" red"])
     with pytest.raises(TaskError, match="one token length"):
-        task_from_texts(smollm2, "x", ["The sky is", "The big blue sea is"], ["The sea is", "The big blue sky is"],
-                        [" blue", " blue"], [" red", " red"])
+        task_from_texts(
+            smollm2,
+            "x",
+            ["The sky is", "The big blue sea is"],
+            ["The sea is", "The big blue sky is"],
+            [" blue", " blue"],
+            [" red", " red"],
+        )

@@ -55,8 +55,7 @@ def test_exact_head_patching_ranks_the_programs_heads_first(compiled):
     aggregate by target position, L2H0); reverse: the aggregate L3H0 only, as its length head L0H0 counts the same
     length in both runs."""
     model, task, truth = compiled
-    cfg = PatchingConfig(tasks=(task,), prompts=task.n, components=("head",), methods=("exact",),
-                         directions=("noise",))
+    cfg = PatchingConfig(tasks=(task,), prompts=task.n, components=("head",), methods=("exact",), directions=("noise",))
     res = run(model, cfg)
     assert bool(res.tasks["patched"].iloc[0])
     effect = {(int(r.layer), int(r.head)): float(r.effect) for r in res.effects.itertuples()}
@@ -64,9 +63,14 @@ def test_exact_head_patching_ranks_the_programs_heads_first(compiled):
     program = {(n["layer"], n["head"]) for n in truth["nodes"] if n["kind"] == "head"}
     moved = {h for h, e in effect.items() if abs(e) > 1e-6}
     ranked = sorted(effect, key=lambda h: -abs(effect[h]))
-    expected = {"frac_prevs": {(1, 0)}, "reverse": {(3, 0)}, "hist": {(0, 0)}, "sort": {(1, 0), (2, 0)},
-                "detect_pattern": {(1, 0), (1, 1)}}
-    assert moved <= program and moved == expected[truth["program"]] and set(ranked[:len(moved)]) == moved
+    expected = {
+        "frac_prevs": {(1, 0)},
+        "reverse": {(3, 0)},
+        "hist": {(0, 0)},
+        "sort": {(1, 0), (2, 0)},
+        "detect_pattern": {(1, 0), (1, 1)},
+    }
+    assert moved <= program and moved == expected[truth["program"]] and set(ranked[: len(moved)]) == moved
     if truth["program"] == "detect_pattern":  # each prompt changes the token one of the two shift heads reads
         assert all(effect[h] > 0.2 for h in moved) and sum(effect[h] for h in moved) == pytest.approx(1.0, abs=1e-4)
     else:  # the last head of the program carries all of the answer
@@ -91,9 +95,25 @@ def test_tlgeo_patching_runs_on_a_compiled_program(tmp_path, capsys):
     from tlgeo.cli import main
 
     out = tmp_path / "tracr"
-    argv = ["patching", "--model", str(ZOO / "tracr-detect-pattern"), "--tasks", "tracr", "--prompts", "16",
-            "--components", "head", "--methods", "exact", "--directions", "noise",
-            "--out", str(out), "--threads", "1"]
+    argv = [
+        "patching",
+        "--model",
+        str(ZOO / "tracr-detect-pattern"),
+        "--tasks",
+        "tracr",
+        "--prompts",
+        "16",
+        "--components",
+        "head",
+        "--methods",
+        "exact",
+        "--directions",
+        "noise",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     tasks = pd.read_csv(out / "patching_tasks.csv").set_index("task")
     assert tasks.loc["tracr", "patched"] and tasks.loc["tracr", "accuracy"] == 1.0

@@ -23,8 +23,8 @@ def test_sections_and_headline(atlas_dir, llama):
     assert "single-pass edits at the last prompt token" in html and "per prompt the static part is F" in html
     assert any("indication only" in w for w in h.warnings)
     # the rotations table shows what varies (11 columns); the settings and the proxy's base rate are in its caption
-    table = html[html.index("10c. PDSF: persistent rotations during generation"):]
-    table = table[table.index("<table"): table.index("</table>")]
+    table = html[html.index("10c. PDSF: persistent rotations during generation") :]
+    table = table[table.index("<table") : table.index("</table>")]
     assert len(re.findall(r"<th[ >]", table.split("</tr>")[0])) == 11 and "its base rate %" in table
     assert "Same for every row: prompt_set specB" in html
     assert "Base rate of the proxy on the unedited continuations" in html or "cannot tell a frame shift" in html

@@ -9,9 +9,29 @@ from tlgeo.cli import main
 
 def test_pdsf_command(tmp_path, capsys):
     out = tmp_path / "pdsf"
-    argv = ["pdsf", "--model", "tiny:llama", "--layers", "0,3", "--per-group", "1", "--new-tokens", "3",
-            "--conditions", "D,random", "--bos", "no", "--single-pass", "F_attenuate,D_rotate", "--repeats", "1",
-            "--geometry-per-group", "2", "--out", str(out)]  # 14 groups x 2 specA prompts
+    argv = [
+        "pdsf",
+        "--model",
+        "tiny:llama",
+        "--layers",
+        "0,3",
+        "--per-group",
+        "1",
+        "--new-tokens",
+        "3",
+        "--conditions",
+        "D,random",
+        "--bos",
+        "no",
+        "--single-pass",
+        "F_attenuate,D_rotate",
+        "--repeats",
+        "1",
+        "--geometry-per-group",
+        "2",
+        "--out",
+        str(out),
+    ]  # 14 groups x 2 specA prompts
     assert main(argv) == 0
     layers = pd.read_csv(out / "pdsf_layers.csv")
     assert list(layers["layer"]) == [0, 3] and (layers["n_prompts"] == 28).all() and not layers["bos"].any()
@@ -23,12 +43,21 @@ def test_pdsf_command(tmp_path, capsys):
     assert main(argv) == 0  # again: every stage from its log, rows replaced
     assert "geometry: read back from" in capsys.readouterr().out
     assert len(pd.read_csv(out / "pdsf_layers.csv")) == 2
-    assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 2 and len(pd.read_csv(out / "pdsf_generation.csv.gz")) == 24
+    assert (
+        len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 2
+        and len(pd.read_csv(out / "pdsf_generation.csv.gz")) == 24
+    )
     sp = pd.read_csv(out / "pdsf_single_pass_summary.csv")
-    assert sorted(sp["condition"]) == ["D_rotate", "F_attenuate"] and len(pd.read_csv(out / "pdsf_single_pass.csv.gz")) == 2 * 28
+    assert (
+        sorted(sp["condition"]) == ["D_rotate", "F_attenuate"]
+        and len(pd.read_csv(out / "pdsf_single_pass.csv.gz")) == 2 * 28
+    )
     assert list(pd.read_csv(out / "pdsf_dynamics.csv")["layer"]) == [1, 2, 3]
     assert main(argv[:-2] + ["--mode", "faithful", "--out", str(out)]) == 0  # another setting: kept beside
-    assert len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 4 and len(pd.read_csv(out / "pdsf_single_pass_summary.csv")) == 4
+    assert (
+        len(pd.read_csv(out / "pdsf_generation_summary.csv")) == 4
+        and len(pd.read_csv(out / "pdsf_single_pass_summary.csv")) == 4
+    )
     assert main(argv[:-2] + ["--conditions", "P", "--out", str(out)]) == 2
     assert "unknown subspace(s) ['P']" in capsys.readouterr().err
     assert main(argv[:-2] + ["--single-pass", "P_rotate", "--out", str(tmp_path / "bad")]) == 2
@@ -39,8 +68,24 @@ def test_pdsf_command(tmp_path, capsys):
     assert not (tmp_path / "bad" / "pdsf_layers.csv").exists()
 
 
-SMALL = ["pdsf", "--model", "tiny:llama", "--layers", "0,2", "--geometry-per-group", "2", "--single-pass-per-group", "1",
-         "--single-pass", "D_rotate,F_attenuate,F_mix", "--repeats", "1", "--no-complexity", "--generate", "none"]
+SMALL = [
+    "pdsf",
+    "--model",
+    "tiny:llama",
+    "--layers",
+    "0,2",
+    "--geometry-per-group",
+    "2",
+    "--single-pass-per-group",
+    "1",
+    "--single-pass",
+    "D_rotate,F_attenuate,F_mix",
+    "--repeats",
+    "1",
+    "--no-complexity",
+    "--generate",
+    "none",
+]
 
 
 def test_per_group_limits_and_skips(tmp_path):
@@ -84,8 +129,13 @@ def test_interrupted_run_resumes_geometry_and_single_pass(tmp_path, capsys, monk
     assert ran == [["F_attenuate", "F_mix"]]  # D_rotate was read back from the log
     printed = capsys.readouterr().out
     assert "geometry: read back from" in printed and "single pass: D_rotate read back from" in printed
-    for name in ("pdsf_layers.csv", "pdsf_parts.csv", "pdsf_single_pass.csv.gz", "pdsf_single_pass_angles.csv",
-                 "pdsf_single_pass_summary.csv"):
+    for name in (
+        "pdsf_layers.csv",
+        "pdsf_parts.csv",
+        "pdsf_single_pass.csv.gz",
+        "pdsf_single_pass_angles.csv",
+        "pdsf_single_pass_summary.csv",
+    ):
         pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(whole / name), check_exact=True, obj=name)
 
 

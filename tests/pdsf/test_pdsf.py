@@ -9,8 +9,19 @@ import torch
 
 from tlgeo.hooks.subspace import SubspaceEdit
 from tlgeo.pdsf import (
-    condition_bases, divergence_step, divergence_summary, encode_prompts, greedy_continuations,
-    final_norm_scale, last_token_states, load_prompt_set, logit_lens, pdsf_states, persistent_rotations, run_generation, run_geometry,
+    condition_bases,
+    divergence_step,
+    divergence_summary,
+    encode_prompts,
+    greedy_continuations,
+    final_norm_scale,
+    last_token_states,
+    load_prompt_set,
+    logit_lens,
+    pdsf_states,
+    persistent_rotations,
+    run_generation,
+    run_geometry,
 )
 from tlgeo.pdsf.prompts import PromptSet
 
@@ -74,7 +85,11 @@ def test_readout_cosines_through_the_gram_matrix_equal_the_logit_vectors():
     d, vocab, n = 12, 1000, 9
     w_u, h = torch.randn(d, vocab, generator=gen), torch.randn(n, d, generator=gen, dtype=torch.float64)
     g = torch.rand(d, generator=gen, dtype=torch.float64) + 0.5
-    parts = {"P": h * 0.3, "D": torch.randn(n, d, generator=gen, dtype=torch.float64), "F": torch.zeros(n, d, dtype=torch.float64)}
+    parts = {
+        "P": h * 0.3,
+        "D": torch.randn(n, d, generator=gen, dtype=torch.float64),
+        "F": torch.zeros(n, d, dtype=torch.float64),
+    }
     torch.testing.assert_close(logit_gram(w_u, chunk=300), w_u.double() @ w_u.double().T)
     got = _readout(parts, h, logit_gram(w_u, chunk=300), w_u, g, torch.arange(n))
     full = (h * g) @ w_u.double()
@@ -140,7 +155,7 @@ def test_persistent_rotation_with_and_without_the_kv_cache(llama):
     st = pdsf_states(llama, ps_, bos=True)
     cb = condition_bases(st.states.states[2], st.u, ("D", "random"), k_D=3, k_S=2)
     assert cb.rank("D") == 3 and cb.rank("random") == 3
-    assert (torch.einsum("nd,ndk->nk", st.u.double(), cb.bases["D"]).abs().max() < 1e-10)  # exact: D ⟂ own u
+    assert torch.einsum("nd,ndk->nk", st.u.double(), cb.bases["D"]).abs().max() < 1e-10  # exact: D ⟂ own u
     from tlgeo.pdsf.interventions import rotation_edit
 
     fn = rotation_edit(cb, "D", 2, 42, "haar")
@@ -149,12 +164,30 @@ def test_persistent_rotation_with_and_without_the_kv_cache(llama):
     assert torch.equal(cached, loop)
     base = greedy_continuations(llama, st.tokens, 6, batch_size=8)
     assert torch.equal(base, greedy_continuations(llama, st.tokens, 6, batch_size=8, use_cache=False))
-    df, gens = persistent_rotations(llama, st.tokens, ps_.groups, st.states.states[2], st.u, layer=2,
-                                    conditions=("D", "S"), max_new_tokens=6, batch_size=3)
+    df, gens = persistent_rotations(
+        llama,
+        st.tokens,
+        ps_.groups,
+        st.states.states[2],
+        st.u,
+        layer=2,
+        conditions=("D", "S"),
+        max_new_tokens=6,
+        batch_size=3,
+    )
     assert len(df) == 2 * 8 and set(df["condition"]) == {"D", "S"} and (df["kl_first"] >= 0).all()
     assert (df["kl_mean"] > 1e-6).all()  # the rotation does change the predictions
-    alone, _ = persistent_rotations(llama, st.tokens, ps_.groups, st.states.states[2], st.u, layer=2,
-                                    conditions=("S",), max_new_tokens=6, batch_size=3)
+    alone, _ = persistent_rotations(
+        llama,
+        st.tokens,
+        ps_.groups,
+        st.states.states[2],
+        st.u,
+        layer=2,
+        conditions=("S",),
+        max_new_tokens=6,
+        batch_size=3,
+    )
     np.testing.assert_allclose(alone["kl_mean"], df[df.condition == "S"]["kl_mean"], rtol=1e-6)  # cached clean KL
     s = divergence_summary(df)
     assert list(s["condition"]) == ["D", "S"] and s["unchanged_pct"].between(0, 100).all()
@@ -194,8 +227,8 @@ def test_stacked_rotations_change_each_row_as_its_own_edit_does():
     h = torch.randn(3 * n, 5, d, generator=g, dtype=torch.float64)
     got = stacked.delta(h)
     for i, e in enumerate(edits):
-        want = torch.zeros(n, 5, d, dtype=torch.float64) if e is None else e.delta(h[i * n:(i + 1) * n])
-        torch.testing.assert_close(got[i * n:(i + 1) * n], want, rtol=0, atol=1e-12)
+        want = torch.zeros(n, 5, d, dtype=torch.float64) if e is None else e.delta(h[i * n : (i + 1) * n])
+        torch.testing.assert_close(got[i * n : (i + 1) * n], want, rtol=0, atol=1e-12)
     assert stacked.basis.shape == (3 * n, d, 3) and stacked.rotation.shape == (3 * n, 3, 3)
     with pytest.raises(ValueError, match="only rotations stack"):
         SubspaceEdit.stack([SubspaceEdit(2, basis(2), factor=0.5)], n)
@@ -211,14 +244,27 @@ def test_divergence_step_on_constructed_sequences():
     assert divergence_step(t([1, 2, 3]), t([9, 2, 3])) == 0
     assert divergence_step(t([1, 2, 3]), t([1, 2, 4])) == 2
     assert divergence_step(t([1, 2, 3]), t([1, 2])) == 2  # a prefix: the shorter length
-    df = pd.DataFrame({"condition": "D", "rank": 3, "identical": [True, False, False], "immediate": [False, True, False],
-                       "divergence_step": [None, 0, 4], "frame_shift": [False, True, False]})
+    df = pd.DataFrame(
+        {
+            "condition": "D",
+            "rank": 3,
+            "identical": [True, False, False],
+            "immediate": [False, True, False],
+            "divergence_step": [None, 0, 4],
+            "frame_shift": [False, True, False],
+        }
+    )
     s = divergence_summary(df).iloc[0]
     assert s["immediate_pct"] == 50 and s["mean_first_divergence"] == 2 and s["unchanged_pct"] == pytest.approx(100 / 3)
     # Wilson's interval of 1 of 2: (p + z²/2n ± z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), by hand
     z, n, p = 1.959963984540054, 2, 0.5
-    mid, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    assert s["immediate_ci_low"] == pytest.approx(100 * (mid - half)) and s["immediate_ci_high"] == pytest.approx(100 * (mid + half))
+    mid, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
+    assert s["immediate_ci_low"] == pytest.approx(100 * (mid - half)) and s["immediate_ci_high"] == pytest.approx(
+        100 * (mid + half)
+    )
 
 
 def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypatch):
@@ -226,7 +272,10 @@ def test_generation_is_resumed_condition_by_condition(llama, tmp_path, monkeypat
     kw = dict(conditions=("D", "random"), layer=2, max_new_tokens=4, batch_size=4, log_path=tmp_path / "g.jsonl")
     res = run_generation(llama, st, **kw)
     assert len(res.rows) == 16 and len(res.summary) == 2
-    assert list(res.dynamics["layer"]) == list(range(1, llama.cfg.n_layers + 1)) and len(res.steps) == 4 * llama.cfg.n_layers
+    assert (
+        list(res.dynamics["layer"]) == list(range(1, llama.cfg.n_layers + 1))
+        and len(res.steps) == 4 * llama.cfg.n_layers
+    )
     import tlgeo.pdsf.analysis as A
 
     stop = lambda *a, **k: (_ for _ in ()).throw(AssertionError("rerun"))  # noqa: E731
@@ -259,8 +308,14 @@ def test_plots_draw_and_refuse_empty_tables(llama):
     g = run_geometry(llama, st, k_D=2, k_S=2)
     assert len(plot_energy_pr(g.layers).axes) == 2
     assert len(plot_complexity(g.parts).axes) == 2 and len(plot_discrimination(g.parts).axes) == 2
-    df = pd.DataFrame({"condition": ["D", "D", "S"], "divergence_step": [0, None, 3], "identical": [False, True, False],
-                       "rank": [2, 2, 3]})
+    df = pd.DataFrame(
+        {
+            "condition": ["D", "D", "S"],
+            "divergence_step": [0, None, 3],
+            "identical": [False, True, False],
+            "rank": [2, 2, 3],
+        }
+    )
     assert len(plot_divergence(df).axes) == 2
     with pytest.raises(ValueError, match="needs a non-empty table"):
         plot_energy_pr(pd.DataFrame())
@@ -269,8 +324,14 @@ def test_plots_draw_and_refuse_empty_tables(llama):
 def test_frame_shift_proxy_and_its_base_rate():
     from tlgeo.pdsf.interventions import frame_shift_base_rate, frame_shifts
 
-    texts = ["the cat sat on the mat", "a cat and a mat", "the cat purrs on a mat",
-             "stocks fell in the market", "the market and stocks", "bonds and stocks rose"]
+    texts = [
+        "the cat sat on the mat",
+        "a cat and a mat",
+        "the cat purrs on a mat",
+        "stocks fell in the market",
+        "the market and stocks",
+        "bonds and stocks rose",
+    ]
     groups = ["pets"] * 3 + ["money"] * 3
     assert frame_shift_base_rate(texts, groups) == 0.0
     assert frame_shift_base_rate(texts, ["pets", "pets", "money", "money", "money", "pets"]) >= 2 / 6  # mislabelled
@@ -296,8 +357,9 @@ def test_the_states_of_a_subset_of_the_prompts_are_the_geometrys(llama):
     assert [t.tolist() for t in shared.tokens] == [t.tolist() for t in fresh.tokens]
     torch.testing.assert_close(shared.states.states, fresh.states.states)  # other batch-mates: float noise at most
     assert torch.equal(shared.states.predicted, fresh.states.predicted) and torch.equal(shared.u, fresh.u)
-    other = A.PDSFStates(load_prompt_set("specB").take(1), *(getattr(geo, f) for f in ("tokens", "encoding", "states", "u",
-                                                                                       "fold_norm")))
+    other = A.PDSFStates(
+        load_prompt_set("specB").take(1), *(getattr(geo, f) for f in ("tokens", "encoding", "states", "u", "fold_norm"))
+    )
     assert other.subset(cfg.single_pass_prompts()) is None  # not among them: another prompt set
 
 

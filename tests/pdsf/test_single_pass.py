@@ -11,8 +11,16 @@ from tlgeo.geometry.rotation import complement_part, edit_complement, signed_per
 from tlgeo.geometry.subspaces import fit_pdsf, split_pdsf
 from tlgeo.hooks.subspace import ComplementEdit
 from tlgeo.pdsf import (
-    SINGLE_PASS, dynamic_basis, f_dynamics, greedy_continuations, next_group_donors, pdsf_states, persistent_rotations,
-    run_single_pass, single_pass, single_pass_summary,
+    SINGLE_PASS,
+    dynamic_basis,
+    f_dynamics,
+    greedy_continuations,
+    next_group_donors,
+    pdsf_states,
+    persistent_rotations,
+    run_single_pass,
+    single_pass,
+    single_pass_summary,
 )
 from tlgeo.pdsf.prompts import PromptSet
 
@@ -20,8 +28,9 @@ from tlgeo.pdsf.prompts import PromptSet
 def _set(n_groups=3, per=4):
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
     texts = [f"{words[g]} {words[(g + v) % 6]} {'y' * (v + 1)} {g}{v}" for g in range(n_groups) for v in range(per)]
-    return PromptSet("tiny", texts, [f"g{g}" for g in range(n_groups) for _ in range(per)],
-                     [f"p{i}" for i in range(len(texts))])
+    return PromptSet(
+        "tiny", texts, [f"g{g}" for g in range(n_groups) for _ in range(per)], [f"p{i}" for i in range(len(texts))]
+    )
 
 
 def _orthonormal(b, d, ks, seed=0):
@@ -36,7 +45,7 @@ def test_complement_edits_in_float64():
     h = torch.randn(b, d, dtype=torch.float64)
     f = complement_part(h, bases)
     for basis in bases:
-        assert (torch.einsum("bd,bdk->bk", f, basis).abs().max() < 1e-12)
+        assert torch.einsum("bd,bdk->bk", f, basis).abs().max() < 1e-12
     assert torch.equal(edit_complement(h, bases, factor=1.0), torch.zeros_like(h))  # a no-op, exactly
     torch.testing.assert_close(edit_complement(h, bases, factor=0.5), -0.5 * f)
     perm, signs = signed_permutation(d, 3)
@@ -52,7 +61,7 @@ def test_complement_edits_in_float64():
     cos = torch.nn.functional.cosine_similarity(complement_part(moved, bases), complement_part(donor, bases), dim=-1)
     torch.testing.assert_close(cos, torch.ones(b, dtype=torch.float64))
     raw = h + edit_complement(h, bases, mix=(perm.expand(b, d), signs.expand(b, d)), project=False)
-    assert (torch.einsum("bd,bdk->bk", raw - h, bases[1]).abs().max() > 1e-3)  # the authors' mix leaves F
+    assert torch.einsum("bd,bdk->bk", raw - h, bases[1]).abs().max() > 1e-3  # the authors' mix leaves F
     with pytest.raises(ValueError, match="exactly one of"):
         edit_complement(h, bases)
 
@@ -93,8 +102,16 @@ def test_single_pass_conditions_on_a_tiny_model(llama):
     ang = res.angles
     assert set(ang["state"]) == set(range(1, llama.cfg.n_layers + 1))
     # alpha 0: attenuation by a factor 1 changes nothing, bit for bit
-    none, _ = single_pass(llama, st.tokens, ps.groups, st.states.states[1], st.u, layer=1,
-                          conditions=("F_attenuate", "D_attenuate"), alpha=0.0)
+    none, _ = single_pass(
+        llama,
+        st.tokens,
+        ps.groups,
+        st.states.states[1],
+        st.u,
+        layer=1,
+        conditions=("F_attenuate", "D_attenuate"),
+        alpha=0.0,
+    )
     assert (none["kl"] == 0).all() and not none["flipped"].any() and (none["angle_at_edit"] == 0).all()
     summary = single_pass_summary(rows)
     assert list(summary["condition"]) == list(SINGLE_PASS)
@@ -121,13 +138,24 @@ def test_f_dynamics_split_and_the_dynamic_condition(llama):
     h, u = st.states.states[2].double(), st.u.double()
     basis = fit_pdsf(h, u)
     torch.testing.assert_close(_f_parts(h[:, None], u, basis, "exact")[:, 0], split_pdsf(h, u, basis)["F"])
-    df, gens = persistent_rotations(llama, st.tokens, ps.groups, st.states.states[2], st.u, layer=2,
-                                    conditions=("F_dynamic",), max_new_tokens=5, batch_size=4, baseline=base,
-                                    f_dynamic=dyn.basis)
+    df, gens = persistent_rotations(
+        llama,
+        st.tokens,
+        ps.groups,
+        st.states.states[2],
+        st.u,
+        layer=2,
+        conditions=("F_dynamic",),
+        max_new_tokens=5,
+        batch_size=4,
+        baseline=base,
+        f_dynamic=dyn.basis,
+    )
     assert len(df) == len(ps) and (df["kl_mean"] > 0).all()
     with pytest.raises(ValueError, match="needs the dynamic basis"):
-        persistent_rotations(llama, st.tokens, ps.groups, st.states.states[2], st.u, layer=2,
-                             conditions=("F_dynamic",), max_new_tokens=2)
+        persistent_rotations(
+            llama, st.tokens, ps.groups, st.states.states[2], st.u, layer=2, conditions=("F_dynamic",), max_new_tokens=2
+        )
     with pytest.raises(ValueError, match="at least 2 generated steps"):
         f_dynamics(llama, st.tokens, base[:, :1], st.states.states, st.u)
     with pytest.raises(ValueError, match="anchor='step' needs u_steps"):
@@ -146,7 +174,9 @@ def test_single_pass_plot(llama):
     from tlgeo.pdsf.plots import plot_f_dynamics, plot_single_pass
 
     s = pd.DataFrame({"condition": ["D_rotate", "F_mix"], "kl_mean": [0.1, 2.0], "kl_sem": [0.01, np.nan]})
-    a = pd.DataFrame({"condition": ["D_rotate"] * 2 + ["F_mix"] * 2, "state": [1, 2, 1, 2], "angle_mean": [30, 10, 80, 60]})
+    a = pd.DataFrame(
+        {"condition": ["D_rotate"] * 2 + ["F_mix"] * 2, "state": [1, 2, 1, 2], "angle_mean": [30, 10, 80, 60]}
+    )
     assert len(plot_single_pass(s, a).axes) == 2
     dyn = pd.DataFrame({"layer": [1, 2], "static_share": [0.8, 0.6], "f_share_of_state": [0.9, 0.7]})
     steps = pd.DataFrame({"layer": [1, 1, 2, 2], "step": [0, 1, 0, 1], "cos_to_first": [1, 0.9, 1, 0.8]})

@@ -22,8 +22,15 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     for title in ("Figure 1", "Figure 3", "Tables 1, 2, 8", "Figure 7", "Table 10", "Table 5", "Table 6"):
         assert title in html
     assert html.count("var CircuitsVis=") == 1 and "unpkg.com" not in html
-    for name in ("profile_summary", "sweeps", "compare", "heads_sensitivity", "mlp_carrier",
-                 "closed_form_errors", "audit"):
+    for name in (
+        "profile_summary",
+        "sweeps",
+        "compare",
+        "heads_sensitivity",
+        "mlp_carrier",
+        "closed_form_errors",
+        "audit",
+    ):
         assert (out / f"{name}.csv").exists(), name
     compare = pd.read_csv(out / "compare.csv")
     assert list(compare["condition"]) == ["unedited", "value_excl_self s_par=0", "attn s_par=0"]
@@ -31,7 +38,8 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     for cond in ("value_excl_self s_par=0", "attn s_par=0"):  # one task: the paired change is the accuracy change
         c = compare.set_index("condition")
         assert paired.loc[(cond, "acc"), "delta"] == pytest.approx(
-            c.loc[cond, "zeroshot_acc"] - c.loc["unedited", "zeroshot_acc"], abs=1e-9)
+            c.loc[cond, "zeroshot_acc"] - c.loc["unedited", "zeroshot_acc"], abs=1e-9
+        )
     errors = pd.read_csv(out / "closed_form_errors.csv")
     exact = errors[errors["variant"].isin(["value_full", "value_excl_self"])]
     assert exact["rel_err"].max() < 1e-4  # the closed form reproduces the value-space edit
@@ -44,7 +52,9 @@ def test_atlas_end_to_end_and_resume(tmp_path, llama, atlas_run):
     summary = atlas_summary(out).set_index(["table", "row", "quantity"])["value"]
     assert {"ppl", "zeroshot", "audit", "mlp_carrier", "closed_form", "heads"} <= set(summary.index.get_level_values(0))
     assert summary["ppl", "unedited", "delta_ppl"] == 0.0
-    assert summary["ppl", "attn s_par=0", "ppl"] == pytest.approx(compare.set_index("condition").loc["attn s_par=0", "ppl"])
+    assert summary["ppl", "attn s_par=0", "ppl"] == pytest.approx(
+        compare.set_index("condition").loc["attn s_par=0", "ppl"]
+    )
     assert summary["closed_form", "value_excl_self", "max abs dlogit"] < 1e-3
     assert 0 <= summary["heads", "value_excl_self", "share alpha > 0"] <= 1
     sweeps = pd.read_csv(out / "sweeps.csv").set_index(["site", "axis", "scale"])
@@ -82,12 +92,25 @@ def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match="unknown atlas step"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("nope",)), model=llama)
     with pytest.raises(ValueError, match="exceeds the model's n_ctx"):
-        run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"context": 4096}, steps=("profile",)),
-                  model=llama)
+        run_atlas(
+            AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"context": 4096}, steps=("profile",)), model=llama
+        )
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
-    assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag",
-                          "tokenwise", "pdsf", "patching", "geometries"}
+    assert set(STEPS) == {
+        "profile",
+        "sweeps",
+        "compare",
+        "heads",
+        "mlp_carrier",
+        "closed_form",
+        "audit",
+        "dirmag",
+        "tokenwise",
+        "pdsf",
+        "patching",
+        "geometries",
+    }
 
 
 def test_an_atlas_folder_of_another_model_run_is_refused_before_any_work(tmp_path, llama, monkeypatch):
@@ -113,9 +136,21 @@ def test_ruler_scores_the_unedited_model_and_its_ruler_sites_only(tmp_path):
 
     model = tiny_model("llama", max_position_embeddings=512)  # RULER's template needs ~380 byte tokens
     out = tmp_path / "atlas"
-    cfg = AtlasConfig(model="tiny:llama", out=out, steps=("compare",), budgets=dict(
-        context=64, sweep_tokens=128, compare_sites=("value_excl_self", "attn"), compare_scales=(0.0,),
-        zeroshot_tasks=(), ruler_tasks=("niah_single",), ruler_lengths=(400,), ruler_samples=1))
+    cfg = AtlasConfig(
+        model="tiny:llama",
+        out=out,
+        steps=("compare",),
+        budgets=dict(
+            context=64,
+            sweep_tokens=128,
+            compare_sites=("value_excl_self", "attn"),
+            compare_scales=(0.0,),
+            zeroshot_tasks=(),
+            ruler_tasks=("niah_single",),
+            ruler_lengths=(400,),
+            ruler_samples=1,
+        ),
+    )
     run_atlas(cfg, model=model)
     ruler = pd.read_csv(out / "compare_ruler.csv")
     assert set(ruler["condition"]) == {"unedited", "value_excl_self s_par=0"}  # attn is not a RULER site

@@ -25,8 +25,20 @@ def test_every_step_is_a_registered_analysis_with_a_command():
 
     commands = load_commands()
     assert all(step.analysis.command_name in commands for step in STEPS.values())
-    assert {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag", "tokenwise", "pdsf",
-            "patching", "geometries"} == set(STEPS)
+    assert {
+        "profile",
+        "sweeps",
+        "compare",
+        "heads",
+        "mlp_carrier",
+        "closed_form",
+        "audit",
+        "dirmag",
+        "tokenwise",
+        "pdsf",
+        "patching",
+        "geometries",
+    } == set(STEPS)
 
 
 def test_atlas_tables_equal_the_commands_tables(atlas_dir, tmp_path, capsys):
@@ -49,9 +61,14 @@ def test_atlas_tables_equal_the_commands_tables(atlas_dir, tmp_path, capsys):
             a, c = pd.read_csv(atlas), pd.read_csv(command)
             clock = [col for col in a.columns if "seconds" in col or col == "wall_s"]  # wall times: not results
             try:
-                pd.testing.assert_frame_equal(_comparable(a.drop(columns=clock), t),
-                                              _comparable(c.drop(columns=clock), t), check_exact=False,
-                                              rtol=1e-6, atol=1e-9, obj=f"{name}: {t.filename}")
+                pd.testing.assert_frame_equal(
+                    _comparable(a.drop(columns=clock), t),
+                    _comparable(c.drop(columns=clock), t),
+                    check_exact=False,
+                    rtol=1e-6,
+                    atol=1e-9,
+                    obj=f"{name}: {t.filename}",
+                )
             except AssertionError as e:
                 differ[t.filename] = str(e).splitlines()[:6]
             compared.append(t.filename)
@@ -64,8 +81,9 @@ def test_config_argv_gives_the_config_back():
     from tlgeo.runner.cliargs import config_from_args
     from tlgeo.dirmag.config import DirmagConfig
 
-    cfg = DirmagConfig(sentences=7, absolute_deltas=(), norm_fractions=(0.5,), relative=True, layers=(1, 3),
-                       mode="faithful")
+    cfg = DirmagConfig(
+        sentences=7, absolute_deltas=(), norm_fractions=(0.5,), relative=True, layers=(1, 3), mode="faithful"
+    )
     argv = config_argv(cfg)
     assert "--relative" in argv and argv[argv.index("--layers") + 1] == "1,3"
     args = build_parser().parse_args(["dirmag", "--model", "tiny:llama", *argv])

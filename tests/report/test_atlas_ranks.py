@@ -11,7 +11,8 @@ from .atlas_worker import SHARED
 
 
 def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_and_a_failed_step_is_one_line(
-        atlas_dir, torchrun_launch):
+    atlas_dir, torchrun_launch
+):
     """Two runs in the torchrun launch: the shared steps, then steps of which one fails on rank 1."""
     from tlgeo.report.atlas import STEPS
     from tlgeo.report.registry import load_steps
@@ -44,8 +45,9 @@ def test_two_gloo_ranks_share_the_atlas_steps_and_write_the_one_process_tables_a
 
     # the failed run: every rank names rank 1's step in one line; rank 0's finished steps are kept
     line = [ln for ln in done["stderr"].splitlines() if ln.startswith("RankFailed: ")]
-    assert len(line) == 2 and all("rank 1: audit: ValueError: audit broke on purpose" in ln for ln in line), \
-        done["stderr"][-3000:]
+    assert len(line) == 2 and all("rank 1: audit: ValueError: audit broke on purpose" in ln for ln in line), done[
+        "stderr"
+    ][-3000:]
     assert (failed / "closed_form_errors.csv").exists() and not (failed / "audit.csv").exists()
     kept = list((failed / "ranks" / "0-of-2").glob("audit*"))  # rank 0's share of the failed step: resumable
     assert kept, sorted(p.name for p in (failed / "ranks" / "0-of-2").iterdir())

@@ -37,8 +37,17 @@ def test_every_step_shows_progress(atlas_run):
         assert re.search(rf"\[atlas\] step {i}/{n} {step} \(.*\): started \d\d:\d\d:\d\d, .* into the run", stdout)
         assert re.search(rf"\[atlas\] step {i}/{n} {step} done in .* at \d\d:\d\d:\d\d", stdout)
     assert f"[atlas] all {n} step(s) done in" in stdout
-    for bar in ("profile", "sweep", "zero-shot conditions", "zero-shot unedited", "head sensitivity",
-                "mlp carrier", "closed form", "audit", "perturbations"):
+    for bar in (
+        "profile",
+        "sweep",
+        "zero-shot conditions",
+        "zero-shot unedited",
+        "head sensitivity",
+        "mlp carrier",
+        "closed form",
+        "audit",
+        "perturbations",
+    ):
         assert f"{bar}:" in stderr, bar  # a tqdm bar per step, nested bars for conditions > tasks
 
 
@@ -50,23 +59,45 @@ def test_report_opens_with_the_headline(atlas_dir):
     html = (atlas_dir / "report.html").read_text()
     top = html.index('class="headline"')
     assert top < html.index("1. How parallel") and top < html.index("Model tiny:llama")
-    block = html[top: html.index("</section>", top)]
+    block = html[top : html.index("</section>", top)]
     items = [re.sub(r"</?strong>", "", x) for x in re.findall(r"<li>(.*?)</li>", block)]
     # one heading per analysis, its first sentence (the takeaway) in bold
-    assert re.findall(r"<h3>(.*?)</h3>", block)[:2] == ["Directional decomposition (seed paper 000)",
-                                                        "Direction vs magnitude (seed paper 003)"]
+    assert re.findall(r"<h3>(.*?)</h3>", block)[:2] == [
+        "Directional decomposition (seed paper 000)",
+        "Direction vs magnitude (seed paper 003)",
+    ]
     assert block.count("<h3>") == block.count("<li><strong>") == 6
-    h, dm, tw, pd_, pt, ge = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
-                              pdsf_headline(atlas_dir), patching_headline(atlas_dir), geometries_headline(atlas_dir))
+    h, dm, tw, pd_, pt, ge = (
+        headline(atlas_dir),
+        dirmag_headline(atlas_dir),
+        tokenwise_headline(atlas_dir),
+        pdsf_headline(atlas_dir),
+        patching_headline(atlas_dir),
+        geometries_headline(atlas_dir),
+    )
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
-    assert len(tw.sentences) == 2 and len(pd_.sentences) == 3  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
+    assert (
+        len(tw.sentences) == 2 and len(pd_.sentences) == 3
+    )  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
     assert len(pt.sentences) == 3  # patching: the induction task's top head and its largest path; ioi not patched
     assert len(ge.sentences) == 1 and "relate most" in ge.sentences[0]  # four geometries: the strongest relation
     caveat = "tiny:llama is a tiny model with random weights: the report tests the machinery"
     got = [html_unescape(x) for x in items]
     assert got[0].startswith(caveat)  # read first, before any number
-    every = (h.sentences + dm.sentences + tw.sentences + pd_.sentences + pt.sentences + ge.sentences
-             + h.warnings + dm.warnings + tw.warnings + pd_.warnings + pt.warnings + ge.warnings)
+    every = (
+        h.sentences
+        + dm.sentences
+        + tw.sentences
+        + pd_.sentences
+        + pt.sentences
+        + ge.sentences
+        + h.warnings
+        + dm.warnings
+        + tw.warnings
+        + pd_.warnings
+        + pt.warnings
+        + ge.warnings
+    )
     assert got[1:] == [t for s in every if (t := without_paper(s))]  # random weights: no paper comparison
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
@@ -139,9 +170,24 @@ def test_captions_say_how_to_read(atlas_dir):
 
 
 def test_every_costly_budget_has_a_cost():
-    costly = {"profile_tokens", "sweep_tokens", "s_par_grid", "s_perp_grid", "compare_sites", "compare_scales",
-              "zeroshot_tasks", "zeroshot_limit", "ruler_tasks", "ruler_lengths", "ruler_samples", "heads_texts",
-              "heads_length", "heads_layers", "mlp_carrier_tokens", "closed_form_tokens"}
+    costly = {
+        "profile_tokens",
+        "sweep_tokens",
+        "s_par_grid",
+        "s_perp_grid",
+        "compare_sites",
+        "compare_scales",
+        "zeroshot_tasks",
+        "zeroshot_limit",
+        "ruler_tasks",
+        "ruler_lengths",
+        "ruler_samples",
+        "heads_texts",
+        "heads_length",
+        "heads_layers",
+        "mlp_carrier_tokens",
+        "closed_form_tokens",
+    }
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
     assert costly <= set(fields)
     for name in costly:
@@ -149,14 +195,28 @@ def test_every_costly_budget_has_a_cost():
         assert len(cost) > 10 and re.search(r"forward|pass|linear|per ", cost), name
 
 
-@pytest.mark.skipif(load_script("screenshot_report").find_chromium() is None,
-                    reason="no Chromium on PATH (apt-get install chromium)")
+@pytest.mark.skipif(
+    load_script("screenshot_report").find_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)"
+)
 def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
     import numpy as np
     from PIL import Image
 
-    res = subprocess.run([sys.executable, str(SCRIPT), str(atlas_dir / "report.html"), str(tmp_path),
-                          "--widths", "1000,700", "--prefix", "atlas"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(atlas_dir / "report.html"),
+            str(tmp_path),
+            "--widths",
+            "1000,700",
+            "--prefix",
+            "atlas",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "runs off the page" not in res.stderr  # nothing wider than the window
     assert "asks the network" not in res.stderr  # self-contained (tests/report/test_render_chromium.py)
@@ -176,9 +236,11 @@ def test_screenshot_in_headless_chromium(atlas_dir, tmp_path):
 def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
     from tlgeo.report.atlas import AtlasConfig
 
-    html = run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",),
-                                 budgets=dict(context=64, profile_tokens=64)), model=llama).read_text()
-    top = html[html.index('class="headline"'):]
+    html = run_atlas(
+        AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",), budgets=dict(context=64, profile_tokens=64)),
+        model=llama,
+    ).read_text()
+    top = html[html.index('class="headline"') :]
     assert top.index("Read first") < top.index("random weights") < top.index("<ul>", top.index("</div>"))
     assert "Steps not run: sweeps, compare" in top
 
@@ -230,8 +292,9 @@ def test_sections_are_numbered_by_the_atlas_from_the_registered_step_order(atlas
     assert heads[0].startswith("1. How parallel")
     assert f"{steps.index('dirmag') + 1}. Direction vs magnitude (seed paper 003): LM damage" in heads
     assert f"{steps.index('dirmag') + 1}b. Direction vs magnitude: subject–verb agreement" in heads
-    assert f"{steps.index('geometries') + 1}. One token, four geometries" in [h.split(" (")[0] for h in heads] or \
-        any(h.startswith(f"{steps.index('geometries') + 1}. One token, four geometries") for h in heads)
+    assert f"{steps.index('geometries') + 1}. One token, four geometries" in [h.split(" (")[0] for h in heads] or any(
+        h.startswith(f"{steps.index('geometries') + 1}. One token, four geometries") for h in heads
+    )
     numbers = [int(re.match(r"\d+", h)[0]) for h in heads]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(steps)  # every step, in order, once
     assert f"under the perturbations of section {steps.index('dirmag') + 1}." in html

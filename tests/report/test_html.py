@@ -36,8 +36,11 @@ def test_report_is_self_contained(tmp_path):
 
 def test_table_has_no_index_column_and_scrolls():
     r = Report("t")
-    wide = pd.DataFrame({"site": ["a", "a", "b", "b"], "layer": [0, 1, 0, 1], "v": [0.1234, 0.2, 3.0, 4.5]}).pivot(
-        index="layer", columns="site", values="v").reset_index()  # columns.name "site": to_html adds an empty column
+    wide = (
+        pd.DataFrame({"site": ["a", "a", "b", "b"], "layer": [0, 1, 0, 1], "v": [0.1234, 0.2, 3.0, 4.5]})
+        .pivot(index="layer", columns="site", values="v")
+        .reset_index()
+    )  # columns.name "site": to_html adds an empty column
     assert wide.columns.name == "site"
     r.table(wide, "wide")
     named = pd.DataFrame({"x": [1.5, 2.5]}, index=pd.Index(["p", "q"], name="cond"))  # a meaningful index: kept
@@ -82,7 +85,7 @@ def test_headline_opens_the_report_and_is_replaced():
     assert out.count('class="headline"') == 1 and "one so far" not in out
     assert out.index('class="headline"') < out.index("1. first")
     assert "two &lt;b&gt;." in out and 'class="warn"' in out and "few items: indication only" in out
-    assert "class=\"headline\"" not in Report("t").headline([]).html()
+    assert 'class="headline"' not in Report("t").headline([]).html()
 
 
 def test_a_saved_view_works_offline(tmp_path):

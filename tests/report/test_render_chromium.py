@@ -15,9 +15,10 @@ import pytest
 from ..scripts import load_script
 
 shots = load_script("screenshot_report")
-pytestmark = pytest.mark.skipif(shots.find_chromium() is None,
-                                reason="no chromium, chromium-browser or google-chrome on PATH "
-                                       "(apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    shots.find_chromium() is None,
+    reason="no chromium, chromium-browser or google-chrome on PATH (apt-get install chromium)",
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -49,17 +50,24 @@ def test_the_network_check_catches_a_remote_load(tmp_path):
     remote = tmp_path / "remote.html"
     remote.write_text("<!DOCTYPE html><html><body><h1>Remote</h1>" + "".join(REMOTE.values()) + "</body></html>")
     got = _render(remote, tmp_path).requests
-    expected = {"img": "https://img.example/x.png", "script": "https://script.example/x.js",
-                "stylesheet": "http://css.example/x.css", "font": "https://font.example/f.woff2",
-                "fetch": "https://fetch.example/api", "websocket": "wss://ws.example/socket",
-                "iframe": "https://frame.example/"}
+    expected = {
+        "img": "https://img.example/x.png",
+        "script": "https://script.example/x.js",
+        "stylesheet": "http://css.example/x.css",
+        "font": "https://font.example/f.woff2",
+        "fetch": "https://fetch.example/api",
+        "websocket": "wss://ws.example/socket",
+        "iframe": "https://frame.example/",
+    }
     assert set(expected.values()) <= set(got), got
     assert all(u.startswith(shots.WEB_SCHEMES) for u in got), got
 
     local = tmp_path / "local.html"
-    local.write_text('<!DOCTYPE html><html><body><h1>Local</h1><img src="local.png">'
-                     '<img src="data:image/png;base64,iVBORw0KGgo="><script>document.body.dataset.ran = "yes"'
-                     "</script></body></html>")
+    local.write_text(
+        '<!DOCTYPE html><html><body><h1>Local</h1><img src="local.png">'
+        '<img src="data:image/png;base64,iVBORw0KGgo="><script>document.body.dataset.ran = "yes"'
+        "</script></body></html>"
+    )
     shown = _render(local, tmp_path)
     assert shown.requests == [] and 'data-ran="yes"' in shown.dom and "<h1>Local</h1>" in shown.dom
 
@@ -74,10 +82,11 @@ def test_the_atlas_report_renders_offline_with_its_headline(atlas_dir, tmp_path)
     assert "<h1>tlgeo atlas: tiny:llama</h1>" in shown.dom
     top = shown.dom.index('<section class="headline">')
     assert shown.dom.index("<h1>") < top < shown.dom.index("1. How parallel")
-    assert re.match(r'<section class="headline"><h2>Headline</h2><div class="warn"><strong>Read first</strong>',
-                    shown.dom[top:])
+    assert re.match(
+        r'<section class="headline"><h2>Headline</h2><div class="warn"><strong>Read first</strong>', shown.dom[top:]
+    )
     caveat = "tiny:llama is a tiny model with random weights: the report tests the machinery"
-    assert caveat in html.unescape(shown.dom[top: shown.dom.index("</section>", top)])
+    assert caveat in html.unescape(shown.dom[top : shown.dom.index("</section>", top)])
     # word for word the headline the atlas wrote (tags dropped, entities read, spaces collapsed)
     section = re.compile(r'<section class="headline">.*?</section>', re.S)
     assert _text(section.search(shown.dom).group(0)) == _text(section.search(page).group(0))
@@ -92,6 +101,10 @@ def test_the_atlas_report_renders_offline_with_its_headline(atlas_dir, tmp_path)
     # the check on this page: with circuitsvis' bundle loaded from its CDN (as ``str(view)`` writes it) instead
     # of inlined, the report asks unpkg.com for it
     cdn = tmp_path / "cdn.html"
-    cdn.write_text(page.replace("<head>", '<head><script crossorigin src="https://unpkg.com/circuitsvis/dist/cdn/'
-                                          'iife.js"></script>', 1), encoding="utf-8")
+    cdn.write_text(
+        page.replace(
+            "<head>", '<head><script crossorigin src="https://unpkg.com/circuitsvis/dist/cdn/iife.js"></script>', 1
+        ),
+        encoding="utf-8",
+    )
     assert _render(cdn, tmp_path).requests == ["https://unpkg.com/circuitsvis/dist/cdn/iife.js"]

@@ -10,7 +10,7 @@ def test_monotone_independent_and_noisy():
     g = np.random.default_rng(0)
     x = g.normal(size=300)
     assert spearman_ci(x, np.exp(x), n_boot=200).rho == pytest.approx(1.0)  # any increasing map: rho 1
-    assert spearman_ci(x, -x**3, n_boot=200).rho == pytest.approx(-1.0)
+    assert spearman_ci(x, -(x**3), n_boot=200).rho == pytest.approx(-1.0)
     ind = spearman_ci(x, g.normal(size=300), n_boot=500)
     assert ind.ci_low < 0 < ind.ci_high and abs(ind.rho) < 0.15
     noisy = spearman_ci(x, x + g.normal(size=300), n_boot=500)
@@ -42,8 +42,11 @@ def test_the_bootstrap_ci_is_scipys_spearman_over_the_same_resamples(grouped):
     x[:6] = x[0]  # ties
     groups = rng.integers(0, 9, 40) if grouped else None  # groups of unequal size: resamples of unequal length
     got = spearman_ci(x, y, groups=groups, n_boot=300, seed=4)
-    want = [spearmanr(x[i], y[i]).statistic for i in group_resamples(np.arange(40) if groups is None else groups, 300, 4)
-            if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0]
+    want = [
+        spearmanr(x[i], y[i]).statistic
+        for i in group_resamples(np.arange(40) if groups is None else groups, 300, 4)
+        if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0
+    ]
     np.testing.assert_allclose([got.ci_low, got.ci_high], np.quantile(want, [0.025, 0.975]), rtol=0, atol=1e-12)
     assert got.rho == pytest.approx(spearmanr(x, y).statistic, abs=1e-15)
 
@@ -114,8 +117,10 @@ def test_the_matrix_and_partial_intervals_exclude_zero_exactly_when_p_is_below_0
         groups = np.repeat(np.arange(12), 10)
         m = spearman_matrix(x, groups=groups, n_boot=60, n_shuffle=1, seed=trial)
         pc = partial_spearman_ci(x[:, :3], x[:, 3:], groups=groups, n_boot=60, seed=trial)
-        for est, low, high, se, p in ((m["rho"], m["low"], m["high"], m["se"], m["p"]),
-                                      (pc["partial"], pc["low"], pc["high"], pc["se"], pc["p"])):
+        for est, low, high, se, p in (
+            (m["rho"], m["low"], m["high"], m["se"], m["p"]),
+            (pc["partial"], pc["low"], pc["high"], pc["se"], pc["p"]),
+        ):
             off = ~np.eye(len(est), dtype=bool)
             excludes = ~((low <= 0) & (0 <= high))
             assert (excludes[off] == (p[off] < 0.05)).all()

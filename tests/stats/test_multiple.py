@@ -46,8 +46,9 @@ def test_spearman_matrix_p_values():
     assert m["p"].dtype == np.float64 and not np.isnan(m["p"]).any()
     from scipy.stats import t
 
-    np.testing.assert_allclose(m["p"][:3, :3], 2 * t.sf(np.abs(m["rho"][:3, :3]) / m["se"][:3, :3], 29), rtol=1e-9,
-                               atol=1e-300)  # Student's t over the 30 windows; diagonal: rho 1 and SE 0, p 0
+    np.testing.assert_allclose(
+        m["p"][:3, :3], 2 * t.sf(np.abs(m["rho"][:3, :3]) / m["se"][:3, :3], 29), rtol=1e-9, atol=1e-300
+    )  # Student's t over the 30 windows; diagonal: rho 1 and SE 0, p 0
     assert m["p"][0, 1] < 1e-6 and (m["p"][3, :3] == 1).all()  # a constant column: rho undefined, p = 1
     # under the null the 5% test rejects about 5% of the time (the SE is the bootstrap's, not its variance)
     # (about 5% at n_boot=200 with 20 windows; a little more with this test's few resamples)
@@ -70,8 +71,9 @@ def test_a_small_sample_gets_students_t_and_the_t_test_of_its_mean():
     assert mean_test_pvalue(x) == pytest.approx(ttest_1samp(x, 0.0).pvalue, rel=1e-12)
     assert mean_test_pvalue([1.0]) == 1 and mean_test_pvalue([0.0, 0.0]) == 1 and mean_test_pvalue([2.0, 2.0]) == 0
     assert mean_test_pvalue([1.0, np.nan, 2.0]) == 1
-    np.testing.assert_array_equal(significant_digits([0.012345, 1.03e-300, 0.0, np.nan, 1.0, 0.996]),
-                                  [0.012, 1e-300, 0.0, np.nan, 1.0, 1.0])
+    np.testing.assert_array_equal(
+        significant_digits([0.012345, 1.03e-300, 0.0, np.nan, 1.0, 0.996]), [0.012, 1e-300, 0.0, np.nan, 1.0, 1.0]
+    )
 
 
 def test_partial_spearman_ci_decides_whether_a_control_explains_a_relation():
@@ -81,8 +83,9 @@ def test_partial_spearman_ci_decides_whether_a_control_explains_a_relation():
     window = np.repeat(np.arange(40), 10)
     z = rng.normal(size=400)  # a common cause
     own = rng.normal(size=400)
-    x = np.column_stack([z + 0.3 * rng.normal(size=400), z + 0.3 * rng.normal(size=400), own,
-                         own + 0.5 * rng.normal(size=400)])
+    x = np.column_stack(
+        [z + 0.3 * rng.normal(size=400), z + 0.3 * rng.normal(size=400), own, own + 0.5 * rng.normal(size=400)]
+    )
     got = partial_spearman_ci(x, z[:, None], groups=window, n_boot=100, seed=1)
     np.testing.assert_array_equal(got["partial"], partial_spearman(x, z[:, None]))
     assert got["low"][0, 1] < 0 < got["high"][0, 1] and got["p"][0, 1] > 0.05  # explained by z: vanishes

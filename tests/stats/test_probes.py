@@ -24,7 +24,7 @@ def _magnitude_only(n: int, d: int, seed: int):
     y = g.integers(0, 3, n)
     u = g.normal(size=(n, d))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
-    return u * (3.0 ** y * (1 + 0.1 * g.normal(size=n)))[:, None], y
+    return u * (3.0**y * (1 + 0.1 * g.normal(size=n)))[:, None], y
 
 
 def test_features_split_direction_and_norm():
@@ -35,8 +35,9 @@ def test_features_split_direction_and_norm():
     assert probe_features(h.astype(np.float16), "direction").dtype == np.float64
 
 
-@pytest.mark.parametrize("make, sees, blind", [(_direction_only, "direction", "magnitude"),
-                                               (_magnitude_only, "magnitude", "direction")])
+@pytest.mark.parametrize(
+    "make, sees, blind", [(_direction_only, "direction", "magnitude"), (_magnitude_only, "magnitude", "direction")]
+)
 def test_a_probe_finds_the_label_only_where_it_is_encoded(make, sees, blind):
     xtr, ytr = make(600, 16, 0)
     xte, yte = make(300, 16, 1)
@@ -56,10 +57,12 @@ def test_regression_probe_reads_depth_from_the_norm():
     depth = g.integers(0, 6, 800).astype(float)
     h = u * (1.0 + depth)[:, None]
     tr, te = slice(0, 500), slice(500, None)
-    mag = fit_probe(probe_features(h[tr], "magnitude"), depth[tr], probe_features(h[te], "magnitude"), depth[te],
-                    task="regress")
-    dirn = fit_probe(probe_features(h[tr], "direction"), depth[tr], probe_features(h[te], "direction"), depth[te],
-                     task="regress")
+    mag = fit_probe(
+        probe_features(h[tr], "magnitude"), depth[tr], probe_features(h[te], "magnitude"), depth[te], task="regress"
+    )
+    dirn = fit_probe(
+        probe_features(h[tr], "direction"), depth[tr], probe_features(h[te], "direction"), depth[te], task="regress"
+    )
     assert mag.score > 0.99 and dirn.score < 0.1
     assert abs(mag.baseline) < 0.05  # the training mean explains nothing of held-out depth
 

@@ -84,10 +84,12 @@ def test_sign_flip_detects_shift_and_monte_carlo_floor():
 
 def test_sign_flip_uniform_under_null():
     rng = np.random.default_rng(123)
-    ps = np.array([
-        sign_flip_pvalue(rng.standard_t(3, size=15), rng.integers(20, 200, size=15), n_perm=300, seed=rng)
-        for _ in range(400)
-    ])
+    ps = np.array(
+        [
+            sign_flip_pvalue(rng.standard_t(3, size=15), rng.integers(20, 200, size=15), n_perm=300, seed=rng)
+            for _ in range(400)
+        ]
+    )
     # the Monte-Carlo p-value is valid: P(p <= a) <= a (+ noise), and close to a
     for a in (0.05, 0.2, 0.5):
         assert abs((ps <= a).mean() - a) < 0.06, (a, (ps <= a).mean())

@@ -68,8 +68,12 @@ def test_a_check_never_rewrites_the_seal(sealed):
     assert "status" not in json.loads(seal_bytes)["files"]["w.bin"]
     assert verify(copy) == [] and (copy / checksums.MANIFEST).read_bytes() == seal_bytes
     assert set(json.loads((copy / checksums.STATUS).read_text())) == {"w.bin", "sub/c.json"}
-    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                          cwd=checksums.__file__.rsplit("/", 1)[0]).stdout.strip()
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        capture_output=True,
+        text=True,
+        cwd=checksums.__file__.rsplit("/", 1)[0],
+    ).stdout.strip()
     ignored = subprocess.run(["git", "check-ignore", "-q", f"zoo/induction-llama/{checksums.STATUS}"], cwd=root)
     assert ignored.returncode == 0, "git must ignore the status file"
 

@@ -42,7 +42,6 @@ def test_a_second_writer_is_refused_then_a_killed_holders_lock_is_taken(tmp_path
     assert not (tmp_path / LOCK_NAME).exists()  # released: no lock file left behind
 
 
-
 def test_a_waiting_writer_takes_the_folder_when_its_holder_lets_go(tmp_path):
     """``wait=True`` (a shared cache filled by one process at a time: compression's models) blocks until the
     holder is gone, then holds the folder itself; without it, the same moment is a refusal."""
@@ -60,6 +59,7 @@ def test_a_waiting_writer_takes_the_folder_when_its_holder_lets_go(tmp_path):
     finally:
         os.waitpid(pid, 0)
     assert waited >= 0.4 and not (tmp_path / LOCK_NAME).exists()
+
 
 def test_the_lock_nests_within_a_process(tmp_path):
     a = folder_lock(tmp_path).acquire()

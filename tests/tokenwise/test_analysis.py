@@ -9,8 +9,17 @@ import pytest
 from tests.rerun import changed_corpus_runs
 from tlgeo.tokenwise import TokenwiseConfig, TokenwiseResult, run, units
 
-CFG = TokenwiseConfig(tokens=90, seq_len=16, classes=("diag_psd", "global"), k=6, patch_tokens=8, n_boot=10,
-                      fit_workers=1, batch_size=8, layers=(0, 2))
+CFG = TokenwiseConfig(
+    tokens=90,
+    seq_len=16,
+    classes=("diag_psd", "global"),
+    k=6,
+    patch_tokens=8,
+    n_boot=10,
+    fit_workers=1,
+    batch_size=8,
+    layers=(0, 2),
+)
 
 
 def test_units_split_share_a_log_and_a_whole_run_resumes_from_it(tmp_path, llama, monkeypatch):

@@ -12,8 +12,25 @@ from tlgeo.runner.results import IDENTITY
 
 def test_tokenwise_command(tmp_path, capsys):
     out = tmp_path / "tw"
-    argv = ["tokenwise", "--model", "tiny:llama", "--tokens", "200", "--seq-len", "21", "--classes",
-            "diag_psd,linear", "--k", "8", "--patch-tokens", "12", "--n-boot", "100", "--out", str(out)]
+    argv = [
+        "tokenwise",
+        "--model",
+        "tiny:llama",
+        "--tokens",
+        "200",
+        "--seq-len",
+        "21",
+        "--classes",
+        "diag_psd,linear",
+        "--k",
+        "8",
+        "--patch-tokens",
+        "12",
+        "--n-boot",
+        "100",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     geo = pd.read_csv(out / "tokenwise_geometry.csv")
     assert len(geo) == 3 * 2 and set(geo["class"]) == {"diag_psd", "linear"} and (geo["n_tokens"] == 200).all()
@@ -29,11 +46,36 @@ def test_tokenwise_command(tmp_path, capsys):
     # the identity columns, then the old command's columns in its order, and its pool folder (one per identity)
     assert list(geo.columns[:6]) == list(IDENTITY) and list(geo.columns[-2:]) == ["corpus", "seq_len"]
     assert (geo["model"] == "tiny:llama").all()
-    assert list(corr.columns) == [*IDENTITY, "layer", "class", "target", "spearman", "ci_low", "ci_high", "n", "corpus",
-                                  "seq_len", "k", "exclude_sequence", "rank", "patch_tokens", "seed", "n_tokens"]
+    assert list(corr.columns) == [
+        *IDENTITY,
+        "layer",
+        "class",
+        "target",
+        "spearman",
+        "ci_low",
+        "ci_high",
+        "n",
+        "corpus",
+        "seq_len",
+        "k",
+        "exclude_sequence",
+        "rank",
+        "patch_tokens",
+        "seed",
+        "n_tokens",
+    ]
     tokens = pd.read_csv(out / "tokenwise_tokens.csv.gz")
-    assert list(tokens.columns[:14]) == [*IDENTITY, "class", "layer", "index", "kl", "kl_following", "rel_error",
-                                        "residual_angle", "window"]
+    assert list(tokens.columns[:14]) == [
+        *IDENTITY,
+        "class",
+        "layer",
+        "index",
+        "kl",
+        "kl_following",
+        "rel_error",
+        "residual_angle",
+        "window",
+    ]
     assert len(tokens) == 3 * 2 * 12 and (tokens["patch_tokens"] == 12).all()
     key = RunIdentity(**{k: geo[k].iloc[0] for k in IDENTITY}).key
     assert [p.name for p in out.glob(f"tokenwise_pool-wikitext2-t200-s21-float16-{key}-*/meta.json")] == ["meta.json"]
@@ -42,8 +84,27 @@ def test_tokenwise_command(tmp_path, capsys):
 
 def test_tokenwise_command_defaults_to_runs_and_checks_before_loading(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TLGEO_RUNS", str(tmp_path / "runs"))
-    argv = ["tokenwise", "--model", "tiny:llama", "--tokens", "60", "--seq-len", "16", "--classes", "linear",
-            "--k", "6", "--patch-tokens", "5", "--layers", "1,2", "--patch-layer-count", "1", "--n-boot", "10"]
+    argv = [
+        "tokenwise",
+        "--model",
+        "tiny:llama",
+        "--tokens",
+        "60",
+        "--seq-len",
+        "16",
+        "--classes",
+        "linear",
+        "--k",
+        "6",
+        "--patch-tokens",
+        "5",
+        "--layers",
+        "1,2",
+        "--patch-layer-count",
+        "1",
+        "--n-boot",
+        "10",
+    ]
     assert main(argv) == 0
     out = tmp_path / "runs" / "tiny-llama"
     corr = pd.read_csv(out / "tokenwise_correlation.csv")
@@ -59,8 +120,9 @@ def test_flags_are_the_config_fields():
     from tlgeo.cli import build_parser
     from tlgeo.tokenwise.config import TokenwiseConfig
 
-    args = build_parser().parse_args(["tokenwise", "--no-exclude-sequence", "--patch-tokens", "9", "--layers", "0-2",
-                                      "--classes", "global,mlp"])
+    args = build_parser().parse_args(
+        ["tokenwise", "--no-exclude-sequence", "--patch-tokens", "9", "--layers", "0-2", "--classes", "global,mlp"]
+    )
     from tlgeo.runner.cliargs import config_from_args
 
     cfg = config_from_args(TokenwiseConfig, args)

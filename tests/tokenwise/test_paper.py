@@ -13,12 +13,24 @@ def _run(folder, cos, ci_low):
     rows = []
     for kind, err in (("linear", [0.2, 0.3, 0.9, 0.7, 0.3, 0.2]), ("diag_psd", [0.9] * 6)):
         for layer in range(6):
-            rows.append({"layer": layer, "class": kind, "k": 32, "n_tokens": 4096, "rel_error": err[layer],
-                         "cos_update": cos[layer], "share_angle_above_60": 0.5 + 0.05 * layer,
-                         "residual_energy": 0.1 * layer})
+            rows.append(
+                {
+                    "layer": layer,
+                    "class": kind,
+                    "k": 32,
+                    "n_tokens": 4096,
+                    "rel_error": err[layer],
+                    "cos_update": cos[layer],
+                    "share_angle_above_60": 0.5 + 0.05 * layer,
+                    "residual_energy": 0.1 * layer,
+                }
+            )
     pd.DataFrame(rows).to_csv(folder / "tokenwise_geometry.csv", index=False)
-    corr = [{"layer": l, "class": "linear", "target": t, "spearman": s, "ci_low": lo, "ci_high": 0.99, "n": 64}
-            for l, s, lo in zip((0, 2, 4), (0.6, 0.8, 0.9), ci_low) for t in ("kl", "kl_following")]
+    corr = [
+        {"layer": l, "class": "linear", "target": t, "spearman": s, "ci_low": lo, "ci_high": 0.99, "n": 64}
+        for l, s, lo in zip((0, 2, 4), (0.6, 0.8, 0.9), ci_low)
+        for t in ("kl", "kl_following")
+    ]
     pd.DataFrame(corr).to_csv(folder / "tokenwise_correlation.csv", index=False)
 
 

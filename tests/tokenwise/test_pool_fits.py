@@ -29,8 +29,15 @@ def test_bridge_pool_holds_the_residual_stream(tmp_path, llama):
 def test_plain_hf_model_pool_uses_its_layer_list(tmp_path):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=200,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg).eval()
     assert len(layer_list(model)) == 2
@@ -84,8 +91,9 @@ def test_a_state_space_model_through_plain_module_hooks(tmp_path):
     from transformers import MambaConfig, MambaForCausalLM
 
     torch.manual_seed(0)
-    model = MambaForCausalLM(MambaConfig(vocab_size=200, hidden_size=32, state_size=4, num_hidden_layers=2,
-                                         expand=2, conv_kernel=4)).eval()
+    model = MambaForCausalLM(
+        MambaConfig(vocab_size=200, hidden_size=32, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4)
+    ).eval()
     w = _windows(n=4, seq=10)
     pool = collect_pool(model, w, tmp_path / "mamba", dtype="float32")
     assert pool.n_layers == 2 and pool.d_model == 32
@@ -132,8 +140,9 @@ def test_patching_kl_equals_a_full_forward_and_vanishes_for_the_clean_state(tmp_
 
         with torch.no_grad():
             ref = torch.log_softmax(llama(w[win : win + 1])[0], -1)
-            pat = torch.log_softmax(llama.run_with_hooks(w[win : win + 1], fwd_hooks=[
-                ("blocks.1.hook_resid_post", put)])[0], -1)
+            pat = torch.log_softmax(
+                llama.run_with_hooks(w[win : win + 1], fwd_hooks=[("blocks.1.hook_resid_post", put)])[0], -1
+            )
         kl = (ref.exp() * (ref - pat)).sum(-1)
         assert got.loc[i, "kl"] == pytest.approx(float(kl[pos]), rel=1e-4, abs=1e-6)
         assert got.loc[i, "kl_following"] == pytest.approx(float(kl[pos:].sum()), rel=1e-4, abs=1e-6)
@@ -148,14 +157,20 @@ def test_patch_sets_share_each_batch_clean_forward_and_equal_one_call_per_set(tm
     pool = collect_pool(llama, _windows(n=4, seq=10), tmp_path / "p", dtype="float32")
     idx = np.array([0, 5, 12, 30, 33])
     g = torch.Generator().manual_seed(1)
-    sets = {c: {l: torch.from_numpy(np.array(pool.states(l + 1)[idx])) + s * torch.randn(len(idx), pool.d_model,
-                                                                                           generator=g)
-                for l in (0, 1)} for c, s in (("a", 0.5), ("b", 2.0))}
+    sets = {
+        c: {
+            l: torch.from_numpy(np.array(pool.states(l + 1)[idx]))
+            + s * torch.randn(len(idx), pool.d_model, generator=g)
+            for l in (0, 1)
+        }
+        for c, s in (("a", 0.5), ("b", 2.0))
+    }
     alone = {c: patch_kl(llama, pool, idx, reps, batch_size=2) for c, reps in sets.items()}
     calls = []
     clean_forward = type(llama).run_with_cache
-    monkeypatch.setattr(type(llama), "run_with_cache", lambda self, *a, **k: calls.append(1) or clean_forward(
-        self, *a, **k))
+    monkeypatch.setattr(
+        type(llama), "run_with_cache", lambda self, *a, **k: calls.append(1) or clean_forward(self, *a, **k)
+    )
     both = patch_kl_sets(llama, pool, idx, sets, batch_size=2)
     assert len(calls) == 3  # one clean forward per batch of 2 rows, not one per set
     assert list(both["set"].unique()) == ["a", "b"]
@@ -168,8 +183,14 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
     import tlgeo.tokenwise.analysis as A
 
     pool = collect_pool(llama, _windows(n=8, seq=16), tmp_path / "p", dtype="float32")
-    kw = dict(layers=[0, 2], classes=("diag_psd", "linear", "global"), k=10, patch_tokens=24, n_boot=50,
-              log_path=tmp_path / "log.jsonl")
+    kw = dict(
+        layers=[0, 2],
+        classes=("diag_psd", "linear", "global"),
+        k=10,
+        patch_tokens=24,
+        n_boot=50,
+        log_path=tmp_path / "log.jsonl",
+    )
     res = A.tokenwise_analysis(llama, pool, **kw)
     assert len(res.geometry) == 2 * 3 and len(res.tokens) == 2 * 3 * 24
     assert len(res.correlation) == 2 * 3 * 2 and res.correlation["spearman"].between(-1, 1).all()
@@ -187,8 +208,9 @@ def test_analysis_tables_and_resume(tmp_path, llama, monkeypatch):
 
     one = A.tokenwise_analysis(llama, pool, **kw, patch_layers=[2])  # geometry from the log, patching anew
     assert set(one.tokens["layer"]) == {2} and set(one.correlation["layer"]) == {2}
-    pd.testing.assert_frame_equal(one.tokens.reset_index(drop=True),
-                                  res.tokens[res.tokens["layer"] == 2].reset_index(drop=True), check_like=True)
+    pd.testing.assert_frame_equal(
+        one.tokens.reset_index(drop=True), res.tokens[res.tokens["layer"] == 2].reset_index(drop=True), check_like=True
+    )
     with pytest.raises(ValueError, match="subset of the fitted layers"):
         A.tokenwise_analysis(llama, pool, **kw, patch_layers=[1])
 
@@ -218,7 +240,7 @@ def test_pool_classes_are_cross_fitted_and_the_mlp_learns_a_nonlinear_tokenwise_
     windows = np.repeat(np.arange(100), 20)
     mlp = cross_fit(lambda a, b: fit_mlp(a, b, hidden=64, epochs=40, batch_size=64, lr=3e-3, seed=0), x, y, windows)
     err = lambda t: float(((y - t).norm(dim=-1) / (y - x).norm(dim=-1)).median())  # noqa: E731
-    lin = cross_fit(lambda a, b: (lambda q, m=torch.linalg.lstsq(a, b).solution: q @ m), x, y, windows)
+    lin = cross_fit(lambda a, b: lambda q, m=torch.linalg.lstsq(a, b).solution: q @ m, x, y, windows)
     assert err(lin) > 0.9 and err(mlp) < 0.4
     seen = []
 
@@ -248,8 +270,10 @@ def test_a_damaged_pool_is_found_and_collected_again(tmp_path, llama, capsys):
     with pytest.raises(CorruptFileError, match=r"the state pool .* is damaged: states_2.npy: its content changed"):
         StatePool.open(d)
     again = collect_pool(llama, w, d, dtype="float32", batch_size=4)
-    assert "is damaged (states_2.npy: its content changed since it was sealed): collecting it again" in \
-        capsys.readouterr().err
+    assert (
+        "is damaged (states_2.npy: its content changed since it was sealed): collecting it again"
+        in capsys.readouterr().err
+    )
     np.testing.assert_array_equal(again.states(2), good)
     with open(d / "index.npy", "r+b") as fh:  # a truncated file: found by its size alone
         fh.truncate(50)

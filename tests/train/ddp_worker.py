@@ -19,10 +19,22 @@ def main(out: str, mode: str) -> None:
     from tlgeo.train import ModelSpec, TrainConfig, train
 
     torch.set_num_threads(1)
-    cfg = TrainConfig(model=ModelSpec(arch="llama", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, context=32),
-                      variant="value_full", data="mobydick", max_data_tokens=20000, data_dir=out + "/data",
-                      seq_len=16, batch_size=4, grad_accum=2 if mode == "ddp" else 1, steps=3, warmup=1,
-                      eval_every=3, eval_batches=2, dist=mode, out=out + "/run")
+    cfg = TrainConfig(
+        model=ModelSpec(arch="llama", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, context=32),
+        variant="value_full",
+        data="mobydick",
+        max_data_tokens=20000,
+        data_dir=out + "/data",
+        seq_len=16,
+        batch_size=4,
+        grad_accum=2 if mode == "ddp" else 1,
+        steps=3,
+        warmup=1,
+        eval_every=3,
+        eval_batches=2,
+        dist=mode,
+        out=out + "/run",
+    )
 
     def on_end(model, info):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -33,8 +45,15 @@ def main(out: str, mode: str) -> None:
             h.update(k.encode())
             h.update(sd[k].detach().float().cpu().numpy().tobytes())
         with open(f"{out}/rank{info.rank}.json", "w") as f:
-            json.dump({"hash": h.hexdigest(), "world": info.world, "mode": info.mode,
-                       "sum": float(sum(v.detach().float().abs().sum() for v in sd.values()))}, f)
+            json.dump(
+                {
+                    "hash": h.hexdigest(),
+                    "world": info.world,
+                    "mode": info.mode,
+                    "sum": float(sum(v.detach().float().abs().sum() for v in sd.values())),
+                },
+                f,
+            )
 
     train(cfg, log=lambda *a: None, on_end=on_end)
 

@@ -11,7 +11,7 @@ from tlgeo.train.data import EOS, SEP, build_token_stream, predecessor_queries, 
 
 def _documents(stream: np.ndarray) -> list[np.ndarray]:
     ends = np.flatnonzero(stream == EOS)
-    return [stream[a + 1: b] for a, b in zip(np.r_[-1, ends[:-1]], ends)]
+    return [stream[a + 1 : b] for a, b in zip(np.r_[-1, ends[:-1]], ends)]
 
 
 def test_every_document_is_a_random_half_repeated_with_varying_lengths(tmp_path):
@@ -41,14 +41,18 @@ def test_predecessor_documents_answer_each_query_with_the_token_before_it(tmp_pa
             j = int(np.flatnonzero(r == q)[0])
             assert sep == SEP
             assert j >= 1 and answer == r[j - 1]
-    assert not np.array_equal(np.concatenate(list(predecessor_queries(4, 9, 500, seed=1))),
-                              np.concatenate(list(predecessor_queries(4, 9, 500, seed=2))))
+    assert not np.array_equal(
+        np.concatenate(list(predecessor_queries(4, 9, 500, seed=1))),
+        np.concatenate(list(predecessor_queries(4, 9, 500, seed=2))),
+    )
     with pytest.raises(ValueError, match="2 <= shortest <= longest <= 256"):
         build_token_stream("predecessor:1-4", tmp_path / "bad", max_tokens=4000)
 
 
-@pytest.mark.parametrize("spec, message", [("repeat:x", "repeat:<n>"), ("repeat:9-4", "shortest <= longest"),
-                                           ("repeat:0", "shortest <= longest")])
+@pytest.mark.parametrize(
+    "spec, message",
+    [("repeat:x", "repeat:<n>"), ("repeat:9-4", "shortest <= longest"), ("repeat:0", "shortest <= longest")],
+)
 def test_a_bad_repeat_source_is_named(tmp_path, spec, message):
     with pytest.raises(ValueError, match=message):
         build_token_stream(spec, tmp_path, max_tokens=4000)

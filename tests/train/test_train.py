@@ -10,8 +10,18 @@ import torch
 
 from tlgeo import Edit, load_model
 from tlgeo.train import (
-    ConfigError, EmptyDataError, ModelSpec, SuppressedLM, Suppression, TrainConfig,
-    build_bridge, build_token_stream, hf_config, load_trained, lr_factor, train,
+    ConfigError,
+    EmptyDataError,
+    ModelSpec,
+    SuppressedLM,
+    Suppression,
+    TrainConfig,
+    build_bridge,
+    build_token_stream,
+    hf_config,
+    load_trained,
+    lr_factor,
+    train,
 )
 
 SPECS = {
@@ -32,9 +42,19 @@ def toks():
 
 
 def tiny_cfg(tmp_path, **kw) -> TrainConfig:
-    base = dict(model=SPECS["llama"], data="mobydick", max_data_tokens=20_000,
-                data_dir=str(tmp_path / "data"), seq_len=16, batch_size=4, steps=6, warmup=2,
-                eval_every=3, eval_batches=2, out=str(tmp_path / "run"))
+    base = dict(
+        model=SPECS["llama"],
+        data="mobydick",
+        max_data_tokens=20_000,
+        data_dir=str(tmp_path / "data"),
+        seq_len=16,
+        batch_size=4,
+        steps=6,
+        warmup=2,
+        eval_every=3,
+        eval_batches=2,
+        out=str(tmp_path / "run"),
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -159,10 +179,43 @@ def test_bad_configs_fail_clearly(tmp_path, bridges):
 def test_tlgeo_train_command(tmp_path, capsys):
     from tlgeo.cli import main
 
-    args = ["train", "--arch", "llama", "--d-model", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
-            "--context", "32", "--variant", "attn", "--data", "mobydick", "--max-data-tokens", "20000",
-            "--data-dir", str(tmp_path / "data"), "--seq-len", "16", "--batch-size", "4", "--steps", "2",
-            "--warmup", "1", "--eval-every", "2", "--eval-batches", "1", "--out", str(tmp_path / "r")]
+    args = [
+        "train",
+        "--arch",
+        "llama",
+        "--d-model",
+        "32",
+        "--layers",
+        "2",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--context",
+        "32",
+        "--variant",
+        "attn",
+        "--data",
+        "mobydick",
+        "--max-data-tokens",
+        "20000",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--eval-every",
+        "2",
+        "--eval-batches",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     assert main(args) == 0
     assert "final val loss" in capsys.readouterr().out
     assert json_variant(tmp_path / "r" / "model") == "attn"
@@ -186,10 +239,16 @@ def _small_bpe(tmp_path) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator([load_text("mobydick", max_chars=50_000)], trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [load_text("mobydick", max_chars=50_000)],
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     d = tmp_path / "bpe"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>").save_pretrained(d)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="</s>").save_pretrained(
+        d
+    )
     return str(d)
 
 
@@ -328,5 +387,7 @@ def test_a_damaged_token_stream_is_built_again(tmp_path, capsys):
     data[10] ^= 0xFF
     (d / "train.bin").write_bytes(bytes(data))
     assert build_token_stream(str(text), tmp_path / "d") == d
-    assert "is damaged (train.bin: its content changed since it was sealed): building it again" in capsys.readouterr().err
+    assert (
+        "is damaged (train.bin: its content changed since it was sealed): building it again" in capsys.readouterr().err
+    )
     assert (d / "train.bin").read_bytes() == good

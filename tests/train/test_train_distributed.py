@@ -18,8 +18,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _torchrun(tmp_path: Path, mode: str) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(REPO / "tests" / "train" / "ddp_worker.py"), str(tmp_path), mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(REPO / "tests" / "train" / "ddp_worker.py"),
+        str(tmp_path),
+        mode,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
     assert r.returncode == 0, r.stderr[-4000:]
     return _ranks(tmp_path)

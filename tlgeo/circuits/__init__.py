@@ -18,5 +18,19 @@ from .circuit import curve_area, faithfulness_curve, k_at, ranked_edges
 from .config import CircuitConfig
 from .analysis import CircuitResult, run
 
-__all__ = ["Graph", "graph_of", "EdgeScores", "eap_scores", "edge_run", "exact_scores", "faithfulness_runs",
-           "faithfulness_curve", "curve_area", "k_at", "ranked_edges", "CircuitConfig", "CircuitResult", "run"]
+__all__ = [
+    "Graph",
+    "graph_of",
+    "EdgeScores",
+    "eap_scores",
+    "edge_run",
+    "exact_scores",
+    "faithfulness_runs",
+    "faithfulness_curve",
+    "curve_area",
+    "k_at",
+    "ranked_edges",
+    "CircuitConfig",
+    "CircuitResult",
+    "run",
+]

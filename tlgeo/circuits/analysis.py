@@ -23,8 +23,16 @@ from ..patching.tasks import Task, build_task
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..runner.identity import identified, run_identity
 from ..runner.results import ResultLog, content_digest
-from .circuit import (curve_area, default_ks, faithfulness_curve, k_at, rank_agreement, ranked_edges,
-                      smallest_faithful_k, verify_edges)
+from .circuit import (
+    curve_area,
+    default_ks,
+    faithfulness_curve,
+    k_at,
+    rank_agreement,
+    ranked_edges,
+    smallest_faithful_k,
+    verify_edges,
+)
 from .config import CircuitConfig
 from .eap import EDGE_COLUMNS, SCORE_COLUMNS, EdgeScores, eap_scores, run_acts
 from .edges import exact_scores
@@ -52,8 +60,9 @@ class CircuitResult(Result):
     top edges' ``score`` beside their ``exact`` edge-patching change."""
 
     TABLES = (
-        Table("summary", KEY, "circuit_summary.csv",
-              volatile=("score_seconds", "forward_seconds", "forward_equivalents")),
+        Table(
+            "summary", KEY, "circuit_summary.csv", volatile=("score_seconds", "forward_seconds", "forward_equivalents")
+        ),
         Table("edges", (*KEY, "sender", "receiver"), "circuit_edges.csv.gz"),
         Table("faithfulness", (*KEY, "k"), "circuit_faithfulness.csv"),
         Table("verify", (*KEY, "sender", "receiver"), "circuit_verify.csv"),
@@ -75,11 +84,21 @@ def _digest(task: Task) -> str:
 
 def _scores(model: Model, graph: Graph, task: Task, cfg: CircuitConfig, clean_metric: float) -> EdgeScores:
     if cfg.method != "exact":
-        return eap_scores(model, task.clean, task.corrupted, _metric(task), ig_steps=cfg.steps,
-                          batch_size=cfg.batch_size)
+        return eap_scores(
+            model, task.clean, task.corrupted, _metric(task), ig_steps=cfg.steps, batch_size=cfg.batch_size
+        )
     s_idx, r_idx = torch.nonzero(graph.valid, as_tuple=True)
-    got = exact_scores(model, graph, task.clean, task.corrupted, list(zip(s_idx.tolist(), r_idx.tolist())),
-                       _metric(task), clean_metric=clean_metric, batch_size=cfg.batch_size, max_rows=cfg.max_rows)
+    got = exact_scores(
+        model,
+        graph,
+        task.clean,
+        task.corrupted,
+        list(zip(s_idx.tolist(), r_idx.tolist())),
+        _metric(task),
+        clean_metric=clean_metric,
+        batch_size=cfg.batch_size,
+        max_rows=cfg.max_rows,
+    )
     out = EdgeScores.zeros(graph)
     out.score[s_idx, r_idx] = got
     out.par[s_idx, r_idx] = math.nan  # exact patching of a whole edge: no parts
@@ -92,20 +111,31 @@ def _forward_seconds(model: Model, task: Task, batch_size: int) -> float:
     t = time.perf_counter()
     with torch.no_grad():
         for start in range(0, task.n, batch_size):
-            model(task.clean[start:start + batch_size])
+            model(task.clean[start : start + batch_size])
     return time.perf_counter() - t
 
 
 @identified
-def run(model: Model, cfg: CircuitConfig, *, out: str | Path | None = None, log: str | Path | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> CircuitResult:
+def run(
+    model: Model,
+    cfg: CircuitConfig,
+    *,
+    out: str | Path | None = None,
+    log: str | Path | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Any = None,
+) -> CircuitResult:
     """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log kept in
     ``log`` (default ``out``)."""
     check_graph_support(model)
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = (ResultLog(log_dir / "circuits.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
-            if log_dir is not None else None)
+    rlog = (
+        ResultLog(log_dir / "circuits.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
+        if log_dir is not None
+        else None
+    )
     label, graph = model_label(model), graph_of(model)
     tables: dict[str, list[pd.DataFrame]] = {t.name: [] for t in CircuitResult.TABLES}
     for _, name in chosen:
@@ -128,8 +158,9 @@ def _stage(rlog: ResultLog | None, base: dict, stage: str, compute) -> dict:
     return row
 
 
-def _unit(model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str, rlog: ResultLog | None,
-          progress: bool) -> dict[str, pd.DataFrame]:
+def _unit(
+    model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str, rlog: ResultLog | None, progress: bool
+) -> dict[str, pd.DataFrame]:
     task = build_task(name, model, n=cfg.prompts, seed=cfg.seed)
     metric = _metric(task)
     keys = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=cfg.method, ig_steps=cfg.steps)
@@ -138,26 +169,39 @@ def _unit(model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str,
     s_idx, r_idx = torch.nonzero(graph.valid, as_tuple=True)
 
     def runs() -> dict:
-        cl = [run_acts(model, graph, task.clean[i:i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
-              for i in range(0, task.n, cfg.batch_size)]
-        co = [run_acts(model, graph, task.corrupted[i:i + cfg.batch_size], metric, slice(i, i + cfg.batch_size),
-                       dt).metric for i in range(0, task.n, cfg.batch_size)]
+        cl = [
+            run_acts(model, graph, task.clean[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
+            for i in range(0, task.n, cfg.batch_size)
+        ]
+        co = [
+            run_acts(
+                model, graph, task.corrupted[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt
+            ).metric
+            for i in range(0, task.n, cfg.batch_size)
+        ]
         clean, corr = torch.cat(cl).double(), torch.cat(co).double()
         return dict(clean_metric=float(clean.mean()), corrupted_metric=float(corr.mean()))
 
     m = _stage(rlog, base, "runs", runs)
     clean_metric, corrupted_metric = m["clean_metric"], m["corrupted_metric"]
     if progress:
-        print(f"  {name}: {task.n} prompts, metric clean {clean_metric:.3f} / corrupted {corrupted_metric:.3f}; "
-              f"{graph.n_edges} edges", flush=True)
+        print(
+            f"  {name}: {task.n} prompts, metric clean {clean_metric:.3f} / corrupted {corrupted_metric:.3f}; "
+            f"{graph.n_edges} edges",
+            flush=True,
+        )
 
     def scores() -> dict:
         fwd = _forward_seconds(model, task, cfg.batch_size)
         t = time.perf_counter()
         sc = _scores(model, graph, task, cfg, clean_metric)
         secs = time.perf_counter() - t
-        return dict(score_seconds=secs, forward_seconds=fwd, score_bytes=3 * sc.score.numel() * sc.score.element_size(),
-                    **{c: sc.matrix(c)[s_idx, r_idx].tolist() for c in ("score", "score_par", "score_self")})
+        return dict(
+            score_seconds=secs,
+            forward_seconds=fwd,
+            score_bytes=3 * sc.score.numel() * sc.score.element_size(),
+            **{c: sc.matrix(c)[s_idx, r_idx].tolist() for c in ("score", "score_par", "score_self")},
+        )
 
     row = _stage(rlog, base, "scores", scores)
     sc = EdgeScores.zeros(graph)
@@ -166,8 +210,9 @@ def _unit(model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str,
     sc.self_[s_idx, r_idx] = torch.tensor(row["score_self"], dtype=torch.float64)
     edges = sc.table().assign(**keys)
     order = ranked_edges(graph, sc.score)
-    kw = dict(clean_metric=clean_metric, corrupted_metric=corrupted_metric, batch_size=cfg.batch_size,
-              max_rows=cfg.max_rows)
+    kw = dict(
+        clean_metric=clean_metric, corrupted_metric=corrupted_metric, batch_size=cfg.batch_size, max_rows=cfg.max_rows
+    )
 
     def curve() -> dict:
         ks = [k for k in (cfg.k or default_ks(graph.n_edges)) if k <= graph.n_edges]
@@ -180,28 +225,57 @@ def _unit(model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str,
     c = pd.DataFrame(_stage(rlog, base, "curve", curve)["curve"])
 
     def verify() -> dict:
-        top = order[:cfg.verify]
-        exact = verify_edges(model, graph, task.clean, task.corrupted, metric, top, clean_metric=clean_metric,
-                             batch_size=cfg.batch_size, max_rows=cfg.max_rows)
+        top = order[: cfg.verify]
+        exact = verify_edges(
+            model,
+            graph,
+            task.clean,
+            task.corrupted,
+            metric,
+            top,
+            clean_metric=clean_metric,
+            batch_size=cfg.batch_size,
+            max_rows=cfg.max_rows,
+        )
         return {"edges": [list(e) for e in top], "exact": exact.tolist()}
 
     v = _stage(rlog, base, "verify", verify) if cfg.verify else {"edges": [], "exact": []}
     top = [tuple(e) for e in v["edges"]]
     est = np.array([float(sc.score[s, r]) for s, r in top])
-    verify_df = pd.DataFrame({**keys, "sender": [graph.senders["sender"][s] for s, _ in top],
-                              "receiver": [graph.receivers["receiver"][r] for _, r in top],
-                              "rank": np.arange(1, len(top) + 1), "score": est, "exact": v["exact"]})
+    verify_df = pd.DataFrame(
+        {
+            **keys,
+            "sender": [graph.senders["sender"][s] for s, _ in top],
+            "receiver": [graph.receivers["receiver"][r] for _, r in top],
+            "rank": np.arange(1, len(top) + 1),
+            "score": est,
+            "exact": v["exact"],
+        }
+    )
     agree = rank_agreement(est, np.array(v["exact"]))
     levels = {f"k{round(100 * lv)}": k_at(c, lv) for lv in cfg.levels}
-    summary = pd.DataFrame([{**keys, "n": task.n, "clean_metric": clean_metric, "corrupted_metric": corrupted_metric,
-                             "gap": clean_metric - corrupted_metric, "edges": graph.n_edges, **levels,
-                             "area": curve_area(c), "verified": len(top), **agree,
-                             "score_seconds": row["score_seconds"], "forward_seconds": row["forward_seconds"],
-                             "forward_equivalents": row["score_seconds"] / max(row["forward_seconds"], 1e-9),
-                             "score_bytes": row["score_bytes"]}])
+    summary = pd.DataFrame(
+        [
+            {
+                **keys,
+                "n": task.n,
+                "clean_metric": clean_metric,
+                "corrupted_metric": corrupted_metric,
+                "gap": clean_metric - corrupted_metric,
+                "edges": graph.n_edges,
+                **levels,
+                "area": curve_area(c),
+                "verified": len(top),
+                **agree,
+                "score_seconds": row["score_seconds"],
+                "forward_seconds": row["forward_seconds"],
+                "forward_equivalents": row["score_seconds"] / max(row["forward_seconds"], 1e-9),
+                "score_bytes": row["score_bytes"],
+            }
+        ]
+    )
     cols = [*KEY, *EDGE_COLUMNS, *SCORE_COLUMNS, "rank"]
-    return dict(summary=summary, edges=edges[cols], faithfulness=c.assign(**keys)[[*KEY, *c.columns]],
-                verify=verify_df)
+    return dict(summary=summary, edges=edges[cols], faithfulness=c.assign(**keys)[[*KEY, *c.columns]], verify=verify_df)
 
 
 # prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)
@@ -225,17 +299,46 @@ def _plan_task(shape, cfg: CircuitConfig, task: str) -> list:
     kept = 2 * (graph.n_senders + 8) * tokens * shape.d_model * 4 + 3 * graph.n_senders * graph.n_receivers * 8
     scores = {"eap": 4, "eap-ig": 3 * cfg.ig_steps + 2, "exact": graph.n_edges + 2}[cfg.method]
     points = len(default_ks(graph.n_edges) if cfg.k is None else cfg.k) + 10 * len(cfg.levels)
-    return [Work(f"{task}: {cfg.method} scores", scores * tokens, L, cfg.batch_size, kept_bytes=kept,
-                 note=f"{graph.n_edges} edges"),
-            Work(f"{task}: faithfulness curve", points * tokens, L, cfg.batch_size, kept_bytes=kept,
-                 note=f"{points} circuits"),
-            Work(f"{task}: exact check of the top edges", cfg.verify * tokens, L, cfg.max_rows, kept_bytes=kept,
-                 note=f"{cfg.verify} edges")]
+    return [
+        Work(
+            f"{task}: {cfg.method} scores",
+            scores * tokens,
+            L,
+            cfg.batch_size,
+            kept_bytes=kept,
+            note=f"{graph.n_edges} edges",
+        ),
+        Work(
+            f"{task}: faithfulness curve",
+            points * tokens,
+            L,
+            cfg.batch_size,
+            kept_bytes=kept,
+            note=f"{points} circuits",
+        ),
+        Work(
+            f"{task}: exact check of the top edges",
+            cfg.verify * tokens,
+            L,
+            cfg.max_rows,
+            kept_bytes=kept,
+            note=f"{cfg.verify} edges",
+        ),
+    ]
 
 
-ANALYSIS = register_analysis(Analysis(
-    "circuits", CircuitConfig, run, CircuitResult, units,
-    "circuit discovery: every edge scored (EAP, EAP-IG or exact) and split by the geometry of the sender's write; "
-    "faithfulness curves",
-    tiny=dict(tasks=("induction", "predecessor"), prompts=4, ig_steps=2, verify=5, k=(0, 5, 20)),
-    command="circuit", plan=plan, docs="analyses/circuits"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "circuits",
+        CircuitConfig,
+        run,
+        CircuitResult,
+        units,
+        "circuit discovery: every edge scored (EAP, EAP-IG or exact) and split by the geometry of the sender's write; "
+        "faithfulness curves",
+        tiny=dict(tasks=("induction", "predecessor"), prompts=4, ig_steps=2, verify=5, k=(0, 5, 20)),
+        command="circuit",
+        plan=plan,
+        docs="analyses/circuits",
+    )
+)

@@ -24,8 +24,18 @@ from .edges import exact_scores, faithfulness_runs
 from .eap import Metric
 from .graph import Graph
 
-__all__ = ["SHARES", "ranked_edges", "circuit_mask", "default_ks", "faithfulness_curve", "k_at", "curve_area",
-           "smallest_faithful_k", "verify_edges", "rank_agreement"]
+__all__ = [
+    "SHARES",
+    "ranked_edges",
+    "circuit_mask",
+    "default_ks",
+    "faithfulness_curve",
+    "k_at",
+    "curve_area",
+    "smallest_faithful_k",
+    "verify_edges",
+    "rank_agreement",
+]
 
 SHARES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # MIB's shares of edges kept (and 0, 1)
 COUNTS = (1, 2, 3, 5, 8, 13, 20, 30, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
@@ -53,20 +63,40 @@ def default_ks(n_edges: int) -> list[int]:
     return sorted(ks)
 
 
-def faithfulness_curve(model, graph: Graph, clean: Tensor, corrupted: Tensor, metric: Metric,
-                       order: Sequence[tuple[int, int]], ks: Sequence[int], *, clean_metric: float,
-                       corrupted_metric: float, batch_size: int = 16, max_rows: int = 256) -> pd.DataFrame:
+def faithfulness_curve(
+    model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    order: Sequence[tuple[int, int]],
+    ks: Sequence[int],
+    *,
+    clean_metric: float,
+    corrupted_metric: float,
+    batch_size: int = 16,
+    max_rows: int = 256,
+) -> pd.DataFrame:
     """One row per ``k``: ``k``, ``share`` (of the edges), ``metric`` (mean over prompts) and ``recovered``."""
     ks = sorted(set(int(k) for k in ks))
     bad = [k for k in ks if not 0 <= k <= len(order)]
     if bad:
         raise InputError(f"k {bad[0]} out of range: the graph has {len(order)} edges (0..{len(order)})")
-    got = faithfulness_runs(model, graph, clean, corrupted, [circuit_mask(graph, order, k) for k in ks], metric,
-                            batch_size=batch_size, max_rows=max_rows)
+    got = faithfulness_runs(
+        model,
+        graph,
+        clean,
+        corrupted,
+        [circuit_mask(graph, order, k) for k in ks],
+        metric,
+        batch_size=batch_size,
+        max_rows=max_rows,
+    )
     gap = clean_metric - corrupted_metric
     rec = (got.numpy() - corrupted_metric) / gap if gap else np.full(len(ks), np.nan)
-    return pd.DataFrame({"k": ks, "share": [k / max(1, len(order)) for k in ks], "metric": got.numpy(),
-                         "recovered": rec})
+    return pd.DataFrame(
+        {"k": ks, "share": [k / max(1, len(order)) for k in ks], "metric": got.numpy(), "recovered": rec}
+    )
 
 
 def k_at(curve: pd.DataFrame, level: float) -> float:
@@ -75,9 +105,21 @@ def k_at(curve: pd.DataFrame, level: float) -> float:
     return float(hit["k"].min()) if len(hit) else math.nan
 
 
-def smallest_faithful_k(model, graph: Graph, clean: Tensor, corrupted: Tensor, metric: Metric,
-                        order: Sequence[tuple[int, int]], curve: pd.DataFrame, level: float, *, clean_metric: float,
-                        corrupted_metric: float, batch_size: int = 16, max_rows: int = 256) -> pd.DataFrame:
+def smallest_faithful_k(
+    model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    order: Sequence[tuple[int, int]],
+    curve: pd.DataFrame,
+    level: float,
+    *,
+    clean_metric: float,
+    corrupted_metric: float,
+    batch_size: int = 16,
+    max_rows: int = 256,
+) -> pd.DataFrame:
     """``curve`` with the points of a bisection between the largest ``k`` below ``level`` before the first reaching it
     and that first one (one forward per step), so that :func:`k_at` gives the smallest ``k`` reaching ``level``
     where ``recovered`` grows with ``k`` between them."""
@@ -90,8 +132,19 @@ def smallest_faithful_k(model, graph: Graph, clean: Tensor, corrupted: Tensor, m
     rows = [curve]
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        got = faithfulness_curve(model, graph, clean, corrupted, metric, order, [mid], clean_metric=clean_metric,
-                                 corrupted_metric=corrupted_metric, batch_size=batch_size, max_rows=max_rows)
+        got = faithfulness_curve(
+            model,
+            graph,
+            clean,
+            corrupted,
+            metric,
+            order,
+            [mid],
+            clean_metric=clean_metric,
+            corrupted_metric=corrupted_metric,
+            batch_size=batch_size,
+            max_rows=max_rows,
+        )
         rows.append(got)
         if float(got["recovered"].iloc[0]) >= level:
             hi = mid
@@ -109,13 +162,31 @@ def curve_area(curve: pd.DataFrame) -> float:
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
 
 
-def verify_edges(model, graph: Graph, clean: Tensor, corrupted: Tensor, metric: Metric,
-                 edges: Sequence[tuple[int, int]], *, clean_metric: float, batch_size: int = 16,
-                 max_rows: int = 256) -> np.ndarray:
+def verify_edges(
+    model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    edges: Sequence[tuple[int, int]],
+    *,
+    clean_metric: float,
+    batch_size: int = 16,
+    max_rows: int = 256,
+) -> np.ndarray:
     """Exact edge patching of ``edges``: the mean metric change with each edge alone reading the corrupted
     sender (the quantity EAP estimates to first order)."""
-    return exact_scores(model, graph, clean, corrupted, list(edges), metric, clean_metric=clean_metric,
-                        batch_size=batch_size, max_rows=max_rows).numpy()
+    return exact_scores(
+        model,
+        graph,
+        clean,
+        corrupted,
+        list(edges),
+        metric,
+        clean_metric=clean_metric,
+        batch_size=batch_size,
+        max_rows=max_rows,
+    ).numpy()
 
 
 def rank_agreement(estimate: np.ndarray, exact: np.ndarray) -> dict[str, float]:

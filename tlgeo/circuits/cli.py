@@ -12,13 +12,15 @@ from .config import CircuitConfig
 
 __all__ = ["COMMANDS"]
 
-DESCRIPTION = ("Score every edge of the model's graph (the input, every head's query, key and value inputs, every MLP, "
-               "the logits) on a task's clean and corrupted prompts by edge attribution patching (EAP), EAP with "
-               "integrated gradients, or exact edge patching; split each score by the sender's write along / across "
-               "the receiver's residual and, for heads, into the self message and the non-self aggregate; keep the "
-               "top-k edges with every other edge reading the corrupted run and report the share of the metric gap "
-               "they recover (the faithfulness curve, its area, the smallest k reaching each level); check the top "
-               "edges against exact edge patching. Resumes from its log.")
+DESCRIPTION = (
+    "Score every edge of the model's graph (the input, every head's query, key and value inputs, every MLP, "
+    "the logits) on a task's clean and corrupted prompts by edge attribution patching (EAP), EAP with "
+    "integrated gradients, or exact edge patching; split each score by the sender's write along / across "
+    "the receiver's residual and, for heads, into the self message and the non-self aggregate; keep the "
+    "top-k edges with every other edge reading the corrupted run and report the share of the metric gap "
+    "they recover (the faithfulness curve, its area, the smallest k reaching each level); check the top "
+    "edges against exact edge patching. Resumes from its log."
+)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -50,31 +52,51 @@ def _show_task(res, s, cfg: CircuitConfig, out) -> list:
 
     mine = lambda df: df[(df["task"] == s["task"]) & (df["method"] == s["method"])]  # noqa: E731
     edges, curve = mine(res.edges), mine(res.faithfulness)
-    print(f"\n{s['task']}, {s['method']}: {s['edges']} edges; metric clean {s['clean_metric']:.3f}, corrupted "
-          f"{s['corrupted_metric']:.3f}; scores in {s['score_seconds']:.2f} s = {s['forward_equivalents']:.1f} "
-          f"forwards of the prompts; score matrices {s['score_bytes'] / 2**20:.1f} MiB")
+    print(
+        f"\n{s['task']}, {s['method']}: {s['edges']} edges; metric clean {s['clean_metric']:.3f}, corrupted "
+        f"{s['corrupted_metric']:.3f}; scores in {s['score_seconds']:.2f} s = {s['forward_equivalents']:.1f} "
+        f"forwards of the prompts; score matrices {s['score_bytes'] / 2**20:.1f} MiB"
+    )
     levels = [c for c in res.summary.columns if c.startswith("k") and c[1:].isdigit()]
     reach = ", ".join(f"{c[1:]} %: {s[c]:.0f}" for c in levels)
     print(f"smallest k reaching {reach}; curve area {s['area']:.3f}")
     if s["verified"]:
-        print(f"top {s['verified']} edges vs exact edge patching: Spearman {s['spearman']:.2f} (sizes), signs agree "
-              f"{s['sign_agreement']:.2f}")
+        print(
+            f"top {s['verified']} edges vs exact edge patching: Spearman {s['spearman']:.2f} (sizes), signs agree "
+            f"{s['sign_agreement']:.2f}"
+        )
     show = ["sender", "receiver", "score", "score_par", "score_perp", "score_self", "score_nonself"]
-    print("top edges (score: metric change when the edge alone reads the corrupted sender; par / perp: the sender's "
-          "change along / across the receiver's residual; self / nonself: a head's self message / the rest):")
+    print(
+        "top edges (score: metric change when the edge alone reads the corrupted sender; par / perp: the sender's "
+        "change along / across the receiver's residual; self / nonself: a head's self message / the rest):"
+    )
     print(edges.nsmallest(15, "rank")[show].to_string(index=False, float_format="{:.4g}".format))
     print("faithfulness (share of the clean - corrupted gap recovered with only the top k edges):")
     print(curve[["k", "share", "metric", "recovered"]].to_string(index=False, float_format="{:.3f}".format))
     k = s[levels[0]] if levels and not math.isnan(s[levels[0]]) else min(20, s["edges"])
     files = []
-    for name, fig in ((f"circuit_graph_{s['task']}.png",
-                       circuit_figure(edges, int(k), title=f"{s['task']}: the {int(k)} top edges ({s['method']})")),
-                      (f"circuit_faithfulness_{s['task']}.png",
-                       faithfulness_figure(curve, cfg.levels, label=f"{s['task']}, {s['method']}"))):
+    for name, fig in (
+        (
+            f"circuit_graph_{s['task']}.png",
+            circuit_figure(edges, int(k), title=f"{s['task']}: the {int(k)} top edges ({s['method']})"),
+        ),
+        (
+            f"circuit_faithfulness_{s['task']}.png",
+            faithfulness_figure(curve, cfg.levels, label=f"{s['task']}, {s['method']}"),
+        ),
+    ):
         fig.savefig(out / name, dpi=110)
         files.append(out / name)
     return files
 
 
-COMMANDS = (Command("circuit", "circuit discovery: every edge scored (EAP, EAP-IG or exact), split by the geometry "
-                               "of the sender's write; faithfulness curves", add_args, run_command, DESCRIPTION),)
+COMMANDS = (
+    Command(
+        "circuit",
+        "circuit discovery: every edge scored (EAP, EAP-IG or exact), split by the geometry "
+        "of the sender's write; faithfulness curves",
+        add_args,
+        run_command,
+        DESCRIPTION,
+    ),
+)

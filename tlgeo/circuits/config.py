@@ -20,22 +20,41 @@ class CircuitConfig(Config):
     corrupted prompts, keep the top-k edges, and measure how much of the behaviour they carry with every other edge
     reading the corrupted run."""
 
-    tasks: tuple[str, ...] = param(("ioi",), "the tasks (their clean and corrupted prompts and metric), one circuit "
-                                             "each", choices=tuple(TASKS), item=str, flag="--task",
-                                   dest="tasks")
-    prompts: int = param(8, "prompts of the task", cost="linear: per prompt batch a corrupted forward, EAP one "
-                                                        "forward and backward (EAP-IG: ig-steps of them), every "
-                                                        "faithfulness point and verified edge a forward")
+    tasks: tuple[str, ...] = param(
+        ("ioi",),
+        "the tasks (their clean and corrupted prompts and metric), one circuit each",
+        choices=tuple(TASKS),
+        item=str,
+        flag="--task",
+        dest="tasks",
+    )
+    prompts: int = param(
+        8,
+        "prompts of the task",
+        cost="linear: per prompt batch a corrupted forward, EAP one "
+        "forward and backward (EAP-IG: ig-steps of them), every "
+        "faithfulness point and verified edge a forward",
+    )
     seed: int = param(0, "seed of the prompts", min=0)
-    method: str = param("eap-ig", "edge scores: eap (one clean forward and backward), eap-ig (integrated gradients "
-                                  "over --ig-steps interpolated input embeddings) or exact (each edge patched alone: "
-                                  "one forward per edge, small models)", choices=METHODS)
+    method: str = param(
+        "eap-ig",
+        "edge scores: eap (one clean forward and backward), eap-ig (integrated gradients "
+        "over --ig-steps interpolated input embeddings) or exact (each edge patched alone: "
+        "one forward per edge, small models)",
+        choices=METHODS,
+    )
     ig_steps: int = param(5, "EAP-IG's interpolation steps from the corrupted to the clean input embedding")
-    k: tuple[int, ...] | None = param(None, "circuit sizes (edges kept) of the faithfulness curve (default: 0, every "
-                                            "edge, MIB's shares 0.1 to 50 percent of the edges and 1, 2, 3, 5, 8, "
-                                            "13, 20, 30, 50, 100, ...)", item=int, min=0)
-    levels: tuple[float, ...] = param((0.8, 0.9), "faithfulness levels whose smallest k is found (bisection between "
-                                                  "the curve's points)", item=float)
+    k: tuple[int, ...] | None = param(
+        None,
+        "circuit sizes (edges kept) of the faithfulness curve (default: 0, every "
+        "edge, MIB's shares 0.1 to 50 percent of the edges and 1, 2, 3, 5, 8, "
+        "13, 20, 30, 50, 100, ...)",
+        item=int,
+        min=0,
+    )
+    levels: tuple[float, ...] = param(
+        (0.8, 0.9), "faithfulness levels whose smallest k is found (bisection between the curve's points)", item=float
+    )
     verify: int = param(20, "top edges whose scores are checked by exact edge patching (0: none)", min=0)
     batch_size: int = param(8, "prompts per forward")
     max_rows: int = param(64, "rows per patched forward (circuits or verified edges x prompts)")

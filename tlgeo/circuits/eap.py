@@ -41,8 +41,16 @@ from .graph import Graph, check_graph_support, graph_of, norm_module, qkv_weight
 __all__ = ["Metric", "RunActs", "run_acts", "EdgeScores", "eap_scores", "SCORE_COLUMNS", "EDGE_COLUMNS"]
 
 Metric = Callable[[Tensor, slice], Tensor]  # (final-position logits [b, vocab], the prompts' rows) -> [b]
-EDGE_COLUMNS = ("sender", "sender_layer", "sender_head", "sender_kind", "receiver", "receiver_layer", "receiver_head",
-                "receiver_input")
+EDGE_COLUMNS = (
+    "sender",
+    "sender_layer",
+    "sender_head",
+    "sender_kind",
+    "receiver",
+    "receiver_layer",
+    "receiver_head",
+    "receiver_input",
+)
 SCORE_COLUMNS = ("score", "score_par", "score_perp", "score_self", "score_nonself")
 RESID0 = "blocks.0.hook_resid_pre"
 
@@ -51,8 +59,14 @@ def _names(graph: Graph) -> list[str]:
     """The hooks a run's writes and receivers' residuals are read from."""
     out = [RESID0, "ln_final.hook_in"]
     for l in range(graph.n_layers):
-        out += [f"blocks.{l}.attn.hook_z", f"blocks.{l}.attn.hook_v", f"blocks.{l}.attn.hook_pattern",
-                f"blocks.{l}.hook_mlp_out", f"blocks.{l}.ln1.hook_in", f"blocks.{l}.ln2.hook_in"]
+        out += [
+            f"blocks.{l}.attn.hook_z",
+            f"blocks.{l}.attn.hook_v",
+            f"blocks.{l}.attn.hook_pattern",
+            f"blocks.{l}.hook_mlp_out",
+            f"blocks.{l}.ln1.hook_in",
+            f"blocks.{l}.ln2.hook_in",
+        ]
     return out
 
 
@@ -85,8 +99,9 @@ def _writes(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype
     return torch.cat(writes), torch.cat(selfs)
 
 
-def run_acts(model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], metric: Metric, rows: slice,
-             dt: torch.dtype) -> RunActs:
+def run_acts(
+    model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], metric: Metric, rows: slice, dt: torch.dtype
+) -> RunActs:
     """One no-grad forward of ``tokens``: its :class:`RunActs`."""
     acts: dict[str, Tensor] = {}
     with torch.no_grad():
@@ -121,13 +136,19 @@ def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tens
 def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor) -> RunActs:
     writes, selfs = _writes(model, graph, acts, dt)
     L = graph.n_layers
-    return RunActs(writes, selfs, torch.stack([acts[f"blocks.{l}.ln1.hook_in"].to(dt) for l in range(L)]),
-                   torch.stack([acts[f"blocks.{l}.ln2.hook_in"].to(dt) for l in range(L)]),
-                   acts["ln_final.hook_in"].to(dt), metric)
+    return RunActs(
+        writes,
+        selfs,
+        torch.stack([acts[f"blocks.{l}.ln1.hook_in"].to(dt) for l in range(L)]),
+        torch.stack([acts[f"blocks.{l}.ln2.hook_in"].to(dt) for l in range(L)]),
+        acts["ln_final.hook_in"].to(dt),
+        metric,
+    )
 
 
-def _grad_pass(model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice, dt: torch.dtype,
-               x0: Tensor | None = None) -> dict[int, Tensor]:
+def _grad_pass(
+    model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice, dt: torch.dtype, x0: Tensor | None = None
+) -> dict[int, Tensor]:
     """One forward (its input embedding replaced by ``x0`` where given) and one backward of the summed metric:
     ``dM / dx_r`` per receiver group, ``{receiver index of the group's first: [g, b, pos, d]}`` (a block's q, k,
     v receivers together; each MLP; the logits), in the compute dtype."""
@@ -153,8 +174,11 @@ def _grad_pass(model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows:
         for i in "qkv":
             g = grads[f"blocks.{l}.attn.hook_{i}"]
             W = w[i][0].to(g.device)
-            us.append(torch.zeros(*g.shape[:2], W.shape[0], W.shape[1], dtype=g.dtype, device=g.device) if g is None
-                      else torch.einsum("bphe,hde->bphd", g, W.to(g.dtype)))
+            us.append(
+                torch.zeros(*g.shape[:2], W.shape[0], W.shape[1], dtype=g.dtype, device=g.device)
+                if g is None
+                else torch.einsum("bphe,hde->bphd", g, W.to(g.dtype))
+            )
         u = torch.cat(us, dim=2)  # [b, pos, receivers, d]: in the norm's output space
         x = keep[f"blocks.{l}.ln1.hook_in"].detach()
         out[graph.block_receivers(l).start] = _norm_vjp(norm_module(model, "ln1", l), x, u).to(dt).permute(2, 0, 1, 3)
@@ -245,8 +269,13 @@ class EdgeScores:
 
     def matrix(self, part: str = "score") -> Tensor:
         """``[senders, receivers]`` of a column of :data:`SCORE_COLUMNS` (``score``, ``score_par``, ...)."""
-        got = {"score": self.score, "score_par": self.par, "score_perp": self.score - self.par,
-               "score_self": self.self_, "score_nonself": self.score - self.self_}
+        got = {
+            "score": self.score,
+            "score_par": self.par,
+            "score_perp": self.score - self.par,
+            "score_self": self.self_,
+            "score_nonself": self.score - self.self_,
+        }
         if part not in got:
             raise InputError(f"unknown part {part!r}; choose from {SCORE_COLUMNS}")
         return got[part]
@@ -257,8 +286,9 @@ class EdgeScores:
         g = self.graph
         s_idx, r_idx = torch.nonzero(g.valid, as_tuple=True)
         s_idx, r_idx = s_idx.numpy(), r_idx.numpy()
-        df = pd.concat([g.senders.iloc[s_idx].reset_index(drop=True),
-                        g.receivers.iloc[r_idx].reset_index(drop=True)], axis=1)
+        df = pd.concat(
+            [g.senders.iloc[s_idx].reset_index(drop=True), g.receivers.iloc[r_idx].reset_index(drop=True)], axis=1
+        )
         for col in SCORE_COLUMNS:
             df[col] = self.matrix(col).numpy()[s_idx, r_idx]
         head = df["sender_kind"].eq("head").to_numpy()
@@ -267,8 +297,15 @@ class EdgeScores:
         return df
 
 
-def eap_scores(model: Model, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor, "n pos"], metric: Metric, *,
-               ig_steps: int = 0, batch_size: int = 16) -> EdgeScores:
+def eap_scores(
+    model: Model,
+    clean: Int[Tensor, "n pos"],
+    corrupted: Int[Tensor, "n pos"],
+    metric: Metric,
+    *,
+    ig_steps: int = 0,
+    batch_size: int = 16,
+) -> EdgeScores:
     """EAP (``ig_steps`` 0) or EAP-IG scores of every edge of ``model``'s graph for the prompt pairs ``clean`` /
     ``corrupted`` (aligned token ids, the same length); ``metric(logits, rows)``: the per-prompt metric of the
     final position's logits of prompts ``rows``. Per batch of prompts: a corrupted and a clean forward without
@@ -290,9 +327,21 @@ def eap_scores(model: Model, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor,
         else:
             cl = run_acts(model, graph, clean[rows], metric, rows, dt)
             x0c, x0r = cl.writes[0], corr.writes[0]
-            passes = ((_grad_pass(model, graph, clean[rows], metric, rows, dt,
-                                  in_model_dtype(model, x0r + (k / ig_steps) * (x0c - x0r))), 1.0 / ig_steps)
-                      for k in range(1, ig_steps + 1))
+            passes = (
+                (
+                    _grad_pass(
+                        model,
+                        graph,
+                        clean[rows],
+                        metric,
+                        rows,
+                        dt,
+                        in_model_dtype(model, x0r + (k / ig_steps) * (x0c - x0r)),
+                    ),
+                    1.0 / ig_steps,
+                )
+                for k in range(1, ig_steps + 1)
+            )
         d, d_self = corr.writes - cl.writes, corr.self_writes - cl.self_writes
         refs = torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]])
         for grads, weight in passes:
@@ -300,8 +349,9 @@ def eap_scores(model: Model, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor,
     return out.finish(clean.shape[0])
 
 
-def _clean_with_grads(model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice,
-                      dt: torch.dtype) -> tuple[RunActs, dict[int, Tensor]]:
+def _clean_with_grads(
+    model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice, dt: torch.dtype
+) -> tuple[RunActs, dict[int, Tensor]]:
     """The clean run's :class:`RunActs` and receivers' gradients from one forward and backward."""
     acts: dict[str, Tensor] = {}
     with model.hooks(fwd_hooks=[(n, _grab(acts, n, detach=True)) for n in _names(graph)]):
@@ -314,12 +364,14 @@ def _grab(store: dict, name: str, detach: bool = False):
     Kept for a gradient (``detach`` False), a copy is kept and returned: the bridge hands some hooks a reshaped copy
     and computes on with what the hook returns, and a norm's input is the very tensor the residual adds to, whose
     gradient would hold the skip path too; the copy's gradient is that of the hook's reader alone."""
+
     def fn(x: Tensor, hook) -> Tensor | None:
         if detach:
             store[name] = x.detach()
             return None
         store[name] = x.clone()
         return store[name]
+
     return fn
 
 
@@ -328,4 +380,5 @@ def _recording(metric: Metric, store: dict) -> Metric:
         m = metric(logits, rows)
         store["_metric"] = m.detach()
         return m
+
     return fn

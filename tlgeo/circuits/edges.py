@@ -40,8 +40,16 @@ def _rows(t: Tensor, groups: int) -> Tensor:
     return t.repeat(groups, *([1] * (t.ndim - 1)))
 
 
-def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: RunActs, sets: Sequence[Tensor], *,
-             mode: str = "keep", scale: float = 1.0) -> Tensor:
+def edge_run(
+    model: Model,
+    graph: Graph,
+    tokens: Int[Tensor, "n pos"],
+    corr: RunActs,
+    sets: Sequence[Tensor],
+    *,
+    mode: str = "keep",
+    scale: float = 1.0,
+) -> Tensor:
     """Final-position logits ``[len(sets) * n, vocab]`` of the clean ``tokens`` run with the edges of each mask in
     ``sets`` patched (``mode``: see the module); ``corr``: the corrupted run of the same prompts (:func:`run_acts`)."""
     if mode not in MODES:
@@ -49,8 +57,10 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
     R, n = len(sets), tokens.shape[0]
     masks = torch.stack([m.to(torch.bool) for m in sets])  # [R, S, Rcv]
     if masks.shape[1:] != (graph.n_senders, graph.n_receivers):
-        raise InputError(f"edge masks must be [senders, receivers] = [{graph.n_senders}, {graph.n_receivers}], "
-                         f"got {tuple(masks.shape[1:])}")
+        raise InputError(
+            f"edge masks must be [senders, receivers] = [{graph.n_senders}, {graph.n_receivers}], "
+            f"got {tuple(masks.shape[1:])}"
+        )
     masks = masks & graph.valid
     used = masks.any(0).any(1)  # the senders some edge names: only their writes are kept
     dt = corr.writes.dtype
@@ -63,7 +73,7 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
         ``[R * n, pos, d]``; ``other``: the corrupted run's ``[n, pos, d]``)."""
         base = here.to(dt).reshape(R, 1, n, *here.shape[1:]) if mode == "ablate" else other[None, None]
         pre = graph.prefix(first)
-        m = masks[:, :pre, first:first + count]  # [R, pre, count]
+        m = masks[:, :pre, first : first + count]  # [R, pre, count]
         senders = [s for s in range(pre) if used[s] and m[:, s].any()]
         x = base.expand(R, count, *base.shape[2:]).clone()
         for s in senders:
@@ -93,36 +103,43 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
                 if b is not None:
                     got = got + b.to(y.device, y.dtype)
                 state[f"{layer}.{inp}"] = got.reshape(R * n, *got.shape[2:])
+
         return fn
 
     def on_qkv(layer: int, inp: str):
         def fn(x: Tensor, hook) -> Tensor:
             return state.pop(f"{layer}.{inp}").to(x.dtype)
+
         return fn
 
     def on_z(layer: int):
         def fn(z: Tensor, hook) -> None:
             w_o = qkv_weights(model, layer)["o"][0].to(z.device)
             keep_writes(graph.head_sender(layer, 0), head_writes(z, w_o).permute(2, 0, 1, 3))
+
         return fn
 
     def on_mlp_out(layer: int):
         def fn(x: Tensor, hook) -> None:
             keep_writes(graph.mlp_sender(layer), x[None])
+
         return fn
 
     def on_in(first: int, other: Tensor):
         def fn(x: Tensor, hook) -> Tensor:
             return residual(first, 1, x, other)[:, 0].reshape(x.shape).to(x.dtype)
+
         return fn
 
     hooks = [(RESID0, on_resid0)]
     for l in range(graph.n_layers):
-        hooks += [(f"blocks.{l}.ln1.hook_in", on_ln1(l)),
-                  *[(f"blocks.{l}.attn.hook_{i}", on_qkv(l, i)) for i in "qkv"],
-                  (f"blocks.{l}.attn.hook_z", on_z(l)),
-                  (f"blocks.{l}.ln2.hook_in", on_in(graph.mlp_receiver(l), corr.mlp_in[l])),
-                  (f"blocks.{l}.hook_mlp_out", on_mlp_out(l))]
+        hooks += [
+            (f"blocks.{l}.ln1.hook_in", on_ln1(l)),
+            *[(f"blocks.{l}.attn.hook_{i}", on_qkv(l, i)) for i in "qkv"],
+            (f"blocks.{l}.attn.hook_z", on_z(l)),
+            (f"blocks.{l}.ln2.hook_in", on_in(graph.mlp_receiver(l), corr.mlp_in[l])),
+            (f"blocks.{l}.hook_mlp_out", on_mlp_out(l)),
+        ]
     final: dict[str, Tensor] = {}
     to_logits = on_in(graph.logits_receiver, corr.final)
 
@@ -134,16 +151,37 @@ def edge_run(model: Model, graph: Graph, tokens: Int[Tensor, "n pos"], corr: Run
         return _last_logits(model, _rows(tokens, R), [*hooks, ("ln_final.hook_in", on_final)], final)
 
 
-def edge_metric(model: Model, graph: Graph, tokens: Tensor, corr: RunActs, sets: Sequence[Tensor], metric: Metric,
-                rows: slice, *, mode: str = "keep", scale: float = 1.0) -> Tensor:
+def edge_metric(
+    model: Model,
+    graph: Graph,
+    tokens: Tensor,
+    corr: RunActs,
+    sets: Sequence[Tensor],
+    metric: Metric,
+    rows: slice,
+    *,
+    mode: str = "keep",
+    scale: float = 1.0,
+) -> Tensor:
     """The metric ``[len(sets), n]`` of :func:`edge_run`, per group and prompt."""
     logits = edge_run(model, graph, tokens, corr, sets, mode=mode, scale=scale)
     n = tokens.shape[0]
     return torch.stack([metric(chunk, rows) for chunk in logits.split(n)]).double().cpu()
 
 
-def _groups(model: Model, graph: Graph, clean: Tensor, corrupted: Tensor, sets: list[Tensor], metric: Metric, *,
-            mode: str, scale: float, batch_size: int, max_rows: int) -> Tensor:
+def _groups(
+    model: Model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    sets: list[Tensor],
+    metric: Metric,
+    *,
+    mode: str,
+    scale: float,
+    batch_size: int,
+    max_rows: int,
+) -> Tensor:
     """``[len(sets)]``: the metric of each group, averaged over every prompt (batches of prompts; groups of
     ``max_rows // batch`` masks per forward)."""
     dt = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
@@ -154,14 +192,24 @@ def _groups(model: Model, graph: Graph, clean: Tensor, corrupted: Tensor, sets: 
         n = rows.stop - rows.start
         per = max(1, max_rows // n)
         for i in range(0, len(sets), per):
-            got = edge_metric(model, graph, clean[rows], corr, sets[i:i + per], metric, rows, mode=mode, scale=scale)
-            total[i:i + per] += got.double().sum(1)
+            got = edge_metric(model, graph, clean[rows], corr, sets[i : i + per], metric, rows, mode=mode, scale=scale)
+            total[i : i + per] += got.double().sum(1)
     return total / clean.shape[0]
 
 
-def exact_scores(model: Model, graph: Graph, clean: Tensor, corrupted: Tensor, edges: Sequence[tuple[int, int]],
-                 metric: Metric, *, clean_metric: float, scale: float = 1.0, batch_size: int = 16,
-                 max_rows: int = 256) -> Tensor:
+def exact_scores(
+    model: Model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    edges: Sequence[tuple[int, int]],
+    metric: Metric,
+    *,
+    clean_metric: float,
+    scale: float = 1.0,
+    batch_size: int = 16,
+    max_rows: int = 256,
+) -> Tensor:
     """Exact edge patching: ``[len(edges)]`` the mean metric with edge ``(sender, receiver)`` alone reading the
     corrupted sender, minus ``clean_metric`` (what EAP estimates to first order; ``scale``: the change times it)."""
     sets = []
@@ -169,14 +217,43 @@ def exact_scores(model: Model, graph: Graph, clean: Tensor, corrupted: Tensor, e
         m = torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.bool)
         m[s, r] = True
         sets.append(m)
-    got = _groups(model, graph, clean, corrupted, sets, metric, mode="ablate", scale=scale, batch_size=batch_size,
-                  max_rows=max_rows)
+    got = _groups(
+        model,
+        graph,
+        clean,
+        corrupted,
+        sets,
+        metric,
+        mode="ablate",
+        scale=scale,
+        batch_size=batch_size,
+        max_rows=max_rows,
+    )
     return got - clean_metric
 
 
-def faithfulness_runs(model: Model, graph: Graph, clean: Tensor, corrupted: Tensor, circuits: Sequence[Tensor],
-                      metric: Metric, *, batch_size: int = 16, max_rows: int = 256) -> Tensor:
+def faithfulness_runs(
+    model: Model,
+    graph: Graph,
+    clean: Tensor,
+    corrupted: Tensor,
+    circuits: Sequence[Tensor],
+    metric: Metric,
+    *,
+    batch_size: int = 16,
+    max_rows: int = 256,
+) -> Tensor:
     """``[len(circuits)]``: the mean metric of the clean prompts with every edge outside each circuit (a
     ``[senders, receivers]`` mask) reading the corrupted sender."""
-    return _groups(model, graph, clean, corrupted, list(circuits), metric, mode="keep", scale=1.0,
-                   batch_size=batch_size, max_rows=max_rows)
+    return _groups(
+        model,
+        graph,
+        clean,
+        corrupted,
+        list(circuits),
+        metric,
+        mode="keep",
+        scale=1.0,
+        batch_size=batch_size,
+        max_rows=max_rows,
+    )

@@ -122,8 +122,10 @@ class Graph:
         s = self.senders.index[self.senders["sender"] == sender]
         r = self.receivers.index[self.receivers["receiver"] == receiver]
         if not len(s) or not len(r):
-            raise InputError(f"no edge {sender} -> {receiver}: senders are named like input, L0H1, L0MLP; "
-                             f"receivers like L1H0.q, L1H0.k, L1MLP, logits")
+            raise InputError(
+                f"no edge {sender} -> {receiver}: senders are named like input, L0H1, L0MLP; "
+                f"receivers like L1H0.q, L1H0.k, L1MLP, logits"
+            )
         if not self.valid[s[0], r[0]]:
             raise InputError(f"{sender} does not write before {receiver} reads: no such edge")
         return int(s[0]), int(r[0])
@@ -161,11 +163,17 @@ def check_graph_support(model: Model) -> None:
     if fam is not None and not fam.attention:
         raise InputError(f"circuits: {name} has no attention heads: the graph's receivers are heads' q, k, v inputs")
     if getattr(model.cfg, "use_qk_norm", False):
-        raise InputError(f"circuits: {name} normalises its queries and keys; its q / k receivers are not the "
-                         "projection of the normed residual, which the graph assumes")
+        raise InputError(
+            f"circuits: {name} normalises its queries and keys; its q / k receivers are not the "
+            "projection of the normed residual, which the graph assumes"
+        )
     if getattr(model.cfg, "use_normalization_before_and_after", False) or (fam is not None and fam.post_norms):
-        raise InputError(f"circuits: {name} normalises each sublayer's output, so a head's write is not its own "
-                         "term of the residual: its edges are not defined")
+        raise InputError(
+            f"circuits: {name} normalises each sublayer's output, so a head's write is not its own "
+            "term of the residual: its edges are not defined"
+        )
     if getattr(model, "ln_final", None) is None or (fam is not None and fam.post_ln):
-        raise InputError(f"circuits: {name} renormalises the residual after each block (post-LN): a sender's write is "
-                         "not a term of what later blocks read")
+        raise InputError(
+            f"circuits: {name} renormalises the residual after each block (post-LN): a sender's write is "
+            "not a term of what later blocks read"
+        )

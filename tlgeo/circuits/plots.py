@@ -48,8 +48,15 @@ def circuit_figure(edges: pd.DataFrame, k: int, *, title: str = ""):
         kind = "logits" if e.receiver_input == "logits" else "node"
         x1, y1 = _node_xy(e.receiver_layer, e.receiver_head, kind, n_heads, n_layers)
         x1 -= 0.12  # the receiver's input side
-        ax.plot([x0, x1], [y0, y1], ls=INPUT_STYLES[e.receiver_input], lw=float(w), color=PART_COLORS[part],
-                alpha=0.75, label=f"{part}, into {e.receiver_input}")
+        ax.plot(
+            [x0, x1],
+            [y0, y1],
+            ls=INPUT_STYLES[e.receiver_input],
+            lw=float(w),
+            color=PART_COLORS[part],
+            alpha=0.75,
+            label=f"{part}, into {e.receiver_input}",
+        )
     xs = [-1] + [l for l in range(n_layers) for _ in range(n_heads + 1)] + [n_layers]
     ys = [(n_heads - 1) / 2] + [h for _ in range(n_layers) for h in range(n_heads + 1)] + [(n_heads - 1) / 2]
     ax.scatter(xs, ys, s=18, color="black", zorder=3)

@@ -82,8 +82,15 @@ def _reaches_all(truth: dict, node: str) -> bool:
     return layer is not None and any(l > layer for l, _ in program_heads(truth))
 
 
-def visible_edges(model: Model, truth: dict, clean: Int[Tensor, "n pos"], corrupted: Int[Tensor, "n pos"], *,
-                  tol: float = 1e-6, batch_size: int = 16) -> pd.DataFrame:
+def visible_edges(
+    model: Model,
+    truth: dict,
+    clean: Int[Tensor, "n pos"],
+    corrupted: Int[Tensor, "n pos"],
+    *,
+    tol: float = 1e-6,
+    batch_size: int = 16,
+) -> pd.DataFrame:
     """Which of the program's edges a task's clean / corrupted prompts can show. One row per edge of ``truth``:
     ``sender``, ``receiver``, ``port``, ``read_change`` (``max |w_s(corrupted) - w_s(clean)|`` over prompts, the
     directions the receiver's port reads and the positions where they count: every position for a key or value,
@@ -94,8 +101,10 @@ def visible_edges(model: Model, truth: dict, clean: Int[Tensor, "n pos"], corrup
     program (its residual ``len(residual_labels)`` wide, no norm)."""
     labels = truth["residual_labels"]
     if model.cfg.d_model != len(labels):
-        raise InputError(f"the model's residual is {model.cfg.d_model} wide, the program's {len(labels)}: "
-                         f"not the compiled {truth['program']!r}")
+        raise InputError(
+            f"the model's residual is {model.cfg.d_model} wide, the program's {len(labels)}: "
+            f"not the compiled {truth['program']!r}"
+        )
     if clean.shape != corrupted.shape:
         raise InputError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
     graph = graph_of(model)
@@ -118,10 +127,21 @@ def visible_edges(model: Model, truth: dict, clean: Int[Tensor, "n pos"], corrup
         read = _read_rows(truth, r, port)
         at = 0 if port in ("k", "v") or _reaches_all(truth, r) else 1
         read_change = float(change[names.index(s), at, read].max()) if read else 0.0
-        own = float(out_change) if r == "output" else float(change[names.index(r), 0 if _reaches_all(truth, r)
-                                                                   else 1].max())
-        rows_out.append(dict(sender=s, receiver=r, port=port, read_change=read_change, receiver_change=own,
-                             visible=read_change > tol and own > tol))
+        own = (
+            float(out_change)
+            if r == "output"
+            else float(change[names.index(r), 0 if _reaches_all(truth, r) else 1].max())
+        )
+        rows_out.append(
+            dict(
+                sender=s,
+                receiver=r,
+                port=port,
+                read_change=read_change,
+                receiver_change=own,
+                visible=read_change > tol and own > tol,
+            )
+        )
     return pd.DataFrame(rows_out)
 
 

@@ -66,8 +66,12 @@ def perp_sensitivity(
     """Per-layer ``column`` (mean over prompts) of ``method`` in a ``diag_layers.csv``
     frame (:func:`tlgeo.compression.decompose.summarize_layers`), ordered by layer."""
     col = f"{column}_mean"
-    g = layers[(layers["method"] == method) & (layers["site"] == site) & (layers["tokens"] == tokens)
-               & (layers["mode"] == mode)]
+    g = layers[
+        (layers["method"] == method)
+        & (layers["site"] == site)
+        & (layers["tokens"] == tokens)
+        & (layers["mode"] == mode)
+    ]
     if g.empty:
         have = sorted(layers["method"].unique()) if "method" in layers else []
         raise InputError(f"no {mode}/{site}/{tokens} rows for method {method!r} (have {have})")

@@ -89,7 +89,9 @@ def units(model: Model, cfg: CompressionConfig) -> list[str]:
     return list(cfg.methods)
 
 
-def _compressed_dirs(model: Model, cfg: CompressionConfig, methods: list[str], say: Callable[[str], None]) -> dict[str, Path]:
+def _compressed_dirs(
+    model: Model, cfg: CompressionConfig, methods: list[str], say: Callable[[str], None]
+) -> dict[str, Path]:
     root = Path(cfg.root) if cfg.root else default_root(model)
     if cfg.compress is not None:
         from .compress import ensure_compressed
@@ -99,13 +101,15 @@ def _compressed_dirs(model: Model, cfg: CompressionConfig, methods: list[str], s
     dirs = {m: root / m for m in methods}
     missing = [str(p) for p in dirs.values() if not (p / "config.json").is_file()]
     if missing:
-        raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
-                                "(create them with tlgeo compress)")
+        raise FileNotFoundError(
+            f"compressed model directory missing: {', '.join(missing)} (create them with tlgeo compress)"
+        )
     return dirs
 
 
-def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dict[str, str], identity: dict
-            ) -> tuple[pd.DataFrame, pd.DataFrame, set[str]]:
+def _stored(
+    store: Path | None, settings: dict, modes: tuple[str, ...], ids: dict[str, str], identity: dict
+) -> tuple[pd.DataFrame, pd.DataFrame, set[str]]:
     """The per-prompt rows and timings in ``store`` of the dense model's ``identity`` (rows of other
     models or dtypes are left alone), and the methods among ``ids`` whose rows there are complete for
     ``modes`` and were computed on the model now in their folder."""
@@ -118,8 +122,10 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
     for col, want in settings.items():
         got = old[col].astype(str).unique().tolist() if col in old.columns else ["(not recorded)"]
         if got != [str(want)]:
-            raise InputError(f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
-                             f"{want}); use another --out or delete it")
+            raise InputError(
+                f"{path} was made with other settings ({col.removesuffix('_cfg')} {', '.join(got)}, not "
+                f"{want}); use another --out or delete it"
+            )
     timing_path = store / CompressionResult.table("timing").filename
     timing = of_identity(read_table(timing_path), identity) if timing_path.exists() else pd.DataFrame()
     done = set()
@@ -132,9 +138,16 @@ def _stored(store: Path | None, settings: dict, modes: tuple[str, ...], ids: dic
 
 
 @identified
-def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
-        units: Sequence[str] | None = None, progress: bool = False,
-        say: Callable[[str], None] | None = None) -> CompressionResult:
+def run(
+    model: Model,
+    cfg: CompressionConfig,
+    *,
+    out: str | os.PathLike | None = None,
+    log: str | os.PathLike | None = None,
+    units: Sequence[str] | None = None,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> CompressionResult:
     """Diagnose the compressed models of ``units`` (default: every method of ``cfg``) against the
     dense ``model``. With ``out`` the tables are merged into ``out`` (each method's per-prompt rows
     and timing as soon as it is done, the summaries at the end); ``log`` (default ``out``) is where
@@ -168,8 +181,17 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
         df = diagnose(model, {m: dirs[m]}, tokens, modes=cfg.modes, batch_size=cfg.batch_size)
         seconds = time.perf_counter() - t0
         df = df.assign(**settings, **{MODEL_COLUMN: ids[m]})
-        trow = pd.DataFrame([{"method": m, "seconds": seconds, "modes": ",".join(cfg.modes), "n_prompts": cfg.prompts,
-                              "seq_len": cfg.seq_len}])
+        trow = pd.DataFrame(
+            [
+                {
+                    "method": m,
+                    "seconds": seconds,
+                    "modes": ",".join(cfg.modes),
+                    "n_prompts": cfg.prompts,
+                    "seq_len": cfg.seq_len,
+                }
+            ]
+        )
         for folder in {p for p in (store, Path(out) if out is not None else None) if p is not None}:
             CompressionResult(prompts=df, timing=trow).save(folder)
         new.append(df)
@@ -186,10 +208,12 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
         timings.insert(0, old_timing[old_timing["method"].isin(list(done))])
     timing = pd.concat(timings, ignore_index=True) if timings else None
     if timing is not None:
-        timing = timing.sort_values("method", key=lambda s: s.map({m: i for i, m in enumerate(methods)}),
-                                    kind="stable").reset_index(drop=True)
-    res = CompressionResult(prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True),
-                     timing=timing)
+        timing = timing.sort_values(
+            "method", key=lambda s: s.map({m: i for i, m in enumerate(methods)}), kind="stable"
+        ).reset_index(drop=True)
+    res = CompressionResult(
+        prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True), timing=timing
+    )
     if out is not None:
         res.save(out)
     return res
@@ -199,13 +223,16 @@ def run(model: Model, cfg: CompressionConfig, *, out: str | os.PathLike | None =
 # what a run costs (tlgeo plan): per method, its model loaded and the dense, local and e2e passes
 # ---------------------------------------------------------------------------
 
+
 def compress_work(shape, cfg: CompressConfig, method: str) -> dict[str, float]:
     """The host work of compressing ``method`` with ``cfg`` as amounts of the planner's calibrated kinds
     (tlgeo.planner.calibration): a fixed part per parameter (``compress.fixed``: load, quantise, save) and the
     method's own per parameter and calibration token (``compress.<kind>``, else its family's)."""
     spec = cfg.spec(method)
-    return {"compress.fixed": shape.params,
-            f"compress.{spec.kind}|compress.{spec.family}": shape.params * cfg.n_calib * cfg.calib_seq_len}
+    return {
+        "compress.fixed": shape.params,
+        f"compress.{spec.kind}|compress.{spec.family}": shape.params * cfg.n_calib * cfg.calib_seq_len,
+    }
 
 
 def plan(shape, cfg: CompressionConfig) -> list:
@@ -229,20 +256,55 @@ def plan(shape, cfg: CompressionConfig) -> list:
             for kind, amount in compress_work(shape, cfg.compress, m).items():
                 host[kind] = host.get(kind, 0.0) + amount
         c = cfg.compress
-        out.append(Work("compress", 0, 1, host=host, note=f"{methods} method(s), llmcompressor on "
-                        f"{c.n_calib} x {c.calib_seq_len} tokens, {c.device}"))
+        out.append(
+            Work(
+                "compress",
+                0,
+                1,
+                host=host,
+                note=f"{methods} method(s), llmcompressor on {c.n_calib} x {c.calib_seq_len} tokens, {c.device}",
+            )
+        )
     load = {"start.load.directory": methods, "start.load.directory.gib": methods * comp / GIB}  # as a command's
-    out.append(Work("load", 0, 1, host=load, weight_copies=1,
-                    note=f"{methods} compressed model(s), one at a time, beside the dense model"))
+    out.append(
+        Work(
+            "load",
+            0,
+            1,
+            host=load,
+            weight_copies=1,
+            note=f"{methods} compressed model(s), one at a time, beside the dense model",
+        )
+    )
     out.append(Work("dense", methods * tokens, seq, batch, kept_bytes=base, note="once per batch and method"))
     if "local" in cfg.modes:
         mlp = shape.mlp_params(shape.experts_per_token or None)
-        out.append(Work("local", methods * tokens, seq, batch, blocks=1 + mlp / (shape.attn_params + mlp), readout=0.0,
-                        logit_copies=0.0, kept_bytes=base, weight_copies=1,
-                        note="each compressed block on the dense states, twice"))
+        out.append(
+            Work(
+                "local",
+                methods * tokens,
+                seq,
+                batch,
+                blocks=1 + mlp / (shape.attn_params + mlp),
+                readout=0.0,
+                logit_copies=0.0,
+                kept_bytes=base,
+                weight_copies=1,
+                note="each compressed block on the dense states, twice",
+            )
+        )
     if "e2e" in cfg.modes:
-        out.append(Work("e2e", methods * tokens, seq, batch, kept_bytes=base + 4 * live, weight_copies=1,
-                        note="each compressed model on its own states"))
+        out.append(
+            Work(
+                "e2e",
+                methods * tokens,
+                seq,
+                batch,
+                kept_bytes=base + 4 * live,
+                weight_copies=1,
+                note="each compressed model on its own states",
+            )
+        )
     return out
 
 
@@ -254,23 +316,36 @@ def support(family: Family) -> Support:
     """The compression diagnosis on ``family``: dense Llama-style decoder layers (``model.layers``, ``self_attn``,
     ``mlp``) only."""
     if not family.attention:
-        return Support("no", f"the compression diagnosis prunes attention and MLP projections: {family.name} has "
-                             "none")
+        return Support("no", f"the compression diagnosis prunes attention and MLP projections: {family.name} has none")
     if family.layer_path != "model.layers":
-        return Support("no", f"the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
-                             f"mlp); {family.name} keeps its blocks elsewhere")
+        return Support(
+            "no",
+            f"the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
+            f"mlp); {family.name} keeps its blocks elsewhere",
+        )
     if family.moe:
-        return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not "
-                             "mapped")
+        return Support("no", "the compression diagnosis prunes dense MLPs; mixture-of-experts weights are not mapped")
     if family.compiled:
-        return Support("no", "the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
-                             "mlp with gate/up/down projections); a compiled program's MLP is fc_in/fc_out and its "
-                             "weights are compiled, not trained")
+        return Support(
+            "no",
+            "the compression diagnosis reads Llama-style decoder layers (model.layers, self_attn, "
+            "mlp with gate/up/down projections); a compiled program's MLP is fc_in/fc_out and its "
+            "weights are compiled, not trained",
+        )
     return Support("yes")
 
 
-ANALYSIS = register_analysis(Analysis(
-    "compression", CompressionConfig, run, CompressionResult, units,
-    "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
-    tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
-    plan=plan, support=support, docs="analyses/compression"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "compression",
+        CompressionConfig,
+        run,
+        CompressionResult,
+        units,
+        "compression diagnosis: perpendicular vs parallel error of compressed models, per block and site (Table 12)",
+        tiny=dict(methods=("wanda", "wanda_2_4"), prompts=2, seq_len=16, compress=_tiny_compress()),
+        plan=plan,
+        support=support,
+        docs="analyses/compression",
+    )
+)

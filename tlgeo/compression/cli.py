@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..runner.analysis import Command
-from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written)
+from ..runner.cliargs import LoadConfig, add_config_args, add_out_arg, config_from_args, output_dir, print_written
 from ..storage import write_csv
 from .config import CompressConfig, CompressionConfig
 
@@ -24,7 +24,8 @@ COMPRESSION_DESCRIPTION = (
     "on the dense hidden state (local counterfactual) and each compressed model on its own states (e2e); split "
     "e = Delta_comp - Delta_base relative to Delta_base (and to z) per prompt, layer and site; Table 12 statistics "
     "across layers, Figure 6 per mode. Compressed models: one folder per method under --root, as tlgeo compress "
-    "writes them. Resumes per method.")
+    "writes them. Resumes per method."
+)
 COMPRESS_HELP = "compress a model with llmcompressor, then evaluate perplexity / zero-shot accuracy"
 COMPRESS_DESCRIPTION = (
     "Compress with llmcompressor into $TLGEO_CACHE/compressed/<model>/<method> (never the repository), then "
@@ -35,7 +36,8 @@ COMPRESS_DESCRIPTION = (
     "settings is reused, one with other settings stops the run (--force recompresses). Calibration: --n-calib "
     "windows of --calib-seq-len tokens of --calib-corpus (the WikiText-2 validation split, disjoint from the test "
     "text that perplexity reads). Evaluations are logged in --out and not recomputed. On a GPU machine pass "
-    "--device cuda (or auto: llmcompressor's sequential pipeline onloads one decoder layer at a time).")
+    "--device cuda (or auto: llmcompressor's sequential pipeline onloads one decoder layer at a time)."
+)
 OUT = "runs/compression/<model>"
 
 
@@ -73,8 +75,9 @@ def run_compression(args: argparse.Namespace) -> int:
         root = compressed_root(args.model, cfg.root)
         missing = [str(root / m) for m in cfg.methods if not (root / m / "config.json").is_file()]
         if missing:
-            raise FileNotFoundError(f"compressed model directory missing: {', '.join(missing)} "
-                                    "(create them with tlgeo compress)")
+            raise FileNotFoundError(
+                f"compressed model directory missing: {', '.join(missing)} (create them with tlgeo compress)"
+            )
         load_text(cfg.corpus)
         if args.ppl:  # given: it must be there and readable before the model loads
             ppl.append(read_ppl_csv(Path(args.ppl)))
@@ -84,8 +87,9 @@ def run_compression(args: argparse.Namespace) -> int:
         if not args.ppl and (out / "ppl.csv").is_file():  # the one tlgeo compress wrote, when there is one
             ppl.append(read_ppl_csv(out / "ppl.csv"))
 
-    res, cfg, out = run_command(ANALYSIS, args, out_name="compression/" + base_key(args.model), check=check,
-                                prepare=default_ppl)
+    res, cfg, out = run_command(
+        ANALYSIS, args, out_name="compression/" + base_key(args.model), check=check, prepare=default_ppl
+    )
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     written = [out / CompressionResult.table(n).filename for n in res.tables()]
@@ -103,7 +107,8 @@ def run_compression(args: argparse.Namespace) -> int:
 
 
 def read_ppl_csv(path: Path):
-    """The ``method, ppl`` table of ``tlgeo compress`` at ``path``; a missing file or column is an error that names it."""
+    """The ``method, ppl`` table of ``tlgeo compress`` at ``path``; a missing file or column is an error that names
+    it."""
     import pandas as pd
 
     if not path.is_file():
@@ -114,8 +119,10 @@ def read_ppl_csv(path: Path):
         raise InputError(f"{path}: not a CSV table ({e})") from None
     missing = [c for c in ("method", "ppl") if c not in df.columns]
     if missing:
-        raise InputError(f"{path}: no column {', '.join(missing)} (it has {', '.join(map(str, df.columns))}); "
-                         "the ppl.csv of tlgeo compress --ppl has method and ppl")
+        raise InputError(
+            f"{path}: no column {', '.join(missing)} (it has {', '.join(map(str, df.columns))}); "
+            "the ppl.csv of tlgeo compress --ppl has method and ppl"
+        )
     return df
 
 

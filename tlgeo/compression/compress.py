@@ -32,13 +32,35 @@ from ..storage import append_lines, write_csv, write_json
 from .config import CompressConfig
 from .llmc import MANIFEST, calibration_windows, compress_model, compressed_dir, quiet_llmcompressor
 
-__all__ = ["base_dir", "base_key", "compressed_root", "sensitivity", "expected_manifest", "manifest_differences",
-           "code_fingerprint", "model_id", "compress_methods", "evaluate_methods", "run_compress", "export_dense",
-           "weights_fingerprint", "ensure_compressed", "MODELS"]
+__all__ = [
+    "base_dir",
+    "base_key",
+    "compressed_root",
+    "sensitivity",
+    "expected_manifest",
+    "manifest_differences",
+    "code_fingerprint",
+    "model_id",
+    "compress_methods",
+    "evaluate_methods",
+    "run_compress",
+    "export_dense",
+    "weights_fingerprint",
+    "ensure_compressed",
+    "MODELS",
+]
 
 MODELS = "models.json"  # in out: the model id each method's ppl / zero-shot rows were computed on
-CODE_FILES = ("methods.py", "llmc.py", "perp_awq.py", "perp_wanda.py", "perp_sparsegpt.py", "allocation.py",
-              "reconstruct.py", "decompose.py")
+CODE_FILES = (
+    "methods.py",
+    "llmc.py",
+    "perp_awq.py",
+    "perp_wanda.py",
+    "perp_sparsegpt.py",
+    "allocation.py",
+    "reconstruct.py",
+    "decompose.py",
+)
 
 
 def base_dir(model: str) -> Path:
@@ -70,8 +92,9 @@ def sensitivity(cfg: CompressConfig, spec) -> list[float]:
     from .allocation import perp_sensitivity
 
     if not cfg.sensitivity_from:
-        raise InputError(f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compression of the uniform "
-                         "model)")
+        raise InputError(
+            f"{spec.name}: pass --sensitivity-from DIAG_LAYERS_CSV (tlgeo compression of the uniform model)"
+        )
     method = cfg.sensitivity_method or f"wanda_s{round(100 * spec.sparsity)}"
     layers = pd.read_csv(cfg.sensitivity_from)
     if method not in set(layers["method"]) and method == "wanda_s50":
@@ -101,8 +124,15 @@ def expected_manifest(method: str, cfg: CompressConfig, base: str, sens: list[fl
     """The manifest entries that a model of ``method`` made with ``cfg`` from ``base`` must have
     (the settings that change its weights)."""
     spec = cfg.spec(method)
-    out = {"spec": spec.to_dict(), "n_calib": cfg.n_calib, "calib_seq_len": cfg.calib_seq_len,
-           "calib_corpus": cfg.calib_corpus, "device": cfg.device, "pipeline": cfg.pipeline_of(method), "base": base}
+    out = {
+        "spec": spec.to_dict(),
+        "n_calib": cfg.n_calib,
+        "calib_seq_len": cfg.calib_seq_len,
+        "calib_corpus": cfg.calib_corpus,
+        "device": cfg.device,
+        "pipeline": cfg.pipeline_of(method),
+        "base": base,
+    }
     if spec.family == "awq":
         out["awq_n_grid"] = cfg.awq_grid
     if spec.family in ("owl", "perpalloc"):
@@ -120,8 +150,11 @@ def expected_manifest(method: str, cfg: CompressConfig, base: str, sens: list[fl
 def manifest_differences(manifest: dict, expected: dict) -> list[str]:
     """``"name: had -> wanted"`` for every expected entry the manifest lacks or holds otherwise."""
     missing = "(not recorded)"
-    return [f"{k}: {manifest.get(k, missing)!r} -> {v!r}" for k, v in expected.items()
-            if json.dumps(manifest.get(k, missing), sort_keys=True) != json.dumps(v, sort_keys=True)]
+    return [
+        f"{k}: {manifest.get(k, missing)!r} -> {v!r}"
+        for k, v in expected.items()
+        if json.dumps(manifest.get(k, missing), sort_keys=True) != json.dumps(v, sort_keys=True)
+    ]
 
 
 def _code_differences(manifest: dict) -> list[str]:
@@ -152,16 +185,19 @@ def _reusable(target: Path, expected: dict, force: bool, log: Callable[[str], No
     man = json.loads((target / MANIFEST).read_text())
     diff = manifest_differences(man, expected)
     if diff:
-        raise InputError(f"{target} was compressed with other settings ({'; '.join(diff)}); pass --force to "
-                         "recompress it or --root for another folder")
+        raise InputError(
+            f"{target} was compressed with other settings ({'; '.join(diff)}); pass --force to "
+            "recompress it or --root for another folder"
+        )
     code = _code_differences(man)
     if code:
         log(f"[{target.name}] warning: reusing a model made with other code: {'; '.join(code)} (--force recompresses)")
     return True
 
 
-def compress_methods(model: str, cfg: CompressConfig, out: Path | None = None, *,
-                     log: Callable[[str], None] = print) -> dict[str, dict]:
+def compress_methods(
+    model: str, cfg: CompressConfig, out: Path | None = None, *, log: Callable[[str], None] = print
+) -> dict[str, dict]:
     """Compress every method of ``cfg`` from ``model`` (an embedded name or an HF directory) into
     its root; returns the manifests of the methods compressed now. With ``out``, each manifest
     is appended to ``out/compress_log.jsonl``."""
@@ -182,13 +218,25 @@ def compress_methods(model: str, cfg: CompressConfig, out: Path | None = None, *
             log(f"[{m}] already compressed in {target}, skipping")
             continue
         if calib is None:
-            calib = calibration_windows(AutoTokenizer.from_pretrained(src), cfg.calib_corpus, cfg.n_calib,
-                                        cfg.calib_seq_len)
+            calib = calibration_windows(
+                AutoTokenizer.from_pretrained(src), cfg.calib_corpus, cfg.n_calib, cfg.calib_seq_len
+            )
         t0 = time.time()
-        man = compress_model(src, spec, target, calib=calib, device=cfg.device, pipeline=cfg.pipeline_of(m),
-                             awq_n_grid=cfg.awq_grid, sensitivity=sens, alloc_spread=cfg.alloc_spread,
-                             owl_m=cfg.owl_m, refit_iters=cfg.refit_iters, max_iso_increase=cfg.max_iso_increase,
-                             extra=_extra(cfg, spec))
+        man = compress_model(
+            src,
+            spec,
+            target,
+            calib=calib,
+            device=cfg.device,
+            pipeline=cfg.pipeline_of(m),
+            awq_n_grid=cfg.awq_grid,
+            sensitivity=sens,
+            alloc_spread=cfg.alloc_spread,
+            owl_m=cfg.owl_m,
+            refit_iters=cfg.refit_iters,
+            max_iso_increase=cfg.max_iso_increase,
+            extra=_extra(cfg, spec),
+        )
         log(f"[{m}] {time.time() - t0:.0f} s -> {target}\n  checks: {json.dumps(man['checks'])}")
         if out is not None:
             append_lines(out / "compress_log.jsonl", [json.dumps(man)])
@@ -211,11 +259,15 @@ def _bind_models(out: Path, dirs: dict[str, Path], logged: set[str]) -> None:
     for m, d in dirs.items():
         now = model_id(d)
         if m in ids and ids[m] != now:
-            raise InputError(f"{out} holds perplexity / zero-shot results of {m!r} made on another model than the one "
-                             f"now in {d} (recompressed or changed since); use another --out or delete them")
+            raise InputError(
+                f"{out} holds perplexity / zero-shot results of {m!r} made on another model than the one "
+                f"now in {d} (recompressed or changed since); use another --out or delete them"
+            )
         if m not in ids and m in logged:
-            raise InputError(f"{out} holds perplexity / zero-shot results of {m!r} from a run that did not record its "
-                             f"model ({MODELS}); use another --out or delete them")
+            raise InputError(
+                f"{out} holds perplexity / zero-shot results of {m!r} from a run that did not record its "
+                f"model ({MODELS}); use another --out or delete them"
+            )
         ids[m] = now
     write_json(path, ids, indent=1, sort_keys=True)
 
@@ -274,8 +326,14 @@ def evaluate_methods(model: str, cfg: CompressConfig, out: Path, *, log: Callabl
     return written
 
 
-def run_compress(model: str, cfg: CompressConfig, out: str | os.PathLike, *, verbose: bool = False,
-                 log: Callable[[str], None] = print) -> list[Path]:
+def run_compress(
+    model: str,
+    cfg: CompressConfig,
+    out: str | os.PathLike,
+    *,
+    verbose: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
     """``tlgeo compress``: compress (``cfg.compress``), then evaluate (``cfg.ppl``, ``cfg.zeroshot_tasks``).
     llmcompressor logs at WARNING unless ``verbose``. Returns the files written in ``out``."""
     out = Path(out)
@@ -378,8 +436,9 @@ def weights_fingerprint(model: Model) -> str:
     return h.hexdigest()[:16]
 
 
-def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: CompressConfig, *,
-                      log: Callable[[str], None] = print) -> None:
+def ensure_compressed(
+    model: Model, methods: Sequence[str], root: Path, cfg: CompressConfig, *, log: Callable[[str], None] = print
+) -> None:
     """Compress each of ``methods`` whose folder under ``root`` is missing, from the dense weights
     of the loaded ``model`` (a manifest records their fingerprint). A folder made here earlier with
     other settings, from other weights or with other code is recompressed; a folder made otherwise
@@ -400,8 +459,10 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
             if not diff:
                 continue
             if man.get("made_by") != "compression":
-                raise InputError(f"{target} was compressed with other settings ({'; '.join(diff)}); use another root "
-                                 "or recompress it with tlgeo compress --force")
+                raise InputError(
+                    f"{target} was compressed with other settings ({'; '.join(diff)}); use another root "
+                    "or recompress it with tlgeo compress --force"
+                )
             log(f"[{m}] recompressing {target}: {'; '.join(diff)}")
         todo.append(m)
     if not todo:
@@ -411,17 +472,29 @@ def ensure_compressed(model: Model, methods: Sequence[str], root: Path, cfg: Com
         src = export_dense(model, Path(tmp) / "dense")
         from transformers import AutoTokenizer
 
-        calib = calibration_windows(AutoTokenizer.from_pretrained(src), cfg.calib_corpus, cfg.n_calib,
-                                    cfg.calib_seq_len)
+        calib = calibration_windows(
+            AutoTokenizer.from_pretrained(src), cfg.calib_corpus, cfg.n_calib, cfg.calib_seq_len
+        )
         for m in todo:
             spec = cfg.spec(m)
             if spec.family == "perpalloc":
-                raise InputError(f"{m}: perpalloc needs a diagnosis of the uniform model first; compress it with "
-                                 "tlgeo compress --sensitivity-from")
+                raise InputError(
+                    f"{m}: perpalloc needs a diagnosis of the uniform model first; compress it with "
+                    "tlgeo compress --sensitivity-from"
+                )
             t0 = time.time()
-            compress_model(src, spec, root / m, calib=calib, device=cfg.device, pipeline=cfg.pipeline_of(m),
-                           awq_n_grid=cfg.awq_grid, alloc_spread=cfg.alloc_spread, owl_m=cfg.owl_m,
-                           refit_iters=cfg.refit_iters, max_iso_increase=cfg.max_iso_increase,
-                           extra=_extra(cfg, spec, base="(exported)", base_fingerprint=fingerprint,
-                                        made_by="compression"))
+            compress_model(
+                src,
+                spec,
+                root / m,
+                calib=calib,
+                device=cfg.device,
+                pipeline=cfg.pipeline_of(m),
+                awq_n_grid=cfg.awq_grid,
+                alloc_spread=cfg.alloc_spread,
+                owl_m=cfg.owl_m,
+                refit_iters=cfg.refit_iters,
+                max_iso_increase=cfg.max_iso_increase,
+                extra=_extra(cfg, spec, base="(exported)", base_fingerprint=fingerprint, made_by="compression"),
+            )
             log(f"[{m}] compressed in {time.time() - t0:.1f} s -> {root / m}")

@@ -30,11 +30,16 @@ class CompressConfig(Config):
     base and every method (perplexity, zero-shot)."""
 
     methods: tuple[str, ...] = param(DEFAULT_METHODS, "comma list of method names", item=str)
-    n_calib: int = param(32, "calibration windows", cost="per method, grows with the calibration tokens and the "
-                                                         "parameters (rtn: calibrates nothing)")
+    n_calib: int = param(
+        32,
+        "calibration windows",
+        cost="per method, grows with the calibration tokens and the parameters (rtn: calibrates nothing)",
+    )
     calib_seq_len: int = param(128, "tokens per calibration window")
-    calib_corpus: str = param("wikitext2-valid", "calibration text (disjoint from the WikiText-2 test text that "
-                                                 "perplexity and the diagnosis read)")
+    calib_corpus: str = param(
+        "wikitext2-valid",
+        "calibration text (disjoint from the WikiText-2 test text that perplexity and the diagnosis read)",
+    )
     group_size: int = param(64, "AWQ / RTN group size (must divide every input width)")
     awq_grid: int = param(20, "AWQ scale-search grid points (llmcompressor default 20)")
     perp_lambda: float = param(0.0, "weight of the parallel error in *_perp methods without _l<lambda> (1 = isotropic)")
@@ -43,11 +48,15 @@ class CompressConfig(Config):
     alloc_spread: float = param(0.08, "OWL's lambda: layer sparsities within +-2x this")
     owl_m: float = param(5.0, "OWL's M: outliers are scores above M x the mean")
     refit_iters: int = param(12, "CG iterations of the sgpt_perp refit (12 keeps it within 2x of SparseGPT here)")
-    max_iso_increase: float = param(0.0, "sgpt_perp: isotropic error at most (1 + this) x that of the "
-                                         "unreconstructed mask")
+    max_iso_increase: float = param(
+        0.0, "sgpt_perp: isotropic error at most (1 + this) x that of the unreconstructed mask"
+    )
     device: str = param("cpu", "cpu, cuda, cuda:N or auto")
-    pipeline: str = param("sequential", "llmcompressor pipeline for the pruning methods (AWQ and RTN always use "
-                                        "sequential)", choices=("sequential", "basic"))
+    pipeline: str = param(
+        "sequential",
+        "llmcompressor pipeline for the pruning methods (AWQ and RTN always use sequential)",
+        choices=("sequential", "basic"),
+    )
     root: str | None = param(None, "parent of <method>/ dirs (default $TLGEO_CACHE/compressed/<model>)")
     force: bool = param(False, "recompress methods already present (also those made with other settings)")
     compress: bool = param(True, "compress the methods (--no-compress: only evaluate existing compressed models)")
@@ -89,19 +98,27 @@ class CompressionConfig(Config):
     the error split into its part parallel to the dense update and the rest."""
 
     methods: tuple[str, ...] = param(DEFAULT_METHODS, "methods under --root (comma list)", item=str)
-    root: str | None = param(None, "folder with one compressed model dir per method (default: "
-                                   "$TLGEO_CACHE/compressed/<model>, as written by tlgeo compress; "
-                                   "<model>-<dtype> for --dtype bfloat16 / float16)")
+    root: str | None = param(
+        None,
+        "folder with one compressed model dir per method (default: "
+        "$TLGEO_CACHE/compressed/<model>, as written by tlgeo compress; "
+        "<model>-<dtype> for --dtype bfloat16 / float16)",
+    )
     corpus: str = param("wikitext2", "held-out text for the prompts")
-    prompts: int = param(12, "number of prompts (windows of the corpus)",
-                         cost="per prompt and method: a dense forward, each compressed block twice (local), a "
-                              "compressed forward (e2e)")
+    prompts: int = param(
+        12,
+        "number of prompts (windows of the corpus)",
+        cost="per prompt and method: a dense forward, each compressed block twice (local), a compressed forward (e2e)",
+    )
     seq_len: int = param(128, "tokens per prompt")
     modes: tuple[str, ...] = param(MODES, "local (counterfactual), e2e (own hidden states)", choices=MODES)
     batch_size: int = param(12, "prompts per forward", cli=False)
     compress: CompressConfig | None = param(
-        None, "compress a method whose folder under root is missing with these settings (the methods "
-              "field of this CompressConfig is ignored); None: a missing folder is an error", cli=False)
+        None,
+        "compress a method whose folder under root is missing with these settings (the methods "
+        "field of this CompressConfig is ignored); None: a missing folder is an error",
+        cli=False,
+    )
 
     def settings(self) -> dict:
         """The fields as a plain dict, ``compress`` as its own settings (or ``None``)."""

@@ -101,8 +101,14 @@ def check_compatible(base, comp) -> None:
     architecture, layer count, widths and parameter shapes."""
     hb, hc = hf_model(base), hf_model(comp)
     cb, cc = hb.config, hc.config
-    for attr in ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size",
-                 "num_attention_heads", "num_key_value_heads"):
+    for attr in (
+        "model_type",
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+    ):
         vb, vc = getattr(cb, attr, None), getattr(cc, attr, None)
         if vb != vc:
             raise IncompatibleModelsError(f"models differ in {attr}: base {vb!r}, compressed {vc!r}")
@@ -160,23 +166,27 @@ class _Capture:
             self.pre[i] = h.detach()
             if self.keep_inputs:
                 self.kwargs[i] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+
         return hook
 
     def _post(self, i):
         def hook(mod, args, out):
             self.post[i] = (out[0] if isinstance(out, tuple) else out).detach()
+
         return hook
 
     def _attn_raw(self, i):
         def hook(mod, args, out):
             if self.keep_inputs:
                 self.attn_raw[i] = out
+
         return hook
 
     @staticmethod
     def _store(lst, i):
         def hook(mod, args, out):
             lst[i] = (out[0] if isinstance(out, tuple) else out).detach()
+
         return hook
 
     def remove(self):
@@ -224,14 +234,23 @@ def _rows(meta: dict, site: str, layer: int, energies: dict, first: int) -> list
     for tokens, cols in prompt_ratios(energies, first).items():
         n = len(next(iter(cols.values())))
         for p in range(n):
-            rows.append({**meta, "site": site, "layer": layer, "tokens": tokens, "prompt": p,
-                         **{k: float(v[p]) for k, v in cols.items()}})
+            rows.append(
+                {
+                    **meta,
+                    "site": site,
+                    "layer": layer,
+                    "tokens": tokens,
+                    "prompt": p,
+                    **{k: float(v[p]) for k, v in cols.items()},
+                }
+            )
     return rows
 
 
 @torch.inference_mode()
-def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, first: int = 1,
-                 layers: Iterable[int] | None = None) -> pd.DataFrame:
+def local_errors(
+    base_capture: _Capture, comp, meta: Mapping | None = None, first: int = 1, layers: Iterable[int] | None = None
+) -> pd.DataFrame:
     """Local counterfactual of every block of ``comp`` on the dense hidden states in
     ``base_capture`` (from :func:`capture` with ``keep_inputs=True`` around one dense
     forward). One row per (site, layer, tokens, prompt)."""
@@ -241,17 +260,24 @@ def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, firs
     if len(layers_c) != n:
         raise IncompatibleModelsError(f"base has {n} blocks, compressed model {len(layers_c)}")
     rows = []
-    for i in (range(n) if layers is None else layers):
+    for i in range(n) if layers is None else layers:
         if base_capture.pre[i] is None:
             raise RuntimeError(f"block {i} of the dense model was not captured: run a forward inside capture()")
         base = _updates(base_capture, i)
         layer = layers_c[i]
-        dev = next((p.device for p in layer.parameters() if p.device.type != "meta"), None)  # offloaded: accelerate moves
-        pre, kwargs = (base_capture.pre[i], base_capture.kwargs[i]) if dev is None else \
-            send_to_device((base_capture.pre[i], base_capture.kwargs[i]), dev)
+        dev = next(
+            (p.device for p in layer.parameters() if p.device.type != "meta"), None
+        )  # offloaded: accelerate moves
+        pre, kwargs = (
+            (base_capture.pre[i], base_capture.kwargs[i])
+            if dev is None
+            else send_to_device((base_capture.pre[i], base_capture.kwargs[i]), dev)
+        )
         attn_name, attn_branch, mlp_branch = _branch_modules(layer)
         got: dict[str, Tensor] = {}
-        h1 = attn_branch.register_forward_hook(lambda m, a, o: got.__setitem__("attn", o[0] if isinstance(o, tuple) else o))
+        h1 = attn_branch.register_forward_hook(
+            lambda m, a, o: got.__setitem__("attn", o[0] if isinstance(o, tuple) else o)
+        )
         try:
             out = layer(pre, **kwargs)
         finally:
@@ -260,7 +286,9 @@ def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, firs
         got["block"] = out.float().to(base_capture.pre[i].device) - base_capture.pre[i].float()
         attn_mod = getattr(layer, attn_name)
         setattr(layer, attn_name, _Replay(base_capture.attn_raw[i]))
-        h2 = mlp_branch.register_forward_hook(lambda m, a, o: got.__setitem__("mlp", o[0] if isinstance(o, tuple) else o))
+        h2 = mlp_branch.register_forward_hook(
+            lambda m, a, o: got.__setitem__("mlp", o[0] if isinstance(o, tuple) else o)
+        )
         try:
             layer(pre, **kwargs)
         finally:
@@ -273,7 +301,9 @@ def local_errors(base_capture: _Capture, comp, meta: Mapping | None = None, firs
 
 
 @torch.inference_mode()
-def e2e_errors(base_capture: _Capture, comp, tokens: Tensor, meta: Mapping | None = None, first: int = 1) -> pd.DataFrame:
+def e2e_errors(
+    base_capture: _Capture, comp, tokens: Tensor, meta: Mapping | None = None, first: int = 1
+) -> pd.DataFrame:
     """End to end: ``comp`` runs on its own hidden states; ``e`` compares its update of
     block ``l`` with the dense update of block ``l``, decomposed relative to ``Delta_base``."""
     with capture(comp) as cc:
@@ -294,7 +324,8 @@ def _load(model_or_dir, like):
         p = Path(model_or_dir).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(
-                f"compressed model directory {str(p)!r} does not exist (create it with tlgeo compress)")
+                f"compressed model directory {str(p)!r} does not exist (create it with tlgeo compress)"
+            )
         if not (p / "config.json").is_file():
             raise FileNotFoundError(f"{str(p)!r} has no config.json: not a Hugging Face model directory")
         from ..models import load_model, placement
@@ -335,7 +366,8 @@ def diagnose(
             if not (p / "config.json").is_file():
                 raise FileNotFoundError(
                     f"compressed model for {m!r}: directory {str(p)!r} does not exist or has no config.json "
-                    "(create it with tlgeo compress)")
+                    "(create it with tlgeo compress)"
+                )
     hb = hf_model(base)
     batches = [tokens[i : i + batch_size] for i in range(0, len(tokens), batch_size)]
     frames = []
@@ -349,9 +381,15 @@ def diagnose(
                 _run_hf(hb, batch)
                 meta = {"method": m}
                 if "local" in modes:
-                    parts.append(local_errors(cb, comp, meta, first).assign(prompt=lambda d, b=b: d["prompt"] + b * batch_size))
+                    parts.append(
+                        local_errors(cb, comp, meta, first).assign(prompt=lambda d, b=b: d["prompt"] + b * batch_size)
+                    )
                 if "e2e" in modes:
-                    parts.append(e2e_errors(cb, comp, batch, meta, first).assign(prompt=lambda d, b=b: d["prompt"] + b * batch_size))
+                    parts.append(
+                        e2e_errors(cb, comp, batch, meta, first).assign(
+                            prompt=lambda d, b=b: d["prompt"] + b * batch_size
+                        )
+                    )
         df = pd.concat(parts, ignore_index=True)
         seconds = time.perf_counter() - t0
         if on_method is not None:

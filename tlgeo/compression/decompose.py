@@ -43,13 +43,19 @@ def error_energies(
     ``z`` is given, ``e_par_z``, ``e_perp_z`` (relative to ``z``). float32 or float64.
     """
     if delta_base.shape != delta_comp.shape:
-        raise InputError(f"Delta_base {tuple(delta_base.shape)} and Delta_comp {tuple(delta_comp.shape)} differ in shape")
+        raise InputError(
+            f"Delta_base {tuple(delta_base.shape)} and Delta_comp {tuple(delta_comp.shape)} differ in shape"
+        )
     dt = torch.float64 if delta_base.dtype == torch.float64 else torch.float32
     b, c = delta_base.to(dt), delta_comp.to(delta_base.device, dt)  # on the dense model's device
     e = c - b
     s = split_parallel(e, b)
-    out = {"base": b.pow(2).sum(-1), "e": e.pow(2).sum(-1),
-           "e_par": s.par.pow(2).sum(-1), "e_perp": s.perp.pow(2).sum(-1)}
+    out = {
+        "base": b.pow(2).sum(-1),
+        "e": e.pow(2).sum(-1),
+        "e_par": s.par.pow(2).sum(-1),
+        "e_perp": s.perp.pow(2).sum(-1),
+    }
     if z is not None:
         sz = split_parallel(e, z.to(dt))
         out["e_par_z"] = sz.par.pow(2).sum(-1)
@@ -123,11 +129,21 @@ def across_layer_stats(layers: pd.DataFrame, ref: str = "delta") -> pd.DataFrame
             sp, sa = g["share_perp_mean"].to_numpy(float), g["share_par_mean"].to_numpy(float)
         else:
             sp, sa = ep / np.maximum(e, 1e-30), ea / np.maximum(e, 1e-30)
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "ref": ref,
-                     "r_e_perp": _pearson(e, ep), "rho_e_perp": _spearman(e, ep), "rho_e_par": _spearman(e, ea),
-                     "share_perp": float(np.mean(sp)), "share_par": float(np.mean(sa)),
-                     "mean_e": float(np.mean(e)), "mean_e_perp": float(np.mean(ep)), "mean_e_par": float(np.mean(ea)),
-                     "n_layers": len(g)})
+        rows.append(
+            {
+                **dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+                "ref": ref,
+                "r_e_perp": _pearson(e, ep),
+                "rho_e_perp": _spearman(e, ep),
+                "rho_e_par": _spearman(e, ea),
+                "share_perp": float(np.mean(sp)),
+                "share_par": float(np.mean(sa)),
+                "mean_e": float(np.mean(e)),
+                "mean_e_perp": float(np.mean(ep)),
+                "mean_e_par": float(np.mean(ea)),
+                "n_layers": len(g),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -75,7 +75,9 @@ def quality_table(
         if it is not None and m != "base" and base in items:
             d = paired_accuracy_change(it, items[base], seed=seed)
             d = d[d["metric"] == "acc"].iloc[0]
-            row.update(delta_acc=float(d["delta"]), ci_low=float(d["ci_low"]), ci_high=float(d["ci_high"]), p=float(d["p"]))
+            row.update(
+                delta_acc=float(d["delta"]), ci_low=float(d["ci_low"]), ci_high=float(d["ci_high"]), p=float(d["p"])
+            )
         if seconds is not None:
             row["seconds"] = seconds.get(m, np.nan)
         rows.append(row)
@@ -119,13 +121,40 @@ def prediction_test(
             gg, yy = g[ok], y[ok].to_numpy(float)
             for pname, col in PREDICTORS.items():
                 c = spearman_ci(gg[col].to_numpy(float), yy, n_boot=n_boot, seed=seed)
-                corr.append({**dict(zip(keys, key)), "target": tname, "predictor": pname, "rho": c.rho,
-                             "ci_low": c.ci_low, "ci_high": c.ci_high, "n_models": c.n})
+                corr.append(
+                    {
+                        **dict(zip(keys, key)),
+                        "target": tname,
+                        "predictor": pname,
+                        "rho": c.rho,
+                        "ci_low": c.ci_low,
+                        "ci_high": c.ci_high,
+                        "n_models": c.n,
+                    }
+                )
             for other in ("e", "e_par"):
-                d = compare_correlations(gg["mean_e_perp"].to_numpy(float), gg[PREDICTORS[other]].to_numpy(float), yy,
-                                         n_boot=n_boot, seed=seed)
-                comp.append({**dict(zip(keys, key)), "target": tname, "a": "e_perp", "b": other,
-                             "rho_a": d.rho_a, "rho_b": d.rho_b, "diff": d.diff, "ci_low": d.ci_low,
-                             "ci_high": d.ci_high, "p_boot": d.p_boot, "z_steiger": d.z, "p_steiger": d.p_steiger,
-                             "n_models": d.n})
+                d = compare_correlations(
+                    gg["mean_e_perp"].to_numpy(float),
+                    gg[PREDICTORS[other]].to_numpy(float),
+                    yy,
+                    n_boot=n_boot,
+                    seed=seed,
+                )
+                comp.append(
+                    {
+                        **dict(zip(keys, key)),
+                        "target": tname,
+                        "a": "e_perp",
+                        "b": other,
+                        "rho_a": d.rho_a,
+                        "rho_b": d.rho_b,
+                        "diff": d.diff,
+                        "ci_low": d.ci_low,
+                        "ci_high": d.ci_high,
+                        "p_boot": d.p_boot,
+                        "z_steiger": d.z,
+                        "p_steiger": d.p_steiger,
+                        "n_models": d.n,
+                    }
+                )
     return pd.DataFrame(corr), pd.DataFrame(comp)

@@ -92,13 +92,15 @@ def quiet_llmcompressor(verbose: bool = False) -> None:
         return
     from loguru import logger
 
-    logger.add(sys.stderr, level="WARNING", format="llmcompressor {level}: {message}",
-               filter=lambda r: r["level"].name != "METRIC")
+    logger.add(
+        sys.stderr,
+        level="WARNING",
+        format="llmcompressor {level}: {message}",
+        filter=lambda r: r["level"].name != "METRIC",
+    )
 
 
-def calibration_windows(
-    tokenizer, corpus: str = "wikitext2-valid", n: int = 32, seq_len: int = 128
-) -> list[list[int]]:
+def calibration_windows(tokenizer, corpus: str = "wikitext2-valid", n: int = 32, seq_len: int = 128) -> list[list[int]]:
     """``n`` disjoint windows of ``seq_len`` token ids (BOS first when the tokenizer has one).
 
     The default corpus is the WikiText-2 *validation* split, disjoint from the
@@ -140,10 +142,12 @@ def build_recipe(
         from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
         from llmcompressor.modifiers.quantization import QuantizationModifier
 
-        weights = QuantizationArgs(num_bits=spec.bits, type="int", strategy="group", group_size=spec.group_size,
-                                   symmetric=False, dynamic=False)
-        quant = QuantizationModifier(config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)},
-                                     ignore=IGNORE)
+        weights = QuantizationArgs(
+            num_bits=spec.bits, type="int", strategy="group", group_size=spec.group_size, symmetric=False, dynamic=False
+        )
+        quant = QuantizationModifier(
+            config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=weights)}, ignore=IGNORE
+        )
         if spec.family == "rtn":
             return [quant]
         if spec.perp:
@@ -162,8 +166,11 @@ def build_recipe(
         if spec.perp:
             from .perp_sparsegpt import PerpSparseGPTModifier
 
-            return [PerpSparseGPTModifier(**prune, perp_lambda=spec.lam, refit_iters=refit_iters,
-                                          max_iso_increase=max_iso_increase)]
+            return [
+                PerpSparseGPTModifier(
+                    **prune, perp_lambda=spec.lam, refit_iters=refit_iters, max_iso_increase=max_iso_increase
+                )
+            ]
         from llmcompressor.modifiers.pruning.sparsegpt import SparseGPTModifier
 
         return [SparseGPTModifier(**prune)]
@@ -190,19 +197,30 @@ def layer_outlier_ratios(hf: torch.nn.Module, calib: list[list[int]], m: float =
     for layer in layers:
         for mod in layer.modules():
             if isinstance(mod, torch.nn.Linear):
+
                 def pre(mod, args):
                     x = args[0].detach().float().reshape(-1, args[0].shape[-1])
                     sq[mod] = sq.get(mod, 0) + x.pow(2).sum(0)
+
                 hooks.append(mod.register_forward_pre_hook(pre))
     try:
         dev = next(hf.parameters()).device
         for i in range(0, len(calib), batch):
-            hf(input_ids=torch.tensor(calib[i:i + batch], device=dev), use_cache=False)
+            hf(input_ids=torch.tensor(calib[i : i + batch], device=dev), use_cache=False)
     finally:
         for h in hooks:
             h.remove()
-    return [outlier_ratio([mod.weight.detach().float().abs() * sq[mod].sqrt()[None, :]
-                           for mod in layer.modules() if isinstance(mod, torch.nn.Linear)], m) for layer in layers]
+    return [
+        outlier_ratio(
+            [
+                mod.weight.detach().float().abs() * sq[mod].sqrt()[None, :]
+                for mod in layer.modules()
+                if isinstance(mod, torch.nn.Linear)
+            ],
+            m,
+        )
+        for layer in layers
+    ]
 
 
 def nm_pattern_ok(w: Tensor, n_keep: int, m: int) -> bool:
@@ -215,8 +233,9 @@ def nm_pattern_ok(w: Tensor, n_keep: int, m: int) -> bool:
     return bool((nz <= n_keep).all())
 
 
-def check_sparsity(state: dict[str, Tensor], spec: MethodSpec, names: list[str],
-                   layer_sparsity: list[float] | None = None) -> dict:
+def check_sparsity(
+    state: dict[str, Tensor], spec: MethodSpec, names: list[str], layer_sparsity: list[float] | None = None
+) -> dict:
     """Sparsity of each pruned weight and whether the method's pattern holds (N:M per
     group of M; otherwise at least the layer's sparsity, less one weight per row: Wanda
     prunes ``floor(sparsity * in)`` per row).
@@ -228,13 +247,20 @@ def check_sparsity(state: dict[str, Tensor], spec: MethodSpec, names: list[str],
         n_prune, m = (int(x) for x in spec.mask_structure.split(":"))
         ok = all(nm_pattern_ok(state[k], m - n_prune, m) for k in names)
     else:
+
         def target(k):
             hit = re.search(r"layers\.(\d+)\.", k)
             return layer_sparsity[int(hit.group(1))] if layer_sparsity is not None and hit else spec.sparsity
+
         ok = all(v >= target(k) - 1.0 / state[k].shape[1] - 1e-6 for k, v in fr.items())
     vals = list(fr.values())
-    return {"sparsity_min": min(vals), "sparsity_max": max(vals), "sparsity_mean": sum(vals) / len(vals),
-            "pattern_ok": bool(ok), "n_weights": len(vals)}
+    return {
+        "sparsity_min": min(vals),
+        "sparsity_max": max(vals),
+        "sparsity_mean": sum(vals) / len(vals),
+        "pattern_ok": bool(ok),
+        "n_weights": len(vals),
+    }
 
 
 def check_quant_grid(w: Tensor, scale: Tensor, zero_point: Tensor, group_size: int, bits: int = 4) -> dict:
@@ -256,9 +282,14 @@ def check_quant_grid(w: Tensor, scale: Tensor, zero_point: Tensor, group_size: i
     off = (q - q.round()).abs().max().item()
     qr = q.round()
     distinct = max(len(torch.unique(g)) for g in wg.reshape(-1, group_size)[:: max(1, out // 8)])
-    return {"grid_max_offset": off, "q_in_range": bool(((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all()),
-            "max_distinct_per_group": int(distinct), "grid_ok": bool(off < 1e-3 and distinct <= 2**bits
-                                                            and ((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all())}
+    return {
+        "grid_max_offset": off,
+        "q_in_range": bool(((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all()),
+        "max_distinct_per_group": int(distinct),
+        "grid_ok": bool(
+            off < 1e-3 and distinct <= 2**bits and ((qr >= -(2 ** (bits - 1))) & (qr <= 2 ** (bits - 1) - 1)).all()
+        ),
+    }
 
 
 def _dense_state(model, spec: MethodSpec, layer_sparsity: list[float] | None = None) -> tuple[dict[str, Tensor], dict]:
@@ -272,24 +303,27 @@ def _dense_state(model, spec: MethodSpec, layer_sparsity: list[float] | None = N
             if scheme is None or scheme.weights is None or not hasattr(mod, "weight_scale"):
                 continue
             args = scheme.weights
-            w = fake_quantize(mod.weight.data.float(), mod.weight_scale.data.float(),
-                              mod.weight_zero_point.data, args)
+            w = fake_quantize(mod.weight.data.float(), mod.weight_scale.data.float(), mod.weight_zero_point.data, args)
             state[name + ".weight"] = w
-            c = check_quant_grid(w, mod.weight_scale.data.float(), mod.weight_zero_point.data.float(),
-                                 args.group_size, args.num_bits)
+            c = check_quant_grid(
+                w, mod.weight_scale.data.float(), mod.weight_zero_point.data.float(), args.group_size, args.num_bits
+            )
             quantized.append(c)
-        checks = {"n_quantized": len(quantized),
-                  "grid_ok": all(c["grid_ok"] for c in quantized) and bool(quantized),
-                  "q_in_range": all(c["q_in_range"] for c in quantized),
-                  "grid_max_offset": max((c["grid_max_offset"] for c in quantized), default=None),
-                  "max_distinct_per_group": max((c["max_distinct_per_group"] for c in quantized), default=None)}
+        checks = {
+            "n_quantized": len(quantized),
+            "grid_ok": all(c["grid_ok"] for c in quantized) and bool(quantized),
+            "q_in_range": all(c["q_in_range"] for c in quantized),
+            "grid_max_offset": max((c["grid_max_offset"] for c in quantized), default=None),
+            "max_distinct_per_group": max((c["max_distinct_per_group"] for c in quantized), default=None),
+        }
     skip = re.compile(r"\.(weight_scale|weight_zero_point|weight_g_idx|weight_global_scale)$")
     for k, v in model.state_dict().items():
         if k not in state and not skip.search(k):
             state[k] = v.detach().float().clone()
     if not spec.quantizes:
-        names = [n + ".weight" for n, m in model.named_modules()
-                 if isinstance(m, torch.nn.Linear) and "lm_head" not in n]
+        names = [
+            n + ".weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in n
+        ]
         checks = check_sparsity(state, spec, names, layer_sparsity)
     emb = [k for k in state if k.endswith("embed_tokens.weight")]
     # the (tied) embedding / unembedding must come out untouched
@@ -365,16 +399,30 @@ def compress_model(
         if len(scores) != n_layers:
             raise InputError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
         layer_sparsity = allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist()
-    recipe = build_recipe(spec, group_size, perp_lambda, awq_n_grid, layer_sparsity=layer_sparsity,
-                          layer_class=type(decoder_layers[0]).__name__, refit_iters=refit_iters,
-                          max_iso_increase=max_iso_increase)
+    recipe = build_recipe(
+        spec,
+        group_size,
+        perp_lambda,
+        awq_n_grid,
+        layer_sparsity=layer_sparsity,
+        layer_class=type(decoder_layers[0]).__name__,
+        refit_iters=refit_iters,
+        max_iso_increase=max_iso_increase,
+    )
     from compressed_tensors.offload.utils import as_single_threaded
 
     # one process compresses the whole model: under torchrun (a data-parallel analysis) llmcompressor
     # would otherwise split the calibration and wait on the other ranks, which compress other models
     with as_single_threaded():
-        oneshot(model=hf, dataset=ds, recipe=recipe, num_calibration_samples=len(calib), max_seq_length=seq_len,
-                shuffle_calibration_samples=False, pipeline=pipeline)
+        oneshot(
+            model=hf,
+            dataset=ds,
+            recipe=recipe,
+            num_calibration_samples=len(calib),
+            max_seq_length=seq_len,
+            shuffle_calibration_samples=False,
+            pipeline=pipeline,
+        )
     seconds = time.perf_counter() - t0
     refit = [row for mod in recipe for row in getattr(mod, "refit_log", [])]
     hf = hf.to("cpu")
@@ -392,16 +440,31 @@ def compress_model(
             raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
         save_local(dense, tmp)
         tok.save_pretrained(tmp)
-        manifest = {"method": spec.name, "kind": spec.kind, "spec": spec.to_dict(), "sparsity": spec.sparsity,
-                    "mask_structure": spec.mask_structure, "bits": spec.bits, "group_size": spec.group_size,
-                    "awq_n_grid": awq_n_grid if spec.family == "awq" else None,
-                    "perp_lambda": spec.lam if spec.perp else None,
-                    "layer_sparsity": layer_sparsity, "allocation_scores": scores,
-                    "alloc_spread": alloc_spread if layer_sparsity is not None else None,
-                    "refit_iters": refit_iters if refit else None,
-                    "max_iso_increase": max_iso_increase if refit else None, "refit": refit or None,
-                    "base": str(model_dir), "n_calib": len(calib), "calib_seq_len": seq_len,
-                    "seconds": seconds, "device": device, "pipeline": pipeline, "checks": checks, **(extra or {})}
+        manifest = {
+            "method": spec.name,
+            "kind": spec.kind,
+            "spec": spec.to_dict(),
+            "sparsity": spec.sparsity,
+            "mask_structure": spec.mask_structure,
+            "bits": spec.bits,
+            "group_size": spec.group_size,
+            "awq_n_grid": awq_n_grid if spec.family == "awq" else None,
+            "perp_lambda": spec.lam if spec.perp else None,
+            "layer_sparsity": layer_sparsity,
+            "allocation_scores": scores,
+            "alloc_spread": alloc_spread if layer_sparsity is not None else None,
+            "refit_iters": refit_iters if refit else None,
+            "max_iso_increase": max_iso_increase if refit else None,
+            "refit": refit or None,
+            "base": str(model_dir),
+            "n_calib": len(calib),
+            "calib_seq_len": seq_len,
+            "seconds": seconds,
+            "device": device,
+            "pipeline": pipeline,
+            "checks": checks,
+            **(extra or {}),
+        }
         write_json(tmp / MANIFEST, manifest, indent=2)
         seal(tmp)  # load_model checks a sealed folder before it boots it
         if out_dir.exists():

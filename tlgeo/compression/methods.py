@@ -96,7 +96,9 @@ def parse_method(name: str, group_size: int = 64, lam: float | None = None) -> M
     for p in parts:
         m = _OPT.match(p)
         if not m:
-            raise UnknownMethodError(f"unknown option {p!r} in compression method {name!r} (grammar: tlgeo.compression.methods)")
+            raise UnknownMethodError(
+                f"unknown option {p!r} in compression method {name!r} (grammar: tlgeo.compression.methods)"
+            )
         perp, lm, bits, gs, sp, n, mm = m.groups()
         if perp:
             opts["perp"] = True
@@ -117,8 +119,10 @@ def parse_method(name: str, group_size: int = 64, lam: float | None = None) -> M
     if not quant and opts["bits"] is not None:
         raise UnknownMethodError(f"{name!r}: a pruning method takes no w<bits>g<group> option")
     if opts["perp"] and family not in ("awq", "wanda", "sgpt"):
-        raise UnknownMethodError(f"{name!r}: '_perp' applies to awq, wanda and sgpt ({family!r} is direction-aware "
-                                 "or isotropic by construction)")
+        raise UnknownMethodError(
+            f"{name!r}: '_perp' applies to awq, wanda and sgpt ({family!r} is direction-aware "
+            "or isotropic by construction)"
+        )
     if lam_named and not opts["perp"]:
         raise UnknownMethodError(f"{name!r}: a lambda option needs '_perp'")
     lam_v = 0.0 if opts["lam"] is None or not opts["perp"] else opts["lam"]

@@ -15,5 +15,6 @@ PAPER_ORDER = ("awq", "wanda", "wanda_4_8", "wanda_2_4")
 
 def paper_line() -> str:
     """One line of what the paper reports, for the top of the diagnosis table."""
-    return (f"paper (Table 12): r(e, e_perp) >= {PAPER_R_E_PERP} across layers; e_perp orders the methods "
-            + " < ".join(PAPER_ORDER))
+    return f"paper (Table 12): r(e, e_perp) >= {PAPER_R_E_PERP} across layers; e_perp orders the methods " + " < ".join(
+        PAPER_ORDER
+    )

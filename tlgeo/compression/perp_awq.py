@@ -18,7 +18,7 @@ import torch
 from ._lazy import lazy_classes
 from .decompose import mixed_error_energy
 
-__all__ = ["PerpAWQModifier"]
+__all__ = ["PerpAWQModifier"]  # noqa: F822 (a lazy class: ._lazy)
 
 
 def _make_modifier_class():

@@ -18,7 +18,7 @@ from ._lazy import lazy_classes
 from .perp_wanda import OUTPUT_LINEARS, writes_residual
 from .reconstruct import perp_refit
 
-__all__ = ["PerpSparseGPTModifier"]
+__all__ = ["PerpSparseGPTModifier"]  # noqa: F822 (a lazy class: ._lazy)
 
 
 def _make_modifier_class():
@@ -61,13 +61,22 @@ def _make_modifier_class():
                 X, Y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
                 with torch.no_grad(), align_module_device(module):
                     sgpt = module.weight.detach().float().cpu()
-                    res = perp_refit(dense[module], sgpt != 0, X, Y, lam=self.perp_lambda,
-                                     damp=self.dampening_frac or 0.0, start=sgpt, iters=self.refit_iters,
-                                     max_iso_increase=self.max_iso_increase)
+                    res = perp_refit(
+                        dense[module],
+                        sgpt != 0,
+                        X,
+                        Y,
+                        lam=self.perp_lambda,
+                        damp=self.dampening_frac or 0.0,
+                        start=sgpt,
+                        iters=self.refit_iters,
+                        max_iso_increase=self.max_iso_increase,
+                    )
                     new = res.weight.to(module.weight.device, module.weight.dtype)
                 update_offload_parameter(module, "weight", new)
-                self._refit_log.append({"module": self._module_names[module].rstrip("."), "tokens": int(X.shape[0]),
-                                        **res.to_dict()})
+                self._refit_log.append(
+                    {"module": self._module_names[module].rstrip("."), "tokens": int(X.shape[0]), **res.to_dict()}
+                )
 
         def on_finalize(self, state, **kwargs) -> bool:
             self._xy = dict()

@@ -26,7 +26,7 @@ from torch import Tensor
 from ._lazy import lazy_classes
 from .decompose import perp_wanda_score
 
-__all__ = ["PerpWandaPruningModifier", "OUTPUT_LINEARS", "writes_residual"]
+__all__ = ["PerpWandaPruningModifier", "OUTPUT_LINEARS", "writes_residual"]  # noqa: F822 (a lazy class: ._lazy)
 
 OUTPUT_LINEARS = ("o_proj", "down_proj", "dense", "dense_4h_to_h", "c_proj", "out_proj", "fc2")
 

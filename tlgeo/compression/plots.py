@@ -42,8 +42,15 @@ def plot_layers(layers: pd.DataFrame, mode: str = "local", tokens: str = "all", 
     return fig
 
 
-def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str = "local", site: str = "block",
-                    tokens: str = "all", target: str = "log_ppl"):
+def plot_prediction(
+    table12: pd.DataFrame,
+    quality: pd.DataFrame,
+    *,
+    mode: str = "local",
+    site: str = "block",
+    tokens: str = "all",
+    target: str = "log_ppl",
+):
     """Per compressed model, the mean error, its perpendicular and its parallel part (one
     panel each, log x) against ``log_ppl`` or ``acc_drop``, coloured by method family, with
     Spearman's rho in each title."""
@@ -57,8 +64,13 @@ def plot_prediction(table12: pd.DataFrame, quality: pd.DataFrame, *, mode: str =
         y, ylabel = np.log(q["ppl"].astype(float)), "log PPL (WikiText-2 test)"
     else:
         y, ylabel = 100 * (q.loc["base", "acc"] - q["acc"].astype(float)), "zero-shot accuracy drop (points)"
-    t = table12[(table12["mode"] == mode) & (table12["site"] == site) & (table12["tokens"] == tokens)
-                & (table12["ref"] == "delta") & table12["method"].isin(q.index)].set_index("method")
+    t = table12[
+        (table12["mode"] == mode)
+        & (table12["site"] == site)
+        & (table12["tokens"] == tokens)
+        & (table12["ref"] == "delta")
+        & table12["method"].isin(q.index)
+    ].set_index("method")
     y = y.reindex(t.index)
     fams = [m.split("_")[0] for m in t.index]
     colors = dict(zip(dict.fromkeys(fams), plt.rcParams["axes.prop_cycle"].by_key()["color"]))

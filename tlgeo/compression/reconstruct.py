@@ -9,7 +9,8 @@ direction ``u_t = y_t / ||y_t||``::
          = perp(V) + lam * par(V) + ridge
 
 ``lam = 1`` is SparseGPT's isotropic least squares; ``lam = 0`` the perpendicular
-error only (``lam > 1``, the parallel error weighted more, is the opposite control). The per-token direction couples the output rows, so the normal
+error only (``lam > 1``, the parallel error weighted more, is the opposite control). The per-token direction couples
+the output rows, so the normal
 equations are not row-separable: :func:`perp_refit` solves them with
 Jacobi-preconditioned conjugate gradients on the kept entries (matrix-free, three
 ``[T, in] x [in, out]`` products an iteration). ``damp`` is SparseGPT's dampening
@@ -103,8 +104,9 @@ def perp_refit(
         raise InputError(f"damp, max_iso_increase and iters must be >= 0, got {damp}, {max_iso_increase}, {iters}")
     out, inp = W.shape
     if keep.shape != W.shape or X.shape[-1] != inp or Y.shape != (X.shape[0], out):
-        raise InputError(f"shapes do not fit: W {tuple(W.shape)}, keep {tuple(keep.shape)}, "
-                         f"X {tuple(X.shape)}, Y {tuple(Y.shape)}")
+        raise InputError(
+            f"shapes do not fit: W {tuple(W.shape)}, keep {tuple(keep.shape)}, X {tuple(X.shape)}, Y {tuple(Y.shape)}"
+        )
     dt = torch.float64 if W.dtype == torch.float64 else torch.float32
     W0, X, U = W.to(dt), X.to(dt), _directions(Y.to(dt))
     M = keep.to(dt)
@@ -159,6 +161,17 @@ def perp_refit(
     Z = Z0 + step * S
     perp0, par0 = layer_energies(Z0, W0, X, U)
     perp1, par1 = layer_energies(Z, W0, X, U)
-    return RefitResult(weight=Z.to(W.dtype), iso_mask=iso_mask, iso_start=perp0 + par0, iso_after=perp1 + par1,
-                       perp_start=perp0, perp_after=perp1, par_start=par0, par_after=par1, iterations=k,
-                       residual=res, step=step, iso_bound=bound)
+    return RefitResult(
+        weight=Z.to(W.dtype),
+        iso_mask=iso_mask,
+        iso_start=perp0 + par0,
+        iso_after=perp1 + par1,
+        perp_start=perp0,
+        perp_after=perp1,
+        par_start=par0,
+        par_after=par1,
+        iterations=k,
+        residual=res,
+        step=step,
+        iso_bound=bound,
+    )

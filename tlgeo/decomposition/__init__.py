@@ -23,5 +23,4 @@ from .compare import compare_edits, removal_edits
 from .observe import corpus_batches, parallel_profile, summarize_profile
 from .plots import plot_profile
 
-__all__ = ["parallel_profile", "summarize_profile", "plot_profile", "corpus_batches", "compare_edits",
-           "removal_edits"]
+__all__ = ["parallel_profile", "summarize_profile", "plot_profile", "corpus_batches", "compare_edits", "removal_edits"]

@@ -58,8 +58,17 @@ __all__ = ["AUDIT_SITES", "token_audit", "post_wo_audit", "audit_overall"]
 AUDIT_SITES: tuple[str, ...] = ("attn", "value_excl_self", "value_full")
 MODES = ("each", "all")
 KEY = ("site", "s_par", "s_perp", "mode", "layer", "n_tokens", "skip_first_pos", "inputs")  # inputs: the tokens' digest
-_SUMS = ("n", "rho_sum", "rho2_sum", "kappa_sum", "diff_norm_sum", "diff_sq_sum",
-         "y_norm_sum", "y_sq_sum", "new_norm_sum")
+_SUMS = (
+    "n",
+    "rho_sum",
+    "rho2_sum",
+    "kappa_sum",
+    "diff_norm_sum",
+    "diff_sq_sum",
+    "y_norm_sum",
+    "y_sq_sum",
+    "new_norm_sum",
+)
 
 
 def token_audit(y: Tensor, y_new: Tensor, eps: float = 1e-12) -> dict[str, Tensor]:
@@ -73,8 +82,13 @@ def token_audit(y: Tensor, y_new: Tensor, eps: float = 1e-12) -> dict[str, Tenso
     y_norm = y.norm(dim=-1)
     diff_norm = (y_new - y).norm(dim=-1)
     new_norm = y_new.norm(dim=-1)
-    return {"rho": diff_norm / y_norm.clamp_min(eps), "kappa": new_norm / y_norm.clamp_min(eps),
-            "y_norm": y_norm, "diff_norm": diff_norm, "new_norm": new_norm}
+    return {
+        "rho": diff_norm / y_norm.clamp_min(eps),
+        "kappa": new_norm / y_norm.clamp_min(eps),
+        "y_norm": y_norm,
+        "diff_norm": diff_norm,
+        "new_norm": new_norm,
+    }
 
 
 def _sums(y: Tensor, y_new: Tensor, skip_first_pos: bool) -> dict[str, float]:
@@ -84,10 +98,13 @@ def _sums(y: Tensor, y_new: Tensor, skip_first_pos: bool) -> dict[str, float]:
     t = token_audit(y, y_new)
     return {
         "n": int(t["rho"].numel()),
-        "rho_sum": float(t["rho"].sum()), "rho2_sum": float((t["rho"] ** 2).sum()),
+        "rho_sum": float(t["rho"].sum()),
+        "rho2_sum": float((t["rho"] ** 2).sum()),
         "kappa_sum": float(t["kappa"].sum()),
-        "diff_norm_sum": float(t["diff_norm"].sum()), "diff_sq_sum": float((t["diff_norm"] ** 2).sum()),
-        "y_norm_sum": float(t["y_norm"].sum()), "y_sq_sum": float((t["y_norm"] ** 2).sum()),
+        "diff_norm_sum": float(t["diff_norm"].sum()),
+        "diff_sq_sum": float((t["diff_norm"] ** 2).sum()),
+        "y_norm_sum": float(t["y_norm"].sum()),
+        "y_sq_sum": float((t["y_norm"] ** 2).sum()),
         "new_norm_sum": float(t["new_norm"].sum()),
     }
 
@@ -177,8 +194,11 @@ def post_wo_audit(
     if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
         raise InputError("post_wo_audit takes numeric s_par / s_perp")
     chosen = resolve_layers(model.cfg, layers, skip_first)
-    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("inputs",))
-           if log_path is not None else None)
+    log = (
+        ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("inputs",))
+        if log_path is not None
+        else None
+    )
     inputs = content_digest(tokens)
     device = input_device(model)
     n_tokens = int(tokens.numel())
@@ -190,8 +210,19 @@ def post_wo_audit(
 
         work = tqdm(work, desc="audit", unit="run")
     for site, group in work:
-        keys = [{"site": site.name, "s_par": s_par, "s_perp": s_perp, "mode": mode, "layer": l,
-                 "n_tokens": n_tokens, "skip_first_pos": skip_first_pos, "inputs": inputs} for l in group]
+        keys = [
+            {
+                "site": site.name,
+                "s_par": s_par,
+                "s_perp": s_perp,
+                "mode": mode,
+                "layer": l,
+                "n_tokens": n_tokens,
+                "skip_first_pos": skip_first_pos,
+                "inputs": inputs,
+            }
+            for l in group
+        ]
         stored = [log.get(**k) if log is not None else None for k in keys]
         if all(r is not None for r in stored):
             rows += stored
@@ -202,8 +233,7 @@ def post_wo_audit(
             out: dict[int, dict] = {}
             hooks = _audit_hooks(model, edit, group, out, skip_first_pos)
             with torch.inference_mode():
-                model.run_with_hooks(tokens[start : start + batch_size].to(device),
-                                     return_type=None, fwd_hooks=hooks)
+                model.run_with_hooks(tokens[start : start + batch_size].to(device), return_type=None, fwd_hooks=hooks)
             for l in group:
                 for k in _SUMS:
                     totals[l][k] += out[l][k]

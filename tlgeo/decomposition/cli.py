@@ -11,16 +11,26 @@ from typing import Sequence
 from ..runner.analysis import Command
 from ..runner.cliargs import LoadConfig, add_config_args, add_out_arg, print_written
 from ..models import Model
-from .config import (AuditConfig, ClosedFormConfig, CompareConfig, DecompositionConfig, HeadsConfig, MlpCarrierConfig,
-                     PplConfig, ProfileConfig, SweepsConfig)
+from .config import (
+    AuditConfig,
+    ClosedFormConfig,
+    CompareConfig,
+    DecompositionConfig,
+    HeadsConfig,
+    MlpCarrierConfig,
+    PplConfig,
+    ProfileConfig,
+    SweepsConfig,
+)
 
 __all__ = ["COMMANDS", "edited_blocks"]
 
 EDIT_HELP = "Edits leave the first --skip-first blocks unedited (default 1, as the reference code)"
-RUN_DESCRIPTION = ("Profile the parallel ratio per layer and site, then measure perplexity with the parallel "
-                   "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP + ".")
-PPL_DESCRIPTION = ("Perplexity unedited and under one edit. " + EDIT_HELP
-                   + "; --layers and --heads narrow them further.")
+RUN_DESCRIPTION = (
+    "Profile the parallel ratio per layer and site, then measure perplexity with the parallel "
+    "(s_par=0) or perpendicular (s_perp=0) part removed at every site. " + EDIT_HELP + "."
+)
+PPL_DESCRIPTION = "Perplexity unedited and under one edit. " + EDIT_HELP + "; --layers and --heads narrow them further."
 
 
 def _adder(cls: type):
@@ -32,8 +42,9 @@ def _adder(cls: type):
     return add
 
 
-def edited_blocks(model: Model, skip_first: int, layers: Sequence[int] | None = None,
-                  heads: Sequence[int] | None = None) -> str:
+def edited_blocks(
+    model: Model, skip_first: int, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None
+) -> str:
     """``blocks 1..2 of 0..2, all heads``: the blocks (and heads) an edit touches."""
     from ..hooks.adapter import resolve_layers
 
@@ -50,6 +61,7 @@ def edited_blocks(model: Model, skip_first: int, layers: Sequence[int] | None = 
 def _check(args: argparse.Namespace):
     """What fails before the model loads: the corpus, and for ``ppl`` the edited layers and heads (from the
     model's config, where it is here)."""
+
     def check(cfg) -> None:
         from ..data import load_text
 
@@ -126,8 +138,10 @@ def run_command(args: argparse.Namespace) -> int:
                 _print_profile(df)
                 return
             cols = ["site", "s_par", "s_perp", "ppl", "delta_ppl", "word_ppl", "n_tokens"]
-            print(f"\nperplexity on {cfg.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {cfg.context}), "
-                  f"edits in {blocks[0]}:")
+            print(
+                f"\nperplexity on {cfg.corpus} ({int(df['n_tokens'].iloc[0])} tokens, context {cfg.context}), "
+                f"edits in {blocks[0]}:"
+            )
             print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
 
         return table
@@ -156,14 +170,18 @@ def ppl_command(args: argparse.Namespace) -> int:
     def say(model, cfg):
         e = cfg.edit()
         e.hooks(model)  # layers and heads that do not fit the model fail before any long work
-        print(f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
-              f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}")
+        print(
+            f"{e.site.name}: s_par={cfg.s_par:g}, s_perp={cfg.s_perp:g} in "
+            f"{edited_blocks(model, cfg.skip_first, cfg.layers, cfg.heads)}"
+        )
 
     def show(cfg):
         def table(name, df):
             for r in df.to_dict(orient="records"):
-                print(f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
-                      f"(delta {r['delta_ppl']:+.3f})")
+                print(
+                    f"{r['site']:>16} s_par={r['s_par']} s_perp={r['s_perp']}: ppl {r['ppl']:.3f} "
+                    f"(delta {r['delta_ppl']:+.3f})"
+                )
 
         return table
 
@@ -214,11 +232,23 @@ EXPERIMENTS = (  # command, analysis, config, help (the paper's figure or table)
 )
 
 COMMANDS = (
-    Command("decompose", "main job: parallel-ratio profile + perplexity under component removal at every site",
-            _adder(DecompositionConfig), run_command, RUN_DESCRIPTION),
+    Command(
+        "decompose",
+        "main job: parallel-ratio profile + perplexity under component removal at every site",
+        _adder(DecompositionConfig),
+        run_command,
+        RUN_DESCRIPTION,
+    ),
     Command("profile", "parallel ratios per layer, site and token", _adder(ProfileConfig), profile_command),
     Command("ppl", "perplexity unedited and under one edit", _adder(PplConfig), ppl_command, PPL_DESCRIPTION),
-    *(Command(command, help, _adder(cls), _experiment_command(name),
-              " ".join((cls.__doc__ or "").replace("``", "").split()) + " " + EDIT_HELP + ".")
-      for command, name, cls, help in EXPERIMENTS),
+    *(
+        Command(
+            command,
+            help,
+            _adder(cls),
+            _experiment_command(name),
+            " ".join((cls.__doc__ or "").replace("``", "").split()) + " " + EDIT_HELP + ".",
+        )
+        for command, name, cls, help in EXPERIMENTS
+    ),
 )

@@ -153,8 +153,10 @@ def value_diag_delta(
     ``hook_z``); with ``exclude_self`` the update is ``c_t = o_t - A_tt v_t``.
     """
     if pattern.ndim != 4 or v.ndim != 4:
-        raise InputError(f"pattern must be [batch, head, q, k] and v [batch, k, kv, d], got "
-                         f"{tuple(pattern.shape)} and {tuple(v.shape)}")
+        raise InputError(
+            f"pattern must be [batch, head, q, k] and v [batch, k, kv, d], got "
+            f"{tuple(pattern.shape)} and {tuple(v.shape)}"
+        )
     n_heads, q = pattern.shape[1], pattern.shape[-2]
     dt = compute_dtype(pattern, v)
     p, vv = pattern.to(dt), v.to(dt)
@@ -208,12 +210,11 @@ def add_to_diagonal(
     if delta.ndim == 2:
         delta = delta.unsqueeze(-1).expand(b, q, h)
     if tuple(delta.shape) != (b, q, h):
-        raise InputError(f"delta must be [batch, q, head] = {(b, q, h)} or [batch, q], "
-                         f"got {tuple(delta.shape)}")
+        raise InputError(f"delta must be [batch, q, head] = {(b, q, h)} or [batch, q], got {tuple(delta.shape)}")
     dt = compute_dtype(pattern, delta)
-    eye = torch.arange(k, device=pattern.device)[None, :] == (
-        torch.arange(q, device=pattern.device) + (k - q)
-    )[:, None]  # [q, k]
+    eye = (
+        torch.arange(k, device=pattern.device)[None, :] == (torch.arange(q, device=pattern.device) + (k - q))[:, None]
+    )  # [q, k]
     add = delta.to(dt).transpose(1, 2).unsqueeze(-1) * eye.to(dt)  # [b, h, q, k]
     return (pattern.to(dt) + add).to(pattern.dtype)
 
@@ -237,9 +238,7 @@ def min_frobenius_update(
     y, r, m = y.to(dt), r.to(dt), m.to(dt)
     if isinstance(s_par, Tensor):
         s_par = s_par.to(dt)
-    coef = (s_par - 1.0) * (y * r).sum(-1) / (
-        (m * m).sum(-1).clamp_min(eps) * (r * r).sum(-1).clamp_min(eps)
-    )
+    coef = (s_par - 1.0) * (y * r).sum(-1) / ((m * m).sum(-1).clamp_min(eps) * (r * r).sum(-1).clamp_min(eps))
     return coef[..., None, None] * r.unsqueeze(-1) * m.unsqueeze(-2)
 
 
@@ -248,14 +247,30 @@ def min_frobenius_update(
 # ---------------------------------------------------------------------------
 
 _CF_SITES = {
-    "value_full": Site("closed_form_value_full", "attn.hook_pattern", (("v", "attn.hook_v"),), True,
-                       None, "closed form of value_full: Delta A_tt on the diagonal"),
-    "value_excl_self": Site("closed_form_value_excl_self", "attn.hook_pattern",
-                            (("v", "attn.hook_v"),), True, None,
-                            "closed form of value_excl_self: Delta A_tt on the diagonal"),
-    "attn": Site("closed_form_attn", "attn.hook_pattern",
-                 (("ref", "hook_resid_pre"), ("v", "attn.hook_v")), True, None,
-                 "closed form of residual attention: one Delta A_tt per token for all heads"),
+    "value_full": Site(
+        "closed_form_value_full",
+        "attn.hook_pattern",
+        (("v", "attn.hook_v"),),
+        True,
+        None,
+        "closed form of value_full: Delta A_tt on the diagonal",
+    ),
+    "value_excl_self": Site(
+        "closed_form_value_excl_self",
+        "attn.hook_pattern",
+        (("v", "attn.hook_v"),),
+        True,
+        None,
+        "closed form of value_excl_self: Delta A_tt on the diagonal",
+    ),
+    "attn": Site(
+        "closed_form_attn",
+        "attn.hook_pattern",
+        (("ref", "hook_resid_pre"), ("v", "attn.hook_v")),
+        True,
+        None,
+        "closed form of residual attention: one Delta A_tt per token for all heads",
+    ),
 }
 
 
@@ -353,16 +368,21 @@ class ClosedFormResult:
 
 def error_summary(errors: pd.DataFrame) -> pd.DataFrame:
     """Largest error per variant and quantity of a closed-form check's ``errors`` table, over layers."""
-    return (errors.groupby(["variant", "quantity"], sort=False)
-            [["max_abs_err", "rel_err", "max_rel_err", "ref_max_abs"]].max().reset_index())
+    return (
+        errors.groupby(["variant", "quantity"], sort=False)[["max_abs_err", "rel_err", "max_rel_err", "ref_max_abs"]]
+        .max()
+        .reset_index()
+    )
 
 
 def _capture_hooks(layers: Sequence[int], store: dict) -> HookList:
     hooks: HookList = []
     for layer in layers:
         for key, name in (("z", f"blocks.{layer}.attn.hook_z"), ("attn_out", f"blocks.{layer}.hook_attn_out")):
+
             def cap(t: Tensor, hook, _k=(key, layer)) -> None:
                 store[_k] = t.detach().float().cpu()
+
             hooks.append((name, cap))
     return hooks
 
@@ -372,10 +392,15 @@ def _err_row(variant: str, quantity: str, layer: int, got: Tensor, ref: Tensor) 
     ref_norm = ref.double().norm(dim=-1)
     diff_norm = diff.norm(dim=-1)
     rms = ref_norm.pow(2).mean().sqrt().clamp_min(1e-12)
-    return {"variant": variant, "quantity": quantity, "layer": layer,
-            "max_abs_err": float(diff.abs().max()), "ref_max_abs": float(ref.abs().max()),
-            "rel_err": float(diff_norm.max() / rms),
-            "max_rel_err": float((diff_norm / ref_norm.clamp_min(1e-12)).max())}
+    return {
+        "variant": variant,
+        "quantity": quantity,
+        "layer": layer,
+        "max_abs_err": float(diff.abs().max()),
+        "ref_max_abs": float(ref.abs().max()),
+        "rel_err": float(diff_norm.max() / rms),
+        "max_rel_err": float((diff_norm / ref_norm.clamp_min(1e-12)).max()),
+    }
 
 
 def _diag_frame(variant: str, records: list) -> pd.DataFrame:
@@ -384,10 +409,16 @@ def _diag_frame(variant: str, records: list) -> pd.DataFrame:
         a, d = rec["a_self"], rec["delta"]  # [b, q, h]
         b, q, h = a.shape
         idx = torch.stack(torch.meshgrid(torch.arange(b), torch.arange(q), torch.arange(h), indexing="ij"))
-        cols = {"variant": variant, "layer": rec["layer"], "head": idx[2].reshape(-1).numpy(),
-                "seq": idx[0].reshape(-1).numpy(), "pos": idx[1].reshape(-1).numpy(),
-                "a_self": a.reshape(-1).numpy(), "delta_a": d.reshape(-1).numpy(),
-                "a_self_new": (a + d).reshape(-1).numpy()}
+        cols = {
+            "variant": variant,
+            "layer": rec["layer"],
+            "head": idx[2].reshape(-1).numpy(),
+            "seq": idx[0].reshape(-1).numpy(),
+            "pos": idx[1].reshape(-1).numpy(),
+            "a_self": a.reshape(-1).numpy(),
+            "delta_a": d.reshape(-1).numpy(),
+            "a_self_new": (a + d).reshape(-1).numpy(),
+        }
         for key in ("local_rel_err", "local_par_rel_err"):
             col = "resid_" + key
             if key in rec:
@@ -442,8 +473,9 @@ def closed_form_check(
             cf_logits = model.run_with_hooks(tokens, fwd_hooks=cf_hooks + _capture_hooks(chosen, cf_store))
         for layer in chosen:
             for quantity in ("z", "attn_out"):
-                err_rows.append(_err_row(variant, quantity, layer, cf_store[(quantity, layer)],
-                                         ref_store[(quantity, layer)]))
+                err_rows.append(
+                    _err_row(variant, quantity, layer, cf_store[(quantity, layer)], ref_store[(quantity, layer)])
+                )
         err_rows.append(_err_row(variant, "logits", -1, cf_logits.float().cpu(), ref_logits.float().cpu()))
         diag_frames.append(_diag_frame(variant, records))
     return ClosedFormResult(pd.concat(diag_frames, ignore_index=True), pd.DataFrame(err_rows))
@@ -457,19 +489,21 @@ def diag_summary(diag: pd.DataFrame, skip_first_pos: bool = True) -> pd.DataFram
         raise InputError("empty diagonal table")
     d = diag[diag["pos"] > 0] if skip_first_pos else diag
     g = d.groupby("variant", sort=False)
-    out = pd.DataFrame({
-        "a_self_mean": g["a_self"].mean(),
-        "a_self_new_mean": g["a_self_new"].mean(),
-        "delta_a_mean": g["delta_a"].mean(),
-        "delta_a_min": g["delta_a"].min(),
-        "delta_a_max": g["delta_a"].max(),
-        "a_self_new_min": g["a_self_new"].min(),
-        "a_self_new_max": g["a_self_new"].max(),
-        "share_negative": g["a_self_new"].apply(lambda s: float((s < 0).mean())),
-        "resid_local_rel_err_mean": g["resid_local_rel_err"].mean(),
-        "resid_local_rel_err_max": g["resid_local_rel_err"].max(),
-        "resid_local_rel_err_median": g["resid_local_rel_err"].median(),
-        "resid_local_par_rel_err_max": g["resid_local_par_rel_err"].max(),
-        "n": g.size(),
-    })
+    out = pd.DataFrame(
+        {
+            "a_self_mean": g["a_self"].mean(),
+            "a_self_new_mean": g["a_self_new"].mean(),
+            "delta_a_mean": g["delta_a"].mean(),
+            "delta_a_min": g["delta_a"].min(),
+            "delta_a_max": g["delta_a"].max(),
+            "a_self_new_min": g["a_self_new"].min(),
+            "a_self_new_max": g["a_self_new"].max(),
+            "share_negative": g["a_self_new"].apply(lambda s: float((s < 0).mean())),
+            "resid_local_rel_err_mean": g["resid_local_rel_err"].mean(),
+            "resid_local_rel_err_max": g["resid_local_rel_err"].max(),
+            "resid_local_rel_err_median": g["resid_local_rel_err"].median(),
+            "resid_local_par_rel_err_max": g["resid_local_par_rel_err"].max(),
+            "n": g.size(),
+        }
+    )
     return out.reset_index()

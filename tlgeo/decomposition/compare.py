@@ -52,8 +52,11 @@ def compare_edits(
     ``ppl, nll, word_ppl, n_tokens, delta_ppl`` (against the unedited row).
     """
     edits = list(edits)
-    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("text_sha1", "tokens"))
-           if log_path is not None else None)
+    log = (
+        ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("text_sha1", "tokens"))
+        if log_path is not None
+        else None
+    )
     rows: list[dict] = []
     runs: list[tuple[dict, list]] = [(baseline_key(), [])]
     runs += [(e.describe(), e.hooks(model)) for e in edits]  # validates every edit up front
@@ -61,16 +64,23 @@ def compare_edits(
         from tqdm.auto import tqdm
 
         runs = tqdm(runs, desc="edits", unit="run")
-    settings = {"context": context, "max_tokens": max_tokens,
-                "text_sha1": hashlib.sha1(text.encode("utf-8")).hexdigest()[:16],
-                "tokens": content_digest(*scored_tokens(model, text, max_tokens))}  # the ids and BOS scored
+    settings = {
+        "context": context,
+        "max_tokens": max_tokens,
+        "text_sha1": hashlib.sha1(text.encode("utf-8")).hexdigest()[:16],
+        "tokens": content_digest(*scored_tokens(model, text, max_tokens)),
+    }  # the ids and BOS scored
     for key, hooks in runs:
         key = {**key, **settings}
         row = log.get(**key) if log is not None else None
         if row is None:
             res = perplexity(
-                model, text, context=context, max_tokens=max_tokens,
-                batch_size=batch_size, fwd_hooks=hooks,
+                model,
+                text,
+                context=context,
+                max_tokens=max_tokens,
+                batch_size=batch_size,
+                fwd_hooks=hooks,
             )
             row = {**key, **res.to_dict()}
             if log is not None:

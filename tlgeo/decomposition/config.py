@@ -30,8 +30,18 @@ from ..hooks.sites import DECOMPOSITION_SITES, SITES, UnknownSiteError, get_site
 from .compare import removal_edits
 from .sweeps import S_PAR_GRID, S_PERP_GRID, SWEEP_SITES
 
-__all__ = ["CorpusConfig", "DecompositionConfig", "ProfileConfig", "PplConfig", "SweepsConfig", "CompareConfig",
-           "HeadsConfig", "MlpCarrierConfig", "ClosedFormConfig", "AuditConfig"]
+__all__ = [
+    "CorpusConfig",
+    "DecompositionConfig",
+    "ProfileConfig",
+    "PplConfig",
+    "SweepsConfig",
+    "CompareConfig",
+    "HeadsConfig",
+    "MlpCarrierConfig",
+    "ClosedFormConfig",
+    "AuditConfig",
+]
 
 SKIP_FIRST_HELP = "leave the first n blocks unedited (the reference code skips block 0)"
 
@@ -46,8 +56,10 @@ def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
         raise InputError(f"{field}: no site given; choose from {tuple(SITES)}")
     bad = [s for s in names if decomposition_only and not SITES[s].is_decomposition]
     if bad:
-        raise InputError(f"{field}: site(s) {bad} edit the pattern and have no decomposition to profile; "
-                         f"choose from {DECOMPOSITION_SITES}")
+        raise InputError(
+            f"{field}: site(s) {bad} edit the pattern and have no decomposition to profile; "
+            f"choose from {DECOMPOSITION_SITES}"
+        )
     return names
 
 
@@ -55,8 +67,9 @@ def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
 class CorpusConfig(Config):
     """What the perplexity and the profile read: a corpus and how many of its tokens."""
 
-    corpus: str = param("wikitext2", "named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or "
-                                     "hf:<dataset>")
+    corpus: str = param(
+        "wikitext2", "named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or hf:<dataset>"
+    )
     tokens: int = param(2048, "text tokens to use (0 = all)", min=0, type=TOKENS)
 
     def validate(self) -> None:
@@ -85,8 +98,11 @@ class CorpusConfig(Config):
         tokens, and one note per cut (a length given that does not fit still fails in :meth:`check_fits`)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         cut = {n: n_ctx for n in self._windows() if getattr(self, n) > n_ctx and getattr(self, n) == defaults[n]}
-        notes = [f"--{n.replace('_', '-')}: the default {getattr(self, n)} is above the model's context of {n_ctx} "
-                 f"tokens; using {n_ctx}" for n in cut]
+        notes = [
+            f"--{n.replace('_', '-')}: the default {getattr(self, n)} is above the model's context of {n_ctx} "
+            f"tokens; using {n_ctx}"
+            for n in cut
+        ]
         return (self.replace(**cut) if cut else self), notes
 
     def check_fits(self, model: Model) -> None:
@@ -96,8 +112,9 @@ class CorpusConfig(Config):
         for name in self._windows():
             n = getattr(self, name)
             if n > model.cfg.n_ctx:
-                raise InputError(f"--{name.replace('_', '-')} {n} exceeds the model's context of "
-                                 f"{model.cfg.n_ctx} tokens")
+                raise InputError(
+                    f"--{name.replace('_', '-')} {n} exceeds the model's context of {model.cfg.n_ctx} tokens"
+                )
 
 
 @dataclass(frozen=True)
@@ -106,13 +123,21 @@ class DecompositionConfig(CorpusConfig):
     (``s_par=0``) or perpendicular (``s_perp=0``) part removed at every site."""
 
     context: int = param(512, "tokens per perplexity window", atlas=256)
-    profile_tokens: int = param(1024, "tokens profiled", atlas=512,
-                                cost="linear: one forward of them, with statistics at each decomposition site")
+    profile_tokens: int = param(
+        1024,
+        "tokens profiled",
+        atlas=512,
+        cost="linear: one forward of them, with statistics at each decomposition site",
+    )
     profile_seq_len: int = param(256, "tokens per profiled window")
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
-    sites: tuple[str, ...] = param(tuple(SITES), "sites whose parallel part, and (decomposition sites) "
-                                                 "perpendicular part, is removed; the decomposition sites among "
-                                                 "them are profiled", item=str)
+    sites: tuple[str, ...] = param(
+        tuple(SITES),
+        "sites whose parallel part, and (decomposition sites) "
+        "perpendicular part, is removed; the decomposition sites among "
+        "them are profiled",
+        item=str,
+    )
     batch_size: int = param(4, "perplexity windows per forward")
 
     def validate(self) -> None:
@@ -156,14 +181,14 @@ class ProfileConfig(CorpusConfig):
 class PplConfig(CorpusConfig):
     """Perplexity unedited and under one edit."""
 
-    site: str | None = param(None, "attn, mlp, block, value_full, value_excl_self or diag (tlgeo sites)",
-                             required=True)
+    site: str | None = param(None, "attn, mlp, block, value_full, value_excl_self or diag (tlgeo sites)", required=True)
     s_par: float = param(1.0, "scale of the parallel part (0 removes it)")
     s_perp: float = param(1.0, "scale of the perpendicular part (0 removes it)")
     layers: tuple[int, ...] | None = param(None, "blocks to edit, e.g. 3,5,10-12 (default: all)", indices=True)
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
-    heads: tuple[int, ...] | None = param(None, "query heads, e.g. 0,2 (per-head sites only; default: all)",
-                                          indices=True)
+    heads: tuple[int, ...] | None = param(
+        None, "query heads, e.g. 0,2 (per-head sites only; default: all)", indices=True
+    )
     context: int = param(512, "tokens per perplexity window")
     batch_size: int = param(4, "perplexity windows per forward")
 
@@ -217,16 +242,30 @@ class SweepsConfig(_EditedCorpusConfig):
     """Perplexity with the parallel part (``s_par``) or the perpendicular part (``s_perp``) of every site
     scaled over a grid (the paper's Figure 3)."""
 
-    tokens: int = param(2048, "text tokens scored per sweep point (0 = all)", min=0, type=TOKENS, atlas=512,
-                        cost="linear: an unedited pass and one per grid point resumed at --skip-first (tlgeo atlas: "
-                             "compare's perplexity passes too)")
+    tokens: int = param(
+        2048,
+        "text tokens scored per sweep point (0 = all)",
+        min=0,
+        type=TOKENS,
+        atlas=512,
+        cost="linear: an unedited pass and one per grid point resumed at --skip-first (tlgeo atlas: "
+        "compare's perplexity passes too)",
+    )
     sites: tuple[str, ...] = param(SWEEP_SITES, "sites swept", item=str)
-    s_par_grid: tuple[float, ...] = param(S_PAR_GRID, "s_par values swept", item=float,
-                                          atlas=(-1.0, 0.0, 0.5, 3.0),
-                                          cost="per value: one pass of the tokens per site, resumed at --skip-first")
-    s_perp_grid: tuple[float, ...] = param(S_PERP_GRID, "s_perp values swept (not at diag)", item=float,
-                                           atlas=(0.0, 1.5), cost="per value: one pass of the tokens per "
-                                                                       "decomposition site, resumed at --skip-first")
+    s_par_grid: tuple[float, ...] = param(
+        S_PAR_GRID,
+        "s_par values swept",
+        item=float,
+        atlas=(-1.0, 0.0, 0.5, 3.0),
+        cost="per value: one pass of the tokens per site, resumed at --skip-first",
+    )
+    s_perp_grid: tuple[float, ...] = param(
+        S_PERP_GRID,
+        "s_perp values swept (not at diag)",
+        item=float,
+        atlas=(0.0, 1.5),
+        cost="per value: one pass of the tokens per decomposition site, resumed at --skip-first",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -239,47 +278,76 @@ class CompareConfig(_EditedCorpusConfig):
     RULER-style long-context score against the unedited model (the paper's Tables 1, 2, 8)."""
 
     tokens: int = param(2048, "text tokens scored per condition (0 = all)", min=0, type=TOKENS, atlas=512)
-    sites: tuple[str, ...] = param(("value_excl_self", "value_full", "attn", "diag"), "sites compared", item=str,
-                                   cost="per site: a perplexity pass per scale, zero-shot at --zeroshot-scales, "
-                                        "RULER if a --ruler-sites site")
-    scales: tuple[float, ...] = param((0.0, 0.5), "s_par values compared", item=float,
-                                      cost="per value: a perplexity pass per site, RULER of --ruler-sites, zero-shot "
-                                           "if in --zeroshot-scales")
-    zeroshot_tasks: tuple[str, ...] = param(("piqa", "arc_easy", "winogrande"), "zero-shot tasks (piqa, arc_easy, "
-                                            "arc_challenge, openbookqa, winogrande, boolq)", item=str,
-                                            cost="per task: its items scored in every zero-shot condition (unedited, "
-                                                 "each site at --zeroshot-scales)")
-    zeroshot_scales: tuple[float, ...] = param((0.0,), "of the compared scales, those whose removals zero-shot "
-                                               "scores besides the unedited model (the paper's Table 1: 0)",
-                                               item=float, cost="per scale: every zero-shot task's items under each "
-                                                                "compared site")
-    zeroshot_limit: int = param(100, "first n items of each zero-shot task (below 50: indication only)", atlas=20,
-                                cost="linear: each item's choices scored per task and zero-shot condition")
-    ruler_tasks: tuple[str, ...] = param(("niah_single", "vt"), "RULER-style tasks (the atlas runs none unless "
-                                         "given: the samples it can afford decide nothing; give enough "
-                                         "--ruler-samples for a CI)", item=str, atlas=(),
-                                         cost="per task: --ruler-samples greedy answers per length and RULER "
-                                              "condition")
-    ruler_sites: tuple[str, ...] = param(("value_excl_self", "value_full"), "of the compared sites, those whose "
-                                         "removals RULER scores besides the unedited model (the paper's Table 2)",
-                                         item=str, cost="per site: every RULER task, length and sample under each "
-                                                        "compared scale")
-    ruler_lengths: tuple[int, ...] = param((1024,), "RULER prompt lengths in tokens (none: no RULER)", item=int,
-                                           cost="per length: a prompt that long and its greedy answer, per sample, "
-                                                "task and RULER condition")
-    ruler_samples: int = param(10, "RULER samples per task and length (below 10: indication only)", atlas=1,
-                               cost="linear: a prompt and its greedy answer per sample, task, length and RULER "
-                                    "condition")
-    ruler_template: str = param("base", "RULER prompts as raw text (base) or in the tokenizer's chat template",
-                                choices=("base", "chat"))
+    sites: tuple[str, ...] = param(
+        ("value_excl_self", "value_full", "attn", "diag"),
+        "sites compared",
+        item=str,
+        cost="per site: a perplexity pass per scale, zero-shot at --zeroshot-scales, RULER if a --ruler-sites site",
+    )
+    scales: tuple[float, ...] = param(
+        (0.0, 0.5),
+        "s_par values compared",
+        item=float,
+        cost="per value: a perplexity pass per site, RULER of --ruler-sites, zero-shot if in --zeroshot-scales",
+    )
+    zeroshot_tasks: tuple[str, ...] = param(
+        ("piqa", "arc_easy", "winogrande"),
+        "zero-shot tasks (piqa, arc_easy, arc_challenge, openbookqa, winogrande, boolq)",
+        item=str,
+        cost="per task: its items scored in every zero-shot condition (unedited, each site at --zeroshot-scales)",
+    )
+    zeroshot_scales: tuple[float, ...] = param(
+        (0.0,),
+        "of the compared scales, those whose removals zero-shot "
+        "scores besides the unedited model (the paper's Table 1: 0)",
+        item=float,
+        cost="per scale: every zero-shot task's items under each compared site",
+    )
+    zeroshot_limit: int = param(
+        100,
+        "first n items of each zero-shot task (below 50: indication only)",
+        atlas=20,
+        cost="linear: each item's choices scored per task and zero-shot condition",
+    )
+    ruler_tasks: tuple[str, ...] = param(
+        ("niah_single", "vt"),
+        "RULER-style tasks (the atlas runs none unless "
+        "given: the samples it can afford decide nothing; give enough "
+        "--ruler-samples for a CI)",
+        item=str,
+        atlas=(),
+        cost="per task: --ruler-samples greedy answers per length and RULER condition",
+    )
+    ruler_sites: tuple[str, ...] = param(
+        ("value_excl_self", "value_full"),
+        "of the compared sites, those whose removals RULER scores besides the unedited model (the paper's Table 2)",
+        item=str,
+        cost="per site: every RULER task, length and sample under each compared scale",
+    )
+    ruler_lengths: tuple[int, ...] = param(
+        (1024,),
+        "RULER prompt lengths in tokens (none: no RULER)",
+        item=int,
+        cost="per length: a prompt that long and its greedy answer, per sample, task and RULER condition",
+    )
+    ruler_samples: int = param(
+        10,
+        "RULER samples per task and length (below 10: indication only)",
+        atlas=1,
+        cost="linear: a prompt and its greedy answer per sample, task, length and RULER condition",
+    )
+    ruler_template: str = param(
+        "base", "RULER prompts as raw text (base) or in the tokenizer's chat template", choices=("base", "chat")
+    )
     seed: int = param(0, "seed of the RULER samples and of the paired bootstrap", min=0)
 
     def validate(self) -> None:
         super().validate()
         self._check_choices()
         object.__setattr__(self, "sites", _site_names("sites", self.sites, False))
-        object.__setattr__(self, "ruler_sites", _site_names("ruler_sites", self.ruler_sites, False)
-                           if self.ruler_sites else ())
+        object.__setattr__(
+            self, "ruler_sites", _site_names("ruler_sites", self.ruler_sites, False) if self.ruler_sites else ()
+        )
 
     def edits(self) -> list[Edit]:
         """One edit per site and scale, site first."""
@@ -292,15 +360,21 @@ class HeadsConfig(CorpusConfig):
     is removed in that head alone (the paper's Figure 7)."""
 
     tokens: int = param(0, "unused: --texts x --length tokens are read", min=0, type=TOKENS, cli=False)
-    texts: int = param(32, "texts (windows of the corpus)", atlas=8,
-                       cost="linear: the alpha map's forward and n_heads + 1 forwards resumed at each probed block")
+    texts: int = param(
+        32,
+        "texts (windows of the corpus)",
+        atlas=8,
+        cost="linear: the alpha map's forward and n_heads + 1 forwards resumed at each probed block",
+    )
     length: int = param(128, "tokens per text", atlas=80, cost="every forward grows with it (attention quadratically)")
-    layers: tuple[int, ...] | None = param(None, "blocks of the sensitivity map (default: every 6th block from "
-                                                 "skip_first)", indices=True,
-                                           cost="per block: n_heads + 1 forwards of the texts resumed at it")
+    layers: tuple[int, ...] | None = param(
+        None,
+        "blocks of the sensitivity map (default: every 6th block from skip_first)",
+        indices=True,
+        cost="per block: n_heads + 1 forwards of the texts resumed at it",
+    )
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
-    n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests (and of the intervals that invert "
-                                 "them)")
+    n_perm: int = param(2000, "sign-flip permutations of the sensitivity tests (and of the intervals that invert them)")
     seed: int = param(0, "seed of the permutations", min=0)
 
     def _windows(self) -> tuple[str, ...]:
@@ -318,9 +392,14 @@ class MlpCarrierConfig(_EditedCorpusConfig):
     """No-Para vs No-Perp at the residual MLP site, inside the MLP relative to its input, and per
     down-projection block (the paper's Table 10)."""
 
-    tokens: int = param(2048, "text tokens scored per run (0 = all)", min=0, type=TOKENS, atlas=512,
-                        cost="linear: an unedited and 6 edited perplexity passes (10 with a narrow last MLP "
-                             "block)")
+    tokens: int = param(
+        2048,
+        "text tokens scored per run (0 = all)",
+        min=0,
+        type=TOKENS,
+        atlas=512,
+        cost="linear: an unedited and 6 edited perplexity passes (10 with a narrow last MLP block)",
+    )
 
 
 @dataclass(frozen=True)
@@ -328,12 +407,18 @@ class ClosedFormConfig(CorpusConfig):
     """The diagonal closed form of a value-space parallel edit against the edit itself (the paper's
     Table 5 and Figure 4)."""
 
-    tokens: int = param(64, "tokens of the one window checked", cost="two eager forwards of the window per variant "
-                                                                     "(the edit, its closed form)")
+    tokens: int = param(
+        64,
+        "tokens of the one window checked",
+        cost="two eager forwards of the window per variant (the edit, its closed form)",
+    )
     s_par: float = param(0.0, "the edit's s_par")
-    variants: tuple[str, ...] = param(("value_full", "value_excl_self", "attn"), "edits checked (attn: the "
-                                      "residual form, exact only along z)", item=str,
-                                      choices=("value_full", "value_excl_self", "attn"))
+    variants: tuple[str, ...] = param(
+        ("value_full", "value_excl_self", "attn"),
+        "edits checked (attn: the residual form, exact only along z)",
+        item=str,
+        choices=("value_full", "value_excl_self", "attn"),
+    )
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
 
     def validate(self) -> None:
@@ -353,8 +438,11 @@ class AuditConfig(CorpusConfig):
     context: int = param(256, "tokens per window")
     sites: tuple[str, ...] = param(("attn", "value_excl_self", "value_full"), "sites audited", item=str)
     s_par: float = param(0.0, "the edit's s_par")
-    mode: str = param("all", "all: every block edited at once (as the edit is used); each: one block at a time",
-                      choices=("all", "each"))
+    mode: str = param(
+        "all",
+        "all: every block edited at once (as the edit is used); each: one block at a time",
+        choices=("all", "each"),
+    )
     skip_first: int = param(SKIP_FIRST, SKIP_FIRST_HELP, min=0)
 
     def validate(self) -> None:

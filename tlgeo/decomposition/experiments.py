@@ -36,15 +36,22 @@ from ..models import Model, model_label
 from ..runner.identity import identified
 from ..runner.results import IDENTITY
 from . import compare as _compare
-from .audit import AUDIT_SITES, audit_overall, post_wo_audit
+from .audit import audit_overall, post_wo_audit
 from .closed_form import closed_form_check, diag_summary
 from .config import AuditConfig, ClosedFormConfig, CompareConfig, HeadsConfig, MlpCarrierConfig, SweepsConfig
 from .heads import head_alpha_map, head_sensitivity
 from .mlp_carrier import REMOVALS, mlp_carrier_table
 from .sweeps import sensitivity_sweep
 
-__all__ = ["SweepsResult", "CompareResult", "HeadsResult", "MlpCarrierResult", "ClosedFormResult", "AuditResult",
-           "SWEEPS", "COMPARE", "HEADS", "MLP_CARRIER", "CLOSED_FORM", "AUDIT", "condition_label"]
+__all__ = [
+    "SweepsResult",
+    "CompareResult",
+    "HeadsResult",
+    "MlpCarrierResult",
+    "ClosedFormResult",
+    "AuditResult",
+    "condition_label",
+]
 
 OnTable = Callable[[str, pd.DataFrame], Any]
 _CORPUS = ("corpus", "tokens")
@@ -92,15 +99,32 @@ def sweeps_units(model: Model, cfg: SweepsConfig) -> list[tuple]:
 
 
 @identified
-def run_sweeps(model: Model, cfg: SweepsConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-               progress: bool = False, on_table: OnTable | None = None) -> SweepsResult:
+def run_sweeps(
+    model: Model,
+    cfg: SweepsConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> SweepsResult:
     """The sweep of the chosen sites; resumes from ``<log>/sweeps.jsonl``."""
     cfg.check_fits(model)
     sites = [u[1] for u in _chosen(units, sweeps_units(model, cfg))]
-    df = sensitivity_sweep(model, load_text(cfg.corpus), sites=sites, s_par_grid=cfg.s_par_grid,
-                           s_perp_grid=cfg.s_perp_grid, skip_first=cfg.skip_first, context=cfg.context,
-                           max_tokens=cfg.max_tokens, batch_size=cfg.batch(), log_path=_log(out, log, "sweeps.jsonl"),
-                           progress=progress)
+    df = sensitivity_sweep(
+        model,
+        load_text(cfg.corpus),
+        sites=sites,
+        s_par_grid=cfg.s_par_grid,
+        s_perp_grid=cfg.s_perp_grid,
+        skip_first=cfg.skip_first,
+        context=cfg.context,
+        max_tokens=cfg.max_tokens,
+        batch_size=cfg.batch(),
+        log_path=_log(out, log, "sweeps.jsonl"),
+        progress=progress,
+    )
     df = df.assign(model=model_label(model), **_settings(cfg, *_WINDOWS))
     return _finish(SweepsResult, {"sweeps": df}, out, on_table)
 
@@ -123,13 +147,23 @@ def _compare_table(r: "CompareResult") -> pd.DataFrame | None:
     table = ppl[["condition", "ppl", "delta_ppl"]]
     zs, rl = r.compare_zeroshot, r.compare_ruler
     if zs is not None and len(zs):
-        table = table.merge(zs.groupby("condition", sort=False)[["acc", "acc_norm"]].mean().mul(100)
-                            .add_prefix("zeroshot_").reset_index(), on="condition", how="left")
+        table = table.merge(
+            zs.groupby("condition", sort=False)[["acc", "acc_norm"]]
+            .mean()
+            .mul(100)
+            .add_prefix("zeroshot_")
+            .reset_index(),
+            on="condition",
+            how="left",
+        )
     else:
         table = table.assign(zeroshot_acc=np.nan, zeroshot_acc_norm=np.nan)
     if rl is not None and len(rl):
-        table = table.merge(rl.groupby("condition", sort=False)["score"].mean().rename("ruler").reset_index(),
-                            on="condition", how="left")
+        table = table.merge(
+            rl.groupby("condition", sort=False)["score"].mean().rename("ruler").reset_index(),
+            on="condition",
+            how="left",
+        )
     else:
         table = table.assign(ruler=np.nan)
     keep = [c for c in (*IDENTITY, *_WINDOWS) if c in ppl.columns]  # what every row shares
@@ -182,8 +216,14 @@ def _ppl_from_sweeps(out, cfg: CompareConfig, edits: list, identity: dict) -> pd
     if sweeps.empty or not all(k in points.index for k in wanted):
         return None
     base_ppl = float((sweeps["ppl"] - sweeps["delta_ppl"]).median())
-    rows = [{**_compare.baseline_key(), "ppl": base_ppl, "nll": float(np.log(base_ppl)),
-             "n_tokens": int(sweeps["n_tokens"].iloc[0])}]
+    rows = [
+        {
+            **_compare.baseline_key(),
+            "ppl": base_ppl,
+            "nll": float(np.log(base_ppl)),
+            "n_tokens": int(sweeps["n_tokens"].iloc[0]),
+        }
+    ]
     for e, k in zip(edits, wanted):
         rows.append({**e.describe(), **points.loc[k, ["ppl", "nll", "n_tokens"]].to_dict()})
     df = pd.DataFrame(rows).astype({"n_tokens": int}).assign(source="sweeps")
@@ -197,9 +237,16 @@ def _compare_ppl(model, cfg: CompareConfig, text: str, out, log, progress: bool)
     edits = cfg.edits()
     df = _ppl_from_sweeps(out, cfg, edits, run_identity(model).row())
     if df is None:
-        df = _compare.compare_edits(model, text, edits, context=cfg.context, max_tokens=cfg.max_tokens,
-                                    batch_size=cfg.batch(), log_path=_log(out, log, "compare_ppl.jsonl"),
-                                    progress=progress).assign(source="measured")
+        df = _compare.compare_edits(
+            model,
+            text,
+            edits,
+            context=cfg.context,
+            max_tokens=cfg.max_tokens,
+            batch_size=cfg.batch(),
+            log_path=_log(out, log, "compare_ppl.jsonl"),
+            progress=progress,
+        ).assign(source="measured")
     cols = ["site", "s_par", "s_perp", "ppl", "nll", "n_tokens", "delta_ppl", "source"]
     return df[cols].assign(condition=["unedited"] + [condition_label(e) for e in edits])
 
@@ -218,14 +265,22 @@ def _compare_zeroshot(model, cfg: CompareConfig, out, log, progress: bool) -> tu
     path = _log(out, log, "zeroshot.jsonl")
     frames, items = [], {}
     for label, hooks in tqdm(scored, desc="zero-shot conditions", unit="condition", disable=not progress):
-        df, it = evaluate_zeroshot(model, cfg.zeroshot_tasks, limit=cfg.zeroshot_limit, fwd_hooks=hooks, tag=label,
-                                   log_path=path, progress=progress, return_items=True)
+        df, it = evaluate_zeroshot(
+            model,
+            cfg.zeroshot_tasks,
+            limit=cfg.zeroshot_limit,
+            fwd_hooks=hooks,
+            tag=label,
+            log_path=path,
+            progress=progress,
+            return_items=True,
+        )
         frames.append(df.assign(condition=label))
         items[label] = it
     base = items.pop("unedited")
     paired = [paired_accuracy_change(it, base, seed=cfg.seed).assign(condition=label) for label, it in items.items()]
     zs = pd.concat(frames, ignore_index=True).assign(zeroshot_limit=cfg.zeroshot_limit)
-    paired = (pd.concat(paired, ignore_index=True) if paired else pd.DataFrame(columns=["condition", "metric"]))
+    paired = pd.concat(paired, ignore_index=True) if paired else pd.DataFrame(columns=["condition", "metric"])
     return zs, paired.assign(zeroshot_limit=cfg.zeroshot_limit)
 
 
@@ -236,17 +291,39 @@ def _compare_ruler(model, cfg: CompareConfig, out, log, progress: bool) -> pd.Da
 
     lengths = [n for n in cfg.ruler_lengths if n <= model.cfg.n_ctx]
     scored = _conditions(model, cfg, lambda e: e.site.name in cfg.ruler_sites)
-    frames = [evaluate_ruler(model, cfg.ruler_tasks, lengths, cfg.ruler_samples, fwd_hooks=hooks, label=label,
-                             seed=cfg.seed, template=cfg.ruler_template, log_path=_log(out, log, "ruler.jsonl"),
-                             progress=progress).assign(condition=label)
-              for label, hooks in tqdm(scored, desc="RULER conditions", unit="condition", disable=not progress)]
-    return (pd.concat(frames, ignore_index=True).drop(columns=["preds"], errors="ignore")
-            .assign(**_settings(cfg, "ruler_samples", "ruler_template", "seed")))
+    frames = [
+        evaluate_ruler(
+            model,
+            cfg.ruler_tasks,
+            lengths,
+            cfg.ruler_samples,
+            fwd_hooks=hooks,
+            label=label,
+            seed=cfg.seed,
+            template=cfg.ruler_template,
+            log_path=_log(out, log, "ruler.jsonl"),
+            progress=progress,
+        ).assign(condition=label)
+        for label, hooks in tqdm(scored, desc="RULER conditions", unit="condition", disable=not progress)
+    ]
+    return (
+        pd.concat(frames, ignore_index=True)
+        .drop(columns=["preds"], errors="ignore")
+        .assign(**_settings(cfg, "ruler_samples", "ruler_template", "seed"))
+    )
 
 
 @identified
-def run_compare(model: Model, cfg: CompareConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-                progress: bool = False, on_table: OnTable | None = None) -> CompareResult:
+def run_compare(
+    model: Model,
+    cfg: CompareConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> CompareResult:
     """Perplexity, zero-shot and RULER of the chosen units; zero-shot and RULER resume from
     ``<log>/zeroshot.jsonl`` and ``<log>/ruler.jsonl``, measured perplexities from ``compare_ppl.jsonl``."""
     cfg.check_fits(model)
@@ -257,7 +334,8 @@ def run_compare(model: Model, cfg: CompareConfig, *, out=None, log=None, units: 
     tables: dict[str, pd.DataFrame] = {}
     if ("ppl",) in chosen:
         tables["compare_ppl"] = _compare_ppl(model, cfg, load_text(cfg.corpus), out, log, progress).assign(
-            model=label, **_settings(cfg, *_WINDOWS))
+            model=label, **_settings(cfg, *_WINDOWS)
+        )
     if ("zeroshot",) in chosen:
         zs, paired = _compare_zeroshot(model, cfg, out, log, progress)
         tables.update(compare_zeroshot=zs.assign(model=label), compare_zeroshot_paired=paired.assign(model=label))
@@ -293,8 +371,16 @@ def head_texts(model: Model, cfg: HeadsConfig):
 
 
 @identified
-def run_heads(model: Model, cfg: HeadsConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-              progress: bool = False, on_table: OnTable | None = None) -> HeadsResult:
+def run_heads(
+    model: Model,
+    cfg: HeadsConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> HeadsResult:
     """The alpha map and the sensitivity map; the sensitivity resumes from ``<log>/heads_sensitivity.jsonl``."""
     cfg.check_fits(model)
     chosen = _chosen(units, heads_units(model, cfg))
@@ -305,8 +391,13 @@ def run_heads(model: Model, cfg: HeadsConfig, *, out=None, log=None, units: Sequ
         tables["heads_alpha"] = head_alpha_map(model, texts, progress=progress).assign(**settings)
     if ("sensitivity",) in chosen:
         tables["heads_sensitivity"] = head_sensitivity(
-            model, texts, layers=cfg.sensitivity_layers(model.cfg.n_layers), n_perm=cfg.n_perm,
-            seed=cfg.seed, log_path=_log(out, log, "heads_sensitivity.jsonl"), progress=progress,
+            model,
+            texts,
+            layers=cfg.sensitivity_layers(model.cfg.n_layers),
+            n_perm=cfg.n_perm,
+            seed=cfg.seed,
+            log_path=_log(out, log, "heads_sensitivity.jsonl"),
+            progress=progress,
         ).assign(**settings, skip_first=cfg.skip_first, seed=cfg.seed)
     return _finish(HeadsResult, tables, out, on_table)
 
@@ -328,16 +419,36 @@ def mlp_carrier_units(model: Model, cfg: MlpCarrierConfig) -> list[tuple]:
 
 
 @identified
-def run_mlp_carrier(model: Model, cfg: MlpCarrierConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-                    progress: bool = False, on_table: OnTable | None = None) -> MlpCarrierResult:
+def run_mlp_carrier(
+    model: Model,
+    cfg: MlpCarrierConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> MlpCarrierResult:
     """No-Para and No-Perp of the chosen units; resumes from ``<log>/mlp_carrier.jsonl``."""
     cfg.check_fits(model)
     removals = [u[1] for u in _chosen(units, mlp_carrier_units(model, cfg))]
-    df = mlp_carrier_table(model, load_text(cfg.corpus), max_tokens=cfg.max_tokens, context=cfg.context,
-                           skip_first=cfg.skip_first, removals=removals, batch_size=cfg.batch(),
-                           log_path=_log(out, log, "mlp_carrier.jsonl"), progress=progress)
-    return _finish(MlpCarrierResult, {"mlp_carrier": df.assign(model=model_label(model), **_settings(
-        cfg, *_WINDOWS))}, out, on_table)
+    df = mlp_carrier_table(
+        model,
+        load_text(cfg.corpus),
+        max_tokens=cfg.max_tokens,
+        context=cfg.context,
+        skip_first=cfg.skip_first,
+        removals=removals,
+        batch_size=cfg.batch(),
+        log_path=_log(out, log, "mlp_carrier.jsonl"),
+        progress=progress,
+    )
+    return _finish(
+        MlpCarrierResult,
+        {"mlp_carrier": df.assign(model=model_label(model), **_settings(cfg, *_WINDOWS))},
+        out,
+        on_table,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -375,23 +486,40 @@ def closed_form_window(model: Model, cfg: ClosedFormConfig):
 
 
 @identified
-def run_closed_form(model: Model, cfg: ClosedFormConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-                    progress: bool = False, on_table: OnTable | None = None) -> ClosedFormResult:
+def run_closed_form(
+    model: Model,
+    cfg: ClosedFormConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> ClosedFormResult:
     """The closed-form check of the chosen variants (two forwards each: nothing to resume)."""
     cfg.check_fits(model)
     variants = [u[1] for u in _chosen(units, closed_form_units(model, cfg))]
-    res = closed_form_check(model, closed_form_window(model, cfg), cfg.s_par, variants=variants,
-                            skip_first=cfg.skip_first, progress=progress)
+    res = closed_form_check(
+        model,
+        closed_form_window(model, cfg),
+        cfg.s_par,
+        variants=variants,
+        skip_first=cfg.skip_first,
+        progress=progress,
+    )
     settings = {"model": model_label(model), **_settings(cfg, "corpus", "tokens", "s_par", "skip_first")}
-    tables = {"closed_form_errors": res.errors.assign(**settings),
-              "closed_form_diag": diag_summary(res.diag).assign(**settings),
-              "closed_form_tokens": res.diag.assign(**settings)}
+    tables = {
+        "closed_form_errors": res.errors.assign(**settings),
+        "closed_form_diag": diag_summary(res.diag).assign(**settings),
+        "closed_form_tokens": res.diag.assign(**settings),
+    }
     if ClosedFormResult.VIEW_VARIANT in variants:  # the attention view, in the unit of its variant
         from .plots import attention_before_after_rows
 
         layer, heads = model.cfg.n_layers // 2, [h for h in ClosedFormResult.VIEW_HEADS if h < model.cfg.n_heads]
-        rows = attention_before_after_rows(model, closed_form_window(model, cfg), layer, ClosedFormResult.VIEW_VARIANT,
-                                           cfg.s_par, heads=heads)
+        rows = attention_before_after_rows(
+            model, closed_form_window(model, cfg), layer, ClosedFormResult.VIEW_VARIANT, cfg.s_par, heads=heads
+        )
         tables["closed_form_attention"] = rows.assign(**settings, variant=ClosedFormResult.VIEW_VARIANT, layer=layer)
     return _finish(ClosedFormResult, tables, out, on_table)
 
@@ -431,15 +559,32 @@ def audit_windows(model: Model, cfg: AuditConfig):
 
 
 @identified
-def run_audit(model: Model, cfg: AuditConfig, *, out=None, log=None, units: Sequence[tuple] | None = None,
-              progress: bool = False, on_table: OnTable | None = None) -> AuditResult:
+def run_audit(
+    model: Model,
+    cfg: AuditConfig,
+    *,
+    out=None,
+    log=None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: OnTable | None = None,
+) -> AuditResult:
     """The audit of the chosen sites; resumes from ``<log>/audit.jsonl``."""
     cfg.check_fits(model)
     sites = [u[1] for u in _chosen(units, audit_units(model, cfg))]
-    per_layer = post_wo_audit(model, audit_windows(model, cfg), sites=sites, s_par=cfg.s_par, mode=cfg.mode,
-                              skip_first=cfg.skip_first, log_path=_log(out, log, "audit.jsonl"), progress=progress)
-    per_layer = per_layer.assign(model=model_label(model), **_settings(cfg, "corpus", "tokens", "context",
-                                                                        "skip_first"))
+    per_layer = post_wo_audit(
+        model,
+        audit_windows(model, cfg),
+        sites=sites,
+        s_par=cfg.s_par,
+        mode=cfg.mode,
+        skip_first=cfg.skip_first,
+        log_path=_log(out, log, "audit.jsonl"),
+        progress=progress,
+    )
+    per_layer = per_layer.assign(
+        model=model_label(model), **_settings(cfg, "corpus", "tokens", "context", "skip_first")
+    )
     return _finish(AuditResult, {"audit_layers": per_layer}, out, on_table)
 
 
@@ -459,14 +604,21 @@ def _text_tokens(cfg) -> int:
     return cfg.tokens or len(load_text(cfg.corpus)) // 4
 
 
-def _edit_passes(name: str, tokens: int, window: int, batch: int, passes: int, blocks: float = 1.0,
-                 note: str = ""):
+def _edit_passes(name: str, tokens: int, window: int, batch: int, passes: int, blocks: float = 1.0, note: str = ""):
     from ..planner import PPL_LOGIT_COPIES, Work, windows
 
     per_pass = windows(tokens, window)
     batch = max(1, min(batch, per_pass // window))  # each pass reads the same windows: a short text, small batches
-    return Work(name, per_pass * passes, window, batch, hooks={"edit": 1}, logit_copies=PPL_LOGIT_COPIES,
-                blocks=blocks, note=note or f"{passes} perplexity pass(es)")
+    return Work(
+        name,
+        per_pass * passes,
+        window,
+        batch,
+        hooks={"edit": 1},
+        logit_copies=PPL_LOGIT_COPIES,
+        blocks=blocks,
+        note=note or f"{passes} perplexity pass(es)",
+    )
 
 
 def plan_sweeps(shape, cfg: SweepsConfig) -> list:
@@ -475,9 +627,18 @@ def plan_sweeps(shape, cfg: SweepsConfig) -> list:
 
     points = [p for p in sweep_points(cfg.sites, cfg.s_par_grid, cfg.s_perp_grid) if not p.is_noop]
     tokens, n = _text_tokens(cfg), shape.n_layers
-    return [_edit_passes("unedited", tokens, cfg.context, cfg.batch(), 1),
-            _edit_passes("grid points", tokens, cfg.context, cfg.batch(), len(points), (n - cfg.skip_first) / n,
-                         f"{len(points)} points resumed at block {cfg.skip_first}")]
+    return [
+        _edit_passes("unedited", tokens, cfg.context, cfg.batch(), 1),
+        _edit_passes(
+            "grid points",
+            tokens,
+            cfg.context,
+            cfg.batch(),
+            len(points),
+            (n - cfg.skip_first) / n,
+            f"{len(points)} points resumed at block {cfg.skip_first}",
+        ),
+    ]
 
 
 def plan_compare(shape, cfg: CompareConfig) -> list:
@@ -489,8 +650,15 @@ def plan_compare(shape, cfg: CompareConfig) -> list:
     if cfg.zeroshot_tasks:
         conditions = 1 + sum(float(e.s_par) in cfg.zeroshot_scales for e in edits)
         tokens = ZEROSHOT_TOKENS_PER_ITEM * cfg.zeroshot_limit * len(cfg.zeroshot_tasks) * conditions
-        out.append(Work("zero-shot", tokens, 64, 8, note=f"{len(cfg.zeroshot_tasks)} task(s) x {cfg.zeroshot_limit} "
-                                                          f"items x {conditions} conditions"))
+        out.append(
+            Work(
+                "zero-shot",
+                tokens,
+                64,
+                8,
+                note=f"{len(cfg.zeroshot_tasks)} task(s) x {cfg.zeroshot_limit} items x {conditions} conditions",
+            )
+        )
     lengths = [L for L in cfg.ruler_lengths if L <= shape.n_ctx]
     if cfg.ruler_tasks and lengths:
         conditions = 1 + sum(e.site.name in cfg.ruler_sites for e in edits)
@@ -507,9 +675,17 @@ def plan_heads(shape, cfg: HeadsConfig) -> list:
     tokens, n = cfg.texts * cfg.length, shape.n_layers
     layers = cfg.sensitivity_layers(n)
     resumed = sum((n - L) / n for L in layers) * (shape.n_heads + 1)
-    return [Work("alpha map", tokens, cfg.length, 8, eager=True, note=f"{cfg.texts} texts"),
-            Work("sensitivity", tokens * (1 + int(round(resumed))), cfg.length, 8, eager=True,
-                 note=f"{len(layers)} block(s) x {shape.n_heads + 1} conditions, resumed")]
+    return [
+        Work("alpha map", tokens, cfg.length, 8, eager=True, note=f"{cfg.texts} texts"),
+        Work(
+            "sensitivity",
+            tokens * (1 + int(round(resumed))),
+            cfg.length,
+            8,
+            eager=True,
+            note=f"{len(layers)} block(s) x {shape.n_heads + 1} conditions, resumed",
+        ),
+    ]
 
 
 def plan_mlp_carrier(shape, cfg: MlpCarrierConfig) -> list:
@@ -526,8 +702,16 @@ def plan_closed_form(shape, cfg: ClosedFormConfig) -> list:
     """Two eager forwards of the window per variant (the edit and its closed form)."""
     from ..planner import Work
 
-    return [Work("edit and closed form", 2 * cfg.tokens * len(cfg.variants), cfg.tokens, 1, eager=True,
-                 note=f"{len(cfg.variants)} variant(s)")]
+    return [
+        Work(
+            "edit and closed form",
+            2 * cfg.tokens * len(cfg.variants),
+            cfg.tokens,
+            1,
+            eager=True,
+            note=f"{len(cfg.variants)} variant(s)",
+        )
+    ]
 
 
 def plan_audit(shape, cfg: AuditConfig) -> list:
@@ -535,5 +719,13 @@ def plan_audit(shape, cfg: AuditConfig) -> list:
     from ..planner import Work, windows
 
     per_site = 1 if cfg.mode == "all" else shape.n_layers - cfg.skip_first
-    return [Work("audit", windows(_text_tokens(cfg), cfg.context) * len(cfg.sites) * per_site, cfg.context, 4,
-                 eager=True, note=f"{len(cfg.sites)} site(s), mode {cfg.mode}")]
+    return [
+        Work(
+            "audit",
+            windows(_text_tokens(cfg), cfg.context) * len(cfg.sites) * per_site,
+            cfg.context,
+            4,
+            eager=True,
+            note=f"{len(cfg.sites)} site(s), mode {cfg.mode}",
+        )
+    ]

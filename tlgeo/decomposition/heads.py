@@ -93,14 +93,16 @@ def head_alpha_map(
     if df.empty:
         raise InputError("no tokens left for the alpha map (sequences of length 1 with skip_first_pos)")
     g = df.groupby(["layer", "head"], sort=True)
-    out = pd.DataFrame({
-        "alpha_mean": g["alpha"].mean(),
-        "abs_alpha_mean": g["alpha"].apply(lambda a: a.abs().mean()),
-        "share_positive": g["alpha"].apply(lambda a: float((a > 0).mean())),
-        "parallel_ratio_mean": g["parallel_ratio"].mean(),
-        "parallel_ratio_median": g["parallel_ratio"].median(),
-        "n": g.size(),
-    }).reset_index()
+    out = pd.DataFrame(
+        {
+            "alpha_mean": g["alpha"].mean(),
+            "abs_alpha_mean": g["alpha"].apply(lambda a: a.abs().mean()),
+            "share_positive": g["alpha"].apply(lambda a: float((a > 0).mean())),
+            "parallel_ratio_mean": g["parallel_ratio"].mean(),
+            "parallel_ratio_median": g["parallel_ratio"].median(),
+            "n": g.size(),
+        }
+    ).reset_index()
     out.insert(0, "site", s.name)
     return out
 
@@ -152,21 +154,22 @@ def text_batches(
     by_len: dict[int, list[Tensor]] = {}
     for r in rows:
         by_len.setdefault(r.numel(), []).append(r.long())
-    return [torch.stack(group[i : i + batch_size]) for _, group in sorted(by_len.items())
-            for i in range(0, len(group), batch_size)]
+    return [
+        torch.stack(group[i : i + batch_size])
+        for _, group in sorted(by_len.items())
+        for i in range(0, len(group), batch_size)
+    ]
 
 
-def per_text_loss(
-    logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b pos"]
-) -> Float[Tensor, "b"]:
+def per_text_loss(logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b pos"]) -> Float[Tensor, "b"]:
     """Mean next-token NLL (nats, float32) of each text; ``pos - 1`` tokens scored per text.
 
     One text at a time: a row of ``logits`` is contiguous, so no copy of the whole
     ``[b, pos, vocab]`` tensor is made (it is the largest tensor of a forward)."""
     tokens = tokens.to(logits.device)
-    return torch.stack([
-        F.cross_entropy(logits[i, :-1].float(), tokens[i, 1:]).float() for i in range(tokens.shape[0])
-    ]).cpu()
+    return torch.stack(
+        [F.cross_entropy(logits[i, :-1].float(), tokens[i, 1:]).float() for i in range(tokens.shape[0])]
+    ).cpu()
 
 
 def _fingerprint(tokens: Tensor) -> str:
@@ -214,16 +217,25 @@ def head_sensitivity(
     """
     s = get_site(site)
     if not s.per_head:
-        raise InputError(f"site {s.name!r} acts on the whole residual vector; head sensitivity needs a "
-                         "per-head site (value_excl_self, value_full, diag)")
+        raise InputError(
+            f"site {s.name!r} acts on the whole residual vector; head sensitivity needs a "
+            "per-head site (value_excl_self, value_full, diag)"
+        )
     cfg = model.cfg
     chosen = resolve_layers(cfg, layers)
     batches = _as_batches(model, texts_or_token_batches, batch_size, max_len)
     Edit(s, s_par, layers=chosen[0], heads=[0])  # validates s_par for the site
     conditions: list[int | str] = [*range(cfg.n_heads), ALL]
-    log = (ResultLog(log_path, ("kind", "site", "s_par", "batch", "tokens", "layer"),
-                     identity=run_identity(model).row(), content=("tokens",))  # tokens: the batch's digest
-           if log_path else None)
+    log = (
+        ResultLog(
+            log_path,
+            ("kind", "site", "s_par", "batch", "tokens", "layer"),
+            identity=run_identity(model).row(),
+            content=("tokens",),
+        )  # tokens: the batch's digest
+        if log_path
+        else None
+    )
     device = getattr(cfg, "device", None) or "cpu"
 
     base: list[Tensor] = []  # per batch: [b] unedited mean loss
@@ -279,8 +291,11 @@ def head_sensitivity(
                         losses.append(read_out_losses(model, final, inp).mean(-1).cpu())
                         del final
                     else:
-                        out = (resume_forward(model, resid, L, e.hooks(model)) if resid is not None
-                               else model.run_with_hooks(inp, fwd_hooks=e.hooks(model)))
+                        out = (
+                            resume_forward(model, resid, L, e.hooks(model))
+                            if resid is not None
+                            else model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
+                        )
                         losses.append(per_text_loss(out, inp))
                         del out  # free the logits before the next forward allocates its own
                     edited[(L, c)].append(losses[-1])
@@ -299,13 +314,21 @@ def head_sensitivity(
     for (L, c), parts in edited.items():
         e_loss = torch.cat(parts).double().numpy()
         t = paired_test(e_loss - base_all, weights, n_perm=n_perm, seed=rng)
-        out_rows.append({
-            "site": s.name, "layer": L, "head": c, "delta_loss": t.estimate,
-            "ci_low": t.ci_low, "ci_high": t.ci_high, "p": t.p,
-            "n_texts": t.n_texts, "n_tokens": int(t.n_tokens),
-            "base_loss": float((base_all * weights).sum() / weights.sum()),
-            "edited_loss": float((e_loss * weights).sum() / weights.sum()),
-        })
+        out_rows.append(
+            {
+                "site": s.name,
+                "layer": L,
+                "head": c,
+                "delta_loss": t.estimate,
+                "ci_low": t.ci_low,
+                "ci_high": t.ci_high,
+                "p": t.p,
+                "n_texts": t.n_texts,
+                "n_tokens": int(t.n_tokens),
+                "base_loss": float((base_all * weights).sum() / weights.sum()),
+                "edited_loss": float((e_loss * weights).sum() / weights.sum()),
+            }
+        )
     df = pd.DataFrame(out_rows)
     df.insert(df.columns.get_loc("p") + 1, "q", benjamini_hochberg(df["p"].to_numpy()))
     df["head"] = df["head"].astype(object)
@@ -331,7 +354,9 @@ def _check_start_at_layer(model, inp: Tensor, resid: Tensor, site, s_par: float,
     except Exception as err:  # noqa: BLE001 - any failure means: use full forwards
         warnings.warn(f"starting at block {layer} failed ({err!r}); using full forwards")
         return False
-    full = per_text_loss(model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer, skip_first=0).hooks(model)), inp)
+    full = per_text_loss(
+        model.run_with_hooks(inp, fwd_hooks=Edit(site, s_par, layers=layer, skip_first=0).hooks(model)), inp
+    )
     diff = (started - full).abs().max().item()
     if diff > 1e-4:
         warnings.warn(f"starting at block {layer} differs from a full forward by {diff:.2e} nats; using full forwards")
@@ -344,9 +369,7 @@ def _check_start_at_layer(model, inp: Tensor, resid: Tensor, site, s_par: float,
 # ---------------------------------------------------------------------------
 
 
-def head_patch_hook(
-    layer: int, head: int, clean_z: Float[Tensor, "batch pos head d_head"]
-) -> tuple[str, callable]:
+def head_patch_hook(layer: int, head: int, clean_z: Float[Tensor, "batch pos head d_head"]) -> tuple[str, callable]:
     """TransformerLens-style patch: ``blocks.{layer}.attn.hook_z[:, :, head] = clean_z[:, :, head]``.
 
     ``clean_z``: the clean run's ``hook_z`` of that layer (e.g. ``cache[...]``),
@@ -452,11 +475,15 @@ def selective_removal(
     for name, heads in conds:
         hooks = [h for e in head_edits(site, heads, s_par) for h in e.hooks(model)]
         res = perplexity(model, text, context=context, max_tokens=max_tokens, batch_size=batch_size, fwd_hooks=hooks)
-        rows.append({
-            "condition": name, "site": site, "n_heads": sum(len(v) for v in heads.values()),
-            "heads": "; ".join(f"L{L}:{','.join(map(str, hs))}" for L, hs in sorted(heads.items())),
-            **res.to_dict(),
-        })
+        rows.append(
+            {
+                "condition": name,
+                "site": site,
+                "n_heads": sum(len(v) for v in heads.values()),
+                "heads": "; ".join(f"L{L}:{','.join(map(str, hs))}" for L, hs in sorted(heads.items())),
+                **res.to_dict(),
+            }
+        )
     df = pd.DataFrame(rows)
     base = df.loc[df["condition"] == "unedited", "ppl"].iloc[0]
     df["delta_ppl"] = df["ppl"] - base

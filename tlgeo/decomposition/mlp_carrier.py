@@ -256,8 +256,7 @@ def mlp_out_weights(model: Model, layer: int) -> tuple[Float[Tensor, "d_mlp d_mo
     d_mlp, d_model = model.cfg.d_mlp, model.cfg.d_model
     if tuple(W.shape) != (d_mlp, d_model):
         raise InputError(
-            f"block {layer}: W_out has shape {tuple(W.shape)}, expected [d_mlp, d_model] = "
-            f"{[d_mlp, d_model]}"
+            f"block {layer}: W_out has shape {tuple(W.shape)}, expected [d_mlp, d_model] = {[d_mlp, d_model]}"
         )
     return W, b
 
@@ -281,11 +280,18 @@ def carrier_reconstruction(
         with torch.no_grad():
             rec = block_outputs(h, W).sum(-2) + (0 if b is None else b.to(dt))
         err = (rec - out.to(dt)).abs().max().item()
-        rows.append({
-            "layer": l, "max_abs_err": err, "rel_err": err / max(out.abs().max().item(), 1e-30),
-            "d_mlp": W.shape[0], "d_model": W.shape[1], "G": n_blocks(*W.shape),
-            "narrow_width": narrow_width(*W.shape), "has_bias": b is not None,
-        })
+        rows.append(
+            {
+                "layer": l,
+                "max_abs_err": err,
+                "rel_err": err / max(out.abs().max().item(), 1e-30),
+                "d_mlp": W.shape[0],
+                "d_model": W.shape[1],
+                "G": n_blocks(*W.shape),
+                "narrow_width": narrow_width(*W.shape),
+                "has_bias": b is not None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -299,18 +305,31 @@ def _not_a_plain_site(target, reads) -> Update:
 _PRE = (("ref", "hook_resid_pre"),)
 CARRIER_SITES: dict[str, Site] = {
     "h_vs_x": Site(
-        "mlp_h_vs_x", "mlp.hook_post", (("ref", "hook_resid_mid"),), False, _not_a_plain_site,
+        "mlp_h_vs_x",
+        "mlp.hook_post",
+        (("ref", "hook_resid_mid"),),
+        False,
+        _not_a_plain_site,
         "MLP carrier h (mlp.hook_post) in d_model blocks vs the MLP's residual input x",
         parallel_block_reads=_PRE,
     ),
     "y_vs_h": Site(
-        "mlp_y_vs_h", "hook_mlp_out", (("h", "mlp.hook_post"),), False, _not_a_plain_site,
+        "mlp_y_vs_h",
+        "hook_mlp_out",
+        (("h", "mlp.hook_post"),),
+        False,
+        _not_a_plain_site,
         "per-block MLP output y_g = h_g @ W_out[I_g] vs its carrier block h_g",
     ),
 }
 _ALIASES = {
-    "h_vs_x": "h_vs_x", "mlp_h_vs_x": "h_vs_x", "h vs x": "h_vs_x",
-    "y_vs_h": "y_vs_h", "mlp_y_vs_h": "y_vs_h", "y_g_vs_h_g": "y_vs_h", "y_g vs h_g": "y_vs_h",
+    "h_vs_x": "h_vs_x",
+    "mlp_h_vs_x": "h_vs_x",
+    "h vs x": "h_vs_x",
+    "y_vs_h": "y_vs_h",
+    "mlp_y_vs_h": "y_vs_h",
+    "y_g_vs_h_g": "y_vs_h",
+    "y_g vs h_g": "y_vs_h",
 }
 
 
@@ -361,8 +380,7 @@ class CarrierEdit:
                 return h if noop else scale_carrier(h, reads["ref"], s_par, s_perp, narrow)
 
         else:
-            weights = {l: mlp_out_weights(model, l)[0]
-                       for l in resolve_layers(model.cfg, self.layers, self.skip_first)}
+            weights = {l: mlp_out_weights(model, l)[0] for l in resolve_layers(model.cfg, self.layers, self.skip_first)}
 
             def on_target(layer: int, out: Tensor, reads: Mapping[str, Tensor]) -> Tensor:
                 return out if noop else scale_output(out, reads["h"], weights[layer], s_par, s_perp, narrow)
@@ -446,8 +464,11 @@ def mlp_carrier_table(
                 runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
     hooks = [e.hooks(model) if e is not None else [] for *_, e in runs]  # validate up front
 
-    log = (ResultLog(log_path, _KEY, identity=run_identity(model).row(), content=("inputs",))
-           if log_path is not None else None)
+    log = (
+        ResultLog(log_path, _KEY, identity=run_identity(model).row(), content=("inputs",))
+        if log_path is not None
+        else None
+    )
     # the text and the token ids scored: another text, or the same read another way, is computed again
     inputs = content_digest(text, *scored_tokens(model, text, max_tokens))
     rows = []
@@ -458,16 +479,21 @@ def mlp_carrier_table(
         it = tqdm(it, desc="mlp carrier", unit="run")
     for (site, removal, n, e), hk in it:
         key = {
-            "site": site, "s_par": 1.0 if e is None else e.s_par,
-            "s_perp": 1.0 if e is None else e.s_perp, "layers": list(layers) if e else "none",
-            "skip_first": skip_first, "narrow": n, "context": context, "max_tokens": max_tokens,
-            "n_chars": len(text), "inputs": inputs,
+            "site": site,
+            "s_par": 1.0 if e is None else e.s_par,
+            "s_perp": 1.0 if e is None else e.s_perp,
+            "layers": list(layers) if e else "none",
+            "skip_first": skip_first,
+            "narrow": n,
+            "context": context,
+            "max_tokens": max_tokens,
+            "n_chars": len(text),
+            "inputs": inputs,
         }
         row = log.get(**key) if log is not None else None
         if row is None:
             t0 = time.perf_counter()
-            res = perplexity(model, text, context=context, max_tokens=max_tokens,
-                             batch_size=batch_size, fwd_hooks=hk)
+            res = perplexity(model, text, context=context, max_tokens=max_tokens, batch_size=batch_size, fwd_hooks=hk)
             row = {**key, **res.to_dict(), "seconds": time.perf_counter() - t0}
             if log is not None:
                 log.add(row)
@@ -478,8 +504,25 @@ def mlp_carrier_table(
     df["delta_ppl"] = df["ppl"] - base["ppl"]
     df["G"], df["narrow_width"] = G, w
     df["layers"] = df["layers"].map(lambda v: _layer_range(v) if isinstance(v, list) else v)
-    cols = ["label", "site", "removal", "narrow", "s_par", "s_perp", "layers", "skip_first", "nll",
-            "ppl", "n_tokens", "n_windows", "delta_loss", "delta_ppl", "seconds", "G", "narrow_width"]
+    cols = [
+        "label",
+        "site",
+        "removal",
+        "narrow",
+        "s_par",
+        "s_perp",
+        "layers",
+        "skip_first",
+        "nll",
+        "ppl",
+        "n_tokens",
+        "n_windows",
+        "delta_loss",
+        "delta_ppl",
+        "seconds",
+        "G",
+        "narrow_width",
+    ]
     return df[cols]
 
 

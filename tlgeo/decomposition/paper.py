@@ -4,8 +4,16 @@ atlas steps and headline (:mod:`.atlas`, :mod:`.summary`), the sweeps' full grid
 
 from __future__ import annotations
 
-__all__ = ["PAPER", "PAPER_PROFILE", "PAPER_PROFILE_MODEL", "PAPER_ZEROSHOT_MODEL", "PAPER_RULER_MODEL",
-           "PAPER_SMALL_MODEL", "S_PAR_GRID", "S_PERP_GRID"]
+__all__ = [
+    "PAPER",
+    "PAPER_PROFILE",
+    "PAPER_PROFILE_MODEL",
+    "PAPER_ZEROSHOT_MODEL",
+    "PAPER_RULER_MODEL",
+    "PAPER_SMALL_MODEL",
+    "S_PAR_GRID",
+    "S_PERP_GRID",
+]
 
 # The paper's reference numbers for the rows of :func:`tlgeo.decomposition.summary.atlas_summary`
 # (spec sections 4, 5, 7): zero-shot averages of Qwen3-1.7B (7 tasks), RULER-4k of Llama-3.2-3B,

@@ -22,8 +22,15 @@ from .closed_form import _check_variant, closed_form_hooks
 from .heads import ALL
 from .observe import check_tokens
 
-__all__ = ["plot_profile", "plot_sweep", "plot_head_maps", "plot_diagonal", "attention_before_after",
-           "attention_before_after_rows", "attention_view_signed"]
+__all__ = [
+    "plot_profile",
+    "plot_sweep",
+    "plot_head_maps",
+    "plot_diagonal",
+    "attention_before_after",
+    "attention_before_after_rows",
+    "attention_view_signed",
+]
 
 
 def plot_profile(summary: pd.DataFrame, stat: str = "parallel_ratio_median"):
@@ -67,8 +74,13 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
     if df.empty or not need <= set(df.columns):
         raise InputError(f"plot_sweep needs a non-empty frame with columns {sorted(need)}")
     axes_present = [a for a in ("s_par", "s_perp") if (df["axis"] == a).any()]
-    fig, axs = plt.subplots(1, len(axes_present), figsize=(WIDTH if len(axes_present) > 1 else WIDTH * 0.65, 4),
-                            squeeze=False, layout="constrained")
+    fig, axs = plt.subplots(
+        1,
+        len(axes_present),
+        figsize=(WIDTH if len(axes_present) > 1 else WIDTH * 0.65, 4),
+        squeeze=False,
+        layout="constrained",
+    )
     for ax, axis in zip(axs[0], axes_present):
         part = df[df["axis"] == axis]
         for site, g in part.groupby("site", sort=False):
@@ -96,7 +108,9 @@ def plot_sweep(df: pd.DataFrame, *, title: str | None = None):
     return fig
 
 
-def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = None, *, q_level: float = 0.05, axes=None):
+def plot_head_maps(
+    alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = None, *, q_level: float = 0.05, axes=None
+):
     """Heatmaps (layer x head): mean ``alpha`` (diverging, centred at 0) and, when given,
     the single-head ``delta_loss`` with cells of ``q < q_level`` marked ``*``.
     Layers and heads are tick-labelled with integers (every layer up to 40 rows,
@@ -109,8 +123,9 @@ def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = N
     panels = 1 if sensitivity is None else 2
     if axes is None:
         height = min(max(0.2 * alpha_map["layer"].nunique() + 1.8, 3.0), 9.0)
-        fig, axes = plt.subplots(1, panels, figsize=(WIDTH if panels == 2 else WIDTH * 0.55, height),
-                                 squeeze=False, layout="constrained")
+        fig, axes = plt.subplots(
+            1, panels, figsize=(WIDTH if panels == 2 else WIDTH * 0.55, height), squeeze=False, layout="constrained"
+        )
         axes = axes[0]
     fig = axes[0].figure
 
@@ -119,13 +134,17 @@ def plot_head_maps(alpha_map: pd.DataFrame, sensitivity: pd.DataFrame | None = N
         lim = float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0
         lim = lim or 1.0
         im = ax.imshow(vals, cmap="RdBu_r", norm=TwoSlopeNorm(0.0, -lim, lim), aspect="auto", interpolation="nearest")
-        for n, set_ticks, labels, axis in ((grid.shape[1], ax.set_xticks, grid.columns, ax.xaxis),
-                                           (grid.shape[0], ax.set_yticks, grid.index, ax.yaxis)):
+        for n, set_ticks, labels, axis in (
+            (grid.shape[1], ax.set_xticks, grid.columns, ax.xaxis),
+            (grid.shape[0], ax.set_yticks, grid.index, ax.yaxis),
+        ):
             if n <= 40:
                 set_ticks(range(n), [str(int(v)) for v in labels])
             else:  # too many to label each: integer positions, labelled with their layer / head
                 integer_ticks(axis)
-                axis.set_major_formatter(lambda x, _pos, _l=list(labels): str(int(_l[int(x)])) if 0 <= int(x) < len(_l) else "")
+                axis.set_major_formatter(
+                    lambda x, _pos, _l=list(labels): str(int(_l[int(x)])) if 0 <= int(x) < len(_l) else ""
+                )
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(title)
@@ -164,16 +183,19 @@ def plot_diagonal(diag: pd.DataFrame, variant: str, layer: int, seq: int = 0, he
     if head is not None:
         d = d[d["head"] == head]
     if d.empty:
-        raise InputError(f"no diagonal values for variant={variant!r}, layer={layer}, seq={seq}, "
-                         f"head={head}; have variants {sorted(diag['variant'].unique())}, "
-                         f"layers {sorted(diag['layer'].unique())}")
+        raise InputError(
+            f"no diagonal values for variant={variant!r}, layer={layer}, seq={seq}, "
+            f"head={head}; have variants {sorted(diag['variant'].unique())}, "
+            f"layers {sorted(diag['layer'].unique())}"
+        )
     before = d.pivot(index="head", columns="pos", values="a_self")
     after = d.pivot(index="head", columns="pos", values="a_self_new")
     lo = float(min(before.values.min(), after.values.min(), -1e-6))
     hi = float(max(before.values.max(), after.values.max(), 1e-6))
     norm = TwoSlopeNorm(vmin=lo, vcenter=0.0, vmax=hi)
-    fig, axes = plt.subplots(2, 1, figsize=(WIDTH, min(1.6 + 0.45 * len(before) * 2, 9.0)), sharex=True,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        2, 1, figsize=(WIDTH, min(1.6 + 0.45 * len(before) * 2, 9.0)), sharex=True, layout="constrained"
+    )
     for ax, frame, title in ((axes[0], before, "original A_tt"), (axes[1], after, "A_tt + Delta A_tt")):
         im = ax.imshow(frame.values, aspect="auto", cmap="RdBu_r", norm=norm, interpolation="nearest")
         ax.set_yticks(range(len(frame)), [f"h{h}" for h in frame.index])
@@ -207,14 +229,18 @@ def attention_before_after_rows(
     def cap(key):
         def fn(t: Tensor, hook) -> None:
             got[key] = t[seq].detach().float().cpu()
+
         return fn
 
     device = input_device(model)
     toks = tokens.to(device)
     with torch.inference_mode():
         model.run_with_hooks(toks, return_type=None, fwd_hooks=[(name, cap("before"))])
-        model.run_with_hooks(toks, return_type=None, fwd_hooks=closed_form_hooks(
-            model, variant, s_par, layers=layer, skip_first=0) + [(name, cap("after"))])
+        model.run_with_hooks(
+            toks,
+            return_type=None,
+            fwd_hooks=closed_form_hooks(model, variant, s_par, layers=layer, skip_first=0) + [(name, cap("after"))],
+        )
     heads = list(range(model.cfg.n_heads)) if heads is None else list(heads)
     pats = torch.stack([got[k][h] for h in heads for k in ("before", "after")])
     names = [f"h{h} {k}" for h in heads for k in ("before", "after")]

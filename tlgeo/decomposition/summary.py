@@ -23,8 +23,18 @@ if TYPE_CHECKING:
 
 CHAPTER = "decomposition"  # the atlas chapter these CSVs belong to (config.json budgets)
 
-__all__ = ["CHAPTER", "PAPER", "atlas_summary", "headline", "indication_note", "paper_value", "MIN_ZEROSHOT_ITEMS",
-           "MIN_RULER_SAMPLES", "MIN_HEAD_TEXTS", "MIN_PPL_TOKENS"]
+__all__ = [
+    "CHAPTER",
+    "PAPER",
+    "atlas_summary",
+    "headline",
+    "indication_note",
+    "paper_value",
+    "MIN_ZEROSHOT_ITEMS",
+    "MIN_RULER_SAMPLES",
+    "MIN_HEAD_TEXTS",
+    "MIN_PPL_TOKENS",
+]
 
 
 # Below these budgets a result is an indication only: the headline warns, and the
@@ -45,8 +55,6 @@ def paper_value(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return v if isinstance(v, str) else f"{v:.2f}" if abs(v) >= 1 else f"{v:.4f}"  # the paper's decimals
-
-
 
 
 def atlas_summary(out: str | Path) -> pd.DataFrame:
@@ -152,23 +160,31 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
         dominates = k > n / 2
         sentences.append(
             f"Parallel part: the per-layer median parallel ratio exceeds 1 in {k} of {n} layer-site pairs "
-            f"(median over layers: " + ", ".join(f"{s} {_num(v, 2)}" for s, v in med.items()) +
-            f"; largest {_num(top['parallel_ratio_median'], 3)} at {top['site']}, layer {int(top['layer'])}); "
-            f"the paper finds that {PAPER_PROFILE}, which this model {'shows' if dominates else 'does not show'}.")
+            f"(median over layers: "
+            + ", ".join(f"{s} {_num(v, 2)}" for s, v in med.items())
+            + f"; largest {_num(top['parallel_ratio_median'], 3)} at {top['site']}, layer {int(top['layer'])}); "
+            f"the paper finds that {PAPER_PROFILE}, which this model {'shows' if dominates else 'does not show'}."
+        )
 
     # 2. the cheapest parallel removal; 3. exclude-self against the paper's tolerance and the full removal
     cmp = read("compare")
     if cmp is not None and len(cmp):
         zero = cmp[cmp["condition"].str.endswith(" s_par=0")].sort_values("delta_ppl")
-        base_ppl = float(cmp.loc[cmp["condition"] == "unedited", "ppl"].iloc[0]) if (
-            cmp["condition"] == "unedited").any() else float("nan")
+        base_ppl = (
+            float(cmp.loc[cmp["condition"] == "unedited", "ppl"].iloc[0])
+            if (cmp["condition"] == "unedited").any()
+            else float("nan")
+        )
         if len(zero):
             first, rest = zero.iloc[0], zero.iloc[1:]
-            text = (f"Cheapest parallel removal (s_par = 0, blocks {skip}..): {_site_of(first['condition'])}, "
-                    f"ΔPPL {_signed(first['delta_ppl'])} on an unedited PPL of {_num(base_ppl)}")
+            text = (
+                f"Cheapest parallel removal (s_par = 0, blocks {skip}..): {_site_of(first['condition'])}, "
+                f"ΔPPL {_signed(first['delta_ppl'])} on an unedited PPL of {_num(base_ppl)}"
+            )
             if len(rest):
-                text += "; then " + ", ".join(f"{_site_of(c)} {_signed(d)}" for c, d in
-                                              zip(rest["condition"], rest["delta_ppl"]))
+                text += "; then " + ", ".join(
+                    f"{_site_of(c)} {_signed(d)}" for c, d in zip(rest["condition"], rest["delta_ppl"])
+                )
             sentences.append(text + ".")
         by = cmp.set_index("condition")["delta_ppl"]
         scales = sorted({c.split("=")[1] for c in cmp["condition"] if "s_par=" in c}, key=float)
@@ -177,17 +193,23 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
             tol = float(str(PAPER[("ppl", "value_excl_self s_par=0", "delta_ppl")]).strip("< "))
             band = [(v, d) for v, d in es if 0.0 <= float(v) <= 1.0]
             within = all(d < tol for _, d in band)
-            text = ("Exclude-self removal costs " + " and ".join(f"{_signed(d)} PPL at s_par = {v}" for v, d in es))
+            text = "Exclude-self removal costs " + " and ".join(f"{_signed(d)} PPL at s_par = {v}" for v, d in es)
             if band:
-                text += (f", {'within' if within else 'outside'} the paper's band of < {tol:g} PPL point "
-                         "for s_par in [0, 1]")
+                text += (
+                    f", {'within' if within else 'outside'} the paper's band of < {tol:g} PPL point for s_par in [0, 1]"
+                )
             full = [(v, d, by[f"value_full s_par={v}"]) for v, d in es if f"value_full s_par={v}" in by]
             if full:
                 cheaper = all(d < f for _, d, f in full)
-                text += ("; the full value-space removal costs " +
-                         " and ".join(f"{_signed(f)}" for _, _, f in full) +
-                         (", so exclude-self is the cheaper one, as in the paper" if cheaper else
-                          ", so exclude-self is not cheaper at every scale, unlike the paper"))
+                text += (
+                    "; the full value-space removal costs "
+                    + " and ".join(f"{_signed(f)}" for _, _, f in full)
+                    + (
+                        ", so exclude-self is the cheaper one, as in the paper"
+                        if cheaper
+                        else ", so exclude-self is not cheaper at every scale, unlike the paper"
+                    )
+                )
             sentences.append(text + ".")
 
     # 4. downstream: zero-shot (paired changes) and RULER, each next to the paper
@@ -195,30 +217,44 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
     paired = read("compare_zeroshot_paired")
     rl = read("compare_ruler")
     parts = []
-    small = ((zs is not None and len(zs) and int(zs["n"].min()) < MIN_ZEROSHOT_ITEMS)
-             or (rl is not None and len(rl) and int(rl["n"].min()) < MIN_RULER_SAMPLES))
+    small = (zs is not None and len(zs) and int(zs["n"].min()) < MIN_ZEROSHOT_ITEMS) or (
+        rl is not None and len(rl) and int(rl["n"].min()) < MIN_RULER_SAMPLES
+    )
     p_base = PAPER.get(("zeroshot", "unedited", "acc"))
     if paired is not None and len(paired):
         acc = paired[(paired["metric"] == "acc") & paired["condition"].str.endswith(" s_par=0")]
         if len(acc):
+
             def paper_delta(c: str) -> str:
                 pv = PAPER.get(("zeroshot", c, "acc"))
                 return f"; paper {_signed(pv - p_base, 3)}" if pv is not None and p_base is not None else ""
 
             parts.append(
                 f"zero-shot accuracy change vs unedited over {int(acc['n'].iloc[0])} items, "
-                + ", ".join(f"{_site_of(c)} {_signed(d, 2)} points (CI {_signed(lo, 2)} to {_signed(hi, 2)}"
-                            f"{paper_delta(c)})"
-                            for c, d, lo, hi in zip(acc["condition"], acc["delta"], acc["ci_low"], acc["ci_high"])))
+                + ", ".join(
+                    f"{_site_of(c)} {_signed(d, 2)} points (CI {_signed(lo, 2)} to {_signed(hi, 2)}{paper_delta(c)})"
+                    for c, d, lo, hi in zip(acc["condition"], acc["delta"], acc["ci_low"], acc["ci_high"])
+                )
+            )
     conds = [r for (t, r, q) in PAPER if t == "ruler" and ("ruler", r, "score") in val]
     if conds:
-        parts.append("RULER-style score " + ", ".join(
-            f"{c.replace(' s_par=', ' at ')} {_num(val[('ruler', c, 'score')], 3)} % "
-            f"(paper {PAPER[('ruler', c, 'score')]:.2f})" for c in conds))
+        parts.append(
+            "RULER-style score "
+            + ", ".join(
+                f"{c.replace(' s_par=', ' at ')} {_num(val[('ruler', c, 'score')], 3)} % "
+                f"(paper {PAPER[('ruler', c, 'score')]:.2f})"
+                for c in conds
+            )
+        )
     if parts:
-        sentences.append("Downstream" + (" (indication only at these budgets)" if small else "") + ": "
-                         + "; ".join(parts) + f" — paper models: {PAPER_ZEROSHOT_MODEL} (zero-shot), "
-                         f"{PAPER_RULER_MODEL} (RULER).")
+        sentences.append(
+            "Downstream"
+            + (" (indication only at these budgets)" if small else "")
+            + ": "
+            + "; ".join(parts)
+            + f" — paper models: {PAPER_ZEROSHOT_MODEL} (zero-shot), "
+            f"{PAPER_RULER_MODEL} (RULER)."
+        )
 
     # 5. the post-W_O audit
     if ("audit", "value_excl_self", "perturbation %") in val and ("audit", "attn", "perturbation %") in val:
@@ -231,7 +267,8 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
             f"residual edit by {_num(r['perturbation'])} % ({_num(r['energy'])} %, {_num(r['retained'])} %); "
             f"paper ({PAPER_SMALL_MODEL}): {PAPER[('audit', 'value_excl_self', 'perturbation %')]:.2f} % and "
             f"{PAPER[('audit', 'attn', 'perturbation %')]:.2f} % — exclude-self perturbs "
-            f"{'more, as in the paper' if more else 'less, unlike the paper'}.")
+            f"{'more, as in the paper' if more else 'less, unlike the paper'}."
+        )
 
     # 6. the closed form: exact for the value-space variants, exact only along z for attn
     cf = read("closed_form_errors")
@@ -239,17 +276,22 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
         exact = cf[cf["variant"].isin(["value_full", "value_excl_self"])]
         worst = float(exact["rel_err"].max()) if len(exact) else float("nan")
         logit = {v: val.get(("closed_form", v, "max abs dlogit")) for v in ("value_full", "value_excl_self")}
-        text = ("Closed form: editing only the attention diagonal reproduces the value-space edits " +
-                ("up to float rounding" if worst < 1e-3 else "NOT exactly") +
-                f" (largest relative error {_num(worst, 2)}; max |Δlogit| " +
-                " / ".join(f"{_num(x, 2)} {v.replace('value_', '')}" for v, x in logit.items() if x is not None) + ")")
+        text = (
+            "Closed form: editing only the attention diagonal reproduces the value-space edits "
+            + ("up to float rounding" if worst < 1e-3 else "NOT exactly")
+            + f" (largest relative error {_num(worst, 2)}; max |Δlogit| "
+            + " / ".join(f"{_num(x, 2)} {v.replace('value_', '')}" for v, x in logit.items() if x is not None)
+            + ")"
+        )
         dg = read("closed_form_diag")
         if dg is not None and (dg["variant"] == "attn").any():
             a = dg[dg["variant"] == "attn"].iloc[0]
             along_ok = a["resid_local_par_rel_err_max"] < 1e-3
-            text += (f"; the residual (attn) one-coefficient form is {'exact' if along_ok else 'NOT exact'} along z "
-                     f"(miss along z at most {_num(a['resid_local_par_rel_err_max'], 2)} of ||attn_out||) but "
-                     f"misses by a median {_num(a['resid_local_rel_err_median'], 2)} ||attn_out|| off z, as expected")
+            text += (
+                f"; the residual (attn) one-coefficient form is {'exact' if along_ok else 'NOT exact'} along z "
+                f"(miss along z at most {_num(a['resid_local_par_rel_err_max'], 2)} of ||attn_out||) but "
+                f"misses by a median {_num(a['resid_local_rel_err_median'], 2)} ||attn_out|| off z, as expected"
+            )
         sentences.append(text + ".")
 
     # 7. the MLP carrier
@@ -264,28 +306,43 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
 
         paper = [(PAPER[("mlp_carrier", l, "no_para")], PAPER[("mlp_carrier", l, "no_perp")]) for l in labels]
         sentences.append(
-            "MLP carrier (Δ mean NLL, nats; residual MLP / h vs x / y_g vs h_g): No-Para " +
-            " / ".join(_signed(x) for x in para) + ", No-Perp " + " / ".join(_signed(x) for x in perp) +
-            f" (paper, {PAPER_SMALL_MODEL}: " + " / ".join(f"+{p:g}" for p, _ in paper) + " and " +
-            " / ".join(f"+{q:g}" for _, q in paper) + "); No-Perp is " +
-            " / ".join(ratio(p, q) for p, q in zip(para, perp)) + " No-Para (paper " +
-            " / ".join(ratio(p, q) for p, q in paper) + ")" +
-            (", so the perpendicular part carries the MLP, as in the paper." if carrier else
-             ", so the perpendicular part does not carry the MLP everywhere, unlike the paper."))
+            "MLP carrier (Δ mean NLL, nats; residual MLP / h vs x / y_g vs h_g): No-Para "
+            + " / ".join(_signed(x) for x in para)
+            + ", No-Perp "
+            + " / ".join(_signed(x) for x in perp)
+            + f" (paper, {PAPER_SMALL_MODEL}: "
+            + " / ".join(f"+{p:g}" for p, _ in paper)
+            + " and "
+            + " / ".join(f"+{q:g}" for _, q in paper)
+            + "); No-Perp is "
+            + " / ".join(ratio(p, q) for p, q in zip(para, perp))
+            + " No-Para (paper "
+            + " / ".join(ratio(p, q) for p, q in paper)
+            + ")"
+            + (
+                ", so the perpendicular part carries the MLP, as in the paper."
+                if carrier
+                else ", so the perpendicular part does not carry the MLP everywhere, unlike the paper."
+            )
+        )
 
     # 8. heads
     ha, hs = read("heads_alpha"), read("heads_sensitivity")
     if ha is not None and len(ha):
         pos, n = int((ha["alpha_mean"] > 0).sum()), len(ha)
-        text = (f"Heads: {_num(100 * pos / n, 3)} % of heads ({pos} of {n}) have a positive mean exclude-self alpha "
-                f"(paper: {PAPER[('heads', 'value_excl_self', 'share alpha > 0')]}"
-                f"{'' if 0 < pos < n and min(pos, n - pos) >= 0.1 * n else '; here almost one sign'})")
+        text = (
+            f"Heads: {_num(100 * pos / n, 3)} % of heads ({pos} of {n}) have a positive mean exclude-self alpha "
+            f"(paper: {PAPER[('heads', 'value_excl_self', 'share alpha > 0')]}"
+            f"{'' if 0 < pos < n and min(pos, n - pos) >= 0.1 * n else '; here almost one sign'})"
+        )
         if hs is not None and len(hs):
             single = hs[hs["head"].astype(str) != "all"]
             sig = single[single["q"] < 0.05]
             big = single.loc[single["delta_loss"].idxmax()]
-            text += (f"; {len(sig)} of {len(single)} single-head removals change the loss at BH q < 0.05 "
-                     f"(largest {_signed(big['delta_loss'], 2)} nats, layer {int(big['layer'])} head {big['head']})")
+            text += (
+                f"; {len(sig)} of {len(single)} single-head removals change the loss at BH q < 0.05 "
+                f"(largest {_signed(big['delta_loss'], 2)} nats, layer {int(big['layer'])} head {big['head']})"
+            )
         sentences.append(text + ".")
 
     # warnings: budgets too small to conclude from
@@ -296,31 +353,45 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
             base = zs[zs["condition"] == "unedited"] if "condition" in zs else zs
             p = float(base["acc"].mean()) if len(base) else 0.5
             se = 100 * math.sqrt(max(p * (1 - p), 1e-4) / (n * len(tasks)))
-            warnings.append(f"Zero-shot: {n} items per task ({n * len(tasks)} per condition over {len(tasks)} "
-                            f"task{'s' if len(tasks) > 1 else ''}): one item moves a task's accuracy by {100 / n:.0f} points and the mean "
-                            f"accuracy has a standard error of about ±{se:.0f} points — indication only "
-                            f"(use at least {MIN_ZEROSHOT_ITEMS} items per task).")
+            warnings.append(
+                f"Zero-shot: {n} items per task ({n * len(tasks)} per condition over {len(tasks)} "
+                f"task{'s' if len(tasks) > 1 else ''}): one item moves a task's accuracy by {100 / n:.0f} points "
+                "and the mean "
+                f"accuracy has a standard error of about ±{se:.0f} points — indication only "
+                f"(use at least {MIN_ZEROSHOT_ITEMS} items per task)."
+            )
     if (rl is None and read("compare_ppl") is not None) or (rl is not None and not len(rl)):  # compared, no RULER
-        warnings.append("RULER-style: not run (the atlas runs it only when asked, with --ruler-tasks; or every "
-                        "length is longer than the model's context: see section 3).")
+        warnings.append(
+            "RULER-style: not run (the atlas runs it only when asked, with --ruler-tasks; or every "
+            "length is longer than the model's context: see section 3)."
+        )
     if rl is not None and len(rl):
         n = int(rl["n"].min())
         if n < MIN_RULER_SAMPLES:
-            warnings.append(f"RULER-style: {n} sample(s) per task and length: each score moves in steps of "
-                            f"{100 / n:.0f} points — indication only (use at least {MIN_RULER_SAMPLES}).")
+            warnings.append(
+                f"RULER-style: {n} sample(s) per task and length: each score moves in steps of "
+                f"{100 / n:.0f} points — indication only (use at least {MIN_RULER_SAMPLES})."
+            )
     if hs is not None and len(hs):
         n = int(hs["n_texts"].min())
         if n < MIN_HEAD_TEXTS:
             floor = 2.0 ** (1 - n)  # every text's loss change of one sign: the exact sign-flip test's smallest p
             passes = floor < 0.05  # BH's smallest q is the floor when every test reaches it
-            warnings.append(f"Head sensitivity: {n} texts per head: the sign-flip p of one head cannot fall below "
-                            f"{_num(floor, 2)} (every text's loss moving the same way), so "
-                            + (f"a head passes Benjamini–Hochberg over {len(hs)} tests only when nearly every text "
-                               "agrees" if passes else f"no head can pass Benjamini–Hochberg over {len(hs)} tests")
-                            + f" — indication only (use at least {MIN_HEAD_TEXTS} texts).")
+            warnings.append(
+                f"Head sensitivity: {n} texts per head: the sign-flip p of one head cannot fall below "
+                f"{_num(floor, 2)} (every text's loss moving the same way), so "
+                + (
+                    f"a head passes Benjamini–Hochberg over {len(hs)} tests only when nearly every text agrees"
+                    if passes
+                    else f"no head can pass Benjamini–Hochberg over {len(hs)} tests"
+                )
+                + f" — indication only (use at least {MIN_HEAD_TEXTS} texts)."
+            )
     if (cp := read("compare_ppl")) is not None and len(cp):
         n = int(cp["n_tokens"].iloc[0])
         if n < MIN_PPL_TOKENS:
-            warnings.append(f"Perplexity: {n} tokens of {corpus}: large ΔPPL differences stand, but differences "
-                            f"of a point or two are an indication only (use at least {MIN_PPL_TOKENS} tokens).")
+            warnings.append(
+                f"Perplexity: {n} tokens of {corpus}: large ΔPPL differences stand, but differences "
+                f"of a point or two are an indication only (use at least {MIN_PPL_TOKENS} tokens)."
+            )
     return Headline(sentences, warnings)

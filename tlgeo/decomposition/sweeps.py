@@ -121,8 +121,7 @@ def sweep_points(
             points += [SweepPoint(name, "s_perp", s) for s in perp]
     if not points:
         raise InputError(
-            f"empty sweep: no grid points for sites {names} "
-            f"(s_par_grid={list(par)}, s_perp_grid={list(perp)})"
+            f"empty sweep: no grid points for sites {names} (s_par_grid={list(par)}, s_perp_grid={list(perp)})"
         )
     return points
 
@@ -137,7 +136,9 @@ class _Batch:
     resid: Tensor | None = None  # residual entering the start block, from the clean run
 
 
-def _corpus(model, text: str | Tensor, context: int, max_tokens: int | None, batch_size: int) -> tuple[list[_Batch], Tensor]:
+def _corpus(
+    model, text: str | Tensor, context: int, max_tokens: int | None, batch_size: int
+) -> tuple[list[_Batch], Tensor]:
     """Tokenize once and group equal-length windows into batches (as ``perplexity`` does)."""
     n_ctx = model.cfg.n_ctx
     if context > n_ctx:
@@ -235,8 +236,17 @@ def _model_name(model) -> str:
 
 
 def _run_sweep(
-    model, text, edits: list[tuple[dict, Edit | None]], *, start: int, context: int,
-    max_tokens: int | None, batch_size: int, log_path, progress: bool, key_extra: dict,
+    model,
+    text,
+    edits: list[tuple[dict, Edit | None]],
+    *,
+    start: int,
+    context: int,
+    max_tokens: int | None,
+    batch_size: int,
+    log_path,
+    progress: bool,
+    key_extra: dict,
 ) -> tuple[dict, list[dict]]:
     """Shared engine: ``edits`` are ``(row_fields, Edit)`` pairs (``None`` for no-op points).
 
@@ -245,10 +255,18 @@ def _run_sweep(
         if e is not None:
             e.hooks(model)
     batches, _ = _corpus(model, text, context, max_tokens, batch_size)
-    key_extra = {**key_extra, "context": context, "max_tokens": max_tokens,  # corpus: the windows read, BOS included
-                 "corpus": content_digest([b.tokens for b in batches]), "model": _model_name(model)}
-    log = (ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("corpus",))  # corpus: its digest
-           if log_path is not None else None)
+    key_extra = {
+        **key_extra,
+        "context": context,
+        "max_tokens": max_tokens,  # corpus: the windows read, BOS included
+        "corpus": content_digest([b.tokens for b in batches]),
+        "model": _model_name(model),
+    }
+    log = (
+        ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("corpus",))  # corpus: its digest
+        if log_path is not None
+        else None
+    )
 
     def key_of(fields: dict) -> dict:
         return {k: fields[k] if k in fields else key_extra.get(k) for k in KEY}
@@ -328,8 +346,16 @@ def sensitivity_sweep(
         raise InputError(f"skip_first must be an integer in 0..{n - 1}, got {skip_first!r}")
     edits = _point_edits(points, None, skip_first=skip_first)
     base, rows = _run_sweep(
-        model, text, edits, start=skip_first, context=context, max_tokens=max_tokens,
-        batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": skip_first},
+        model,
+        text,
+        edits,
+        start=skip_first,
+        context=context,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        log_path=log_path,
+        progress=progress,
+        key_extra={"skip_first": skip_first},
     )
     return _frame(rows, base, COLUMNS)
 
@@ -337,8 +363,10 @@ def sensitivity_sweep(
 def _point_edits(points, layer: int | None, **edit_kw) -> list[tuple[dict, Edit | None]]:
     """``(row key, Edit or None for the unedited point)`` per sweep point; ``edit_kw`` go to :class:`Edit`."""
     return [
-        ({"site": p.site, "layer": layer, "axis": p.axis, "scale": p.scale, "s_par": p.s_par, "s_perp": p.s_perp},
-         None if p.is_noop else Edit(p.site, p.s_par, p.s_perp, **edit_kw))
+        (
+            {"site": p.site, "layer": layer, "axis": p.axis, "scale": p.scale, "s_par": p.s_par, "s_perp": p.s_perp},
+            None if p.is_noop else Edit(p.site, p.s_par, p.s_perp, **edit_kw),
+        )
         for p in points
     ]
 
@@ -372,7 +400,15 @@ def layer_sweep(
     points = sweep_points([site], grid if axis == "s_par" else (), grid if axis == "s_perp" else ())
     edits = _point_edits(points, layer, layers=layer, skip_first=0)
     base, rows = _run_sweep(
-        model, text, edits, start=layer, context=context, max_tokens=max_tokens,
-        batch_size=batch_size, log_path=log_path, progress=progress, key_extra={"skip_first": 0},
+        model,
+        text,
+        edits,
+        start=layer,
+        context=context,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        log_path=log_path,
+        progress=progress,
+        key_extra={"skip_first": 0},
     )
     return _frame(rows, base, ["site", "layer", *COLUMNS[1:]])

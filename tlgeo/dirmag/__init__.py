@@ -18,13 +18,26 @@ walks through every measurement.
 """
 
 from .damage import damage_table, lm_damage, wikitext_sentences
-from .engine import (PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches,
-                     sentence_nll)
+from .engine import PAPER_DELTAS, SweepGrid, clean_pass, delta_grid, perturbed_scores, sentence_batches, sentence_nll
 from .entropy import attention_entropy
 from .probes import direction_magnitude_probes
 from .repair import causal_repair
 from .syntax import agreement_pairs, blimp_damage
 
-__all__ = ["PAPER_DELTAS", "SweepGrid", "wikitext_sentences", "delta_grid", "lm_damage", "damage_table",
-           "clean_pass", "perturbed_scores", "sentence_batches", "sentence_nll", "agreement_pairs", "blimp_damage",
-           "causal_repair", "attention_entropy", "direction_magnitude_probes"]
+__all__ = [
+    "PAPER_DELTAS",
+    "SweepGrid",
+    "wikitext_sentences",
+    "delta_grid",
+    "lm_damage",
+    "damage_table",
+    "clean_pass",
+    "perturbed_scores",
+    "sentence_batches",
+    "sentence_nll",
+    "agreement_pairs",
+    "blimp_damage",
+    "causal_repair",
+    "attention_entropy",
+    "direction_magnitude_probes",
+]

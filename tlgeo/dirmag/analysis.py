@@ -43,8 +43,12 @@ class DirmagResult(Result):
 
     TABLES = (
         Table("damage", ("model", *_damage.KEY), "dirmag_damage.csv", _VOLATILE),
-        Table("damage_summary", ("model", *[k for k in _damage.KEY if k not in ("kind", "seed")]),
-              "dirmag_damage_summary.csv", derive=lambda r: _damage.damage_summary(r.damage)),
+        Table(
+            "damage_summary",
+            ("model", *[k for k in _damage.KEY if k not in ("kind", "seed")]),
+            "dirmag_damage_summary.csv",
+            derive=lambda r: _damage.damage_summary(r.damage),
+        ),
         Table("blimp", ("model", *_syntax.KEY, "paradigm"), "dirmag_blimp.csv", _VOLATILE),
         Table("repair", ("model", *_repair.KEY, "repair"), "dirmag_repair.csv", _VOLATILE),
         Table("entropy", ("model", *_entropy.KEY), "dirmag_entropy.csv", _VOLATILE),
@@ -55,8 +59,12 @@ class DirmagResult(Result):
 def sentences_of(cfg: DirmagConfig) -> list[str]:
     """The scored sentences: WikiText's (the notebook's) or the tails of ``cfg.sentence_corpus``."""
     if cfg.sentence_corpus:
-        got = [t for c in cfg.sentence_corpus.split(",") if c
-               for t in _damage.corpus_sentences(c, tail_frac=cfg.sentence_tail)]
+        got = [
+            t
+            for c in cfg.sentence_corpus.split(",")
+            if c
+            for t in _damage.corpus_sentences(c, tail_frac=cfg.sentence_tail)
+        ]
         return got[: cfg.sentences or None]
     return _damage.wikitext_sentences(cfg.sentences or None)
 
@@ -77,9 +85,16 @@ def units(model, cfg: DirmagConfig) -> list[tuple]:
 
 
 @identified
-def run(model, cfg: DirmagConfig, *, out: str | Path | None = None, log: str | Path | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False,
-        on_table: Any = None) -> DirmagResult:
+def run(
+    model,
+    cfg: DirmagConfig,
+    *,
+    out: str | Path | None = None,
+    log: str | Path | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Any = None,
+) -> DirmagResult:
     """Every part ``cfg`` asks for, on ``units`` (default all). With ``out`` each table is
     merged into ``out`` as soon as it is done; logs go to ``log`` (default ``out``).
     ``on_table(name, df)`` is called after each part (the CLI prints it)."""
@@ -93,14 +108,18 @@ def run(model, cfg: DirmagConfig, *, out: str | Path | None = None, log: str | P
     kw = dict(batch_size=cfg.batch_size, progress=progress)
     sents = sentences_of(cfg)
     runs = {
-        "damage": lambda: _damage.lm_damage(model, sents, grid, max_tokens=cfg.max_tokens, log_path=logs("damage"),
-                                           **kw),
-        "blimp": lambda: _syntax.blimp_damage(model, _syntax.agreement_pairs(cfg.blimp_pairs), grid,
-                                             log_path=logs("blimp"), **kw),
-        "repair": lambda: _repair.causal_repair(model, sents[: cfg.repair_sentences], small,
-                                               repair_layers=cfg.repair_layers, log_path=logs("repair"), **kw),
-        "entropy": lambda: _entropy.attention_entropy(model, sents[: cfg.entropy_sentences], small,
-                                                     log_path=logs("entropy"), **kw),
+        "damage": lambda: _damage.lm_damage(
+            model, sents, grid, max_tokens=cfg.max_tokens, log_path=logs("damage"), **kw
+        ),
+        "blimp": lambda: _syntax.blimp_damage(
+            model, _syntax.agreement_pairs(cfg.blimp_pairs), grid, log_path=logs("blimp"), **kw
+        ),
+        "repair": lambda: _repair.causal_repair(
+            model, sents[: cfg.repair_sentences], small, repair_layers=cfg.repair_layers, log_path=logs("repair"), **kw
+        ),
+        "entropy": lambda: _entropy.attention_entropy(
+            model, sents[: cfg.entropy_sentences], small, log_path=logs("entropy"), **kw
+        ),
         "probes": lambda: _probes(model, cfg, chosen, progress),
     }
     tables: dict[str, pd.DataFrame] = {}
@@ -126,9 +145,14 @@ def _probes(model, cfg: DirmagConfig, chosen: list[tuple] | None, progress: bool
         layers = [l for l in layers if ("probe", l) in chosen]
     if not layers:
         return None
-    return direction_magnitude_probes(model, load_treebank("dev", cfg.probe_sentences),
-                                      load_treebank("test", cfg.probe_sentences), layers,
-                                      batch_size=cfg.batch_size, progress=progress)
+    return direction_magnitude_probes(
+        model,
+        load_treebank("dev", cfg.probe_sentences),
+        load_treebank("test", cfg.probe_sentences),
+        layers,
+        batch_size=cfg.batch_size,
+        progress=progress,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -150,8 +174,19 @@ def _n_deltas(cfg: DirmagConfig) -> int:
     return len(set(cfg.absolute_deltas)) + len([f for f in cfg.norm_fractions if f > 0])  # x the clean median norm
 
 
-def _sweep_work(shape, name: str, texts: Sequence[str], max_tokens: int | None, batch: int, perturbations: int,
-                passes: int, first: int, *, kept_per_token: float = 0.0, eager: bool = False):
+def _sweep_work(
+    shape,
+    name: str,
+    texts: Sequence[str],
+    max_tokens: int | None,
+    batch: int,
+    perturbations: int,
+    passes: int,
+    first: int,
+    *,
+    kept_per_token: float = 0.0,
+    eager: bool = False,
+):
     """A clean pass of ``texts`` and ``perturbations`` x ``passes`` passes resumed at block ``first``."""
     from ..planner import Work, padded_batches, text_tokens
 
@@ -159,8 +194,17 @@ def _sweep_work(shape, name: str, texts: Sequence[str], max_tokens: int | None, 
     resumed = perturbations * passes
     blocks = (1 + resumed * (shape.n_layers - first) / shape.n_layers) / (1 + resumed)
     kept = tokens * shape.d_model * 4 * (1 + kept_per_token)  # the residual where they resume, per batch
-    return Work(name, tokens * (1 + resumed), longest, batch, hooks={"dirmag.sweep": 1}, blocks=blocks, eager=eager,
-                kept_bytes=kept, note=f"{len(texts)} sentences: 1 clean + {resumed} passes resumed at block {first}")
+    return Work(
+        name,
+        tokens * (1 + resumed),
+        longest,
+        batch,
+        hooks={"dirmag.sweep": 1},
+        blocks=blocks,
+        eager=eager,
+        kept_bytes=kept,
+        note=f"{len(texts)} sentences: 1 clean + {resumed} passes resumed at block {first}",
+    )
 
 
 def plan(shape, cfg: DirmagConfig) -> list:
@@ -183,28 +227,72 @@ def plan(shape, cfg: DirmagConfig) -> list:
     out = [_sweep_work(shape, "damage", sents, cfg.max_tokens, sweep_batch, perts, 1, first)]
     if "blimp" in parts:
         pairs = agreement_pairs(cfg.blimp_pairs)
-        out.append(_sweep_work(shape, "BLiMP", [p.good for p in pairs] + [p.bad for p in pairs], None, sweep_batch,
-                               perts, 1, first))
+        out.append(
+            _sweep_work(
+                shape, "BLiMP", [p.good for p in pairs] + [p.bad for p in pairs], None, sweep_batch, perts, 1, first
+            )
+        )
     if "repair" in parts:
-        layers = resolve_layers(shape, cfg.repair_layers if cfg.repair_layers is not None else
-                                cfg.grid().chosen_layers(shape))
+        layers = resolve_layers(
+            shape, cfg.repair_layers if cfg.repair_layers is not None else cfg.grid().chosen_layers(shape)
+        )
         hooks = sum(len(h) for h in REPAIRS.values()) * len(layers)  # the clean tensors the repairs put back
-        out.append(_sweep_work(shape, "repair", sents[: cfg.repair_sentences], cfg.max_tokens, sweep_batch, small,
-                               1 + len(REPAIRS), first, kept_per_token=hooks))
+        out.append(
+            _sweep_work(
+                shape,
+                "repair",
+                sents[: cfg.repair_sentences],
+                cfg.max_tokens,
+                sweep_batch,
+                small,
+                1 + len(REPAIRS),
+                first,
+                kept_per_token=hooks,
+            )
+        )
     if "entropy" in parts:
-        out.append(_sweep_work(shape, "entropy", sents[: cfg.entropy_sentences], cfg.max_tokens, sweep_batch, small, 1,
-                               first, eager=True))
+        out.append(
+            _sweep_work(
+                shape,
+                "entropy",
+                sents[: cfg.entropy_sentences],
+                cfg.max_tokens,
+                sweep_batch,
+                small,
+                1,
+                first,
+                eager=True,
+            )
+        )
     if "probes" in parts:
-        blocks = resolve_layers(shape, cfg.probe_layers if cfg.probe_layers is not None else
-                                default_probe_layers(shape.n_layers, cfg.probe_layer_count))
+        blocks = resolve_layers(
+            shape,
+            cfg.probe_layers
+            if cfg.probe_layers is not None
+            else default_probe_layers(shape.n_layers, cfg.probe_layer_count),
+        )
         train, test = load_treebank("dev", cfg.probe_sentences), load_treebank("test", cfg.probe_sentences)
         split = [padded_batches([text_tokens(s.text, 128) for s in ss], cfg.batch_size) for ss in (train, test)]
         words = sum(len(s.upos) for s in [*train, *test])
-        out.append(Work("probes: states", split[0][0] + split[1][0], max(split[0][1], split[1][1]), cfg.batch_size,
-                        host_bytes=words * len(blocks) * shape.d_model * 4,
-                        note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)"))
-        out.append(Work("probes: fits", 0, 1, host={"dirmag.probe_fit": len(blocks) * len(train) * shape.d_model},
-                        note="POS and depth probes on the direction, the norm, both (host)"))
+        out.append(
+            Work(
+                "probes: states",
+                split[0][0] + split[1][0],
+                max(split[0][1], split[1][1]),
+                cfg.batch_size,
+                host_bytes=words * len(blocks) * shape.d_model * 4,
+                note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)",
+            )
+        )
+        out.append(
+            Work(
+                "probes: fits",
+                0,
+                1,
+                host={"dirmag.probe_fit": len(blocks) * len(train) * shape.d_model},
+                note="POS and depth probes on the direction, the norm, both (host)",
+            )
+        )
     return out
 
 
@@ -215,8 +303,26 @@ def support(family: Family) -> Support:
     return Support("yes")
 
 
-ANALYSIS = register_analysis(Analysis(
-    "dirmag", DirmagConfig, run, DirmagResult, units,
-    "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
-    tiny=dict(sentences=3, seeds=2, absolute_deltas=(1.0,), norm_fractions=(), blimp_pairs=1, probe_sentences=4,
-              probe_layer_count=2, batch_size=4), plan=plan, support=support, docs="analyses/dirmag"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "dirmag",
+        DirmagConfig,
+        run,
+        DirmagResult,
+        units,
+        "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes (seed paper 003)",
+        tiny=dict(
+            sentences=3,
+            seeds=2,
+            absolute_deltas=(1.0,),
+            norm_fractions=(),
+            blimp_pairs=1,
+            probe_sentences=4,
+            probe_layer_count=2,
+            batch_size=4,
+        ),
+        plan=plan,
+        support=support,
+        docs="analyses/dirmag",
+    )
+)

@@ -30,9 +30,20 @@ CHAPTER = "dirmag"
 
 
 DirmagBudgets = atlas_budgets(
-    DirmagConfig, "dirmag_", ("sentences", "seeds", "absolute_deltas", "norm_fractions", "mode", "blimp_pairs",
-                              "probe_sentences", "probe_layer_count"),
-    rename={"absolute_deltas": "deltas", "probe_layer_count": "probe_layers"})
+    DirmagConfig,
+    "dirmag_",
+    (
+        "sentences",
+        "seeds",
+        "absolute_deltas",
+        "norm_fractions",
+        "mode",
+        "blimp_pairs",
+        "probe_sentences",
+        "probe_layer_count",
+    ),
+    rename={"absolute_deltas": "deltas", "probe_layer_count": "probe_layers"},
+)
 
 
 def _damage_headline(path: Path) -> Headline:
@@ -44,13 +55,17 @@ def _damage_headline(path: Path) -> Headline:
         f"Direction vs magnitude: at delta {lo['delta']:g} ({100 * lo['delta_over_norm']:.1f} % of the median state "
         f"norm) the angle perturbation does {ratio(lo)} the loss damage of the magnitude one "
         f"({lo['angle_damage']:.3g} vs {lo['magnitude_damage']:.3g} nats); at delta {hi['delta']:g} "
-        f"({100 * hi['delta_over_norm']:.0f} %) {ratio(hi)} ({hi['angle_damage']:.3g} vs {hi['magnitude_damage']:.3g}). "
-        f"The paper: {PAPER_RATIOS}."]
+        f"({100 * hi['delta_over_norm']:.0f} %) {ratio(hi)} ({hi['angle_damage']:.3g} vs "
+        f"{hi['magnitude_damage']:.3g}). "
+        f"The paper: {PAPER_RATIOS}."
+    ]
     warnings = []
     n, seeds = int(df["n_sentences"].iloc[0]), int(df["seed"].nunique())
     if n < FULL_SENTENCES or seeds < FULL_SEEDS:
-        warnings.append(f"Direction vs magnitude: {n} sentences and {seeds} seed(s), under the notebook's "
-                        f"{FULL_SENTENCES} x {FULL_SEEDS}: indication only (tlgeo dirmag runs the full sweep).")
+        warnings.append(
+            f"Direction vs magnitude: {n} sentences and {seeds} seed(s), under the notebook's "
+            f"{FULL_SENTENCES} x {FULL_SEEDS}: indication only (tlgeo dirmag runs the full sweep)."
+        )
     return Headline(sentences, warnings)
 
 
@@ -62,19 +77,30 @@ def headline(out: Path, budgets: DirmagBudgets | None = None) -> Headline:
     if probes.exists():
         up = pd.read_csv(probes).query("task == 'upos'")
         best = up.groupby("features")["score"].max()
-        h = Headline(list(h.sentences) + [
-            f"Probes: the best part-of-speech accuracy from the direction h/||h|| is {best['direction']:.1f} %, from "
-            f"the norm ||h|| {best['magnitude']:.1f} % (majority tag {up['baseline'].iloc[0]:.1f} %; the paper: "
-            f"{PAPER_PROBES[('upos', 'direction')]} vs {PAPER_PROBES[('upos', 'magnitude')]} %)."], list(h.warnings))
+        h = Headline(
+            list(h.sentences)
+            + [
+                "Probes: the best part-of-speech accuracy from the direction h/||h|| is "
+                f"{best['direction']:.1f} %, from "
+                f"the norm ||h|| {best['magnitude']:.1f} % (majority tag {up['baseline'].iloc[0]:.1f} %; the paper: "
+                f"{PAPER_PROBES[('upos', 'direction')]} vs {PAPER_PROBES[('upos', 'magnitude')]} %)."
+            ],
+            list(h.warnings),
+        )
     return h
 
 
 register_chapter(CHAPTER, DirmagBudgets, headline=headline, title="Direction vs magnitude (seed paper 003)")
 
 
-@register_analysis_step("dirmag", CHAPTER, ANALYSIS, lambda b: b.config(),
-                        "direction vs magnitude: LM damage of L2-matched perturbations, BLiMP agreement under them, "
-                        "probes of h/||h|| vs ||h|| (seed paper 003)")
+@register_analysis_step(
+    "dirmag",
+    CHAPTER,
+    ANALYSIS,
+    lambda b: b.config(),
+    "direction vs magnitude: LM damage of L2-matched perturbations, BLiMP agreement under them, "
+    "probes of h/||h|| vs ||h|| (seed paper 003)",
+)
 def _section(ctx: StepContext, result: DirmagResult) -> None:
     if result.damage is not None:
         _damage_section(ctx, result.damage)
@@ -98,18 +124,36 @@ def _damage_section(ctx: StepContext, df: pd.DataFrame) -> None:
         f"{int(df['n_sentences'].iloc[0])} of the notebook's WikiText sentences, {b.dirmag_seeds} seed(s). Damage = "
         f"perturbed - clean mean sentence loss (clean {df['clean_loss'].iloc[0]:.3f}); the median state norm is "
         f"{df['median_norm'].iloc[0]:.1f}, so the paper's absolute deltas mean less or more here than in its "
-        "Pythia-410M." + (" Indication only at this budget." if small else ""))
-    ctx.report.figure(plot_damage(table),
-                      "Loss damage (y, symmetric log) against delta as a fraction of the median state norm (x, log), "
-                      "mean over seeds with their sd; crosses: the paper's Pythia-410M values at the same absolute "
-                      "delta (its own states are smaller, so they sit further right on its own scale). A double dissociation shows as the angle line far above the magnitude line at small "
-                      "delta.")
-    shown = table[["delta", "delta_over_norm", "magnitude_damage", "magnitude_sd", "angle_damage", "angle_sd",
-                   "ratio_angle_over_magnitude", "paper_magnitude", "paper_angle"]]
-    ctx.report.table(shown.rename(columns={"delta_over_norm": "delta / median norm",
-                                           "ratio_angle_over_magnitude": "angle / magnitude"}),
-                     ("Indication only. " if small else "") + "Damage (nats) per delta, mean and sd over seeds; the "
-                     "paper's Pythia-410M damage at its absolute deltas (none at the norm fractions).")
+        "Pythia-410M." + (" Indication only at this budget." if small else ""),
+    )
+    ctx.report.figure(
+        plot_damage(table),
+        "Loss damage (y, symmetric log) against delta as a fraction of the median state norm (x, log), "
+        "mean over seeds with their sd; crosses: the paper's Pythia-410M values at the same absolute "
+        "delta (its own states are smaller, so they sit further right on its own scale). A double dissociation shows "
+        "as the angle line far above the magnitude line at small "
+        "delta.",
+    )
+    shown = table[
+        [
+            "delta",
+            "delta_over_norm",
+            "magnitude_damage",
+            "magnitude_sd",
+            "angle_damage",
+            "angle_sd",
+            "ratio_angle_over_magnitude",
+            "paper_magnitude",
+            "paper_angle",
+        ]
+    ]
+    ctx.report.table(
+        shown.rename(
+            columns={"delta_over_norm": "delta / median norm", "ratio_angle_over_magnitude": "angle / magnitude"}
+        ),
+        ("Indication only. " if small else "") + "Damage (nats) per delta, mean and sd over seeds; the "
+        "paper's Pythia-410M damage at its absolute deltas (none at the norm fractions).",
+    )
 
 
 def _blimp_section(ctx: StepContext, df: pd.DataFrame) -> None:
@@ -119,11 +163,15 @@ def _blimp_section(ctx: StepContext, df: pd.DataFrame) -> None:
     ctx.report.section(
         "Direction vs magnitude: subject–verb agreement",
         f"BLiMP agreement accuracy (log P(good) > log P(bad), whole sentences) on {n} pairs "
-        f"({b.dirmag_blimp_pairs} of each of the 6 paradigms; about +-{100 / n ** 0.5:.0f} points at this size), "
+        f"({b.dirmag_blimp_pairs} of each of the 6 paradigms; about +-{100 / n**0.5:.0f} points at this size), "
         f"clean {pooled['clean_accuracy'].iloc[0]:.1f} %, under the perturbations of section {ctx.number}. The paper "
-        "(Pythia-410M, clean 89.5 %): magnitude perturbations hurt agreement more (69.1 vs 87.9 % at delta 5).")
-    ctx.report.figure(plot_blimp(df), "Pooled agreement accuracy against delta / median norm, mean and sd over "
-                                      "seeds; crosses: the paper's Pythia-410M at its absolute deltas.")
+        "(Pythia-410M, clean 89.5 %): magnitude perturbations hurt agreement more (69.1 vs 87.9 % at delta 5).",
+    )
+    ctx.report.figure(
+        plot_blimp(df),
+        "Pooled agreement accuracy against delta / median norm, mean and sd over "
+        "seeds; crosses: the paper's Pythia-410M at its absolute deltas.",
+    )
     table = pooled.groupby(["delta", "kind"])["accuracy"].mean().unstack("kind").reset_index()
     ctx.report.table(table, "Pooled accuracy (%) per delta and kind, mean over seeds.")
 
@@ -141,6 +189,10 @@ def _probes_section(ctx: StepContext, df: pd.DataFrame) -> None:
         f"{best.get('direction', float('nan')):.1f} %, magnitude {best.get('magnitude', float('nan')):.1f} % (majority "
         f"tag {up['baseline'].iloc[0]:.1f} %). The paper (Pythia-410M): {PAPER_PROBES[('upos', 'direction')]} vs "
         f"{PAPER_PROBES[('upos', 'magnitude')]} %, and the magnitude carries "
-        "parse depth.")
-    ctx.report.figure(plot_probes(df), "Held-out probe score per block with a bootstrap CI over test sentences; "
-                                       "dashed: the majority tag / the training mean.")
+        "parse depth.",
+    )
+    ctx.report.figure(
+        plot_probes(df),
+        "Held-out probe score per block with a bootstrap CI over test sentences; "
+        "dashed: the majority tag / the training mean.",
+    )

@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 
 from ..runner.analysis import Command
-from ..runner.cliargs import (LoadConfig, add_config_args, add_out_arg, print_written)
+from ..runner.cliargs import LoadConfig, add_config_args, add_out_arg, print_written
 from .config import DirmagConfig
 from .paper import FULL_SENTENCES, MODEL, PAPER_ENTROPY, PAPER_PROBES, PAPER_RECOVERY
 
 __all__ = ["COMMANDS"]
 
-DESCRIPTION = ("Move every token state of the middle third of the blocks by delta, along its direction (magnitude) "
-               "or by turning it (angle), and measure the loss damage on the notebook's WikiText sentences, per "
-               "delta and seed (42 + i); optionally BLiMP agreement, causal repair and attention entropy under the "
-               "same perturbations, and probes of the direction vs the norm. Resumes from its logs.")
+DESCRIPTION = (
+    "Move every token state of the middle third of the blocks by delta, along its direction (magnitude) "
+    "or by turning it (angle), and measure the loss damage on the notebook's WikiText sentences, per "
+    "delta and seed (42 + i); optionally BLiMP agreement, causal repair and attention entropy under the "
+    "same perturbations, and probes of the direction vs the norm. Resumes from its logs."
+)
 SMALL = 32  # below this many sentences or pairs a table is an indication only
 
 
@@ -30,25 +32,34 @@ def _titles(cfg: DirmagConfig) -> dict:
 
     rec = PAPER_RECOVERY
     return {
-        "damage": lambda df: (f"loss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {cfg.seeds} "
-                              f"seed(s); median state norm {df['median_norm'].iloc[0]:.1f}; each row's delta / median "
-                              f"norm is in the damage CSV; paper: {MODEL}"
-                              + few(int(df['n_sentences'].iloc[0])) * (int(df['n_sentences'].iloc[0]) < FULL_SENTENCES)),
-        "blimp": lambda df: (f"BLiMP agreement accuracy (%, pooled over 6 paradigms x {cfg.blimp_pairs} pairs; clean "
-                             f"{df.loc[df['paradigm'] == 'pooled', 'clean_accuracy'].iloc[0]:.1f})"
-                             + few(6 * cfg.blimp_pairs)),
-        "repair": lambda df: (f"recovery (%, {cfg.repair_sentences} sentences; paper at delta 5: attention "
-                              f"{rec[('attn', 'angle')]} angle / {rec[('attn', 'magnitude')]} magnitude, norms "
-                              f"{rec[('norm', 'angle')]} angle / {rec[('norm', 'magnitude')]} magnitude)"
-                              + few(cfg.repair_sentences)),
-        "entropy": lambda df: (f"attention entropy shift (nats, perturbed - clean {df['clean_entropy'].iloc[0]:.3f}, "
-                               "mean over all layers, heads and positions; paper at delta 5: clean "
-                               f"{PAPER_ENTROPY['clean']}, angle +{PAPER_ENTROPY['angle']}, magnitude "
-                               f"+{PAPER_ENTROPY['magnitude']})" + few(cfg.entropy_sentences)),
-        "probes": lambda df: (f"probes (UPOS accuracy %, majority {df.loc[df.task == 'upos', 'baseline'].iloc[0]:.1f}; "
-                              "depth R² x 100; trained on UD EWT dev, scored on test; paper: POS "
-                              f"{PAPER_PROBES[('upos', 'direction')]} direction / {PAPER_PROBES[('upos', 'magnitude')]} "
-                              "magnitude)" + few(cfg.probe_sentences)),
+        "damage": lambda df: (
+            f"loss damage (perturbed - clean {df['clean_loss'].iloc[0]:.3f}), mean over {cfg.seeds} "
+            f"seed(s); median state norm {df['median_norm'].iloc[0]:.1f}; each row's delta / median "
+            f"norm is in the damage CSV; paper: {MODEL}"
+            + few(int(df["n_sentences"].iloc[0]))
+            * (int(df["n_sentences"].iloc[0]) < FULL_SENTENCES)
+        ),
+        "blimp": lambda df: (
+            f"BLiMP agreement accuracy (%, pooled over 6 paradigms x {cfg.blimp_pairs} pairs; clean "
+            f"{df.loc[df['paradigm'] == 'pooled', 'clean_accuracy'].iloc[0]:.1f})" + few(6 * cfg.blimp_pairs)
+        ),
+        "repair": lambda df: (
+            f"recovery (%, {cfg.repair_sentences} sentences; paper at delta 5: attention "
+            f"{rec[('attn', 'angle')]} angle / {rec[('attn', 'magnitude')]} magnitude, norms "
+            f"{rec[('norm', 'angle')]} angle / {rec[('norm', 'magnitude')]} magnitude)" + few(cfg.repair_sentences)
+        ),
+        "entropy": lambda df: (
+            f"attention entropy shift (nats, perturbed - clean {df['clean_entropy'].iloc[0]:.3f}, "
+            "mean over all layers, heads and positions; paper at delta 5: clean "
+            f"{PAPER_ENTROPY['clean']}, angle +{PAPER_ENTROPY['angle']}, magnitude "
+            f"+{PAPER_ENTROPY['magnitude']})" + few(cfg.entropy_sentences)
+        ),
+        "probes": lambda df: (
+            f"probes (UPOS accuracy %, majority {df.loc[df.task == 'upos', 'baseline'].iloc[0]:.1f}; "
+            "depth R² x 100; trained on UD EWT dev, scored on test; paper: POS "
+            f"{PAPER_PROBES[('upos', 'direction')]} direction / {PAPER_PROBES[('upos', 'magnitude')]} "
+            "magnitude)" + few(cfg.probe_sentences)
+        ),
     }
 
 
@@ -80,8 +91,10 @@ def run_command(args: argparse.Namespace) -> int:
         layers = cfg.grid().chosen_layers(model.cfg)
         if "probes" in cfg.parts():
             probe_layers(model, cfg)
-        print(f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of "
-              f"0..{model.cfg.n_layers - 1}; {len(sentences)} sentences")
+        print(
+            f"perturbing blocks.L.hook_resid_post in blocks {','.join(map(str, layers))} of "
+            f"0..{model.cfg.n_layers - 1}; {len(sentences)} sentences"
+        )
 
     def show(cfg):
         titles = _titles(cfg)
@@ -91,6 +104,7 @@ def run_command(args: argparse.Namespace) -> int:
                 return
             print(f"\n{titles[name](df)}:")
             print(_summary(name, df).to_string(float_format=lambda v: f"{v:.4g}"))
+
         return on_table
 
     res, cfg, out = run(ANALYSIS, args, check=check, prepare=prepare, show=show)
@@ -109,16 +123,31 @@ def small_budget(cfg: DirmagConfig, n_sentences: int) -> str:
     from .paper import FULL_SEEDS, FULL_SENTENCES
 
     parts = cfg.parts()
-    small = [f"{what} on {n} sentences" for what, n, part in (
-        ("damage and BLiMP", n_sentences, "damage"), ("repair", cfg.repair_sentences, "repair"),
-        ("entropy", cfg.entropy_sentences, "entropy")) if part in parts and 0 < n < FULL_SENTENCES]
+    small = [
+        f"{what} on {n} sentences"
+        for what, n, part in (
+            ("damage and BLiMP", n_sentences, "damage"),
+            ("repair", cfg.repair_sentences, "repair"),
+            ("entropy", cfg.entropy_sentences, "entropy"),
+        )
+        if part in parts and 0 < n < FULL_SENTENCES
+    ]
     if cfg.seeds < FULL_SEEDS:
         small.append(f"{cfg.seeds} seed(s)")
     if not small:
         return ""
-    return (f"note: {', '.join(small)}: an indication only, not a result (the paper's notebook: {FULL_SENTENCES} "
-            f"sentences x {FULL_SEEDS} seeds; recoveries and ratios on a few sentences can lie far outside 0-100 %)")
+    return (
+        f"note: {', '.join(small)}: an indication only, not a result (the paper's notebook: {FULL_SENTENCES} "
+        f"sentences x {FULL_SEEDS} seeds; recoveries and ratios on a few sentences can lie far outside 0-100 %)"
+    )
 
 
-COMMANDS = (Command("dirmag", "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes",
-                    add_args, run_command, DESCRIPTION),)
+COMMANDS = (
+    Command(
+        "dirmag",
+        "direction vs magnitude: L2-matched perturbations, syntax, repair, entropy, probes",
+        add_args,
+        run_command,
+        DESCRIPTION,
+    ),
+)

@@ -30,15 +30,35 @@ from ..runner.results import IDENTITY
 from .engine import PAPER_DELTAS, SweepGrid, perturbed_scores
 from .paper import PAPER_DAMAGE
 
-__all__ = ["PAPER_DELTAS", "PAPER_DAMAGE", "wikitext_sentences", "corpus_sentences", "lm_damage", "damage_table",
-           "damage_summary", "token_damage"]
+__all__ = [
+    "PAPER_DELTAS",
+    "PAPER_DAMAGE",
+    "wikitext_sentences",
+    "corpus_sentences",
+    "lm_damage",
+    "damage_table",
+    "damage_summary",
+    "token_damage",
+]
 
-KEY = ("kind", "delta", "relative", "seed", "mode", "flip", "layers", "n_sentences", "max_tokens", "text_sha1",
-       "tokens")
+KEY = (
+    "kind",
+    "delta",
+    "relative",
+    "seed",
+    "mode",
+    "flip",
+    "layers",
+    "n_sentences",
+    "max_tokens",
+    "text_sha1",
+    "tokens",
+)
 
 
-def corpus_sentences(corpus: str, limit: int | None = None, *, tail_frac: float = 0.01, min_chars: int = 30,
-                     max_chars: int = 300) -> list[str]:
+def corpus_sentences(
+    corpus: str, limit: int | None = None, *, tail_frac: float = 0.01, min_chars: int = 30, max_chars: int = 300
+) -> list[str]:
     """Sentences of the last ``tail_frac`` of a corpus (``tlgeo.data`` name or file): its
     whitespace-normalised text split after '.', '!' or '?', kept when ``min_chars < len < max_chars``.
 
@@ -49,15 +69,16 @@ def corpus_sentences(corpus: str, limit: int | None = None, *, tail_frac: float 
     if not 0 < tail_frac <= 1:
         raise InputError(f"tail_frac must be in (0, 1], got {tail_frac}")
     text = load_text(corpus)
-    tail = " ".join(text[int(len(text) * (1 - tail_frac)):].split())
+    tail = " ".join(text[int(len(text) * (1 - tail_frac)) :].split())
     out = [t for t in re.split(r"(?<=[.!?])\s+", tail)[1:] if min_chars < len(t) < max_chars]  # [0]: cut mid-way
     if not out:
         raise InputError(f"no sentences of {min_chars}-{max_chars} characters in the last {tail_frac:g} of {corpus!r}")
     return out[:limit] if limit is not None else out
 
 
-def wikitext_sentences(limit: int | None = None, *, corpus: str = "wikitext2", min_chars: int = 30,
-                       max_chars: int = 300) -> list[str]:
+def wikitext_sentences(
+    limit: int | None = None, *, corpus: str = "wikitext2", min_chars: int = 30, max_chars: int = 300
+) -> list[str]:
     """The notebook's sentence set: lines with ``min_chars < len < max_chars``, a '.', no '=' header."""
     lines = (line.strip() for line in load_text(corpus).splitlines())
     out = [t for t in lines if min_chars < len(t) < max_chars and not t.startswith("=") and "." in t]
@@ -91,12 +112,17 @@ def lm_damage(
     def measure(pert) -> dict:
         stats: list[dict] = []
         loss = float(perturbed_scores(model, clean, pert, stats).mean())
-        return {"loss": loss, "clean_loss": base, "damage": loss - base, "median_norm": clean.median_norm,
-                "clipped_share": _share(stats, "n_clipped"), "flipped_share": _share(stats, "n_flipped"),
-                "n_tokens": clean.n_tokens}
+        return {
+            "loss": loss,
+            "clean_loss": base,
+            "damage": loss - base,
+            "median_norm": clean.median_norm,
+            "clipped_share": _share(stats, "n_clipped"),
+            "flipped_share": _share(stats, "n_flipped"),
+            "n_tokens": clean.n_tokens,
+        }
 
-    df = pd.DataFrame(grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path,
-                               progress=progress))
+    df = pd.DataFrame(grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress))
     df["delta_over_norm"] = df["delta"] if grid.relative else df["delta"] / clean.median_norm
     return df
 
@@ -111,8 +137,13 @@ def damage_summary(df: pd.DataFrame | None) -> pd.DataFrame | None:
     :data:`KEY` setting but ``kind``, ``delta`` and ``seed``), with those columns first."""
     if df is None or df.empty:
         return None
-    df = df.assign(**{c: df[c].map(lambda v: json.dumps(list(v)) if isinstance(v, (list, tuple)) else v)
-                      for c in ("layers",) if c in df})
+    df = df.assign(
+        **{
+            c: df[c].map(lambda v: json.dumps(list(v)) if isinstance(v, (list, tuple)) else v)
+            for c in ("layers",)
+            if c in df
+        }
+    )
     run_key = [c for c in (*IDENTITY, *KEY) if c in df.columns and c not in ("kind", "delta", "seed")]
     parts = []
     for k, g in df.groupby(run_key, dropna=False, sort=False) if run_key else [((), df)]:

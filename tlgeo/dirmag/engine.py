@@ -36,8 +36,17 @@ from ..runner.identity import run_identity
 from ..runner.results import ResultLog, content_digest
 from .paper import PAPER_DELTAS
 
-__all__ = ["PAPER_DELTAS", "RELATIVE_DELTAS", "SweepGrid", "delta_grid", "CleanPass", "clean_pass",
-           "perturbed_scores", "sentence_batches", "sentence_nll"]
+__all__ = [
+    "PAPER_DELTAS",
+    "RELATIVE_DELTAS",
+    "SweepGrid",
+    "delta_grid",
+    "CleanPass",
+    "clean_pass",
+    "perturbed_scores",
+    "sentence_batches",
+    "sentence_nll",
+]
 
 RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 # A row's key columns that digest what it measured: the sentences' text and the token ids the model read
@@ -45,8 +54,9 @@ RELATIVE_DELTAS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 CONTENT = ("text_sha1", "tokens")
 
 
-def delta_grid(median_norm: float, absolute: Iterable[float] = PAPER_DELTAS,
-               norm_fractions: Iterable[float] = (0.25, 0.5, 1.0)) -> tuple[float, ...]:
+def delta_grid(
+    median_norm: float, absolute: Iterable[float] = PAPER_DELTAS, norm_fractions: Iterable[float] = (0.25, 0.5, 1.0)
+) -> tuple[float, ...]:
     """The paper's absolute grid plus deltas of 0.25, 0.5 and 1 x the median state norm, so the
     sweep reaches ``delta / median ||h|| ~ 1`` whatever the model's scale."""
     extra = [round(f * median_norm, 3 if median_norm < 10 else 1) for f in norm_fractions]
@@ -106,24 +116,46 @@ class SweepGrid:
 
     def settings(self, cfg) -> dict:
         """The grid's part of a result row's key (besides kind, delta and seed)."""
-        return {"mode": self.mode, "flip": self.flip, "layers": self.chosen_layers(cfg), "relative": self.relative,
-                "draws": "per_batch" if self.mode == "exact" else "shared"}
+        return {
+            "mode": self.mode,
+            "flip": self.flip,
+            "layers": self.chosen_layers(cfg),
+            "relative": self.relative,
+            "draws": "per_batch" if self.mode == "exact" else "shared",
+        }
 
-    def run(self, model, clean: "CleanPass", measure: Callable[[Perturbation], dict], *, key: Iterable[str],
-            settings: dict, log_path: str | os.PathLike | None = None, progress: bool = False,
-            desc: str = "perturbations") -> list[dict]:
+    def run(
+        self,
+        model,
+        clean: "CleanPass",
+        measure: Callable[[Perturbation], dict],
+        *,
+        key: Iterable[str],
+        settings: dict,
+        log_path: str | os.PathLike | None = None,
+        progress: bool = False,
+        desc: str = "perturbations",
+    ) -> list[dict]:
         """One row per perturbation: its key, then ``measure(perturbation)``, then ``wall_s``.
 
         ``measure`` scores the clean pass's sentences under the perturbation (e.g. with
         :func:`perturbed_scores`) and returns the row's values. With ``log_path`` each row is
         stored at once and a rerun reads it back instead (``key``: the log's key columns)."""
         key = tuple(key)
-        log = (ResultLog(log_path, key, identity=run_identity(model).row(),
-                         content=[c for c in CONTENT if c in key]) if log_path is not None else None)
+        log = (
+            ResultLog(log_path, key, identity=run_identity(model).row(), content=[c for c in CONTENT if c in key])
+            if log_path is not None
+            else None
+        )
         layers = tuple(self.chosen_layers(model.cfg))
         deltas = self.resolved_deltas(clean.median_norm)
-        grid = [(k, d, i) for d in deltas for k in self.kinds for i in range(self.seeds)
-                if self.only is None or (k, 42 + i) in self.only]
+        grid = [
+            (k, d, i)
+            for d in deltas
+            for k in self.kinds
+            for i in range(self.seeds)
+            if self.only is None or (k, 42 + i) in self.only
+        ]
         if progress:
             from tqdm.auto import tqdm
 
@@ -134,26 +166,46 @@ class SweepGrid:
             row = log.get(**row_key) if log is not None else None
             if row is None:
                 t0 = time.perf_counter()
-                pert = Perturbation(kind, delta, seed=42 + i, layers=layers, mode=self.mode, relative=self.relative,
-                                    flip=self.flip)
+                pert = Perturbation(
+                    kind, delta, seed=42 + i, layers=layers, mode=self.mode, relative=self.relative, flip=self.flip
+                )
                 row = {**row_key, **measure(pert), "wall_s": time.perf_counter() - t0}
                 if log is not None:
                     log.add(row)
             rows.append(row)
         return rows
 
-    def sweep(self, model, sentences: Sequence[str], *, reduce: str = "mean", max_tokens: int = 64,
-              batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = (),
-              extra: "BatchHooks | None" = None) -> tuple["CleanPass", dict]:
+    def sweep(
+        self,
+        model,
+        sentences: Sequence[str],
+        *,
+        reduce: str = "mean",
+        max_tokens: int = 64,
+        batch_size: int = 16,
+        keep_all: bool = False,
+        keep: Sequence[str] = (),
+        extra: "BatchHooks | None" = None,
+    ) -> tuple["CleanPass", dict]:
         """The clean pass of ``sentences`` for this grid (:func:`clean_pass`), and the settings part
         of its rows' keys (the grid's, the sentence count, a hash of the sentences and a digest of their token ids)."""
-        clean = clean_pass(model, sentences, self.chosen_layers(model.cfg), reduce=reduce, max_tokens=max_tokens,
-                           batch_size=1 if self.mode == "faithful" else batch_size, keep_all=keep_all, keep=keep,
-                           extra=extra)
-        settings = {**self.settings(model.cfg), "n_sentences": int(clean.scores.numel()),
-                    "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16],
-                    "tokens": content_digest([t[: int(n)] for toks, lengths in clean.batches
-                                              for t, n in zip(toks, lengths)])}
+        clean = clean_pass(
+            model,
+            sentences,
+            self.chosen_layers(model.cfg),
+            reduce=reduce,
+            max_tokens=max_tokens,
+            batch_size=1 if self.mode == "faithful" else batch_size,
+            keep_all=keep_all,
+            keep=keep,
+            extra=extra,
+        )
+        settings = {
+            **self.settings(model.cfg),
+            "n_sentences": int(clean.scores.numel()),
+            "text_sha1": hashlib.sha1("\n".join(sentences).encode("utf-8")).hexdigest()[:16],
+            "tokens": content_digest([t[: int(n)] for toks, lengths in clean.batches for t, n in zip(toks, lengths)]),
+        }
         return clean, settings
 
 
@@ -178,9 +230,18 @@ class CleanPass:
 BatchHooks = Callable[[int, Batch], HookList]  # (batch index, (tokens, lengths)) -> hooks for that batch
 
 
-def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: str = "mean", max_tokens: int = 64,
-               batch_size: int = 16, keep_all: bool = False, keep: Sequence[str] = (),
-               extra: BatchHooks | None = None) -> CleanPass:
+def clean_pass(
+    model,
+    sentences: Sequence[str],
+    layers: list[int],
+    *,
+    reduce: str = "mean",
+    max_tokens: int = 64,
+    batch_size: int = 16,
+    keep_all: bool = False,
+    keep: Sequence[str] = (),
+    extra: BatchHooks | None = None,
+) -> CleanPass:
     """Run ``sentences`` once; keep what the perturbed runs at ``layers`` need, and the clean
     activations of the hooks named in ``keep`` (for repairs; they stay in memory). ``extra(i,
     batch)``: hooks to run in batch ``i``'s clean forward too (e.g. observers)."""
@@ -201,12 +262,20 @@ def clean_pass(model, sentences: Sequence[str], layers: list[int], *, reduce: st
             resid.append(cache[names[0]].clone())
             kept.append({n: cache[n].clone() for n in keep})
             del logits, cache
-    return CleanPass(batches, resid, torch.cat(scores), float(torch.cat(norms).median()), first, list(layers), reduce,
-                     kept)
+    return CleanPass(
+        batches, resid, torch.cat(scores), float(torch.cat(norms).median()), first, list(layers), reduce, kept
+    )
 
 
-def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[dict] | None = None, *,
-                     hooks: HookList | None = None, extra: BatchHooks | None = None) -> Float[Tensor, "n"]:
+def perturbed_scores(
+    model,
+    clean: CleanPass,
+    pert: Perturbation,
+    stats: list[dict] | None = None,
+    *,
+    hooks: HookList | None = None,
+    extra: BatchHooks | None = None,
+) -> Float[Tensor, "n"]:
     """Each sentence's NLL (``clean.reduce``) under ``pert``, resumed from the clean prefix.
 
     Exact mode: each batch draws its own signs and directions (``draw`` = its first
@@ -225,5 +294,7 @@ def perturbed_scores(model, clean: CleanPass, pert: Perturbation, stats: list[di
             drawn = dataclasses.replace(pert, draw=start + 1).hooks(model, stats=stats) if per_batch else hooks
             start += len(toks)
             batch_hooks = list(drawn) + (list(extra(i, (toks, lengths))) if extra is not None else [])
-            out.append(sentence_nll(resume_forward(model, resid, clean.first, batch_hooks), toks, lengths, clean.reduce))
+            out.append(
+                sentence_nll(resume_forward(model, resid, clean.first, batch_hooks), toks, lengths, clean.reduce)
+            )
     return torch.cat(out)

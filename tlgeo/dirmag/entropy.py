@@ -33,8 +33,9 @@ def entropy_hooks(layers: Sequence[int], lengths: torch.Tensor, totals: dict[int
     def record(layer):
         def fn(pattern, hook):
             ent = pattern_entropy(pattern.detach())  # [b, head, q]
-            real = (torch.arange(ent.shape[-1], device=ent.device)[None, :] < lengths.to(ent.device)[:, None])
+            real = torch.arange(ent.shape[-1], device=ent.device)[None, :] < lengths.to(ent.device)[:, None]
             totals[layer] = totals.get(layer, 0) + (ent * real[:, None, :]).sum((0, 2)).cpu()
+
         return fn
 
     return [(f"blocks.{l}.attn.hook_pattern", record(l)) for l in layers]
@@ -59,20 +60,40 @@ def attention_entropy(
     grid = grid or SweepGrid(deltas=(5.0,))
     everything = list(range(model.cfg.n_layers))
     totals: dict[int, torch.Tensor] = {}  # the clean entropies, recorded in the clean pass itself
-    clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size,
-                                 extra=lambda i, batch: entropy_hooks(everything, batch[1], totals))
+    clean, settings = grid.sweep(
+        model,
+        sentences,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        extra=lambda i, batch: entropy_hooks(everything, batch[1], totals),
+    )
     n_real = float(clean.n_tokens)
     clean_layer = {l: float(totals[l].mean()) / n_real for l in everything}
     clean_mean = sum(clean_layer.values()) / len(everything)
-    after = everything[clean.first:]
+    after = everything[clean.first :]
 
     def measure(pert) -> dict:
         got: dict[int, torch.Tensor] = {}
         perturbed_scores(model, clean, pert, extra=lambda i, batch: entropy_hooks(after, batch[1], got))
         per_layer = [clean_layer[l] if l < clean.first else float(got[l].mean()) / n_real for l in everything]
         mean = sum(per_layer) / len(per_layer)
-        return {"entropy": mean, "clean_entropy": clean_mean, "shift": mean - clean_mean, "per_layer": per_layer,
-                "paper_shift": PAPER_ENTROPY.get(pert.kind) if float(pert.delta) == 5.0 and not grid.relative else None}
+        return {
+            "entropy": mean,
+            "clean_entropy": clean_mean,
+            "shift": mean - clean_mean,
+            "per_layer": per_layer,
+            "paper_shift": PAPER_ENTROPY.get(pert.kind) if float(pert.delta) == 5.0 and not grid.relative else None,
+        }
 
-    return pd.DataFrame(grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path,
-                                 progress=progress, desc="attention entropy"))
+    return pd.DataFrame(
+        grid.run(
+            model,
+            clean,
+            measure,
+            key=KEY,
+            settings=settings,
+            log_path=log_path,
+            progress=progress,
+            desc="attention entropy",
+        )
+    )

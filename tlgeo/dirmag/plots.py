@@ -25,12 +25,26 @@ def plot_damage(table: pd.DataFrame):
     colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
     for kind, colour in colours.items():
         if f"{kind}_damage" in table:
-            ax.errorbar(table["delta_over_norm"], table[f"{kind}_damage"], yerr=table[f"{kind}_sd"], marker="o",
-                        ms=4, capsize=2, color=colour, label=kind)
+            ax.errorbar(
+                table["delta_over_norm"],
+                table[f"{kind}_damage"],
+                yerr=table[f"{kind}_sd"],
+                marker="o",
+                ms=4,
+                capsize=2,
+                color=colour,
+                label=kind,
+            )
             paper = table.dropna(subset=[f"paper_{kind}"])
             if len(paper):
-                ax.plot(paper["delta_over_norm"], paper[f"paper_{kind}"], ls=":", marker="x", color=colour,
-                        label=f"{kind} (paper)")
+                ax.plot(
+                    paper["delta_over_norm"],
+                    paper[f"paper_{kind}"],
+                    ls=":",
+                    marker="x",
+                    color=colour,
+                    label=f"{kind} (paper)",
+                )
     ax.set_xscale("log")
     ax.set_yscale("symlog", linthresh=0.01)  # damage can be ~0 or slightly negative at small delta
     lows = [table[c].min() for c in ("magnitude_damage", "angle_damage") if c in table]
@@ -69,8 +83,12 @@ def plot_blimp(df: pd.DataFrame, paradigm: str = "pooled"):
     colours = {"magnitude": "#d62728", "angle": "#1f77b4"}
     relative = bool(d["relative"].iloc[0]) if "relative" in d else False
     for i, (kind, colour) in enumerate(colours.items()):
-        g = d[d["kind"] == kind].groupby("delta").agg(x=("delta_over_norm", "first"), acc=("accuracy", "mean"),
-                                                       sd=("accuracy", "std")).reset_index()
+        g = (
+            d[d["kind"] == kind]
+            .groupby("delta")
+            .agg(x=("delta_over_norm", "first"), acc=("accuracy", "mean"), sd=("accuracy", "std"))
+            .reset_index()
+        )
         if g.empty:
             continue
         ax.errorbar(g["x"], g["acc"], yerr=g["sd"].fillna(0), marker="o", ms=4, capsize=2, color=colour, label=kind)
@@ -108,11 +126,18 @@ def plot_repair(df: pd.DataFrame):
             g = d[d["kind"] == kind].groupby("repair")["recovery"].agg(["mean", "std"]).reindex(repairs)
             x = np.arange(len(repairs)) + (j - 0.5) * 0.38
             ax.bar(x, g["mean"], 0.36, yerr=g["std"].fillna(0), capsize=2, color=colour, alpha=0.85, label=kind)
-            paper = [PAPER_RECOVERY.get((r, kind)) if float(delta) == 5.0 and not bool(d["relative"].iloc[0])
-                     else None for r in repairs]
+            paper = [
+                PAPER_RECOVERY.get((r, kind)) if float(delta) == 5.0 and not bool(d["relative"].iloc[0]) else None
+                for r in repairs
+            ]
             if any(p is not None for p in paper):
-                ax.plot(x, [np.nan if p is None else p for p in paper], "kx", ms=7,
-                        label="paper (Pythia-410M)" if j == 0 else None)
+                ax.plot(
+                    x,
+                    [np.nan if p is None else p for p in paper],
+                    "kx",
+                    ms=7,
+                    label="paper (Pythia-410M)" if j == 0 else None,
+                )
         ax.set_xticks(range(len(repairs)), [{"attn": "attention", "norm": "norms"}.get(r, r) for r in repairs])
         ax.axhline(0, color="0.4", lw=0.8)
         ax.set_title(f"delta {delta:g}")
@@ -135,7 +160,7 @@ def plot_probes(df: pd.DataFrame):
         d = df[df["task"] == task]
         for f in dict.fromkeys(d["features"]):
             g = d[d["features"] == f].sort_values("layer")
-            line, = ax.plot(g["layer"], g["score"], marker="o", ms=3, label=f)
+            (line,) = ax.plot(g["layer"], g["score"], marker="o", ms=3, label=f)
             ax.fill_between(g["layer"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15, lw=0)
         b = d.groupby("layer")["baseline"].first()
         ax.plot(b.index, b.values, ls="--", color="0.5", label="baseline")

@@ -26,8 +26,14 @@ from ..hooks.resume import activations
 from ..stats.probes import FEATURES, fit_probe, probe_features
 from .paper import PAPER_PROBES
 
-__all__ = ["PAPER_PROBES", "PROBE_TASKS", "WordStates", "word_states", "default_probe_layers",
-           "direction_magnitude_probes"]
+__all__ = [
+    "PAPER_PROBES",
+    "PROBE_TASKS",
+    "WordStates",
+    "word_states",
+    "default_probe_layers",
+    "direction_magnitude_probes",
+]
 
 PROBE_TASKS = {"upos": "classify", "depth": "regress"}
 KEY = ("layer", "task", "features", "train_sentences", "test_sentences")
@@ -56,8 +62,9 @@ def default_probe_layers(n_layers: int, count: int = 10) -> list[int]:
     return sorted({int(round(x)) for x in np.linspace(0, n_layers - 1, count)})
 
 
-def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[int], *,
-                max_tokens: int = 128, batch_size: int = 16) -> WordStates:
+def word_states(
+    model, sentences: Sequence[TreebankSentence], layers: Sequence[int], *, max_tokens: int = 128, batch_size: int = 16
+) -> WordStates:
     """Residual states of every aligned word at ``blocks.L.hook_resid_post`` for ``layers``."""
     if not sentences:
         raise InputError("no treebank sentences to probe")
@@ -81,8 +88,9 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
     with torch.inference_mode():
         for i in range(0, len(order), batch_size):
             chunk = order[i : i + batch_size]
-            (toks, _), = sentence_batches(model, [kept[j].text for j in chunk], max_tokens=max_tokens,
-                                          batch_size=len(chunk), keep_all=True)  # the rows first_subtokens aligned to
+            ((toks, _),) = sentence_batches(
+                model, [kept[j].text for j in chunk], max_tokens=max_tokens, batch_size=len(chunk), keep_all=True
+            )  # the rows first_subtokens aligned to
             cache = activations(model, toks, names)  # ends at the last probed block: no unembedding
             for row, j in enumerate(chunk):
                 at = [p for p in positions[j] if p is not None]
@@ -100,10 +108,20 @@ def word_states(model, sentences: Sequence[TreebankSentence], layers: Sequence[i
     return WordStates(states, np.asarray(upos), np.asarray(depth, float), np.asarray(sent), len(kept), skipped)
 
 
-def direction_magnitude_probes(model, train: Sequence[TreebankSentence], test: Sequence[TreebankSentence],
-                               layers: Sequence[int] | None = None, *, tasks: Sequence[str] = tuple(PROBE_TASKS),
-                               features: Sequence[str] = FEATURES, max_tokens: int = 128, batch_size: int = 16,
-                               n_boot: int = 1000, seed: int = 0, progress: bool = False) -> pd.DataFrame:
+def direction_magnitude_probes(
+    model,
+    train: Sequence[TreebankSentence],
+    test: Sequence[TreebankSentence],
+    layers: Sequence[int] | None = None,
+    *,
+    tasks: Sequence[str] = tuple(PROBE_TASKS),
+    features: Sequence[str] = FEATURES,
+    max_tokens: int = 128,
+    batch_size: int = 16,
+    n_boot: int = 1000,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
     """Probe scores per (layer, task, features): ``score`` (accuracy % or R² x 100), its
     bootstrap CI over test sentences, the ``baseline`` (majority tag / training mean), sizes."""
     for t in tasks:
@@ -124,12 +142,32 @@ def direction_magnitude_probes(model, train: Sequence[TreebankSentence], test: S
         it = tqdm(combos, desc="probes", leave=False)
     for l, t, f in it:
         kind = PROBE_TASKS[t]
-        r = fit_probe(probe_features(tr.states[l], f), tr.labels(t), probe_features(te.states[l], f), te.labels(t),
-                      task=kind, groups=te.sentence, n_boot=n_boot, seed=seed)
-        rows.append({"layer": l, "task": t, "features": f, "metric": "accuracy" if kind == "classify" else "r2",
-                     "score": 100 * r.score, "ci_low": 100 * r.ci_low, "ci_high": 100 * r.ci_high,
-                     "baseline": 100 * r.baseline, "n_train": r.n_train, "n_test": r.n_test,
-                     "train_sentences": tr.n_sentences, "test_sentences": te.n_sentences,
-                     "median_norm": float(np.median(np.linalg.norm(te.states[l], axis=1))),
-                     "paper": PAPER_PROBES.get((t, f), np.nan)})
+        r = fit_probe(
+            probe_features(tr.states[l], f),
+            tr.labels(t),
+            probe_features(te.states[l], f),
+            te.labels(t),
+            task=kind,
+            groups=te.sentence,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        rows.append(
+            {
+                "layer": l,
+                "task": t,
+                "features": f,
+                "metric": "accuracy" if kind == "classify" else "r2",
+                "score": 100 * r.score,
+                "ci_low": 100 * r.ci_low,
+                "ci_high": 100 * r.ci_high,
+                "baseline": 100 * r.baseline,
+                "n_train": r.n_train,
+                "n_test": r.n_test,
+                "train_sentences": tr.n_sentences,
+                "test_sentences": te.n_sentences,
+                "median_norm": float(np.median(np.linalg.norm(te.states[l], axis=1))),
+                "paper": PAPER_PROBES.get((t, f), np.nan),
+            }
+        )
     return pd.DataFrame(rows)

@@ -37,8 +37,20 @@ from ..errors import InputError
 __all__ = ["REPAIRS", "PAPER_RECOVERY", "repair_hooks", "causal_repair"]
 
 REPAIRS: dict[str, tuple[str, ...]] = {"attn": ("hook_attn_out",), "norm": ("ln1.hook_out", "ln2.hook_out")}
-KEY = ("kind", "delta", "seed", "repairs", "repair_layers", "mode", "flip", "layers", "relative", "n_sentences",
-       "text_sha1", "tokens")
+KEY = (
+    "kind",
+    "delta",
+    "seed",
+    "repairs",
+    "repair_layers",
+    "mode",
+    "flip",
+    "layers",
+    "relative",
+    "n_sentences",
+    "text_sha1",
+    "tokens",
+)
 
 
 def repair_hooks(repair: str, layers: Sequence[int], clean: dict) -> list:
@@ -78,15 +90,22 @@ def causal_repair(
     layers = perturbed if repair_layers is None else sorted(set(repair_layers))
     bad = [l for l in layers if not 0 <= l < model.cfg.n_layers]
     if bad or not layers:
-        raise InputError(f"repair layers {bad or layers} out of range: the model has blocks 0..{model.cfg.n_layers - 1}")
+        raise InputError(
+            f"repair layers {bad or layers} out of range: the model has blocks 0..{model.cfg.n_layers - 1}"
+        )
     if repair_layers is None and max(layers) <= min(perturbed):
         import warnings
 
-        warnings.warn(f"one perturbed block ({min(perturbed)}): repairing its own attention and norms restores "
-                      "nothing; pass repair_layers (e.g. the blocks after it)", stacklevel=2)
+        warnings.warn(
+            f"one perturbed block ({min(perturbed)}): repairing its own attention and norms restores "
+            "nothing; pass repair_layers (e.g. the blocks after it)",
+            stacklevel=2,
+        )
     elif max(layers) <= min(perturbed):
-        raise InputError(f"repair layers {layers} are all at or before the first perturbed block {min(perturbed)}: "
-                         "no perturbation reaches them")
+        raise InputError(
+            f"repair layers {layers} are all at or before the first perturbed block {min(perturbed)}: "
+            "no perturbation reaches them"
+        )
     keep = sorted({f"blocks.{l}.{h}" for l in layers for r in repairs for h in REPAIRS[r]})
     clean, settings = grid.sweep(model, sentences, max_tokens=max_tokens, batch_size=batch_size, keep=keep)
     settings["repairs"] = list(repairs)
@@ -99,14 +118,26 @@ def causal_repair(
         damage = unrepaired - base
         out = []
         for r in repairs:
-            repaired = float(perturbed_scores(model, clean, pert, hooks=hooks,
-                                              extra=lambda i, _, r=r: repair_hooks(r, layers, clean.kept[i])).mean())
-            out.append({"repair": r, "clean_loss": base, "unrepaired_loss": unrepaired, "repaired_loss": repaired,
-                        "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
-                        "paper_recovery": (PAPER_RECOVERY.get((r, pert.kind))
-                                           if float(pert.delta) == 5.0 and not grid.relative else None)})
+            repaired = float(
+                perturbed_scores(
+                    model, clean, pert, hooks=hooks, extra=lambda i, _, r=r: repair_hooks(r, layers, clean.kept[i])
+                ).mean()
+            )
+            out.append(
+                {
+                    "repair": r,
+                    "clean_loss": base,
+                    "unrepaired_loss": unrepaired,
+                    "repaired_loss": repaired,
+                    "recovery": 100 * (unrepaired - repaired) / damage if abs(damage) > 1e-9 else float("nan"),
+                    "paper_recovery": (
+                        PAPER_RECOVERY.get((r, pert.kind)) if float(pert.delta) == 5.0 and not grid.relative else None
+                    ),
+                }
+            )
         return {"rows": out}
 
-    runs = grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress,
-                    desc="repairs")
+    runs = grid.run(
+        model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress, desc="repairs"
+    )
     return pd.DataFrame([{**{k: v for k, v in r.items() if k != "rows"}, **row} for r in runs for row in r["rows"]])

@@ -49,8 +49,14 @@ def blimp_damage(
     if not pairs:
         raise InputError("no minimal pairs to score")
     grid = grid or SweepGrid()
-    clean, settings = grid.sweep(model, [p.good for p in pairs] + [p.bad for p in pairs], reduce="sum",
-                                 max_tokens=10**6, batch_size=batch_size, keep_all=True)
+    clean, settings = grid.sweep(
+        model,
+        [p.good for p in pairs] + [p.bad for p in pairs],
+        reduce="sum",
+        max_tokens=10**6,
+        batch_size=batch_size,
+        keep_all=True,
+    )
     n, names = len(pairs), [p.paradigm for p in pairs]
     base = accuracy_rows(pair_correct(clean.scores[:n], clean.scores[n:]), names, n_boot=n_boot)
     base_acc = dict(zip(base["paradigm"], base["accuracy"]))
@@ -59,11 +65,25 @@ def blimp_damage(
         scores = perturbed_scores(model, clean, pert)
         return {"rows": accuracy_rows(pair_correct(scores[:n], scores[n:]), names, n_boot=n_boot).to_dict("records")}
 
-    runs = grid.run(model, clean, measure, key=KEY, settings=settings, log_path=log_path, progress=progress,
-                    desc="BLiMP perturbations")
-    df = pd.concat([pd.DataFrame(r["rows"]).assign(**{k: (str(v) if isinstance(v, list) else v)
-                                                       for k, v in r.items() if k in KEY})
-                    for r in runs], ignore_index=True)
+    runs = grid.run(
+        model,
+        clean,
+        measure,
+        key=KEY,
+        settings=settings,
+        log_path=log_path,
+        progress=progress,
+        desc="BLiMP perturbations",
+    )
+    df = pd.concat(
+        [
+            pd.DataFrame(r["rows"]).assign(
+                **{k: (str(v) if isinstance(v, list) else v) for k, v in r.items() if k in KEY}
+            )
+            for r in runs
+        ],
+        ignore_index=True,
+    )
     df["clean_accuracy"] = df["paradigm"].map(base_acc)
     df["drop"] = df["clean_accuracy"] - df["accuracy"]
     df["delta_over_norm"] = df["delta"] if grid.relative else df["delta"] / clean.median_norm

@@ -15,5 +15,11 @@
 from .perplexity import PerplexityResult, perplexity, token_windows, tokenize_text
 from .zeroshot import evaluate_zeroshot, paired_accuracy_change
 
-__all__ = ["PerplexityResult", "perplexity", "token_windows", "tokenize_text", "evaluate_zeroshot",
-           "paired_accuracy_change"]
+__all__ = [
+    "PerplexityResult",
+    "perplexity",
+    "token_windows",
+    "tokenize_text",
+    "evaluate_zeroshot",
+    "paired_accuracy_change",
+]

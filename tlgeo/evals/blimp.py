@@ -23,13 +23,24 @@ from ..errors import InputError
 from ..stats import bootstrap_ci
 from .sentences import sentence_batches, sentence_nll
 
-__all__ = ["AGREEMENT", "MinimalPair", "blimp_rows", "load_blimp", "pair_nll", "pair_correct", "accuracy_rows",
-           "evaluate_blimp"]
+__all__ = [
+    "AGREEMENT",
+    "MinimalPair",
+    "blimp_rows",
+    "load_blimp",
+    "pair_nll",
+    "pair_correct",
+    "accuracy_rows",
+    "evaluate_blimp",
+]
 
 AGREEMENT: tuple[str, ...] = (
-    "regular_plural_subject_verb_agreement_1", "regular_plural_subject_verb_agreement_2",
-    "irregular_plural_subject_verb_agreement_1", "irregular_plural_subject_verb_agreement_2",
-    "distractor_agreement_relational_noun", "distractor_agreement_relative_clause",
+    "regular_plural_subject_verb_agreement_1",
+    "regular_plural_subject_verb_agreement_2",
+    "irregular_plural_subject_verb_agreement_1",
+    "irregular_plural_subject_verb_agreement_2",
+    "distractor_agreement_relational_noun",
+    "distractor_agreement_relative_clause",
 )
 Hook = tuple[str | Callable, Callable]
 
@@ -67,12 +78,15 @@ def load_blimp(paradigm: str, limit: int | None = None) -> list[MinimalPair]:
         raise InputError(f"limit must be a positive integer, got {limit!r}")
     rows = blimp_rows(paradigm)
     rows = rows[:limit] if limit is not None else rows
-    return [MinimalPair(r["sentence_good"], r["sentence_bad"], paradigm, str(r.get("pairID", i)))
-            for i, r in enumerate(rows)]
+    return [
+        MinimalPair(r["sentence_good"], r["sentence_bad"], paradigm, str(r.get("pairID", i)))
+        for i, r in enumerate(rows)
+    ]
 
 
-def pair_nll(model, pairs: Sequence[MinimalPair], *, fwd_hooks: Iterable[Hook] = (), batch_size: int = 16
-             ) -> tuple[Tensor, Tensor]:
+def pair_nll(
+    model, pairs: Sequence[MinimalPair], *, fwd_hooks: Iterable[Hook] = (), batch_size: int = 16
+) -> tuple[Tensor, Tensor]:
     """``(nll_good, nll_bad)``: each sentence's total NLL under ``fwd_hooks``."""
     if not pairs:
         raise InputError("no minimal pairs to score")
@@ -80,12 +94,11 @@ def pair_nll(model, pairs: Sequence[MinimalPair], *, fwd_hooks: Iterable[Hook] =
     hooks = list(fwd_hooks)
     scores = []
     with torch.inference_mode():
-        for toks, lengths in sentence_batches(model, sentences, batch_size=batch_size, max_tokens=10**6,
-                                              keep_all=True):
+        for toks, lengths in sentence_batches(model, sentences, batch_size=batch_size, max_tokens=10**6, keep_all=True):
             logits = model.run_with_hooks(toks, fwd_hooks=hooks) if hooks else model(toks)
             scores.append(sentence_nll(logits, toks, lengths, "sum"))
     s = torch.cat(scores)
-    return s[: len(pairs)], s[len(pairs):]
+    return s[: len(pairs)], s[len(pairs) :]
 
 
 def pair_correct(nll_good: Tensor, nll_bad: Tensor) -> Bool[Tensor, "n"]:
@@ -101,14 +114,28 @@ def accuracy_rows(correct: Tensor, paradigms: Sequence[str], *, n_boot: int = 20
     for name in [*dict.fromkeys(paradigms), "pooled"]:
         x = c if name == "pooled" else c[names == name]
         lo, hi = bootstrap_ci(x, n_boot=n_boot, seed=seed) if len(x) > 1 else (float(x.mean()), float(x.mean()))
-        rows.append({"paradigm": name, "n": int(len(x)), "accuracy": 100 * float(x.mean()),
-                     "ci_low": 100 * lo, "ci_high": 100 * hi})
+        rows.append(
+            {
+                "paradigm": name,
+                "n": int(len(x)),
+                "accuracy": 100 * float(x.mean()),
+                "ci_low": 100 * lo,
+                "ci_high": 100 * hi,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def evaluate_blimp(model, paradigms: Iterable[str] = AGREEMENT, *, limit: int | None = None,
-                   fwd_hooks: Iterable[Hook] = (), batch_size: int = 16, n_boot: int = 2000, seed: int = 0
-                   ) -> pd.DataFrame:
+def evaluate_blimp(
+    model,
+    paradigms: Iterable[str] = AGREEMENT,
+    *,
+    limit: int | None = None,
+    fwd_hooks: Iterable[Hook] = (),
+    batch_size: int = 16,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """BLiMP accuracy per paradigm and pooled, under ``fwd_hooks``."""
     pairs = [p for name in paradigms for p in load_blimp(name, limit)]
     good, bad = pair_nll(model, pairs, fwd_hooks=fwd_hooks, batch_size=batch_size)

@@ -27,7 +27,7 @@ pairs. ``loglikelihood_rolling`` is :func:`tlgeo.evals.perplexity.perplexity`'s 
 log-likelihood (disjoint windows of ``max_length`` after a BOS; lm-eval's own
 rolling windows give the last window more context). ``generate_until`` is greedy,
 without a KV cache (every step re-reads the sequence, hooks active).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -118,10 +118,16 @@ class TLGeoLM(LM):
         self.model = model
         self.edits: list[Edit] = list(edits or ())
         if site is not None and str(site).lower() not in {"", "none"}:
-            self.edits.append(Edit(
-                site, s_par=float(s_par), s_perp=float(s_perp), layers=parse_index_list(layers),
-                skip_first=int(skip_first), heads=parse_index_list(heads),
-            ))
+            self.edits.append(
+                Edit(
+                    site,
+                    s_par=float(s_par),
+                    s_perp=float(s_perp),
+                    layers=parse_index_list(layers),
+                    skip_first=int(skip_first),
+                    heads=parse_index_list(heads),
+                )
+            )
         self.fwd_hooks = [h for e in self.edits for h in e.hooks(model)]
         bs = 8 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
         if bs < 1:
@@ -166,10 +172,18 @@ class TLGeoLM(LM):
         """``(sum of continuation log-probs, is greedy)`` per ``(context, continuation)``."""
         if not requests:
             return []
-        pairs = [encode_pair(self.tokenizer, c, x, prefix_token_id=self.prefix_token_id)
-                 for c, x in (r.args for r in requests)]
-        s = score_requests(self.model, pairs, batch_size=self.batch_size, fwd_hooks=self.fwd_hooks,
-                           max_length=self.max_length, progress=not disable_tqdm)
+        pairs = [
+            encode_pair(self.tokenizer, c, x, prefix_token_id=self.prefix_token_id)
+            for c, x in (r.args for r in requests)
+        ]
+        s = score_requests(
+            self.model,
+            pairs,
+            batch_size=self.batch_size,
+            fwd_hooks=self.fwd_hooks,
+            max_length=self.max_length,
+            progress=not disable_tqdm,
+        )
         out = [(float(lp), bool(g)) for lp, g in zip(s.logprob.tolist(), s.is_greedy.tolist())]
         for r, o in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", r.args, o)
@@ -183,8 +197,14 @@ class TLGeoLM(LM):
             if not text:
                 out.append(0.0)
                 continue
-            res = perplexity(self.model, text, context=self.max_length, batch_size=self.batch_size,
-                             fwd_hooks=self.fwd_hooks, prepend_bos=True)
+            res = perplexity(
+                self.model,
+                text,
+                context=self.max_length,
+                batch_size=self.batch_size,
+                fwd_hooks=self.fwd_hooks,
+                prepend_bos=True,
+            )
             ll = -float(res.token_losses.double().sum())
             self.cache_hook.add_partial("loglikelihood_rolling", (text,), ll)
             out.append(ll)
@@ -215,9 +235,8 @@ class TLGeoLM(LM):
         device = input_device(self.model)
         with torch.inference_mode():
             for _ in range(max_new_tokens):
-                inp = torch.tensor([(ids + new)[-self.max_length:]], device=device)
-                logits = (self.model.run_with_hooks(inp, fwd_hooks=self.fwd_hooks)
-                          if self.fwd_hooks else self.model(inp))
+                inp = torch.tensor([(ids + new)[-self.max_length :]], device=device)
+                logits = self.model.run_with_hooks(inp, fwd_hooks=self.fwd_hooks) if self.fwd_hooks else self.model(inp)
                 nxt = int(logits[0, -1].argmax())
                 if nxt == eos:
                     break

@@ -21,8 +21,15 @@ from ..errors import InputError
 from ..hooks.resume import last_block_output, readout, readout_ok
 from ..models import input_device
 
-__all__ = ["PerplexityResult", "token_windows", "tokenize_text", "scored_tokens", "corpus_batches", "perplexity",
-           "read_out_losses"]
+__all__ = [
+    "PerplexityResult",
+    "token_windows",
+    "tokenize_text",
+    "scored_tokens",
+    "corpus_batches",
+    "perplexity",
+    "read_out_losses",
+]
 
 Hook = tuple[str | Callable, Callable]
 
@@ -97,6 +104,7 @@ def tokenize_text(model, text: str, max_tokens: int | None = None) -> torch.Tens
     corpus is not tokenized whole to keep its first few thousand tokens); the
     last token of a cut prefix is dropped, since the cut may split it.
     """
+
     def encode(t: str) -> list[int]:
         return model.tokenizer(t, add_special_tokens=False, verbose=False)["input_ids"]
 
@@ -114,8 +122,9 @@ def tokenize_text(model, text: str, max_tokens: int | None = None) -> torch.Tens
     return torch.tensor(ids[:max_tokens], dtype=torch.long)
 
 
-def scored_tokens(model, text: str, max_tokens: int | None = None,
-                  prepend_bos: bool | None = None) -> tuple[torch.Tensor, int | None]:
+def scored_tokens(
+    model, text: str, max_tokens: int | None = None, prepend_bos: bool | None = None
+) -> tuple[torch.Tensor, int | None]:
     """What :func:`perplexity` reads of ``text``: its ``[n]`` text tokens (the first ``max_tokens``) and the
     BOS id it prepends to each window (``None``: none; ``prepend_bos`` defaults to
     ``model.cfg.default_prepend_bos``)."""
@@ -130,9 +139,7 @@ def _bos_id(model, prepend_bos: bool | None) -> int | None:
     return getattr(model.tokenizer, "bos_token_id", None) if prepend_bos else None
 
 
-def corpus_batches(
-    model, text: str, seq_len: int = 256, max_tokens: int | None = None
-) -> Int[Tensor, "n seq"]:
+def corpus_batches(model, text: str, seq_len: int = 256, max_tokens: int | None = None) -> Int[Tensor, "n seq"]:
     """Cut ``text`` into disjoint windows of ``seq_len`` tokens (BOS first when the model
     prepends one); the ragged tail is dropped. ``[n_windows, seq_len]``."""
     if seq_len > model.cfg.n_ctx:
@@ -164,8 +171,12 @@ def read_out_losses(model, final: Tensor, tokens: Int[Tensor, "b pos"]) -> Tenso
     ``final [b, pos, d]`` (:func:`tlgeo.hooks.resume.readout`), one row at a time: one row's
     ``[pos, vocab]`` logits exist at once, not the batch's."""
     tokens = tokens.to(final.device)
-    return torch.stack([F.cross_entropy(readout(model, final[r, :-1]).float(), tokens[r, 1:], reduction="none")
-                        for r in range(tokens.shape[0])])
+    return torch.stack(
+        [
+            F.cross_entropy(readout(model, final[r, :-1]).float(), tokens[r, 1:], reduction="none")
+            for r in range(tokens.shape[0])
+        ]
+    )
 
 
 def perplexity(
@@ -230,8 +241,9 @@ def perplexity(
                 nll = read_out_losses(model, last_block_output(model, inp, hooks), inp).cpu()
             else:
                 logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-                nll = torch.stack([F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none")
-                                   for r in range(len(idx))]).cpu()
+                nll = torch.stack(
+                    [F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none") for r in range(len(idx))]
+                ).cpu()
                 del logits
             for row, i in enumerate(idx):
                 losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
@@ -244,6 +256,10 @@ def perplexity(
         n_words = len(scored_text.split())
         word_ppl = math.exp(total / n_words) if n_words else None
     return PerplexityResult(
-        ppl=math.exp(mean), nll=mean, n_tokens=losses.numel(), n_windows=len(windows),
-        word_ppl=word_ppl, token_losses=losses,
+        ppl=math.exp(mean),
+        nll=mean,
+        n_tokens=losses.numel(),
+        n_windows=len(windows),
+        word_ppl=word_ppl,
+        token_losses=losses,
     )

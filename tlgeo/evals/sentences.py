@@ -27,8 +27,9 @@ REDUCTIONS = ("mean", "sum")
 Batch = tuple[Int[Tensor, "b pos"], Int[Tensor, "b"]]
 
 
-def sentence_batches(model, sentences: Sequence[str], *, max_tokens: int = 64, batch_size: int = 16,
-                     keep_all: bool = False) -> list[Batch]:
+def sentence_batches(
+    model, sentences: Sequence[str], *, max_tokens: int = 64, batch_size: int = 16, keep_all: bool = False
+) -> list[Batch]:
     """``(tokens, lengths)`` batches in sentence order, right-padded. Sentences of fewer than 2
     tokens are dropped, unless ``keep_all`` (then they are an error: pairs must stay aligned)."""
     if not sentences:
@@ -54,15 +55,18 @@ def sentence_batches(model, sentences: Sequence[str], *, max_tokens: int = 64, b
     return out
 
 
-def sentence_nll(logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b pos"], lengths: Int[Tensor, "b"],
-                 reduce: str = "mean") -> Float[Tensor, "b"]:
+def sentence_nll(
+    logits: Float[Tensor, "b pos vocab"], tokens: Int[Tensor, "b pos"], lengths: Int[Tensor, "b"], reduce: str = "mean"
+) -> Float[Tensor, "b"]:
     """Next-token NLL (nats, float32) of each row over its ``length - 1`` predictions, mean or sum.
 
     One row at a time: no copy of the whole ``[b, pos, vocab]`` logits."""
     if reduce not in REDUCTIONS:
         raise InputError(f"unknown reduce {reduce!r}; choose from {REDUCTIONS}")
     tokens = tokens.to(logits.device)
-    return torch.stack([
-        F.cross_entropy(logits[i, : n - 1].float(), tokens[i, 1:n], reduction=reduce)
-        for i, n in enumerate(lengths.tolist())
-    ]).cpu()
+    return torch.stack(
+        [
+            F.cross_entropy(logits[i, : n - 1].float(), tokens[i, 1:n], reduction=reduce)
+            for i, n in enumerate(lengths.tolist())
+        ]
+    ).cpu()

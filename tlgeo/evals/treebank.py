@@ -75,8 +75,9 @@ def _path(split: str) -> Path:
     return path
 
 
-def load_treebank(split: str = "dev", limit: int | None = None, *, path: str | Path | None = None
-                  ) -> list[TreebankSentence]:
+def load_treebank(
+    split: str = "dev", limit: int | None = None, *, path: str | Path | None = None
+) -> list[TreebankSentence]:
     """The first ``limit`` sentences (all by default) of UD English EWT ``split`` (or of a
     CoNLL-U file at ``path``)."""
     import conllu
@@ -90,11 +91,16 @@ def load_treebank(split: str = "dev", limit: int | None = None, *, path: str | P
             if not words:
                 continue
             heads = [int(t["head"]) for t in words]
-            out.append(TreebankSentence(
-                sent_id=str(tl.metadata.get("sent_id", len(out))),
-                text=tl.metadata.get("text") or " ".join(t["form"] for t in words),
-                words=tuple(t["form"] for t in words), upos=tuple(t["upos"] for t in words),
-                heads=tuple(heads), depths=tuple(tree_depths(heads))))
+            out.append(
+                TreebankSentence(
+                    sent_id=str(tl.metadata.get("sent_id", len(out))),
+                    text=tl.metadata.get("text") or " ".join(t["form"] for t in words),
+                    words=tuple(t["form"] for t in words),
+                    upos=tuple(t["upos"] for t in words),
+                    heads=tuple(heads),
+                    depths=tuple(tree_depths(heads)),
+                )
+            )
             if limit is not None and len(out) >= limit:
                 break
     return out

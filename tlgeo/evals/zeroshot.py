@@ -293,9 +293,7 @@ def score_requests(
         if not cont or not ctx:
             raise InputError(f"request {i}: needs >= 1 context and >= 1 continuation token")
         if len(cont) > max_length:
-            raise InputError(
-                f"request {i}: continuation of {len(cont)} tokens exceeds max_length {max_length}"
-            )
+            raise InputError(f"request {i}: continuation of {len(cont)} tokens exceeds max_length {max_length}")
         full = (ctx + cont)[:-1]
         if len(full) > max_length:
             full, truncated[i] = full[-max_length:], True
@@ -332,8 +330,11 @@ def score_requests(
                 final = last_block_output(model, inp, hooks)
             else:
                 logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-            spans = [(i, row, len(uniq[u]) - len(targets[i]), len(uniq[u]))
-                     for row, u in enumerate(batch) for i in by_input[u]]  # (request, row, first, end position)
+            spans = [
+                (i, row, len(uniq[u]) - len(targets[i]), len(uniq[u]))
+                for row, u in enumerate(batch)
+                for i in by_input[u]
+            ]  # (request, row, first, end position)
             if fast:  # every continuation position of the batch through the unembedding in one call
                 got = readout(model, torch.cat([final[row, a:b] for _, row, a, b in spans]))
                 parts = got.split([b - a for *_, a, b in spans])
@@ -377,13 +378,20 @@ def score_items(
         lengths = [len(x) for x in it.continuations]
         norm = lp / torch.tensor(lengths, dtype=torch.float64)
         pred, pred_norm = int(lp.argmax()), int(norm.argmax())  # first maximum on ties
-        rows.append({
-            "item": j, "gold": it.gold, "logprobs": lp.tolist(),
-            "n_tokens": s.n_tokens[k : k + m].tolist(), "lengths": lengths,
-            "pred": pred, "pred_norm": pred_norm,
-            "correct": pred == it.gold, "correct_norm": pred_norm == it.gold,
-            "n_truncated": int(s.truncated[k : k + m].sum()),
-        })
+        rows.append(
+            {
+                "item": j,
+                "gold": it.gold,
+                "logprobs": lp.tolist(),
+                "n_tokens": s.n_tokens[k : k + m].tolist(),
+                "lengths": lengths,
+                "pred": pred,
+                "pred_norm": pred_norm,
+                "correct": pred == it.gold,
+                "correct_norm": pred_norm == it.gold,
+                "n_truncated": int(s.truncated[k : k + m].sum()),
+            }
+        )
         k += m
     return pd.DataFrame(rows)
 
@@ -398,8 +406,11 @@ def summarize_items(items: pd.DataFrame) -> dict:
     n = len(items)
     acc, acc_norm = float(items["correct"].mean()), float(items["correct_norm"].mean())
     return {
-        "n": n, "acc": acc, "acc_norm": acc_norm,
-        "stderr": _stderr(acc, n), "acc_norm_stderr": _stderr(acc_norm, n),
+        "n": n,
+        "acc": acc,
+        "acc_norm": acc_norm,
+        "stderr": _stderr(acc, n),
+        "acc_norm_stderr": _stderr(acc_norm, n),
         "n_truncated": int(items["n_truncated"].sum()),
     }
 
@@ -416,8 +427,14 @@ def _item_frame(task: str, row: dict) -> pd.DataFrame:
     return it
 
 
-def logged_items(log_path: str | os.PathLike, tag: str, tasks: Sequence[str], limit: int | None, *,
-                 identity: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def logged_items(
+    log_path: str | os.PathLike,
+    tag: str,
+    tasks: Sequence[str],
+    limit: int | None,
+    *,
+    identity: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
     """The per-item frame of :func:`evaluate_zeroshot` (``return_items``) read back from its
     log, without a model; ``KeyError`` names a task that is not logged for ``tag``. ``identity``
     (:meth:`tlgeo.runner.identity.RunIdentity.row`; default: the run's, if any): the model whose rows to read,
@@ -480,11 +497,21 @@ def evaluate_zeroshot(
             torch.manual_seed(seed)
             t0 = time.perf_counter()
             df = score_items(
-                model, items, batch_size=batch_size, fwd_hooks=hooks,
-                prepend_bos=prepend_bos, max_length=max_length, progress=progress,
+                model,
+                items,
+                batch_size=batch_size,
+                fwd_hooks=hooks,
+                prepend_bos=prepend_bos,
+                max_length=max_length,
+                progress=progress,
             )
-            row = {**key, **summarize_items(df), "seconds": time.perf_counter() - t0, "seed": seed,
-                   "items": {c: df[c].tolist() for c in ITEM_COLUMNS}}
+            row = {
+                **key,
+                **summarize_items(df),
+                "seconds": time.perf_counter() - t0,
+                "seed": seed,
+                "items": {c: df[c].tolist() for c in ITEM_COLUMNS},
+            }
             if row["n_truncated"]:
                 warnings.warn(
                     f"{task}: {row['n_truncated']} of {sum(it.n_choices for it in items)} requests "
@@ -498,7 +525,19 @@ def evaluate_zeroshot(
         if return_items:
             item_frames.append(_item_frame(task, row))
     summary = pd.DataFrame(rows)
-    cols = ["task", "n", "acc", "acc_norm", "stderr", "acc_norm_stderr", "n_truncated", "seconds", "limit", "tag", "seed"]
+    cols = [
+        "task",
+        "n",
+        "acc",
+        "acc_norm",
+        "stderr",
+        "acc_norm_stderr",
+        "n_truncated",
+        "seconds",
+        "limit",
+        "tag",
+        "seed",
+    ]
     summary = summary[[c for c in cols if c in summary.columns]]
     if return_items:
         return summary, pd.concat(item_frames, ignore_index=True)
@@ -528,6 +567,14 @@ def paired_accuracy_change(
     for metric, col in (("acc", "correct"), ("acc_norm", "correct_norm")):
         d = a[col].astype(float).to_numpy() - b[col].astype(float).to_numpy()
         t = paired_test(d, n_perm=n_perm, seed=seed)
-        rows.append({"metric": metric, "delta": 100 * t.estimate, "ci_low": 100 * t.ci_low,
-                     "ci_high": 100 * t.ci_high, "p": t.p, "n": t.n_texts})
+        rows.append(
+            {
+                "metric": metric,
+                "delta": 100 * t.estimate,
+                "ci_low": 100 * t.ci_low,
+                "ci_high": 100 * t.ci_high,
+                "p": t.p,
+                "n": t.n_texts,
+            }
+        )
     return pd.DataFrame(rows)

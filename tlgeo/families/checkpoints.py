@@ -33,8 +33,20 @@ __all__ = ["SEED_CHECKPOINTS", "SEED_FAMILIES", "reduced_config", "REDUCED"]
 # ---------------------------------------------------------------------------------------------
 
 # the reduced sizes (the byte tokenizer's ids, see tlgeo.models.byte_tokenizer)
-REDUCED: dict[str, int] = dict(hidden=64, heads=4, head_dim=16, intermediate=128, experts=4, top_k=2,
-                               max_positions=256, sliding_window=8, vocab=258, bos=256, eos=257, pad=257)
+REDUCED: dict[str, int] = dict(
+    hidden=64,
+    heads=4,
+    head_dim=16,
+    intermediate=128,
+    experts=4,
+    top_k=2,
+    max_positions=256,
+    sliding_window=8,
+    vocab=258,
+    bos=256,
+    eos=257,
+    pad=257,
+)
 
 _DROP = ("quantization_config",)  # the published weights' format: a GPU kernel or a download, and no weights here
 _LAYERS = ("num_hidden_layers", "n_layer")

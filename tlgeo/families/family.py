@@ -78,6 +78,11 @@ def config_class(name: str):
 
 _TOKENS = dict(vocab_size=258, bos_token_id=256, eos_token_id=257, pad_token_id=257)
 # the tiny sizes of a Llama-style config
-ATTN_TINY = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=3, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=256)
-
+ATTN_TINY = dict(
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)

@@ -15,13 +15,44 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, Callable
 
-from .architectures import (bloom, falcon, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, llama, mamba, mistral, mixtral,
-                            olmo2, opt, opt_post_ln, phi3, qwen2, qwen3, qwen3_moe, tracr)
+from .architectures import (
+    bloom,
+    falcon,
+    gemma2,
+    gemma3,
+    gpt2,
+    gpt_neox,
+    gpt_oss,
+    llama,
+    mamba,
+    mistral,
+    mixtral,
+    olmo2,
+    opt,
+    opt_post_ln,
+    phi3,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+    tracr,
+)
 from .family import Family
 from ..errors import InputError, UnknownNameError
 
-__all__ = ["Family", "FAMILIES", "FAMILY_MODULES", "ALIASES", "SEED_CHECKPOINTS", "SEED_FAMILIES", "build",
-           "layer_paths", "get_family", "family_of", "family_of_config", "UnknownFamilyError"]
+__all__ = [
+    "Family",
+    "FAMILIES",
+    "FAMILY_MODULES",
+    "ALIASES",
+    "SEED_CHECKPOINTS",
+    "SEED_FAMILIES",
+    "build",
+    "layer_paths",
+    "get_family",
+    "family_of",
+    "family_of_config",
+    "UnknownFamilyError",
+]
 
 
 class UnknownFamilyError(UnknownNameError, ValueError):
@@ -97,8 +128,7 @@ def family_of_config(config: Any) -> Family | None:
 
     Among the families of its ``model_type``, one whose ``when`` values the config has (post-LN OPT:
     ``do_layer_norm_before=False``) comes before one without."""
-    get: Callable[[str, Any], Any] = (config.get if isinstance(config, dict)
-                                      else lambda k, d=None: getattr(config, k, d))
+    get: Callable[[str, Any], Any] = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     model_type = get("model_type", None)
     candidates = [f for f in FAMILIES.values() if f.model_type == model_type]
     for f in sorted(candidates, key=lambda f: not f.when):

@@ -18,8 +18,18 @@ from ..errors import InputError, UnknownNameError, UserError
 from .family import Family, Support
 from .registry import FAMILIES, family_of
 
-__all__ = ["Support", "SITE_COLUMNS", "support", "support_table", "check_support", "UnsupportedError",
-           "markdown_table", "register_support", "columns", "support_rule"]
+__all__ = [
+    "Support",
+    "SITE_COLUMNS",
+    "support",
+    "support_table",
+    "check_support",
+    "UnsupportedError",
+    "markdown_table",
+    "register_support",
+    "columns",
+    "support_rule",
+]
 
 SITE_COLUMNS = ("attn", "mlp", "block", "value_full", "value_excl_self", "diag")
 Rule = Callable[[Family], Support]
@@ -78,14 +88,21 @@ def support(family: Family | str, column: str) -> Support:
 
 def _site(f: Family, column: str) -> Support:
     """The rules of the sites, over ``f``'s traits."""
-    post_ln = ("post-LN: the update is measured against the state it is added to; the norm after the add "
-               "then rescales the sum, so the parallel part also turns it")
+    post_ln = (
+        "post-LN: the update is measured against the state it is added to; the norm after the add "
+        "then rescales the sum, so the parallel part also turns it"
+    )
     if column in ("attn", "mlp"):
         if not f.attention:
             return _no_attention(f, "residual attention / MLP sites")
         if f.post_ln:
-            return Support("differs", post_ln + (" (the MLP's reference is ln1's output, the renormalised state it "
-                                                 "reads)" if column == "mlp" else ""))
+            return Support(
+                "differs",
+                post_ln
+                + (
+                    " (the MLP's reference is ln1's output, the renormalised state it reads)" if column == "mlp" else ""
+                ),
+            )
         if f.post_norms:
             return Support("differs", "the update is the post-norm output the residual receives")
         if column == "mlp" and f.parallel:
@@ -103,11 +120,14 @@ def _site(f: Family, column: str) -> Support:
     if not f.attention:
         return Support("no", f"value-space sites need attention weights: {f.name} has none")
     if f.sinks:
-        return Support("differs", {
-            "value_full": "sinks: o_t weighs the values by less than 1 in all (the sink's mass reaches no value)",
-            "value_excl_self": "sinks: the sink's mass is neither self nor non-self (it reaches no value)",
-            "diag": "sinks: the other keys are rescaled to keep the row's own sum, the sink's mass unchanged",
-        }[column])
+        return Support(
+            "differs",
+            {
+                "value_full": "sinks: o_t weighs the values by less than 1 in all (the sink's mass reaches no value)",
+                "value_excl_self": "sinks: the sink's mass is neither self nor non-self (it reaches no value)",
+                "diag": "sinks: the other keys are rescaled to keep the row's own sum, the sink's mass unchanged",
+            }[column],
+        )
     if f.post_norms:
         return Support("differs", "the edited heads' output passes through the post-attention norm")
     return _YES
@@ -129,8 +149,9 @@ def _reasons(f: Family, skip: set[tuple[str, str]], cols: Sequence[str]) -> str:
         s = support(f, c)
         if s.status != "yes" and (c, s.why) not in skip:
             by_why.setdefault((s.status, s.why), []).append(f"`{c}`")
-    return "; ".join(f"{', '.join(cols)}{' (refused)' if status == 'no' else ''}: {why}"
-                     for (status, why), cols in by_why.items())
+    return "; ".join(
+        f"{', '.join(cols)}{' (refused)' if status == 'no' else ''}: {why}" for (status, why), cols in by_why.items()
+    )
 
 
 def markdown_table(cols: Sequence[str] | None = None) -> str:
@@ -141,8 +162,12 @@ def markdown_table(cols: Sequence[str] | None = None) -> str:
     lines = ["| family | " + " | ".join(table.columns) + " |", "|---" * (len(table.columns) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(row) + " |" for name, row in table.iterrows()]
     lines += ["", "`yes*`: supported with a documented difference; `no`: refused with the reason."]
-    shared = {(c, support(f, c).why) for f in FAMILIES.values() for c in cols
-              if len({support(g, c).why for g in FAMILIES.values()}) == 1 and support(f, c).status != "yes"}
+    shared = {
+        (c, support(f, c).why)
+        for f in FAMILIES.values()
+        for c in cols
+        if len({support(g, c).why for g in FAMILIES.values()}) == 1 and support(f, c).status != "yes"
+    }
     lines += [f"`{c}` on every family: {why}." for c, why in sorted(shared)] + [""]
     for f in FAMILIES.values():
         reasons = _reasons(f, shared, cols)

@@ -5,5 +5,17 @@ and related (:mod:`.analysis`). It reads the four analyses, so it sits above the
 from .analysis import ANALYSIS, OWNER, GeometriesResult, relation_summary, relations, run, units, with_q
 from .config import ATYPICALITY, CONTROLS, QUANTITIES, GeometriesConfig
 
-__all__ = ["ANALYSIS", "OWNER", "GeometriesResult", "relation_summary", "relations", "run", "units", "with_q",
-           "ATYPICALITY", "CONTROLS", "QUANTITIES", "GeometriesConfig"]
+__all__ = [
+    "ANALYSIS",
+    "OWNER",
+    "GeometriesResult",
+    "relation_summary",
+    "relations",
+    "run",
+    "units",
+    "with_q",
+    "ATYPICALITY",
+    "CONTROLS",
+    "QUANTITIES",
+    "GeometriesConfig",
+]

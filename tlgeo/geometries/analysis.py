@@ -29,11 +29,29 @@ from ..stats.correlation import partial_spearman_ci, spearman_matrix
 from ..stats.multiple import bh_qvalues
 from ..tokenwise.pool import collect_pool
 from .config import ATYPICALITY, CONTROLS, QUANTITIES, GeometriesConfig
-from .quantities import (atypicality_quantities, clean_pass, damage_quantities, decomposition_quantities,
-                         pdsf_quantities, tokenwise_quantities)
+from .quantities import (
+    atypicality_quantities,
+    clean_pass,
+    damage_quantities,
+    decomposition_quantities,
+    pdsf_quantities,
+    tokenwise_quantities,
+)
 
-__all__ = ["GeometriesResult", "run", "units", "relations", "relation_summary", "summary_table", "with_q",
-           "token_windows", "ANALYSIS", "KEY", "OWNER", "FDR"]
+__all__ = [
+    "GeometriesResult",
+    "run",
+    "units",
+    "relations",
+    "relation_summary",
+    "summary_table",
+    "with_q",
+    "token_windows",
+    "ANALYSIS",
+    "KEY",
+    "OWNER",
+    "FDR",
+]
 
 KEY = ("model", "corpus", "seq_len", "n_tokens", "delta", "seeds", "k", "seed")
 ALL = tuple(q for qs in QUANTITIES.values() for q in qs)
@@ -82,8 +100,9 @@ def units(model: Model, cfg: GeometriesConfig) -> list[tuple]:
     return [("layer", l) for l in cfg.chosen_layers(model.cfg.n_layers)]
 
 
-def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
-              quantities: Sequence[str] = ALL) -> pd.DataFrame:
+def relations(
+    tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0, quantities: Sequence[str] = ALL
+) -> pd.DataFrame:
     """Per block, every pair of ``quantities`` of the tokens that have them all (the last position of a window
     has no next token, hence no damage): ``rho`` (Spearman), its 95% CI ``ci_low``/``ci_high`` (percentile, whole
     windows resampled) and SE ``rho_se`` (the bootstrap rhos' standard deviation), ``p`` (two-sided,
@@ -117,16 +136,29 @@ def relations(tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0,
             return float("nan") if d[key] is None else float(d[key][i, j])
 
         for i, j in itertools.combinations(range(len(quantities)), 2):
-            rows.append({"layer": int(layer), "a": quantities[i], "b": quantities[j], "rho": m["rho"][i, j],
-                         "ci_low": m["low"][i, j], "ci_high": m["high"][i, j], "rho_se": m["se"][i, j],
-                         "p": m["p"][i, j], "rho_shuffled": m["shuffled"][i, j],
-                         "rho_partial": part["partial"][i, j], "partial_ci_low": part["low"][i, j],
-                         "partial_ci_high": part["high"][i, j],
-                         "rho_partial_atypical": cell(both, "partial", i, j),
-                         "atypical_ci_low": cell(both, "low", i, j), "atypical_ci_high": cell(both, "high", i, j),
-                         "rho_partial_norm": cell(norm, "partial", i, j),
-                         "norm_ci_low": cell(norm, "low", i, j), "norm_ci_high": cell(norm, "high", i, j),
-                         "n": len(df)})
+            rows.append(
+                {
+                    "layer": int(layer),
+                    "a": quantities[i],
+                    "b": quantities[j],
+                    "rho": m["rho"][i, j],
+                    "ci_low": m["low"][i, j],
+                    "ci_high": m["high"][i, j],
+                    "rho_se": m["se"][i, j],
+                    "p": m["p"][i, j],
+                    "rho_shuffled": m["shuffled"][i, j],
+                    "rho_partial": part["partial"][i, j],
+                    "partial_ci_low": part["low"][i, j],
+                    "partial_ci_high": part["high"][i, j],
+                    "rho_partial_atypical": cell(both, "partial", i, j),
+                    "atypical_ci_low": cell(both, "low", i, j),
+                    "atypical_ci_high": cell(both, "high", i, j),
+                    "rho_partial_norm": cell(norm, "partial", i, j),
+                    "norm_ci_low": cell(norm, "low", i, j),
+                    "norm_ci_high": cell(norm, "high", i, j),
+                    "n": len(df),
+                }
+            )
     return with_q(pd.DataFrame(rows))
 
 
@@ -138,8 +170,10 @@ def summary_table(relations: pd.DataFrame) -> pd.DataFrame | None:
     run_key = [c for c in dict.fromkeys((*IDENTITY, *KEY)) if c in relations.columns]
     if not run_key:
         return relation_summary(relations, across=False)
-    parts = [relation_summary(df, across=False).assign(**dict(zip(run_key, k if isinstance(k, tuple) else (k,))))
-             for k, df in relations.groupby(run_key, dropna=False, sort=False)]
+    parts = [
+        relation_summary(df, across=False).assign(**dict(zip(run_key, k if isinstance(k, tuple) else (k,))))
+        for k, df in relations.groupby(run_key, dropna=False, sort=False)
+    ]
     out = pd.concat(parts, ignore_index=True)
     return out[[*run_key, *[c for c in out.columns if c not in run_key]]]
 
@@ -178,16 +212,25 @@ def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.Data
     for c in ("q_bh", "rho_partial_atypical", "atypical_ci_low", "atypical_ci_high"):  # older tables lack them
         if c not in rel:
             rel = rel.assign(**{c: np.nan})
-    rel = rel.assign(significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0),
-                     significant_bh=(rel["q_bh"] < FDR).astype(float).where(rel["q_bh"].notna()),
-                     atypical_significant=((rel["atypical_ci_low"] > 0) | (rel["atypical_ci_high"] < 0)).astype(
-                         float).where(rel["atypical_ci_low"].notna()))
+    rel = rel.assign(
+        significant=(rel["ci_low"] > 0) | (rel["ci_high"] < 0),
+        significant_bh=(rel["q_bh"] < FDR).astype(float).where(rel["q_bh"].notna()),
+        atypical_significant=((rel["atypical_ci_low"] > 0) | (rel["atypical_ci_high"] < 0))
+        .astype(float)
+        .where(rel["atypical_ci_low"].notna()),
+    )
     g = rel.groupby(["a", "b"], sort=False).agg(
-        mean_rho=("rho", "mean"), min_rho=("rho", "min"), max_rho=("rho", "max"), blocks=("rho", "size"),
-        significant=("significant", "sum"), significant_bh=("significant_bh", lambda v: v.sum(min_count=1)),
-        partial=("rho_partial", "mean"), partial_atypical=("rho_partial_atypical", "mean"),
+        mean_rho=("rho", "mean"),
+        min_rho=("rho", "min"),
+        max_rho=("rho", "max"),
+        blocks=("rho", "size"),
+        significant=("significant", "sum"),
+        significant_bh=("significant_bh", lambda v: v.sum(min_count=1)),
+        partial=("rho_partial", "mean"),
+        partial_atypical=("rho_partial_atypical", "mean"),
         shuffled=("rho_shuffled", "mean"),
-        atypical_significant=("atypical_significant", lambda v: v.sum(min_count=1)))
+        atypical_significant=("atypical_significant", lambda v: v.sum(min_count=1)),
+    )
     g["significant_bh"] = g["significant_bh"].astype("Int64")
     g["atypical_significant"] = g["atypical_significant"].astype("Int64")
     g["same_sign"] = (g["min_rho"] > 0) | (g["max_rho"] < 0)
@@ -195,9 +238,16 @@ def relation_summary(relations: pd.DataFrame, *, across: bool = True) -> pd.Data
 
 
 @identified
-def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, log: str | Path | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False,
-        on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> GeometriesResult:
+def run(
+    model: Model,
+    cfg: GeometriesConfig,
+    *,
+    out: str | Path | None = None,
+    log: str | Path | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+) -> GeometriesResult:
     """The quantities and relations of every block of ``units`` (default all). With ``out`` the pool is kept
     in ``out/<pool>`` (and reused), and each block's rows are merged into the tables as soon as they are done:
     a rerun skips the blocks already there. ``log`` is unused (the tables are the log)."""
@@ -211,9 +261,17 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
         raise InputError(f"seq_len {cfg.seq_len} exceeds the model's context of {model.cfg.n_ctx} tokens")
     windows = token_windows(model, cfg)
     _check_pool(len(windows), windows.shape[1], cfg.k)
-    settings = {"model": model_label(model), "corpus": cfg.corpus, "seq_len": cfg.seq_len,
-                "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)), "delta": cfg.delta, "seeds": cfg.seeds,
-                "k": cfg.k, "seed": cfg.seed, "inputs": content_digest(windows)}  # another text: computed again
+    settings = {
+        "model": model_label(model),
+        "corpus": cfg.corpus,
+        "seq_len": cfg.seq_len,
+        "n_tokens": int(windows.shape[0] * (windows.shape[1] - 1)),
+        "delta": cfg.delta,
+        "seeds": cfg.seeds,
+        "k": cfg.k,
+        "seed": cfg.seed,
+        "inputs": content_digest(windows),
+    }  # another text: computed again
     identity = run_identity(model)
     earlier = _earlier(out, settings, chosen, identity.row())
     done = set(earlier["relations"]["layer"].astype(int)) if earlier else set()
@@ -222,8 +280,9 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
     if todo:
         name = f"geometries-pool-{cfg.corpus}-{cfg.seq_len}x{len(windows)}-{identity.key}-{settings['inputs'][:8]}"
         with tempfile.TemporaryDirectory(prefix="geometries-") if out is None else nullcontext(out) as base:
-            pool = collect_pool(model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size,
-                                progress=progress)
+            pool = collect_pool(
+                model, windows, Path(base) / name, dtype="float32", batch_size=cfg.batch_size, progress=progress
+            )
             base_rows, resid = clean_pass(model, windows, todo, cfg.batch_size)
             profile = decomposition_quantities(model, windows, todo, cfg.batch_size)  # one pass, every block
             for l in todo:
@@ -238,8 +297,10 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
                         GeometriesResult(**{name_: df}).save(out)
                     if on_table is not None and name_ == "tokens":
                         on_table(name_, df)
-    merged = {n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable").reset_index(drop=True)
-              if v else None for n, v in tables.items()}
+    merged = {
+        n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable").reset_index(drop=True) if v else None
+        for n, v in tables.items()
+    }
     if merged.get("relations") is not None:  # earlier blocks' rows carry the identity, this run's not yet: one run
         merged["relations"] = merged["relations"].drop(columns=[c for c in IDENTITY if c in merged["relations"]])
     res = GeometriesResult(**merged)  # q over every block of the run, and the summary
@@ -256,9 +317,11 @@ def run(model: Model, cfg: GeometriesConfig, *, out: str | Path | None = None, l
 def _check_pool(n_windows: int, seq_len: int, k: int) -> None:
     others = (n_windows - 1) * (seq_len - 1)  # the neighbours a token's fit may take
     if others < k:
-        raise InputError(f"the pool has {n_windows} window(s) of {seq_len} tokens: a token's local fit takes its {k} "
-                         f"neighbours from other windows, which hold {others}; give more --tokens, a shorter "
-                         "--seq-len or a smaller --k")
+        raise InputError(
+            f"the pool has {n_windows} window(s) of {seq_len} tokens: a token's local fit takes its {k} "
+            f"neighbours from other windows, which hold {others}; give more --tokens, a shorter "
+            "--seq-len or a smaller --k"
+        )
 
 
 def _labelled(df: pd.DataFrame, settings: dict) -> pd.DataFrame:
@@ -291,14 +354,24 @@ def _earlier(out, settings: dict, chosen: Sequence[int], identity: dict) -> dict
     return {n: df[df["layer"].isin(done)] for n, df in got.items()} if done else {}
 
 
-def _layer_tokens(model, cfg, pool, windows, base_rows: pd.DataFrame, resid, profile: pd.DataFrame,
-                  layer: int) -> pd.DataFrame:
+def _layer_tokens(
+    model, cfg, pool, windows, base_rows: pd.DataFrame, resid, profile: pd.DataFrame, layer: int
+) -> pd.DataFrame:
     """Every quantity of block ``layer`` per pool token, with the token's window, position, id and frequency
     (``profile``: the decomposition quantities of every block to do, from one pass)."""
     parts = [
         profile[profile["layer"] == layer],
-        damage_quantities(model, windows, base_rows["nll"].to_numpy(), resid, [layer], delta=cfg.delta,
-                          seeds=cfg.seeds, seed=cfg.seed, batch_size=cfg.batch_size),
+        damage_quantities(
+            model,
+            windows,
+            base_rows["nll"].to_numpy(),
+            resid,
+            [layer],
+            delta=cfg.delta,
+            seeds=cfg.seeds,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+        ),
         pdsf_quantities(model, pool, base_rows["predicted"].to_numpy(), [layer]),
         tokenwise_quantities(pool, [layer], k=cfg.k, ridge=cfg.ridge),
     ]
@@ -340,32 +413,75 @@ def plan(shape, cfg: GeometriesConfig) -> list:
     share = len(layers) / n  # the profile's observers and statistics at the measured blocks only
     sites = ("attn", "mlp", "value_excl_self")
     profile = profile_work(shape, sites, tokens, seq, b)
-    profile = dataclasses.replace(profile, hooks={k: v * share for k, v in profile.hooks.items()},
-                                  kept_bytes=profile.kept_bytes * share,
-                                  note=profile.note + f" at {len(layers)} blocks")
+    profile = dataclasses.replace(
+        profile,
+        hooks={k: v * share for k, v in profile.hooks.items()},
+        kept_bytes=profile.kept_bytes * share,
+        note=profile.note + f" at {len(layers)} blocks",
+    )
     passes = 2 * cfg.seeds * len(layers)
     host = fit_work(shape, n_tok, ("linear",), cfg.k, len(layers))
     host["host.flop"] = host.get("host.flop", 0.0) + len(layers) * PDSF_FIT_FLOPS * n_tok * d * d
     return [
-        Work("pool", tokens, seq, b, kept_bytes=min(b, n_win) * seq * (n + 1) * d * 4,
-             host_bytes=n_tok * (n + 1) * d * 4, note=f"{n_tok} tokens x {n + 1} states, float32, memory-mapped"),
-        Work("clean pass", tokens, seq, b, logit_copies=PPL_LOGIT_COPIES,
-             host_bytes=tokens * d * 4 * len(layers), note=f"the residual at {len(layers)} blocks kept (host)"),
+        Work(
+            "pool",
+            tokens,
+            seq,
+            b,
+            kept_bytes=min(b, n_win) * seq * (n + 1) * d * 4,
+            host_bytes=n_tok * (n + 1) * d * 4,
+            note=f"{n_tok} tokens x {n + 1} states, float32, memory-mapped",
+        ),
+        Work(
+            "clean pass",
+            tokens,
+            seq,
+            b,
+            logit_copies=PPL_LOGIT_COPIES,
+            host_bytes=tokens * d * 4 * len(layers),
+            note=f"the residual at {len(layers)} blocks kept (host)",
+        ),
         profile,
-        Work("damage", tokens * passes, seq, b, blocks=sum((n - l) / n for l in layers) / len(layers),
-             logit_copies=PPL_LOGIT_COPIES, host_bytes=tokens * d * 4 * len(layers),
-             note=f"{passes} passes resumed at the measured blocks"),
-        Work("PDSF readout", n_tok * len(layers), 1, 256, blocks=0.0, logit_copies=2.0,
-             note=f"every pool state at {len(layers)} blocks through the unembedding"),
-        Work("fits", 0, 1, host=host,
-             host_bytes=2 * n_tok * d * 4 + n_tok * cfg.k * 8 + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
-             note=f"tokenwise kNN + linear fits and PDSF fits at {len(layers)} blocks (host)"),
+        Work(
+            "damage",
+            tokens * passes,
+            seq,
+            b,
+            blocks=sum((n - l) / n for l in layers) / len(layers),
+            logit_copies=PPL_LOGIT_COPIES,
+            host_bytes=tokens * d * 4 * len(layers),
+            note=f"{passes} passes resumed at the measured blocks",
+        ),
+        Work(
+            "PDSF readout",
+            n_tok * len(layers),
+            1,
+            256,
+            blocks=0.0,
+            logit_copies=2.0,
+            note=f"every pool state at {len(layers)} blocks through the unembedding",
+        ),
+        Work(
+            "fits",
+            0,
+            1,
+            host=host,
+            host_bytes=2 * n_tok * d * 4 + n_tok * cfg.k * 8 + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
+            note=f"tokenwise kNN + linear fits and PDSF fits at {len(layers)} blocks (host)",
+        ),
     ]
 
 
-ANALYSIS = register_analysis(Analysis(
-    name="geometries", config=GeometriesConfig, run=run, result=GeometriesResult, units=units,
-    description="one token, four geometries: the four analyses' per-token quantities on one pool, related",
-    tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4), plan=plan,
-    docs="analyses/geometries",
-))
+ANALYSIS = register_analysis(
+    Analysis(
+        name="geometries",
+        config=GeometriesConfig,
+        run=run,
+        result=GeometriesResult,
+        units=units,
+        description="one token, four geometries: the four analyses' per-token quantities on one pool, related",
+        tiny=dict(tokens=60, seq_len=16, layer_count=2, seeds=1, k=8, n_boot=20, batch_size=4),
+        plan=plan,
+        docs="analyses/geometries",
+    )
+)

@@ -32,13 +32,17 @@ class GeometriesConfig(Config):
     mean distance to its tokenwise neighbours)."""
 
     corpus: str = param("wikitext2", "text the token pool is cut from")
-    tokens: int = param(2048, "tokens in the pool", atlas=768, cost="forwards linear in it (2 x seeds passes "
-                                                                    "resumed per block); the kNN per block quadratic")
+    tokens: int = param(
+        2048,
+        "tokens in the pool",
+        atlas=768,
+        cost="forwards linear in it (2 x seeds passes resumed per block); the kNN per block quadratic",
+    )
     seq_len: int = param(64, "tokens per window (its first, BOS, is left out of the pool)")
-    layers: tuple[int, ...] | None = param(None, "blocks measured (default: --layer-count evenly spaced)",
-                                           indices=True)
-    layer_count: int = param(6, "blocks measured when --layers is not given, evenly spaced from the second to the "
-                                "last", atlas=4)
+    layers: tuple[int, ...] | None = param(None, "blocks measured (default: --layer-count evenly spaced)", indices=True)
+    layer_count: int = param(
+        6, "blocks measured when --layers is not given, evenly spaced from the second to the last", atlas=4
+    )
     delta: float = param(0.2, "L2-matched perturbations: ||h' - h|| = delta ||h|| at the block's output")
     seeds: int = param(2, "perturbation draws per token (each batch draws its own)")
     k: int = param(32, "neighbours per local linear fit (tokenwise)")
@@ -64,8 +68,9 @@ class GeometriesConfig(Config):
         if self.layers is not None:
             bad = [l for l in self.layers if not 0 <= l < n_layers]
             if bad:
-                raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n_layers} blocks "
-                                      f"(0..{n_layers - 1})")
+                raise OutOfRangeError(
+                    f"layer(s) {spans(bad)} out of range: the model has {n_layers} blocks (0..{n_layers - 1})"
+                )
             return sorted(set(self.layers))
         first = min(1, n_layers - 1)
         count = min(self.layer_count, n_layers - first)

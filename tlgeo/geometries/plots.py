@@ -26,8 +26,11 @@ def plot_relations(relations: pd.DataFrame, value: str = "rho", top: int | None 
     grid = grid.reindex(grid.abs().mean(1).sort_values(ascending=False).index)
     if top is not None:
         grid = grid.head(top)
-    covers = rel.assign(zero=(rel["ci_low"] <= 0) & (rel["ci_high"] >= 0)).pivot(index="pair", columns="layer",
-                                                                                  values="zero").reindex(grid.index)
+    covers = (
+        rel.assign(zero=(rel["ci_low"] <= 0) & (rel["ci_high"] >= 0))
+        .pivot(index="pair", columns="layer", values="zero")
+        .reindex(grid.index)
+    )
     fig, ax = plt.subplots(figsize=(WIDTH, max(3.0, 0.22 * len(grid) + 1.3)), layout="constrained")
     im = ax.imshow(grid.to_numpy(float), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
     ys, xs = np.nonzero(covers.fillna(True).to_numpy(bool))
@@ -59,8 +62,14 @@ def plot_pairs(tokens: pd.DataFrame, pairs: pd.DataFrame, max_points: int = 3000
         df = tokens.dropna(subset=[p["a"], p["b"]])
         df = df.sample(min(len(df), max_points), random_state=seed)
         for i, (layer, g) in enumerate(df.groupby("layer")):
-            ax.scatter(g[p["a"]].rank(pct=True), g[p["b"]].rank(pct=True), s=3, alpha=0.4,
-                       color=cmap(i / max(1, len(layers) - 1)), label=f"block {layer}")
+            ax.scatter(
+                g[p["a"]].rank(pct=True),
+                g[p["b"]].rank(pct=True),
+                s=3,
+                alpha=0.4,
+                color=cmap(i / max(1, len(layers) - 1)),
+                label=f"block {layer}",
+            )
         ax.set_xlabel(f"rank of {p['a']}")
         ax.set_ylabel(f"rank of {p['b']}")
         ax.set_title(f"{p['a']} ~ {p['b']}", fontsize=10)
@@ -75,7 +84,9 @@ def token_view(tokens: pd.DataFrame, tokenizer, quantity: str, layer: int, windo
     import circuitsvis as cv
 
     if quantity not in tokens:
-        raise InputError(f"no quantity {quantity!r}; the table has {[c for c in tokens if c not in ('layer', 'index')]}")
+        raise InputError(
+            f"no quantity {quantity!r}; the table has {[c for c in tokens if c not in ('layer', 'index')]}"
+        )
     df = tokens[(tokens["layer"] == layer) & (tokens["window"] == window)].sort_values("position")
     if df.empty:
         raise InputError(f"no tokens of window {window} at block {layer}")

@@ -22,8 +22,9 @@ __all__ = ["previous_token_score", "induction_score", "duplicate_token_score", "
 
 def _check(pattern: Tensor) -> Tensor:
     if pattern.ndim != 4 or pattern.shape[-1] != pattern.shape[-2]:
-        raise InputError(f"a pattern must be [batch, heads, query, key] with query = key positions, "
-                         f"got {tuple(pattern.shape)}")
+        raise InputError(
+            f"a pattern must be [batch, heads, query, key] with query = key positions, got {tuple(pattern.shape)}"
+        )
     return pattern.to(compute_dtype(pattern))
 
 
@@ -67,21 +68,25 @@ def attention_to(pattern: Float[Tensor, "b h q k"], query: Tensor, key: Tensor) 
     p = _check(pattern)
     query, key = torch.as_tensor(query, device=p.device), torch.as_tensor(key, device=p.device)
     if query.shape != (p.shape[0],) or key.shape != (p.shape[0],):
-        raise InputError(f"query and key must be one position per sequence ({p.shape[0]}), got "
-                         f"{tuple(query.shape)} and {tuple(key.shape)}")
+        raise InputError(
+            f"query and key must be one position per sequence ({p.shape[0]}), got "
+            f"{tuple(query.shape)} and {tuple(key.shape)}"
+        )
     rows = torch.arange(p.shape[0], device=p.device)
     return p[rows, :, query, key].mean(0)
 
 
-def copying_score(w_e: Float[Tensor, "vocab d"], w_ov: Float[Tensor, "h d d"],
-                  w_u: Float[Tensor, "d vocab"]) -> Float[Tensor, "h"]:
+def copying_score(
+    w_e: Float[Tensor, "vocab d"], w_ov: Float[Tensor, "h d d"], w_u: Float[Tensor, "d vocab"]
+) -> Float[Tensor, "h"]:
     """Olsson et al.'s copying score of each head: ``Σ Re(λ) / Σ |λ|`` over the eigenvalues ``λ`` of its
     full OV circuit ``W_E W_OV W_U`` (``[vocab, vocab]``, eigenvalues of the equal-spectrum ``[d, d]``
     matrix ``W_OV W_U W_E``), in ``[-1, 1]``: near 1, attending to a token raises that token's logit."""
     d = w_ov.shape[-1]
     if w_ov.ndim != 3 or w_ov.shape[1] != d or w_e.shape[1] != d or w_u.shape[0] != d:
-        raise InputError(f"shapes do not chain: W_E {tuple(w_e.shape)}, W_OV {tuple(w_ov.shape)}, "
-                         f"W_U {tuple(w_u.shape)}")
+        raise InputError(
+            f"shapes do not chain: W_E {tuple(w_e.shape)}, W_OV {tuple(w_ov.shape)}, W_U {tuple(w_u.shape)}"
+        )
     dt = torch.float64
     circuit = w_ov.to(dt) @ (w_u.to(dt) @ w_e.to(dt))  # [h, d, d]: the nonzero spectrum of W_E W_OV W_U
     lam = torch.linalg.eigvals(circuit)

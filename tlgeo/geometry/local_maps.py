@@ -33,8 +33,19 @@ from torch import Tensor
 from .parallel import compute_dtype
 from ..errors import InputError
 
-__all__ = ["LOCAL_MAPS", "fit_local", "fit_locals", "local_matrix", "diag_psd", "linear", "lowrank", "orthogonal",
-           "global_linear", "tokenwise_fit", "tokenwise_fits"]
+__all__ = [
+    "LOCAL_MAPS",
+    "fit_local",
+    "fit_locals",
+    "local_matrix",
+    "diag_psd",
+    "linear",
+    "lowrank",
+    "orthogonal",
+    "global_linear",
+    "tokenwise_fit",
+    "tokenwise_fits",
+]
 
 Batch = Float[Tensor, "b k d"]
 Queries = Float[Tensor, "b m d"]
@@ -258,18 +269,23 @@ def _orthogonal_svd(x: Batch, y: Batch, q: Queries) -> Queries:
 
 
 LOCAL_MAPS: dict[str, Callable[..., Tensor]] = {
-    "diag_psd": diag_psd, "lowrank": lowrank, "orthogonal": orthogonal, "linear": linear,
+    "diag_psd": diag_psd,
+    "lowrank": lowrank,
+    "orthogonal": orthogonal,
+    "linear": linear,
 }
 
 
 def _check(kinds: Sequence[str], x: Tensor, y: Tensor, q: Tensor) -> None:
     bad = [c for c in kinds if c not in LOCAL_MAPS]
     if bad or not kinds:
-        raise InputError(f"unknown local map class {', '.join(map(repr, bad)) or 'list (empty)'}; "
-                         f"choose from {sorted(LOCAL_MAPS)}")
+        raise InputError(
+            f"unknown local map class {', '.join(map(repr, bad)) or 'list (empty)'}; choose from {sorted(LOCAL_MAPS)}"
+        )
     if x.ndim != 3 or x.shape != y.shape or q.ndim != 3 or q.shape[0] != x.shape[0] or q.shape[2] != x.shape[2]:
-        raise InputError(f"shapes must be x, y [b, k, d] and q [b, m, d]; got {tuple(x.shape)}, "
-                         f"{tuple(y.shape)}, {tuple(q.shape)}")
+        raise InputError(
+            f"shapes must be x, y [b, k, d] and q [b, m, d]; got {tuple(x.shape)}, {tuple(y.shape)}, {tuple(q.shape)}"
+        )
 
 
 def fit_local(kind: str, x: Batch, y: Batch, q: Queries, **params) -> Queries:
@@ -280,8 +296,9 @@ def fit_local(kind: str, x: Batch, y: Batch, q: Queries, **params) -> Queries:
     return LOCAL_MAPS[kind](x, y, q, **params)
 
 
-def fit_locals(kinds: Sequence[str], x: Batch, y: Batch, q: Queries, *, rank: int = 8,
-               ridge: float = 1e-6) -> dict[str, Queries]:
+def fit_locals(
+    kinds: Sequence[str], x: Batch, y: Batch, q: Queries, *, rank: int = 8, ridge: float = 1e-6
+) -> dict[str, Queries]:
     """``{kind: T(q)}`` for several classes on the same neighbourhoods: ``linear`` and ``lowrank``
     share one ridge solve; the same results as :func:`fit_local` class by class."""
     _check(kinds, x, y, q)
@@ -319,8 +336,9 @@ def global_linear(x: Float[Tensor, "n d"], y: Float[Tensor, "n d"], ridge: float
     return eye + upd[0]
 
 
-def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], neighbours: Tensor, *,
-                  chunk: int = 64, **params) -> Float[Tensor, "n d"]:
+def tokenwise_fit(
+    kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], neighbours: Tensor, *, chunk: int = 64, **params
+) -> Float[Tensor, "n d"]:
     """``T(h_in[i])`` for every token ``i``, each map fitted on its ``neighbours[i] [k]`` (indices
     into the pool, the token itself excluded), ``chunk`` tokens at a time."""
     if not isinstance(kind, str):
@@ -328,8 +346,16 @@ def tokenwise_fit(kind: str, h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n
     return tokenwise_fits([kind], h_in, h_out, neighbours, chunk=chunk, **params)[kind]
 
 
-def tokenwise_fits(kinds: Sequence[str], h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"],
-                   neighbours: Tensor, *, chunk: int = 64, threads: int = 1, **params) -> dict[str, Float[Tensor, "n d"]]:
+def tokenwise_fits(
+    kinds: Sequence[str],
+    h_in: Float[Tensor, "n d"],
+    h_out: Float[Tensor, "n d"],
+    neighbours: Tensor,
+    *,
+    chunk: int = 64,
+    threads: int = 1,
+    **params,
+) -> dict[str, Float[Tensor, "n d"]]:
     """:func:`tokenwise_fit` for several classes at once: each chunk's neighbourhoods are gathered
     once for all of them (:func:`fit_locals`); ``threads`` chunks run side by side, each on one
     core (the batched small factorizations of ``lowrank`` and ``orthogonal`` use one core each)."""

@@ -59,8 +59,10 @@ def knn(
     if not isinstance(k, int) or k < 1:
         raise InputError(f"k must be a positive integer, got {k!r}")
     if k > limit:
-        raise InputError(f"k={k} neighbours asked, but a query has at most {limit} in a pool of {n}"
-                         + (" outside its own sequence" if exclude_group else ""))
+        raise InputError(
+            f"k={k} neighbours asked, but a query has at most {limit} in a pool of {n}"
+            + (" outside its own sequence" if exclude_group else "")
+        )
     if chunk < 1:
         raise InputError(f"chunk must be positive, got {chunk}")
     if backend == "faiss":

@@ -102,9 +102,7 @@ def _norm(x: Tensor) -> Tensor:
     return (x * inv).norm(dim=-1) * s.squeeze(-1)
 
 
-def split_parallel(
-    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
-) -> Split:
+def split_parallel(y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS) -> Split:
     """Split ``y`` into its component along ``ref`` and the rest.
 
     ``ref`` broadcasts against ``y``. A zero (or tiny) reference gives
@@ -176,9 +174,7 @@ def is_unit(s: Scale) -> bool:
     return not isinstance(s, Tensor) and s == 1.0
 
 
-def parallel_ratio(
-    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
-) -> Float[Tensor, "..."]:
+def parallel_ratio(y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS) -> Float[Tensor, "..."]:
     """``|alpha| * ||ref|| / ||y_perp||`` (equal to ``||y_par|| / ||y_perp||``), float32/64.
 
     Greater than 1 means the update is mostly a rescaling of ``ref``. The
@@ -192,9 +188,7 @@ def parallel_ratio(
     return alpha.abs() * _norm(rc) / _norm(perp).clamp_min(math.sqrt(eps))
 
 
-def norm_ratio(
-    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
-) -> Float[Tensor, "..."]:
+def norm_ratio(y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS) -> Float[Tensor, "..."]:
     """``||y|| / ||ref||``: size of the update relative to the state it updates.
 
     ``||ref||`` is clamped at ``sqrt(eps)`` (as ``alpha`` clamps ``||ref||^2``)."""
@@ -202,9 +196,7 @@ def norm_ratio(
     return _norm(y.to(dt)) / _norm(ref.to(dt)).clamp_min(math.sqrt(eps))
 
 
-def cosine(
-    y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS
-) -> Float[Tensor, "..."]:
+def cosine(y: Float[Tensor, "... d"], ref: Float[Tensor, "... d"], eps: float = EPS) -> Float[Tensor, "..."]:
     """Cosine of the angle between ``y`` and ``ref`` (0 when either is zero)."""
     dt = compute_dtype(y, ref)
     yc, rc = y.to(dt), ref.to(dt)

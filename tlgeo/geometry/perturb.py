@@ -40,8 +40,17 @@ from torch import Tensor
 from .parallel import compute_dtype
 from ..errors import InputError
 
-__all__ = ["Perturbed", "FLIPS", "check_delta", "random_signs", "random_directions", "magnitude_perturb",
-           "rotate_exact", "rotate_faithful", "displacement"]
+__all__ = [
+    "Perturbed",
+    "FLIPS",
+    "check_delta",
+    "random_signs",
+    "random_directions",
+    "magnitude_perturb",
+    "rotate_exact",
+    "rotate_faithful",
+    "displacement",
+]
 
 Delta = Union[float, Tensor]
 FLIPS = ("allow", "clip", "grow")

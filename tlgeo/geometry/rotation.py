@@ -28,8 +28,18 @@ from torch import Tensor
 from .parallel import compute_dtype
 from ..errors import InputError
 
-__all__ = ["haar_rotation", "qr_rotation", "rotation", "rotate_in_subspace", "attenuate_in_subspace",
-           "replace_in_subspace", "random_basis", "signed_permutation", "complement_part", "edit_complement"]
+__all__ = [
+    "haar_rotation",
+    "qr_rotation",
+    "rotation",
+    "rotate_in_subspace",
+    "attenuate_in_subspace",
+    "replace_in_subspace",
+    "random_basis",
+    "signed_permutation",
+    "complement_part",
+    "edit_complement",
+]
 
 
 def haar_rotation(k: int, seed: int) -> Float[Tensor, "k k"]:
@@ -80,8 +90,9 @@ def _coords(h: Tensor, basis: Tensor) -> tuple[Tensor, Tensor, torch.dtype]:
     return h.to(dt) @ b, b, dt
 
 
-def rotate_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"],
-                       rot: Float[Tensor, "k k"]) -> Float[Tensor, "... d"]:
+def rotate_in_subspace(
+    h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], rot: Float[Tensor, "k k"]
+) -> Float[Tensor, "... d"]:
     """``h`` with its coordinates inside ``basis`` rotated by ``rot`` (everything else unchanged)."""
     c, b, dt = _coords(h, basis)
     if rot.shape != (b.shape[1], b.shape[1]):
@@ -89,14 +100,17 @@ def rotate_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"],
     return (h.to(dt) + (c @ rot.to(dt) - c) @ b.T).to(h.dtype)
 
 
-def attenuate_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], factor: float) -> Float[Tensor, "... d"]:
+def attenuate_in_subspace(
+    h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], factor: float
+) -> Float[Tensor, "... d"]:
     """``h`` with its component inside ``basis`` scaled by ``factor``."""
     c, b, dt = _coords(h, basis)
     return (h.to(dt) + (factor - 1.0) * c @ b.T).to(h.dtype)
 
 
-def replace_in_subspace(h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], other: Float[Tensor, "... d"],
-                        weight: float = 1.0) -> Float[Tensor, "... d"]:
+def replace_in_subspace(
+    h: Float[Tensor, "... d"], basis: Float[Tensor, "d k"], other: Float[Tensor, "... d"], weight: float = 1.0
+) -> Float[Tensor, "... d"]:
     """``h`` with its component inside ``basis`` moved towards ``other``'s: ``(1 - w) c + w c_other``."""
     c, b, dt = _coords(h, basis)
     c_other = other.to(dt) @ b
@@ -122,9 +136,15 @@ def complement_part(h: Float[Tensor, "b ... d"], bases: Sequence[Float[Tensor, "
     return out
 
 
-def edit_complement(h: Float[Tensor, "b ... d"], bases: Sequence[Float[Tensor, "b d k"]], *,
-                    factor: float | None = None, donor: Float[Tensor, "b d"] | None = None,
-                    mix: tuple[Tensor, Tensor] | None = None, project: bool = True) -> Float[Tensor, "b ... d"]:
+def edit_complement(
+    h: Float[Tensor, "b ... d"],
+    bases: Sequence[Float[Tensor, "b d k"]],
+    *,
+    factor: float | None = None,
+    donor: Float[Tensor, "b d"] | None = None,
+    mix: tuple[Tensor, Tensor] | None = None,
+    project: bool = True,
+) -> Float[Tensor, "b ... d"]:
     """The change of ``h`` when its complement part ``f`` (:func:`complement_part`) becomes
     ``factor f``, or ``donor`` (row ``b``'s), or ``signs * f[perm]`` (``mix = (perm [b, d], signs [b, d])``);
     a donor or mixed vector is projected onto the complement (``project``) and rescaled to ``||f||``

@@ -31,15 +31,27 @@ from torch import Tensor
 from .parallel import compute_dtype
 from ..errors import InputError
 
-__all__ = ["PARTS", "PDSFBasis", "prediction_directions", "participation_ratio", "pca_basis", "fit_pdsf",
-           "own_bases", "split_pdsf", "energy_shares", "subspace_participation", "axis_angles"]
+__all__ = [
+    "PARTS",
+    "PDSFBasis",
+    "prediction_directions",
+    "participation_ratio",
+    "pca_basis",
+    "fit_pdsf",
+    "own_bases",
+    "split_pdsf",
+    "energy_shares",
+    "subspace_participation",
+    "axis_angles",
+]
 
 PARTS = ("P", "D", "S", "F")
 D_BOUNDS, S_BOUNDS = (2, 12), (4, 16)
 
 
-def prediction_directions(w_u: Float[Tensor, "d vocab"], tokens: Int[Tensor, "n"],
-                          norm_weight: Float[Tensor, "d"] | None = None) -> Float[Tensor, "n d"]:
+def prediction_directions(
+    w_u: Float[Tensor, "d vocab"], tokens: Int[Tensor, "n"], norm_weight: Float[Tensor, "d"] | None = None
+) -> Float[Tensor, "n d"]:
     """Unit unembedding directions ``u_hat`` of ``tokens``. With ``norm_weight`` (the final RMS/LayerNorm
     scale ``w``), the direction ``w ⊙ W_U[:, t]``: the one the *un-normalised* state is read along
     (``logit_t ∝ (w ⊙ h)·W_U[:, t]``); without it, the raw column as the authors use it."""
@@ -55,12 +67,12 @@ def participation_ratio(eigvals: Float[Tensor, "... k"]) -> Float[Tensor, "..."]
     """``(Σ λ)² / Σ λ²`` of a variance spectrum (0 for an all-zero spectrum)."""
     lam = eigvals.clamp_min(0)
     den = (lam * lam).sum(-1)
-    return torch.where(den > 0, lam.sum(-1) ** 2 / den.clamp_min(torch.finfo(lam.dtype).tiny),
-                       torch.zeros_like(den))
+    return torch.where(den > 0, lam.sum(-1) ** 2 / den.clamp_min(torch.finfo(lam.dtype).tiny), torch.zeros_like(den))
 
 
-def pca_basis(x: Float[Tensor, "n d"], k: int | None = None, *, center: bool = True,
-              bounds: tuple[int, int] = D_BOUNDS) -> tuple[Float[Tensor, "d k"], Float[Tensor, "r"]]:
+def pca_basis(
+    x: Float[Tensor, "n d"], k: int | None = None, *, center: bool = True, bounds: tuple[int, int] = D_BOUNDS
+) -> tuple[Float[Tensor, "d k"], Float[Tensor, "r"]]:
     """``(basis, spectrum)``: the top principal axes of ``x`` (rows: points) and the variance spectrum.
     ``k=None``: ``round(PR)`` of the spectrum clipped to ``bounds``, and never more than the rank."""
     n, d = x.shape
@@ -113,9 +125,17 @@ def _remove(h: Tensor, u: Tensor) -> Tensor:
     return h - (h * u).sum(-1, keepdim=True) * u
 
 
-def fit_pdsf(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], *, k_D: int | None = None, k_S: int | None = None,
-             center: bool = True, mode: str = "exact", bounds_D: tuple[int, int] = D_BOUNDS,
-             bounds_S: tuple[int, int] = S_BOUNDS) -> PDSFBasis:
+def fit_pdsf(
+    h: Float[Tensor, "n d"],
+    u: Float[Tensor, "n d"],
+    *,
+    k_D: int | None = None,
+    k_S: int | None = None,
+    center: bool = True,
+    mode: str = "exact",
+    bounds_D: tuple[int, int] = D_BOUNDS,
+    bounds_S: tuple[int, int] = S_BOUNDS,
+) -> PDSFBasis:
     """Fit D on the P-residuals of ``h`` and S on what D leaves (PCA over the ``n`` states)."""
     _check(h, u, mode)
     dt = compute_dtype(h, u)
@@ -131,8 +151,9 @@ def fit_pdsf(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], *, k_D: int | Non
 
 def _check(h: Tensor, u: Tensor, mode: str) -> None:
     if h.ndim != 2 or h.shape != u.shape:
-        raise InputError(f"states and prediction directions must both be [n, d], got {tuple(h.shape)} "
-                         f"and {tuple(u.shape)}")
+        raise InputError(
+            f"states and prediction directions must both be [n, d], got {tuple(h.shape)} and {tuple(u.shape)}"
+        )
     if h.shape[0] == 0:
         raise InputError("an empty set of states")
     if mode not in ("exact", "faithful"):
@@ -151,8 +172,9 @@ def own_bases(u: Tensor, basis: PDSFBasis) -> tuple[Tensor, Tensor]:
     return d_own, s_own
 
 
-def split_pdsf(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], basis: PDSFBasis,
-               mode: str | None = None) -> dict[str, Float[Tensor, "n d"]]:
+def split_pdsf(
+    h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], basis: PDSFBasis, mode: str | None = None
+) -> dict[str, Float[Tensor, "n d"]]:
     """``{"P", "D", "S", "F"}`` parts of each state (sum: ``h``); ``mode`` defaults to the basis's."""
     mode = basis.mode if mode is None else mode
     _check(h, u, mode)
@@ -161,8 +183,9 @@ def split_pdsf(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], basis: PDSFBasi
     p = (h * u).sum(-1, keepdim=True) * u
     r = h - p
     if mode == "exact":
-        d_own, s_own = own_bases(u, PDSFBasis(basis.D.to(dt), basis.S.to(dt), basis.spectrum_D,
-                                              basis.spectrum_S, basis.center, mode))
+        d_own, s_own = own_bases(
+            u, PDSFBasis(basis.D.to(dt), basis.S.to(dt), basis.spectrum_D, basis.spectrum_S, basis.center, mode)
+        )
         dpart = (d_own @ (d_own.transpose(1, 2) @ r[:, :, None]))[:, :, 0]
         spart = (s_own @ (s_own.transpose(1, 2) @ r[:, :, None]))[:, :, 0]
     else:
@@ -176,8 +199,12 @@ def energy_shares(parts: dict[str, Tensor]) -> dict[str, Float[Tensor, "n"]]:
     """``||part||² / ||h||²`` per state (0 for a zero state); they sum to 1 when the parts are orthogonal."""
     h = sum(parts.values())
     total = (h * h).sum(-1)
-    return {name: torch.where(total > 0, (t * t).sum(-1) / total.clamp_min(torch.finfo(total.dtype).tiny),
-                              torch.zeros_like(total)) for name, t in parts.items()}
+    return {
+        name: torch.where(
+            total > 0, (t * t).sum(-1) / total.clamp_min(torch.finfo(total.dtype).tiny), torch.zeros_like(total)
+        )
+        for name, t in parts.items()
+    }
 
 
 RELATIVE_VARIANCE_FLOOR = 1e-12  # a part's variance below this share of the states' mean energy is rounding
@@ -194,8 +221,9 @@ def subspace_participation(coords: Float[Tensor, "n k"], center: bool = True, sc
         c = c - c.mean(0)
     spectrum = torch.linalg.svdvals(c) ** 2  # sums over the n states
     if scale is not None:
-        spectrum = torch.where(spectrum > RELATIVE_VARIANCE_FLOOR * scale * c.shape[0], spectrum,
-                               torch.zeros_like(spectrum))
+        spectrum = torch.where(
+            spectrum > RELATIVE_VARIANCE_FLOOR * scale * c.shape[0], spectrum, torch.zeros_like(spectrum)
+        )
     return float(participation_ratio(spectrum))
 
 

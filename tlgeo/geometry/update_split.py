@@ -47,12 +47,20 @@ def dominant_basis(delta: Float[Tensor, "n d"], energy: float = 0.9) -> Float[Te
     return vh[: min(r, vh.shape[0])].T
 
 
-def update_geometry(h_in: Float[Tensor, "n d"], h_out: Float[Tensor, "n d"], t_out: Float[Tensor, "n d"], *,
-                    basis: Float[Tensor, "d r"] | None = None, energy: float = 0.9) -> UpdateGeometry:
+def update_geometry(
+    h_in: Float[Tensor, "n d"],
+    h_out: Float[Tensor, "n d"],
+    t_out: Float[Tensor, "n d"],
+    *,
+    basis: Float[Tensor, "d r"] | None = None,
+    energy: float = 0.9,
+) -> UpdateGeometry:
     """Per-token geometry of ``Delta_full`` vs ``Delta_tok`` and of the residual (see the module)."""
     if not (h_in.shape == h_out.shape == t_out.shape) or h_in.ndim != 2:
-        raise InputError(f"h_in, h_out, t_out must all be [n, d]; got {tuple(h_in.shape)}, "
-                         f"{tuple(h_out.shape)}, {tuple(t_out.shape)}")
+        raise InputError(
+            f"h_in, h_out, t_out must all be [n, d]; got {tuple(h_in.shape)}, "
+            f"{tuple(h_out.shape)}, {tuple(t_out.shape)}"
+        )
     dt = compute_dtype(h_in, h_out, t_out)
     h_in, h_out, t_out = h_in.to(dt), h_out.to(dt), t_out.to(dt)
     full, tok = h_out - h_in, t_out - h_in

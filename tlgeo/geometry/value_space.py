@@ -38,9 +38,7 @@ def kv_head_index(n_heads: int, n_kv_heads: int | None = None) -> torch.LongTens
     return torch.arange(n_heads) // (n_heads // n_kv)
 
 
-def expand_kv(
-    v: Float[Tensor, "batch pos kv d_head"], n_heads: int
-) -> Float[Tensor, "batch pos head d_head"]:
+def expand_kv(v: Float[Tensor, "batch pos kv d_head"], n_heads: int) -> Float[Tensor, "batch pos head d_head"]:
     """Repeat each KV head for the query heads that share it (GQA); a view-free no-op if equal."""
     n_kv = v.shape[-2]
     if n_kv == n_heads:
@@ -50,9 +48,7 @@ def expand_kv(
     return v.repeat_interleave(n_heads // n_kv, dim=-2)
 
 
-def group_heads(
-    x: Float[Tensor, "batch pos head d"], n_kv: int
-) -> Float[Tensor, "batch pos kv group d"]:
+def group_heads(x: Float[Tensor, "batch pos head d"], n_kv: int) -> Float[Tensor, "batch pos kv group d"]:
     """View query heads grouped by the KV head they read (no copy when possible).
 
     Query head ``h`` lands at ``[kv, g]`` with ``h = kv * group + g``, matching

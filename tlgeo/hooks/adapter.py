@@ -26,9 +26,7 @@ HookList = list[tuple[str, HookFn]]
 TargetFn = Callable[[int, Tensor, Mapping[str, Tensor]], Optional[Tensor]]
 
 
-def resolve_layers(
-    cfg, layers: int | Iterable[int] | None = None, skip_first: int = 0
-) -> list[int]:
+def resolve_layers(cfg, layers: int | Iterable[int] | None = None, skip_first: int = 0) -> list[int]:
     """Sorted, de-duplicated block indices; ``None`` means every block.
 
     ``skip_first`` drops blocks ``0 .. skip_first-1`` (the reference code skips
@@ -46,8 +44,11 @@ def resolve_layers(
             raise OutOfRangeError(f"layer(s) {spans(bad)} out of range: the model has {n} layers (0..{n - 1})")
     out = sorted({l for l in chosen if l >= skip_first})
     if not out:
-        hint = (f"; blocks 0..{skip_first - 1} are left alone by default: give skip_first=0 (--skip-first 0) "
-                f"to edit them") if skip_first and layers is not None else ""
+        hint = (
+            (f"; blocks 0..{skip_first - 1} are left alone by default: give skip_first=0 (--skip-first 0) to edit them")
+            if skip_first and layers is not None
+            else ""
+        )
         raise InputError(f"no layers left to edit (layers={layers!r}, skip_first={skip_first}){hint}")
     return out
 
@@ -89,8 +90,11 @@ def pattern_is_live(model, layer: int = 0) -> bool:
     if not isinstance(attn, AttentionBridge):
         return True  # a HookedTransformer
     inner = attn.original_component
-    return (type(attn).forward is not AttentionBridge.forward or bool(getattr(inner, "accepts_pattern_fn", False))
-            or getattr(inner, "tlgeo_hook_pattern", None) is not None)
+    return (
+        type(attn).forward is not AttentionBridge.forward
+        or bool(getattr(inner, "accepts_pattern_fn", False))
+        or getattr(inner, "tlgeo_hook_pattern", None) is not None
+    )
 
 
 def site_hooks(
@@ -114,9 +118,11 @@ def site_hooks(
     chosen = resolve_layers(cfg, layers, skip_first)
     roles = site.read_hooks(model)
     if "attn.hook_pattern" in (site.target, *(h for _, h in roles)) and not pattern_is_live(model, chosen[0]):
-        raise UnsupportedError(f"{site.name} on {getattr(cfg, 'architecture', 'this model')}: the bridge fires its "
-                               "attention pattern after the heads' outputs, so the pattern is not known (or "
-                               "editable) where the site acts")
+        raise UnsupportedError(
+            f"{site.name} on {getattr(cfg, 'architecture', 'this model')}: the bridge fires its "
+            "attention pattern after the heads' outputs, so the pattern is not known (or "
+            "editable) where the site acts"
+        )
     check_hook_names(model, [f"blocks.{l}.{h}" for l in chosen for h in (*(s for _, s in roles), site.target)])
     for layer in chosen:
         names = {role: f"blocks.{layer}.{suffix}" for role, suffix in roles}

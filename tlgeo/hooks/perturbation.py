@@ -31,7 +31,13 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..geometry.perturb import (
-    FLIPS, check_delta, magnitude_perturb, random_directions, random_signs, rotate_exact, rotate_faithful,
+    FLIPS,
+    check_delta,
+    magnitude_perturb,
+    random_directions,
+    random_signs,
+    rotate_exact,
+    rotate_faithful,
 )
 from .adapter import HookList, resolve_layers, site_hooks
 from .sites import Site, get_site
@@ -41,8 +47,14 @@ __all__ = ["KINDS", "MODES", "RESID_POST", "Perturbation", "middle_third"]
 KINDS = ("magnitude", "angle")
 MODES = ("exact", "faithful")
 
-RESID_POST = Site("resid_post", "hook_resid_post", (), False, None,
-                  "the residual stream after block L (where the perturbations act by default)")
+RESID_POST = Site(
+    "resid_post",
+    "hook_resid_post",
+    (),
+    False,
+    None,
+    "the residual stream after block L (where the perturbations act by default)",
+)
 
 
 def middle_third(n_layers: int) -> list[int]:
@@ -79,8 +91,9 @@ class Perturbation:
             raise InputError(f"unknown perturbation mode {self.mode!r}; choose from {MODES}")
         if self.flip not in FLIPS:
             raise InputError(f"unknown flip {self.flip!r}; choose from {FLIPS}")
-        object.__setattr__(self, "delta", check_delta(float(self.delta) if not isinstance(self.delta, Tensor)
-                                                      else self.delta))
+        object.__setattr__(
+            self, "delta", check_delta(float(self.delta) if not isinstance(self.delta, Tensor) else self.delta)
+        )
         if isinstance(self.layers, Iterable) and not isinstance(self.layers, tuple):
             object.__setattr__(self, "layers", tuple(self.layers))
         if isinstance(self.draw, bool) or not isinstance(self.draw, int) or self.draw < 0:
@@ -126,9 +139,16 @@ class Perturbation:
                 clipped = torch.zeros(h.shape[:-1], dtype=torch.bool, device=h.device)
             if stats is not None:
                 moved = (new.float() - h.float()).norm(dim=-1)
-                stats.append({"layer": layer, "n_tokens": int(norms.numel()), "median_norm": float(norms.median()),
-                              "mean_displacement": float(moved.mean()), "n_clipped": int(clipped.sum()),
-                              "n_flipped": flipped})
+                stats.append(
+                    {
+                        "layer": layer,
+                        "n_tokens": int(norms.numel()),
+                        "median_norm": float(norms.median()),
+                        "mean_displacement": float(moved.mean()),
+                        "n_clipped": int(clipped.sum()),
+                        "n_flipped": flipped,
+                    }
+                )
             return new
 
         return site_hooks(model, self.target_site(), on_target, layers)

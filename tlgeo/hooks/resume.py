@@ -23,8 +23,18 @@ from ..errors import InputError
 from ..families import family_of
 from .adapter import HookList
 
-__all__ = ["resume_forward", "StopForward", "readout", "readout_matches", "readout_ok", "last_block_output",
-           "resumed_last_block_output", "final_norm", "unembedding", "activations"]
+__all__ = [
+    "resume_forward",
+    "StopForward",
+    "readout",
+    "readout_matches",
+    "readout_ok",
+    "last_block_output",
+    "resumed_last_block_output",
+    "final_norm",
+    "unembedding",
+    "activations",
+]
 
 
 class StopForward(Exception):
@@ -96,15 +106,15 @@ def last_block_output(model, tokens: Tensor, fwd_hooks: HookList = (), **kwargs)
     return _stopped_at_last_block(model, forward, fwd_hooks)
 
 
-def resumed_last_block_output(model, resid: Tensor, layer: int,
-                              fwd_hooks: HookList = ()) -> Float[Tensor, "batch pos d_model"]:
+def resumed_last_block_output(
+    model, resid: Tensor, layer: int, fwd_hooks: HookList = ()
+) -> Float[Tensor, "batch pos d_model"]:
     """:func:`last_block_output` of the forward :func:`resume_forward` resumes at block ``layer``
     from ``resid`` (the residual entering it)."""
     return _stopped_at_last_block(model, lambda hooks: resume_forward(model, resid, layer, hooks), fwd_hooks)
 
 
-def activations(model, tokens: Tensor, names: Iterable[str], fwd_hooks: HookList = (),
-                **kwargs) -> dict[str, Tensor]:
+def activations(model, tokens: Tensor, names: Iterable[str], fwd_hooks: HookList = (), **kwargs) -> dict[str, Tensor]:
     """The activations of the hooks ``names`` in a forward with ``fwd_hooks`` (``kwargs``: the model's),
     as ``run_with_cache`` gives them, but the forward ends as soon as the last of them is read: the blocks
     after it, the final norm and the unembedding are never run."""
@@ -115,6 +125,7 @@ def activations(model, tokens: Tensor, names: Iterable[str], fwd_hooks: HookList
             got[name] = x.detach()
             if len(got) == len(wanted):
                 raise StopForward
+
         return fn
 
     with model.hooks(fwd_hooks=[*fwd_hooks, *[(n, grab(n)) for n in wanted]]):

@@ -13,7 +13,7 @@ TransformerLens names relative to ``blocks.L``.
 | ``value_full``    | ``attn.hook_z``      | ``o_t`` per head         | ``v_t`` of its KV head |
 | ``value_excl_self`` | ``attn.hook_z``    | ``c_t = o_t - A_tt v_t`` | ``v_t`` of its KV head |
 | ``diag``          | ``attn.hook_pattern`` | (pattern edit: ``A_tt`` scaled by ``s_par``, rows renormalised) | — |
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -125,29 +125,55 @@ _V = ("v", "attn.hook_v")
 SITES: dict[str, Site] = {
     s.name: s
     for s in [
-        Site("attn", "hook_attn_out", _PRE, False, _residual,
-             "residual attention: attention output vs the block input"),
-        Site("mlp", "hook_mlp_out", (("ref", "hook_resid_mid"),), False, _residual,
-             "residual MLP: MLP output vs its residual input", parallel_block_reads=_PRE,
-             post_ln_reads=(("ref", "ln1.hook_out"),)),
-        Site("block", "hook_resid_post", _PRE, False, _block,
-             "residual block: resid_post - resid_pre vs resid_pre"),
-        Site("value_full", "attn.hook_z", (_V,), True, _value_full,
-             "value space, full aggregate o_t per head vs v_t"),
-        Site("value_excl_self", "attn.hook_z", (_V, ("pattern", "attn.hook_pattern")), True,
-             _value_excl_self, "value space, exclude-self: c_t = o_t - A_tt v_t vs v_t"),
-        Site("diag", "attn.hook_pattern", (), True, None,
-             "attention diagonal: A_tt scaled by s_par (0 = removal), rows renormalised"),
+        Site(
+            "attn", "hook_attn_out", _PRE, False, _residual, "residual attention: attention output vs the block input"
+        ),
+        Site(
+            "mlp",
+            "hook_mlp_out",
+            (("ref", "hook_resid_mid"),),
+            False,
+            _residual,
+            "residual MLP: MLP output vs its residual input",
+            parallel_block_reads=_PRE,
+            post_ln_reads=(("ref", "ln1.hook_out"),),
+        ),
+        Site("block", "hook_resid_post", _PRE, False, _block, "residual block: resid_post - resid_pre vs resid_pre"),
+        Site("value_full", "attn.hook_z", (_V,), True, _value_full, "value space, full aggregate o_t per head vs v_t"),
+        Site(
+            "value_excl_self",
+            "attn.hook_z",
+            (_V, ("pattern", "attn.hook_pattern")),
+            True,
+            _value_excl_self,
+            "value space, exclude-self: c_t = o_t - A_tt v_t vs v_t",
+        ),
+        Site(
+            "diag",
+            "attn.hook_pattern",
+            (),
+            True,
+            None,
+            "attention diagonal: A_tt scaled by s_par (0 = removal), rows renormalised",
+        ),
     ]
 }
 
 DECOMPOSITION_SITES: tuple[str, ...] = tuple(n for n, s in SITES.items() if s.is_decomposition)
 
 ALIASES = {
-    "residual_attention": "attn", "attn_out": "attn", "residual_mlp": "mlp", "mlp_out": "mlp",
-    "residual_block": "block", "v_full": "value_full", "v_para_rem": "value_full",
-    "exclude_self": "value_excl_self", "v_excl_self": "value_excl_self", "excl_self": "value_excl_self",
-    "diag_removal": "diag", "diagonal": "diag",
+    "residual_attention": "attn",
+    "attn_out": "attn",
+    "residual_mlp": "mlp",
+    "mlp_out": "mlp",
+    "residual_block": "block",
+    "v_full": "value_full",
+    "v_para_rem": "value_full",
+    "exclude_self": "value_excl_self",
+    "v_excl_self": "value_excl_self",
+    "excl_self": "value_excl_self",
+    "diag_removal": "diag",
+    "diagonal": "diag",
 }
 
 
@@ -157,7 +183,5 @@ def get_site(site: str | Site) -> Site:
         return site
     key = ALIASES.get(str(site), str(site))
     if key not in SITES:
-        raise UnknownSiteError(
-            f"unknown site {site!r}; known sites: {sorted(SITES)} (aliases: {sorted(ALIASES)})"
-        )
+        raise UnknownSiteError(f"unknown site {site!r}; known sites: {sorted(SITES)} (aliases: {sorted(ALIASES)})")
     return SITES[key]

@@ -61,7 +61,7 @@ class _ResidualEdit:
             if self.positions == "last":
                 h[:, -1] = h[:, -1] + self.delta(h[:, -1]).to(h.dtype)
             else:
-                h[:, self.start:] = h[:, self.start:] + self.delta(h[:, self.start:]).to(h.dtype)
+                h[:, self.start :] = h[:, self.start :] + self.delta(h[:, self.start :]).to(h.dtype)
             return h
 
         return [(f"blocks.{self.layer}.hook_resid_post", fn)]
@@ -149,6 +149,7 @@ class SubspaceEdit(_ResidualEdit):
             new = c + self.weight * (self.target.to(device=h.device, dtype=dt)[view] - c)
         return torch.einsum("b...k,bdk->b...d", new - c, b_)
 
+
 @dataclass
 class ComplementEdit(_ResidualEdit):
     """Scale (``factor``), transplant (``donor [b, d]``) or mix (``mix = (perm [b, d], signs [b, d])``) the
@@ -184,9 +185,14 @@ class ComplementEdit(_ResidualEdit):
         """The change of states ``h [b, ..., d]`` (float32/64, zero for ``factor = 1``)."""
         dt = torch.float64 if h.dtype == torch.float64 else torch.float32
         bases = [b.to(device=h.device, dtype=dt) for b in self.bases]
-        return edit_complement(h.to(dt), bases, factor=self.factor,
-                               donor=None if self.donor is None else self.donor.to(h.device),
-                               mix=self.mix, project=self.project)
+        return edit_complement(
+            h.to(dt),
+            bases,
+            factor=self.factor,
+            donor=None if self.donor is None else self.donor.to(h.device),
+            mix=self.mix,
+            project=self.project,
+        )
 
 
 @contextmanager

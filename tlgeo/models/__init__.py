@@ -33,7 +33,25 @@ from .tiny import TINY_KINDS, save_tiny_model, tiny_config, tiny_model
 from .tokenizer import byte_tokenizer
 
 __all__ = [
-    "EMBEDDED_MODELS", "EmbeddedModel", "UnknownModelError", "Model", "model_label", "model_family", "cache_dir",
-    "save_local", "embedded_model_dir", "load_model", "resolve_device", "resolve_dtype", "DTYPES", "input_device",
-    "placement", "read_weights", "tiny_model", "tiny_config", "save_tiny_model", "byte_tokenizer", "TINY_KINDS",
+    "EMBEDDED_MODELS",
+    "EmbeddedModel",
+    "UnknownModelError",
+    "Model",
+    "model_label",
+    "model_family",
+    "cache_dir",
+    "save_local",
+    "embedded_model_dir",
+    "load_model",
+    "resolve_device",
+    "resolve_dtype",
+    "DTYPES",
+    "input_device",
+    "placement",
+    "read_weights",
+    "tiny_model",
+    "tiny_config",
+    "save_tiny_model",
+    "byte_tokenizer",
+    "TINY_KINDS",
 ]

@@ -92,8 +92,9 @@ def boot(name_or_dir: str, device: str | torch.device, dtype: torch.dtype, **sha
             for module in _workarounds():  # the family is known only once booted: every family's patches
                 patches.enter_context(module.during_boot())
             warnings.simplefilter("ignore")
-            bridge = TransformerBridge.boot_transformers(name_or_dir, device=None if shard else device, dtype=dtype,
-                                                         trust_remote_code=False, **shard)  # never a model's own code
+            bridge = TransformerBridge.boot_transformers(
+                name_or_dir, device=None if shard else device, dtype=dtype, trust_remote_code=False, **shard
+            )  # never a model's own code
     finally:
         if bars:
             hf_logging.enable_progress_bar()

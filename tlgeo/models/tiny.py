@@ -46,9 +46,17 @@ def save_tiny_model(path: str | os.PathLike, kind: str = "llama", seed: int = 0,
     return path
 
 
-def tiny_model(kind: str = "llama", seed: int = 0, *, dtype: torch.dtype = torch.float32,
-               device: str | torch.device | None = "cpu", device_map: str | dict | None = None,
-               max_memory: dict | None = None, offload_folder: str | None = None, **overrides):
+def tiny_model(
+    kind: str = "llama",
+    seed: int = 0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = "cpu",
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | None = None,
+    **overrides,
+):
     """A tiny random model booted in the bridge (about a second), for unit tests; ``device_map``
     etc. shard it as :func:`load_model` does (its checkpoint folder then lives as long as the model)."""
     tiny_config(kind)  # an unknown kind fails here, before any file is written

@@ -31,10 +31,16 @@ def gemma_unigram_to_bpe(tokenizer_json: Path) -> None:
     merges = generate_merges(vocab, dict(model["vocab"]), skip_tokens=specials)
     unk = model.get("unk_id")
     tj["model"] = {
-        "type": "BPE", "dropout": None, "unk_token": pieces[unk] if unk is not None else None,
-        "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
-        "byte_fallback": bool(model.get("byte_fallback", True)), "ignore_merges": False,
-        "vocab": vocab, "merges": [list(m) for m in merges],
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": pieces[unk] if unk is not None else None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": True,
+        "byte_fallback": bool(model.get("byte_fallback", True)),
+        "ignore_merges": False,
+        "vocab": vocab,
+        "merges": [list(m) for m in merges],
     }
     tokenizer_json.write_text(json.dumps(tj, ensure_ascii=False))
 
@@ -51,6 +57,4 @@ def byte_tokenizer():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|eos|>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|eos|>")

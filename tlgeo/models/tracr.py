@@ -29,8 +29,16 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..families.tracr_config import TracrConfig
 
-__all__ = ["TracrConfig", "TracrForCausalLM", "TracrModel", "adapter_class", "register", "during_boot", "after_boot",
-           "MASKED"]
+__all__ = [
+    "TracrConfig",
+    "TracrForCausalLM",
+    "TracrModel",
+    "adapter_class",
+    "register",
+    "during_boot",
+    "after_boot",
+    "MASKED",
+]
 
 MASKED = -1e30  # tracr's score for a masked key (jnp.where(mask, logits, -1e30))
 
@@ -53,9 +61,14 @@ class TracrAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, inner)
         self.o_proj = nn.Linear(inner, config.hidden_size)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                pattern_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-                past_key_values: Optional[DynamicCache] = None, **kwargs: Any):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        pattern_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        past_key_values: Optional[DynamicCache] = None,
+        **kwargs: Any,
+    ):
         b, s, _ = hidden_states.shape
 
         def heads(x: torch.Tensor) -> torch.Tensor:
@@ -113,10 +126,16 @@ class TracrLayer(nn.Module):
         self.ln1, self.self_attn = nn.Identity(), TracrAttention(config, layer_idx)
         self.ln2, self.mlp = nn.Identity(), TracrMLP(config)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                past_key_values: Optional[DynamicCache] = None, **kwargs: Any) -> torch.Tensor:
-        attn = self.self_attn(self.ln1(hidden_states), attention_mask=attention_mask,
-                              past_key_values=past_key_values)[0]
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        past_key_values: Optional[DynamicCache] = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        attn = self.self_attn(self.ln1(hidden_states), attention_mask=attention_mask, past_key_values=past_key_values)[
+            0
+        ]
         hidden_states = hidden_states + attn
         return hidden_states + self.mlp(self.ln2(hidden_states))
 
@@ -153,17 +172,25 @@ class TracrModel(TracrPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
-    def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
-                position_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
-                past_key_values: Optional[DynamicCache] = None, **kwargs: Any) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_ids: Optional[torch.Tensor] = None,
+        inputs_embeds: Optional[torch.Tensor] = None,
+        past_key_values: Optional[DynamicCache] = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
         """The final residual ``[b, s, d]``; ``past_key_values`` (a ``DynamicCache``) is extended in place."""
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         s = past + inputs_embeds.shape[1]
         if s > self.config.max_position_embeddings:
-            raise InputError(f"{s} positions: this model has {self.config.max_position_embeddings} "
-                             f"(a compiled program: BOS and max_seq_len = {self.config.max_position_embeddings - 1})")
+            raise InputError(
+                f"{s} positions: this model has {self.config.max_position_embeddings} "
+                f"(a compiled program: BOS and max_seq_len = {self.config.max_position_embeddings - 1})"
+            )
         if position_ids is None:
             position_ids = torch.arange(past, s, device=inputs_embeds.device)[None]
         h = inputs_embeds + self.embed_positions(position_ids)
@@ -193,14 +220,26 @@ class TracrForCausalLM(TracrPreTrainedModel):
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
-    def forward(self, input_ids: Optional[torch.Tensor] = None, attention_mask: Optional[torch.Tensor] = None,
-                position_ids: Optional[torch.Tensor] = None, inputs_embeds: Optional[torch.Tensor] = None,
-                labels: Optional[torch.Tensor] = None, past_key_values: Optional[DynamicCache] = None,
-                use_cache: Optional[bool] = None, **kwargs: Any) -> CausalLMOutputWithPast:
+    def forward(
+        self,
+        input_ids: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_ids: Optional[torch.Tensor] = None,
+        inputs_embeds: Optional[torch.Tensor] = None,
+        labels: Optional[torch.Tensor] = None,
+        past_key_values: Optional[DynamicCache] = None,
+        use_cache: Optional[bool] = None,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
-        h = self.model(input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       inputs_embeds=inputs_embeds, past_key_values=past_key_values)
+        h = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            past_key_values=past_key_values,
+        )
         logits = self.lm_head(h)
         loss = None
         if labels is not None:
@@ -210,9 +249,15 @@ class TracrForCausalLM(TracrPreTrainedModel):
 
 def _adapter_class():
     from transformer_lens.model_bridge.architecture_adapter import ArchitectureAdapter
-    from transformer_lens.model_bridge.generalized_components import (AttentionBridge, BlockBridge, EmbeddingBridge,
-                                                                      LinearBridge, MLPBridge, PosEmbedBridge,
-                                                                      UnembeddingBridge)
+    from transformer_lens.model_bridge.generalized_components import (
+        AttentionBridge,
+        BlockBridge,
+        EmbeddingBridge,
+        LinearBridge,
+        MLPBridge,
+        PosEmbedBridge,
+        UnembeddingBridge,
+    )
     from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
     class TracrArchitectureAdapter(ArchitectureAdapter):
@@ -234,15 +279,29 @@ def _adapter_class():
             self.component_mapping = {
                 "embed": EmbeddingBridge(name="model.embed_tokens"),
                 "pos_embed": PosEmbedBridge(name="model.embed_positions"),
-                "blocks": BlockBridge(name="model.layers", config=self.cfg, submodules={
-                    "ln1": GeneralizedComponent(name="ln1", config=self.cfg),
-                    "attn": AttentionBridge(name="self_attn", config=self.cfg, is_causal=causal, submodules={
-                        "q": LinearBridge(name="q_proj"), "k": LinearBridge(name="k_proj"),
-                        "v": LinearBridge(name="v_proj"), "o": LinearBridge(name="o_proj")}),
-                    "ln2": GeneralizedComponent(name="ln2", config=self.cfg),
-                    "mlp": MLPBridge(name="mlp", submodules={"in": LinearBridge(name="fc_in"),
-                                                             "out": LinearBridge(name="fc_out")}),
-                }),
+                "blocks": BlockBridge(
+                    name="model.layers",
+                    config=self.cfg,
+                    submodules={
+                        "ln1": GeneralizedComponent(name="ln1", config=self.cfg),
+                        "attn": AttentionBridge(
+                            name="self_attn",
+                            config=self.cfg,
+                            is_causal=causal,
+                            submodules={
+                                "q": LinearBridge(name="q_proj"),
+                                "k": LinearBridge(name="k_proj"),
+                                "v": LinearBridge(name="v_proj"),
+                                "o": LinearBridge(name="o_proj"),
+                            },
+                        ),
+                        "ln2": GeneralizedComponent(name="ln2", config=self.cfg),
+                        "mlp": MLPBridge(
+                            name="mlp",
+                            submodules={"in": LinearBridge(name="fc_in"), "out": LinearBridge(name="fc_out")},
+                        ),
+                    },
+                ),
                 "ln_final": GeneralizedComponent(name="model.ln_f", config=self.cfg),
                 "unembed": UnembeddingBridge(name="lm_head"),
             }

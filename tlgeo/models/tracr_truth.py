@@ -39,8 +39,9 @@ def program_truth(model_or_folder: Any) -> dict:
     folder = getattr(model_or_folder, "tlgeo_name", model_or_folder)
     path = Path(str(folder)) / "tracr.json"
     if not path.is_file():
-        raise UnknownModelError(f"{folder}: no tracr.json, so no compiled tracr program (scripts/compile_tracr.py "
-                                "writes one)")
+        raise UnknownModelError(
+            f"{folder}: no tracr.json, so no compiled tracr program (scripts/compile_tracr.py writes one)"
+        )
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -66,9 +67,15 @@ def edge_scores(found, truth: dict, *, ports: bool = True) -> dict:
     found = {tuple(e) for e in found}
     width = {len(e) for e in found}
     if width - {3 if ports else 2}:
-        raise InputError(f"edges are {'(sender, receiver, port)' if ports else '(sender, receiver)'} tuples; got "
-                         f"some of {sorted(width)} items (ports={ports})")
+        raise InputError(
+            f"edges are {'(sender, receiver, port)' if ports else '(sender, receiver)'} tuples; got "
+            f"some of {sorted(width)} items (ports={ports})"
+        )
     true = truth_edges(truth, ports=ports)
     hit = found & true
-    return {"precision": len(hit) / len(found) if found else float("nan"), "recall": len(hit) / len(true),
-            "missed": sorted(true - found), "extra": sorted(found - true)}
+    return {
+        "precision": len(hit) / len(found) if found else float("nan"),
+        "recall": len(hit) / len(true),
+        "missed": sorted(true - found),
+        "extra": sorted(found - true),
+    }

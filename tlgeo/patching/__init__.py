@@ -23,7 +23,24 @@ from .tasks import TASKS, Task, TaskError, build_task, clean_accuracy, task_from
 from .config import PatchingConfig
 from .analysis import PatchingResult, run
 
-__all__ = ["COMPONENTS", "Component", "get_component", "patch_hooks", "exact_sweep", "attribution_sweep",
-           "task_runs", "path_runs", "path_sweep", "path_effects", "TASKS", "Task", "TaskError", "build_task",
-           "clean_accuracy", "task_from_texts",
-           "PatchingConfig", "PatchingResult", "run"]
+__all__ = [
+    "COMPONENTS",
+    "Component",
+    "get_component",
+    "patch_hooks",
+    "exact_sweep",
+    "attribution_sweep",
+    "task_runs",
+    "path_runs",
+    "path_sweep",
+    "path_effects",
+    "TASKS",
+    "Task",
+    "TaskError",
+    "build_task",
+    "clean_accuracy",
+    "task_from_texts",
+    "PatchingConfig",
+    "PatchingResult",
+    "run",
+]

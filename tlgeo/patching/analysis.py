@@ -34,8 +34,7 @@ from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, model_label
 from ..runner.identity import identified, run_identity
-from ..runner.results import (IDENTITY, ResultLog, content_digest, current_identity, drop_rows, note, read_table,
-                              row_ids)
+from ..runner.results import IDENTITY, ResultLog, content_digest, current_identity, drop_rows, note, read_table, row_ids
 from ..storage import write_csv
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
@@ -55,8 +54,15 @@ SETTINGS = ("task", "prompts", "seed", "method", "direction", "positions", "fram
 LOG_KEY = ("model", *SETTINGS, "component", "layer", "head", "inputs")  # inputs: the task's digest (task_digest)
 EFFECT_COLUMNS = (*LOG_KEY[:-1], "effect", "ci_low", "ci_high", "n", "se", "p", "q", "significant")
 BASELINE_KEY = ("model", "task", "prompts", "seed", "layer", "head")
-PATH_CELL = ("through_mlps", "component", "sender_layer", "sender_head", "receiver_layer", "receiver_head",
-             "receiver_input")
+PATH_CELL = (
+    "through_mlps",
+    "component",
+    "sender_layer",
+    "sender_head",
+    "receiver_layer",
+    "receiver_head",
+    "receiver_input",
+)
 PATH_LOG_KEY = ("model", *SETTINGS, *PATH_CELL, "inputs")
 
 
@@ -86,10 +92,18 @@ class PatchingResult(Result):
         Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
         Table("attention", ("model", "task", "prompts", "seed", "view", "query", "key"), "patching_attention.csv.gz"),
         Table("paths", ("model", *SETTINGS, *PATH_CELL), "patching_paths.csv"),
-        Table("agreement", ("model", *SETTINGS[:3], *SETTINGS[4:], "component"), "patching_agreement.csv",
-              derive=lambda r: _summary(agreement, r.effects)),
-        Table("interactions", ("model", *SETTINGS[:3], *SETTINGS[4:], "split", "layer", "head"),
-              "patching_interactions.csv", derive=lambda r: _summary(interactions, r.effects)),
+        Table(
+            "agreement",
+            ("model", *SETTINGS[:3], *SETTINGS[4:], "component"),
+            "patching_agreement.csv",
+            derive=lambda r: _summary(agreement, r.effects),
+        ),
+        Table(
+            "interactions",
+            ("model", *SETTINGS[:3], *SETTINGS[4:], "split", "layer", "head"),
+            "patching_interactions.csv",
+            derive=lambda r: _summary(interactions, r.effects),
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -130,8 +144,9 @@ def _drop_stale(out: Path, result: PatchingResult) -> None:
         old = read_table(saved, as_text=True)
         if not old.empty and all(k in old.columns for k in TASK_KEY):
             before = dict(zip(row_ids(old, TASK_KEY), old["inputs"] if "inputs" in old.columns else [""] * len(old)))
-            stale |= {i for i, d in zip(new_ids, tasks["inputs"].astype(str))
-                      if i in before and before[i] != d and d != "nan"}
+            stale |= {
+                i for i, d in zip(new_ids, tasks["inputs"].astype(str)) if i in before and before[i] != d and d != "nan"
+            }
     if not stale:
         return
     for t in result.TABLES:
@@ -143,10 +158,18 @@ def _drop_stale(out: Path, result: PatchingResult) -> None:
             gone = gone[~row_ids(gone, t.row_key).isin(set(row_ids(df, t.row_key)))]  # written again below
         if len(gone):
             ids = set(row_ids(gone, TASK_KEY))
-            why = " / ".join(w for w, some in (("not patched by this run", ids & unpatched),
-                                               ("patched on other inputs now", ids - unpatched)) if some)
-            note(f"removed {len(gone)} row{'s' if len(gone) != 1 else ''} of {out / t.filename}, left by an earlier "
-                 f"run of task(s) {', '.join(sorted(set(gone['task'])))}: {why}")
+            why = " / ".join(
+                w
+                for w, some in (
+                    ("not patched by this run", ids & unpatched),
+                    ("patched on other inputs now", ids - unpatched),
+                )
+                if some
+            )
+            note(
+                f"removed {len(gone)} row{'s' if len(gone) != 1 else ''} of {out / t.filename}, left by an earlier "
+                f"run of task(s) {', '.join(sorted(set(gone['task'])))}: {why}"
+            )
 
 
 def _summary(fn, effects: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -182,8 +205,9 @@ def _senders(model: Model, cfg: PatchingConfig) -> list[tuple[int, int]]:
 
 
 def _receivers(model: Model, cfg: PatchingConfig) -> tuple[list[tuple[int, int]], bool]:
-    return parse_heads(cfg.path_receivers, model.cfg.n_layers, model.cfg.n_heads, field="path_receivers",
-                       allow_logits=True)
+    return parse_heads(
+        cfg.path_receivers, model.cfg.n_layers, model.cfg.n_heads, field="path_receivers", allow_logits=True
+    )
 
 
 def _sender_layers(model: Model, cfg: PatchingConfig) -> list[int]:
@@ -216,16 +240,32 @@ def _task_row(label: str, cfg: PatchingConfig, name: str, **cols: Any) -> dict:
 
 
 @identified
-def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log: str | Path | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False, on_table: Any = None) -> PatchingResult:
+def run(
+    model: Model,
+    cfg: PatchingConfig,
+    *,
+    out: str | Path | None = None,
+    log: str | Path | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Any = None,
+) -> PatchingResult:
     """Every unit of ``cfg`` (or ``units``); with ``out`` the tables are merged into ``out`` and the log
     kept in ``log`` (default ``out``). ``on_table(name, df)`` is called with each finished table."""
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = (ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
-            if log_dir is not None else None)
-    plog = (ResultLog(log_dir / "patching_paths.jsonl", PATH_LOG_KEY, identity=run_identity(model).row(),
-                      content=("inputs",)) if log_dir is not None and any(u[0] == "paths" for u in chosen) else None)
+    rlog = (
+        ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
+        if log_dir is not None
+        else None
+    )
+    plog = (
+        ResultLog(
+            log_dir / "patching_paths.jsonl", PATH_LOG_KEY, identity=run_identity(model).row(), content=("inputs",)
+        )
+        if log_dir is not None and any(u[0] == "paths" for u in chosen)
+        else None
+    )
     path_rows: list[dict] = []
     label = model_label(model)
     task_rows: list[dict] = []
@@ -237,41 +277,72 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
     own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
     for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
         try:
-            built[name] = own_task(own[name], model) if name in own else build_task(name, model, n=cfg.prompts,
-                                                                                     seed=cfg.seed)
+            built[name] = (
+                own_task(own[name], model) if name in own else build_task(name, model, n=cfg.prompts, seed=cfg.seed)
+            )
         except TaskError as e:
             built[name] = e
             if not progress:
                 warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=3)
             continue
         if cfg.positions != "all" and cfg.positions not in built[name].positions:
-            raise InputError(f"positions: task {name!r} has no position {cfg.positions!r}; "
-                             f"choose from {['all', *built[name].positions]}")
+            raise InputError(
+                f"positions: task {name!r} has no position {cfg.positions!r}; "
+                f"choose from {['all', *built[name].positions]}"
+            )
     for name, task in built.items():
         mine = [u for u in chosen if u[1] == name]
         if isinstance(task, TaskError):
             task_rows.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
             continue
-        comps = list(dict.fromkeys([*(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
-                                    *(u[3] for u in mine if u[0] == "exact"),
-                                    *(("head_par",) if baseline_rows is not None else ())]))  # its reads
+        comps = list(
+            dict.fromkeys(
+                [
+                    *(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
+                    *(u[3] for u in mine if u[0] == "exact"),
+                    *(("head_par",) if baseline_rows is not None else ()),
+                ]
+            )
+        )  # its reads
         path_units = [u for u in mine if u[0] == "paths"]
-        runs = task_runs(model, task, comps, _layers(model, cfg), batch_size=cfg.batch_size,  # one pass per run,
-                         extra=_path_hooks(model, cfg, path_units))  # what the paths read too
+        runs = task_runs(
+            model,
+            task,
+            comps,
+            _layers(model, cfg),
+            batch_size=cfg.batch_size,  # one pass per run,
+            extra=_path_hooks(model, cfg, path_units),
+        )  # what the paths read too
         acc = runs.accuracy()
         gap = acc["clean_metric"] - acc["corrupted_metric"]
         reason = ""
         if acc["accuracy"] < cfg.min_accuracy:
-            reason = (f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not "
-                      "do the task")
+            reason = (
+                f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not "
+                "do the task"
+            )
         elif not gap > 0:
             reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
-        task_rows.append(_task_row(label, cfg, name, **{**acc, "n": task.n}, gap=gap, patched=not reason,
-                                   reason=reason, note="", inputs=task_digest(task)))
+        task_rows.append(
+            _task_row(
+                label,
+                cfg,
+                name,
+                **{**acc, "n": task.n},
+                gap=gap,
+                patched=not reason,
+                reason=reason,
+                note="",
+                inputs=task_digest(task),
+            )
+        )
         if progress:
-            print(f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
-                  f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
-                  + (f" -- not patched: {reason}" if reason else ""), flush=True)
+            print(
+                f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
+                f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
+                + (f" -- not patched: {reason}" if reason else ""),
+                flush=True,
+            )
         elif reason:  # in a notebook: said, not only a row of the tasks table
             warnings.warn(f"patching: task {name!r} not patched: {reason}", stacklevel=3)
         if reason:
@@ -282,10 +353,12 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             if progress:
                 print(f"  {name}: {refused}", flush=True)
         if baseline_rows is not None and not refused:
-            blocks = sorted({l for u in mine if u[0] != "paths"
-                             for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])})
-            baseline_rows += [_task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks,
-                                                                                         seed=cfg.seed)]
+            blocks = sorted(
+                {l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])}
+            )
+            baseline_rows += [
+                _task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks, seed=cfg.seed)
+            ]
         if progress:  # one bar per task: a sweep of every component at every block is many units
             from tqdm.auto import tqdm
 
@@ -295,22 +368,24 @@ def run(model: Model, cfg: PatchingConfig, *, out: str | Path | None = None, log
             if u[0] == "paths":
                 path_rows += [_path_effect_row(r, runs, cfg) for r in _paths(model, cfg, runs, label, u, plog)]
                 continue
-            rows = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog,
-                                                              skip_write=bool(refused))]
+            rows = [
+                _effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))
+            ]
             effect_rows += rows
             heads += _viewed_heads(pd.DataFrame(rows))
         heads = list(dict.fromkeys(heads))
         if heads:  # the report's attention view, kept here so that it draws without the model
-            attention.append(head_attention_rows(model, task.clean[:1], heads).assign(
-                **_task_row(label, cfg, name)))
+            attention.append(head_attention_rows(model, task.clean[:1], heads).assign(**_task_row(label, cfg, name)))
     tasks_df = pd.DataFrame(task_rows)
     effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2])) if patched else None
-    baseline_df = None if baseline_rows is None else pd.DataFrame(
-        baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
+    baseline_df = (
+        None if baseline_rows is None else pd.DataFrame(baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
+    )
     attention_df = pd.concat(attention, ignore_index=True) if attention else None
     paths_df = pd.DataFrame(path_rows) if path_rows else None  # a rank or task without paths adds no empty table
-    return PatchingResult(tasks=tasks_df, effects=effects_df, par_baseline=baseline_df,
-                          attention=attention_df, paths=paths_df).deliver(out, on_table)
+    return PatchingResult(
+        tasks=tasks_df, effects=effects_df, par_baseline=baseline_df, attention=attention_df, paths=paths_df
+    ).deliver(out, on_table)
 
 
 VIEWED_HEADS = 4  # the attention view's heads per method and direction
@@ -354,20 +429,40 @@ def task_digest(task: Task) -> str:
     return content_digest(task.clean, task.corrupted, task.correct, task.wrong, task.metric, dict(task.positions))
 
 
-def _patch(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, rlog: ResultLog | None,
-           skip_write: bool = False) -> list[dict]:
+def _patch(
+    model: Model,
+    cfg: PatchingConfig,
+    runs: TaskRuns,
+    label: str,
+    unit: tuple,
+    rlog: ResultLog | None,
+    skip_write: bool = False,
+) -> list[dict]:
     """The log rows of one unit: read back where a previous run finished them with the same task content,
     else computed and logged (``skip_write``: leave out the components of a head's residual write)."""
     method, name, direction = unit[:3]
-    base = dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, method=method,
-                direction=direction, positions=cfg.positions, frame=cfg.frame, inputs=task_digest(runs.task))
+    base = dict(
+        model=label,
+        task=name,
+        prompts=task_prompts(cfg, name),
+        seed=cfg.seed,
+        method=method,
+        direction=direction,
+        positions=cfg.positions,
+        frame=cfg.frame,
+        inputs=task_digest(runs.task),
+    )
     layers = _layers(model, cfg) if method == "attribution" else [unit[4]]
     comps = list(cfg.components) if method == "attribution" else [unit[3]]
     comps = [c for c in comps if not (skip_write and get_component(c).quantity == "write")]
     if not comps:
         return []
-    expected = [(c, l, h) for c in comps for l in layers
-                for h in (range(model.cfg.n_heads) if get_component(c).scope == "head" else [-1])]
+    expected = [
+        (c, l, h)
+        for c in comps
+        for l in layers
+        for h in (range(model.cfg.n_heads) if get_component(c).scope == "head" else [-1])
+    ]
     if rlog is not None:
         got = [rlog.get(**base, component=c, layer=l, head=h) for c, l, h in expected]
         if all(g is not None for g in got):
@@ -389,18 +484,34 @@ def _path_hooks(model: Model, cfg: PatchingConfig, units: list[tuple]) -> list[s
     if not units:
         return []
     receivers, logits = _receivers(model, cfg)
-    return path_hook_names(model, list(dict.fromkeys(u[3] for u in units)), [u[4] for u in units],
-                           [l for l, _ in receivers], cfg.through_mlps, logits)
+    return path_hook_names(
+        model,
+        list(dict.fromkeys(u[3] for u in units)),
+        [u[4] for u in units],
+        [l for l, _ in receivers],
+        cfg.through_mlps,
+        logits,
+    )
 
 
-def _paths(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple,
-           plog: ResultLog | None) -> list[dict]:
+def _paths(
+    model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: tuple, plog: ResultLog | None
+) -> list[dict]:
     """The log rows of one path unit (a component's senders in one block into every receiver after them): read
     back where a previous run finished them with the same task content, else computed and logged."""
     _, name, direction, comp, layer = unit
-    base = dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, method="paths",
-                direction=direction, positions=cfg.positions, frame=cfg.frame, through_mlps=cfg.through_mlps,
-                inputs=task_digest(runs.task))
+    base = dict(
+        model=label,
+        task=name,
+        prompts=task_prompts(cfg, name),
+        seed=cfg.seed,
+        method="paths",
+        direction=direction,
+        positions=cfg.positions,
+        frame=cfg.frame,
+        through_mlps=cfg.through_mlps,
+        inputs=task_digest(runs.task),
+    )
     senders = [(l, h) for l, h in _senders(model, cfg) if l == layer]
     if get_component(comp).scope == "layer":
         senders = [(layer, -1)]
@@ -409,17 +520,39 @@ def _paths(model: Model, cfg: PatchingConfig, runs: TaskRuns, label: str, unit: 
     expected += [(s, (model.cfg.n_layers, -1), "logits") for s in senders] if logits else []
     if not expected:
         return []
-    cell = lambda s, r, i: dict(component=comp, sender_layer=s[0], sender_head=s[1], receiver_layer=r[0],  # noqa: E731
-                                receiver_head=r[1], receiver_input=i)
+    cell = lambda s, r, i: dict(  # noqa: E731
+        component=comp,
+        sender_layer=s[0],
+        sender_head=s[1],
+        receiver_layer=r[0],  # noqa: E731
+        receiver_head=r[1],
+        receiver_input=i,
+    )
     if plog is not None:
         got = [plog.get(**base, **cell(s, r, i)) for s, r, i in expected]
         if all(g is not None for g in got):
             return got
-    rows = path_sweep(model, runs, senders, [r for r in receivers if r[0] > layer], components=[comp],
-                      inputs=cfg.path_inputs, logits=logits, direction=direction, positions=cfg.positions,
-                      frame=cfg.frame, through_mlps=cfg.through_mlps, max_rows=cfg.max_rows)
-    by_cell = {(r["sender_layer"], r["sender_head"], r["receiver_layer"], r["receiver_head"], r["receiver_input"]):
-               {**base, **r} for r in rows}
+    rows = path_sweep(
+        model,
+        runs,
+        senders,
+        [r for r in receivers if r[0] > layer],
+        components=[comp],
+        inputs=cfg.path_inputs,
+        logits=logits,
+        direction=direction,
+        positions=cfg.positions,
+        frame=cfg.frame,
+        through_mlps=cfg.through_mlps,
+        max_rows=cfg.max_rows,
+    )
+    by_cell = {
+        (r["sender_layer"], r["sender_head"], r["receiver_layer"], r["receiver_head"], r["receiver_input"]): {
+            **base,
+            **r,
+        }
+        for r in rows
+    }
     rows = [by_cell[(*s, *r, i)] for s, r, i in expected]
     if plog is not None:
         plog.extend(r for r in rows if not plog.done(**{k: r[k] for k in PATH_LOG_KEY}))
@@ -434,13 +567,26 @@ def _effect_row(row: dict, runs: TaskRuns, cfg: PatchingConfig, key: Sequence[st
     """A log row's ``key`` columns and its effect test (effect, CI, n, se, p)."""
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     t = effect_test(row["patched"], clean, corrupted, row["direction"])
-    return {**{k: row[k] for k in key}, "effect": t["effect"], "ci_low": t["ci_low"], "ci_high": t["ci_high"],
-            "n": len(row["patched"]), "se": t["se"], "p": t["p"]}
+    return {
+        **{k: row[k] for k in key},
+        "effect": t["effect"],
+        "ci_low": t["ci_low"],
+        "ci_high": t["ci_high"],
+        "n": len(row["patched"]),
+        "se": t["se"],
+        "p": t["p"],
+    }
 
 
 # prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)
-PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20, "predecessor": 13,
-                 "tracr": 6}  # tracr: BOS + the zoo programs' max_seq_len
+PROMPT_TOKENS = {
+    "ioi": 18,
+    "agreement": 4,
+    "greater_than": 15,
+    "induction": 20,
+    "predecessor": 13,
+    "tracr": 6,
+}  # tracr: BOS + the zoo programs' max_seq_len
 ATTRIBUTION_PASSES = 3.0  # forward + backward of the target run, in forwards
 
 
@@ -459,27 +605,57 @@ def plan(shape, cfg: PatchingConfig) -> list:
         prompts = task_prompts(cfg, task) * L
         per_token = n * (4 * shape.d_model + (shape.n_heads + shape.n_kv_heads) * shape.d_head + shape.n_heads * L)
         kept = 2 * prompts * per_token * 4  # both runs' cached activations, float32
-        out.append(Work(f"{task}: clean + corrupted", 2 * prompts, L, cfg.batch_size, kept_bytes=kept,
-                        note="cached activations"))
+        out.append(
+            Work(
+                f"{task}: clean + corrupted", 2 * prompts, L, cfg.batch_size, kept_bytes=kept, note="cached activations"
+            )
+        )
         if "attribution" in cfg.methods:
-            out.append(Work(f"{task}: attribution", int(ATTRIBUTION_PASSES * prompts), L, cfg.batch_size,
-                            kept_bytes=kept, note=f"{len(cfg.components)} components, forward + backward"))
+            out.append(
+                Work(
+                    f"{task}: attribution",
+                    int(ATTRIBUTION_PASSES * prompts),
+                    L,
+                    cfg.batch_size,
+                    kept_bytes=kept,
+                    note=f"{len(cfg.components)} components, forward + backward",
+                )
+            )
         if "exact" in cfg.methods:
             scopes = [get_component(c).scope for c in cfg.exact_set()]
             reps = sum(shape.n_heads if s == "head" else 1 for s in scopes)
             n_prompts = task_prompts(cfg, task)  # a head component's forward: a copy of them per head
             rows = n_prompts * (heads_per_forward(shape.n_heads, n_prompts, cfg.max_rows) if "head" in scopes else 1)
-            out.append(Work(f"{task}: exact", int(reps * resumed * prompts), L, rows,
-                            kept_bytes=kept, note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed"))
+            out.append(
+                Work(
+                    f"{task}: exact",
+                    int(reps * resumed * prompts),
+                    L,
+                    rows,
+                    kept_bytes=kept,
+                    note=f"{len(cfg.exact_set())} components x {len(layers)} blocks, resumed",
+                )
+            )
         if "paths" in cfg.methods:  # per sender: its pass, then per receiver and input one resumed pass
             senders = parse_heads(cfg.path_senders, n, shape.n_heads, field="path_senders")[0]
-            receivers, logits = parse_heads(cfg.path_receivers, n, shape.n_heads, field="path_receivers",
-                                            allow_logits=True)
-            per = sum((n - sl) / n + len(cfg.path_inputs) * sum((n - rl) / n for rl, _ in receivers if rl > sl)
-                      for sl, _ in senders)
-            out.append(Work(f"{task}: paths", int(len(cfg.path_components) * per * prompts), L, cfg.max_rows,
-                            kept_bytes=kept, note=f"{len(senders)} senders x {len(receivers) + logits} receivers, "
-                                                  f"{len(cfg.path_components)} components"))
+            receivers, logits = parse_heads(
+                cfg.path_receivers, n, shape.n_heads, field="path_receivers", allow_logits=True
+            )
+            per = sum(
+                (n - sl) / n + len(cfg.path_inputs) * sum((n - rl) / n for rl, _ in receivers if rl > sl)
+                for sl, _ in senders
+            )
+            out.append(
+                Work(
+                    f"{task}: paths",
+                    int(len(cfg.path_components) * per * prompts),
+                    L,
+                    cfg.max_rows,
+                    kept_bytes=kept,
+                    note=f"{len(senders)} senders x {len(receivers) + logits} receivers, "
+                    f"{len(cfg.path_components)} components",
+                )
+            )
     return [w for w in out for _ in cfg.directions]
 
 
@@ -488,13 +664,25 @@ def support(family: Family) -> Support:
     if not family.attention:
         return Support("no", f"patching heads needs attention heads: {family.name} has none")
     if family.post_norms:
-        return Support("differs", "head_par / head_perp left out: a norm follows W_O, so the heads' writes do "
-                                  "not add up to hook_attn_out")
+        return Support(
+            "differs",
+            "head_par / head_perp left out: a norm follows W_O, so the heads' writes do not add up to hook_attn_out",
+        )
     return Support("yes")
 
 
-ANALYSIS = register_analysis(Analysis(
-    "patching", PatchingConfig, run, PatchingResult, units,
-    "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
-    tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1)),
-    cost=unit_cost, plan=plan, support=support, docs="analyses/patching"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "patching",
+        PatchingConfig,
+        run,
+        PatchingResult,
+        units,
+        "geometry-resolved activation patching: heads' parallel, perpendicular, self and non-self writes",
+        tiny=dict(tasks=("induction",), prompts=4, min_accuracy=0.0, layers=(0, 1)),
+        cost=unit_cost,
+        plan=plan,
+        support=support,
+        docs="analyses/patching",
+    )
+)

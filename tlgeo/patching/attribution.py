@@ -23,8 +23,9 @@ from .runs import W_O, TaskRuns, hook_names, position_mask, sweep_targets
 __all__ = ["attribution_sweep", "target_gradients"]
 
 
-def target_gradients(model: Model, runs: TaskRuns, names: list[str], grad_names: set[str], *, direction: str,
-                     rows: slice) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+def target_gradients(
+    model: Model, runs: TaskRuns, names: list[str], grad_names: set[str], *, direction: str, rows: slice
+) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """The target run's activations at ``names`` and the metric's gradients at ``grad_names``
     (for prompts ``rows``; the sum of per-prompt metrics, so row ``i``'s gradient is prompt ``i``'s)."""
     target, _ = runs.pair(direction)
@@ -38,6 +39,7 @@ def target_gradients(model: Model, runs: TaskRuns, names: list[str], grad_names:
         def keep(x: Tensor, hook) -> Tensor:  # by the name asked for (the bridge's hook.name may be another alias)
             acts[name] = x
             return x  # returned, so that the bridge uses this very tensor (hook_z is a reshaped view of o's input)
+
         return keep
 
     hooks = [("blocks.0.hook_resid_pre", leaf)] + [(n, keeper(n)) for n in names]
@@ -79,8 +81,10 @@ def attribution_sweep(
                 roles = c.site.read_hooks(model)
                 tname = f"blocks.{layer}.{c.site.target}"
                 tgt = {"target": acts[tname], **{r: acts[f"blocks.{layer}.{h}"] for r, h in roles}}
-                src = {"target": source.acts[tname][rows],
-                       **{r: source.acts[f"blocks.{layer}.{h}"][rows] for r, h in roles}}
+                src = {
+                    "target": source.acts[tname][rows],
+                    **{r: source.acts[f"blocks.{layer}.{h}"][rows] for r, h in roles},
+                }
                 g = grads[tname]
                 w = W_O(model, layer) if c.quantity == "write" else None
                 if c.scope == "layer":
@@ -97,6 +101,7 @@ def attribution_sweep(
             e = torch.cat(est[(c.name, layer)])  # [n, heads or 1]
             patched = target.metric[:, None] + e
             heads = [-1] if c.scope == "layer" else range(n_heads)
-            out += [dict(component=c.name, layer=layer, head=h, patched=patched[:, i].tolist())
-                    for i, h in enumerate(heads)]
+            out += [
+                dict(component=c.name, layer=layer, head=h, patched=patched[:, i].tolist()) for i, h in enumerate(heads)
+            ]
     return out

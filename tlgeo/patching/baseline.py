@@ -38,9 +38,12 @@ COLUMNS = ("layer", "head", "tokens", "d_model", "par_share", "par_share_rotated
 _ELEMENTS = 1 << 22  # float64 elements of the writes per chunk of prompts (bounds memory)
 
 
-def par_shares(z: Float[Tensor, "rows q head d_head"], ref: Float[Tensor, "rows q d_model"],
-               W_O: Float[Tensor, "head d_head d_model"], noise: Float[Tensor, "rows q head d_model"]
-               ) -> tuple[Tensor, Tensor, Tensor]:
+def par_shares(
+    z: Float[Tensor, "rows q head d_head"],
+    ref: Float[Tensor, "rows q d_model"],
+    W_O: Float[Tensor, "head d_head d_model"],
+    noise: Float[Tensor, "rows q head d_model"],
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per token and head, float64: the energy share of the write ``z^h W_O^h`` along ``ref``, the same
     share of a write of the same norm in the direction of ``noise`` (a standard Gaussian gives a uniformly
     random direction) and whether the write is non-zero (the shares are 0 where it is not)."""
@@ -79,7 +82,15 @@ def par_baseline_rows(model: Model, runs: TaskRuns, layers: list[int], *, seed: 
             total += torch.stack([share.sum((0, 1)), rshare.sum((0, 1)), kept.sum((0, 1)).double()])
         count = total[2].clamp_min(1)
         for h in range(n_heads):
-            rows.append(dict(layer=layer, head=h, tokens=int(total[2, h]), d_model=d_model,
-                             par_share=float(total[0, h] / count[h]), par_share_rotated=float(total[1, h] / count[h]),
-                             par_share_expected=1.0 / d_model))
+            rows.append(
+                dict(
+                    layer=layer,
+                    head=h,
+                    tokens=int(total[2, h]),
+                    d_model=d_model,
+                    par_share=float(total[0, h] / count[h]),
+                    par_share_rotated=float(total[1, h] / count[h]),
+                    par_share_expected=1.0 / d_model,
+                )
+            )
     return rows

@@ -25,7 +25,7 @@ nonself_perp`` exactly the ``head`` patch.
 A component's :meth:`Component.delta` is the change added to the patched hook's tensor, for
 rows that each patch the heads marked in ``heads [rows, n_heads]`` at the positions marked
 in ``pos [rows, q]``.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -39,19 +39,45 @@ from ..errors import InputError
 from ..geometry.patch_parts import head_writes, project_part, value_parts
 from ..hooks.sites import Site
 
-__all__ = ["Component", "COMPONENTS", "HEAD_COMPONENTS", "LAYER_COMPONENTS", "FRAMES", "get_component",
-           "head_write_part"]
+__all__ = [
+    "Component",
+    "COMPONENTS",
+    "HEAD_COMPONENTS",
+    "LAYER_COMPONENTS",
+    "FRAMES",
+    "get_component",
+    "head_write_part",
+]
 
 FRAMES = ("patched", "source")
 
 _Z = Site("patch_z", "attn.hook_z", (), True, None, "a head's output z (patched in place)")
-_VALUE = Site("patch_value", "attn.hook_z", (("v", "attn.hook_v"), ("pattern", "attn.hook_pattern")), True, None,
-              "a head's output z split in value space (self message, non-self aggregate along v_t)")
-_WRITE = Site("patch_write", "hook_attn_out", (("ref", "hook_resid_pre"), ("z", "attn.hook_z")), False, None,
-              "a head's residual write z W_O split along resid_pre (added to the attention output)")
-_MLP = Site("patch_mlp", "hook_mlp_out", (("ref", "hook_resid_mid"),), False, None,
-            "the MLP output split along its residual input", parallel_block_reads=(("ref", "hook_resid_pre"),),
-            post_ln_reads=(("ref", "ln1.hook_out"),))
+_VALUE = Site(
+    "patch_value",
+    "attn.hook_z",
+    (("v", "attn.hook_v"), ("pattern", "attn.hook_pattern")),
+    True,
+    None,
+    "a head's output z split in value space (self message, non-self aggregate along v_t)",
+)
+_WRITE = Site(
+    "patch_write",
+    "hook_attn_out",
+    (("ref", "hook_resid_pre"), ("z", "attn.hook_z")),
+    False,
+    None,
+    "a head's residual write z W_O split along resid_pre (added to the attention output)",
+)
+_MLP = Site(
+    "patch_mlp",
+    "hook_mlp_out",
+    (("ref", "hook_resid_mid"),),
+    False,
+    None,
+    "the MLP output split along its residual input",
+    parallel_block_reads=(("ref", "hook_resid_pre"),),
+    post_ln_reads=(("ref", "ln1.hook_out"),),
+)
 
 Acts = Mapping[str, Tensor]  # role -> tensor; "target" is the patched hook's own tensor
 
@@ -71,8 +97,16 @@ class Component:
     def __repr__(self) -> str:
         return f"Component({self.name!r})"
 
-    def delta(self, target: Acts, source: Acts, *, heads: Tensor | None, pos: Tensor | None,
-              frame: str = "patched", W_O: Tensor | None = None) -> Tensor:
+    def delta(
+        self,
+        target: Acts,
+        source: Acts,
+        *,
+        heads: Tensor | None,
+        pos: Tensor | None,
+        frame: str = "patched",
+        W_O: Tensor | None = None,
+    ) -> Tensor:
         """The change to add to ``target["target"]`` (same shape, compute dtype).
 
         ``target`` / ``source``: the site's tensors by role in the patched and the source run,
@@ -101,8 +135,9 @@ class Component:
             d = project_part(s[1] - t.nonself, ref, self.part)
         return _masked(d, heads, pos)
 
-    def head_deltas(self, target: Acts, source: Acts, *, pos: Tensor | None, frame: str = "patched",
-                    W_O: Tensor | None = None) -> Tensor:
+    def head_deltas(
+        self, target: Acts, source: Acts, *, pos: Tensor | None, frame: str = "patched", W_O: Tensor | None = None
+    ) -> Tensor:
         """Each head's own change, ``[rows, q, n_heads, ...]``: ``delta`` with only head ``h`` patched is
         this tensor's head ``h`` (in z space, or as a write into the residual for ``head_par`` /
         ``head_perp``), all heads in one call."""
@@ -115,8 +150,9 @@ class Component:
         return head_write_part(dz, own["ref"], W_O, self.part)
 
 
-def head_write_part(z: Float[Tensor, "rows q head d_head"], ref: Float[Tensor, "rows q d_model"], W_O: Tensor,
-                    part: str) -> Float[Tensor, "rows q head d_model"]:
+def head_write_part(
+    z: Float[Tensor, "rows q head d_head"], ref: Float[Tensor, "rows q d_model"], W_O: Tensor, part: str
+) -> Float[Tensor, "rows q head d_model"]:
     """``part`` (whole, par, perp) of each head's residual write ``z^h W_O^h`` relative to ``ref``, the
     residual it is written into (the ``ref`` read of ``head_par`` / ``head_perp``), in the compute dtype
     (``W_O``: ``[n_heads, d_head, d_model]``)."""

@@ -29,8 +29,18 @@ from ..runner.results import IDENTITY, row_ids
 from ..stats.multiple import bh_qvalues
 from ..stats.ratio import fieller_interval, ratio_test
 
-__all__ = ["effect", "effect_ci", "effect_test", "add_qvalues", "TEST_FAMILY", "ALPHA", "CALIBRATED_PROMPTS", "agreement", "interactions",
-           "SPLITS"]
+__all__ = [
+    "effect",
+    "effect_ci",
+    "effect_test",
+    "add_qvalues",
+    "TEST_FAMILY",
+    "ALPHA",
+    "CALIBRATED_PROMPTS",
+    "agreement",
+    "interactions",
+    "SPLITS",
+]
 
 TEST_FAMILY = ("task", "prompts", "seed", "method", "direction", "positions", "frame")  # with the identity columns
 ALPHA = 0.05  # the false discovery rate of ``significant``
@@ -134,15 +144,28 @@ def agreement(effects: pd.DataFrame) -> pd.DataFrame:
         if len(g) > 2 and g["exact"].std() > 0 and g["attribution"].std() > 0:
             pearson = float(stats.pearsonr(g["exact"], g["attribution"])[0])
             spearman = float(stats.spearmanr(g["exact"], g["attribution"])[0])
-        rows.append({**dict(zip(key, k)), "pairs": len(g), "pearson": pearson, "spearman": spearman,
-                     "max_abs_diff": float(diff.max()), "worst_layer": int(worst["layer"]),
-                     "worst_head": int(worst["head"])})
-    return pd.DataFrame(rows, columns=[*key, "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer",
-                                       "worst_head"])
+        rows.append(
+            {
+                **dict(zip(key, k)),
+                "pairs": len(g),
+                "pearson": pearson,
+                "spearman": spearman,
+                "max_abs_diff": float(diff.max()),
+                "worst_layer": int(worst["layer"]),
+                "worst_head": int(worst["head"]),
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=[*key, "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer", "worst_head"]
+    )
 
 
-SPLITS = (("head", ("head_par", "head_perp")), ("head", ("self", "nonself")),
-          ("nonself", ("nonself_par", "nonself_perp")), ("mlp", ("mlp_par", "mlp_perp")))
+SPLITS = (
+    ("head", ("head_par", "head_perp")),
+    ("head", ("self", "nonself")),
+    ("nonself", ("nonself_par", "nonself_perp")),
+    ("mlp", ("mlp_par", "mlp_perp")),
+)
 
 
 def interactions(effects: pd.DataFrame, method: str = "exact") -> pd.DataFrame:
@@ -161,7 +184,15 @@ def interactions(effects: pd.DataFrame, method: str = "exact") -> pd.DataFrame:
         if d.empty:
             continue
         part = d[list(parts)].sum(1)
-        rows.append(pd.DataFrame({"split": f"{whole} = {' + '.join(parts)}", "whole": d[whole], "parts_sum": part,
-                                  "interaction": d[whole] - part}).reset_index())
+        rows.append(
+            pd.DataFrame(
+                {
+                    "split": f"{whole} = {' + '.join(parts)}",
+                    "whole": d[whole],
+                    "parts_sum": part,
+                    "interaction": d[whole] - part,
+                }
+            ).reset_index()
+        )
     cols = [*key, "split", "whole", "parts_sum", "interaction"]
     return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)

@@ -56,13 +56,16 @@ def patch_hooks(
     for target, group in by_target.items():
         sites = {c.site.name for c in group}
         if len(sites) > 1:
-            raise InputError(f"components {[c.name for c in group]} patch {target} in different ways; "
-                             f"patch them in separate runs")
+            raise InputError(
+                f"components {[c.name for c in group]} patch {target} in different ways; patch them in separate runs"
+            )
         site = group[0].site
         if any(c.scope == "layer" for c in group) and heads is not None:
             raise InputError(f"{[c.name for c in group]}: heads apply only to head components")
-        src = {"target": source[f"blocks.{layer}.{site.target}"],
-               **{role: source[f"blocks.{layer}.{h}"] for role, h in site.read_hooks(model)}}
+        src = {
+            "target": source[f"blocks.{layer}.{site.target}"],
+            **{role: source[f"blocks.{layer}.{h}"] for role, h in site.read_hooks(model)},
+        }
         w = W_O(model, layer) if any(c.quantity == "write" for c in group) else None
 
         def on_target(_layer: int, tensor: Tensor, reads, _group=group, _src=src, _w=w) -> Tensor:
@@ -96,8 +99,10 @@ def patched_metric(
     if heads is not None:
         bad = [h for h in heads if not isinstance(h, int) or not 0 <= h < model.cfg.n_heads]
         if bad:
-            raise OutOfRangeError(f"head(s) {spans(bad)} out of range: the model has {model.cfg.n_heads} heads "
-                             f"(0..{model.cfg.n_heads - 1})")
+            raise OutOfRangeError(
+                f"head(s) {spans(bad)} out of range: the model has {model.cfg.n_heads} heads "
+                f"(0..{model.cfg.n_heads - 1})"
+            )
         if c.scope == "layer":
             raise InputError(f"component {c.name!r} is one per block: give heads=None")
     target, source = runs.pair(direction)
@@ -110,8 +115,9 @@ def patched_metric(
     if heads is not None:
         eye = torch.eye(model.cfg.n_heads)[heads]  # [reps, n_heads]
         mask = eye.repeat_interleave(n, 0)
-    hooks = patch_hooks(model, [c], layer, src, heads=mask, pos=None if pos is None else pos.repeat(reps, 1),
-                        frame=frame)
+    hooks = patch_hooks(
+        model, [c], layer, src, heads=mask, pos=None if pos is None else pos.repeat(reps, 1), frame=frame
+    )
     resid = target.acts[f"blocks.{layer}.hook_resid_pre"]
     resid = resid.repeat(reps, 1, 1)
     with torch.no_grad():
@@ -169,16 +175,35 @@ def exact_sweep(
         for c in comps:
             rows: list[Row] = []
             if c.scope == "layer":
-                m = patched_metric(model, runs, c, layer, None, direction=direction, positions=positions,
-                                   frame=frame, use_readout=use_readout)
+                m = patched_metric(
+                    model,
+                    runs,
+                    c,
+                    layer,
+                    None,
+                    direction=direction,
+                    positions=positions,
+                    frame=frame,
+                    use_readout=use_readout,
+                )
                 rows.append(dict(component=c.name, layer=layer, head=-1, patched=m[0].tolist()))
             else:
                 heads = list(range(model.cfg.n_heads))
                 for start in range(0, len(heads), per):
-                    chunk = heads[start:start + per]
-                    m = patched_metric(model, runs, c, layer, chunk, direction=direction, positions=positions,
-                                       frame=frame, use_readout=use_readout)
-                    rows += [dict(component=c.name, layer=layer, head=h, patched=m[i].tolist())
-                             for i, h in enumerate(chunk)]
+                    chunk = heads[start : start + per]
+                    m = patched_metric(
+                        model,
+                        runs,
+                        c,
+                        layer,
+                        chunk,
+                        direction=direction,
+                        positions=positions,
+                        frame=frame,
+                        use_readout=use_readout,
+                    )
+                    rows += [
+                        dict(component=c.name, layer=layer, head=h, patched=m[i].tolist()) for i, h in enumerate(chunk)
+                    ]
             out += rows
     return out

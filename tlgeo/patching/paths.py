@@ -47,8 +47,15 @@ from .tasks import Task
 __all__ = ["RECEIVER_INPUTS", "path_hook_names", "path_runs", "path_sweep", "path_effects", "PATH_COLUMNS"]
 
 RECEIVER_INPUTS = ("q", "k", "v")
-PATH_COLUMNS = ("component", "sender_layer", "sender_head", "receiver_layer", "receiver_head", "receiver_input",
-                "kv_head")
+PATH_COLUMNS = (
+    "component",
+    "sender_layer",
+    "sender_head",
+    "receiver_layer",
+    "receiver_head",
+    "receiver_input",
+    "kv_head",
+)
 
 
 def _kv_head(model: Model, head: int) -> int:
@@ -57,8 +64,14 @@ def _kv_head(model: Model, head: int) -> int:
     return head // (model.cfg.n_heads // n_kv)
 
 
-def path_hook_names(model: Model, comps: Sequence[str | Component], sender_layers: Iterable[int],
-                    receiver_layers: Iterable[int], through_mlps: bool, logits: bool) -> list[str]:
+def path_hook_names(
+    model: Model,
+    comps: Sequence[str | Component],
+    sender_layers: Iterable[int],
+    receiver_layers: Iterable[int],
+    through_mlps: bool,
+    logits: bool,
+) -> list[str]:
     """Every hook a path sweep reads from the cached runs."""
     s_layers, r_layers = sorted(set(sender_layers)), sorted(set(receiver_layers))
     last = model.cfg.n_layers if logits else max(r_layers, default=0)
@@ -66,8 +79,7 @@ def path_hook_names(model: Model, comps: Sequence[str | Component], sender_layer
     for layer in s_layers:
         names.append(f"blocks.{layer}.hook_resid_pre")
         for c in map(get_component, comps):
-            names += [f"blocks.{layer}.{c.site.target}",
-                      *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model))]
+            names += [f"blocks.{layer}.{c.site.target}", *(f"blocks.{layer}.{h}" for _, h in c.site.read_hooks(model))]
     names += [f"blocks.{layer}.hook_resid_pre" for layer in r_layers]
     first = min(s_layers, default=last)
     names += [f"blocks.{layer}.hook_attn_out" for layer in range(first + 1, last)]
@@ -76,9 +88,17 @@ def path_hook_names(model: Model, comps: Sequence[str | Component], sender_layer
     return list(dict.fromkeys(names))
 
 
-def path_runs(model: Model, task: Task, components: Iterable[str | Component], sender_layers: Iterable[int],
-              receiver_layers: Iterable[int] = (), *, through_mlps: bool = True, logits: bool = False,
-              batch_size: int = 32) -> TaskRuns:
+def path_runs(
+    model: Model,
+    task: Task,
+    components: Iterable[str | Component],
+    sender_layers: Iterable[int],
+    receiver_layers: Iterable[int] = (),
+    *,
+    through_mlps: bool = True,
+    logits: bool = False,
+    batch_size: int = 32,
+) -> TaskRuns:
     """The task's clean and corrupted runs, caching what :func:`path_sweep` needs for these senders' blocks
     and receivers' blocks (``logits``: also a receiver at the logits): :func:`~.runs.task_runs` with the
     :func:`path_hook_names`."""
@@ -91,9 +111,20 @@ def _rows(t: Tensor, reps: int) -> Tensor:
     return t.repeat(reps, *([1] * (t.ndim - 1)))
 
 
-def _sender_pass(model: Model, runs: TaskRuns, c: Component, layer: int, heads: list[int] | None,
-                 captures: Sequence[str], last: int, *, direction: str, positions: str, frame: str,
-                 through_mlps: bool) -> dict[str, Tensor]:
+def _sender_pass(
+    model: Model,
+    runs: TaskRuns,
+    c: Component,
+    layer: int,
+    heads: list[int] | None,
+    captures: Sequence[str],
+    last: int,
+    *,
+    direction: str,
+    positions: str,
+    frame: str,
+    through_mlps: bool,
+) -> dict[str, Tensor]:
     """The target run resumed at ``layer`` with ``c`` of each of ``heads`` patched (one copy of the prompts
     per head; ``None``: a layer component, one copy), attention frozen at blocks ``layer+1 .. last-1``, MLPs
     recomputed (or frozen, ``through_mlps=False``); the hooks ``captures`` as this pass computes them."""
@@ -103,8 +134,9 @@ def _sender_pass(model: Model, runs: TaskRuns, c: Component, layer: int, heads: 
     src = {k: _rows(source.acts[k], reps) for k in site_names}
     mask = None if heads is None else torch.eye(model.cfg.n_heads)[heads].repeat_interleave(n, 0)
     pos = position_mask(runs.task, positions)
-    hooks: HookList = patch_hooks(model, [c], layer, src, heads=mask, pos=None if pos is None else pos.repeat(reps, 1),
-                                  frame=frame)
+    hooks: HookList = patch_hooks(
+        model, [c], layer, src, heads=mask, pos=None if pos is None else pos.repeat(reps, 1), frame=frame
+    )
 
     def frozen(name: str):
         value = _rows(target.acts[name], reps)
@@ -121,6 +153,7 @@ def _sender_pass(model: Model, runs: TaskRuns, c: Component, layer: int, heads: 
             got[name] = x.detach()
             if len(got) == len(captures):
                 raise StopForward
+
         return fn
 
     hooks += [(name, grab(name)) for name in captures]
@@ -133,8 +166,17 @@ def _sender_pass(model: Model, runs: TaskRuns, c: Component, layer: int, heads: 
     return got
 
 
-def _receiver_metric(model: Model, runs: TaskRuns, layer: int, inp: str, units: list[int], captured: Tensor, *,
-                     direction: str, use_readout: bool) -> Tensor:
+def _receiver_metric(
+    model: Model,
+    runs: TaskRuns,
+    layer: int,
+    inp: str,
+    units: list[int],
+    captured: Tensor,
+    *,
+    direction: str,
+    use_readout: bool,
+) -> Tensor:
     """Per-prompt metric ``[len(units), rows]`` of the target run with input ``inp`` of each receiver unit (a
     query head for ``q``, a key/value head for ``k`` / ``v``) at block ``layer`` replaced by ``captured``
     (``[rows, pos, units, d_head]``, rows = senders x prompts), one copy of the rows per unit."""
@@ -144,7 +186,7 @@ def _receiver_metric(model: Model, runs: TaskRuns, layer: int, inp: str, units: 
     def replace(x: Tensor, hook) -> Tensor:
         out = x.clone()
         for i, u in enumerate(units):
-            out[i * rows:(i + 1) * rows, :, u] = captured[:, :, u].to(x.device, x.dtype)
+            out[i * rows : (i + 1) * rows, :, u] = captured[:, :, u].to(x.device, x.dtype)
         return out
 
     resid = _rows(target.acts[f"blocks.{layer}.hook_resid_pre"], reps * rows // runs.task.n)
@@ -157,11 +199,14 @@ def _check_heads(model: Model, pairs: Iterable[tuple[int, int]], what: str, allo
     out = []
     for layer, head in pairs:
         if not isinstance(layer, int) or not 0 <= layer < model.cfg.n_layers:
-            raise OutOfRangeError(f"{what} block {layer!r} out of range: the model has {model.cfg.n_layers} "
-                                  f"(0..{model.cfg.n_layers - 1})")
+            raise OutOfRangeError(
+                f"{what} block {layer!r} out of range: the model has {model.cfg.n_layers} (0..{model.cfg.n_layers - 1})"
+            )
         if not (isinstance(head, int) and (0 <= head < model.cfg.n_heads or (allow_layer and head == -1))):
-            raise OutOfRangeError(f"{what} head {head!r} out of range: the model has {model.cfg.n_heads} heads "
-                                  f"(0..{model.cfg.n_heads - 1})")
+            raise OutOfRangeError(
+                f"{what} head {head!r} out of range: the model has {model.cfg.n_heads} heads "
+                f"(0..{model.cfg.n_heads - 1})"
+            )
         out.append((layer, head))
     return list(dict.fromkeys(out))
 
@@ -202,17 +247,21 @@ def path_sweep(
     missing = [n for n in need if n not in runs.clean.acts]
     if missing:
         more = "..." if len(missing) > 3 else ""
-        raise InputError(f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
-                         f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
-                         f"through_mlps=..., logits=...) naming these senders and receivers")
+        raise InputError(
+            f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
+            f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
+            f"through_mlps=..., logits=...) naming these senders and receivers"
+        )
     target, _ = runs.pair(direction)
     if direction not in runs.readout:
         # checked from a block whose residual the runs cached (a sender's: with only logits there is no receiver's)
         runs.readout[direction] = _readout_ok(model, target, min(l for l, _ in senders))
     use_readout = runs.readout[direction]
     if logits and not use_readout:
-        raise InputError("a path into the logits reads the last block's output out through the final norm and the "
-                         "unembedding, which is not what this model computes (a final soft-cap?)")
+        raise InputError(
+            "a path into the logits reads the last block's output out through the final norm and the "
+            "unembedding, which is not what this model computes (a final soft-cap?)"
+        )
     n, last = runs.task.n, model.cfg.n_layers if logits else max(r_layers)
     per = max(1, max_rows // n)
     out: list[dict] = []
@@ -227,11 +276,25 @@ def path_sweep(
             caps = [f"blocks.{l}.attn.hook_{i}" for l in later for i in inputs]
             if logits:
                 caps.append(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post")
-            chunks = [None] if c.scope == "layer" else [sorted(set(heads))[i:i + per]
-                                                         for i in range(0, len(set(heads)), per)]
+            chunks = (
+                [None]
+                if c.scope == "layer"
+                else [sorted(set(heads))[i : i + per] for i in range(0, len(set(heads)), per)]
+            )
             for chunk in chunks:
-                got = _sender_pass(model, runs, c, s_layer, chunk, caps, last, direction=direction,
-                                   positions=positions, frame=frame, through_mlps=through_mlps)
+                got = _sender_pass(
+                    model,
+                    runs,
+                    c,
+                    s_layer,
+                    chunk,
+                    caps,
+                    last,
+                    direction=direction,
+                    positions=positions,
+                    frame=frame,
+                    through_mlps=through_mlps,
+                )
                 s_heads = [-1] if chunk is None else chunk
                 for r_layer in later:
                     for inp in inputs:
@@ -240,30 +303,47 @@ def path_sweep(
                         step = max(1, max_rows // (n * len(s_heads)))
                         metric = {}
                         for i in range(0, len(uniq), step):
-                            part = uniq[i:i + step]
+                            part = uniq[i : i + step]
                             captured = got[f"blocks.{r_layer}.attn.hook_{inp}"]
-                            m = _receiver_metric(model, runs, r_layer, inp, part, captured, direction=direction,
-                                                 use_readout=use_readout)
+                            m = _receiver_metric(
+                                model, runs, r_layer, inp, part, captured, direction=direction, use_readout=use_readout
+                            )
                             metric.update({u: m[j] for j, u in enumerate(part)})
                         for h, u in units.items():
                             for j, s in enumerate(s_heads):
-                                out.append(dict(component=c.name, sender_layer=s_layer, sender_head=s,
-                                                receiver_layer=r_layer, receiver_head=h, receiver_input=inp,
-                                                kv_head=u if inp != "q" else -1,
-                                                patched=metric[u][j * n:(j + 1) * n].tolist()))
+                                out.append(
+                                    dict(
+                                        component=c.name,
+                                        sender_layer=s_layer,
+                                        sender_head=s,
+                                        receiver_layer=r_layer,
+                                        receiver_head=h,
+                                        receiver_input=inp,
+                                        kv_head=u if inp != "q" else -1,
+                                        patched=metric[u][j * n : (j + 1) * n].tolist(),
+                                    )
+                                )
                 if logits:
                     final = got[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]
                     with torch.no_grad():
                         m = score_rows(runs.task, readout(model, final[:, -1])).float().cpu()
                     for j, s in enumerate(s_heads):
-                        out.append(dict(component=c.name, sender_layer=s_layer, sender_head=s,
-                                        receiver_layer=model.cfg.n_layers, receiver_head=-1, receiver_input="logits",
-                                        kv_head=-1, patched=m[j * n:(j + 1) * n].tolist()))
+                        out.append(
+                            dict(
+                                component=c.name,
+                                sender_layer=s_layer,
+                                sender_head=s,
+                                receiver_layer=model.cfg.n_layers,
+                                receiver_head=-1,
+                                receiver_input="logits",
+                                kv_head=-1,
+                                patched=m[j * n : (j + 1) * n].tolist(),
+                            )
+                        )
     return out
 
 
-def path_effects(rows: list[dict], runs: TaskRuns, *, direction: str = "denoise", alpha: float = ALPHA
-                 ) -> pd.DataFrame:
+def path_effects(rows: list[dict], runs: TaskRuns, *, direction: str = "denoise", alpha: float = ALPHA) -> pd.DataFrame:
     """One row per path of :func:`path_sweep`'s ``rows``: the :data:`PATH_COLUMNS`, the normalised
     ``effect`` (:func:`.effects.effect`) with its Fieller interval over prompts, ``se``, ``p`` (one-sample
     t-test of the per-prompt numerators; the interval excludes 0 exactly when ``p < 0.05``), the

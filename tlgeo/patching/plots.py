@@ -22,9 +22,15 @@ import pandas as pd
 from .components import COMPONENTS, HEAD_COMPONENTS, LAYER_COMPONENTS
 from ..errors import InputError
 
-__all__ = ["plot_effects", "plot_paths", "plot_attribution_vs_exact", "top_heads", "head_attention_rows",
-           "top_heads_view",
-           "top_heads_view_of"]
+__all__ = [
+    "plot_effects",
+    "plot_paths",
+    "plot_attribution_vs_exact",
+    "top_heads",
+    "head_attention_rows",
+    "top_heads_view",
+    "top_heads_view_of",
+]
 
 
 def _select(effects: pd.DataFrame, **match) -> pd.DataFrame:
@@ -36,14 +42,23 @@ def _select(effects: pd.DataFrame, **match) -> pd.DataFrame:
             raise InputError(f"effects have no column {k!r}")
         df = df[df[k] == v]
     if df.empty:
-        raise InputError(f"no effects for {match}; the table has tasks {sorted(effects['task'].unique())}, "
-                         f"methods {sorted(effects['method'].unique())}, directions "
-                         f"{sorted(effects['direction'].unique())}")
+        raise InputError(
+            f"no effects for {match}; the table has tasks {sorted(effects['task'].unique())}, "
+            f"methods {sorted(effects['method'].unique())}, directions "
+            f"{sorted(effects['direction'].unique())}"
+        )
     return df
 
 
-def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", direction: str = "denoise",
-                 components: Sequence[str] | None = None, model: str | None = None):
+def plot_effects(
+    effects: pd.DataFrame,
+    task: str,
+    *,
+    method: str = "exact",
+    direction: str = "denoise",
+    components: Sequence[str] | None = None,
+    model: str | None = None,
+):
     """Heatmaps of the effects of ``task`` (layer x head, one panel per head component) and one panel of
     the MLP components per layer. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -71,8 +86,14 @@ def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", dir
     im = None
     for ax, comp in zip(axes, heads):
         grid = df[df["component"] == comp].pivot(index="layer", columns="head", values="effect")
-        im = ax.imshow(grid.to_numpy(dtype=float), cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest",
-                       extent=(-0.5, grid.shape[1] - 0.5, grid.index.max() + 0.5, grid.index.min() - 0.5))
+        im = ax.imshow(
+            grid.to_numpy(dtype=float),
+            cmap="RdBu_r",
+            norm=norm,
+            aspect="auto",
+            interpolation="nearest",
+            extent=(-0.5, grid.shape[1] - 0.5, grid.index.max() + 0.5, grid.index.min() - 0.5),
+        )
         ax.set_title(comp)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -83,8 +104,14 @@ def plot_effects(effects: pd.DataFrame, task: str, *, method: str = "exact", dir
         ax = axes[len(heads)]
         for comp in layer:
             d = df[df["component"] == comp].sort_values("layer")
-            ax.plot(d["effect"], d["layer"], marker="o", ms=3, label=comp,
-                    color=site_color("mlp") if comp == "mlp" else None)
+            ax.plot(
+                d["effect"],
+                d["layer"],
+                marker="o",
+                ms=3,
+                label=comp,
+                color=site_color("mlp") if comp == "mlp" else None,
+            )
             if {"ci_low", "ci_high"} <= set(d.columns):
                 ax.fill_betweenx(d["layer"], d["ci_low"], d["ci_high"], alpha=0.15)
         ax.axvline(0, color="0.6", lw=0.8)
@@ -105,8 +132,9 @@ def _head_name(layer: int, head: int) -> str:
     return f"L{layer}" if head < 0 else f"L{layer}H{head}"
 
 
-def plot_paths(paths: pd.DataFrame, task: str, *, direction: str = "denoise", component: str = "head",
-               model: str | None = None):
+def plot_paths(
+    paths: pd.DataFrame, task: str, *, direction: str = "denoise", component: str = "head", model: str | None = None
+):
     """Path patching's effects of ``task``: per receiver input (q, k, v, then logits) a heatmap of senders (rows)
     x receivers (columns), one colour scale diverging at 0, a dot on each path with ``q < 0.05``. Returns the
     figure."""
@@ -120,10 +148,18 @@ def plot_paths(paths: pd.DataFrame, task: str, *, direction: str = "denoise", co
     senders = sorted({(int(l), int(h)) for l, h in zip(df["sender_layer"], df["sender_head"])})
     lim = float(np.nanmax(np.abs(df["effect"].to_numpy(dtype=float)))) or 1.0
     norm = TwoSlopeNorm(0.0, -lim, lim)
-    widths = [max(1, df[df["receiver_input"] == i][["receiver_layer", "receiver_head"]].drop_duplicates().shape[0])
-              for i in inputs]
-    fig, axes = plt.subplots(1, len(inputs), figsize=(WIDTH, min(1.2 + 0.28 * len(senders), 7.0)), squeeze=False,
-                             layout="constrained", gridspec_kw={"width_ratios": widths})
+    widths = [
+        max(1, df[df["receiver_input"] == i][["receiver_layer", "receiver_head"]].drop_duplicates().shape[0])
+        for i in inputs
+    ]
+    fig, axes = plt.subplots(
+        1,
+        len(inputs),
+        figsize=(WIDTH, min(1.2 + 0.28 * len(senders), 7.0)),
+        squeeze=False,
+        layout="constrained",
+        gridspec_kw={"width_ratios": widths},
+    )
     im = None
     for ax, inp in zip(axes[0], inputs):
         d = df[df["receiver_input"] == inp]
@@ -131,14 +167,20 @@ def plot_paths(paths: pd.DataFrame, task: str, *, direction: str = "denoise", co
         grid = np.full((len(senders), len(receivers)), np.nan)
         sig = np.zeros_like(grid, dtype=bool)
         for _, r in d.iterrows():
-            i, j = senders.index((int(r["sender_layer"]), int(r["sender_head"]))), \
-                receivers.index((int(r["receiver_layer"]), int(r["receiver_head"])))
+            i, j = (
+                senders.index((int(r["sender_layer"]), int(r["sender_head"]))),
+                receivers.index((int(r["receiver_layer"]), int(r["receiver_head"]))),
+            )
             grid[i, j], sig[i, j] = r["effect"], bool(r.get("significant", False))
         im = ax.imshow(grid, cmap="RdBu_r", norm=norm, aspect="auto", interpolation="nearest")
         ys, xs = np.nonzero(sig)
         ax.scatter(xs, ys, s=6, color="black")
-        ax.set_xticks(range(len(receivers)), ["logits" if inp == "logits" else _head_name(*r) for r in receivers],
-                      rotation=90, fontsize=7)
+        ax.set_xticks(
+            range(len(receivers)),
+            ["logits" if inp == "logits" else _head_name(*r) for r in receivers],
+            rotation=90,
+            fontsize=7,
+        )
         ax.set_yticks(range(len(senders)), [_head_name(*s) for s in senders], fontsize=7)
         ax.set_title(inp if inp == "logits" else f"receiver {inp}")
     axes[0][0].set_ylabel("sender")
@@ -149,8 +191,14 @@ def plot_paths(paths: pd.DataFrame, task: str, *, direction: str = "denoise", co
     return fig
 
 
-def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: str = "denoise",
-                              components: Sequence[str] | None = None, model: str | None = None):
+def plot_attribution_vs_exact(
+    effects: pd.DataFrame,
+    task: str,
+    *,
+    direction: str = "denoise",
+    components: Sequence[str] | None = None,
+    model: str | None = None,
+):
     """Attribution (y) against exact (x) effects per (layer, head), one panel per component present in
     both methods, coloured by layer, with the diagonal. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -173,8 +221,9 @@ def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: st
     sc = None
     for ax, comp in zip(axes, comps):
         d = both[both["component"] == comp]
-        sc = ax.scatter(d["exact"], d["attribution"], c=d["layer"], cmap="viridis", vmin=0, vmax=max(n_layers - 1, 1),
-                        s=12)
+        sc = ax.scatter(
+            d["exact"], d["attribution"], c=d["layer"], cmap="viridis", vmin=0, vmax=max(n_layers - 1, 1), s=12
+        )
         lo = float(min(d["exact"].min(), d["attribution"].min()))
         hi = float(max(d["exact"].max(), d["attribution"].max()))
         ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8, ls="--")
@@ -182,7 +231,7 @@ def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: st
         ax.set_title(f"{comp} (r = {r:.2f})")
         ax.set_xlabel("exact")
         ax.set_ylabel("attribution")
-    for ax in axes[len(comps):]:
+    for ax in axes[len(comps) :]:
         ax.set_visible(False)
     if sc is not None:
         fig.colorbar(sc, ax=list(axes[: len(comps)]), label="layer", shrink=0.8)
@@ -191,8 +240,15 @@ def plot_attribution_vs_exact(effects: pd.DataFrame, task: str, *, direction: st
     return fig
 
 
-def top_heads(effects: pd.DataFrame, task: str, *, component: str = "head", method: str = "exact",
-              direction: str = "denoise", k: int = 4) -> pd.DataFrame:
+def top_heads(
+    effects: pd.DataFrame,
+    task: str,
+    *,
+    component: str = "head",
+    method: str = "exact",
+    direction: str = "denoise",
+    k: int = 4,
+) -> pd.DataFrame:
     """The ``k`` rows of ``effects`` (one task, method, direction and head component) with the largest
     ``|effect|``, largest first."""
     df = _select(effects, task=task, method=method, direction=direction, component=component)
@@ -222,23 +278,42 @@ def head_attention_rows(model, tokens, heads) -> pd.DataFrame:
     return attention_rows(pats.numpy(), [head_view_name(l, h) for l, h in heads], model.to_str_tokens(tokens[0]))
 
 
-def top_heads_view_of(rows: pd.DataFrame, effects: pd.DataFrame, task: str, *, component: str = "head",
-                      method: str = "exact", direction: str = "denoise", k: int = 4):
+def top_heads_view_of(
+    rows: pd.DataFrame,
+    effects: pd.DataFrame,
+    task: str,
+    *,
+    component: str = "head",
+    method: str = "exact",
+    direction: str = "denoise",
+    k: int = 4,
+):
     """circuitsvis ``attention_heads`` of the ``k`` heads with the largest ``|effect|`` (:func:`top_heads`)
     from stored attention ``rows`` (:func:`head_attention_rows`), each named ``L<layer>H<head> <effect>``."""
     from ..plotting import attention_view
 
     top = top_heads(effects, task, component=component, method=method, direction=direction, k=k)
-    return attention_view(rows, [head_view_name(l, h) for l, h in zip(top["layer"], top["head"])],
-                          [f"{head_view_name(l, h)} {e:+.2f}" for l, h, e in zip(top["layer"], top["head"],
-                                                                                 top["effect"])])
+    return attention_view(
+        rows,
+        [head_view_name(l, h) for l, h in zip(top["layer"], top["head"])],
+        [f"{head_view_name(l, h)} {e:+.2f}" for l, h, e in zip(top["layer"], top["head"], top["effect"])],
+    )
 
 
-def top_heads_view(model, task, effects: pd.DataFrame, *, component: str = "head", method: str = "exact",
-                   direction: str = "denoise", k: int = 4, prompt: int = 0):
+def top_heads_view(
+    model,
+    task,
+    effects: pd.DataFrame,
+    *,
+    component: str = "head",
+    method: str = "exact",
+    direction: str = "denoise",
+    k: int = 4,
+    prompt: int = 0,
+):
     """circuitsvis ``attention_heads``: the clean attention pattern of the ``k`` heads with the largest
     ``|effect|`` of ``component`` on prompt ``prompt`` of ``task`` (a :class:`~.tasks.Task`), each
     named ``L<layer>H<head> <effect>``."""
     top = top_heads(effects, task.name, component=component, method=method, direction=direction, k=k)
-    rows = head_attention_rows(model, task.clean[prompt: prompt + 1], zip(top["layer"], top["head"]))
+    rows = head_attention_rows(model, task.clean[prompt : prompt + 1], zip(top["layer"], top["head"]))
     return top_heads_view_of(rows, effects, task.name, component=component, method=method, direction=direction, k=k)

@@ -21,8 +21,18 @@ from ..models import Model, input_device, read_weights
 from .components import Component, get_component
 from .tasks import Task
 
-__all__ = ["DIRECTIONS", "RunCache", "TaskRuns", "task_runs", "hook_names", "position_mask", "W_O",
-           "score_rows", "check_separable_heads", "sweep_targets"]
+__all__ = [
+    "DIRECTIONS",
+    "RunCache",
+    "TaskRuns",
+    "task_runs",
+    "hook_names",
+    "position_mask",
+    "W_O",
+    "score_rows",
+    "check_separable_heads",
+    "sweep_targets",
+]
 
 DIRECTIONS = ("denoise", "noise")
 
@@ -57,10 +67,13 @@ class TaskRuns:
 
     def accuracy(self) -> dict[str, float]:
         """What :func:`~.tasks.clean_accuracy` reports, from these runs (no forward)."""
-        return {"n": self.task.n, "accuracy": float(self.clean.hits.float().mean()),
-                "clean_metric": float(self.clean.metric.mean()),
-                "corrupted_accuracy": float(self.corrupted.hits.float().mean()),
-                "corrupted_metric": float(self.corrupted.metric.mean())}
+        return {
+            "n": self.task.n,
+            "accuracy": float(self.clean.hits.float().mean()),
+            "clean_metric": float(self.clean.metric.mean()),
+            "corrupted_accuracy": float(self.corrupted.hits.float().mean()),
+            "corrupted_metric": float(self.corrupted.metric.mean()),
+        }
 
     @property
     def gap(self) -> float:
@@ -94,8 +107,9 @@ def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch
     with torch.no_grad():
         for start in range(0, tokens.shape[0], batch_size):
             rows = slice(start, start + batch_size)
-            logits, cache = model.run_with_cache(tokens[rows].to(input_device(model)),
-                                                 names_filter=lambda n: n in wanted)
+            logits, cache = model.run_with_cache(
+                tokens[rows].to(input_device(model)), names_filter=lambda n: n in wanted
+            )
             for n in names:
                 acts[n].append(cache[n])  # on the model's devices (a sharded model's blocks on theirs)
             part = task.subset(rows)
@@ -104,8 +118,15 @@ def _cache(model: Model, task: Task, tokens: Tensor, names: Sequence[str], batch
     return RunCache(tokens, {n: torch.cat(v) for n, v in acts.items()}, torch.cat(metric).float(), torch.cat(hits))
 
 
-def task_runs(model: Model, task: Task, components: Iterable[str | Component],
-              layers: Iterable[int] | None = None, *, batch_size: int = 32, extra: Iterable[str] = ()) -> TaskRuns:
+def task_runs(
+    model: Model,
+    task: Task,
+    components: Iterable[str | Component],
+    layers: Iterable[int] | None = None,
+    *,
+    batch_size: int = 32,
+    extra: Iterable[str] = (),
+) -> TaskRuns:
     """Run the task's clean and corrupted prompts once, caching what ``components`` need at ``layers`` and the
     hooks ``extra`` (full names: what path patching reads, :func:`~.paths.path_hook_names`)."""
     chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
@@ -113,10 +134,12 @@ def task_runs(model: Model, task: Task, components: Iterable[str | Component],
     names = list(dict.fromkeys([*hook_names(model, comps, chosen), *extra]))
     check_hook_names(model, names)
     if task.d_vocab is not None and task.d_vocab != model.cfg.d_vocab:
-        raise InputError(f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; "
-                         f"the model has {model.cfg.d_vocab}")
-    return TaskRuns(task, _cache(model, task, task.clean, names, batch_size),
-                    _cache(model, task, task.corrupted, names, batch_size))
+        raise InputError(
+            f"task {task.name!r} was built for a vocabulary of {task.d_vocab} tokens; the model has {model.cfg.d_vocab}"
+        )
+    return TaskRuns(
+        task, _cache(model, task, task.clean, names, batch_size), _cache(model, task, task.corrupted, names, batch_size)
+    )
 
 
 def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
@@ -124,8 +147,9 @@ def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
     if positions == "all":
         return None
     if positions not in task.positions:
-        raise InputError(f"task {task.name!r} has no position {positions!r}; "
-                         f"choose from {('all', *sorted(task.positions))}")
+        raise InputError(
+            f"task {task.name!r} has no position {positions!r}; choose from {('all', *sorted(task.positions))}"
+        )
     idx = torch.as_tensor(task.positions[positions]).long()
     mask = torch.zeros(task.clean.shape, dtype=torch.float32)
     mask[torch.arange(task.n), idx] = 1.0
@@ -142,18 +166,25 @@ def _out_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
     return read_weights(model.blocks[layer].attn, "W_O", "b_O")
 
 
-def sweep_targets(model: Model, runs: TaskRuns, components: Iterable[str | Component],
-                  layers: Iterable[int] | None) -> tuple[list[Component], list[int]]:
+def sweep_targets(
+    model: Model, runs: TaskRuns, components: Iterable[str | Component], layers: Iterable[int] | None
+) -> tuple[list[Component], list[int]]:
     """The components and blocks a sweep patches, checked: blocks in range, cached in ``runs`` (a one-line
     error naming what is not), and heads whose writes add up to the attention output where a component
     splits a head's residual write."""
     comps = [get_component(c) for c in components]
     chosen = resolve_layers(model.cfg, None if layers is None else list(layers))
-    missing = [f"{c.name} at block {layer}" for layer in chosen for c in comps
-               if any(n not in runs.clean.acts for n in hook_names(model, [c], [layer]))]
+    missing = [
+        f"{c.name} at block {layer}"
+        for layer in chosen
+        for c in comps
+        if any(n not in runs.clean.acts for n in hook_names(model, [c], [layer]))
+    ]
     if missing:
-        raise InputError(f"the runs of task {runs.task.name!r} did not cache {', '.join(missing)}: make them with "
-                         f"task_runs(model, task, components, layers) naming every component and block patched")
+        raise InputError(
+            f"the runs of task {runs.task.name!r} did not cache {', '.join(missing)}: make them with "
+            f"task_runs(model, task, components, layers) naming every component and block patched"
+        )
     if any(c.quantity == "write" for c in comps):
         check_separable_heads(model, runs, chosen)
     return comps, chosen
@@ -176,4 +207,5 @@ def check_separable_heads(model: Model, runs: TaskRuns, layers: Iterable[int]) -
             raise InputError(
                 f"block {layer}: the attention output is not the sum of the heads' writes z W_O "
                 f"(relative error {err:.2g}; a norm after W_O?), so head_par / head_perp are not defined "
-                f"for this model; patch head, self or nonself* instead")
+                f"for this model; patch head, self or nonself* instead"
+            )

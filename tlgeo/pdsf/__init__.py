@@ -24,8 +24,16 @@ The math is in :mod:`tlgeo.geometry.subspaces`, :mod:`tlgeo.geometry.rotation`,
 :mod:`tlgeo.hooks.subspace`.
 """
 
-from .analysis import (GenerationResult, PDSFResult, PDSFStates, SinglePassResult, pdsf_states, run_generation,
-                       run_geometry, run_single_pass)
+from .analysis import (
+    GenerationResult,
+    PDSFResult,
+    PDSFStates,
+    SinglePassResult,
+    pdsf_states,
+    run_generation,
+    run_geometry,
+    run_single_pass,
+)
 from .analysis import run as run_pdsf
 from .config import PDSFConfig
 from .dynamics import FDynamics, dynamic_basis, f_dynamics
@@ -33,13 +41,53 @@ from .generation import divergence_step, greedy_continuations, teacher_forced_kl
 from .layer_stats import PDSFGeometry, pdsf_geometry
 from .interventions import CONDITIONS, condition_bases, default_layer, divergence_summary, persistent_rotations
 from .prompts import PROMPT_SETS, PromptSet, encode_prompts, load_prompt_set
-from .single_pass import DEFAULT_SINGLE_PASS, SINGLE_PASS, next_group_donors, single_pass, single_pass_layer, single_pass_summary
+from .single_pass import (
+    DEFAULT_SINGLE_PASS,
+    SINGLE_PASS,
+    next_group_donors,
+    single_pass,
+    single_pass_layer,
+    single_pass_summary,
+)
 from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
 
-__all__ = ["PDSFConfig", "PDSFResult", "run_pdsf", "GenerationResult", "SinglePassResult", "run_single_pass",
-           "FDynamics", "dynamic_basis", "f_dynamics", "DEFAULT_SINGLE_PASS", "SINGLE_PASS", "next_group_donors",
-           "single_pass", "single_pass_layer", "single_pass_summary", "PDSFStates", "pdsf_states", "run_generation",
-           "run_geometry", "divergence_step", "greedy_continuations", "teacher_forced_kl", "PDSFGeometry",
-           "pdsf_geometry", "CONDITIONS", "condition_bases", "default_layer", "divergence_summary",
-           "persistent_rotations", "PROMPT_SETS", "PromptSet", "encode_prompts", "load_prompt_set", "PromptStates",
-           "directions", "final_norm_scale", "last_token_states", "logit_lens"]
+__all__ = [
+    "PDSFConfig",
+    "PDSFResult",
+    "run_pdsf",
+    "GenerationResult",
+    "SinglePassResult",
+    "run_single_pass",
+    "FDynamics",
+    "dynamic_basis",
+    "f_dynamics",
+    "DEFAULT_SINGLE_PASS",
+    "SINGLE_PASS",
+    "next_group_donors",
+    "single_pass",
+    "single_pass_layer",
+    "single_pass_summary",
+    "PDSFStates",
+    "pdsf_states",
+    "run_generation",
+    "run_geometry",
+    "divergence_step",
+    "greedy_continuations",
+    "teacher_forced_kl",
+    "PDSFGeometry",
+    "pdsf_geometry",
+    "CONDITIONS",
+    "condition_bases",
+    "default_layer",
+    "divergence_summary",
+    "persistent_rotations",
+    "PROMPT_SETS",
+    "PromptSet",
+    "encode_prompts",
+    "load_prompt_set",
+    "PromptStates",
+    "directions",
+    "final_norm_scale",
+    "last_token_states",
+    "logit_lens",
+]

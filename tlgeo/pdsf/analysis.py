@@ -47,19 +47,41 @@ from ..runner.results import ResultLog, content_digest
 from .config import PDSFConfig
 from .dynamics import f_dynamics
 from .layer_stats import PDSFGeometry, pdsf_geometry
-from .interventions import (CONDITIONS, default_layer, divergence_summary, frame_shift_base_rate, frame_shifts,
-                            persistent_rotations)
+from .interventions import (
+    CONDITIONS,
+    default_layer,
+    divergence_summary,
+    frame_shift_base_rate,
+    frame_shifts,
+    persistent_rotations,
+)
 from .generation import KL_CACHE_BYTES
 from .single_pass import DEFAULT_SINGLE_PASS, batch_order, single_pass, single_pass_layer, single_pass_summary
 from .prompts import Encoding, PromptSet, encode_prompts
 from .states import PromptStates, directions, final_norm_scale, last_token_states, logit_lens
 
 
-__all__ = ["PDSFStates", "pdsf_states", "run_geometry", "run_single_pass", "SinglePassResult", "run_generation",
-           "GenerationResult", "PDSFResult", "units", "unit_cost", "run", "stage_states", "LOGS"]
+__all__ = [
+    "PDSFStates",
+    "pdsf_states",
+    "run_geometry",
+    "run_single_pass",
+    "SinglePassResult",
+    "run_generation",
+    "GenerationResult",
+    "PDSFResult",
+    "units",
+    "unit_cost",
+    "run",
+    "stage_states",
+    "LOGS",
+]
 
-LOGS = {"geometry": "pdsf_geometry.jsonl", "single_pass": "pdsf_single_pass.jsonl",
-        "generation": "pdsf_generation.jsonl"}  # the resume log of each stage, in ``log``
+LOGS = {
+    "geometry": "pdsf_geometry.jsonl",
+    "single_pass": "pdsf_single_pass.jsonl",
+    "generation": "pdsf_generation.jsonl",
+}  # the resume log of each stage, in ``log``
 
 
 @dataclass
@@ -72,8 +94,12 @@ class PDSFStates:
     fold_norm: bool
 
     def settings(self) -> dict:
-        return {"prompt_set": self.prompts.name, "n_prompts": len(self.prompts), **self.encoding.as_dict(),
-                "fold_norm": self.fold_norm}
+        return {
+            "prompt_set": self.prompts.name,
+            "n_prompts": len(self.prompts),
+            **self.encoding.as_dict(),
+            "fold_norm": self.fold_norm,
+        }
 
     def subset(self, prompts: PromptSet) -> "PDSFStates | None":
         """The states of ``prompts`` where they are all among these (same set, by id); else None."""
@@ -81,12 +107,25 @@ class PDSFStates:
         if prompts.name != self.prompts.name or any(i not in where for i in prompts.ids):
             return None
         index = [where[i] for i in prompts.ids]
-        return PDSFStates(prompts, [self.tokens[k] for k in index], self.encoding, self.states.select(index),
-                          self.u[index], self.fold_norm)
+        return PDSFStates(
+            prompts,
+            [self.tokens[k] for k in index],
+            self.encoding,
+            self.states.select(index),
+            self.u[index],
+            self.fold_norm,
+        )
 
 
-def pdsf_states(model: Model, prompts: PromptSet, *, template: str = "raw", bos: bool | None = None,
-                fold_norm: bool = False, batch_size: int = 16) -> PDSFStates:
+def pdsf_states(
+    model: Model,
+    prompts: PromptSet,
+    *,
+    template: str = "raw",
+    bos: bool | None = None,
+    fold_norm: bool = False,
+    batch_size: int = 16,
+) -> PDSFStates:
     """Encode ``prompts``, collect their last-token states, and the prediction direction of each
     prompt's final argmax token (raw unembedding, or with the final norm's scale folded in)."""
     if not len(prompts):
@@ -100,10 +139,20 @@ def _frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int | None = None,
-                 k_S: int | None = None, layers: Sequence[int] | None = None, complexity: bool = True, seed: int = 0,
-                 prediction: str = "final", log_path: str | os.PathLike | None = None,
-                 progress: bool = False) -> PDSFGeometry:
+def run_geometry(
+    model: Model,
+    st: PDSFStates,
+    *,
+    mode: str = "exact",
+    k_D: int | None = None,
+    k_S: int | None = None,
+    layers: Sequence[int] | None = None,
+    complexity: bool = True,
+    seed: int = 0,
+    prediction: str = "final",
+    log_path: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> PDSFGeometry:
     """The geometry tables, each row carrying the encoding settings and the model's width.
     ``prediction``: ``final`` (the model's argmax, the authors') or ``lens`` (each state's own
     logit-lens argmax through the final norm and the unembedding). With ``log_path`` the tables
@@ -111,11 +160,22 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
     if prediction not in ("final", "lens"):
         raise InputError(f"prediction must be 'final' or 'lens', got {prediction!r}")
     meta = {**st.settings(), "mode": mode, "prediction": prediction, "d_model": model.cfg.d_model}
-    key = {"stage": "geometry", "model": model_label(model), **meta, "k_D": k_D, "k_S": k_S,
-           "layers": None if layers is None else [int(l) for l in layers], "complexity": complexity, "seed": seed,
-           "inputs": content_digest(st.tokens)}  # the prompts' token ids: another prompt set is computed again
-    log = (ResultLog(log_path, key=tuple(key), identity=run_identity(model).row(), content=("inputs",))
-           if log_path else None)
+    key = {
+        "stage": "geometry",
+        "model": model_label(model),
+        **meta,
+        "k_D": k_D,
+        "k_S": k_S,
+        "layers": None if layers is None else [int(l) for l in layers],
+        "complexity": complexity,
+        "seed": seed,
+        "inputs": content_digest(st.tokens),
+    }  # the prompts' token ids: another prompt set is computed again
+    log = (
+        ResultLog(log_path, key=tuple(key), identity=run_identity(model).row(), content=("inputs",))
+        if log_path
+        else None
+    )
     row = log.get(**key) if log else None
     if row is not None:
         if progress:
@@ -123,14 +183,32 @@ def run_geometry(model: Model, st: PDSFStates, *, mode: str = "exact", k_D: int 
     else:
         if prediction == "lens" and st.states.lens is None:
             st.states.lens = logit_lens(model, st.states.states)
-        u = st.u if prediction == "final" else torch.stack(
-            [directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
-        g = pdsf_geometry(st.states, u, st.prompts.groups, w_u=unembedding(model),
-                          norm_scale=final_norm_scale(model), layers=layers, k_D=k_D, k_S=k_S, mode=mode,
-                          complexity=complexity, seed=seed)
+        u = (
+            st.u
+            if prediction == "final"
+            else torch.stack([directions(model, t, fold_norm=st.fold_norm) for t in st.states.lens])
+        )
+        g = pdsf_geometry(
+            st.states,
+            u,
+            st.prompts.groups,
+            w_u=unembedding(model),
+            norm_scale=final_norm_scale(model),
+            layers=layers,
+            k_D=k_D,
+            k_S=k_S,
+            mode=mode,
+            complexity=complexity,
+            seed=seed,
+        )
         # the tables as records (a JSON line), read back the same way whether fresh or resumed
-        row = {**key, "tables": {"layers": g.layers.assign(**meta).to_dict("records"),
-                                 "parts": g.parts.assign(**meta).to_dict("records")}}
+        row = {
+            **key,
+            "tables": {
+                "layers": g.layers.assign(**meta).to_dict("records"),
+                "parts": g.parts.assign(**meta).to_dict("records"),
+            },
+        }
         if log:
             log.add(row)
     return PDSFGeometry(_frame(row["tables"]["layers"]), _frame(row["tables"]["parts"]))
@@ -146,10 +224,21 @@ class SinglePassResult:
     summary: pd.DataFrame
 
 
-def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
-                    mode: str = "exact", layer: int | None = None, alpha: float = 0.5, repeats: int = 3,
-                    rotation: str = "haar", seed: int = 42, batch_size: int = 16,
-                    log_path: str | os.PathLike | None = None, progress: bool = False) -> SinglePassResult:
+def run_single_pass(
+    model: Model,
+    st: PDSFStates,
+    *,
+    conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
+    mode: str = "exact",
+    layer: int | None = None,
+    alpha: float = 0.5,
+    repeats: int = 3,
+    rotation: str = "haar",
+    seed: int = 42,
+    batch_size: int = 16,
+    log_path: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> SinglePassResult:
     """Single-pass edits at state ``layer`` (default the authors' ``max(1, int(0.15 L))``) of the
     prompts' last token, every table carrying the settings. With ``log_path`` each finished
     condition is a line of that JSON-lines log, and a rerun with the same settings runs only the
@@ -158,15 +247,28 @@ def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] =
     if not 1 <= layer <= model.cfg.n_layers:
         raise InputError(f"layer {layer} out of range: states 1..{model.cfg.n_layers} can be edited")
     conditions = list(conditions)
-    meta = {**st.settings(), "mode": mode, "layer": layer, "alpha": alpha, "repeats": repeats, "rotation": rotation,
-            "seed": seed}
+    meta = {
+        **st.settings(),
+        "mode": mode,
+        "layer": layer,
+        "alpha": alpha,
+        "repeats": repeats,
+        "rotation": rotation,
+        "seed": seed,
+    }
     key = {"model": model_label(model), **meta, "inputs": content_digest(st.tokens)}
-    log = (ResultLog(log_path, key=("condition", *key), identity=run_identity(model).row(), content=("inputs",))
-           if log_path else None)
+    log = (
+        ResultLog(log_path, key=("condition", *key), identity=run_identity(model).row(), content=("inputs",))
+        if log_path
+        else None
+    )
     done = {c: row for c in conditions if log and (row := log.get(condition=c, **key)) is not None}
     todo = [c for c in conditions if c not in done]
     if progress and done:
-        print(f"single pass: {', '.join(done)} read back from {log_path}" + (f"; running {', '.join(todo)}" if todo else ""))
+        print(
+            f"single pass: {', '.join(done)} read back from {log_path}"
+            + (f"; running {', '.join(todo)}" if todo else "")
+        )
 
     def finished(c: str, rows: pd.DataFrame, angles: pd.DataFrame) -> None:
         # as records (a JSON line), read back the same way whether fresh or resumed
@@ -175,14 +277,31 @@ def run_single_pass(model: Model, st: PDSFStates, *, conditions: Sequence[str] =
             log.add(done[c])
 
     if todo:
-        single_pass(model, st.tokens, st.prompts.groups, st.states.states[layer], st.u, layer=layer, conditions=todo,
-                    mode=mode, alpha=alpha, repeats=repeats, seed=seed, rotation_kind=rotation, batch_size=batch_size,
-                    on_condition=finished)
-    rows = batch_order(pd.concat([_frame(done[c]["rows"]) for c in conditions], ignore_index=True), conditions,
-                       batch_size)
+        single_pass(
+            model,
+            st.tokens,
+            st.prompts.groups,
+            st.states.states[layer],
+            st.u,
+            layer=layer,
+            conditions=todo,
+            mode=mode,
+            alpha=alpha,
+            repeats=repeats,
+            seed=seed,
+            rotation_kind=rotation,
+            batch_size=batch_size,
+            on_condition=finished,
+        )
+    rows = batch_order(
+        pd.concat([_frame(done[c]["rows"]) for c in conditions], ignore_index=True), conditions, batch_size
+    )
     angles = pd.concat([_frame(done[c]["angles"]) for c in conditions], ignore_index=True)
-    return SinglePassResult(rows.assign(**{k: v for k, v in meta.items() if k != "layer"}), angles.assign(**meta),
-                            single_pass_summary(rows).assign(**meta))
+    return SinglePassResult(
+        rows.assign(**{k: v for k, v in meta.items() if k != "layer"}),
+        angles.assign(**meta),
+        single_pass_summary(rows).assign(**meta),
+    )
 
 
 @dataclass
@@ -197,20 +316,41 @@ class GenerationResult:
     steps: pd.DataFrame
 
 
-def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
-                   layer: int | None = None, max_new_tokens: int = 64, rotation: str = "haar", seed: int = 42,
-                   batch_size: int = 16, log_path: str | os.PathLike | None = None,
-                   progress: bool = False) -> GenerationResult:
+def run_generation(
+    model: Model,
+    st: PDSFStates,
+    *,
+    conditions: Sequence[str] = CONDITIONS,
+    mode: str = "exact",
+    layer: int | None = None,
+    max_new_tokens: int = 64,
+    rotation: str = "haar",
+    seed: int = 42,
+    batch_size: int = 16,
+    log_path: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> GenerationResult:
     """Persistent rotations at state ``layer`` (default ``int(0.7 L)``), resumable condition by
     condition, and the static/dynamic split of F along the unedited continuations (which gives
     the ``F_dynamic`` condition its basis at ``layer``)."""
     layer = default_layer(model.cfg.n_layers) if layer is None else layer
     h = st.states.states[layer]
-    settings = {**st.settings(), "mode": mode, "layer": layer, "max_new_tokens": max_new_tokens,
-                "rotation": rotation, "seed": seed}
+    settings = {
+        **st.settings(),
+        "mode": mode,
+        "layer": layer,
+        "max_new_tokens": max_new_tokens,
+        "rotation": rotation,
+        "seed": seed,
+    }
     logged = {**settings, "inputs": content_digest(st.tokens)}  # the log's key: the settings and the prompts
-    log = (ResultLog(log_path, key=("stage", "condition", *logged), identity=run_identity(model).row(),
-                     content=("inputs",)) if log_path else None)
+    log = (
+        ResultLog(
+            log_path, key=("stage", "condition", *logged), identity=run_identity(model).row(), content=("inputs",)
+        )
+        if log_path
+        else None
+    )
     key = {"stage": "base", "condition": "none", **logged}
     row = log.get(**key) if log else None
     base = torch.tensor(row["tokens"]) if row else None
@@ -224,8 +364,9 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
     drow = log.get(**dkey) if log else None
     basis = None
     if drow is None or "F_dynamic" in conditions:
-        dyn = f_dynamics(model, st.tokens, base, st.states.states, st.u, mode=mode, basis_layer=layer,
-                         batch_size=batch_size)
+        dyn = f_dynamics(
+            model, st.tokens, base, st.states.states, st.u, mode=mode, basis_layer=layer, batch_size=batch_size
+        )
         basis = dyn.basis
         if drow is None:
             drow = {**dkey, "layers": dyn.layers.to_dict("records"), "steps": dyn.steps.to_dict("records")}
@@ -237,28 +378,48 @@ def run_generation(model: Model, st: PDSFStates, *, conditions: Sequence[str] = 
         print(f"persistent rotations: {', '.join(c for c in conditions if done[c])} read back from {log_path}")
     todo = [c for c in conditions if done[c] is None]
     if todo:  # every condition left in one generation per batch, then the KL and a log line condition by condition
-        df, gens = persistent_rotations(model, st.tokens, st.prompts.groups, h, st.u, layer=layer, conditions=todo,
-                                        mode=mode, max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
-                                        rotation_kind=rotation, baseline=base,
-                                        f_dynamic=basis if "F_dynamic" in todo else None, progress=progress)
+        df, gens = persistent_rotations(
+            model,
+            st.tokens,
+            st.prompts.groups,
+            h,
+            st.u,
+            layer=layer,
+            conditions=todo,
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            seed=seed,
+            rotation_kind=rotation,
+            baseline=base,
+            f_dynamic=basis if "F_dynamic" in todo else None,
+            progress=progress,
+        )
         for c in todo:
-            done[c] = {"stage": "generation", "condition": c, **logged,
-                       "rows": df[df["condition"] == c].to_dict("records"), "tokens": gens[c].tolist()}
+            done[c] = {
+                "stage": "generation",
+                "condition": c,
+                **logged,
+                "rows": df[df["condition"] == c].to_dict("records"),
+                "tokens": gens[c].tolist(),
+            }
             if log:
                 log.add(done[c])
     frames = []
     for c in conditions:
         rows = pd.DataFrame(done[c]["rows"])
         # the frame-shift proxy from the stored continuations (so logs of earlier definitions agree)
-        rows["frame_shift"] = frame_shifts(base_text, [model.tokenizer.decode(t) for t in done[c]["tokens"]],
-                                           st.prompts.groups)[rows["prompt"].to_numpy()]
+        rows["frame_shift"] = frame_shifts(
+            base_text, [model.tokenizer.decode(t) for t in done[c]["tokens"]], st.prompts.groups
+        )[rows["prompt"].to_numpy()]
         frames.append(rows)
     df = pd.concat(frames, ignore_index=True).assign(**{k: v for k, v in settings.items() if k != "layer"})
     meta = {k: v for k, v in settings.items() if k not in ("layer", "mode")}
     base_rate = frame_shift_base_rate(base_text, st.prompts.groups)
     summary = divergence_summary(df).assign(**settings, frame_shift_base_pct=100 * base_rate)
-    return GenerationResult(df, summary,
-                            pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta))
+    return GenerationResult(
+        df, summary, pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -295,7 +456,8 @@ class PDSFResult(Result):
     STAGE_TABLES: ClassVar[dict[str, tuple[str, ...]]] = {
         "geometry": ("layers", "parts"),
         "single_pass": ("single_pass", "single_pass_angles", "single_pass_summary"),
-        "generation": ("generation", "generation_summary", "dynamics", "dynamics_steps")}
+        "generation": ("generation", "generation_summary", "dynamics", "dynamics_steps"),
+    }
 
 
 def units(model: Model, cfg: PDSFConfig) -> list[tuple]:
@@ -314,15 +476,25 @@ def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates
     the geometry)."""
     if stage == "single_pass" and geometry is not None and cfg.single_pass_shares_geometry_prompts():
         return geometry
-    prompts = {"geometry": cfg.geometry_prompts, "single_pass": cfg.single_pass_prompts,
-               "generation": cfg.generation_prompts}[stage]()
+    prompts = {
+        "geometry": cfg.geometry_prompts,
+        "single_pass": cfg.single_pass_prompts,
+        "generation": cfg.generation_prompts,
+    }[stage]()
     return pdsf_states(model, prompts, **cfg.encoding())
 
 
 @identified
-def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, log: str | os.PathLike | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False,
-        on_table: Callable[[str, pd.DataFrame], None] | None = None) -> PDSFResult:
+def run(
+    model: Model,
+    cfg: PDSFConfig,
+    *,
+    out: str | os.PathLike | None = None,
+    log: str | os.PathLike | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, pd.DataFrame], None] | None = None,
+) -> PDSFResult:
     """Every stage ``cfg`` asks for, on ``units`` (default all): the geometry, the single-pass
     edits, the persistent rotations (with the static/dynamic split of F). With ``out`` each
     stage's tables are merged into ``out`` as soon as it is done; its resume log is in ``log``
@@ -351,8 +523,10 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
     if ("geometry",) in chosen:
         geo_st = stage_states(model, cfg, "geometry")
         if progress:
-            print(f"{len(geo_st.prompts)} {cfg.prompts} prompts ({geo_st.encoding.template}, BOS "
-                  f"{'on' if geo_st.encoding.bos else 'off'}); geometry at {geo_st.states.n_layers + 1} states")
+            print(
+                f"{len(geo_st.prompts)} {cfg.prompts} prompts ({geo_st.encoding.template}, BOS "
+                f"{'on' if geo_st.encoding.bos else 'off'}); geometry at {geo_st.states.n_layers + 1} states"
+            )
         g = run_geometry(model, geo_st, **cfg.geometry_args(), log_path=logs("geometry"), progress=progress)
         finish("geometry", {"layers": g.layers.assign(model=label), "parts": g.parts.assign(model=label)})
     single = [c for c in cfg.single_pass_conditions() if ("single_pass", c) in chosen]
@@ -360,29 +534,44 @@ def run(model: Model, cfg: PDSFConfig, *, out: str | os.PathLike | None = None, 
         st = stage_states(model, cfg, "single_pass", geo_st)
         if progress:
             print(f"single-pass edits on {len(st.prompts)} {cfg.prompts} prompts: {', '.join(single)}")
-        sp = run_single_pass(model, st, conditions=single, **cfg.single_pass_args(), log_path=logs("single_pass"),
-                             progress=progress)
+        sp = run_single_pass(
+            model, st, conditions=single, **cfg.single_pass_args(), log_path=logs("single_pass"), progress=progress
+        )
         layer = sp.summary["layer"].iloc[0]
-        finish("single_pass", {"single_pass": sp.rows.assign(model=label, layer=layer),
-                               "single_pass_angles": sp.angles.assign(model=label),
-                               "single_pass_summary": sp.summary.assign(model=label)})
+        finish(
+            "single_pass",
+            {
+                "single_pass": sp.rows.assign(model=label, layer=layer),
+                "single_pass_angles": sp.angles.assign(model=label),
+                "single_pass_summary": sp.summary.assign(model=label),
+            },
+        )
     gen = [c for c in cfg.generation_conditions() if ("generation", c) in chosen]
     if gen:
         gst = stage_states(model, cfg, "generation")
         if progress:
-            print(f"persistent rotations on {len(gst.prompts)} {cfg.generate} prompts, {cfg.new_tokens} tokens: "
-                  f"{', '.join(gen)}")
-        res = run_generation(model, gst, conditions=gen, **cfg.generation_args(), log_path=logs("generation"),
-                             progress=progress)
+            print(
+                f"persistent rotations on {len(gst.prompts)} {cfg.generate} prompts, {cfg.new_tokens} tokens: "
+                f"{', '.join(gen)}"
+            )
+        res = run_generation(
+            model, gst, conditions=gen, **cfg.generation_args(), log_path=logs("generation"), progress=progress
+        )
         layer = res.summary["layer"].iloc[0]
-        finish("generation", {
-            "generation": res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=label, layer=layer),
-            "generation_summary": res.summary.assign(model=label),
-            "dynamics": res.dynamics.assign(model=label), "dynamics_steps": res.steps.assign(model=label)})
+        finish(
+            "generation",
+            {
+                "generation": res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=label, layer=layer),
+                "generation_summary": res.summary.assign(model=label),
+                "dynamics": res.dynamics.assign(model=label),
+                "dynamics_steps": res.steps.assign(model=label),
+            },
+        )
     return PDSFResult(**tables)
 
 
 _units = units
+
 
 def unit_cost(model: Model, cfg: PDSFConfig, unit: tuple) -> float:
     """A unit's estimated run time: prompts x seconds per prompt (the planner's calibration table's
@@ -421,9 +610,16 @@ def _states_work(shape, name: str, ps: PromptSet, cfg: PDSFConfig):
     lengths = sorted(_prompt_lengths(ps, cfg))  # last_token_states batches prompts of similar lengths
     tokens, longest = padded_batches(lengths, cfg.batch_size)
     states = shape.n_layers + 1
-    return Work(f"{name}: states", tokens, longest, cfg.batch_size, logit_copies=1 / longest,
-                readout=len(ps) / tokens, host_bytes=states * len(ps) * shape.d_model * 4,
-                note=f"{len(ps)} {ps.name} prompts, last-token states at {states} states, last position read out")
+    return Work(
+        f"{name}: states",
+        tokens,
+        longest,
+        cfg.batch_size,
+        logit_copies=1 / longest,
+        readout=len(ps) / tokens,
+        host_bytes=states * len(ps) * shape.d_model * 4,
+        note=f"{len(ps)} {ps.name} prompts, last-token states at {states} states, last position read out",
+    )
 
 
 def plan(shape, cfg: PDSFConfig) -> list:
@@ -448,9 +644,16 @@ def plan(shape, cfg: PDSFConfig) -> list:
         out.append(_states_work(shape, "geometry", ps, cfg))
         states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
         gram = 2 * d * d * vocab  # W_U W_Uᵀ once
-        out.append(Work("geometry: fits", 0, 1, host={"pdsf.geometry_fit": len(ps) * states * d, "host.flop": gram},
-                        host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
-                        note=f"float64 PCA fits, complexity and readout at {states} states (host)"))
+        out.append(
+            Work(
+                "geometry: fits",
+                0,
+                1,
+                host={"pdsf.geometry_fit": len(ps) * states * d, "host.flop": gram},
+                host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
+                note=f"float64 PCA fits, complexity and readout at {states} states (host)",
+            )
+        )
     conds = cfg.single_pass_conditions()
     if conds:
         ps = cfg.single_pass_prompts()
@@ -460,13 +663,21 @@ def plan(shape, cfg: PDSFConfig) -> list:
         tokens, longest = padded_batches(lengths, b)
         first = padded_batches(lengths[:b], b)[0]  # the first clean forward runs twice: read out whole, then stopped
         keep = n * vocab * 8 <= CLEAN_CACHE_BYTES
-        passes = (1 if keep else len(conds)) + sum(cfg.repeats if c.rsplit("_", 1)[1] in ("rotate", "mix") else 1
-                                                   for c in conds)
+        passes = (1 if keep else len(conds)) + sum(
+            cfg.repeats if c.rsplit("_", 1)[1] in ("rotate", "mix") else 1 for c in conds
+        )
         layer = cfg.single_pass_layer or single_pass_layer(n_layers)
-        out.append(Work("single pass", passes * tokens + first, longest, b,
-                        readout=(first + passes * n) / (passes * tokens + first),
-                        host_bytes=n * (vocab + (n_layers - layer + 1) * d) * 8 if keep else 0.0,
-                        note=f"{len(conds)} condition(s) x {n} prompts: {passes} passes, last position read out"))
+        out.append(
+            Work(
+                "single pass",
+                passes * tokens + first,
+                longest,
+                b,
+                readout=(first + passes * n) / (passes * tokens + first),
+                host_bytes=n * (vocab + (n_layers - layer + 1) * d) * 8 if keep else 0.0,
+                note=f"{len(conds)} condition(s) x {n} prompts: {passes} passes, last position read out",
+            )
+        )
     conds = cfg.generation_conditions()
     if conds:
         ps = cfg.generation_prompts()
@@ -476,22 +687,55 @@ def plan(shape, cfg: PDSFConfig) -> list:
         steps, calls = prefill + n * (new - 1), ceil(n / b) * new  # step 0 is the prefill
         call_s = {"pdsf.generation_call": calls * n_layers}
         kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
-        out.append(Work("generation: unedited", steps, longest + new, b, kept_bytes=kv, host=call_s,
-                        note=f"{n} {ps.name} prompts x {new} tokens, KV cache"))
-        out.append(Work("generation: rotations", c * steps, longest + new, c * b, kept_bytes=c * kv, host=call_s,
-                        note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows "
-                             "in one generation"))
+        out.append(
+            Work(
+                "generation: unedited",
+                steps,
+                longest + new,
+                b,
+                kept_bytes=kv,
+                host=call_s,
+                note=f"{n} {ps.name} prompts x {new} tokens, KV cache",
+            )
+        )
+        out.append(
+            Work(
+                "generation: rotations",
+                c * steps,
+                longest + new,
+                c * b,
+                kept_bytes=c * kv,
+                host=call_s,
+                note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows "
+                "in one generation",
+            )
+        )
         forced = prefill + n * new  # each prompt and its continuation, one forward per batch
         cached = n * new * vocab * 4 <= KL_CACHE_BYTES
-        out.append(Work("generation: KL", (c + (1 if cached else c)) * forced, longest + new, b,
-                        logit_copies=PPL_LOGIT_COPIES, kept_bytes=n * new * vocab * 4 if cached else 0.0,
-                        note="teacher-forced, clean " + ("once" if cached else "per condition")))
+        out.append(
+            Work(
+                "generation: KL",
+                (c + (1 if cached else c)) * forced,
+                longest + new,
+                b,
+                logit_copies=PPL_LOGIT_COPIES,
+                kept_bytes=n * new * vocab * 4 if cached else 0.0,
+                note="teacher-forced, clean " + ("once" if cached else "per condition"),
+            )
+        )
         # the temporal covariance of F per layer and its eigenvectors (~9 d^3), float64 on the host
         cov = n_layers if d <= MAX_COV_WIDTH else 1
-        out.append(Work("generation: F dynamics", forced, longest + new, b,
-                        host={"host.flop": cov * (2 * n * new * d * d + 9 * d ** 3)},
-                        host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
-                        note=f"float64 covariances at {cov} layer(s) (host)"))
+        out.append(
+            Work(
+                "generation: F dynamics",
+                forced,
+                longest + new,
+                b,
+                host={"host.flop": cov * (2 * n * new * d * d + 9 * d**3)},
+                host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
+                note=f"float64 covariances at {cov} layer(s) (host)",
+            )
+        )
     return out
 
 
@@ -500,9 +744,28 @@ def support(family: Family) -> Support:
     return Support("yes")
 
 
-ANALYSIS = register_analysis(Analysis(
-    "pdsf", PDSFConfig, run, PDSFResult, units,
-    "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed paper 001)",
-    tiny=dict(geometry_per_group=2, layers=(0, 2), single_pass=("D_rotate", "F_attenuate"), single_pass_per_group=1,
-              repeats=1, per_group=1, new_tokens=3, conditions=("D", "random")),
-    cost=unit_cost, plan=plan, support=support, docs="analyses/pdsf"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "pdsf",
+        PDSFConfig,
+        run,
+        PDSFResult,
+        units,
+        "prediction-anchored subspaces: P, D, S, F at every layer; single-pass edits; persistent rotations (seed "
+        "paper 001)",
+        tiny=dict(
+            geometry_per_group=2,
+            layers=(0, 2),
+            single_pass=("D_rotate", "F_attenuate"),
+            single_pass_per_group=1,
+            repeats=1,
+            per_group=1,
+            new_tokens=3,
+            conditions=("D", "random"),
+        ),
+        cost=unit_cost,
+        plan=plan,
+        support=support,
+        docs="analyses/pdsf",
+    )
+)

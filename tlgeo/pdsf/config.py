@@ -33,43 +33,70 @@ class PDSFConfig(Config):
     D, S and F once at the last prompt token; rotate D, S, the top of F, its dynamic part or a
     random subspace persistently while generating."""
 
-    prompts: str = param("specA", "prompt set of the geometry and the single-pass edits",
-                         choices=("specA", "specB", "diverse"))
-    template: str = param("raw", "raw text (the authors, for models they do not template) or the tokenizer's chat "
-                                 "template", choices=("raw", "chat"))
-    bos: str = param("auto", "prepend BOS (auto: as the model's to_tokens; the authors' plain HF load of SmolLM2: no)",
-                     choices=("auto", "yes", "no"))
-    mode: str = param("exact", "exact: parts orthogonal per state; faithful: the authors' shared bases",
-                      choices=("exact", "faithful"))
+    prompts: str = param(
+        "specA", "prompt set of the geometry and the single-pass edits", choices=("specA", "specB", "diverse")
+    )
+    template: str = param(
+        "raw",
+        "raw text (the authors, for models they do not template) or the tokenizer's chat template",
+        choices=("raw", "chat"),
+    )
+    bos: str = param(
+        "auto",
+        "prepend BOS (auto: as the model's to_tokens; the authors' plain HF load of SmolLM2: no)",
+        choices=("auto", "yes", "no"),
+    )
+    mode: str = param(
+        "exact", "exact: parts orthogonal per state; faithful: the authors' shared bases", choices=("exact", "faithful")
+    )
     fold_norm: bool = param(False, "fold the final norm's scale into u_hat")
-    prediction: str = param("final", "u_hat of the model's final argmax (the authors) or of each layer's logit-lens "
-                                     "argmax", choices=("final", "lens"))
+    prediction: str = param(
+        "final",
+        "u_hat of the model's final argmax (the authors) or of each layer's logit-lens argmax",
+        choices=("final", "lens"),
+    )
     k_d: int | None = param(None, "rank of D (default: round(PR) in [2, 12])")
     k_s: int | None = param(None, "rank of S (default: round(PR) in [4, 16])")
     layers: tuple[int, ...] | None = param(None, "states 0..L to analyse (default: all)", indices=True)
     complexity: bool = param(True, "curvature ratio, local PR and TwoNN of each part (--no-complexity: skip them)")
-    geometry_per_group: int | None = param(None, "prompts per group of the geometry set (SpecA has 16 per "
-                                                 "group, 224 in all; 0: skip the geometry; unset: all)", min=0,
-                                           atlas=12,
-                                           cost="per prompt: its forward and host fits at each state")
-    single_pass: tuple[str, ...] = param(DEFAULT_SINGLE_PASS, "single-pass edits of the last prompt token: "
-                                         + ", ".join(SINGLE_PASS) + ", or none", item=str)
-    single_pass_per_group: int | None = param(None, "prompts per group of the geometry set edited once at the last "
-                                                    "token (0: skip; unset: the geometry's prompts)", min=0, atlas=1,
-                                              cost="per prompt: a clean forward and one per condition (x --repeats "
-                                                   "for rotate / mix)")
-    single_pass_layer: int | None = param(None, "state of the single-pass edits (default: the authors' "
-                                                "max(1, int(0.15 L)))")
+    geometry_per_group: int | None = param(
+        None,
+        "prompts per group of the geometry set (SpecA has 16 per group, 224 in all; 0: skip the geometry; unset: all)",
+        min=0,
+        atlas=12,
+        cost="per prompt: its forward and host fits at each state",
+    )
+    single_pass: tuple[str, ...] = param(
+        DEFAULT_SINGLE_PASS,
+        "single-pass edits of the last prompt token: " + ", ".join(SINGLE_PASS) + ", or none",
+        item=str,
+    )
+    single_pass_per_group: int | None = param(
+        None,
+        "prompts per group of the geometry set edited once at the last token (0: skip; unset: the geometry's prompts)",
+        min=0,
+        atlas=1,
+        cost="per prompt: a clean forward and one per condition (x --repeats for rotate / mix)",
+    )
+    single_pass_layer: int | None = param(
+        None, "state of the single-pass edits (default: the authors' max(1, int(0.15 L)))"
+    )
     alpha: float = param(0.5, "attenuation: the part scaled by 1 - alpha")
     repeats: int = param(3, "rotations / mixes per prompt (the authors: 3)")
-    generate: str = param("specB", "prompt set of the persistent rotations (none: no generation)",
-                          choices=("specB", "diverse", "none"))
-    per_group: int | None = param(None, "prompts per group of the generation set (SpecB has 8 per group; 0: "
-                                        "skip the generation; unset: all)", min=0, atlas=1,
-                                  cost="per prompt: a KV-cached step per new token, unedited and per condition, "
-                                       "then a teacher-forced pass of each")
-    conditions: tuple[str, ...] = param(CONDITIONS, "subspaces rotated during generation: " + ", ".join(CONDITIONS),
-                                        item=str)
+    generate: str = param(
+        "specB", "prompt set of the persistent rotations (none: no generation)", choices=("specB", "diverse", "none")
+    )
+    per_group: int | None = param(
+        None,
+        "prompts per group of the generation set (SpecB has 8 per group; 0: skip the generation; unset: all)",
+        min=0,
+        atlas=1,
+        cost="per prompt: a KV-cached step per new token, unedited and per condition, "
+        "then a teacher-forced pass of each",
+    )
+    conditions: tuple[str, ...] = param(
+        CONDITIONS, "subspaces rotated during generation: " + ", ".join(CONDITIONS), item=str
+    )
     new_tokens: int = param(64, "tokens generated per prompt (the paper: 64)", atlas=32)
     edit_layer: int | None = param(None, "state rotated during generation (default: int(0.7 L))")
     rotation: str = param("haar", "haar, or the authors' QR", choices=("haar", "qr"))
@@ -98,8 +125,10 @@ class PDSFConfig(Config):
             if v is not None and v < 0:
                 raise InputError(f"{name} must be a non-negative integer (0: skip), got {v}")
         if self.geometry_per_group == 1:
-            raise InputError("geometry_per_group 1: the groups' discrimination (a silhouette over the prompt groups) "
-                             "needs at least 2 prompts per group; give 2 or more (0 skips the geometry)")
+            raise InputError(
+                "geometry_per_group 1: the groups' discrimination (a silhouette over the prompt groups) "
+                "needs at least 2 prompts per group; give 2 or more (0 skips the geometry)"
+            )
         for name in ("repeats", "batch_size", "new_tokens"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -153,19 +182,37 @@ class PDSFConfig(Config):
 
     def geometry_args(self) -> dict[str, Any]:
         """The keyword arguments of :func:`tlgeo.pdsf.analysis.run_geometry`."""
-        return dict(mode=self.mode, k_D=self.k_d, k_S=self.k_s,
-                    layers=None if self.layers is None else list(self.layers), complexity=self.complexity,
-                    prediction=self.prediction)
+        return dict(
+            mode=self.mode,
+            k_D=self.k_d,
+            k_S=self.k_s,
+            layers=None if self.layers is None else list(self.layers),
+            complexity=self.complexity,
+            prediction=self.prediction,
+        )
 
     def single_pass_args(self) -> dict[str, Any]:
         """The keyword arguments of :func:`tlgeo.pdsf.analysis.run_single_pass` (but the conditions)."""
-        return dict(mode=self.mode, layer=self.single_pass_layer, alpha=self.alpha, repeats=self.repeats,
-                    rotation=self.rotation, seed=self.seed, batch_size=self.batch_size)
+        return dict(
+            mode=self.mode,
+            layer=self.single_pass_layer,
+            alpha=self.alpha,
+            repeats=self.repeats,
+            rotation=self.rotation,
+            seed=self.seed,
+            batch_size=self.batch_size,
+        )
 
     def generation_args(self) -> dict[str, Any]:
         """The keyword arguments of :func:`tlgeo.pdsf.analysis.run_generation` (but the conditions)."""
-        return dict(mode=self.mode, layer=self.edit_layer, max_new_tokens=self.new_tokens, rotation=self.rotation,
-                    seed=self.seed, batch_size=self.batch_size)
+        return dict(
+            mode=self.mode,
+            layer=self.edit_layer,
+            max_new_tokens=self.new_tokens,
+            rotation=self.rotation,
+            seed=self.seed,
+            batch_size=self.batch_size,
+        )
 
     def check(self, model: Model) -> None:
         """The checks that need the model (its depth), before any work."""
@@ -183,4 +230,3 @@ class PDSFConfig(Config):
 
 def _take(ps: PromptSet, per_group: int | None) -> PromptSet:
     return ps if per_group is None else ps.take(per_group)
-

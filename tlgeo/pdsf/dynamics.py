@@ -48,7 +48,9 @@ class FDynamics:
     basis_layer: int | None
 
 
-def dynamic_basis(cov: Float[Tensor, "d d"], bounds: tuple[int, int] = DYNAMIC_BOUNDS) -> tuple[Float[Tensor, "d k"], float]:
+def dynamic_basis(
+    cov: Float[Tensor, "d d"], bounds: tuple[int, int] = DYNAMIC_BOUNDS
+) -> tuple[Float[Tensor, "d k"], float]:
     """``(top eigenvectors of a covariance [d, k], its participation ratio)``, ``k = round(PR)``
     clipped to ``bounds`` and ``d``."""
     ev, vec = torch.linalg.eigh(cov.double())
@@ -71,11 +73,20 @@ def _f_parts(x: Tensor, u: Tensor, basis, mode: str) -> Tensor:
     return complement_part(x, (u[:, :, None], d_b, s_b))
 
 
-def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuations: Int[Tensor, "n steps"],
-               prompt_states: Float[Tensor, "states n d"], u: Float[Tensor, "n d"], *,
-               layers: Sequence[int] | None = None, mode: str = "exact", anchor: str = "prompt",
-               basis_layer: int | None = None, batch_size: int = 16,
-               u_steps: Float[Tensor, "n steps d"] | None = None) -> FDynamics:
+def f_dynamics(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    continuations: Int[Tensor, "n steps"],
+    prompt_states: Float[Tensor, "states n d"],
+    u: Float[Tensor, "n d"],
+    *,
+    layers: Sequence[int] | None = None,
+    mode: str = "exact",
+    anchor: str = "prompt",
+    basis_layer: int | None = None,
+    batch_size: int = 16,
+    u_steps: Float[Tensor, "n steps d"] | None = None,
+) -> FDynamics:
     """The static/dynamic split of F along ``continuations [n, T]`` of ``prompts``; bases fitted on
     ``prompt_states [L + 1, n, d]`` (the prompts' last-token states) with directions ``u [n, d]``.
     ``anchor="step"`` needs ``u_steps [n, T, d]`` (the directions of the generated tokens)."""
@@ -89,8 +100,10 @@ def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuation
     n_layers = prompt_states.shape[0] - 1
     layers = list(range(1, n_layers + 1)) if layers is None else list(layers)
     if any(not 0 <= l <= n_layers for l in layers) or (basis_layer is not None and basis_layer not in layers):
-        raise InputError(f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
-                         f"basis_layer {basis_layer}")
+        raise InputError(
+            f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
+            f"basis_layer {basis_layer}"
+        )
     bases = {l: fit_pdsf(prompt_states[l].double(), u.double(), mode=mode) for l in layers}
     names = {l: "blocks.0.hook_resid_pre" if l == 0 else f"blocks.{l - 1}.hook_resid_post" for l in layers}
     sums = {l: {"static": 0.0, "dynamic": 0.0, "f": 0.0, "state": 0.0, "static_share": 0.0} for l in layers}
@@ -110,6 +123,7 @@ def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuation
         def grab(name: str, t0: int = t0):  # by the name asked for (the bridge's hooks carry canonical names)
             def fn(x: Tensor, hook) -> None:
                 store[name] = x[:, t0 - 1 : t0 - 1 + steps].detach().double().cpu()
+
             return fn
 
         with torch.inference_mode(), model.hooks(fwd_hooks=[(nm, grab(nm)) for nm in set(names.values())]):
@@ -119,15 +133,17 @@ def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuation
             f = _f_parts(x, u_steps[rows].double() if anchor == "step" else u[rows].double(), bases[l], mode)
             mean = f.mean(1, keepdim=True)
             dyn = f - mean
-            e_static, e_dyn = (mean[:, 0] ** 2).sum(-1), (dyn ** 2).sum(-1).mean(1)
+            e_static, e_dyn = (mean[:, 0] ** 2).sum(-1), (dyn**2).sum(-1).mean(1)
             e_f = e_static + e_dyn
             tiny = torch.finfo(torch.float64).tiny
             acc = sums[l]
             acc["static"] += float(e_static.sum())
             acc["dynamic"] += float(e_dyn.sum())
             acc["f"] += float(e_f.sum())
-            acc["state"] += float((x ** 2).sum(-1).mean(1).sum())
-            acc["static_share"] += float(torch.where(e_f > 0, e_static / e_f.clamp_min(tiny), torch.ones_like(e_f)).sum())
+            acc["state"] += float((x**2).sum(-1).mean(1).sum())
+            acc["static_share"] += float(
+                torch.where(e_f > 0, e_static / e_f.clamp_min(tiny), torch.ones_like(e_f)).sum()
+            )
             nf = f.norm(dim=-1)
             cos = (f * f[:, :1]).sum(-1) / (nf * nf[:, :1]).clamp_min(tiny)
             cos_sum[l] += torch.where((nf > 0) & (nf[:, :1] > 0), cos, torch.zeros_like(cos)).sum(0)
@@ -137,10 +153,18 @@ def f_dynamics(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuation
     for l in layers:
         acc = sums[l]
         pr = dynamic_basis(cov[l] / n)[1] if l in cov else float("nan")
-        rows_out.append({"layer": l, "static_share": acc["static_share"] / n,
-                         "static_energy": acc["static"] / n, "dynamic_energy": acc["dynamic"] / n,
-                         "f_share_of_state": acc["f"] / max(acc["state"], torch.finfo(torch.float64).tiny),
-                         "dynamic_pr": pr, "k_D": bases[l].k_D, "k_S": bases[l].k_S})
+        rows_out.append(
+            {
+                "layer": l,
+                "static_share": acc["static_share"] / n,
+                "static_energy": acc["static"] / n,
+                "dynamic_energy": acc["dynamic"] / n,
+                "f_share_of_state": acc["f"] / max(acc["state"], torch.finfo(torch.float64).tiny),
+                "dynamic_pr": pr,
+                "k_D": bases[l].k_D,
+                "k_S": bases[l].k_S,
+            }
+        )
         step_rows += [{"layer": l, "step": t, "cos_to_first": float(cos_sum[l][t] / n)} for t in range(steps)]
     basis = dynamic_basis(cov[basis_layer] / n)[0] if basis_layer is not None else None
     meta = {"mode": mode, "anchor": anchor, "steps": steps, "n_prompts": n}

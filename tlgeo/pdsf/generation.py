@@ -28,8 +28,14 @@ from ..hooks.resume import last_block_output, readout, readout_ok
 from ..hooks.subspace import ComplementEdit, SubspaceEdit
 from ..models import Model
 
-__all__ = ["left_pad", "greedy_continuations", "greedy_continuations_each", "divergence_step", "teacher_forced_kl",
-           "KL_CACHE_BYTES"]
+__all__ = [
+    "left_pad",
+    "greedy_continuations",
+    "greedy_continuations_each",
+    "divergence_step",
+    "teacher_forced_kl",
+    "KL_CACHE_BYTES",
+]
 
 KL_CACHE_BYTES = 2 * 2**30  # the clean teacher-forced log-probabilities kept for the next condition up to this
 
@@ -43,14 +49,20 @@ def left_pad(model: Model, prompts: Sequence[Int[Tensor, "pos"]]) -> tuple[Int[T
     toks = torch.full((len(prompts), t), pad, dtype=torch.long)
     mask = torch.zeros(len(prompts), t, dtype=torch.long)
     for j, p in enumerate(prompts):
-        toks[j, t - len(p):] = p
-        mask[j, t - len(p):] = 1
+        toks[j, t - len(p) :] = p
+        mask[j, t - len(p) :] = 1
     return toks, mask
 
 
-def greedy_continuations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], max_new_tokens: int = 64, *,
-                         batch_size: int = 16, edit: EditFn | None = None,
-                         use_cache: bool = True) -> Int[Tensor, "n new_tokens"]:
+def greedy_continuations(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    max_new_tokens: int = 64,
+    *,
+    batch_size: int = 16,
+    edit: EditFn | None = None,
+    use_cache: bool = True,
+) -> Int[Tensor, "n new_tokens"]:
     """``[n, max_new_tokens]`` greedy continuation tokens (no stop at EOS)."""
     _check_generation(prompts, max_new_tokens)
     out = []
@@ -64,8 +76,14 @@ def greedy_continuations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], ma
     return torch.cat(out)
 
 
-def greedy_continuations_each(model: Model, prompts: Sequence[Int[Tensor, "pos"]], edits: Sequence[EditFn | None],
-                              max_new_tokens: int = 64, *, batch_size: int = 16) -> list[Int[Tensor, "n new_tokens"]]:
+def greedy_continuations_each(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    edits: Sequence[EditFn | None],
+    max_new_tokens: int = 64,
+    *,
+    batch_size: int = 16,
+) -> list[Int[Tensor, "n new_tokens"]]:
     """:func:`greedy_continuations` of every edit of ``edits`` (``None``: unedited), one ``[n, max_new_tokens]``
     each. A batch of prompts is generated once for all of them, its rows once per edit
     (:meth:`~tlgeo.hooks.subspace.SubspaceEdit.stack`): a step of a small batch costs about a read of the
@@ -85,10 +103,15 @@ def greedy_continuations_each(model: Model, prompts: Sequence[Int[Tensor, "pos"]
                 out[i].append(_generate(model, toks, mask, e.hooks(model) if e is not None else [], max_new_tokens))
             continue
         k = len(edits) if stacked is not None else 1  # no edit at all: one unedited generation serves every slot
-        gen = _generate(model, toks.repeat(k, 1), mask.repeat(k, 1),
-                        stacked.hooks(model) if stacked is not None else [], max_new_tokens)
+        gen = _generate(
+            model,
+            toks.repeat(k, 1),
+            mask.repeat(k, 1),
+            stacked.hooks(model) if stacked is not None else [],
+            max_new_tokens,
+        )
         for i in range(len(edits)):
-            out[i].append(gen[(i % k) * len(rows): (i % k + 1) * len(rows)])
+            out[i].append(gen[(i % k) * len(rows) : (i % k + 1) * len(rows)])
     return [torch.cat(o) for o in out]
 
 
@@ -99,21 +122,29 @@ def _check_generation(prompts: Sequence, max_new_tokens: int) -> None:
         raise InputError(f"max_new_tokens must be positive, got {max_new_tokens}")
 
 
-def _generate(model: Model, toks: Tensor, mask: Tensor, hooks, max_new_tokens: int,
-              use_cache: bool = True) -> Int[Tensor, "b new_tokens"]:
+def _generate(
+    model: Model, toks: Tensor, mask: Tensor, hooks, max_new_tokens: int, use_cache: bool = True
+) -> Int[Tensor, "b new_tokens"]:
     """The ``max_new_tokens`` greedy tokens after the left-padded ``toks`` (on the host), ``hooks`` applied: the
     bridge's ``generate`` with its KV cache, or (``use_cache=False``) a loop that recomputes the whole sequence."""
     device = next(model.parameters()).device
     with torch.inference_mode(), model.hooks(fwd_hooks=list(hooks)):
         if use_cache:
-            return model.generate(toks.to(device), max_new_tokens=max_new_tokens, do_sample=False,
-                                  stop_at_eos=False, use_past_kv_cache=True, attention_mask=mask.to(device),
-                                  return_type="tokens", verbose=False)[:, toks.shape[1]:].cpu()
+            return model.generate(
+                toks.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                stop_at_eos=False,
+                use_past_kv_cache=True,
+                attention_mask=mask.to(device),
+                return_type="tokens",
+                verbose=False,
+            )[:, toks.shape[1] :].cpu()
         seq, m = toks.to(device), mask.to(device)
         for _ in range(max_new_tokens):
             nxt = model(seq, attention_mask=m)[:, -1].argmax(-1, keepdim=True)
             seq, m = torch.cat([seq, nxt], 1), torch.cat([m, torch.ones_like(nxt)], 1)
-        return seq[:, toks.shape[1]:].cpu()
+        return seq[:, toks.shape[1] :].cpu()
 
 
 def divergence_step(base: Int[Tensor, "steps"], edited: Int[Tensor, "steps2"]) -> int | None:
@@ -130,15 +161,23 @@ def _step_logprobs(model: Model, seq: Tensor, mask: Tensor, t: int, steps: int, 
     """``[b, steps, vocab]`` float32 log-probabilities of the ``steps`` tokens after the prompt of ``t``
     tokens, with ``hooks``; only those positions go through the unembedding where that gives the logits."""
     if readout_ok(model, seq):
-        return torch.log_softmax(readout(model, last_block_output(model, seq, hooks, attention_mask=mask)
-                                         [:, t - 1: t - 1 + steps]).float(), -1)
+        return torch.log_softmax(
+            readout(model, last_block_output(model, seq, hooks, attention_mask=mask)[:, t - 1 : t - 1 + steps]).float(),
+            -1,
+        )
     with model.hooks(fwd_hooks=list(hooks)):
-        return torch.log_softmax(model(seq, attention_mask=mask)[:, t - 1: t - 1 + steps].float(), -1)
+        return torch.log_softmax(model(seq, attention_mask=mask)[:, t - 1 : t - 1 + steps].float(), -1)
 
 
-def teacher_forced_kl(model: Model, prompts: Sequence[Int[Tensor, "pos"]], continuations: Int[Tensor, "n steps"],
-                      edit: EditFn, *, batch_size: int = 16,
-                      clean_cache: dict | None = None) -> Float[Tensor, "n steps"]:
+def teacher_forced_kl(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    continuations: Int[Tensor, "n steps"],
+    edit: EditFn,
+    *,
+    batch_size: int = 16,
+    clean_cache: dict | None = None,
+) -> Float[Tensor, "n steps"]:
     """``[n, steps]``: ``KL(p_clean || p_edited)`` (nats) of each generated token's distribution,
     both given the unedited continuation so far. ``clean_cache``: a dict that keeps the clean
     log-probabilities per batch for the next call with the same prompts and continuations."""

@@ -42,8 +42,17 @@ from ..hooks.subspace import SubspaceEdit
 from ..models import Model
 from .generation import KL_CACHE_BYTES, divergence_step, greedy_continuations_each, teacher_forced_kl
 
-__all__ = ["CONDITIONS", "ConditionBases", "condition_bases", "rotation_edit", "persistent_rotations",
-           "frame_shifts", "frame_shift_base_rate", "default_layer", "divergence_summary"]
+__all__ = [
+    "CONDITIONS",
+    "ConditionBases",
+    "condition_bases",
+    "rotation_edit",
+    "persistent_rotations",
+    "frame_shifts",
+    "frame_shift_base_rate",
+    "default_layer",
+    "divergence_summary",
+]
 
 CONDITIONS = ("D", "S", "F_top", "F_dynamic", "random")
 F_BOUNDS = (2, 64)
@@ -72,9 +81,17 @@ def _orth_against(basis: Tensor, others: Tensor) -> Tensor:
     return q
 
 
-def condition_bases(h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], conditions: Sequence[str] = CONDITIONS, *,
-                    mode: str = "exact", k_D: int | None = None, k_S: int | None = None, seed: int = 42,
-                    f_dynamic: Float[Tensor, "d k"] | None = None) -> ConditionBases:
+def condition_bases(
+    h: Float[Tensor, "n d"],
+    u: Float[Tensor, "n d"],
+    conditions: Sequence[str] = CONDITIONS,
+    *,
+    mode: str = "exact",
+    k_D: int | None = None,
+    k_S: int | None = None,
+    seed: int = 42,
+    f_dynamic: Float[Tensor, "d k"] | None = None,
+) -> ConditionBases:
     """The bases of ``conditions`` for prompts with states ``h [n, d]`` and directions ``u [n, d]``;
     ``F_dynamic`` needs its basis ``f_dynamic [d, k]`` (:func:`tlgeo.pdsf.dynamics.f_dynamics`)."""
     bad = [c for c in conditions if c not in CONDITIONS]
@@ -133,7 +150,9 @@ def _tfidf(texts_base: Sequence[str]):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     try:
-        return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b").fit(list(texts_base))
+        return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, token_pattern=r"(?u)\b\w+\b").fit(
+            list(texts_base)
+        )
     except ValueError:  # no word at all in the continuations (e.g. a tiny random model)
         return None
 
@@ -151,8 +170,9 @@ def frame_shifts(texts_base: Sequence[str], texts_edit: Sequence[str], groups: S
     ``frame_shifts(base, base, groups)`` is its base rate: how often it fires with no edit."""
     groups = np.asarray(groups)
     if len(texts_edit) != len(texts_base) or len(groups) != len(texts_base):
-        raise InputError(f"{len(texts_base)} unedited and {len(texts_edit)} edited continuations and "
-                         f"{len(groups)} groups must match")
+        raise InputError(
+            f"{len(texts_base)} unedited and {len(texts_edit)} edited continuations and {len(groups)} groups must match"
+        )
     vec = _tfidf(texts_base)
     if vec is None:  # none is shifted
         return np.zeros(len(texts_edit), dtype=bool)
@@ -174,14 +194,26 @@ def frame_shift_base_rate(texts_base: Sequence[str], groups: Sequence[str]) -> f
     return float(frame_shifts(texts_base, texts_base, groups).mean())
 
 
-def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Sequence[str],
-                         h: Float[Tensor, "n d"], u: Float[Tensor, "n d"], *,
-                         layer: int, conditions: Sequence[str] = CONDITIONS, mode: str = "exact",
-                         max_new_tokens: int = 64, batch_size: int = 16, seed: int = 42, rotation_kind: str = "haar",
-                         kl: bool = True, baseline: Int[Tensor, "n new_tokens"] | None = None,
-                         f_dynamic: Float[Tensor, "d k"] | None = None,
-                         kl_cache: dict | None = None,
-                         progress: bool = False) -> tuple[pd.DataFrame, dict[str, Tensor]]:
+def persistent_rotations(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    groups: Sequence[str],
+    h: Float[Tensor, "n d"],
+    u: Float[Tensor, "n d"],
+    *,
+    layer: int,
+    conditions: Sequence[str] = CONDITIONS,
+    mode: str = "exact",
+    max_new_tokens: int = 64,
+    batch_size: int = 16,
+    seed: int = 42,
+    rotation_kind: str = "haar",
+    kl: bool = True,
+    baseline: Int[Tensor, "n new_tokens"] | None = None,
+    f_dynamic: Float[Tensor, "d k"] | None = None,
+    kl_cache: dict | None = None,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, dict[str, Tensor]]:
     """One row per (condition, prompt), and the continuations (``"base"`` and each condition);
     ``F_dynamic`` needs ``f_dynamic`` (and so the unedited continuations it was fitted on);
     ``kl_cache``: the clean teacher-forced log-probabilities, kept across calls (a dict; one is made for
@@ -212,15 +244,29 @@ def persistent_rotations(model: Model, prompts: Sequence[Int[Tensor, "pos"]], gr
     for c in it:
         gen = gens[c]
         shifted = frame_shifts(base_text, [tok.decode(t) for t in gen], groups)
-        kls = (teacher_forced_kl(model, prompts, base, fns[c], batch_size=batch_size, clean_cache=kl_cache)
-               if kl else None)
+        kls = (
+            teacher_forced_kl(model, prompts, base, fns[c], batch_size=batch_size, clean_cache=kl_cache) if kl else None
+        )
         for i in range(len(prompts)):
             step = divergence_step(base[i], gen[i])
-            rows.append({"condition": c, "prompt": i, "group": groups[i], "rank": cb.rank(c), "layer": layer,
-                         "divergence_step": step, "identical": step is None, "immediate": step == 0,
-                         "frame_shift": bool(shifted[i]),
-                         **({"kl_first": float(kls[i, 0]), "kl_mean": float(kls[i].mean()),
-                             "kl_steps": kls[i].tolist()} if kls is not None else {})})
+            rows.append(
+                {
+                    "condition": c,
+                    "prompt": i,
+                    "group": groups[i],
+                    "rank": cb.rank(c),
+                    "layer": layer,
+                    "divergence_step": step,
+                    "identical": step is None,
+                    "immediate": step == 0,
+                    "frame_shift": bool(shifted[i]),
+                    **(
+                        {"kl_first": float(kls[i, 0]), "kl_mean": float(kls[i].mean()), "kl_steps": kls[i].tolist()}
+                        if kls is not None
+                        else {}
+                    ),
+                }
+            )
     return pd.DataFrame(rows), gens
 
 
@@ -235,12 +281,19 @@ def divergence_summary(df: pd.DataFrame) -> pd.DataFrame:
         changed = g[~g["identical"].astype(bool)]
         k = int(changed["immediate"].astype(bool).sum())
         low, high = proportion_ci(k, len(changed))
-        out.append({"condition": c, "rank": int(g["rank"].iloc[0]), "n": len(g),
-                    "unchanged_pct": 100 * g["identical"].mean(),
-                    "immediate_pct": 100 * changed["immediate"].mean() if len(changed) else 0.0,
-                    "immediate_ci_low": 100 * low, "immediate_ci_high": 100 * high,
-                    "mean_first_divergence": changed["divergence_step"].mean() if len(changed) else float("nan"),
-                    "median_first_divergence": changed["divergence_step"].median() if len(changed) else float("nan"),
-                    "frame_shift_pct": 100 * g["frame_shift"].mean(),
-                    **({"kl_first": g["kl_first"].mean(), "kl_mean": g["kl_mean"].mean()} if "kl_first" in g else {})})
+        out.append(
+            {
+                "condition": c,
+                "rank": int(g["rank"].iloc[0]),
+                "n": len(g),
+                "unchanged_pct": 100 * g["identical"].mean(),
+                "immediate_pct": 100 * changed["immediate"].mean() if len(changed) else 0.0,
+                "immediate_ci_low": 100 * low,
+                "immediate_ci_high": 100 * high,
+                "mean_first_divergence": changed["divergence_step"].mean() if len(changed) else float("nan"),
+                "median_first_divergence": changed["divergence_step"].median() if len(changed) else float("nan"),
+                "frame_shift_pct": 100 * g["frame_shift"].mean(),
+                **({"kl_first": g["kl_first"].mean(), "kl_mean": g["kl_mean"].mean()} if "kl_first" in g else {}),
+            }
+        )
     return pd.DataFrame(out)

@@ -23,8 +23,15 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..geometry.manifold import curvature_ratio, local_global_pr, twonn_dimension
-from ..geometry.subspaces import PARTS, axis_angles, energy_shares, fit_pdsf, pca_basis, split_pdsf, \
-    subspace_participation
+from ..geometry.subspaces import (
+    PARTS,
+    axis_angles,
+    energy_shares,
+    fit_pdsf,
+    pca_basis,
+    split_pdsf,
+    subspace_participation,
+)
 from ..stats.discrimination import cosine_gap_test, group_angles, silhouette
 from .states import PromptStates
 
@@ -40,21 +47,39 @@ class PDSFGeometry:
     parts: pd.DataFrame
 
 
-def part_coordinates(parts: dict[str, Float[Tensor, "n d"]], u: Float[Tensor, "n d"], basis,
-                     f_axes: int = 50) -> dict[str, Float[Tensor, "n k"]]:
+def part_coordinates(
+    parts: dict[str, Float[Tensor, "n d"]], u: Float[Tensor, "n d"], basis, f_axes: int = 50
+) -> dict[str, Float[Tensor, "n k"]]:
     """Each part's coordinates ``[n, k]``: P as ``h·u``, D and S in their bases, F in its top
     principal axes (``min(f_axes, n - 1)``)."""
     n = parts["P"].shape[0]
     f_basis, _ = pca_basis(parts["F"], min(f_axes, n - 1, parts["F"].shape[1]), center=True)
-    return {"P": (parts["P"] * u.to(parts["P"].dtype)).sum(-1, keepdim=True), "D": parts["D"] @ basis.D.to(parts["D"].dtype),
-            "S": parts["S"] @ basis.S.to(parts["S"].dtype), "F": parts["F"] @ f_basis}
+    return {
+        "P": (parts["P"] * u.to(parts["P"].dtype)).sum(-1, keepdim=True),
+        "D": parts["D"] @ basis.D.to(parts["D"].dtype),
+        "S": parts["S"] @ basis.S.to(parts["S"].dtype),
+        "F": parts["F"] @ f_basis,
+    }
 
 
-def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "states n d"], groups: Sequence[str], *,
-                  w_u: Float[Tensor, "d vocab"] | None = None, norm_scale: Float[Tensor, "d"] | None = None, layers: Iterable[int] | None = None,
-                  k_D: int | None = None, k_S: int | None = None, mode: str = "exact", center: bool = True,
-                  knn_k: int = 8, f_axes: int = 50, n_shuffles: int = 20, seed: int = 0,
-                  complexity: bool = True) -> PDSFGeometry:
+def pdsf_geometry(
+    ps: PromptStates,
+    u: Float[Tensor, "n d"] | Float[Tensor, "states n d"],
+    groups: Sequence[str],
+    *,
+    w_u: Float[Tensor, "d vocab"] | None = None,
+    norm_scale: Float[Tensor, "d"] | None = None,
+    layers: Iterable[int] | None = None,
+    k_D: int | None = None,
+    k_S: int | None = None,
+    mode: str = "exact",
+    center: bool = True,
+    knn_k: int = 8,
+    f_axes: int = 50,
+    n_shuffles: int = 20,
+    seed: int = 0,
+    complexity: bool = True,
+) -> PDSFGeometry:
     """PDSF geometry at ``layers`` (default: every state 0..L); ``u`` one direction per prompt, or one
     per prompt and state (the logit lens: ``[L + 1, n, d]``). ``w_u [d, vocab]`` (and the final
     norm's ``norm_scale``) add the readout alignment: the cosine of each part's logit vector
@@ -63,8 +88,10 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
     if len(groups) != n:
         raise InputError(f"{len(groups)} group labels for {n} prompts")
     if u.shape != ps.states.shape[1:] and u.shape != ps.states.shape:
-        raise InputError(f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
-                         f"{tuple(ps.states.shape)}), got {tuple(u.shape)}")
+        raise InputError(
+            f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
+            f"{tuple(ps.states.shape)}), got {tuple(u.shape)}"
+        )
     layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
     bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
     if bad:
@@ -84,26 +111,48 @@ def pdsf_geometry(ps: PromptStates, u: Float[Tensor, "n d"] | Float[Tensor, "sta
         ang = axis_angles(u64, axes)
         scale = float((h * h).sum(-1).mean())  # the states' mean energy: below 1e-12 of it, a part has none
         pr = {p: subspace_participation(coords[p], scale=scale) for p in PARTS}
-        row = {"layer": l, "k_D": basis.k_D, "k_S": basis.k_S, "pr_D": pr["D"], "pr_S": pr["S"], "pr_F": pr["F"],
-               "interface_dim": 1 + pr["D"] + pr["S"],
-               "angle_u_top_axis": float(ang[:, 0].mean()), "angle_u_nearest_axis": float(ang.min(1).values.mean()),
-               **{f"energy_{p}": float(energy[p].mean()) for p in PARTS}}
+        row = {
+            "layer": l,
+            "k_D": basis.k_D,
+            "k_S": basis.k_S,
+            "pr_D": pr["D"],
+            "pr_S": pr["S"],
+            "pr_F": pr["F"],
+            "interface_dim": 1 + pr["D"] + pr["S"],
+            "angle_u_top_axis": float(ang[:, 0].mean()),
+            "angle_u_nearest_axis": float(ang.min(1).values.mean()),
+            **{f"energy_{p}": float(energy[p].mean()) for p in PARTS},
+        }
         tokens = ps.lens[l] if u.ndim == 3 else ps.predicted
         readout = _readout(parts, h, gram, w_u, g, tokens) if w_u is not None else {}
         row["group_angle_D"] = _mean_group_angle(coords["D"].numpy(), labels)
         layer_rows.append(row)
         for p in PARTS:
             x = coords[p]
-            prow = {"layer": l, "part": p, "dim": int(x.shape[1]), "energy": float(energy[p].mean()),
-                    "pr": pr[p], **readout.get(p, {})}
+            prow = {
+                "layer": l,
+                "part": p,
+                "dim": int(x.shape[1]),
+                "energy": float(energy[p].mean()),
+                "pr": pr[p],
+                **readout.get(p, {}),
+            }
             if complexity:
                 local, glob = local_global_pr(x, k=knn_k) if x.shape[1] > 1 else (1.0, 1.0)
-                prow.update(curvature_ratio=curvature_ratio(x, k=knn_k), local_pr=local, global_pr=glob,
-                            twonn=twonn_dimension(x) if x.shape[1] > 1 else 1.0)
+                prow.update(
+                    curvature_ratio=curvature_ratio(x, k=knn_k),
+                    local_pr=local,
+                    global_pr=glob,
+                    twonn=twonn_dimension(x) if x.shape[1] > 1 else 1.0,
+                )
             if len(set(groups)) > 1:
                 t = cosine_gap_test(x.numpy(), labels, n_shuffles=n_shuffles, seed=seed, center=False)
-                prow.update(silhouette=silhouette(x.numpy(), labels, "cosine" if x.shape[1] > 1 else "euclidean"),
-                            cosine_gap=t.gap, gap_cohens_d=t.cohens_d, gap_p=t.p_value)
+                prow.update(
+                    silhouette=silhouette(x.numpy(), labels, "cosine" if x.shape[1] > 1 else "euclidean"),
+                    cosine_gap=t.gap,
+                    gap_cohens_d=t.cohens_d,
+                    gap_p=t.p_value,
+                )
             part_rows.append(prow)
     return PDSFGeometry(pd.DataFrame(layer_rows), pd.DataFrame(part_rows))
 

@@ -11,11 +11,25 @@ from ..errors import InputError
 from ..geometry.subspaces import PARTS
 from ..plotting import WIDTH
 
-__all__ = ["plot_energy_pr", "plot_complexity", "plot_discrimination", "plot_single_pass", "plot_divergence",
-           "plot_f_dynamics", "COLORS"]
+__all__ = [
+    "plot_energy_pr",
+    "plot_complexity",
+    "plot_discrimination",
+    "plot_single_pass",
+    "plot_divergence",
+    "plot_f_dynamics",
+    "COLORS",
+]
 
-COLORS = {"P": "#d62728", "D": "#1f77b4", "S": "#2ca02c", "F": "#7f7f7f", "F_top": "#9467bd", "F_dynamic": "#e377c2",
-          "random": "#8c564b"}
+COLORS = {
+    "P": "#d62728",
+    "D": "#1f77b4",
+    "S": "#2ca02c",
+    "F": "#7f7f7f",
+    "F_top": "#9467bd",
+    "F_dynamic": "#e377c2",
+    "random": "#8c564b",
+}
 
 
 def _color(condition: str) -> str:
@@ -84,8 +98,9 @@ def plot_discrimination(parts: pd.DataFrame):
     """Silhouette of the prompt groups and Cohen's d of the within-minus-between cosine gap against
     label shuffles, per part and layer (below 0: anti-discriminative)."""
     _need(parts, ["layer", "part", "silhouette", "gap_cohens_d"], "plot_discrimination")
-    return _per_part(parts, {"silhouette": "silhouette (cosine)", "gap_cohens_d": "cosine gap, Cohen's d vs shuffles"},
-                     True)
+    return _per_part(
+        parts, {"silhouette": "silhouette (cosine)", "gap_cohens_d": "cosine gap, Cohen's d vs shuffles"}, True
+    )
 
 
 def plot_divergence(df: pd.DataFrame, max_step: int | None = None):
@@ -118,15 +133,27 @@ def plot_single_pass(summary: pd.DataFrame, angles: pd.DataFrame):
     _need(angles, ["condition", "state", "angle_mean"], "plot_single_pass")
     fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 4.2), layout="constrained")
     conds = list(summary["condition"])
-    a.bar(range(len(conds)), summary["kl_mean"].clip(lower=1e-6), yerr=summary["kl_sem"].fillna(0),
-          color=[_color(c) for c in conds], capsize=3)
+    a.bar(
+        range(len(conds)),
+        summary["kl_mean"].clip(lower=1e-6),
+        yerr=summary["kl_sem"].fillna(0),
+        color=[_color(c) for c in conds],
+        capsize=3,
+    )
     a.set_xticks(range(len(conds)), conds, rotation=30, ha="right", fontsize=8)
     a.set(yscale="log", ylabel="KL(clean || edited), nats", title="next-token KL")
     markers = "osv^DxP*"  # conditions of one subspace share its colour: a marker each tells them apart
     for i, c in enumerate(conds):
         g = angles[angles["condition"] == c]
-        b.plot(g["state"], g["angle_mean"], marker=markers[i % len(markers)], ms=4, color=_color(c),
-               ls="--" if "F" in c else "-", label=c)
+        b.plot(
+            g["state"],
+            g["angle_mean"],
+            marker=markers[i % len(markers)],
+            ms=4,
+            color=_color(c),
+            ls="--" if "F" in c else "-",
+            label=c,
+        )
     b.set(xlabel="state (after n blocks)", ylabel="angle, clean vs edited part (deg)", title="what later layers keep")
     _legend_below(b, ncol=3)
     return fig

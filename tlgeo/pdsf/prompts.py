@@ -28,8 +28,11 @@ from ..models import Model
 
 __all__ = ["PROMPT_SETS", "PromptSet", "load_prompt_set", "Encoding", "encode_prompts"]
 
-PROMPT_SETS = {"specA": "SpecA_prompts_v4_full_factorial.json", "specB": "SpecB_experimental_prompts.json",
-               "diverse": "Diverse_prompts.json"}
+PROMPT_SETS = {
+    "specA": "SpecA_prompts_v4_full_factorial.json",
+    "specB": "SpecB_experimental_prompts.json",
+    "diverse": "Diverse_prompts.json",
+}
 
 
 @dataclass
@@ -63,8 +66,9 @@ def load_prompt_set(name: str) -> PromptSet:
         raise InputError(f"unknown prompt set {name!r}; choose from {sorted(PROMPT_SETS)}")
     path = data_dir() / "pdsf_prompts" / PROMPT_SETS[name]
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: the PDSF prompt sets live in <data>/pdsf_prompts "
-                                "(see shared/data/README.md)")
+        raise FileNotFoundError(
+            f"{path} not found: the PDSF prompt sets live in <data>/pdsf_prompts (see shared/data/README.md)"
+        )
     raw = json.loads(path.read_text())
     texts, groups, ids, answers = [], [], [], []
     if name == "diverse":
@@ -94,8 +98,9 @@ class Encoding:
         return {"template": self.template, "bos": self.bos}
 
 
-def encode_prompts(model: Model, texts: Sequence[str], *, template: str = "raw",
-                   bos: bool | None = None) -> tuple[list[Int[Tensor, "pos"]], Encoding]:
+def encode_prompts(
+    model: Model, texts: Sequence[str], *, template: str = "raw", bos: bool | None = None
+) -> tuple[list[Int[Tensor, "pos"]], Encoding]:
     """Token ids ``[len]`` of each prompt, and the :class:`Encoding` used."""
     if template not in ("raw", "chat"):
         raise InputError(f"template must be 'raw' or 'chat', got {template!r}")
@@ -107,12 +112,17 @@ def encode_prompts(model: Model, texts: Sequence[str], *, template: str = "raw",
     if bos and tok.bos_token_id is None:
         raise InputError("bos=True, but the tokenizer has no BOS token")
     if template == "chat" and not getattr(tok, "chat_template", None):
-        raise InputError(f"template='chat' needs a tokenizer with a chat template; "
-                         f"{getattr(tok, 'name_or_path', type(tok).__name__)!r} has none (use template='raw')")
+        raise InputError(
+            f"template='chat' needs a tokenizer with a chat template; "
+            f"{getattr(tok, 'name_or_path', type(tok).__name__)!r} has none (use template='raw')"
+        )
     out = []
     for t in texts:
-        text = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                       tokenize=False) if template == "chat" else t
+        text = (
+            tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+            if template == "chat"
+            else t
+        )
         ids = tok(text, add_special_tokens=False)["input_ids"]
         if bos and (not ids or ids[0] != tok.bos_token_id):
             ids = [tok.bos_token_id] + ids

@@ -1,4 +1,5 @@
-"""Single-pass interventions at the prompts' last token: rotate, attenuate, transplant or mix one part, and how much of it is left later.
+"""Single-pass interventions at the prompts' last token: rotate, attenuate, transplant or mix one part, and how much of
+it is left later.
 
 At state index ``layer`` (default the authors' single-pass layer ``max(1, int(0.15 L))``),
 one forward per batch and edit, the edit at the last position of left-padded prompts (every
@@ -47,11 +48,28 @@ from ..models import Model
 from .generation import left_pad
 from .interventions import condition_bases
 
-__all__ = ["SINGLE_PASS", "DEFAULT_SINGLE_PASS", "single_pass_layer", "next_group_donors", "single_pass",
-           "single_pass_summary", "batch_order", "CLEAN_CACHE_BYTES"]
+__all__ = [
+    "SINGLE_PASS",
+    "DEFAULT_SINGLE_PASS",
+    "single_pass_layer",
+    "next_group_donors",
+    "single_pass",
+    "single_pass_summary",
+    "batch_order",
+    "CLEAN_CACHE_BYTES",
+]
 
-SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "D_attenuate", "S_attenuate",
-               "F_attenuate", "F_transplant", "F_mix")
+SINGLE_PASS = (
+    "D_rotate",
+    "S_rotate",
+    "F_top_rotate",
+    "random_rotate",
+    "D_attenuate",
+    "S_attenuate",
+    "F_attenuate",
+    "F_transplant",
+    "F_mix",
+)
 DEFAULT_SINGLE_PASS = ("D_rotate", "S_rotate", "F_top_rotate", "random_rotate", "F_attenuate", "F_mix", "F_transplant")
 CLEAN_CACHE_BYTES = 2 * 2**30  # the clean next-token log-probabilities of every prompt, kept across conditions
 OnCondition = Callable[[str, pd.DataFrame, pd.DataFrame], None]
@@ -120,8 +138,21 @@ def _angle(a: Tensor, b: Tensor) -> Tensor:
     return torch.where((na > 0) & (nb > 0), ang, torch.full_like(ang, 90.0))
 
 
-def _edit(cond: str, parts: _Parts, rows: Tensor, repeat: int, *, layer: int, alpha: float, f_donor: Tensor,
-          n: int, d: int, seed: int, rotation_kind: str, mode: str):
+def _edit(
+    cond: str,
+    parts: _Parts,
+    rows: Tensor,
+    repeat: int,
+    *,
+    layer: int,
+    alpha: float,
+    f_donor: Tensor,
+    n: int,
+    d: int,
+    seed: int,
+    rotation_kind: str,
+    mode: str,
+):
     which, op = cond.rsplit("_", 1)
     if op == "rotate":
         basis = parts.bases[which][rows]
@@ -139,8 +170,9 @@ def _edit(cond: str, parts: _Parts, rows: Tensor, repeat: int, *, layer: int, al
     if op == "transplant":
         return ComplementEdit(layer - 1, kept, donor=f_donor[rows].float(), project=project)
     perm, signs = signed_permutation(d, seed + repeat)
-    return ComplementEdit(layer - 1, kept, mix=(perm.expand(len(rows), d), signs.float().expand(len(rows), d)),
-                          project=project)
+    return ComplementEdit(
+        layer - 1, kept, mix=(perm.expand(len(rows), d), signs.float().expand(len(rows), d)), project=project
+    )
 
 
 def _last_states(model, toks: Tensor, mask: Tensor, names: list[str], hooks, stop: bool) -> tuple[Tensor, Tensor]:
@@ -154,6 +186,7 @@ def _last_states(model, toks: Tensor, mask: Tensor, names: list[str], hooks, sto
             store[name] = x[:, -1].detach()
             if stop and name == names[-1]:
                 raise StopForward
+
         return fn
 
     device = next(model.parameters()).device
@@ -175,10 +208,23 @@ def _readout_is_exact(model, lp_full: Tensor, final: Tensor) -> bool:
     return bool(torch.allclose(got.exp(), lp_full.exp(), atol=1e-4))
 
 
-def single_pass(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Sequence[str], h: Float[Tensor, "n d"],
-                u: Float[Tensor, "n d"], *, layer: int, conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
-                mode: str = "exact", alpha: float = 0.5, repeats: int = 3, seed: int = 42, rotation_kind: str = "haar",
-                batch_size: int = 16, on_condition: OnCondition | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def single_pass(
+    model: Model,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    groups: Sequence[str],
+    h: Float[Tensor, "n d"],
+    u: Float[Tensor, "n d"],
+    *,
+    layer: int,
+    conditions: Sequence[str] = DEFAULT_SINGLE_PASS,
+    mode: str = "exact",
+    alpha: float = 0.5,
+    repeats: int = 3,
+    seed: int = 42,
+    rotation_kind: str = "haar",
+    batch_size: int = 16,
+    on_condition: OnCondition | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(one row per condition, prompt and repeat; the mean angle per condition and later state)``
     for prompts with last-token states ``h [n, d]`` at state ``layer`` and directions ``u [n, d]``.
 
@@ -192,8 +238,9 @@ def single_pass(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Seq
         raise InputError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
     bad = [c for c in conditions if c not in SINGLE_PASS]
     if bad or not conditions:
-        raise InputError(f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; "
-                         f"choose from {SINGLE_PASS}")
+        raise InputError(
+            f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; choose from {SINGLE_PASS}"
+        )
     if len(prompts) != len(groups) or h.shape[0] != len(prompts):
         raise InputError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
     if repeats < 1:
@@ -230,35 +277,67 @@ def single_pass(model: Model, prompts: Sequence[Int[Tensor, "pos"]], groups: Seq
             toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
             lp_clean, h_clean = clean(s, toks, mask)
             for r in range(repeats if op in ("rotate", "mix") else 1):
-                e = _edit(cond, parts, rows, r, layer=layer, alpha=alpha, f_donor=f_donor, n=n, d=d, seed=seed,
-                          rotation_kind=rotation_kind, mode=mode)
+                e = _edit(
+                    cond,
+                    parts,
+                    rows,
+                    r,
+                    layer=layer,
+                    alpha=alpha,
+                    f_donor=f_donor,
+                    n=n,
+                    d=d,
+                    seed=seed,
+                    rotation_kind=rotation_kind,
+                    mode=mode,
+                )
                 lp_edit, h_edit = _last_states(model, toks, mask, names, e.hooks(model), stop)
                 kl = (lp_clean.exp() * (lp_clean - lp_edit)).sum(-1).clamp_min(0)
-                ang = torch.stack([_angle(parts.part(which_part, h_clean[j], rows), parts.part(which_part, h_edit[j], rows))
-                                   for j in range(len(states))])  # [states, b]
+                ang = torch.stack(
+                    [
+                        _angle(parts.part(which_part, h_clean[j], rows), parts.part(which_part, h_edit[j], rows))
+                        for j in range(len(states))
+                    ]
+                )  # [states, b]
                 angle_sum += ang.sum(1)
                 for j, i in enumerate(rows.tolist()):
-                    rows_out.append({"condition": cond, "prompt": i, "group": groups[i], "repeat": r, "layer": layer,
-                                     "rank": parts.rank(which_part), "kl": float(kl[j]),
-                                     "flipped": bool(lp_clean[j].argmax() != lp_edit[j].argmax()),
-                                     "angle_at_edit": float(ang[0, j]), "angle_final": float(ang[-1, j])})
+                    rows_out.append(
+                        {
+                            "condition": cond,
+                            "prompt": i,
+                            "group": groups[i],
+                            "repeat": r,
+                            "layer": layer,
+                            "rank": parts.rank(which_part),
+                            "kl": float(kl[j]),
+                            "flipped": bool(lp_clean[j].argmax() != lp_edit[j].argmax()),
+                            "angle_at_edit": float(ang[0, j]),
+                            "angle_final": float(ang[-1, j]),
+                        }
+                    )
         df = pd.DataFrame(rows_out)
-        angles = pd.DataFrame([{"condition": cond, "state": st, "angle_mean": float(angle_sum[j] / len(df))}
-                               for j, st in enumerate(states)])
+        angles = pd.DataFrame(
+            [
+                {"condition": cond, "state": st, "angle_mean": float(angle_sum[j] / len(df))}
+                for j, st in enumerate(states)
+            ]
+        )
         if on_condition is not None:
             on_condition(cond, df, angles)
         frames.append(df)
         angle_frames.append(angles)
-    return batch_order(pd.concat(frames, ignore_index=True), conditions, batch_size), \
-        pd.concat(angle_frames, ignore_index=True)
+    return batch_order(pd.concat(frames, ignore_index=True), conditions, batch_size), pd.concat(
+        angle_frames, ignore_index=True
+    )
 
 
 def batch_order(df: pd.DataFrame, conditions: Sequence[str], batch_size: int) -> pd.DataFrame:
     """Single-pass rows in the order of a batch-by-batch run: batch, condition (in ``conditions``'
     order), repeat, prompt."""
     rank = {c: i for i, c in enumerate(conditions)}
-    keys = pd.DataFrame({"b": df["prompt"] // batch_size, "c": df["condition"].map(rank), "r": df["repeat"],
-                         "p": df["prompt"]})
+    keys = pd.DataFrame(
+        {"b": df["prompt"] // batch_size, "c": df["condition"].map(rank), "r": df["repeat"], "p": df["prompt"]}
+    )
     return df.loc[keys.sort_values(["b", "c", "r", "p"], kind="stable").index].reset_index(drop=True)
 
 
@@ -268,9 +347,17 @@ def single_pass_summary(df: pd.DataFrame) -> pd.DataFrame:
     out = []
     for c, g in df.groupby("condition", sort=False):
         per_prompt = g.groupby("prompt")["kl"].mean()
-        out.append({"condition": c, "rank": int(g["rank"].iloc[0]), "n_prompts": len(per_prompt),
-                    "kl_mean": per_prompt.mean(), "kl_sem": per_prompt.std(ddof=1) / np.sqrt(len(per_prompt))
-                    if len(per_prompt) > 1 else float("nan"), "kl_median": per_prompt.median(),
-                    "flip_pct": 100 * g["flipped"].mean(), "angle_at_edit": g["angle_at_edit"].mean(),
-                    "angle_final": g["angle_final"].mean()})
+        out.append(
+            {
+                "condition": c,
+                "rank": int(g["rank"].iloc[0]),
+                "n_prompts": len(per_prompt),
+                "kl_mean": per_prompt.mean(),
+                "kl_sem": per_prompt.std(ddof=1) / np.sqrt(len(per_prompt)) if len(per_prompt) > 1 else float("nan"),
+                "kl_median": per_prompt.median(),
+                "flip_pct": 100 * g["flipped"].mean(),
+                "angle_at_edit": g["angle_at_edit"].mean(),
+                "angle_final": g["angle_final"].mean(),
+            }
+        )
     return pd.DataFrame(out)

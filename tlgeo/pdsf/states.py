@@ -41,16 +41,18 @@ class PromptStates:
     def select(self, index: Sequence[int]) -> "PromptStates":
         """The states of the prompts at ``index``, in that order."""
         i = torch.as_tensor(list(index), dtype=torch.long)
-        return PromptStates(self.states[:, i], self.predicted[i], None if self.lens is None else self.lens[:, i],
-                            self.lengths[i])
+        return PromptStates(
+            self.states[:, i], self.predicted[i], None if self.lens is None else self.lens[:, i], self.lengths[i]
+        )
 
 
 def _names(n_layers: int) -> list[str]:
     return ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]
 
 
-def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, batch_size: int = 16,
-                      lens: bool = True) -> PromptStates:
+def last_token_states(
+    model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, batch_size: int = 16, lens: bool = True
+) -> PromptStates:
     """:class:`PromptStates` of token-id prompts (:func:`tlgeo.pdsf.prompts.encode_prompts`); with
     ``lens=False`` no logit lens (``lens`` is None; :func:`logit_lens` computes it later).
 
@@ -61,8 +63,7 @@ def last_token_states(model: Model, prompts: Sequence[Int[Tensor, "pos"]], *, ba
         raise InputError("an empty prompt set")
     longest = max(len(p) for p in prompts)
     if longest > model.cfg.n_ctx and getattr(model.cfg, "positional_embedding_type", "") == "standard":
-        raise InputError(f"a prompt of {longest} tokens is longer than the model's {model.cfg.n_ctx} learned "
-                         f"positions")
+        raise InputError(f"a prompt of {longest} tokens is longer than the model's {model.cfg.n_ctx} learned positions")
     names = _names(model.cfg.n_layers)
     pad = model.tokenizer.pad_token_id if getattr(model.tokenizer, "pad_token_id", None) is not None else 0
     device = next(model.parameters()).device
@@ -93,6 +94,7 @@ def _batch_states(model: Model, toks: Tensor, names: list[str], rows: Tensor, la
             def keep(i: int):
                 def hook_fn(x: Tensor, hook) -> None:  # keyed by position: a bridge may name an alias otherwise
                     got[i] = x[rows, last].float().cpu()  # the host pool (blocks may be on several devices)
+
                 return hook_fn
 
             final = last_block_output(model, toks, [(name, keep(i)) for i, name in enumerate(names[:-1])])
@@ -109,8 +111,14 @@ def logit_lens(model: Model, states: Float[Tensor, "states n d_model"], *, chunk
     out = []
     with torch.inference_mode():
         for h in states:
-            out.append(torch.cat([readout(model, h[s : s + chunk].to(param.device, param.dtype)).argmax(-1).cpu()
-                                  for s in range(0, h.shape[0], chunk)]))
+            out.append(
+                torch.cat(
+                    [
+                        readout(model, h[s : s + chunk].to(param.device, param.dtype)).argmax(-1).cpu()
+                        for s in range(0, h.shape[0], chunk)
+                    ]
+                )
+            )
     return torch.stack(out)
 
 

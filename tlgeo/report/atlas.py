@@ -101,27 +101,36 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     earlier = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else None
     _check_same_model(out, earlier, identity)  # one atlas, one model: before any file is written
     out.mkdir(parents=True, exist_ok=True)
-    conf_json = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
-                 "identity": identity.row(),
-                 "steps": [s for s in registered if s in chosen],
-                 "budgets": {chap: dataclasses.asdict(b) for chap, b in budgets.items()}}
+    conf_json = {
+        **{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
+        "identity": identity.row(),
+        "steps": [s for s in registered if s in chosen],
+        "budgets": {chap: dataclasses.asdict(b) for chap, b in budgets.items()},
+    }
     if earlier is not None:  # a partial rerun: the steps of earlier runs stay on record
         done = set(earlier.get("steps", ())) | set(chosen)
         conf_json["steps"] = [s for s in registered if s in done]
     if ranks().main:
         write_json(out / "config.json", conf_json, indent=2, default=str)
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
-    report.text(f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
-                f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
-                f"text: {cfg.corpus}. Every number below: {identity}. Budgets: {out / 'config.json'}.", note=True)
+    report.text(
+        f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
+        f"{model.cfg.n_heads} heads / {model.cfg.n_key_value_heads or model.cfg.n_heads} KV heads); "
+        f"text: {cfg.corpus}. Every number below: {identity}. Budgets: {out / 'config.json'}.",
+        note=True,
+    )
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     bare = bare_forward_seconds(model)  # the run's unit of time: machines of one kind differ ~2x
     todo = [(name, step) for name, step in registered.items() if name in chosen]
     chapters = list(dict.fromkeys(step.chapter for step in registered.values()))  # report order
     t_run = time.perf_counter()
     r = init(input_device(model))
-    print(f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
-          + (f" over {r.size} ranks" if r.size > 1 else "") + f", started {time.strftime('%H:%M:%S')}", flush=True)
+    print(
+        f"[atlas] {cfg.model}: {len(todo)} step(s) ({', '.join(n for n, _ in todo)}) into {out}"
+        + (f" over {r.size} ranks" if r.size > 1 else "")
+        + f", started {time.strftime('%H:%M:%S')}",
+        flush=True,
+    )
     timings: dict[str, float] = {}
     peak_mb: dict[str, float] = {}
     scratch = Report("scratch")  # another rank draws no section
@@ -134,8 +143,11 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
             ctx = StepContext(cfg, report if r.main else scratch, budgets[step.chapter], conf, number)
             t = time.perf_counter()
             if r.main:
-                print(f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
-                      f"{_duration(t - t_run)} into the run", flush=True)
+                print(
+                    f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
+                    f"{_duration(t - t_run)} into the run",
+                    flush=True,
+                )
             if conf is not None:  # None: skipped at these budgets
                 # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
                 # on rank 0, which draws the section)
@@ -152,11 +164,20 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
             timings[name] = time.perf_counter() - t
             peak_mb[name] = _peak_rss_mb()
             wrote = [f for f in step.files if (out / f).exists()]
-            print(f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
-                  f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
-                  f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})", flush=True)
-            set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
-                         compare=not _random_weights(model))
+            print(
+                f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
+                f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
+                f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})",
+                flush=True,
+            )
+            set_headline(
+                report,
+                budgets,
+                out,
+                chapters,
+                _caveats(model, registered, conf_json["steps"]),
+                compare=not _random_weights(model),
+            )
             report.save(out / "report.html")  # a partial report after every step, headline of what is done
     finally:
         gc.unfreeze()
@@ -165,27 +186,49 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     total = time.perf_counter() - t_run
     bare_start, bare_end = bare, bare_forward_seconds(model)
     bare = (bare_start + bare_end) / 2  # measured before and after the steps: a machine that drifted counts half
-    print(f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
-          f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each: {bare_start:.2f} s before the "
-          f"steps, {bare_end:.2f} s after); report: {out / 'report.html'}", flush=True)
-    table = pd.DataFrame({"run": started, "step": list(timings), "seconds": list(timings.values()),
-                          "bare_forwards": [t / bare for t in timings.values()],
-                          "peak_rss_mb_so_far": [peak_mb[k] for k in timings]})
+    print(
+        f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
+        f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each: {bare_start:.2f} s before the "
+        f"steps, {bare_end:.2f} s after); report: {out / 'report.html'}",
+        flush=True,
+    )
+    table = pd.DataFrame(
+        {
+            "run": started,
+            "step": list(timings),
+            "seconds": list(timings.values()),
+            "bare_forwards": [t / bare for t in timings.values()],
+            "peak_rss_mb_so_far": [peak_mb[k] for k in timings],
+        }
+    )
     path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
     earlier = pd.read_csv(path) if path.exists() else None
     write_csv(path, pd.concat([earlier, table], ignore_index=True))
     report.section("Timings").table(
         table.drop(columns=["run"]).rename(
-            columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}),
+            columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}
+        ),
         f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
         f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured "
         f"before and after the steps ({bare:.2f} s, the mean of {bare_start:.2f} and {bare_end:.2f} s; the whole "
         f"run: {total / bare:.0f}x), and the process's peak "
-        f"resident memory after it" + (f"; under torchrun ({r.size} ranks) every step's units are shared out over "
-                                       "the ranks: rank 0's time and memory" if r.size > 1 else "")
-        + f". Every run's rows: {path}.")
-    set_headline(report, budgets, out, chapters, _caveats(model, registered, conf_json["steps"]),
-                     compare=not _random_weights(model))
+        f"resident memory after it"
+        + (
+            f"; under torchrun ({r.size} ranks) every step's units are shared out over "
+            "the ranks: rank 0's time and memory"
+            if r.size > 1
+            else ""
+        )
+        + f". Every run's rows: {path}.",
+    )
+    set_headline(
+        report,
+        budgets,
+        out,
+        chapters,
+        _caveats(model, registered, conf_json["steps"]),
+        compare=not _random_weights(model),
+    )
     return report.save(out / "report.html")
 
 
@@ -212,8 +255,9 @@ def _check_same_model(out: Path, earlier: dict | None, identity) -> None:
         return
     old = earlier.get("identity")
     if old is None:
-        raise InputError(f"--out {out} holds an atlas run whose model identity was not recorded (an older tlgeo): "
-                         "give another --out")
+        raise InputError(
+            f"--out {out} holds an atlas run whose model identity was not recorded (an older tlgeo): give another --out"
+        )
     if old != identity.row():
         differ = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in identity.row().items() if old.get(k) != v)
         raise InputError(f"--out {out} holds the atlas of another model run ({differ}): give another --out")
@@ -231,7 +275,6 @@ def bare_forward_seconds(model, repeats: int = 3) -> float:
     import statistics
 
     import torch
-
 
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, model.cfg.d_vocab, (BARE_SHAPE[0], _bare_len(model)), generator=g)
@@ -254,9 +297,11 @@ def _caveats(model, registered: dict, done: list[str]) -> list[str]:
     """What the reader must know before any number: a model with random weights, steps not run."""
     out = []
     if _random_weights(model):
-        out.append(f"{model_label(model)} is a tiny model with random weights: the report tests the machinery; no "
-                   "number in it says anything about the papers' claims, so this headline compares none with them "
-                   "(the sections' paper columns do not apply).")
+        out.append(
+            f"{model_label(model)} is a tiny model with random weights: the report tests the machinery; no "
+            "number in it says anything about the papers' claims, so this headline compares none with them "
+            "(the sections' paper columns do not apply)."
+        )
     skipped = [s for s in registered if s not in done]
     if skipped:
         out.append(f"Steps not run: {', '.join(skipped)} (tlgeo atlas --steps chose the others).")

@@ -31,9 +31,24 @@ import pandas as pd
 
 from ..errors import InputError
 
-__all__ = ["Claim", "Verdict", "Claims", "Counterexample", "differs", "ci_excludes_zero", "cited",
-           "uncited_findings", "generated_blocks", "CITE", "edit", "scale", "shift", "no_longer_differs",
-           "insignificant", "both"]
+__all__ = [
+    "Claim",
+    "Verdict",
+    "Claims",
+    "Counterexample",
+    "differs",
+    "ci_excludes_zero",
+    "cited",
+    "uncited_findings",
+    "generated_blocks",
+    "CITE",
+    "edit",
+    "scale",
+    "shift",
+    "no_longer_differs",
+    "insignificant",
+    "both",
+]
 
 CITE = re.compile(r"`\[(interpretation|\d+\.[a-z0-9][a-z0-9.\-]*)\]`")  # `[5.par-moves-nothing]`, `[interpretation]`
 ALPHA = 0.05
@@ -124,7 +139,7 @@ class Claims:
         claim evaluates to on the edited tables: it should be False), ``detail``."""
         read = self._reader()
         rows = []
-        for cid in (self.by_id if ids is None else ids):
+        for cid in self.by_id if ids is None else ids:
             c = self.by_id[cid]
             for k in c.counterexamples:
                 v = c.evaluate_on(k.apply([read(Path(root) / t) for t in c.tables]))
@@ -181,7 +196,7 @@ def edit(where: Where = None, table: int = 0, says: str = "", **columns) -> Coun
             if t[col].dtype.kind in "iu" and np.asarray(new).dtype.kind == "f":
                 t[col] = t[col].astype(float)
             t.loc[m, col] = new
-        return [*tables[:table], t, *tables[table + 1:]]
+        return [*tables[:table], t, *tables[table + 1 :]]
 
     what = ", ".join(f"{c} changed" if callable(v) else f"{c} = {v!r}" for c, v in columns.items())
     return Counterexample(says or f"{what} where {where if where is not None else 'every row'}", apply)
@@ -197,11 +212,16 @@ def shift(where: Where, column: str, by: float, table: int = 0, says: str = "") 
     return edit(where, table, says or f"{column} {by:+g} where {where}", **{column: lambda x: x + by})
 
 
-def no_longer_differs(where: Where, table: int = 0, low: str = "ci_low", high: str = "ci_high",
-                      says: str = "") -> Counterexample:
+def no_longer_differs(
+    where: Where, table: int = 0, low: str = "ci_low", high: str = "ci_high", says: str = ""
+) -> Counterexample:
     """The picked rows' interval widened to hold 0 (what "differs from 0" must then deny)."""
-    return edit(where, table, says or f"the interval of {where} widened to hold 0",
-                **{low: lambda x: np.minimum(x, 0.0) - 0.01, high: lambda x: np.maximum(x, 0.0) + 0.01})
+    return edit(
+        where,
+        table,
+        says or f"the interval of {where} widened to hold 0",
+        **{low: lambda x: np.minimum(x, 0.0) - 0.01, high: lambda x: np.maximum(x, 0.0) + 0.01},
+    )
 
 
 def insignificant(where: Where, table: int = 0, q: float = 0.2, says: str = "") -> Counterexample:
@@ -231,7 +251,9 @@ def both(*edits: Counterexample, says: str = "") -> Counterexample:
 _CHECKABLE = re.compile(
     r"\d|\b(more|less|fewer|than|every|none|all|no|not|only|agree\w*|differ\w*|same|below|above|larg\w*|small\w*|"
     r"strong\w*|weak\w*|gone|surviv\w*|vanish\w*|exceed\w*|between|most\w*|entirely|revers\w*|dominat\w*|"
-    r"catastrophic|free|twice|times|half|passes|pass)\b", re.I)
+    r"catastrophic|free|twice|times|half|passes|pass)\b",
+    re.I,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*\"(])")
 
 
@@ -272,5 +294,7 @@ def uncited_findings(text: str) -> list[str]:
 
 def generated_blocks(text: str) -> dict[str, str]:
     """``{name: body}`` of every ``<!-- table: NAME -->`` ... ``<!-- /table -->`` block of ``text``."""
-    return {m.group(1): m.group(2).strip() for m in
-            re.finditer(r"<!--\s*table:\s*(\S+)\s*-->(.*?)<!--\s*/table\s*-->", text, flags=re.S)}
+    return {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(r"<!--\s*table:\s*(\S+)\s*-->(.*?)<!--\s*/table\s*-->", text, flags=re.S)
+    }

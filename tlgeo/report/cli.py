@@ -7,17 +7,19 @@ import dataclasses
 
 from ..errors import InputError
 from ..runner.analysis import Command, budget_fields
-from ..runner.cliargs import (LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written)
+from ..runner.cliargs import LoadConfig, NON_NEGATIVE, items, model_key, output_dir, print_written
 from .registry import load_steps
 
 __all__ = ["COMMANDS"]
 
-DESCRIPTION = ("Every registered analysis step on one model: report.html + one CSV per table in --out. Finished steps "
-               "are reused and unfinished ones resume from their logs, so rerun the same command after an "
-               "interruption; use a new --out for new budgets. Costs in brackets say what a budget's run time grows "
-               "with; tlgeo plan atlas [these flags] estimates each step's time and memory on a device, and a "
-               "run's timings.csv records what each step took (measured atlases: docs/atlas.md). Under torchrun the "
-               "steps are dealt out over the ranks.")
+DESCRIPTION = (
+    "Every registered analysis step on one model: report.html + one CSV per table in --out. Finished steps "
+    "are reused and unfinished ones resume from their logs, so rerun the same command after an "
+    "interruption; use a new --out for new budgets. Costs in brackets say what a budget's run time grows "
+    "with; tlgeo plan atlas [these flags] estimates each step's time and memory on a device, and a "
+    "run's timings.csv records what each step took (measured atlases: docs/atlas.md). Under torchrun the "
+    "steps are dealt out over the ranks."
+)
 
 
 def budget_flags(p: argparse.ArgumentParser) -> None:
@@ -42,17 +44,24 @@ def budget_flags(p: argparse.ArgumentParser) -> None:
             if kind is int:
                 kind = NON_NEGATIVE
         cost = f"; {meta['cost']}" if meta.get("cost") else ""
-        p.add_argument(meta.get("flag", "--" + name.replace("_", "-")), dest=f"budget__{name}", type=kind,
-                       default=None, choices=choices, metavar=None if choices else metavar,
-                       help=f"{meta.get('help', '')} [{chapter}{'' if shown is None else f'; default {shown}'}{cost}]")
+        p.add_argument(
+            meta.get("flag", "--" + name.replace("_", "-")),
+            dest=f"budget__{name}",
+            type=kind,
+            default=None,
+            choices=choices,
+            metavar=None if choices else metavar,
+            help=f"{meta.get('help', '')} [{chapter}{'' if shown is None else f'; default {shown}'}{cost}]",
+        )
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     LoadConfig.add_args(p)
     p.add_argument("--corpus", default="wikitext2", help="text for perplexity and the token pools")
     p.add_argument("--out", default=None, help="output directory (default: runs/atlas-<model>)")
-    p.add_argument("--steps", default=None, help="comma-separated subset of: " + ",".join(load_steps())
-                   + " (default: all)")
+    p.add_argument(
+        "--steps", default=None, help="comma-separated subset of: " + ",".join(load_steps()) + " (default: all)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     budget_flags(p)
     p.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids (slow)")
@@ -62,8 +71,9 @@ def atlas_config(args: argparse.Namespace):
     """The :class:`~.atlas.AtlasConfig` of ``tlgeo atlas``'s parsed flags (unknown budgets and steps fail here)."""
     from .atlas import AtlasConfig
 
-    budgets = {k.removeprefix("budget__"): v for k, v in vars(args).items()
-               if k.startswith("budget__") and v is not None}
+    budgets = {
+        k.removeprefix("budget__"): v for k, v in vars(args).items() if k.startswith("budget__") and v is not None
+    }
     if args.full_grids:
         from ..decomposition.sweeps import S_PAR_GRID, S_PERP_GRID
 
@@ -72,8 +82,15 @@ def atlas_config(args: argparse.Namespace):
     unknown = [x for x in steps or () if x not in load_steps()]
     if unknown:
         raise InputError(f"--steps: unknown step(s) {unknown}; steps: {', '.join(load_steps())}")
-    cfg = AtlasConfig(model=args.model, corpus=args.corpus, out=args.out, steps=steps, seed=args.seed,
-                      budgets=budgets, load=LoadConfig.of(args).load_kwargs())
+    cfg = AtlasConfig(
+        model=args.model,
+        corpus=args.corpus,
+        out=args.out,
+        steps=steps,
+        seed=args.seed,
+        budgets=budgets,
+        load=LoadConfig.of(args).load_kwargs(),
+    )
     cfg.chapter_budgets()
     return cfg
 
@@ -84,8 +101,9 @@ def run_command(args: argparse.Namespace) -> int:
     load = LoadConfig.of(args)
     load.set_threads()
     cfg = atlas_config(args)  # an unknown budget or step fails here, before the model loads
-    args.record.settings = {f"budget__{k}": v for b in cfg.chapter_budgets().values()
-                            for k, v in dataclasses.asdict(b).items()}  # the budgets the run used, defaults included
+    args.record.settings = {
+        f"budget__{k}": v for b in cfg.chapter_budgets().values() for k, v in dataclasses.asdict(b).items()
+    }  # the budgets the run used, defaults included
     out = output_dir(args, f"atlas-{model_key(args.model)}")  # as cfg.out_dir(); an unwritable --out fails first
     print(f"[atlas] edits leave the first {cfg.budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
@@ -94,5 +112,12 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("atlas", "every registered analysis step on one model, as an HTML report + CSVs", add_args,
-                    run_command, DESCRIPTION),)
+COMMANDS = (
+    Command(
+        "atlas",
+        "every registered analysis step on one model, as an HTML report + CSVs",
+        add_args,
+        run_command,
+        DESCRIPTION,
+    ),
+)

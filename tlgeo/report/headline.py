@@ -60,8 +60,9 @@ def without_paper(sentence: str) -> str:
     return " ".join(kept)
 
 
-def set_headline(report, budgets: dict[str, Any], out: Path, chapters: list[str], caveats: list[str] = (),
-                 compare: bool = True) -> None:
+def set_headline(
+    report, budgets: dict[str, Any], out: Path, chapters: list[str], caveats: list[str] = (), compare: bool = True
+) -> None:
     """The report's opening block: each chapter's headline (in ``chapters`` order) from the CSVs in ``out``,
     after ``caveats`` (first among the warnings); ``compare=False`` (a model with random weights) leaves
     out every comparison with a paper.

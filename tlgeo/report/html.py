@@ -81,7 +81,7 @@ def format_column(values: Sequence, digits: int = 3) -> list[str]:
     if typical < 1e-3:  # a column of tiny numbers (errors, p-values near 0): all scientific
         return [_nonfinite(v) if not math.isfinite(v) else ("0" if v == 0 else _sci(v, digits - 1)) for v in arr]
     dec = int(min(max(digits - 1 - math.floor(math.log10(typical)), 0), 6))
-    shown = finite[(np.abs(finite) < 1e5) & ((finite == 0) | (np.abs(finite) >= 0.5 * 10.0 ** -dec))]
+    shown = finite[(np.abs(finite) < 1e5) & ((finite == 0) | (np.abs(finite) >= 0.5 * 10.0**-dec))]
     for d in range(dec + 1):  # the fewest decimals that show every (non-scientific) value as it is
         if np.allclose(np.round(shown, d), shown, rtol=0, atol=1e-12 * max(1.0, float(np.abs(shown).max(initial=0)))):
             dec = d
@@ -90,7 +90,7 @@ def format_column(values: Sequence, digits: int = 3) -> list[str]:
     for v in arr:
         if not math.isfinite(v):
             out.append(_nonfinite(v))
-        elif abs(v) >= 1e5 or (v != 0 and abs(v) < 0.5 * 10.0 ** -dec):
+        elif abs(v) >= 1e5 or (v != 0 and abs(v) < 0.5 * 10.0**-dec):
             out.append(_sci(v, digits - 1))
         else:
             s = f"{v:.{dec}f}"
@@ -127,8 +127,11 @@ def _circuitsvis_bundle() -> str:
 def save_view(rendered, path: str | Path, title: str = "tlgeo view") -> Path:
     """Write a circuitsvis view (``RenderedHTML``) as one HTML file that works offline: its
     JavaScript inlined (``str(view)`` loads it from unpkg.com at every opening)."""
-    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                            f"</head><body>{rendered.local_src}</body></html>")
+    return write_text(
+        path,
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"</head><body>{rendered.local_src}</body></html>",
+    )
 
 
 class Report:
@@ -144,8 +147,14 @@ class Report:
         self._number: int | None = None  # the atlas step whose sections are drawn now (numbered)
         self._sections = 0
 
-    def headline(self, sentences: Iterable[str], warnings: Iterable[str] = (), title: str = "Headline",
-                 caveats: Iterable[str] = (), groups: Iterable[tuple[str, Sequence[str]]] = ()) -> "Report":
+    def headline(
+        self,
+        sentences: Iterable[str],
+        warnings: Iterable[str] = (),
+        title: str = "Headline",
+        caveats: Iterable[str] = (),
+        groups: Iterable[tuple[str, Sequence[str]]] = (),
+    ) -> "Report":
         """Set the block that opens the report, right under its title (a later call replaces it):
         ``caveats`` first (what the reader must know before any number: a model with random weights, steps
         not run), ``sentences`` as a list, then ``groups`` (a heading and its sentences, the first in bold:
@@ -158,16 +167,25 @@ class Report:
         items = "".join(f"<li>{html.escape(x)}</li>" for x in sentences)
         block = f'<section class="headline"><h2>{html.escape(title)}</h2>'
         if caveats:
-            block += ('<div class="warn"><strong>Read first</strong><ul>'
-                      + "".join(f"<li>{html.escape(c)}</li>" for c in caveats) + "</ul></div>")
+            block += (
+                '<div class="warn"><strong>Read first</strong><ul>'
+                + "".join(f"<li>{html.escape(c)}</li>" for c in caveats)
+                + "</ul></div>"
+            )
         if items:
             block += f"<ul>{items}</ul>"
         for heading, group in groups:
-            block += (f"<h3>{html.escape(heading)}</h3><ul><li><strong>{html.escape(group[0])}</strong></li>"
-                      + "".join(f"<li>{html.escape(x)}</li>" for x in group[1:]) + "</ul>")
+            block += (
+                f"<h3>{html.escape(heading)}</h3><ul><li><strong>{html.escape(group[0])}</strong></li>"
+                + "".join(f"<li>{html.escape(x)}</li>" for x in group[1:])
+                + "</ul>"
+            )
         if warnings:
-            block += ('<div class="warn"><strong>Budgets too small to conclude from (indication only)</strong><ul>'
-                      + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
+            block += (
+                '<div class="warn"><strong>Budgets too small to conclude from (indication only)</strong><ul>'
+                + "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+                + "</ul></div>"
+            )
         self._headline = block + "</section>"
         return self
 
@@ -192,8 +210,9 @@ class Report:
         self.parts.append(f"<p{cls}>{html.escape(text)}</p>")
         return self
 
-    def table(self, df: pd.DataFrame, caption: str | None = None, digits: int | None = None,
-              by_row: bool = False) -> "Report":
+    def table(
+        self, df: pd.DataFrame, caption: str | None = None, digits: int | None = None, by_row: bool = False
+    ) -> "Report":
         """A table with its caption above: no index column (see :func:`readable_frame`), float
         columns rounded by :func:`format_column` to about ``digits`` (default: the report's)
         significant digits, identity columns (:data:`tlgeo.runner.results.IDENTITY`) with one value left to the report's
@@ -206,30 +225,43 @@ class Report:
         cells: list[list[str]] = []
         numeric: list[bool] = []
         if by_row:
-            num = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+            num = [
+                c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+            ]
             rows_fmt = [format_column(df.loc[i, num].to_numpy(dtype=float), digits) for i in df.index]
             formatted = {c: [r[j] for r in rows_fmt] for j, c in enumerate(num)}
         for col in df.columns:
             if by_row and col in formatted:
-                cells.append(formatted[col]); numeric.append(True)
+                cells.append(formatted[col])
+                numeric.append(True)
                 continue
             s = df[col]
             if pd.api.types.is_bool_dtype(s):
-                cells.append([str(v) for v in s]); numeric.append(False)
+                cells.append([str(v) for v in s])
+                numeric.append(False)
             elif pd.api.types.is_numeric_dtype(s):
-                cells.append(format_column(s.to_numpy(dtype=float), digits)); numeric.append(True)
+                cells.append(format_column(s.to_numpy(dtype=float), digits))
+                numeric.append(True)
             else:
-                col_cells = [_DASH if (v is None or (isinstance(v, float) and math.isnan(v))) else
-                             (format_column([v], digits)[0] if isinstance(v, float) else str(v)) for v in s]
+                col_cells = [
+                    _DASH
+                    if (v is None or (isinstance(v, float) and math.isnan(v)))
+                    else (format_column([v], digits)[0] if isinstance(v, float) else str(v))
+                    for v in s
+                ]
                 cells.append(col_cells)
                 numeric.append(all(_NUMBER.match(c) for c in col_cells))  # numbers given as text align right
         cls = ["" if n else ' class="text"' for n in numeric]
         head = "".join(f"<th{c}>{html.escape(col)}</th>" for col, c in zip(df.columns, cls))
-        rows = "".join("<tr>" + "".join(f"<td{c}>{html.escape(col[i])}</td>" for col, c in zip(cells, cls)) + "</tr>"
-                       for i in range(len(df)))
+        rows = "".join(
+            "<tr>" + "".join(f"<td{c}>{html.escape(col[i])}</td>" for col, c in zip(cells, cls)) + "</tr>"
+            for i in range(len(df))
+        )
         cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-        self.parts.append(f'<figure class="table">{cap}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
-                          f"<tbody>{rows}</tbody></table></div></figure>")
+        self.parts.append(
+            f'<figure class="table">{cap}<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div></figure>"
+        )
         return self
 
     def figure(self, fig, caption: str | None = None, dpi: int = 110) -> "Report":
@@ -244,7 +276,9 @@ class Report:
         plt.close(fig)
         b64 = base64.b64encode(buf.getvalue()).decode()
         cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-        self.parts.append(f'<figure><img alt="{html.escape(caption or "")}" src="data:image/png;base64,{b64}"/>{cap}</figure>')
+        self.parts.append(
+            f'<figure><img alt="{html.escape(caption or "")}" src="data:image/png;base64,{b64}"/>{cap}</figure>'
+        )
         return self
 
     def circuitsvis(self, rendered, caption: str | None = None) -> "Report":

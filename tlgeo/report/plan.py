@@ -14,23 +14,37 @@ from ..runner.cliargs import config_from_args
 
 __all__ = ["COMMANDS", "plan_table", "plannable", "plan_argv"]
 
-DESCRIPTION = ("Forward tokens, FLOPs, peak memory (weights, one forward's activations, what the step keeps on the "
-               "device, what it keeps in host memory, and on a CPU the process) and time of each step of an analysis, "
-               "from the model's config.json only: no weights, no network. --model takes what every command takes, a "
-               "config.json, or a seed paper's model by hub id (its published config.json, kept in tlgeo: "
-               "tlgeo.families.checkpoints.SEED_CHECKPOINTS). The analysis's own flags "
-               "follow its name, as on its command: tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 "
-               "decompose --tokens 8192; its flags may also come before the name (tlgeo plan --threads 1 --model "
-               "smollm2-135m decompose). Every time is priced by the planner's calibration table "
-               "(tlgeo/planner_calibration.csv, written by scripts/bench_plan.py --calibrate: the machine it was "
-               "measured on, per kind of work, dtype and thread count; CPUs differ ~2x), the command's start-up "
-               "(imports, loading the model by its size and format) included and shown as the start-up rows; GPU "
-               "times assume tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s for the forwards. Host work that is "
-               "not a forward (fits, probes, loading, generation's per-step calls: cpu_s) is counted as measured on "
-               "the calibration's CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the "
-               "peak on a CPU and beside it on a GPU.")
-COLUMNS = ["step", "forward_tokens", "tflops", "seconds", "cpu_s", "weights_gib", "activations_gib", "kept_gib",
-           "host_gib", "peak_gib", "fits", "note"]
+DESCRIPTION = (
+    "Forward tokens, FLOPs, peak memory (weights, one forward's activations, what the step keeps on the "
+    "device, what it keeps in host memory, and on a CPU the process) and time of each step of an analysis, "
+    "from the model's config.json only: no weights, no network. --model takes what every command takes, a "
+    "config.json, or a seed paper's model by hub id (its published config.json, kept in tlgeo: "
+    "tlgeo.families.checkpoints.SEED_CHECKPOINTS). The analysis's own flags "
+    "follow its name, as on its command: tlgeo plan --model Qwen/Qwen3-8B --device h200 --dtype bfloat16 "
+    "decompose --tokens 8192; its flags may also come before the name (tlgeo plan --threads 1 --model "
+    "smollm2-135m decompose). Every time is priced by the planner's calibration table "
+    "(tlgeo/planner_calibration.csv, written by scripts/bench_plan.py --calibrate: the machine it was "
+    "measured on, per kind of work, dtype and thread count; CPUs differ ~2x), the command's start-up "
+    "(imports, loading the model by its size and format) included and shown as the start-up rows; GPU "
+    "times assume tlgeo.planner.GPU_EFFICIENCY of the peak bf16 FLOP/s for the forwards. Host work that is "
+    "not a forward (fits, probes, loading, generation's per-step calls: cpu_s) is counted as measured on "
+    "the calibration's CPU, on every device; host memory (host_gib: state pools, CPU copies) is in the "
+    "peak on a CPU and beside it on a GPU."
+)
+COLUMNS = [
+    "step",
+    "forward_tokens",
+    "tflops",
+    "seconds",
+    "cpu_s",
+    "weights_gib",
+    "activations_gib",
+    "kept_gib",
+    "host_gib",
+    "peak_gib",
+    "fits",
+    "note",
+]
 
 
 def plannable() -> dict:
@@ -55,9 +69,9 @@ def plan_argv(argv: Sequence[str]) -> list[str]:
     while i < len(argv):
         word = argv[i]
         if word in names:
-            return [*own, word, *moved, *argv[i + 1:]]
+            return [*own, word, *moved, *argv[i + 1 :]]
         if word in OWN_FLAGS:
-            own += argv[i: i + 1 + OWN_FLAGS[word]]
+            own += argv[i : i + 1 + OWN_FLAGS[word]]
             i += 1 + OWN_FLAGS[word]
         elif word.split("=", 1)[0] in OWN_FLAGS:
             own.append(word)
@@ -80,13 +94,23 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
     if not isinstance(p, _PlanParser):  # the subcommand's parser, made by tlgeo's: the same, with the reordering
         p.__class__ = type("PlanParser", (_PlanParser, type(p)), {})
-    p.add_argument("--model", default=PLAN_MODEL,
-                   help="tiny:<kind>, an embedded model, a directory or config.json, or a seed model's hub id")
+    p.add_argument(
+        "--model",
+        default=PLAN_MODEL,
+        help="tiny:<kind>, an embedded model, a directory or config.json, or a seed model's hub id",
+    )
     p.add_argument("--device", default="cpu", choices=tuple(DEVICES), help="the device estimated for")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
-                   help="the weights (default: float32 on cpu, bfloat16 on a GPU)")
-    p.add_argument("analysis", choices=(*plannable(), "atlas"),
-                   help="the command whose run is planned (its flags before or after it)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="the weights (default: float32 on cpu, bfloat16 on a GPU)",
+    )
+    p.add_argument(
+        "analysis",
+        choices=(*plannable(), "atlas"),
+        help="the command whose run is planned (its flags before or after it)",
+    )
     p.add_argument("flags", nargs=argparse.REMAINDER, help="that command's flags (its config)")
 
 
@@ -135,10 +159,20 @@ def _work(shape, command: str, flags: list[str], cal) -> tuple[list, list[str], 
         conf = step_config(step, atlas, budgets) if atlas.steps is None or name in atlas.steps else None
         if conf is None or step.analysis.plan is None:
             continue
-        work += [dataclasses.replace(w, step=f"{name}: {w.step}")
-                 for w in [*step.analysis.plan(shape, conf), _fixed(step.analysis.name)]]
-    work.append(Work("report", 0, 1, host={"atlas.report": 1}, host_bytes=cal.value("atlas.memory") * 2**30,
-                     note="the atlas's report: its tables and figures; its steps' modules resident"))
+        work += [
+            dataclasses.replace(w, step=f"{name}: {w.step}")
+            for w in [*step.analysis.plan(shape, conf), _fixed(step.analysis.name)]
+        ]
+    work.append(
+        Work(
+            "report",
+            0,
+            1,
+            host={"atlas.report": 1},
+            host_bytes=cal.value("atlas.memory") * 2**30,
+            note="the atlas's report: its tables and figures; its steps' modules resident",
+        )
+    )
     return work, [], parsed
 
 
@@ -150,16 +184,25 @@ def _fixed(analysis: str):
     return Work("run", 0, 1, host={f"run.{analysis}|run.any": 1}, note="its data, tables, figures, provenance")
 
 
-def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
-               dtype: str | None = None, calib=None) -> pd.DataFrame:
+def plan_table(
+    model, command: str, flags: list[str] = (), device: str = "cpu", dtype: str | None = None, calib=None
+) -> pd.DataFrame:
     """The planner's rows for ``tlgeo <command> <flags>`` on ``model`` (a name, or its
     :class:`~tlgeo.planner.ModelShape`; :func:`tlgeo.planner.estimate`); ``command`` may be ``atlas``
     (every step of the atlas at its budgets). ``dtype``: the weights' (default: the flags' ``--dtype``, else
     bfloat16 on a GPU and float32 on a CPU); ``calib``: the calibration table priced by (default: the committed
     one, :func:`tlgeo.planner.calibration`). Its first rows are the command's start-up (``start-up: imports``,
     ``start-up: load``), its last the total, start-up included."""
-    from ..planner import (DEVICES, DTYPE_BYTES, ModelShape, calibration, estimate, model_format, model_shape,
-                           start_seconds)
+    from ..planner import (
+        DEVICES,
+        DTYPE_BYTES,
+        ModelShape,
+        calibration,
+        estimate,
+        model_format,
+        model_shape,
+        start_seconds,
+    )
 
     if command != "atlas" and command not in plannable():
         raise InputError(f"tlgeo plan: no plan for {command!r}; choose from {[*plannable(), 'atlas']}")
@@ -174,10 +217,20 @@ def plan_table(model, command: str, flags: list[str] = (), device: str = "cpu",
     fmt = model_format(shape.name)
     start = start_seconds(shape, dtype, fmt, threads, cal)
     gib = shape.params * DTYPE_BYTES[dtype] / 2**30
-    start = pd.DataFrame([{"step": "start-up: imports", "seconds": start["imports"],
-                           "note": "torch, transformers, TransformerLens, tlgeo's commands"},
-                          {"step": "start-up: load", "seconds": start["load"],
-                           "note": f"booting the model: {fmt}, {gib:.3g} GiB of weights"}])
+    start = pd.DataFrame(
+        [
+            {
+                "step": "start-up: imports",
+                "seconds": start["imports"],
+                "note": "torch, transformers, TransformerLens, tlgeo's commands",
+            },
+            {
+                "step": "start-up: load",
+                "seconds": start["load"],
+                "note": f"booting the model: {fmt}, {gib:.3g} GiB of weights",
+            },
+        ]
+    )
     body, total = df[df["step"] != "total"], df[df["step"] == "total"].copy()
     total["seconds"] += start["seconds"].sum()
     out = pd.concat([start, body, total], ignore_index=True).assign(model=shape.name, device=device, dtype=dtype)
@@ -199,8 +252,10 @@ def _calibration_notes(cal, dev, dtype: str, threads: int | None) -> list[str]:
         notes.append(f"{dtype} weights on {dev.name}: the forwards take {f32 / own:.3g}x their time in float32")
         avx2 = _avx2_slowdown(cal, dtype, threads)
         if dev.name == "cpu" and f32 / own < avx2:
-            notes.append(f"a CPU without {dtype} matrix units (AVX2 only: no AMX, no AVX512 half-precision) takes "
-                         f"{avx2:.3g}x float32's: --device cpu-avx2 plans that")
+            notes.append(
+                f"a CPU without {dtype} matrix units (AVX2 only: no AMX, no AVX512 half-precision) takes "
+                f"{avx2:.3g}x float32's: --device cpu-avx2 plans that"
+            )
     return notes
 
 
@@ -244,24 +299,37 @@ def run_command(args: argparse.Namespace) -> int:
 
     shape = model_shape(_planned_model(args))
     df = plan_table(shape, args.analysis, args.flags, args.device, _planned(args, "--dtype", args.dtype, None))
-    print(f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
-          f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
-          f"{df['dtype'].iloc[0]} weights")
+    print(
+        f"{shape.name}: {shape.family}, {shape.n_layers} layers, d_model {shape.d_model}, {shape.n_heads} heads / "
+        f"{shape.n_kv_heads} KV, {shape.params / 1e9:.3g} B parameters; on {DEVICES[args.device].note}, "
+        f"{df['dtype'].iloc[0]} weights"
+    )
     show = df.rename(columns={"cpu_seconds": "cpu_s"})
     show = show[[c for c in COLUMNS if c in show.columns]]
     print(show.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.3g}"))
     start, total = df.attrs["start_seconds"], float(df.set_index("step").loc["total", "seconds"])
-    print(f"start-up: {start:.3g} s of the total {total:.3g} s (the start-up rows: imports and loading the model), "
-          f"the work {total - start:.3g} s")
+    print(
+        f"start-up: {start:.3g} s of the total {total:.3g} s (the start-up rows: imports and loading the model), "
+        f"the work {total - start:.3g} s"
+    )
     if not DEVICES[args.device].gpu:
         print(f"calibration: {calibration().machine()} (tlgeo/planner_calibration.csv)")
     for note in df.attrs.get("notes", []):
         print(f"note: {note}")
     if not bool(df["fits"].dropna().all()):
-        print(f"does not fit in {DEVICES[args.device].memory_gib:g} GiB: shard it (--device-map auto) or use "
-              "smaller windows / batches")
+        print(
+            f"does not fit in {DEVICES[args.device].memory_gib:g} GiB: shard it (--device-map auto) or use "
+            "smaller windows / batches"
+        )
     return 0
 
 
-COMMANDS = (Command("plan", "what an analysis costs on a model (time, memory), from its config alone", add_args,
-                    run_command, DESCRIPTION),)
+COMMANDS = (
+    Command(
+        "plan",
+        "what an analysis costs on a model (time, memory), from its config alone",
+        add_args,
+        run_command,
+        DESCRIPTION,
+    ),
+)

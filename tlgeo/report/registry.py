@@ -20,8 +20,18 @@ import os
 from ..errors import UnknownNameError
 from ..runner import analysis
 
-__all__ = ["ANALYSES", "PLUGINS_ENV", "packages", "load_steps", "load_analyses", "load_commands", "command_named",
-           "analysis_command", "analyses_markdown", "support_columns"]
+__all__ = [
+    "ANALYSES",
+    "PLUGINS_ENV",
+    "packages",
+    "load_steps",
+    "load_analyses",
+    "load_commands",
+    "command_named",
+    "analysis_command",
+    "analyses_markdown",
+    "support_columns",
+]
 
 ANALYSES: tuple[str, ...] = (
     "tlgeo.decomposition",
@@ -34,7 +44,10 @@ ANALYSES: tuple[str, ...] = (
     "tlgeo.train",
     "tlgeo.geometries",  # reads the four analyses above: it closes the report
 )
-REPORT_COMMANDS = ("tlgeo.report.cli", "tlgeo.report.plan")  # tlgeo atlas (every package's steps, one report), tlgeo plan
+REPORT_COMMANDS = (
+    "tlgeo.report.cli",
+    "tlgeo.report.plan",
+)  # tlgeo atlas (every package's steps, one report), tlgeo plan
 PLUGINS_ENV = "TLGEO_ANALYSES"
 
 
@@ -51,8 +64,9 @@ def _modules(role: str) -> list:
         try:
             found = importlib.util.find_spec(name) is not None
         except ModuleNotFoundError:
-            raise UnknownNameError(f"${PLUGINS_ENV} names {pkg!r}, which is not an importable package "
-                                   f"(is its folder on PYTHONPATH?)") from None
+            raise UnknownNameError(
+                f"${PLUGINS_ENV} names {pkg!r}, which is not an importable package (is its folder on PYTHONPATH?)"
+            ) from None
         if found:
             out.append(importlib.import_module(name))
     return out
@@ -137,7 +151,7 @@ def load_commands() -> dict[str, analysis.Command]:
         if a.command_name not in named:
             add(analysis_command(a), a.run.__module__)
             named.add(a.command_name)
-    for m in mods[len(mods) - len(REPORT_COMMANDS):]:
+    for m in mods[len(mods) - len(REPORT_COMMANDS) :]:
         for c in getattr(m, "COMMANDS", ()):
             add(c, m.__name__)
     return out
@@ -182,8 +196,18 @@ def analyses_markdown() -> str:
         if a.docs and a.docs not in pages:
             pages.append(a.docs)
     toc = ["```{toctree}", ":maxdepth: 1", "", *(f"/{p}" for p in pages), "```"]
-    return "\n".join(["# The analyses", "", "Every registered analysis, from its record "
-                      "(`tlgeo.runner.analysis.Analysis`).", "", *rows, "", *toc, ""])
+    return "\n".join(
+        [
+            "# The analyses",
+            "",
+            "Every registered analysis, from its record (`tlgeo.runner.analysis.Analysis`).",
+            "",
+            *rows,
+            "",
+            *toc,
+            "",
+        ]
+    )
 
 
 def command_named(name: str) -> analysis.Command:

@@ -1,4 +1,4 @@
-"""The runner: what every analysis runs through, apart from what it computes.
+r"""The runner: what every analysis runs through, apart from what it computes.
 
 * :mod:`.analysis`: the contract (``Config``, ``Result`` and its ``Table``\ s, ``Analysis`` and
   ``register_analysis``, ``Command``, the atlas chapters and steps);

@@ -41,10 +41,30 @@ import pandas as pd
 from ..errors import InputError, UnknownNameError
 from .results import IDENTITY, current_identity, merge_csv, read_table, stamp, wide_floats
 
-__all__ = ["Config", "param", "Table", "Result", "Analysis", "Command", "register_analysis", "analyses",
-           "check_supported", "atlas_budgets", "Step", "StepContext", "Headline", "budget", "register_chapter",
-           "register_analysis_step",
-           "steps", "headlines", "chapter_headline", "chapter_title", "budget_fields", "make_budgets"]
+__all__ = [
+    "Config",
+    "param",
+    "Table",
+    "Result",
+    "Analysis",
+    "Command",
+    "register_analysis",
+    "analyses",
+    "check_supported",
+    "atlas_budgets",
+    "Step",
+    "StepContext",
+    "Headline",
+    "budget",
+    "register_chapter",
+    "register_analysis_step",
+    "steps",
+    "headlines",
+    "chapter_headline",
+    "chapter_title",
+    "budget_fields",
+    "make_budgets",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +146,9 @@ def register_chapter(name: str, budgets: type, headline: HeadlineFn | None = Non
         _HEADLINES[name] = headline
 
 
-def register_analysis_step(name: str, chapter: str, analysis: "Analysis", config: Callable[[Any], "Config | None"],
-                           description: str):
+def register_analysis_step(
+    name: str, chapter: str, analysis: "Analysis", config: Callable[[Any], "Config | None"], description: str
+):
     """Decorator: register ``render(ctx, result)`` as atlas step ``name`` of a registered ``chapter``: a run
     of the registered ``analysis`` with ``config(budgets)`` (``None``: skipped at those budgets). The atlas
     calls :func:`tlgeo.runner.distributed.run_analysis` on it into its folder, as the analysis's command does (the
@@ -250,8 +271,9 @@ class Config:
 
     def settings(self) -> dict[str, Any]:
         """The fields as a plain dict (tuples as lists), for a result row or a log key."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in dataclasses.fields(self)}
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
+        }
 
     def _check_choices(self) -> None:
         """Every field with ``choices`` (or tuple items with ``choices``) holds allowed values."""
@@ -344,8 +366,9 @@ class Result:
             written.append(out / t.filename)
         return written
 
-    def deliver(self, out: str | Path | None = None,
-                on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> "Result":
+    def deliver(
+        self, out: str | Path | None = None, on_table: Callable[[str, pd.DataFrame], Any] | None = None
+    ) -> "Result":
         """A finished result: saved into ``out`` (if given), then each table shown with ``on_table(name, df)``
         (the command line prints them); returns ``self``."""
         if out is not None:
@@ -359,8 +382,9 @@ class Result:
     def load(cls, out: str | Path) -> "Result":
         """The tables saved in ``out`` (missing ones as ``None``)."""
         out = Path(out)
-        return cls(**{t.name: read_table(out / t.filename) if (out / t.filename).exists() else None
-                      for t in cls.TABLES})
+        return cls(
+            **{t.name: read_table(out / t.filename) if (out / t.filename).exists() else None for t in cls.TABLES}
+        )
 
     @classmethod
     def merge(cls, parts: Sequence["Result"]) -> "Result":
@@ -451,8 +475,10 @@ def register_analysis(analysis: Analysis) -> Analysis:
     if not (dataclasses.is_dataclass(analysis.config) and issubclass(analysis.config, Config)):
         raise TypeError(f"the config of {analysis.name!r} must be a Config dataclass, got {analysis.config!r}")
     if not getattr(analysis.run, "identified", False):
-        raise TypeError(f"the run of {analysis.name!r} must be decorated with tlgeo.runner.identity.identified "
-                        "(which checks the model's support and stamps its identity)")
+        raise TypeError(
+            f"the run of {analysis.name!r} must be decorated with tlgeo.runner.identity.identified "
+            "(which checks the model's support and stamps its identity)"
+        )
     if analysis.support is not None and analysis.name not in _ANALYSES:
         from ..families import register_support
 
@@ -479,8 +505,14 @@ def check_supported(run: Callable[..., Any], model: Any) -> None:
             check_support(model, a.name)
 
 
-def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapping[str, str] | None = None,
-                  flags: Mapping[str, str] | None = None, **defaults: Any) -> type:
+def atlas_budgets(
+    config: type,
+    prefix: str,
+    fields: Iterable[str],
+    rename: Mapping[str, str] | None = None,
+    flags: Mapping[str, str] | None = None,
+    **defaults: Any,
+) -> type:
     """An atlas budgets dataclass made from ``config``'s ``fields``: each becomes the budget
     ``<prefix><field>`` (``<prefix><rename[field]>`` where given) with the field's help text,
     cost and choices, and as its default the
@@ -507,7 +539,10 @@ def atlas_budgets(config: type, prefix: str, fields: Iterable[str], rename: Mapp
     def to_config(self, **fixed: Any):
         return config(**{n: getattr(self, flag[n]) for n in fields}, **fixed)
 
-    cls = dataclasses.make_dataclass(f"{config.__name__.removesuffix('Config')}Budgets", spec,
-                                     namespace={"config": to_config, "__module__": config.__module__})
+    cls = dataclasses.make_dataclass(
+        f"{config.__name__.removesuffix('Config')}Budgets",
+        spec,
+        namespace={"config": to_config, "__module__": config.__module__},
+    )
     cls.__doc__ = f"Atlas budgets of {config.__name__}: " + ", ".join(prefix + n for n in fields)
     return cls

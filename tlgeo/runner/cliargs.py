@@ -22,9 +22,27 @@ from typing import Any, Iterable
 
 from ..errors import InputError
 
-__all__ = ["Formatter", "count", "POSITIVE", "TOKENS", "NON_NEGATIVE", "index_list", "items", "add_config_args",
-           "config_argv", "config_from_args", "config_flags", "LoadConfig", "add_out_arg", "model_key", "print_written",
-           "files_since", "RunRecord", "default_out", "output_dir"]
+__all__ = [
+    "Formatter",
+    "count",
+    "POSITIVE",
+    "TOKENS",
+    "NON_NEGATIVE",
+    "index_list",
+    "items",
+    "add_config_args",
+    "config_argv",
+    "config_from_args",
+    "config_flags",
+    "LoadConfig",
+    "add_out_arg",
+    "model_key",
+    "print_written",
+    "files_since",
+    "RunRecord",
+    "default_out",
+    "output_dir",
+]
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -133,8 +151,10 @@ def config_flags(cls: type, prefix: str = "") -> dict[str, dict[str, Any]]:
             item = meta.get("item") or typing.get_args(t)[0]
             kw.update(type=items(item), metavar="LIST")
         elif t is int:
-            kw.update(type=count(allow_zero=True, what="a non-negative integer") if meta.get("min", 1) == 0
-                      else POSITIVE, metavar="N")
+            kw.update(
+                type=count(allow_zero=True, what="a non-negative integer") if meta.get("min", 1) == 0 else POSITIVE,
+                metavar="N",
+            )
         elif t is float:
             kw.update(type=float, metavar="X")
         else:
@@ -176,16 +196,14 @@ def config_argv(cfg: Any) -> list[str]:
             argv += [flag, ",".join(str(x) for x in v)]
         elif v is None:
             if kw.get("type") is not index_list:
-                raise InputError(f"{type(cfg).__name__}.{f.name} = None has no flag value (its default is "
-                                 f"{default!r})")
+                raise InputError(f"{type(cfg).__name__}.{f.name} = None has no flag value (its default is {default!r})")
             argv += [flag, "all"]
         else:
             argv += [flag, str(v)]
     return argv
 
 
-def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "",
-                    exclude: Iterable[str] = ()) -> None:
+def add_config_args(p: argparse.ArgumentParser | Any, cls: type, prefix: str = "", exclude: Iterable[str] = ()) -> None:
     """One flag per field of the config ``cls`` (``--<prefix><field>``), with its help text,
     cost and default; a field with a ``group`` goes into the parser's argument group of that title."""
     exclude = set(exclude)
@@ -233,25 +251,61 @@ class LoadConfig:
     ``--threads``). :func:`tlgeo.models.load` loads it; :meth:`load_kwargs` are :func:`tlgeo.models.load_model`'s
     keyword arguments."""
 
-    model: str = _field("smollm2-135m", "embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash "
-                                        "scripts/setup.sh), tiny:<family> (a random model of any of the families "
-                                        "`tlgeo models` lists), a local Hugging Face directory, or a hub name "
-                                        "owner/name (online)", flag="--model", dest="model")
-    device: str = _field("auto", "cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, "
-                                 "else cpu)", flag="--device", dest="load_device", metavar="DEVICE", group=_PLACEMENT)
-    dtype: str = _field("float32", "dtype of the weights (the geometry is computed in float32/float64 whatever it is)",
-                        choices=("float32", "bfloat16", "float16"), flag="--dtype", dest="load_dtype",
-                        group=_PLACEMENT)
-    device_map: str | None = _field(None, "shard the model over devices with accelerate: auto, balanced, sequential, "
-                                          "or a JSON module->device map (\"disk\" and \"cpu\" offload included); "
-                                          "--device is then ignored", flag="--device-map", dest="device_map",
-                                    group=_PLACEMENT)
-    max_memory: dict | None = _field(None, "memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB",
-                                     flag="--max-memory", dest="max_memory", type=_memory_map, group=_PLACEMENT)
-    offload_folder: str | None = _field(None, "folder for weights --device-map offloads to disk",
-                                        flag="--offload-folder", dest="offload_folder", group=_PLACEMENT)
-    threads: int | None = _field(None, "torch CPU threads (default: all cores; under torchrun, the cores / ranks per "
-                                       "node)", flag="--threads", dest="threads")
+    model: str = _field(
+        "smollm2-135m",
+        "embedded name (smollm2-135m; gemma3-270m after TLGEO_GEMMA=1 bash "
+        "scripts/setup.sh), tiny:<family> (a random model of any of the families "
+        "`tlgeo models` lists), a local Hugging Face directory, or a hub name "
+        "owner/name (online)",
+        flag="--model",
+        dest="model",
+    )
+    device: str = _field(
+        "auto",
+        "cpu, cuda, cuda:N or auto (a GPU if there is one: cuda:LOCAL_RANK under torchrun, else cpu)",
+        flag="--device",
+        dest="load_device",
+        metavar="DEVICE",
+        group=_PLACEMENT,
+    )
+    dtype: str = _field(
+        "float32",
+        "dtype of the weights (the geometry is computed in float32/float64 whatever it is)",
+        choices=("float32", "bfloat16", "float16"),
+        flag="--dtype",
+        dest="load_dtype",
+        group=_PLACEMENT,
+    )
+    device_map: str | None = _field(
+        None,
+        "shard the model over devices with accelerate: auto, balanced, sequential, "
+        'or a JSON module->device map ("disk" and "cpu" offload included); '
+        "--device is then ignored",
+        flag="--device-map",
+        dest="device_map",
+        group=_PLACEMENT,
+    )
+    max_memory: dict | None = _field(
+        None,
+        "memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB",
+        flag="--max-memory",
+        dest="max_memory",
+        type=_memory_map,
+        group=_PLACEMENT,
+    )
+    offload_folder: str | None = _field(
+        None,
+        "folder for weights --device-map offloads to disk",
+        flag="--offload-folder",
+        dest="offload_folder",
+        group=_PLACEMENT,
+    )
+    threads: int | None = _field(
+        None,
+        "torch CPU threads (default: all cores; under torchrun, the cores / ranks per node)",
+        flag="--threads",
+        dest="threads",
+    )
 
     PLACEMENT = ("device", "dtype", "device_map", "max_memory", "offload_folder")  # what llmcompressor decides itself
 
@@ -273,8 +327,13 @@ class LoadConfig:
                 device_map = json.loads(device_map)
             except json.JSONDecodeError as e:
                 raise InputError(f"--device-map: not a JSON object ({e})") from None
-        return {"device": self.device, "dtype": self.dtype, "device_map": device_map, "max_memory": self.max_memory,
-                "offload_folder": self.offload_folder}
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "device_map": device_map,
+            "max_memory": self.max_memory,
+            "offload_folder": self.offload_folder,
+        }
 
     def set_threads(self) -> None:
         """``threads``; without it, under torchrun, the cores shared out among the node's ranks."""
@@ -286,9 +345,13 @@ class LoadConfig:
             import torch
 
             cores = os.cpu_count() or 1
-            if threads > 4 * cores:  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
-                raise InputError(f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core "
-                                 "only slows torch down")
+            if (
+                threads > 4 * cores
+            ):  # each is an OS thread spinning on a core: hundreds on a few cores stall the machine
+                raise InputError(
+                    f"--threads {threads}: this machine has {cores} cores; more than 4 threads a core "
+                    "only slows torch down"
+                )
             torch.set_num_threads(threads)
 
 
@@ -324,8 +387,14 @@ def files_since(folder: str | Path, t0: float) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
-                  and not p.name.startswith(".tlgeo") and p.stat().st_mtime >= t0 - 1)
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and not p.name.endswith(".tmp")
+        and not p.name.startswith(".tlgeo")
+        and p.stat().st_mtime >= t0 - 1
+    )
 
 
 class RunRecord:
@@ -355,8 +424,10 @@ class RunRecord:
             rel = f.relative_to(self.out).parts
             key = "/".join(rel[:2]) if rel[0] == "ranks" and len(rel) > 2 else "/".join(rel)
             names[key] = names.get(key, 0) + 1
-        items = [k if k.count("/") != 1 or not k.startswith("ranks/") else f"{k} ({n} file{'s' * (n > 1)})"
-                 for k, n in names.items()]
+        items = [
+            k if k.count("/") != 1 or not k.startswith("ranks/") else f"{k} ({n} file{'s' * (n > 1)})"
+            for k, n in names.items()
+        ]
         shown = ", ".join(items[:8]) + (f" and {len(items) - 8} more" if len(items) > 8 else "")
         return f"Saved in {self.out}: {shown}."
 

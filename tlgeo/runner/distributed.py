@@ -35,9 +35,21 @@ from .analysis import Analysis, Result, check_supported
 from .results import read_table
 from ..models import input_device
 
-__all__ = ["run_command",
-           "Ranks", "RankFailed", "RankDied", "dead_ranks", "stopping", "ranks", "init", "deal", "rank_folder",
-           "run_analysis", "all_errors", "all_ranks_busy"]
+__all__ = [
+    "run_command",
+    "Ranks",
+    "RankFailed",
+    "RankDied",
+    "dead_ranks",
+    "stopping",
+    "ranks",
+    "init",
+    "deal",
+    "rank_folder",
+    "run_analysis",
+    "all_errors",
+    "all_ranks_busy",
+]
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,9 @@ def ranks() -> Ranks:
     """The torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``)."""
     env = os.environ
     size = int(env.get("WORLD_SIZE", "1"))
-    return Ranks(int(env.get("RANK", "0")), size, int(env.get("LOCAL_RANK", "0")),
-                 int(env.get("LOCAL_WORLD_SIZE", str(size))))
+    return Ranks(
+        int(env.get("RANK", "0")), size, int(env.get("LOCAL_RANK", "0")), int(env.get("LOCAL_WORLD_SIZE", str(size)))
+    )
 
 
 def init(device: torch.device | str | None = None, alone: bool = False) -> Ranks:
@@ -154,7 +167,7 @@ def deal(units: Sequence, rank: int, size: int, costs: Sequence[float] | None = 
         target = cum[-1] * r / size
         starts.append(min(range(starts[-1], len(units) + 1), key=lambda j: (abs(cum[j] - target), -j)))
     starts.append(len(units))
-    return units[starts[rank]:starts[rank + 1]]
+    return units[starts[rank] : starts[rank + 1]]
 
 
 _ALL_BUSY: contextvars.ContextVar[bool] = contextvars.ContextVar("tlgeo_all_ranks_busy", default=False)
@@ -171,8 +184,16 @@ def rank_folder(out: str | os.PathLike, r: Ranks) -> Path:
     return Path(out) / "ranks" / f"{r.rank}-of-{r.size}"
 
 
-def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | None = None, progress: bool = False,
-                 on_table: Callable[[str, Any], Any] | None = None, **kwargs: Any) -> Result | None:
+def run_analysis(
+    analysis: Analysis,
+    model,
+    cfg,
+    *,
+    out: str | os.PathLike | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, Any], Any] | None = None,
+    **kwargs: Any,
+) -> Result | None:
     """``analysis.run(model, cfg, out=out, ...)``, split over the ranks of a torchrun job.
 
     Alone: exactly ``analysis.run``. Under torchrun: this rank's units (:func:`deal`) into
@@ -210,9 +231,15 @@ def run_analysis(analysis: Analysis, model, cfg, *, out: str | os.PathLike | Non
     return analysis.result.merge([p for p in parts if p is not None]).deliver(out, on_table)
 
 
-def run_command(analysis: Analysis, args, *, out_name: str | None = None, check: Callable[[Any], Any] | None = None,
-                prepare: Callable[[Any, Any, Path], Any] | None = None,
-                show: Callable[[Any], Callable[[str, Any], Any]] | None = None) -> tuple[Result | None, Any, Path]:
+def run_command(
+    analysis: Analysis,
+    args,
+    *,
+    out_name: str | None = None,
+    check: Callable[[Any], Any] | None = None,
+    prepare: Callable[[Any, Any, Path], Any] | None = None,
+    show: Callable[[Any], Callable[[str, Any], Any]] | None = None,
+) -> tuple[Result | None, Any, Path]:
     """What ``tlgeo <command>`` of ``analysis`` does before it prints, in the order that fails early: the threads,
     the config from the flags (a bad value fails before the model loads), ``check(cfg)`` (the command's own input
     checks: a corpus, a prompt set), the output folder (``--out``, default ``runs/<out_name or the model>``: an

@@ -169,8 +169,14 @@ def _dtype(model) -> str:
 
 def run_identity(model) -> RunIdentity:
     """The identity of ``model`` as it is now (see :class:`RunIdentity`)."""
-    return RunIdentity(model_label(model), weights_fingerprint(model), _dtype(model), input_device(model).type,
-                       _placement(model), __version__)
+    return RunIdentity(
+        model_label(model),
+        weights_fingerprint(model),
+        _dtype(model),
+        input_device(model).type,
+        _placement(model),
+        __version__,
+    )
 
 
 def identified(run: Callable[..., R]) -> Callable[..., R]:

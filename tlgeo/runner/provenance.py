@@ -25,8 +25,17 @@ from typing import Any, Iterable, Mapping
 from ..errors import InputError
 from ..storage import append_lines, read_lines
 
-__all__ = ["FILENAME", "PACKAGES", "provenance", "record", "record_api", "record_table", "read", "git_state",
-           "code_state"]
+__all__ = [
+    "FILENAME",
+    "PACKAGES",
+    "provenance",
+    "record",
+    "record_api",
+    "record_table",
+    "read",
+    "git_state",
+    "code_state",
+]
 
 FILENAME = "provenance.jsonl"
 PACKAGES = ("tlgeo", "torch", "transformers", "transformer-lens", "accelerate", "numpy", "pandas")
@@ -90,8 +99,12 @@ def _cpu_model() -> str | None:
 
 def _machine() -> dict[str, Any]:
     """The machine, with what decides the order of float sums on a CPU: its model, torch's kernels for it, threads."""
-    m: dict[str, Any] = {"platform": platform.platform(), "cpu": platform.machine(), "cpu_model": _cpu_model(),
-                         "cores": os.cpu_count()}
+    m: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpu": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(),
+    }
     torch = sys.modules.get("torch")  # only if the command loaded it: this module imports no torch
     if torch is not None:
         m["torch_threads"] = torch.get_num_threads()  # as --threads or OMP_NUM_THREADS set them: sums' order
@@ -111,30 +124,50 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def provenance(argv: Iterable[str], settings: Mapping[str, Any] | None = None,
-               identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> dict[str, Any]:
+def provenance(
+    argv: Iterable[str],
+    settings: Mapping[str, Any] | None = None,
+    identities: Iterable[Mapping[str, Any]] = (),
+    resumed: Iterable[str] = (),
+) -> dict[str, Any]:
     """The provenance line of a run of ``tlgeo <argv>`` with ``settings`` (its parsed flags and what they
     resolved to); ``resumed``: what the run took back from earlier runs' logs instead of computing it, and
     what it computed again (:meth:`tlgeo.runner.results.RunState.lines`), so that a resumed folder says which of its
     rows this invocation made."""
     argv = [str(a) for a in argv]
-    return {"command": "tlgeo " + shlex.join(argv), "argv": argv,
-            "settings": _jsonable({k: v for k, v in (settings or {}).items() if not k.startswith("_")}),
-            "identities": [dict(i) for i in identities], "git": code_state(), "versions": _versions(),
-            "machine": _machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "resumed": list(resumed)}
+    return {
+        "command": "tlgeo " + shlex.join(argv),
+        "argv": argv,
+        "settings": _jsonable({k: v for k, v in (settings or {}).items() if not k.startswith("_")}),
+        "identities": [dict(i) for i in identities],
+        "git": code_state(),
+        "versions": _versions(),
+        "machine": _machine(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "resumed": list(resumed),
+    }
 
 
-def record(out: str | os.PathLike, argv: Iterable[str], settings: Mapping[str, Any] | None = None,
-           identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> Path:
+def record(
+    out: str | os.PathLike,
+    argv: Iterable[str],
+    settings: Mapping[str, Any] | None = None,
+    identities: Iterable[Mapping[str, Any]] = (),
+    resumed: Iterable[str] = (),
+) -> Path:
     """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
     path = Path(out) / FILENAME
     append_lines(path, [json.dumps(provenance(argv, settings, identities, resumed), sort_keys=True)])
     return path
 
 
-def record_table(out: str | os.PathLike, name: str, rows: list[Mapping[str, Any]], argv: Iterable[str],
-                 settings: Mapping[str, Any] | None = None) -> Path:
+def record_table(
+    out: str | os.PathLike,
+    name: str,
+    rows: list[Mapping[str, Any]],
+    argv: Iterable[str],
+    settings: Mapping[str, Any] | None = None,
+) -> Path:
     """A script's measurements (a benchmark's timings): ``rows`` appended to ``out/<name>.csv``, each row led by the
     ``commit`` and ``dirty`` of the code that measured it and the ``date``, and the invocation's provenance line
     appended to ``out/provenance.jsonl`` (``argv``: the script and its flags). Earlier invocations' rows stay, so
@@ -158,8 +191,13 @@ def record_table(out: str | os.PathLike, name: str, rows: list[Mapping[str, Any]
     return path
 
 
-def record_api(out: str | os.PathLike, argv: list[str] | None, cfg: Any,
-               identities: Iterable[Mapping[str, Any]] = (), resumed: Iterable[str] = ()) -> Path:
+def record_api(
+    out: str | os.PathLike,
+    argv: list[str] | None,
+    cfg: Any,
+    identities: Iterable[Mapping[str, Any]] = (),
+    resumed: Iterable[str] = (),
+) -> Path:
     """Append the provenance of a run made from Python (``run(model, cfg, out=...)``) to ``out/provenance.jsonl``:
     ``argv`` is the command line that makes the same tables (``scripts/reproduce.py`` reruns it), or ``None``
     where none can (then ``command`` says so); ``settings`` are the config's fields."""

@@ -27,9 +27,26 @@ import pandas as pd
 from ..errors import UserError
 from ..storage import append_lines, read_lines, write_csv, write_text
 
-__all__ = ["IDENTITY", "ResultLog", "content_digest", "merge_csv", "row_ids", "wide_floats", "stamp", "current_identity",
-           "identity_scope", "of_identity", "note_recomputed", "note", "drop_rows", "read_table", "DamagedTableError",
-           "RunState", "run_state", "current_run"]
+__all__ = [
+    "IDENTITY",
+    "ResultLog",
+    "content_digest",
+    "merge_csv",
+    "row_ids",
+    "wide_floats",
+    "stamp",
+    "current_identity",
+    "identity_scope",
+    "of_identity",
+    "note_recomputed",
+    "note",
+    "drop_rows",
+    "read_table",
+    "DamagedTableError",
+    "RunState",
+    "run_state",
+    "current_run",
+]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
 
@@ -52,9 +69,11 @@ class RunState:
         """``resumed N rows from LOG`` for every log rows were taken back from, and ``recomputed N rows of LOG:
         ...`` for every log whose rows of the same settings measured other inputs."""
         out = [f"resumed {n} row{'s' if n != 1 else ''} from {path}" for path, n in sorted(self.resumed.items())]
-        out += [f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
-                "measured other inputs (other prompts, text or token ids under the same name)"
-                for path, n in sorted(self.changed.items())]
+        out += [
+            f"recomputed {n} row{'s' if n != 1 else ''} of {path}: the rows logged there under the same settings "
+            "measured other inputs (other prompts, text or token ids under the same name)"
+            for path, n in sorted(self.changed.items())
+        ]
         return out + list(self.notes)
 
 
@@ -201,8 +220,14 @@ class ResultLog:
     digest is not taken back: its unit is computed again, counted in :attr:`changed` and said by
     :meth:`RunState.lines`."""
 
-    def __init__(self, path: str | os.PathLike, key: Iterable[str], *, identity: Mapping[str, Any] | None = None,
-                 content: Iterable[str] = ()):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        key: Iterable[str],
+        *,
+        identity: Mapping[str, Any] | None = None,
+        content: Iterable[str] = (),
+    ):
         self.path = Path(path)
         self.identity = dict(identity) if identity is not None else dict(current_identity() or {})
         self.key = tuple(dict.fromkeys([*self.identity, *key]))
@@ -357,12 +382,16 @@ def read_table(path: str | os.PathLike, *, as_text: bool = False) -> pd.DataFram
     if cut:  # keep the complete lines; a file cut inside its header keeps nothing
         text = text[: text.rfind("\n") + 1]
     if text.strip() and not _as_written(text):  # (a table of no columns is written as one empty line)
-        raise DamagedTableError(f"{path} does not read as the table tlgeo wrote (damaged or edited): move it away "
-                                "or delete it, and rerun: its rows are made again from the run's logs")
+        raise DamagedTableError(
+            f"{path} does not read as the table tlgeo wrote (damaged or edited): move it away "
+            "or delete it, and rerun: its rows are made again from the run's logs"
+        )
     if cut:
         lost = "its header" if not text else "its last row"
-        note(f"{path} was cut short ({problem or 'its last line has no end'}: a damaged file): {lost} dropped, "
-             "its complete rows kept; the rows this run makes are written whole again")
+        note(
+            f"{path} was cut short ({problem or 'its last line has no end'}: a damaged file): {lost} dropped, "
+            "its complete rows kept; the rows this run makes are written whole again"
+        )
     if not text.strip():
         return pd.DataFrame()
     if as_text:

@@ -11,10 +11,36 @@ Benjamini–Hochberg, linear probes.
 from .correlation import Correlation, CorrelationDifference, compare_correlations, spearman_ci, steiger_z
 from .discrimination import GapTest, cosine_gap, cosine_gap_test, group_angles, silhouette
 from .probes import FEATURES, ProbeScore, fit_probe, probe_features
-from .resampling import (PairedTest, benjamini_hochberg, bootstrap_ci, paired_test, ratio_ci, sign_flip_pvalue,
-                         weighted_mean)
+from .resampling import (
+    PairedTest,
+    benjamini_hochberg,
+    bootstrap_ci,
+    paired_test,
+    ratio_ci,
+    sign_flip_pvalue,
+    weighted_mean,
+)
 
-__all__ = ["weighted_mean", "bootstrap_ci", "ratio_ci", "sign_flip_pvalue", "benjamini_hochberg", "paired_test", "PairedTest",
-           "FEATURES", "ProbeScore", "fit_probe", "probe_features", "Correlation", "spearman_ci",
-           "CorrelationDifference", "compare_correlations", "steiger_z",
-           "GapTest", "cosine_gap", "cosine_gap_test", "group_angles", "silhouette"]
+__all__ = [
+    "weighted_mean",
+    "bootstrap_ci",
+    "ratio_ci",
+    "sign_flip_pvalue",
+    "benjamini_hochberg",
+    "paired_test",
+    "PairedTest",
+    "FEATURES",
+    "ProbeScore",
+    "fit_probe",
+    "probe_features",
+    "Correlation",
+    "spearman_ci",
+    "CorrelationDifference",
+    "compare_correlations",
+    "steiger_z",
+    "GapTest",
+    "cosine_gap",
+    "cosine_gap_test",
+    "group_angles",
+    "silhouette",
+]

@@ -23,9 +23,17 @@ import numpy as np
 from .multiple import wald_pvalue
 from .resampling import group_resamples
 
-__all__ = ["Correlation", "CorrelationDifference", "compare_correlations", "spearman_ci", "steiger_z", "spearman_matrix",
-           "partial_spearman_ci",
-           "partial_spearman", "shuffle_within"]
+__all__ = [
+    "Correlation",
+    "CorrelationDifference",
+    "compare_correlations",
+    "spearman_ci",
+    "steiger_z",
+    "spearman_matrix",
+    "partial_spearman_ci",
+    "partial_spearman",
+    "shuffle_within",
+]
 
 
 class Correlation(NamedTuple):
@@ -53,11 +61,14 @@ def spearman_ci(x, y, *, groups=None, n_boot: int = 1000, seed: int = 0, level: 
     by_length: dict[int, list[np.ndarray]] = {}  # resamples of unequal groups differ in length
     for idx in group_resamples(groups, n_boot, seed):
         by_length.setdefault(len(idx), []).append(idx)
-    boots = np.concatenate([_spearman_rows(x[np.stack(i)], y[np.stack(i)]) for i in by_length.values()]) \
-        if by_length else np.empty(0)
+    boots = (
+        np.concatenate([_spearman_rows(x[np.stack(i)], y[np.stack(i)]) for i in by_length.values()])
+        if by_length
+        else np.empty(0)
+    )
     boots = boots[np.isfinite(boots)]  # a resample with a constant x or y has no rank correlation
     a = (1 - level) / 2
-    lo, hi = (np.quantile(boots, [a, 1 - a]) if boots.size else (np.nan, np.nan))
+    lo, hi = np.quantile(boots, [a, 1 - a]) if boots.size else (np.nan, np.nan)
     return Correlation(rho, float(lo), float(hi), len(x))
 
 
@@ -73,7 +84,6 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     ok = (np.ptp(x, axis=1) > 0) & (np.ptp(y, axis=1) > 0)
     out[ok] = (rx * ry).sum(axis=1)[ok] / norm[ok]
     return np.clip(out, -1.0, 1.0)
-
 
 
 class CorrelationDifference(NamedTuple):
@@ -102,8 +112,9 @@ def steiger_z(r_ay: float, r_by: float, r_ab: float, n: int) -> tuple[float, flo
     return float(z), float(2 * norm.sf(abs(z)))
 
 
-def compare_correlations(a, b, y, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95,
-                         method: str = "spearman") -> CorrelationDifference:
+def compare_correlations(
+    a, b, y, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95, method: str = "spearman"
+) -> CorrelationDifference:
     """Whether ``a`` or ``b`` correlates more with ``y`` (``method``: ``spearman`` or ``pearson``)."""
     from scipy.stats import pearsonr, spearmanr
 
@@ -132,7 +143,7 @@ def compare_correlations(a, b, y, *, n_boot: int = 2000, seed: int = 0, level: f
             diffs.append(d)
     diffs = np.asarray(diffs)
     q = (1 - level) / 2
-    lo, hi = (np.quantile(diffs, [q, 1 - q]) if len(diffs) else (np.nan, np.nan))
+    lo, hi = np.quantile(diffs, [q, 1 - q]) if len(diffs) else (np.nan, np.nan)
     p_boot = float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean()))) if len(diffs) else float("nan")
     return CorrelationDifference(ra, rb, ra - rb, float(lo), float(hi), p_boot, z, p, len(a))
 
@@ -183,8 +194,9 @@ def partial_spearman(x, controls) -> np.ndarray:
         return (res.T @ res) / np.outer(norm, norm)
 
 
-def _boot_summary(boots: np.ndarray, estimate: np.ndarray, df: int, level: float
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _boot_summary(
+    boots: np.ndarray, estimate: np.ndarray, df: int, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The bootstrap standard error ``se`` (``ddof=1`` over the first axis of ``boots``, NaN-aware: 0 where every
     resample gave the same value, NaN with fewer than two defined), the two-sided ``p`` of ``estimate / se``
     against Student's t with ``df`` degrees of freedom (:func:`~tlgeo.stats.multiple.wald_pvalue`) and the
@@ -195,8 +207,11 @@ def _boot_summary(boots: np.ndarray, estimate: np.ndarray, df: int, level: float
 
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a constant column: NaN throughout
-        se = np.where(np.isfinite(boots).sum(0) < 2, np.nan,  # all resamples equal: exactly 0, not a rounding
-                      np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)))
+        se = np.where(
+            np.isfinite(boots).sum(0) < 2,
+            np.nan,  # all resamples equal: exactly 0, not a rounding
+            np.where(np.nanmax(boots, 0) == np.nanmin(boots, 0), 0.0, np.nanstd(boots, axis=0, ddof=1)),
+        )
     p = wald_pvalue(estimate, se, df=df)
     if df < 1:
         full = np.full(np.shape(estimate), np.nan)
@@ -205,12 +220,14 @@ def _boot_summary(boots: np.ndarray, estimate: np.ndarray, df: int, level: float
     return np.clip(estimate - half, -1.0, 1.0), np.clip(estimate + half, -1.0, 1.0), se, p
 
 
-def partial_spearman_ci(x, controls, *, groups=None, n_boot: int = 200, seed: int = 0,
-                        level: float = 0.95) -> dict[str, np.ndarray]:
+def partial_spearman_ci(
+    x, controls, *, groups=None, n_boot: int = 200, seed: int = 0, level: float = 0.95
+) -> dict[str, np.ndarray]:
     """:func:`partial_spearman` of the columns of ``x [n, k]`` given ``controls [n, c]``, with the standard error
     over ``n_boot`` resamples of whole ``groups`` (the resamples of :func:`spearman_matrix` for the same ``groups``,
     ``n_boot`` and ``seed``), the two-sided ``p`` of ``|partial| / se`` against Student's t with one degree of
-    freedom less than there are groups, and the interval that inverts it (:func:`_boot_summary`). Returns ``{"partial", "low", "high", "se", "p"}``,
+    freedom less than there are groups, and the interval that inverts it (:func:`_boot_summary`). Returns
+    ``{"partial", "low", "high", "se", "p"}``,
     each ``[k, k]`` float64: what decides whether a relation "vanishes" given the controls (its CI holds 0)."""
     x = np.asarray(x, dtype=float)
     c = np.asarray(controls, dtype=float).reshape(len(x), -1)
@@ -221,10 +238,12 @@ def partial_spearman_ci(x, controls, *, groups=None, n_boot: int = 200, seed: in
     return {"partial": partial, "low": low, "high": high, "se": se, "p": p}
 
 
-def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0,
-                    level: float = 0.95) -> dict[str, np.ndarray]:
+def spearman_matrix(
+    x, *, groups=None, controls=None, n_boot: int = 200, n_shuffle: int = 10, seed: int = 0, level: float = 0.95
+) -> dict[str, np.ndarray]:
     """Spearman's rho between every pair of the columns of ``x [n, k]``, with an interval over ``groups`` (whole
-    groups resampled, e.g. the windows tokens come from: ``rho -+ t se``, the inversion of ``p``), the same rho after the
+    groups resampled, e.g. the windows tokens come from: ``rho -+ t se``, the inversion of ``p``), the same rho after
+    the
     columns are shuffled within groups (:func:`shuffle_within`, mean over ``n_shuffle`` shuffles: what is left
     is a relation between groups, not between the tokens), and the partial rho given ``controls
     [n, c]`` (:func:`partial_spearman`).
@@ -247,8 +266,14 @@ def spearman_matrix(x, *, groups=None, controls=None, n_boot: int = 200, n_shuff
     boots = np.stack([_spearman_matrix(x[idx]) for idx in group_resamples(groups, n_boot, seed)])
     rho = _spearman_matrix(x)
     low, high, se, p = _boot_summary(boots, rho, len(np.unique(groups)) - 1, level)
-    out = {"rho": rho, "low": low, "high": high, "se": se, "p": p,
-           "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0)}
+    out = {
+        "rho": rho,
+        "low": low,
+        "high": high,
+        "se": se,
+        "p": p,
+        "shuffled": np.mean([_spearman_matrix(shuffle_within(x, groups, seed + i)) for i in range(n_shuffle)], 0),
+    }
     if controls is not None:
         out["partial"] = partial_spearman(x, controls)
     return out

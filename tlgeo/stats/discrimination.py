@@ -37,8 +37,10 @@ def silhouette(x, labels, metric: str = "cosine") -> float:
     x, labels = _arrays(x, labels)
     n_groups = len(np.unique(labels))
     if n_groups >= len(x):
-        raise InputError(f"a silhouette of {n_groups} groups needs more than {n_groups} points (got {len(x)}): "
-                         "give at least two per group")
+        raise InputError(
+            f"a silhouette of {n_groups} groups needs more than {n_groups} points (got {len(x)}): "
+            "give at least two per group"
+        )
     return float(silhouette_score(x, labels, metric=metric))
 
 

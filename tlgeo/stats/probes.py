@@ -75,9 +75,18 @@ def _score(task: str, y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / total if total > 0 else float("nan")
 
 
-def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, *,
-              task: str = "classify", groups: np.ndarray | None = None, n_boot: int = 1000, seed: int = 0,
-              max_iter: int = 500) -> ProbeScore:
+def fit_probe(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    task: str = "classify",
+    groups: np.ndarray | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    max_iter: int = 500,
+) -> ProbeScore:
     """Train on ``(x_train, y_train)``, score on ``(x_test, y_test)``.
 
     ``groups [n_test]``: the bootstrap resamples these units (default: each test item)."""
@@ -111,6 +120,12 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
         if task == "regress" and np.ptp(y_test[idx]) == 0:
             continue  # R² is undefined on a constant resample
         boots.append(_score(task, y_test[idx], pred[idx]))
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan))
-    return ProbeScore(score=_score(task, y_test, pred), ci_low=float(lo), ci_high=float(hi),
-                      baseline=_score(task, y_test, base_pred), n_train=len(y_train), n_test=len(y_test))
+    lo, hi = np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan)
+    return ProbeScore(
+        score=_score(task, y_test, pred),
+        ci_low=float(lo),
+        ci_high=float(hi),
+        baseline=_score(task, y_test, base_pred),
+        n_train=len(y_train),
+        n_test=len(y_test),
+    )

@@ -73,9 +73,7 @@ def weighted_mean(diffs, weights=None) -> float:
     return float((w * d).sum() / w.sum())
 
 
-def bootstrap_ci(
-    diffs, weights=None, *, n_boot: int = 5000, level: float = 0.95, seed=0
-) -> tuple[float, float]:
+def bootstrap_ci(diffs, weights=None, *, n_boot: int = 5000, level: float = 0.95, seed=0) -> tuple[float, float]:
     """Percentile bootstrap CI ``(low, high)`` of the token-weighted mean of ``diffs``.
 
     Texts are resampled with replacement (``n`` draws out of ``n``); each
@@ -186,7 +184,7 @@ def _sign_sums(x: np.ndarray, u: np.ndarray, n_perm: int, seed) -> tuple[np.ndar
     for start in range(0, n_perm, step):
         m = min(step, n_perm - start)
         signs = rng.integers(0, 2, size=(m, n)) * 2 - 1
-        sx[start:start + m], su[start:start + m] = signs @ x, signs @ u
+        sx[start : start + m], su[start : start + m] = signs @ x, signs @ u
     return sx, su, False
 
 

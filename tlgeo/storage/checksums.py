@@ -47,8 +47,11 @@ def _status(st: os.stat_result) -> list[int]:
 
 
 def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if p.is_file() and not p.name.startswith(".tlgeo") and not p.name.endswith(".tmp"))
+    return sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(".tlgeo") and not p.name.endswith(".tmp")
+    )
 
 
 def seal(folder: str | os.PathLike, files: Iterable[str] | None = None) -> Path:
@@ -103,7 +106,7 @@ def verify(folder: str | os.PathLike, files: Iterable[str] | None = None, *, ful
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{MANIFEST}: unreadable ({type(e).__name__})"]
     bad, rehashed, statuses = [], False, _read_status(folder, sealed)
-    for name in (sorted(sealed) if files is None else list(files)):
+    for name in sorted(sealed) if files is None else list(files):
         want = sealed.get(name)
         p = folder / name
         if want is None:

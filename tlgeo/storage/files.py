@@ -29,8 +29,17 @@ from typing import IO, Any, Iterable, Iterator
 
 from ..errors import InputError, UserError
 
-__all__ = ["DiskFullError", "atomic_write", "write_bytes", "write_text", "write_json", "write_csv",
-           "append_lines", "read_lines", "human_bytes"]
+__all__ = [
+    "DiskFullError",
+    "atomic_write",
+    "write_bytes",
+    "write_text",
+    "write_json",
+    "write_csv",
+    "append_lines",
+    "read_lines",
+    "human_bytes",
+]
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -55,8 +64,10 @@ class DiskFullError(UserError, OSError):
         except OSError:
             free = "free space unknown"
         what = "over the file-size limit" if cause.errno == errno.EFBIG else "no space left"
-        msg = (f"{what} in {path.parent} writing {path.name} (needs {human_bytes(needed)} more; {free}): "
-               f"free space or choose another folder, then rerun to resume")
+        msg = (
+            f"{what} in {path.parent} writing {path.name} (needs {human_bytes(needed)} more; {free}): "
+            f"free space or choose another folder, then rerun to resume"
+        )
         super().__init__(cause.errno, msg)
         self.path, self.needed = path, needed
 
@@ -70,7 +81,7 @@ def _write(f: IO[bytes], data: bytes) -> None:
     next one raises)."""
     view = memoryview(data)
     while len(view):
-        view = view[f.write(view):]
+        view = view[f.write(view) :]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -113,8 +124,9 @@ class _Counting(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str = "utf-8",
-                 size_hint: int | None = None) -> Iterator[IO]:
+def atomic_write(
+    path: str | os.PathLike, mode: str = "w", *, encoding: str = "utf-8", size_hint: int | None = None
+) -> Iterator[IO]:
     """``with atomic_write(path) as f: ...``: ``f`` writes a temporary file that replaces ``path`` when
     the block ends without an exception (flushed and fsynced first); on an exception ``path`` is
     untouched and the temporary file removed. ``mode``: ``"w"`` (text) or ``"wb"``. ``size_hint``: the

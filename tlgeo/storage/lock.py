@@ -55,8 +55,10 @@ class FolderLock:
                 except BlockingIOError:
                     holder = _holder(fd)
                     os.close(fd)
-                    raise FolderBusyError(f"{self.folder} is being written by {holder}: wait for it to finish or "
-                                          "choose another output folder") from None
+                    raise FolderBusyError(
+                        f"{self.folder} is being written by {holder}: wait for it to finish or "
+                        "choose another output folder"
+                    ) from None
                 except OSError as e:  # a file system without flock (some network mounts): write unguarded
                     os.close(fd)
                     _warn_unlocked(self.folder, e)
@@ -68,9 +70,12 @@ class FolderLock:
                 except FileNotFoundError:
                     pass
                 os.close(fd)  # its holder let go and unlinked it meanwhile: lock the file there now
-            owner = {"pid": os.getpid(), "host": socket.gethostname(),
-                     "command": (what or " ".join(["tlgeo", *sys.argv[1:]]))[:200],
-                     "since": _dt.datetime.now().isoformat(timespec="seconds")}
+            owner = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": (what or " ".join(["tlgeo", *sys.argv[1:]]))[:200],
+                "since": _dt.datetime.now().isoformat(timespec="seconds"),
+            }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(owner).encode(), 0)
             self._fd = fd
@@ -157,8 +162,11 @@ def held_folders() -> list[Path]:
 def _warn_unlocked(folder: Path, e: OSError) -> None:
     if folder not in _UNLOCKED:
         _UNLOCKED.add(folder)
-        print(f"tlgeo: {folder} cannot be locked ({e.strerror or e}): a second process writing there is not "
-              "refused", file=sys.stderr, flush=True)
+        print(
+            f"tlgeo: {folder} cannot be locked ({e.strerror or e}): a second process writing there is not refused",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 _UNLOCKED: set[Path] = set()

@@ -30,6 +30,21 @@ from .jacobian import block_map, jacobian_agreement, tokenwise_jacobian
 from .output_kl import patch_kl
 from .pool import StatePool, collect_pool, layer_list
 
-__all__ = ["StatePool", "collect_pool", "layer_list", "CLASSES", "neighbours", "tokenwise_outputs",
-           "layer_geometry", "patch_kl", "tokenwise_analysis", "TokenwiseResult", "TokenwiseConfig", "run", "units",
-           "block_map", "tokenwise_jacobian", "jacobian_agreement"]
+__all__ = [
+    "StatePool",
+    "collect_pool",
+    "layer_list",
+    "CLASSES",
+    "neighbours",
+    "tokenwise_outputs",
+    "layer_geometry",
+    "patch_kl",
+    "tokenwise_analysis",
+    "TokenwiseResult",
+    "TokenwiseConfig",
+    "run",
+    "units",
+    "block_map",
+    "tokenwise_jacobian",
+    "jacobian_agreement",
+]

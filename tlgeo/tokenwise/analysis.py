@@ -55,12 +55,28 @@ from .paper import PAPER
 from .output_kl import patch_kl_sets
 from .pool import StatePool, collect_pool, n_layer_maps
 
-__all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "run", "units", "pool_windows",
-           "LOG"]
+__all__ = ["PAPER", "KEY", "TokenwiseResult", "tokenwise_analysis", "run", "units", "pool_windows", "LOG"]
 
-KEY = ("model", "corpus", "seq_len", "n_tokens", "k", "exclude_sequence", "rank", "patch_tokens", "seed")  # of every row
+KEY = (
+    "model",
+    "corpus",
+    "seq_len",
+    "n_tokens",
+    "k",
+    "exclude_sequence",
+    "rank",
+    "patch_tokens",
+    "seed",
+)  # of every row
 LOG = "tokenwise.jsonl"  # the resume log's name in ``log`` (default ``out``)
-_META = ("k", "exclude_sequence", "rank", "patch_tokens", "seed", "n_tokens")  # geometry columns added to the other tables
+_META = (
+    "k",
+    "exclude_sequence",
+    "rank",
+    "patch_tokens",
+    "seed",
+    "n_tokens",
+)  # geometry columns added to the other tables
 
 
 @dataclass
@@ -89,8 +105,9 @@ def _subset_outputs(pool: StatePool, layer: int, kind: str, subset: np.ndarray, 
     if kind in POOL_CLASSES:
         return tokenwise_outputs(pool, layer, kind, ridge=kw["ridge"])[torch.as_tensor(subset)]
     nb = neighbours(pool, layer, kw["k"], exclude_sequence=kw["exclude_sequence"])[subset]
-    return fit_local(kind, h_in[nb], h_out[nb], h_in[torch.as_tensor(subset), None],
-                     **local_params(kind, kw["rank"], kw["ridge"]))[:, 0].float()
+    return fit_local(
+        kind, h_in[nb], h_out[nb], h_in[torch.as_tensor(subset), None], **local_params(kind, kw["rank"], kw["ridge"])
+    )[:, 0].float()
 
 
 def _same(row: dict, settings: dict) -> bool:
@@ -113,14 +130,25 @@ def _patching_from_log(log: ResultLog, kind: str, settings: dict, layers: list[i
     if set(per_layer) != set(layers):
         return None
     flat = [(l, *t) for l in layers for t in per_layer[l]]
-    return {"layers": [t[0] for t in flat], "index": [t[1] for t in flat], "kl": [t[2] for t in flat],
-            "kl_following": [t[3] for t in flat]}
+    return {
+        "layers": [t[0] for t in flat],
+        "index": [t[1] for t in flat],
+        "kl": [t[2] for t in flat],
+        "kl_following": [t[3] for t in flat],
+    }
 
 
-def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | None = None, *,
-                       log_path: str | os.PathLike | None = None, units: Sequence[tuple] | None = None,
-                       progress: bool = False, on_table: Callable[[str, pd.DataFrame], Any] | None = None,
-                       **kwargs: Any) -> TokenwiseResult:
+def tokenwise_analysis(
+    model: Model,
+    pool: StatePool,
+    cfg: TokenwiseConfig | None = None,
+    *,
+    log_path: str | os.PathLike | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+    **kwargs: Any,
+) -> TokenwiseResult:
     """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
     ``seq_len`` and ``pool_dtype`` describe the pool and are not used here), on ``units`` (``(class,
     layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments. ``log_path``: the
@@ -134,7 +162,9 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     layers = cfg.fitted_layers(pool.n_layers)
     patch_layers = cfg.patched_layers(pool.n_layers)
     if cfg.patch_tokens > pool.n_tokens:
-        raise InputError(f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}")
+        raise InputError(
+            f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}"
+        )
     chosen = None if units is None else {tuple(u) for u in units}
     unknown = sorted(chosen - {(c, l) for c in cfg.classes for l in layers}) if chosen is not None else []
     if unknown:
@@ -144,11 +174,27 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
         return chosen is None or (c, l) in chosen
 
     subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.patch_tokens, replace=False))
-    settings = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "ridge": cfg.ridge,
-                "energy": cfg.energy, "patch_tokens": cfg.patch_tokens, "seed": cfg.seed, "n_tokens": pool.n_tokens,
-                "inputs": content_digest(pool.windows)}  # the pool's tokens: another text is computed again
-    log = (ResultLog(log_path, key=("stage", "layer", "class", *settings, "patch_layers"),
-                     identity=run_identity(model).row(), content=("inputs",)) if log_path else None)
+    settings = {
+        "k": cfg.k,
+        "exclude_sequence": cfg.exclude_sequence,
+        "rank": cfg.rank,
+        "ridge": cfg.ridge,
+        "energy": cfg.energy,
+        "patch_tokens": cfg.patch_tokens,
+        "seed": cfg.seed,
+        "n_tokens": pool.n_tokens,
+        "inputs": content_digest(pool.windows),
+    }  # the pool's tokens: another text is computed again
+    log = (
+        ResultLog(
+            log_path,
+            key=("stage", "layer", "class", *settings, "patch_layers"),
+            identity=run_identity(model).row(),
+            content=("inputs",),
+        )
+        if log_path
+        else None
+    )
     kw = dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
 
     geo_rows = []
@@ -170,14 +216,19 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
             for c, t in outs.items():
                 fitted[(l, c)] = t[sub]
                 summary, g = geometry_row(h_in, h_out, t, cfg.energy)
-                rows[c] = {**keys[c], **summary, "subset_error": g.rel_error[sub].tolist(),
-                           "subset_angle": g.residual_angle[sub].tolist()}
+                rows[c] = {
+                    **keys[c],
+                    **summary,
+                    "subset_error": g.rel_error[sub].tolist(),
+                    "subset_angle": g.residual_angle[sub].tolist(),
+                }
                 if log:
                     log.add(rows[c])
         geo_rows += [rows[c] for c in classes]
     hidden = ("stage", "patch_layers", "inputs")
-    geometry = pd.DataFrame([{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden}
-                             for r in geo_rows])
+    geometry = pd.DataFrame(
+        [{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden} for r in geo_rows]
+    )
     if on_table is not None:
         on_table("geometry", geometry)
 
@@ -194,18 +245,45 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     if todo:  # every class's patches in one pass: each batch's clean forward is shared
         df = patch_kl_sets(model, pool, subset, todo, batch_size=cfg.batch_size, progress=progress)
         for c, got in df.groupby("set", sort=False):
-            done[c] = {**keys[c], "kl": got["kl"].tolist(), "kl_following": got["kl_following"].tolist(),
-                       "layers": got["layer"].tolist(), "index": got["index"].tolist()}
+            done[c] = {
+                **keys[c],
+                "kl": got["kl"].tolist(),
+                "kl_following": got["kl_following"].tolist(),
+                "layers": got["layer"].tolist(),
+                "index": got["index"].tolist(),
+            }
             if log:
                 log.add(done[c])
-    token_rows = [pd.DataFrame({"class": c, "layer": row["layers"], "index": row["index"], "kl": row["kl"],
-                                "kl_following": row["kl_following"]}) for c, row in done.items()]
+    token_rows = [
+        pd.DataFrame(
+            {
+                "class": c,
+                "layer": row["layers"],
+                "index": row["index"],
+                "kl": row["kl"],
+                "kl_following": row["kl_following"],
+            }
+        )
+        for c, row in done.items()
+    ]
     if not token_rows:  # only unpatched layers among the units
         return TokenwiseResult(geometry=geometry)
     tokens = pd.concat(token_rows, ignore_index=True)
-    errors = pd.concat([pd.DataFrame({"class": r["class"], "layer": r["layer"], "index": subset,
-                                      "rel_error": r["subset_error"], "residual_angle": r["subset_angle"]})
-                        for r in geo_rows], ignore_index=True)
+    errors = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "class": r["class"],
+                    "layer": r["layer"],
+                    "index": subset,
+                    "rel_error": r["subset_error"],
+                    "residual_angle": r["subset_angle"],
+                }
+            )
+            for r in geo_rows
+        ],
+        ignore_index=True,
+    )
     tokens = tokens.merge(errors, on=["class", "layer", "index"])
     tokens["window"] = pool.window[tokens["index"].to_numpy()]
     if on_table is not None:
@@ -215,8 +293,17 @@ def tokenwise_analysis(model: Model, pool: StatePool, cfg: TokenwiseConfig | Non
     for (l, c), g in tokens.groupby(["layer", "class"]):
         for target in ("kl", "kl_following"):
             s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=cfg.n_boot, seed=cfg.seed)
-            corr.append({"layer": l, "class": c, "target": target, "spearman": s.rho, "ci_low": s.ci_low,
-                         "ci_high": s.ci_high, "n": s.n})
+            corr.append(
+                {
+                    "layer": l,
+                    "class": c,
+                    "target": target,
+                    "spearman": s.rho,
+                    "ci_low": s.ci_low,
+                    "ci_high": s.ci_high,
+                    "n": s.n,
+                }
+            )
     correlation = pd.DataFrame(corr)
     if on_table is not None:
         on_table("correlation", correlation)
@@ -245,9 +332,16 @@ def _labelled(name: str, df: pd.DataFrame, settings: dict, meta: dict) -> pd.Dat
 
 
 @identified
-def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, log: str | Path | None = None,
-        units: Sequence[tuple] | None = None, progress: bool = False,
-        on_table: Callable[[str, pd.DataFrame], Any] | None = None) -> TokenwiseResult:
+def run(
+    model: Model,
+    cfg: TokenwiseConfig,
+    *,
+    out: str | Path | None = None,
+    log: str | Path | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+) -> TokenwiseResult:
     """The pool of ``cfg`` (collected into ``out/<cfg.pool_name(identity)>``, resumed and reused there; in a
     temporary folder when ``out`` is None), then :func:`tokenwise_analysis` on ``units`` (default
     all), with ``patch_tokens`` at most the pool's tokens. With ``out`` each table is merged into it as
@@ -270,11 +364,24 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
         if progress:
             print(f"collecting {len(windows)} windows x {cfg.seq_len} tokens at every layer into {pool_dir}")
         r = ranks()  # under torchrun each rank collects its share of the pool, then they all-gather it
-        pool = collect_pool(model, windows, pool_dir, dtype=cfg.pool_dtype, batch_size=cfg.batch_size, progress=progress,
-                            ranks=r if r.size > 1 and all_ranks_busy() else None)
+        pool = collect_pool(
+            model,
+            windows,
+            pool_dir,
+            dtype=cfg.pool_dtype,
+            batch_size=cfg.batch_size,
+            progress=progress,
+            ranks=r if r.size > 1 and all_ranks_busy() else None,
+        )
         cfg = cfg.replace(patch_tokens=min(cfg.patch_tokens, pool.n_tokens))
-        meta = {"k": cfg.k, "exclude_sequence": cfg.exclude_sequence, "rank": cfg.rank, "patch_tokens": cfg.patch_tokens,
-                "seed": cfg.seed, "n_tokens": pool.n_tokens}
+        meta = {
+            "k": cfg.k,
+            "exclude_sequence": cfg.exclude_sequence,
+            "rank": cfg.rank,
+            "patch_tokens": cfg.patch_tokens,
+            "seed": cfg.seed,
+            "n_tokens": pool.n_tokens,
+        }
 
         def done(name: str, df: pd.DataFrame) -> None:
             df = _labelled(name, df, settings, meta)
@@ -283,8 +390,15 @@ def run(model: Model, cfg: TokenwiseConfig, *, out: str | Path | None = None, lo
             if on_table is not None:
                 on_table(name, df)
 
-        res = tokenwise_analysis(model, pool, cfg, log_path=log_dir / LOG if log_dir is not None else None,
-                                 units=units, progress=progress, on_table=done)
+        res = tokenwise_analysis(
+            model,
+            pool,
+            cfg,
+            log_path=log_dir / LOG if log_dir is not None else None,
+            units=units,
+            progress=progress,
+            on_table=done,
+        )
     return TokenwiseResult(**{n: _labelled(n, df, settings, meta) for n, df in res.tables().items()})
 
 
@@ -317,11 +431,11 @@ def fit_work(shape, n_tokens: int, classes: Sequence[str], k: int, layers: int =
     local = [c for c in classes if c in LOCAL_CLASSES]
     out = {"tokenwise.fit_class": len(classes) * d}
     if local:
-        out["tokenwise.knn"] = n_tokens ** 2 * d
-        out.update({f"tokenwise.fit.{c}": n_tokens * d * k ** 2 for c in local})
+        out["tokenwise.knn"] = n_tokens**2 * d
+        out.update({f"tokenwise.fit.{c}": n_tokens * d * k**2 for c in local})
     flops = 0.0
     if "global" in classes:  # the two folds' Gram matrices and solves
-        flops += 4 * n_tokens * d * d + 2 * d ** 3
+        flops += 4 * n_tokens * d * d + 2 * d**3
     if "mlp" in classes:  # forward and backward of the residual MLP, every token once per epoch
         flops += MLP_EPOCHS * 12 * n_tokens * d * MLP_HIDDEN
     if flops:
@@ -345,22 +459,49 @@ def plan(shape, cfg: TokenwiseConfig) -> list:
     n_win, n_tok = pool_size(cfg.tokens, seq)
     item = 2 if cfg.pool_dtype == "float16" else 4
     cached = min(cfg.batch_size, n_win) * seq * (n_layers + 1) * d * 4  # a batch's states, every layer
-    out = [Work("pool", n_win * seq, seq, cfg.batch_size, kept_bytes=cached, logit_copies=0.0, readout=0.0,
-                host_bytes=n_tok * (n_layers + 1) * d * item,
-                note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.pool_dtype}, memory-mapped")]
-    out.append(Work("fits", 0, 1, host=fit_work(shape, n_tok, cfg.classes, cfg.k, len(layers)),
-                    host_bytes=(2 + len(cfg.classes)) * n_tok * d * 4 + n_tok * cfg.k * 8
-                    + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
-                    note=f"{len(cfg.classes)} class(es) at {len(layers)} layer(s) (host)"))
+    out = [
+        Work(
+            "pool",
+            n_win * seq,
+            seq,
+            cfg.batch_size,
+            kept_bytes=cached,
+            logit_copies=0.0,
+            readout=0.0,
+            host_bytes=n_tok * (n_layers + 1) * d * item,
+            note=f"{n_tok} tokens x {n_layers + 1} states, {cfg.pool_dtype}, memory-mapped",
+        )
+    ]
+    out.append(
+        Work(
+            "fits",
+            0,
+            1,
+            host=fit_work(shape, n_tok, cfg.classes, cfg.k, len(layers)),
+            host_bytes=(2 + len(cfg.classes)) * n_tok * d * 4
+            + n_tok * cfg.k * 8
+            + KNN_CHUNK_COPIES * min(1024, n_tok) * n_tok * 4,
+            note=f"{len(cfg.classes)} class(es) at {len(layers)} layer(s) (host)",
+        )
+    )
     rows = min(cfg.patch_tokens, n_tok)
     resumed = sum((n_layers - l) / n_layers for l in patched)  # full forwards' worth of blocks, per patched token
     tokens = rows * seq * (1 + len(patched))
     batch = max(1, min(cfg.batch_size, LOGIT_BUDGET // (seq * shape.vocab)))
     c = len(cfg.classes)
-    out.append(Work("patching", c * tokens, seq, batch, blocks=rows * seq * (1 + resumed) / tokens,
-                    readout=(rows * seq + rows * len(patched) * seq / 2) / tokens, logit_copies=PPL_LOGIT_COPIES,
-                    kept_bytes=batch * seq * d * 4 * (len(patched) + 1),
-                    note=f"{c} class(es) x {rows} tokens at {len(patched)} layer(s), resumed"))
+    out.append(
+        Work(
+            "patching",
+            c * tokens,
+            seq,
+            batch,
+            blocks=rows * seq * (1 + resumed) / tokens,
+            readout=(rows * seq + rows * len(patched) * seq / 2) / tokens,
+            logit_copies=PPL_LOGIT_COPIES,
+            kept_bytes=batch * seq * d * 4 * (len(patched) + 1),
+            note=f"{c} class(es) x {rows} tokens at {len(patched)} layer(s), resumed",
+        )
+    )
     return out
 
 
@@ -369,8 +510,26 @@ def support(family: Family) -> Support:
     return Support("yes")
 
 
-ANALYSIS = register_analysis(Analysis(
-    "tokenwise", TokenwiseConfig, run, TokenwiseResult, units,
-    "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
-    tiny=dict(tokens=120, seq_len=16, classes=("diag_psd", "linear"), k=8, patch_tokens=12, n_boot=20, fit_workers=1,
-              batch_size=4), plan=plan, support=support, docs="analyses/tokenwise"))
+ANALYSIS = register_analysis(
+    Analysis(
+        "tokenwise",
+        TokenwiseConfig,
+        run,
+        TokenwiseResult,
+        units,
+        "tokenwise layer maps: local kNN fits of h_{l+1} ~ A(x) x and what they leave (seed paper 002)",
+        tiny=dict(
+            tokens=120,
+            seq_len=16,
+            classes=("diag_psd", "linear"),
+            k=8,
+            patch_tokens=12,
+            n_boot=20,
+            fit_workers=1,
+            batch_size=4,
+        ),
+        plan=plan,
+        support=support,
+        docs="analyses/tokenwise",
+    )
+)

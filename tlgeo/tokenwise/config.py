@@ -34,34 +34,55 @@ class TokenwiseConfig(Config):
     ``patch_tokens`` tokens to their approximation, with Spearman(error, KL)."""
 
     corpus: str = param("wikitext2", "text to collect states from")
-    tokens: int = param(4096, f"tokens in the pool (the paper: {POOL_TOKENS}; in tlgeo atlas 0 skips the step)",
-                        atlas=768, cost="one forward of the pool; per fitted layer kNN is quadratic in it, the "
-                                         "local fits linear")
+    tokens: int = param(
+        4096,
+        f"tokens in the pool (the paper: {POOL_TOKENS}; in tlgeo atlas 0 skips the step)",
+        atlas=768,
+        cost="one forward of the pool; per fitted layer kNN is quadratic in it, the local fits linear",
+    )
     seq_len: int = param(128, "tokens per window of the pool", atlas=64)
     layers: tuple[int, ...] | None = param(None, "layer maps to fit (all when not given)", indices=True)
-    classes: tuple[str, ...] = param(CLASSES, "map classes: diag_psd, lowrank, orthogonal, linear (local fits), "
-                                              "global, mlp (one map for the whole pool, cross-fitted)",
-                                     atlas=("diag_psd", "orthogonal", "linear", "global"),  # no choices: validate()
-                                     cost="per class: its fits at each fitted layer and its patched forwards")
+    classes: tuple[str, ...] = param(
+        CLASSES,
+        "map classes: diag_psd, lowrank, orthogonal, linear (local fits), "
+        "global, mlp (one map for the whole pool, cross-fitted)",
+        atlas=("diag_psd", "orthogonal", "linear", "global"),  # no choices: validate()
+        cost="per class: its fits at each fitted layer and its patched forwards",
+    )
     k: int = param(32, "neighbours per local fit")
     rank: int = param(8, "rank of the lowrank class")
-    exclude_sequence: bool = param(True, "exclude neighbours from the token's own window, so the fit stays "
-                                         "tokenwise (--no-exclude-sequence: allow them)")
+    exclude_sequence: bool = param(
+        True,
+        "exclude neighbours from the token's own window, so the fit stays "
+        "tokenwise (--no-exclude-sequence: allow them)",
+    )
     ridge: float = param(1e-3, "ridge of the linear, lowrank and global fits")
-    energy: float = param(0.9, "share of the energy of the tokenwise updates Delta_tok that their dominant "
-                               "subspace holds (residual_energy: the residual's share in it)")
-    patch_tokens: int = param(256, "tokens patched per layer and class for the KL", atlas=16,
-                         cost="per token and class: a clean forward of its window and one resumed at each patched "
-                              "layer")
-    patch_layers: tuple[int, ...] | None = param(None, "layer maps patched for the KL (every fitted layer when "
-                                                       "neither this nor --patch-layer-count is given)", indices=True)
-    patch_layer_count: int = param(0, "how many layer maps to patch, evenly spaced from the first fitted to the last, "
-                                      "unless patch layers are listed (0: every fitted layer; geometry: every layer)",
-                                   min=0, atlas=3, cost="per layer and class: each patched token's window resumed "
-                                                        "at that layer")
+    energy: float = param(
+        0.9,
+        "share of the energy of the tokenwise updates Delta_tok that their dominant "
+        "subspace holds (residual_energy: the residual's share in it)",
+    )
+    patch_tokens: int = param(
+        256,
+        "tokens patched per layer and class for the KL",
+        atlas=16,
+        cost="per token and class: a clean forward of its window and one resumed at each patched layer",
+    )
+    patch_layers: tuple[int, ...] | None = param(
+        None,
+        "layer maps patched for the KL (every fitted layer when neither this nor --patch-layer-count is given)",
+        indices=True,
+    )
+    patch_layer_count: int = param(
+        0,
+        "how many layer maps to patch, evenly spaced from the first fitted to the last, "
+        "unless patch layers are listed (0: every fitted layer; geometry: every layer)",
+        min=0,
+        atlas=3,
+        cost="per layer and class: each patched token's window resumed at that layer",
+    )
     seed: int = param(0, "seed of the patched token subset and of the bootstrap", min=0)
-    fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core "
-                                "each)")
+    fit_workers: int = param(2, "chunks of local fits run side by side (their small factorizations use one core each)")
     pool_dtype: str = param("float16", "pool storage dtype", choices=DTYPES)
     batch_size: int = param(16, "windows per forward")
     n_boot: int = param(1000, "bootstrap resamples of windows for the Spearman CIs (0: no CI)", min=0)
@@ -75,8 +96,9 @@ class TokenwiseConfig(Config):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.seq_len < 2:
-            raise InputError(f"seq_len must be at least 2 (the first position of each window is left out), "
-                             f"got {self.seq_len}")
+            raise InputError(
+                f"seq_len must be at least 2 (the first position of each window is left out), got {self.seq_len}"
+            )
         if self.patch_tokens < 3:
             raise InputError(f"patch_tokens must be at least 3 (a rank correlation), got {self.patch_tokens}")
         if min(self.patch_layer_count, self.seed, self.n_boot) < 0:
@@ -123,5 +145,6 @@ class TokenwiseConfig(Config):
         ``identity_key`` (:attr:`tlgeo.runner.identity.RunIdentity.key`: two models' pools never share a folder) and the
         windows of digest ``inputs`` (:func:`tlgeo.runner.results.content_digest`: a corpus file changed under its
         name gets a pool of its own)."""
-        return (f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.pool_dtype}-{identity_key}-"
-                f"{inputs[:8]}").replace("/", "_")
+        return (
+            f"tokenwise_pool-{self.corpus}-t{self.tokens}-s{self.seq_len}-{self.pool_dtype}-{identity_key}-{inputs[:8]}"
+        ).replace("/", "_")

@@ -30,16 +30,27 @@ from ..geometry.update_split import update_geometry
 from ..storage import atomic_write
 from .pool import StatePool
 
-__all__ = ["CLASSES", "POOL_CLASSES", "neighbours", "fit_mlp", "cross_fit", "tokenwise_outputs", "layer_outputs",
-           "local_params", "geometry_row", "layer_geometry"]
+__all__ = [
+    "CLASSES",
+    "POOL_CLASSES",
+    "neighbours",
+    "fit_mlp",
+    "cross_fit",
+    "tokenwise_outputs",
+    "layer_outputs",
+    "local_params",
+    "geometry_row",
+    "layer_geometry",
+]
 
 POOL_CLASSES = ("global", "mlp")  # one map per layer for the whole pool
 CLASSES = (*LOCAL_MAPS, *POOL_CLASSES)
 ANGLE_THRESHOLD = 60.0  # degrees: the paper's "large angular deviation"
 
 
-def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = True, chunk: int = 1024,
-               backend: str = "torch") -> torch.Tensor:
+def neighbours(
+    pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = True, chunk: int = 1024, backend: str = "torch"
+) -> torch.Tensor:
     """``[n_tokens, k]`` neighbour indices of every token in ``h_layer`` (cached in the pool's directory;
     ``backend``: ``torch`` or ``faiss``, the same exact search)."""
     path = Path(pool.directory) / f"neighbours_l{layer}_k{k}_{'xseq' if exclude_sequence else 'loo'}.npy"
@@ -53,8 +64,16 @@ def neighbours(pool: StatePool, layer: int, k: int, *, exclude_sequence: bool = 
     return idx
 
 
-def fit_mlp(x: torch.Tensor, y: torch.Tensor, *, hidden: int = 256, epochs: int = 10, batch_size: int = 256,
-            lr: float = 1e-3, seed: int = 0):
+def fit_mlp(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    hidden: int = 256,
+    epochs: int = 10,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    seed: int = 0,
+):
     """A small residual MLP ``q -> q + MLP(q)`` fitted to ``y ≈ x + MLP(x)`` (Adam, mean squared
     error on states scaled by their median norm). Returns the map."""
     from torch import nn
@@ -96,17 +115,47 @@ def cross_fit(fit, h_in: torch.Tensor, h_out: torch.Tensor, windows: np.ndarray,
     return out
 
 
-def tokenwise_outputs(pool: StatePool, layer: int, kind: str, *, k: int = 32, exclude_sequence: bool = True,
-                      rank: int = 8, ridge: float = 1e-3, chunk: int = 64, mlp_epochs: int = 10,
-                      threads: int = 1) -> torch.Tensor:
+def tokenwise_outputs(
+    pool: StatePool,
+    layer: int,
+    kind: str,
+    *,
+    k: int = 32,
+    exclude_sequence: bool = True,
+    rank: int = 8,
+    ridge: float = 1e-3,
+    chunk: int = 64,
+    mlp_epochs: int = 10,
+    threads: int = 1,
+) -> torch.Tensor:
     """``T(h_layer)`` of every token under class ``kind`` (float32 ``[n_tokens, d_model]``)."""
-    return layer_outputs(pool, layer, [kind], k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge,
-                         chunk=chunk, mlp_epochs=mlp_epochs, threads=threads)[kind]
+    return layer_outputs(
+        pool,
+        layer,
+        [kind],
+        k=k,
+        exclude_sequence=exclude_sequence,
+        rank=rank,
+        ridge=ridge,
+        chunk=chunk,
+        mlp_epochs=mlp_epochs,
+        threads=threads,
+    )[kind]
 
 
-def layer_outputs(pool: StatePool, layer: int, kinds: Sequence[str], *, k: int = 32, exclude_sequence: bool = True,
-                  rank: int = 8, ridge: float = 1e-3, chunk: int = 64, mlp_epochs: int = 10,
-                  threads: int = 1) -> dict[str, torch.Tensor]:
+def layer_outputs(
+    pool: StatePool,
+    layer: int,
+    kinds: Sequence[str],
+    *,
+    k: int = 32,
+    exclude_sequence: bool = True,
+    rank: int = 8,
+    ridge: float = 1e-3,
+    chunk: int = 64,
+    mlp_epochs: int = 10,
+    threads: int = 1,
+) -> dict[str, torch.Tensor]:
     """``{kind: T(h_layer)}`` for several classes of one layer map: the local ones share each
     token's gathered neighbourhood (:func:`tlgeo.geometry.local_maps.tokenwise_fits`)."""
     bad = [c for c in kinds if c not in CLASSES]
@@ -115,8 +164,9 @@ def layer_outputs(pool: StatePool, layer: int, kinds: Sequence[str], *, k: int =
     h_in, h_out = pool.pair(layer)
     out: dict[str, torch.Tensor] = {}
     if "global" in kinds:
-        out["global"] = cross_fit(lambda x, y: (lambda q, a=global_linear(x, y, ridge=ridge).float(): q @ a),
-                                  h_in, h_out, pool.window)
+        out["global"] = cross_fit(
+            lambda x, y: lambda q, a=global_linear(x, y, ridge=ridge).float(): q @ a, h_in, h_out, pool.window
+        )
     if "mlp" in kinds:
         out["mlp"] = cross_fit(lambda x, y: fit_mlp(x, y, epochs=mlp_epochs), h_in, h_out, pool.window)
     local = [c for c in kinds if c in LOCAL_MAPS]
@@ -132,9 +182,18 @@ def local_params(kind: str, rank: int, ridge: float) -> dict:
     return {"rank": rank, "ridge": ridge} if kind == "lowrank" else {"ridge": ridge} if kind == "linear" else {}
 
 
-def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes: Sequence[str] = CLASSES, *,
-                   k: int = 32, exclude_sequence: bool = True, rank: int = 8, ridge: float = 1e-3,
-                   energy: float = 0.9, threads: int = 1) -> pd.DataFrame:
+def layer_geometry(
+    pool: StatePool,
+    layers: Iterable[int] | None = None,
+    classes: Sequence[str] = CLASSES,
+    *,
+    k: int = 32,
+    exclude_sequence: bool = True,
+    rank: int = 8,
+    ridge: float = 1e-3,
+    energy: float = 0.9,
+    threads: int = 1,
+) -> pd.DataFrame:
     """One row per (layer, class): medians over tokens of ``cos_update``, ``rel_error``,
     ``residual_angle`` and ``residual_energy``, the share of residual angles above 60°,
     the dominant subspace's rank."""
@@ -142,12 +201,21 @@ def layer_geometry(pool: StatePool, layers: Iterable[int] | None = None, classes
     rows = []
     for l in layers:
         h_in, h_out = pool.pair(l)
-        outs = layer_outputs(pool, l, classes, k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge,
-                             threads=threads)
+        outs = layer_outputs(
+            pool, l, classes, k=k, exclude_sequence=exclude_sequence, rank=rank, ridge=ridge, threads=threads
+        )
         for kind, t in outs.items():
             row, _ = geometry_row(h_in, h_out, t, energy)
-            rows.append({"layer": l, "class": kind, "k": k, "exclude_sequence": exclude_sequence,
-                         "n_tokens": pool.n_tokens, **row})
+            rows.append(
+                {
+                    "layer": l,
+                    "class": kind,
+                    "k": k,
+                    "exclude_sequence": exclude_sequence,
+                    "n_tokens": pool.n_tokens,
+                    **row,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -155,7 +223,12 @@ def geometry_row(h_in: torch.Tensor, h_out: torch.Tensor, t_out: torch.Tensor, e
     """``(summary, per_token)``: the medians of :func:`update_geometry` over tokens (and the share of
     residual angles above 60°), and the per-token :class:`UpdateGeometry` itself."""
     g = update_geometry(h_in, h_out, t_out, energy=energy)
-    return {"cos_update": float(g.cos_update.median()), "cos_update_mean": float(g.cos_update.mean()),
-            "rel_error": float(g.rel_error.median()), "residual_angle": float(g.residual_angle.median()),
-            "share_angle_above_60": float((g.residual_angle > ANGLE_THRESHOLD).float().mean()),
-            "residual_energy": float(g.residual_energy.median()), "dominant_rank": g.rank}, g
+    return {
+        "cos_update": float(g.cos_update.median()),
+        "cos_update_mean": float(g.cos_update.mean()),
+        "rel_error": float(g.rel_error.median()),
+        "residual_angle": float(g.residual_angle.median()),
+        "share_angle_above_60": float((g.residual_angle > ANGLE_THRESHOLD).float().mean()),
+        "residual_energy": float(g.residual_energy.median()),
+        "dominant_rank": g.rank,
+    }, g

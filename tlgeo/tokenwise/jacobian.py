@@ -27,8 +27,9 @@ from ..models import Model
 __all__ = ["block_map", "tokenwise_jacobian", "jacobian_agreement"]
 
 
-def block_map(model: Model, tokens: Int[Tensor, "1 pos"], layer: int,
-              position: int) -> tuple[Float[Tensor, "d"], Callable[[Tensor], Tensor]]:
+def block_map(
+    model: Model, tokens: Int[Tensor, "1 pos"], layer: int, position: int
+) -> tuple[Float[Tensor, "d"], Callable[[Tensor], Tensor]]:
     """``(x0, f)``: the token's state ``h_layer[position]`` ``[d]`` and ``f(x [m, d]) -> [m, d]``."""
     if tokens.ndim != 2 or tokens.shape[0] != 1:
         raise InputError(f"tokens must be one sequence [1, pos], got shape {tuple(tokens.shape)}")
@@ -64,8 +65,18 @@ def tokenwise_jacobian(model: Model, tokens: Int[Tensor, "1 pos"], layer: int, p
         return torch.autograd.functional.jacobian(lambda x: f(x[None])[0], x0)
 
 
-def jacobian_agreement(model: Model, tokens: Int[Tensor, "1 pos"], layer: int, position: int, *, k: int,
-                       radius: float = 0.05, kind: str = "linear", seed: int = 0, **params) -> float:
+def jacobian_agreement(
+    model: Model,
+    tokens: Int[Tensor, "1 pos"],
+    layer: int,
+    position: int,
+    *,
+    k: int,
+    radius: float = 0.05,
+    kind: str = "linear",
+    seed: int = 0,
+    **params,
+) -> float:
     """``||(A - Jᵀ) P|| / ||Jᵀ P||`` (Frobenius) for the class-``kind`` fit on ``k`` neighbours
     ``x0 + radius ||x0|| u_j`` (``u_j`` uniform on the sphere), ``P`` the projector orthogonal to ``x0``."""
     x0, f = block_map(model, tokens, layer, position)

@@ -35,19 +35,33 @@ __all__ = ["patch_kl", "patch_kl_sets"]
 LOGIT_BUDGET = 1 << 24  # float32 logits (64 MiB) per patched forward
 
 
-def patch_kl(model: Model, pool: StatePool, indices: np.ndarray, replacements: Mapping[int, Float[Tensor, "n d"]],
-             *, batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
+def patch_kl(
+    model: Model,
+    pool: StatePool,
+    indices: np.ndarray,
+    replacements: Mapping[int, Float[Tensor, "n d"]],
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> pd.DataFrame:
     """KL of patching each pool token ``indices[j]`` to ``replacements[l][j]`` at every layer ``l`` given.
 
     Columns: ``index, layer, window, position, kl`` (at the patched position, nats) and
     ``kl_following`` (summed over it and the later positions)."""
-    return patch_kl_sets(model, pool, indices, {None: replacements}, batch_size=batch_size,
-                         progress=progress).drop(columns="set")
+    return patch_kl_sets(model, pool, indices, {None: replacements}, batch_size=batch_size, progress=progress).drop(
+        columns="set"
+    )
 
 
-def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
-                  sets: Mapping[Hashable, Mapping[int, Float[Tensor, "n d"]]], *, batch_size: int = 16,
-                  progress: bool = False) -> pd.DataFrame:
+def patch_kl_sets(
+    model: Model,
+    pool: StatePool,
+    indices: np.ndarray,
+    sets: Mapping[Hashable, Mapping[int, Float[Tensor, "n d"]]],
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> pd.DataFrame:
     """:func:`patch_kl` of several sets of replacements (e.g. one per approximation class) at once: each
     batch's clean forward and clean log-probabilities are computed once and shared by every set.
 
@@ -107,8 +121,17 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
                     firsts = [float(kl[j, pos[j]]) for j in range(len(idx))]
                     sums = [float(kl[j][after[j]].sum()) for j in range(len(idx))]
                 for j in range(len(idx)):
-                    rows[name].append({"set": name, "index": int(idx[j]), "layer": l, "window": int(win[j]),
-                                       "position": int(pos[j]), "kl": firsts[j], "kl_following": sums[j]})
+                    rows[name].append(
+                        {
+                            "set": name,
+                            "index": int(idx[j]),
+                            "layer": l,
+                            "window": int(win[j]),
+                            "position": int(pos[j]),
+                            "kl": firsts[j],
+                            "kl_following": sums[j],
+                        }
+                    )
             del cache
     cols = ["set", "index", "layer", "window", "position", "kl", "kl_following"]
     return pd.DataFrame([r for name in sets for r in rows[name]], columns=cols)
@@ -117,12 +140,17 @@ def patch_kl_sets(model: Model, pool: StatePool, indices: np.ndarray,
 def _kl(p_clean: Tensor, clean: Tensor, logits: Tensor, rows: int = 64) -> Tensor:
     """``[n]``: ``KL(p_clean || softmax(logits))`` of each of ``n`` positions (``clean``: ``log p_clean``), some
     ``rows`` at a time: the temporaries are a few ``[rows, vocab]`` arrays, not ``[n, vocab]`` ones."""
-    return torch.cat([(p_clean[i: i + rows] * (clean[i: i + rows] - torch.log_softmax(logits[i: i + rows].float(), -1)))
-                      .sum(-1) for i in range(0, len(logits), rows)])
+    return torch.cat(
+        [
+            (p_clean[i : i + rows] * (clean[i : i + rows] - torch.log_softmax(logits[i : i + rows].float(), -1))).sum(
+                -1
+            )
+            for i in range(0, len(logits), rows)
+        ]
+    )
 
 
-def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
-                   rep: torch.Tensor) -> torch.Tensor:
+def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor, rep: torch.Tensor) -> torch.Tensor:
     """The last block's output ``[B, T, d]`` with layer map ``layer``'s output at ``(rows[j], pos[j])``
     set to ``rep[j]``, resumed at block ``layer``; the unembedding is never run."""
 
@@ -131,12 +159,14 @@ def _patched_final(model, cache, layer: int, rows: torch.Tensor, pos: torch.Tens
         h[rows, pos] = rep.to(h.device, h.dtype)
         return h
 
-    return resumed_last_block_output(model, cache[f"blocks.{layer}.hook_resid_pre"], layer,
-                                     [(f"blocks.{layer}.hook_resid_post", put)])
+    return resumed_last_block_output(
+        model, cache[f"blocks.{layer}.hook_resid_pre"], layer, [(f"blocks.{layer}.hook_resid_post", put)]
+    )
 
 
-def _patched_logits(model, toks: torch.Tensor, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor,
-                    rep: torch.Tensor) -> torch.Tensor:
+def _patched_logits(
+    model, toks: torch.Tensor, cache, layer: int, rows: torch.Tensor, pos: torch.Tensor, rep: torch.Tensor
+) -> torch.Tensor:
     """Logits with the output of layer map ``layer`` at ``(rows[j], pos[j])`` set to ``rep[j]``."""
 
     def put(h: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,11 @@ def plot_layer_geometry(geometry: pd.DataFrame):
 
     if geometry.empty:
         raise InputError("plot_layer_geometry needs a non-empty geometry table")
-    panels = (("rel_error", "median ||r|| / ||Δ_full||"), ("cos_update", "median cos(Δ_full, Δ_tok)"),
-              ("share_angle_above_60", f"share of residual angles > {ANGLE_THRESHOLD:.0f}°"))
+    panels = (
+        ("rel_error", "median ||r|| / ||Δ_full||"),
+        ("cos_update", "median cos(Δ_full, Δ_tok)"),
+        ("share_angle_above_60", f"share of residual angles > {ANGLE_THRESHOLD:.0f}°"),
+    )
     fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.0), layout="constrained")
     for ax, (col, title) in zip(axes, panels):
         for c, g in geometry.groupby("class", sort=False):
@@ -76,12 +79,14 @@ def plot_error_vs_kl(tokens: pd.DataFrame, correlation: pd.DataFrame | None = No
     for c, g in d.groupby("class", sort=False):
         label = c
         if correlation is not None:
-            r = correlation[(correlation["layer"] == layer) & (correlation["class"] == c)
-                            & (correlation["target"] == "kl")]
+            r = correlation[
+                (correlation["layer"] == layer) & (correlation["class"] == c) & (correlation["target"] == "kl")
+            ]
             if len(r):
                 label = f"{c} (rho {r['spearman'].iloc[0]:.2f})"
-        ax.scatter(g["rel_error"].clip(lower=1e-6), g["kl"].clip(lower=1e-9), s=8, alpha=0.6,
-                   color=_COLORS.get(c), label=label)
+        ax.scatter(
+            g["rel_error"].clip(lower=1e-6), g["kl"].clip(lower=1e-9), s=8, alpha=0.6, color=_COLORS.get(c), label=label
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain_log_ticks(ax.xaxis)  # 0.2, 0.5, 1: not 2x10^-1, 3x10^-1, ... on top of each other

@@ -78,6 +78,7 @@ def _states_hf(model, tokens: torch.Tensor) -> list[torch.Tensor]:
     def post(i):
         def fn(_, args, output):
             got[i + 1] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
+
         return fn
 
     handles = [layers[0].register_forward_pre_hook(pre, with_kwargs=True)]
@@ -116,12 +117,13 @@ class StatePool:
         d = Path(directory)
         meta = json.loads((d / "meta.json").read_text())
         if meta["done_windows"] < meta["n_windows"]:
-            raise InputError(f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
-                             "run collect_pool again to finish it")
+            raise InputError(
+                f"{d}: the pool is incomplete ({meta['done_windows']} of {meta['n_windows']} windows); "
+                "run collect_pool again to finish it"
+            )
         check(d, "the state pool", _pool_files(int(meta["n_layers"])))  # a damaged file is never read as states
         idx = np.load(d / "index.npy")
-        return cls(d, int(meta["n_tokens"]), int(meta["d_model"]), int(meta["n_layers"]), meta["dtype"],
-                   idx[0], idx[1])
+        return cls(d, int(meta["n_tokens"]), int(meta["d_model"]), int(meta["n_layers"]), meta["dtype"], idx[0], idx[1])
 
     def states(self, l: int) -> np.ndarray:
         """``h_l`` of every token, ``[n_tokens, d_model]`` (memory-mapped, read-only)."""
@@ -133,12 +135,23 @@ class StatePool:
         """``(h_layer, h_layer+1)`` as float32 tensors, for layer map ``layer``."""
         if not 0 <= layer < self.n_layers:
             raise InputError(f"layer {layer} out of range: the pool has layer maps 0..{self.n_layers - 1}")
-        return (torch.from_numpy(np.array(self.states(layer), dtype=np.float32)),
-                torch.from_numpy(np.array(self.states(layer + 1), dtype=np.float32)))
+        return (
+            torch.from_numpy(np.array(self.states(layer), dtype=np.float32)),
+            torch.from_numpy(np.array(self.states(layer + 1), dtype=np.float32)),
+        )
 
 
-def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Path, *, dtype: str = "float16",
-                 batch_size: int = 8, skip_first: int = 1, progress: bool = False, ranks=None) -> StatePool:
+def collect_pool(
+    model: Model,
+    windows: Int[Tensor, "n seq"],
+    out_dir: str | Path,
+    *,
+    dtype: str = "float16",
+    batch_size: int = 8,
+    skip_first: int = 1,
+    progress: bool = False,
+    ranks=None,
+) -> StatePool:
     """Collect the states of every token of ``windows [n_windows, seq_len]`` at every layer.
 
     ``skip_first``: leading positions of each window left out (default 1: BOS, whose
@@ -150,8 +163,9 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     if dtype not in ("float16", "float32"):
         raise InputError(f"dtype must be float16 or float32, got {dtype!r}")
     if windows.ndim != 2 or windows.shape[1] <= skip_first:
-        raise InputError(f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, "
-                         f"got shape {tuple(windows.shape)}")
+        raise InputError(
+            f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, got shape {tuple(windows.shape)}"
+        )
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     n_win, seq = windows.shape
@@ -159,16 +173,25 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     n_tok = n_win * per
     n_maps = n_layer_maps(model)
     d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
-    settings = {"n_windows": n_win, "seq_len": seq, "skip_first": skip_first, "dtype": dtype, "n_tokens": n_tok,
-                "n_layers": n_maps, "d_model": d_model,
-                "tokens": content_digest(windows),
-                "identity": run_identity(model).row()}
+    settings = {
+        "n_windows": n_win,
+        "seq_len": seq,
+        "skip_first": skip_first,
+        "dtype": dtype,
+        "n_tokens": n_tok,
+        "n_layers": n_maps,
+        "d_model": d_model,
+        "tokens": content_digest(windows),
+        "identity": run_identity(model).row(),
+    }
     meta_path = d / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     if meta is not None and {k: meta.get(k) for k in settings} != settings:
         other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
-        raise InputError(f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
-                         "use another directory")
+        raise InputError(
+            f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
+            "use another directory"
+        )
     if meta is not None and is_sealed(d):  # a finished pool: collected again if a file of it is damaged
         bad = verify(d, _pool_files(n_maps))
         if bad:
@@ -180,8 +203,9 @@ def collect_pool(model: Model, windows: Int[Tensor, "n seq"], out_dir: str | Pat
     if meta is None:
         for f in files:
             np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
-        _save_npy(d / "index.npy",
-                  np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)]))
+        _save_npy(
+            d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)])
+        )
         _save_npy(d / "tokens.npy", windows.cpu().numpy())
         meta = {**settings, "done_windows": 0}
         write_json(meta_path, meta)
@@ -238,9 +262,9 @@ def _share_states(mm: list, meta: dict, meta_path: Path, share: tuple[int, int],
     dist.all_gather_object(shares, share)
     for m in mm:  # one layer at a time: at most one layer's pool in flight
         parts: list = [None] * ranks.size
-        dist.all_gather_object(parts, np.asarray(m[share[0] * per: share[1] * per]))
+        dist.all_gather_object(parts, np.asarray(m[share[0] * per : share[1] * per]))
         for (a, b), rows in zip(shares, parts):
-            m[a * per: b * per] = rows
+            m[a * per : b * per] = rows
         m.flush()
     meta.update(done_windows=n_win, shared=True, collected=list(share))
     write_json(meta_path, meta)

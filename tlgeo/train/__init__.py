@@ -13,8 +13,22 @@ from .model import build_bridge, export_hf, load_tokenizer, load_trained
 from .suppression import SuppressedLM, Suppression
 
 __all__ = [
-    "ARCHS", "VARIANTS", "ConfigError", "ModelSpec", "TrainConfig", "hf_config",
-    "EmptyDataError", "TokenStream", "build_token_stream",
-    "train", "lr_factor", "make_model", "build_bridge", "export_hf", "load_tokenizer", "load_trained",
-    "SuppressedLM", "Suppression",
+    "ARCHS",
+    "VARIANTS",
+    "ConfigError",
+    "ModelSpec",
+    "TrainConfig",
+    "hf_config",
+    "EmptyDataError",
+    "TokenStream",
+    "build_token_stream",
+    "train",
+    "lr_factor",
+    "make_model",
+    "build_bridge",
+    "export_hf",
+    "load_tokenizer",
+    "load_trained",
+    "SuppressedLM",
+    "Suppression",
 ]

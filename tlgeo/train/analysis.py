@@ -11,8 +11,11 @@ __all__ = ["support"]
 
 def support(family: Family) -> Support:
     """Pretraining on ``family``: its own GPT and Llama models, whatever the family."""
-    return Support("differs", "pretraining builds its own GPT (LayerNorm) and Llama (RMSNorm) models; "
-                              "suppression hooks follow the sites' support")
+    return Support(
+        "differs",
+        "pretraining builds its own GPT (LayerNorm) and Llama (RMSNorm) models; "
+        "suppression hooks follow the sites' support",
+    )
 
 
 register_support("train", support)

@@ -32,7 +32,7 @@ def train_argv(cfg: TrainConfig) -> list[str]:
     argv = config_argv(dataclasses.replace(cfg, model=ModelSpec()))
     if cfg.warmup == warmup_for(cfg.steps):
         i = argv.index("--warmup")
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     return config_argv(cfg.model) + argv
 
 
@@ -43,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     df = train(cfg, resume=args.resume)
     last = df.dropna(subset=["val_loss"]).tail(1)
     if len(last):
-        print(f"final val loss {float(last.val_loss.iloc[0]):.4f} at step {int(last.step.iloc[0])}; "
-              f"model in {cfg.out}/model")
+        print(
+            f"final val loss {float(last.val_loss.iloc[0]):.4f} at step {int(last.step.iloc[0])}; "
+            f"model in {cfg.out}/model"
+        )
     return 0
 
 
@@ -65,8 +67,15 @@ def _run_command(args: argparse.Namespace) -> int:
 def _commands():
     from ..runner.analysis import Command
 
-    return (Command("train", "pretrain a model from scratch with parallel suppression", add_train_args,
-                    _run_command, DESCRIPTION),)
+    return (
+        Command(
+            "train",
+            "pretrain a model from scratch with parallel suppression",
+            add_train_args,
+            _run_command,
+            DESCRIPTION,
+        ),
+    )
 
 
 COMMANDS = _commands()

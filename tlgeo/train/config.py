@@ -45,8 +45,7 @@ class ModelSpec(Config):
     n_layers: int = param(4, "blocks", flag="--layers", group="model")
     n_heads: int = param(4, "query heads per block", flag="--heads", group="model")
     n_kv_heads: int | None = param(None, "GQA key/value heads (default: --heads)", flag="--kv-heads", group="model")
-    d_mlp: int | None = param(None, "MLP width (default: 4 d_model for gpt, the Llama ratio for llama)",
-                              group="model")
+    d_mlp: int | None = param(None, "MLP width (default: 4 d_model for gpt, the Llama ratio for llama)", group="model")
     context: int = param(256, "the model's maximum positions", group="model")
     vocab_size: int = param(258, "vocabulary (follows --tokenizer)", cli=False)
     rope_theta: float = param(10000.0, "RoPE base", group="model")
@@ -76,10 +75,16 @@ def hf_config(spec: ModelSpec, *, bos_token_id: int = 256, eos_token_id: int = 2
     """The Hugging Face config of ``spec`` (dropout off, tied embeddings)."""
     kv = spec.n_kv_heads or spec.n_heads
     common = dict(
-        vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=spec.n_layers,
-        num_attention_heads=spec.n_heads, num_key_value_heads=kv,
-        max_position_embeddings=spec.context, tie_word_embeddings=True,
-        bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id,
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.d_model,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=spec.context,
+        tie_word_embeddings=True,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=eos_token_id,
         rope_parameters={"rope_type": "default", "rope_theta": float(spec.rope_theta)},
         use_cache=False,
     )
@@ -87,9 +92,15 @@ def hf_config(spec: ModelSpec, *, bos_token_id: int = 256, eos_token_id: int = 2
         from transformers import Starcoder2Config
 
         return Starcoder2Config(
-            intermediate_size=spec.d_mlp or 4 * spec.d_model, hidden_act="gelu_pytorch_tanh",
-            use_bias=True, norm_epsilon=1e-5, residual_dropout=0.0, embedding_dropout=0.0,
-            attention_dropout=0.0, sliding_window=None, **common,
+            intermediate_size=spec.d_mlp or 4 * spec.d_model,
+            hidden_act="gelu_pytorch_tanh",
+            use_bias=True,
+            norm_epsilon=1e-5,
+            residual_dropout=0.0,
+            embedding_dropout=0.0,
+            attention_dropout=0.0,
+            sliding_window=None,
+            **common,
         )
     from transformers import LlamaConfig
 
@@ -110,19 +121,31 @@ class TrainConfig(Config):
     """
 
     model: ModelSpec = param(ModelSpec(), "the architecture and its size", cli=False)
-    variant: str = param("none", "what is suppressed: none, the parallel part at a site, or a learned gate",
-                         choices=VARIANTS, group="suppression")
+    variant: str = param(
+        "none",
+        "what is suppressed: none, the parallel part at a site, or a learned gate",
+        choices=VARIANTS,
+        group="suppression",
+    )
     skip_first: int = param(0, "suppress in blocks skip_first.. (0: every block)", min=0, group="suppression")
     gate_site: str = param("value_full", "site of the learned gate (--variant gate)", group="suppression")
-    gate_bias_init: float = param(0.0, "initial gate bias (sigmoid(0) = 0.5: half the parallel part removed)",
-                                  group="suppression")
-    data: str = param("austen,mobydick,bible", "comma-separated corpora / text files / "
-                                               "hf:<dataset>[:<config>[:<split>]] / repeat:<n>[-<m>][:<seed>] "
-                                               "(random byte halves of n..m tokens repeated: induction data) / "
-                                               "predecessor:<n>[-<m>][:<seed>] (each query token followed by the "
-                                               "token before it: V-composition data)", group="data")
-    tokenizer: str = param("bytes", "bytes, or a model whose tokenizer to train with (smollm2-135m, an HF "
-                                    "directory); the vocabulary follows it", group="data")
+    gate_bias_init: float = param(
+        0.0, "initial gate bias (sigmoid(0) = 0.5: half the parallel part removed)", group="suppression"
+    )
+    data: str = param(
+        "austen,mobydick,bible",
+        "comma-separated corpora / text files / "
+        "hf:<dataset>[:<config>[:<split>]] / repeat:<n>[-<m>][:<seed>] "
+        "(random byte halves of n..m tokens repeated: induction data) / "
+        "predecessor:<n>[-<m>][:<seed>] (each query token followed by the "
+        "token before it: V-composition data)",
+        group="data",
+    )
+    tokenizer: str = param(
+        "bytes",
+        "bytes, or a model whose tokenizer to train with (smollm2-135m, an HF directory); the vocabulary follows it",
+        group="data",
+    )
     data_dir: str = param("checkpoints/data", "token stream cache (memory-mapped)", group="data")
     val_frac: float = param(0.01, "share of the tokens held out for validation", group="data")
     max_data_tokens: int | None = param(None, "cap per source", group="data")
@@ -132,8 +155,12 @@ class TrainConfig(Config):
     steps: int = param(200, "optimizer steps", group="optimisation")
     lr: float = param(1e-3, "peak learning rate (AdamW)", group="optimisation")
     min_lr_ratio: float = param(0.1, "final learning rate as a fraction of the peak", group="optimisation")
-    warmup: int | None = param(None, "linear warm-up steps before the cosine decay (default: 20, at most a tenth "
-                                     "of --steps)", min=0, group="optimisation")
+    warmup: int | None = param(
+        None,
+        "linear warm-up steps before the cosine decay (default: 20, at most a tenth of --steps)",
+        min=0,
+        group="optimisation",
+    )
     weight_decay: float = param(0.1, "AdamW weight decay", group="optimisation")
     betas: tuple[float, float] = param((0.9, 0.95), "AdamW betas", cli=False)
     clip: float = param(1.0, "gradient-norm clip", group="optimisation")
@@ -143,8 +170,7 @@ class TrainConfig(Config):
     seed: int = param(0, "seed of the initialisation and the data order", min=0, group="optimisation")
     device: str = param("auto", "cpu, cuda, cuda:1, ...", group="optimisation")
     dtype: str = param("auto", "auto (bf16 autocast on GPU), bf16, fp32", group="optimisation")
-    dist: str = param("none", "data parallelism under torchrun", choices=("none", "ddp", "fsdp"),
-                      group="optimisation")
+    dist: str = param("none", "data parallelism under torchrun", choices=("none", "ddp", "fsdp"), group="optimisation")
     threads: int = param(0, "torch CPU threads (0: torch's own choice)", min=0, group="optimisation")
     out: str = param("checkpoints/pretrain/run", "run directory: log.csv, checkpoint.pt, model/", group="output")
     tensorboard: bool = param(False, "also log to TensorBoard in <out>/tb", group="output")
@@ -164,8 +190,7 @@ class TrainConfig(Config):
             raise ConfigError(f"seq_len={self.seq_len} exceeds the model context {self.model.context}")
         if self.skip_first < 0 or self.skip_first >= self.model.n_layers:
             raise ConfigError(
-                f"skip_first={self.skip_first} leaves no block to suppress "
-                f"(the model has {self.model.n_layers})"
+                f"skip_first={self.skip_first} leaves no block to suppress (the model has {self.model.n_layers})"
             )
         for name in ("seq_len", "batch_size", "grad_accum", "steps", "eval_batches"):
             if int(getattr(self, name)) <= 0:

@@ -29,8 +29,15 @@ import torch
 from ..errors import InputError, UserError
 from ..storage import is_sealed, seal, verify, write_json
 
-__all__ = ["EmptyDataError", "build_token_stream", "TokenStream", "byte_ids", "repeated_halves", "predecessor_queries",
-           "SEP"]
+__all__ = [
+    "EmptyDataError",
+    "build_token_stream",
+    "TokenStream",
+    "byte_ids",
+    "repeated_halves",
+    "predecessor_queries",
+    "SEP",
+]
 
 EOS = 257  # byte tokenizer's <|eos|>, written between documents
 
@@ -43,6 +50,7 @@ def _byte_lut() -> np.ndarray:
     """byte value -> id of :func:`tlgeo.models.byte_tokenizer` (its vocabulary is sorted
     ByteLevel characters, so ids are not byte values)."""
     from tokenizers import pre_tokenizers
+
     # GPT-2's byte -> printable-character map (the ByteLevel alphabet)
     bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
     cs, n = bs[:], 0
@@ -119,8 +127,9 @@ def predecessor_queries(shortest: int, longest: int, n_tokens: int, seed: int = 
     where induction (a head reading ``r_(j+1)``) is K-composition. (Without the separator an answer, itself a token of
     ``r``, would look like a query.) About ``n_tokens`` ids in all; deterministic under ``seed``."""
     if not 2 <= shortest <= longest <= 256:
-        raise InputError(f"predecessor:<shortest>-<longest>: need 2 <= shortest <= longest <= 256, got "
-                         f"{shortest}-{longest}")
+        raise InputError(
+            f"predecessor:<shortest>-<longest>: need 2 <= shortest <= longest <= 256, got {shortest}-{longest}"
+        )
     rng = np.random.default_rng(seed)
     made = 0
     while made < n_tokens:
@@ -133,8 +142,10 @@ def predecessor_queries(shortest: int, longest: int, n_tokens: int, seed: int = 
 
 
 ALGORITHMIC_FORMAT = "predecessor-with-separator"  # in the cache key: a stream of an older generator is built anew
-_ALGORITHMIC = {REPEAT_PREFIX: (repeated_halves, "repeated random halves", "repeat:8-32"),
-                PREDECESSOR_PREFIX: (predecessor_queries, "predecessor queries", "predecessor:8-24")}
+_ALGORITHMIC = {
+    REPEAT_PREFIX: (repeated_halves, "repeated random halves", "repeat:8-32"),
+    PREDECESSOR_PREFIX: (predecessor_queries, "predecessor queries", "predecessor:8-24"),
+}
 
 
 def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.ndarray]:
@@ -146,7 +157,7 @@ def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.n
             continue
         if tokenizer is not None:
             raise InputError(f"{source}: {what} are byte ids; train it with --tokenizer bytes")
-        spec, _, seed = source[len(prefix):].partition(":")
+        spec, _, seed = source[len(prefix) :].partition(":")
         lo, _, hi = spec.partition("-")
         try:
             shortest, longest, seed_ = int(lo), int(hi or lo), int(seed or 0)
@@ -215,9 +226,7 @@ def build_token_stream(
         if max_tokens is not None:
             ids = ids[:max_tokens]
         if len(ids) < min_tokens:
-            raise EmptyDataError(
-                f"data source {src!r} gave {len(ids)} tokens; at least {min_tokens} are needed"
-            )
+            raise EmptyDataError(f"data source {src!r} gave {len(ids)} tokens; at least {min_tokens} are needed")
         n_val = max(int(len(ids) * val_frac), 1)
         train.append(ids[:-n_val])
         val.append(ids[-n_val:])
@@ -226,8 +235,15 @@ def build_token_stream(
     tmp.mkdir(parents=True, exist_ok=True)
     np.concatenate(train).tofile(tmp / "train.bin")
     np.concatenate(val).tofile(tmp / "val.bin")
-    meta = {"sources": srcs, "val_frac": val_frac, "max_tokens": max_tokens, "tokenizer": tok_name,
-            "dtype": np.dtype(dtype).name, "vocab_size": vocab, "counts": counts}
+    meta = {
+        "sources": srcs,
+        "val_frac": val_frac,
+        "max_tokens": max_tokens,
+        "tokenizer": tok_name,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": vocab,
+        "counts": counts,
+    }
     write_json(tmp / "meta.json", meta, indent=2)
     seal(tmp)  # a damaged stream is found (and built again) before it is read
     try:
@@ -248,8 +264,7 @@ class TokenStream:
     tokenizer prepends BOS then always sees BOS at position 0, in training as in use).
     """
 
-    def __init__(self, directory: str | os.PathLike, seq_len: int, seed: int = 0,
-                 bos: int | None = None):
+    def __init__(self, directory: str | os.PathLike, seq_len: int, seed: int = 0, bos: int | None = None):
         self.bos = bos
         d = Path(directory)
         self.meta = json.loads((d / "meta.json").read_text())
@@ -259,9 +274,7 @@ class TokenStream:
         self.seq_len, self.seed = seq_len, seed
         for name, arr in (("train", self.train), ("validation", self.val)):
             if len(arr) < seq_len + 2:
-                raise EmptyDataError(
-                    f"the {name} split has {len(arr)} tokens, fewer than one window of {seq_len + 1}"
-                )
+                raise EmptyDataError(f"the {name} split has {len(arr)} tokens, fewer than one window of {seq_len + 1}")
 
     @property
     def vocab_size(self) -> int:

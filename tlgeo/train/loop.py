@@ -23,8 +23,11 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
-    set_model_state_dict, set_optimizer_state_dict,
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
 )
 
 from ..storage import append_lines, atomic_write, read_lines, write_csv
@@ -52,14 +55,25 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 def make_model(cfg: TrainConfig, tokenizer=None) -> SuppressedLM:
     """The bridge of ``cfg.model`` (seeded init) with ``cfg.variant`` attached."""
     bridge = build_bridge(cfg.model, cfg.seed, tokenizer=tokenizer)
-    sup = Suppression(cfg.variant, bridge.cfg, skip_first=cfg.skip_first, gate_site=cfg.gate_site,
-                      gate_bias_init=cfg.gate_bias_init)
+    sup = Suppression(
+        cfg.variant, bridge.cfg, skip_first=cfg.skip_first, gate_site=cfg.gate_site, gate_bias_init=cfg.gate_bias_init
+    )
     return SuppressedLM(bridge, sup)
 
 
 # fields a resumed run may change: where it writes and how it logs, not what it computes
-RUN_ONLY = ("out", "data_dir", "device", "threads", "dist", "tensorboard", "wandb", "eval_every", "eval_batches",
-            "save_every")
+RUN_ONLY = (
+    "out",
+    "data_dir",
+    "device",
+    "threads",
+    "dist",
+    "tensorboard",
+    "wandb",
+    "eval_every",
+    "eval_batches",
+    "save_every",
+)
 
 
 def trajectory_differences(saved: dict, cfg: TrainConfig) -> list[str]:
@@ -84,9 +98,17 @@ def _param_groups(lm: torch.nn.Module, wd: float):
 def _rng_state() -> dict:
     """Every generator's state as tensors and plain values (a checkpoint loads with ``weights_only=True``)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    s = {"torch": torch.get_rng_state(), "python": random.getstate(),
-         "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                   "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+    s = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+    }
     if torch.cuda.is_available():
         s["cuda"] = torch.cuda.get_rng_state_all()
     return s
@@ -136,8 +158,9 @@ def _rewrite_log(path: Path, upto: int) -> None:
     write_csv(path, df[df["step"] <= upto])
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
-          log=print, on_end=None) -> pd.DataFrame:
+def train(
+    cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None, log=print, on_end=None
+) -> pd.DataFrame:
     """Train ``cfg`` to ``cfg.steps`` (or stop after ``stop_after`` steps of this call,
     saving a checkpoint, to simulate an interruption). Returns the step log.
 
@@ -157,23 +180,25 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
     per_rank, rem = divmod(cfg.batch_size, info.world)
     if rem or per_rank % cfg.grad_accum:
         raise ConfigError(
-            f"batch_size={cfg.batch_size} must be divisible by world size {info.world} x "
-            f"grad_accum {cfg.grad_accum}"
+            f"batch_size={cfg.batch_size} must be divisible by world size {info.world} x grad_accum {cfg.grad_accum}"
         )
     out = Path(cfg.out)
     ckpt_path, log_path = out / "checkpoint.pt", out / "log.csv"
     if info.main:
         out.mkdir(parents=True, exist_ok=True)
-        data_dir = build_token_stream(cfg.data, cfg.data_dir, val_frac=cfg.val_frac,
-                                      max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer)
+        data_dir = build_token_stream(
+            cfg.data, cfg.data_dir, val_frac=cfg.val_frac, max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer
+        )
     D.barrier(info)
     if not info.main:
-        data_dir = build_token_stream(cfg.data, cfg.data_dir, val_frac=cfg.val_frac,
-                                      max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer)
+        data_dir = build_token_stream(
+            cfg.data, cfg.data_dir, val_frac=cfg.val_frac, max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer
+        )
     stream = TokenStream(data_dir, cfg.seq_len, cfg.seed, bos=bos)
     if stream.vocab_size > cfg.model.vocab_size:
-        raise ConfigError(f"the data's vocabulary ({stream.vocab_size}) exceeds the model's "
-                          f"vocab_size ({cfg.model.vocab_size})")
+        raise ConfigError(
+            f"the data's vocabulary ({stream.vocab_size}) exceeds the model's vocab_size ({cfg.model.vocab_size})"
+        )
     val = stream.val_batches(cfg.eval_batches, max(per_rank // cfg.grad_accum, 1))
 
     lm = lm.to(info.device)
@@ -188,12 +213,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
             ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             first = str(e).strip().splitlines()[0]
-            raise ConfigError(f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
-                              f"values: {first}); move it away to train from the start") from None
+            raise ConfigError(
+                f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
+                f"values: {first}); move it away to train from the start"
+            ) from None
         differ = trajectory_differences(ck["config"], cfg)
         if differ:
-            raise ConfigError(f"{ckpt_path} was written for another run ({'; '.join(differ)}): resuming it would not "
-                              f"give this run's model; move it away to train from the start")
+            raise ConfigError(
+                f"{ckpt_path} was written for another run ({'; '.join(differ)}): resuming it would not "
+                f"give this run's model; move it away to train from the start"
+            )
         set_model_state_dict(model, ck["model"], options=_FULL)
         set_optimizer_state_dict(model, opt, ck["optimizer"], options=_FULL)
         sched.load_state_dict(ck["scheduler"])
@@ -217,9 +246,19 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
             rngs = [_rng_state()]
         if info.main:
             with atomic_write(ckpt_path, "wb") as f:
-                torch.save({"model": msd, "optimizer": osd, "scheduler": sched.state_dict(), "rng": rngs,
-                            "step": step, "data_position": {"step": step, "seed": cfg.seed},
-                            "elapsed_s": elapsed, "config": cfg.to_dict()}, f)
+                torch.save(
+                    {
+                        "model": msd,
+                        "optimizer": osd,
+                        "scheduler": sched.state_dict(),
+                        "rng": rngs,
+                        "step": step,
+                        "data_position": {"step": step, "seed": cfg.seed},
+                        "elapsed_s": elapsed,
+                        "config": cfg.to_dict(),
+                    },
+                    f,
+                )
         D.barrier(info)
 
     micro = per_rank // cfg.grad_accum
@@ -250,13 +289,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"non-finite training loss at step {step + 1}")
         n = step + 1
-        row = {"step": n, "tokens": n * cfg.batch_size * cfg.seq_len, "train_loss": train_loss,
-               "val_loss": float("nan"), "lr": lr, "grad_norm": float(gnorm),
-               "elapsed_s": time.perf_counter() - t0}
+        row = {
+            "step": n,
+            "tokens": n * cfg.batch_size * cfg.seq_len,
+            "train_loss": train_loss,
+            "val_loss": float("nan"),
+            "lr": lr,
+            "grad_norm": float(gnorm),
+            "elapsed_s": time.perf_counter() - t0,
+        }
         if n % cfg.eval_every == 0 or n == cfg.steps:
             row["val_loss"] = _evaluate(model, val, info, cfg)
-            log(f"step {n}/{cfg.steps} train {train_loss:.4f} val {row['val_loss']:.4f} "
-                f"({row['elapsed_s']:.0f}s)")
+            log(f"step {n}/{cfg.steps} train {train_loss:.4f} val {row['val_loss']:.4f} ({row['elapsed_s']:.0f}s)")
         rows.append(row)
         if info.main:
             buf = io.StringIO()
@@ -273,8 +317,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = No
         msd = get_model_state_dict(model, options=_FULL)
         if info.main:
             gate = {k.split("suppression.", 1)[1]: v for k, v in msd.items() if k.startswith("suppression.")}
-            export_hf(msd, names, cfg.model, out / "model", lm.suppression.describe(), gate or None,
-                      tokenizer=tokenizer, prepend_bos=bos is not None)
+            export_hf(
+                msd,
+                names,
+                cfg.model,
+                out / "model",
+                lm.suppression.describe(),
+                gate or None,
+                tokenizer=tokenizer,
+                prepend_bos=bos is not None,
+            )
         D.barrier(info)
     if on_end is not None:
         on_end(model, info)
@@ -304,5 +356,4 @@ def _external_log(cfg: TrainConfig, row: dict, info: D.DistInfo) -> None:
 
         if "wandb" not in _WRITERS:
             _WRITERS["wandb"] = wandb.init(project=cfg.wandb, config=cfg.to_dict(), dir=cfg.out)
-        wandb.log({k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))},
-                  step=row["step"])
+        wandb.log({k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}, step=row["step"])

@@ -31,8 +31,10 @@ def load_tokenizer(name: str = "bytes"):
 
     where = embedded_model_dir(name) if name in EMBEDDED_MODELS else Path(name)
     if not (Path(where) / "tokenizer_config.json").exists() and not (Path(where) / "tokenizer.json").exists():
-        raise InputError(f"tokenizer {name!r}: no tokenizer files in {where} (use 'bytes', "
-                         f"an embedded model {sorted(EMBEDDED_MODELS)} or an HF directory)")
+        raise InputError(
+            f"tokenizer {name!r}: no tokenizer files in {where} (use 'bytes', "
+            f"an embedded model {sorted(EMBEDDED_MODELS)} or an HF directory)"
+        )
     return AutoTokenizer.from_pretrained(str(where))
 
 
@@ -72,15 +74,22 @@ def hf_names(module: nn.Module, bridge) -> dict[str, str]:
     the bridge renames its state dict, TransformerLens-style)."""
     # a parameter is reachable under the HF path and under the bridge's aliases; the
     # first (de-duplicated) name is the HF path through "_original_component" wrappers
-    by_id = {id(p): n.replace("._original_component", "")
-             for n, p in bridge.original_model.named_parameters()}
+    by_id = {id(p): n.replace("._original_component", "") for n, p in bridge.original_model.named_parameters()}
     sd = module.state_dict(keep_vars=True)
     return {k: by_id[id(p)] for k, p in sd.items() if id(p) in by_id}
 
 
-def export_hf(state: dict[str, torch.Tensor], names: dict[str, str], spec: ModelSpec,
-              out: str | Path, suppression: dict, gate_state: dict | None = None,
-              tokenizer=None, *, prepend_bos: bool = False) -> Path:
+def export_hf(
+    state: dict[str, torch.Tensor],
+    names: dict[str, str],
+    spec: ModelSpec,
+    out: str | Path,
+    suppression: dict,
+    gate_state: dict | None = None,
+    tokenizer=None,
+    *,
+    prepend_bos: bool = False,
+) -> Path:
     """Write an ordinary HF model directory (config, safetensors, the tokenizer; default
     the byte tokenizer) plus ``suppression.json`` (and ``gate.safetensors`` for the gate)
     from a full state dict. ``suppression.json`` also says whether every training window
@@ -123,8 +132,12 @@ def load_trained(directory: str | Path, dtype: torch.dtype = torch.float32):
     d = Path(directory)
     bridge = load_model(str(d), dtype=dtype)
     desc = json.loads((d / "suppression.json").read_text()) if (d / "suppression.json").exists() else {}
-    sup = Suppression(desc.get("variant", "none"), bridge.cfg, skip_first=desc.get("skip_first", 0),
-                      gate_site=desc.get("site") or "value_full")
+    sup = Suppression(
+        desc.get("variant", "none"),
+        bridge.cfg,
+        skip_first=desc.get("skip_first", 0),
+        gate_site=desc.get("site") or "value_full",
+    )
     if sup.variant == "gate":
         from safetensors.torch import load_file
 

@@ -21,7 +21,7 @@ the unedited model). This is the reference code's effective convention
 Every variant goes through :func:`tlgeo.hooks.adapter.site_hooks` and the update
 callback of :mod:`tlgeo.hooks.edits`, so training and analysis share one
 implementation of the geometry, and gradients flow through it.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ class Suppression(nn.Module):
     ``k`` = heads for per-head sites, else 1) when ``variant == "gate"``.
     """
 
-    def __init__(self, variant: str, cfg, *, skip_first: int = 0, gate_site: str = "value_full",
-                 gate_bias_init: float = 0.0):
+    def __init__(
+        self, variant: str, cfg, *, skip_first: int = 0, gate_site: str = "value_full", gate_bias_init: float = 0.0
+    ):
         super().__init__()
         if variant not in VARIANTS:
             raise ConfigError(f"unknown suppression variant {variant!r}; choose from {VARIANTS}")
@@ -70,9 +71,12 @@ class Suppression(nn.Module):
         return None
 
     def describe(self) -> dict:
-        return {"variant": self.variant, "site": None if self.variant == "none" else self.site.name,
-                "s_par": 0.0 if self.variant in FIXED_SITES else ("1 - gate" if self.variant == "gate" else 1.0),
-                "skip_first": self.skip_first}
+        return {
+            "variant": self.variant,
+            "site": None if self.variant == "none" else self.site.name,
+            "s_par": 0.0 if self.variant in FIXED_SITES else ("1 - gate" if self.variant == "gate" else 1.0),
+            "skip_first": self.skip_first,
+        }
 
     def gate(self, layer: int, x: Tensor) -> Tensor:
         """Removal fraction ``g = sigmoid(x W_L + b_L)``, ``[batch, pos, k]`` (float32)."""

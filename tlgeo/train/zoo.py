@@ -32,9 +32,19 @@ from ..errors import InputError
 from ..storage import seal, write_json
 from .config import ModelSpec, TrainConfig
 
-__all__ = ["ZooModel", "ZOO", "ZOO_DIR", "zoo_model_dir", "repeated_batch", "predecessor_batch", "head_scores",
-           "planted_heads",
-           "train_zoo_model", "weights_digest", "SCORE_THRESHOLD"]
+__all__ = [
+    "ZooModel",
+    "ZOO",
+    "ZOO_DIR",
+    "zoo_model_dir",
+    "repeated_batch",
+    "predecessor_batch",
+    "head_scores",
+    "planted_heads",
+    "train_zoo_model",
+    "weights_digest",
+    "SCORE_THRESHOLD",
+]
 
 ZOO_DIR = Path(__file__).resolve().parents[2] / "zoo"  # the repository's exported zoo models
 SCORE_THRESHOLD = 0.4  # a head whose mean attention to its pattern's key is above this does that job
@@ -55,21 +65,41 @@ class ZooModel:
 def _zoo_config(name: str, arch: str, data: str, lr: float, steps: int = 6000) -> TrainConfig:
     return TrainConfig(
         model=ModelSpec(arch=arch, d_model=64, n_layers=2, n_heads=4, context=64),
-        data=data, max_data_tokens=400_000, seq_len=64, batch_size=32, steps=steps, lr=lr,
-        eval_every=500, eval_batches=8, seed=0, threads=2, data_dir="checkpoints/zoo/data",
+        data=data,
+        max_data_tokens=400_000,
+        seq_len=64,
+        batch_size=32,
+        steps=steps,
+        lr=lr,
+        eval_every=500,
+        eval_batches=8,
+        seed=0,
+        threads=2,
+        data_dir="checkpoints/zoo/data",
         out=f"checkpoints/zoo/{name}",
     )
 
 
 ZOO: dict[str, ZooModel] = {
-    m.name: m for m in (
-        ZooModel("induction-gpt", _zoo_config("induction-gpt", "gpt", "repeat:8-24", 1e-3),
-                 "a previous-token head (block 0) and an induction head (block 1) copy the repeated half"),
-        ZooModel("induction-llama", _zoo_config("induction-llama", "llama", "repeat:8-24", 3e-3),
-                 "a previous-token head (block 0) and an induction head (block 1) copy the repeated half"),
-        ZooModel("predecessor-llama", _zoo_config("predecessor-llama", "llama", "predecessor:4-12", 1e-3, 12000),
-                 "a previous-token head (block 0) and a duplicate-token head (block 1) answer a token with the one "
-                 "before its earlier occurrence (V-composition)", duplicates="predecessor"),
+    m.name: m
+    for m in (
+        ZooModel(
+            "induction-gpt",
+            _zoo_config("induction-gpt", "gpt", "repeat:8-24", 1e-3),
+            "a previous-token head (block 0) and an induction head (block 1) copy the repeated half",
+        ),
+        ZooModel(
+            "induction-llama",
+            _zoo_config("induction-llama", "llama", "repeat:8-24", 3e-3),
+            "a previous-token head (block 0) and an induction head (block 1) copy the repeated half",
+        ),
+        ZooModel(
+            "predecessor-llama",
+            _zoo_config("predecessor-llama", "llama", "predecessor:4-12", 1e-3, 12000),
+            "a previous-token head (block 0) and a duplicate-token head (block 1) answer a token with the one "
+            "before its earlier occurrence (V-composition)",
+            duplicates="predecessor",
+        ),
     )
 }
 
@@ -109,8 +139,13 @@ def head_scores(model, *, n: int = 64, length: int = 20, seed: int = 0, duplicat
     predecessor), induction score and copying score on :func:`repeated_batch` sequences, and the duplicate-token
     score there (``duplicates="repeat"``) or from a query to its earlier occurrence on :func:`predecessor_batch`
     sequences (``"predecessor"``)."""
-    from ..geometry.head_scores import (attention_to, copying_score, duplicate_token_score, induction_score,
-                                        previous_token_score)
+    from ..geometry.head_scores import (
+        attention_to,
+        copying_score,
+        duplicate_token_score,
+        induction_score,
+        previous_token_score,
+    )
 
     if duplicates not in ("repeat", "predecessor"):
         raise InputError(f"duplicates must be 'repeat' or 'predecessor', got {duplicates!r}")
@@ -126,23 +161,35 @@ def head_scores(model, *, n: int = 64, length: int = 20, seed: int = 0, duplicat
     for layer in range(model.cfg.n_layers):
         p = cache[names[layer]]
         prev, ind = previous_token_score(p, start=2), induction_score(p, period=length)
-        dup = (duplicate_token_score(p, period=length) if duplicates == "repeat" else
-               attention_to(qcache[names[layer]], torch.full_like(earlier, queries.shape[1] - 1), earlier))
+        dup = (
+            duplicate_token_score(p, period=length)
+            if duplicates == "repeat"
+            else attention_to(qcache[names[layer]], torch.full_like(earlier, queries.shape[1] - 1), earlier)
+        )
         w_ov = model.blocks[layer].attn.W_V.detach() @ model.blocks[layer].attn.W_O.detach()
         if w_ov.shape[0] != model.cfg.n_heads:  # grouped-query attention: each head's own value head
             w_ov = torch.stack([model.W_V[layer][h] @ model.W_O[layer][h] for h in range(model.cfg.n_heads)])
         copy = copying_score(w_e, w_ov, w_u)
-        rows += [{"layer": layer, "head": h, "previous_token": round(float(prev[h]), 4),
-                  "induction": round(float(ind[h]), 4), "duplicate_token": round(float(dup[h]), 4),
-                  "copying": round(float(copy[h]), 4)}
-                 for h in range(model.cfg.n_heads)]
+        rows += [
+            {
+                "layer": layer,
+                "head": h,
+                "previous_token": round(float(prev[h]), 4),
+                "induction": round(float(ind[h]), 4),
+                "duplicate_token": round(float(dup[h]), 4),
+                "copying": round(float(copy[h]), 4),
+            }
+            for h in range(model.cfg.n_heads)
+        ]
     return rows
 
 
 def planted_heads(scores: list[dict], threshold: float = SCORE_THRESHOLD) -> dict[str, list[list[int]]]:
     """The ``[layer, head]`` pairs whose previous-token / induction / duplicate-token score exceeds ``threshold``."""
-    return {job: [[r["layer"], r["head"]] for r in scores if r[job] > threshold]
-            for job in ("previous_token", "induction", "duplicate_token")}
+    return {
+        job: [[r["layer"], r["head"]] for r in scores if r[job] > threshold]
+        for job in ("previous_token", "induction", "duplicate_token")
+    }
 
 
 def weights_digest(directory: str | Path) -> str:
@@ -150,8 +197,14 @@ def weights_digest(directory: str | Path) -> str:
     return hashlib.sha256((Path(directory) / "model.safetensors").read_bytes()).hexdigest()
 
 
-def train_zoo_model(name: str, root: str | Path | None = None, *, steps: int | None = None,
-                    checkpoints: str | Path | None = None, log=print) -> Path:
+def train_zoo_model(
+    name: str,
+    root: str | Path | None = None,
+    *,
+    steps: int | None = None,
+    checkpoints: str | Path | None = None,
+    log=print,
+) -> Path:
     """Train zoo model ``name`` (resuming an interrupted run), export it to ``<root>/<name>`` with
     ``zoo.json``, and return that directory. ``steps``: a shorter run (a smoke test)."""
     from ..models import load_model
@@ -172,14 +225,23 @@ def train_zoo_model(name: str, root: str | Path | None = None, *, steps: int | N
     model = load_model(str(tmp))
     scores = head_scores(model, duplicates=ZOO[name].duplicates)
     val = log_df.dropna(subset=["val_loss"])
-    write_json(tmp / "zoo.json", {
-        "name": name, "mechanism": ZOO[name].mechanism,
-        "command": "tlgeo train " + " ".join(train_argv(cfg)),
-        "weights_sha256": weights_digest(tmp), "steps": cfg.steps,
-        "final_val_loss": round(float(val["val_loss"].iloc[-1]), 4) if len(val) else None,
-        "train_seconds": round(seconds, 1), "torch": torch.__version__,
-        "planted": planted_heads(scores), "score_threshold": SCORE_THRESHOLD, "head_scores": scores,
-    }, indent=2)
+    write_json(
+        tmp / "zoo.json",
+        {
+            "name": name,
+            "mechanism": ZOO[name].mechanism,
+            "command": "tlgeo train " + " ".join(train_argv(cfg)),
+            "weights_sha256": weights_digest(tmp),
+            "steps": cfg.steps,
+            "final_val_loss": round(float(val["val_loss"].iloc[-1]), 4) if len(val) else None,
+            "train_seconds": round(seconds, 1),
+            "torch": torch.__version__,
+            "planted": planted_heads(scores),
+            "score_threshold": SCORE_THRESHOLD,
+            "head_scores": scores,
+        },
+        indent=2,
+    )
     seal(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

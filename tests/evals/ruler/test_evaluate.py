@@ -41,13 +41,14 @@ def test_generation_unembeds_only_the_last_position(llama, tokens):
         with torch.inference_mode():
             for _ in range(4):
                 ref = torch.cat([ref, llama(ref)[:, -1].argmax(-1, keepdim=True)], dim=1)
-        assert torch.equal(out, ref[:, toks.shape[1]:])
+        assert torch.equal(out, ref[:, toks.shape[1] :])
 
 
 def test_evaluate_resumes(llama, tmp_path):
     log = tmp_path / "ruler.jsonl"
-    kw = dict(tasks=["niah_single", "vt"], lengths=(1000,), n_samples=2, max_new_tokens=2,
-              log_path=log, haystack="synthetic")
+    kw = dict(
+        tasks=["niah_single", "vt"], lengths=(1000,), n_samples=2, max_new_tokens=2, log_path=log, haystack="synthetic"
+    )
     df = evaluate_ruler(llama, **kw)
     assert list(df.columns[:12]) == [*IDENTITY, "label", "task", "length", "n", "haystack", "seed"]
     assert len(df) == 2 and df["score"].between(0, 100).all() and (df["n"] == 2).all()
@@ -69,6 +70,7 @@ def test_generate_answers_cut_at_stop(llama):
 def test_smollm2_niah_single(smollm2):
     # measured: 100 (3/3 found) with 3 samples at 1024 tokens and at 512; the first at 512 alone keeps
     # the test to a few seconds
-    df = evaluate_ruler(smollm2, tasks=["niah_single"], lengths=(512,), n_samples=1,
-                        haystack="corpora", max_new_tokens=10, batch_size=1)
+    df = evaluate_ruler(
+        smollm2, tasks=["niah_single"], lengths=(512,), n_samples=1, haystack="corpora", max_new_tokens=10, batch_size=1
+    )
     assert df["score"].iloc[0] > 0

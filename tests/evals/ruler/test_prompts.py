@@ -7,8 +7,9 @@ def test_chat_template_bpe(smollm2_tokenizer):
     """``template="chat"``: the question is the user turn, the answer prefix opens the
     assistant turn, the template's tokens count in the length, and no BOS is added."""
     tok = smollm2_tokenizer
-    start = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
-                                    tokenize=False).split("x")[0]
+    start = tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], add_generation_prompt=True, tokenize=False
+    ).split("x")[0]
     turn = "<|im_end|>\n<|im_start|>assistant\n"
     for task in TASK_NAMES:
         base = make_task(task, tok, 1024, 1, haystack="synthetic")[0]

@@ -44,7 +44,7 @@ under hooks and the evaluation grid).
 
 Generation is greedy under the forward hooks, with the bridge's KV cache
 (:mod:`.evaluate` says when the cache can be trusted).
-"""
+"""  # noqa: E501
 
 from .evaluate import KEY, compare_ruler, evaluate_ruler, generate_answers, greedy_generate
 from .prompts import TEMPLATES, prompt_ids
@@ -52,7 +52,22 @@ from .scoring import METRICS, first_word, string_match_all, string_match_part
 from .tasks import HAYSTACKS, NOISE, TASK_NAMES, TASKS, Sample, TaskSpec, make_task
 
 __all__ = [
-    "Sample", "TaskSpec", "TASKS", "TASK_NAMES", "HAYSTACKS", "NOISE", "TEMPLATES", "make_task", "prompt_ids",
-    "string_match_all", "string_match_part", "first_word", "METRICS",
-    "greedy_generate", "generate_answers", "evaluate_ruler", "compare_ruler", "KEY",
+    "Sample",
+    "TaskSpec",
+    "TASKS",
+    "TASK_NAMES",
+    "HAYSTACKS",
+    "NOISE",
+    "TEMPLATES",
+    "make_task",
+    "prompt_ids",
+    "string_match_all",
+    "string_match_part",
+    "first_word",
+    "METRICS",
+    "greedy_generate",
+    "generate_answers",
+    "evaluate_ruler",
+    "compare_ruler",
+    "KEY",
 ]

@@ -85,8 +85,13 @@ def greedy_generate(
         hooks.append((_UNEMBED_IN, _last_position))
     with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
         out = model.generate(
-            tokens.to(device), max_new_tokens=max_new_tokens, do_sample=False,
-            use_past_kv_cache=use_kv_cache, verbose=False, return_type="tokens", **kw,
+            tokens.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            use_past_kv_cache=use_kv_cache,
+            verbose=False,
+            return_type="tokens",
+            **kw,
         )
     return out[:, tokens.shape[1] :].cpu()
 
@@ -178,9 +183,7 @@ def evaluate_ruler(
     for L in lengths:
         extra = max_new_tokens if max_new_tokens is not None else max(TASKS[t].max_new_tokens for t in tasks)
         if L > n_ctx or L + extra > n_ctx:
-            raise InputError(
-                f"length {L} (+{extra} new tokens) exceeds the model's context of {n_ctx} tokens"
-            )
+            raise InputError(f"length {L} (+{extra} new tokens) exceeds the model's context of {n_ctx} tokens")
     hooks = list(fwd_hooks)
     log = ResultLog(log_path, KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows = []
@@ -190,20 +193,27 @@ def evaluate_ruler(
 
         grid = tqdm(grid, desc=f"ruler {label}", unit="cell", leave=False)
     for task, length in grid:
-        key = dict(label=label, task=task, length=length, n=n_samples, haystack=haystack, seed=seed,
-                   template=template)
+        key = dict(label=label, task=task, length=length, n=n_samples, haystack=haystack, seed=seed, template=template)
         row = log.get(**key) if log is not None else None
         if row is None:
             t0 = time.perf_counter()
             samples = make_task(task, model, length, n_samples, seed=seed, haystack=haystack, template=template)
             preds = generate_answers(
-                model, samples, fwd_hooks=hooks, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, use_kv_cache=use_kv_cache, progress=progress,
+                model,
+                samples,
+                fwd_hooks=hooks,
+                max_new_tokens=max_new_tokens,
+                batch_size=batch_size,
+                use_kv_cache=use_kv_cache,
+                progress=progress,
             )
             score = METRICS[samples[0].metric](preds, [s.answers for s in samples])
             row = {
-                **key, "score": score, "n_tokens": float(np.mean([s.n_tokens for s in samples])),
-                "wall_s": time.perf_counter() - t0, "preds": preds,
+                **key,
+                "score": score,
+                "n_tokens": float(np.mean([s.n_tokens for s in samples])),
+                "wall_s": time.perf_counter() - t0,
+                "preds": preds,
             }
             if log is not None:
                 log.add(row)

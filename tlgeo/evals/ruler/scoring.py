@@ -24,17 +24,13 @@ def _check(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 def string_match_all(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
     """Mean over samples of the fraction of references found in the output (case-insensitive), x100."""
     _check(preds, refs)
-    return 100.0 * float(np.mean([
-        sum(r.lower() in p.lower() for r in rs) / len(rs) for p, rs in zip(preds, refs)
-    ]))
+    return 100.0 * float(np.mean([sum(r.lower() in p.lower() for r in rs) / len(rs) for p, rs in zip(preds, refs)]))
 
 
 def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
     """Mean over samples of whether any reference is found in the output (case-insensitive), x100."""
     _check(preds, refs)
-    return 100.0 * float(np.mean([
-        max(float(r.lower() in p.lower()) for r in rs) for p, rs in zip(preds, refs)
-    ]))
+    return 100.0 * float(np.mean([max(float(r.lower() in p.lower()) for r in rs) for p, rs in zip(preds, refs)]))
 
 
 def first_word(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:

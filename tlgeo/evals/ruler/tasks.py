@@ -93,7 +93,7 @@ def _source_text(haystack: str, rng: np.random.Generator, n_chars: int) -> str:
         start += m.end()
     out = " ".join(text[start : start + span].split())
     while len(out) < n_chars:  # short corpus or dense whitespace: wrap around
-        out += " " + " ".join(text[: n_chars].split())
+        out += " " + " ".join(text[:n_chars].split())
     return out
 
 
@@ -122,7 +122,11 @@ def _insert(hay: str, needles: Sequence[tuple[str, float]]) -> str:
 
 
 def _fit_haystack(
-    tok: _Tok, length: int, render: Callable[[str], str], haystack: str, rng: np.random.Generator,
+    tok: _Tok,
+    length: int,
+    render: Callable[[str], str],
+    haystack: str,
+    rng: np.random.Generator,
     what: str,
 ) -> tuple[str, str]:
     """Cut a filler span so that ``render(filler)`` is exactly ``length`` tokens.
@@ -173,18 +177,107 @@ def _fit_haystack(
 # ---- needle tasks ------------------------------------------------------------
 
 _ADJ = (
-    "ancient", "bitter", "brave", "calm", "clever", "cosmic", "crimson", "curious", "dusty", "eager",
-    "elegant", "fancy", "fierce", "fragile", "gentle", "giant", "golden", "hollow", "humble", "icy",
-    "jolly", "lively", "lonely", "lucky", "marble", "mellow", "misty", "noble", "odd", "pale", "polite",
-    "proud", "quiet", "rapid", "rusty", "scarlet", "shiny", "silent", "silver", "sleepy", "smooth",
-    "sour", "spicy", "stormy", "sturdy", "tender", "tiny", "velvet", "wild", "witty",
+    "ancient",
+    "bitter",
+    "brave",
+    "calm",
+    "clever",
+    "cosmic",
+    "crimson",
+    "curious",
+    "dusty",
+    "eager",
+    "elegant",
+    "fancy",
+    "fierce",
+    "fragile",
+    "gentle",
+    "giant",
+    "golden",
+    "hollow",
+    "humble",
+    "icy",
+    "jolly",
+    "lively",
+    "lonely",
+    "lucky",
+    "marble",
+    "mellow",
+    "misty",
+    "noble",
+    "odd",
+    "pale",
+    "polite",
+    "proud",
+    "quiet",
+    "rapid",
+    "rusty",
+    "scarlet",
+    "shiny",
+    "silent",
+    "silver",
+    "sleepy",
+    "smooth",
+    "sour",
+    "spicy",
+    "stormy",
+    "sturdy",
+    "tender",
+    "tiny",
+    "velvet",
+    "wild",
+    "witty",
 )
 _NOUN = (
-    "anchor", "badger", "banjo", "beacon", "biscuit", "blossom", "canyon", "castle", "cobra", "comet",
-    "cricket", "dolphin", "dragon", "falcon", "forest", "glacier", "harbor", "helmet", "island",
-    "jaguar", "kettle", "lantern", "lemon", "meadow", "mirror", "monkey", "needle", "ocean", "orchid",
-    "otter", "panther", "parrot", "pebble", "pepper", "pillow", "planet", "pumpkin", "rabbit", "river",
-    "rocket", "saddle", "salmon", "spider", "sprout", "thunder", "tiger", "trumpet", "tulip", "walrus",
+    "anchor",
+    "badger",
+    "banjo",
+    "beacon",
+    "biscuit",
+    "blossom",
+    "canyon",
+    "castle",
+    "cobra",
+    "comet",
+    "cricket",
+    "dolphin",
+    "dragon",
+    "falcon",
+    "forest",
+    "glacier",
+    "harbor",
+    "helmet",
+    "island",
+    "jaguar",
+    "kettle",
+    "lantern",
+    "lemon",
+    "meadow",
+    "mirror",
+    "monkey",
+    "needle",
+    "ocean",
+    "orchid",
+    "otter",
+    "panther",
+    "parrot",
+    "pebble",
+    "pepper",
+    "pillow",
+    "planet",
+    "pumpkin",
+    "rabbit",
+    "river",
+    "rocket",
+    "saddle",
+    "salmon",
+    "spider",
+    "sprout",
+    "thunder",
+    "tiger",
+    "trumpet",
+    "tulip",
+    "walrus",
     "willow",
 )
 
@@ -306,8 +399,7 @@ def _vt(tok, length, depth, rng, haystack, n_hops=4, n_chains=1, one_shot=True):
 # ---- question answering over documents ------------------------------------------------
 
 _QA_INSTRUCTION = (
-    "Answer the question based on the given documents. Only give me the answer and do not output "
-    "any other words."
+    "Answer the question based on the given documents. Only give me the answer and do not output any other words."
 )
 
 
@@ -399,7 +491,9 @@ def _distinct(rng: np.random.Generator, pool: Sequence[str], n: int) -> list[str
 def _fit_count(tok, length: int, render: Callable[[int], str], lo: int, hi: int, what: str) -> tuple[str, int]:
     """The largest ``n`` in ``[lo, hi]`` with ``render(n)`` at most ``length`` tokens (binary search)."""
     if tok.count(render(lo)) > length:
-        raise InputError(f"{what}: length {length} is too short for the task ({tok.count(render(lo))} tokens at minimum)")
+        raise InputError(
+            f"{what}: length {length} is too short for the task ({tok.count(render(lo))} tokens at minimum)"
+        )
     while tok.count(render(hi)) <= length:
         lo, hi = hi, hi * 2
         if hi > 10**6:
@@ -497,21 +591,52 @@ TASKS: dict[str, TaskSpec] = {
     t.name: t
     for t in [
         TaskSpec("niah_single", _needle_builder("single"), "string_match_all", 12, "one key, one value"),
-        TaskSpec("niah_multikey", _needle_builder("multikey"), "string_match_all", 12,
-                 "4 keys, one queried", {"n_keys": 4}),
-        TaskSpec("niah_multivalue", _needle_builder("multivalue"), "string_match_all", 40,
-                 "one key, 4 values", {"n_values": 4}),
-        TaskSpec("niah_multiquery", _needle_builder("multiquery"), "string_match_all", 40,
-                 "4 keys, all queried", {"n_keys": 4}),
-        TaskSpec("vt", _vt, "string_match_all", 24,
-                 "variable tracking: 1 chain of 4 hops, after a one-shot example (as RULER)",
-                 {"n_hops": 4, "n_chains": 1, "one_shot": True}),
-        TaskSpec("cwe", _cwe, "string_match_all", 48, "common words: top 10 of a numbered list",
-                 {"k": 10, "freq_cw": 30, "freq_ucw": 3}),
-        TaskSpec("fwe", _fwe, "string_match_all", 24, "frequent coded words (Zipf, alpha 2): top 3",
-                 {"alpha": 2.0, "n_answers": 3}),
-        TaskSpec("qa_boolq", _qa_boolq, "first_word", 4,
-                 "QA: a BoolQ passage among distractor passages, yes/no (chance 50%)"),
+        TaskSpec(
+            "niah_multikey", _needle_builder("multikey"), "string_match_all", 12, "4 keys, one queried", {"n_keys": 4}
+        ),
+        TaskSpec(
+            "niah_multivalue",
+            _needle_builder("multivalue"),
+            "string_match_all",
+            40,
+            "one key, 4 values",
+            {"n_values": 4},
+        ),
+        TaskSpec(
+            "niah_multiquery",
+            _needle_builder("multiquery"),
+            "string_match_all",
+            40,
+            "4 keys, all queried",
+            {"n_keys": 4},
+        ),
+        TaskSpec(
+            "vt",
+            _vt,
+            "string_match_all",
+            24,
+            "variable tracking: 1 chain of 4 hops, after a one-shot example (as RULER)",
+            {"n_hops": 4, "n_chains": 1, "one_shot": True},
+        ),
+        TaskSpec(
+            "cwe",
+            _cwe,
+            "string_match_all",
+            48,
+            "common words: top 10 of a numbered list",
+            {"k": 10, "freq_cw": 30, "freq_ucw": 3},
+        ),
+        TaskSpec(
+            "fwe",
+            _fwe,
+            "string_match_all",
+            24,
+            "frequent coded words (Zipf, alpha 2): top 3",
+            {"alpha": 2.0, "n_answers": 3},
+        ),
+        TaskSpec(
+            "qa_boolq", _qa_boolq, "first_word", 4, "QA: a BoolQ passage among distractor passages, yes/no (chance 50%)"
+        ),
     ]
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
@@ -580,9 +705,20 @@ def make_task(
             prompt, answers = spec.build(tok, length, rng, haystack, **opts)
             depth = None
         prompt = tok.frame(prompt)
-        out.append(Sample(
-            prompt=prompt, answers=tuple(answers), task=task, length=length, depth=depth,
-            n_tokens=tok.count(prompt), metric=spec.metric, max_new_tokens=spec.max_new_tokens,
-            needles=tuple(needles), needle_depths=tuple(nd), haystack=haystack, template=template,
-        ))
+        out.append(
+            Sample(
+                prompt=prompt,
+                answers=tuple(answers),
+                task=task,
+                length=length,
+                depth=depth,
+                n_tokens=tok.count(prompt),
+                metric=spec.metric,
+                max_new_tokens=spec.max_new_tokens,
+                needles=tuple(needles),
+                needle_depths=tuple(nd),
+                haystack=haystack,
+                template=template,
+            )
+        )
     return out

@@ -43,10 +43,30 @@ from .tracr import tracr_task
 from ...errors import InputError
 
 __all__ = [
-    "METRICS", "TaskError", "Task", "logit_diff", "prob_diff", "logprob",
-    "IOI_TEMPLATES", "NAMES", "PLACES", "OBJECTS", "ONE_PREFIX", "YEAR_NOUNS", "CENTURIES",
-    "ioi_task", "agreement_task", "greater_than_task", "induction_task", "predecessor_task",
-    "task_from_texts", "own_task", "TASKS", "build_task", "clean_accuracy", "tracr_task",
+    "METRICS",
+    "TaskError",
+    "Task",
+    "logit_diff",
+    "prob_diff",
+    "logprob",
+    "IOI_TEMPLATES",
+    "NAMES",
+    "PLACES",
+    "OBJECTS",
+    "ONE_PREFIX",
+    "YEAR_NOUNS",
+    "CENTURIES",
+    "ioi_task",
+    "agreement_task",
+    "greater_than_task",
+    "induction_task",
+    "predecessor_task",
+    "task_from_texts",
+    "own_task",
+    "TASKS",
+    "build_task",
+    "clean_accuracy",
+    "tracr_task",
 ]
 
 
@@ -54,8 +74,12 @@ __all__ = [
 # by name, and a model's accuracy
 
 TASKS: dict[str, Callable[..., Task]] = {
-    "ioi": ioi_task, "agreement": agreement_task, "greater_than": greater_than_task, "induction": induction_task,
-    "predecessor": predecessor_task, "tracr": tracr_task,
+    "ioi": ioi_task,
+    "agreement": agreement_task,
+    "greater_than": greater_than_task,
+    "induction": induction_task,
+    "predecessor": predecessor_task,
+    "tracr": tracr_task,
 }
 
 
@@ -80,7 +104,7 @@ def _end_logits(model, tokens: Int[Tensor, "n pos"], batch_size: int) -> Float[T
     out = []
     with torch.no_grad():
         for i in range(0, tokens.shape[0], batch_size):
-            out.append(model(tokens[i: i + batch_size].to(dev))[:, -1].float().cpu())
+            out.append(model(tokens[i : i + batch_size].to(dev))[:, -1].float().cpu())
     return torch.cat(out)
 
 

@@ -15,14 +15,22 @@ from .base import Task, _Candidate, _check_n, _encode, _make_task, _select
 # subject–verb agreement (BLiMP one-prefix paradigms)
 
 # the four paradigms of AGREEMENT whose rows have one_prefix_method true (the *_2 ones have none)
-ONE_PREFIX: tuple[str, ...] = tuple(p for p in AGREEMENT if p in {
-    "regular_plural_subject_verb_agreement_1", "irregular_plural_subject_verb_agreement_1",
-    "distractor_agreement_relational_noun", "distractor_agreement_relative_clause",
-})
+ONE_PREFIX: tuple[str, ...] = tuple(
+    p
+    for p in AGREEMENT
+    if p
+    in {
+        "regular_plural_subject_verb_agreement_1",
+        "irregular_plural_subject_verb_agreement_1",
+        "distractor_agreement_relational_noun",
+        "distractor_agreement_relative_clause",
+    }
+)
 
 
-def agreement_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None,
-                   paradigms: Sequence[str] = ONE_PREFIX) -> Task:
+def agreement_task(
+    tokenizer, *, n: int, seed: int = 0, bos: int | None = None, paradigms: Sequence[str] = ONE_PREFIX
+) -> Task:
     """Subject–verb agreement from BLiMP's one-prefix rows: ``"The cups"`` -> good verb rather than bad verb.
 
     Clean prompt = ``one_prefix_prefix``; ``correct`` / ``wrong`` = the first token of
@@ -65,11 +73,15 @@ def agreement_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None,
             if not partners:
                 continue
             other_r, other_prefix, _, _ = items[rng.choice(partners)]
-            cands.append(_Candidate(prefix, other_prefix, [g], [b], {}, r["one_prefix_prefix"],
-                                    other_r["one_prefix_prefix"]))
+            cands.append(
+                _Candidate(prefix, other_prefix, [g], [b], {}, r["one_prefix_prefix"], other_r["one_prefix_prefix"])
+            )
     chosen = _select(cands, n, seed, "the agreement task")
-    return _make_task("agreement", chosen, "logit_diff", bos,
-                      "BLiMP subject-verb agreement (one-prefix): good vs bad verb; corrupted = a prefix "
-                      "of the opposite number from the same paradigm")
-
-
+    return _make_task(
+        "agreement",
+        chosen,
+        "logit_diff",
+        bos,
+        "BLiMP subject-verb agreement (one-prefix): good vs bad verb; corrupted = a prefix "
+        "of the opposite number from the same paradigm",
+    )

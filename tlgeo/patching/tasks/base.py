@@ -40,37 +40,45 @@ def _valid_sum(x: Float[Tensor, "n vocab"], ids: Int[Tensor, "n k"]) -> Float[Te
     return got.sum(1)
 
 
-def logit_diff(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"]
-               ) -> Float[Tensor, "n"]:
+def logit_diff(
+    logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"]
+) -> Float[Tensor, "n"]:
     """Mean logit over the valid (!= -1) ``correct`` ids minus mean over the valid ``wrong`` ids (float32)."""
     x = logits.float()
     return _valid_mean(x, correct) - _valid_mean(x, wrong)
 
 
-def prob_diff(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"]
-              ) -> Float[Tensor, "n"]:
+def prob_diff(
+    logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"]
+) -> Float[Tensor, "n"]:
     """Summed softmax probability of the valid ``correct`` ids minus that of the valid ``wrong`` ids (float32)."""
     p = torch.softmax(logits.float(), dim=-1)
     return _valid_sum(p, correct) - _valid_sum(p, wrong)
 
 
-def logprob(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"] | None = None
-            ) -> Float[Tensor, "n"]:
+def logprob(
+    logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"] | None = None
+) -> Float[Tensor, "n"]:
     """``log_softmax(logits)`` at ``correct[:, 0]`` (float32); ``wrong`` is ignored."""
     lp = F.log_softmax(logits.float(), dim=-1)
     return lp.gather(1, correct[:, :1].to(lp.device)).squeeze(1)
 
 
-def value(logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"] | None = None
-          ) -> Float[Tensor, "n"]:
+def value(
+    logits: Float[Tensor, "n vocab"], correct: Int[Tensor, "n k"], wrong: Int[Tensor, "n j"] | None = None
+) -> Float[Tensor, "n"]:
     """The mean output over the valid ``correct`` ids, less the mean over the valid ``wrong`` ids where a row has
     any (float32): a numerical output read as it is (a compiled tracr program's one value)."""
     x = logits.float()
     return _valid_mean(x, correct) - (_valid_mean(x, wrong) if wrong is not None else 0.0)
 
 
-METRICS: dict[str, Callable[..., Tensor]] = {"logit_diff": logit_diff, "prob_diff": prob_diff, "logprob": logprob,
-                                            "value": value}
+METRICS: dict[str, Callable[..., Tensor]] = {
+    "logit_diff": logit_diff,
+    "prob_diff": prob_diff,
+    "logprob": logprob,
+    "value": value,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,13 +122,17 @@ class Task:
         for f in ("clean", "corrupted"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2:
-                raise InputError(f"{name}: {f} must be a 2-D integer tensor [n, pos] of token ids, got "
-                                 f"{type(t).__name__} {getattr(t, 'dtype', '')} "
-                                 f"of shape {tuple(getattr(t, 'shape', ()))}")
+                raise InputError(
+                    f"{name}: {f} must be a 2-D integer tensor [n, pos] of token ids, got "
+                    f"{type(t).__name__} {getattr(t, 'dtype', '')} "
+                    f"of shape {tuple(getattr(t, 'shape', ()))}"
+                )
         if self.clean.shape != self.corrupted.shape:
-            raise InputError(f"{name}: clean and corrupted must have the same shape (the task needs aligned "
-                             f"positions), got clean {tuple(self.clean.shape)} "
-                             f"and corrupted {tuple(self.corrupted.shape)}")
+            raise InputError(
+                f"{name}: clean and corrupted must have the same shape (the task needs aligned "
+                f"positions), got clean {tuple(self.clean.shape)} "
+                f"and corrupted {tuple(self.corrupted.shape)}"
+            )
         n, pos = self.clean.shape
         if n == 0:
             raise InputError(f"{name}: no prompts (n == 0)")
@@ -133,9 +145,11 @@ class Task:
         for f in ("correct", "wrong"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2 or t.shape[0] != n or t.shape[1] < 1:
-                raise InputError(f"{name}: {f} must be an integer tensor [n, k] with n = {n} and k >= 1 "
-                                 f"(padded with -1), got {type(t).__name__} {getattr(t, 'dtype', '')} "
-                                 f"of shape {tuple(getattr(t, 'shape', ()))}")
+                raise InputError(
+                    f"{name}: {f} must be an integer tensor [n, k] with n = {n} and k >= 1 "
+                    f"(padded with -1), got {type(t).__name__} {getattr(t, 'dtype', '')} "
+                    f"of shape {tuple(getattr(t, 'shape', ()))}"
+                )
             if (t < -1).any():
                 raise InputError(f"{name}: {f} has ids below -1 (-1 is the only padding value)")
         no_correct = (self.correct < 0).all(1)
@@ -148,12 +162,16 @@ class Task:
         if self.metric in ("logit_diff", "prob_diff"):
             no_wrong = (self.wrong < 0).all(1)
             if no_wrong.any():
-                raise InputError(f"{name}: metric {self.metric!r} needs a wrong id in every row; row(s) "
-                                 f"{no_wrong.nonzero().flatten()[:5].tolist()} of wrong are empty (all -1)")
+                raise InputError(
+                    f"{name}: metric {self.metric!r} needs a wrong id in every row; row(s) "
+                    f"{no_wrong.nonzero().flatten()[:5].tolist()} of wrong are empty (all -1)"
+                )
             same = [i for i in range(n) if _ids(self.correct[i]) == _ids(self.wrong[i])]
             if same:
-                raise InputError(f"{name}: row(s) {same[:5]} have the same correct and wrong ids, so their metric "
-                                 f"{self.metric!r} is constant (0 whatever the model does)")
+                raise InputError(
+                    f"{name}: row(s) {same[:5]} have the same correct and wrong ids, so their metric "
+                    f"{self.metric!r} is constant (0 whatever the model does)"
+                )
         if self.d_vocab is not None:
             for f in ("clean", "corrupted", "correct", "wrong"):
                 top = int(getattr(self, f).max())
@@ -169,11 +187,14 @@ class Task:
         for key, p in dict(self.positions).items():
             p = torch.as_tensor(p, device=self.clean.device)
             if not _is_int(p) or p.shape != (n,):
-                raise InputError(f"{name}: position {key!r} must be {n} integer token indices, "
-                                 f"got shape {tuple(p.shape)} dtype {p.dtype}")
+                raise InputError(
+                    f"{name}: position {key!r} must be {n} integer token indices, "
+                    f"got shape {tuple(p.shape)} dtype {p.dtype}"
+                )
             if ((p < 0) | (p >= pos)).any():
-                raise InputError(f"{name}: position {key!r} is out of range [0, {pos}): "
-                                 f"min {int(p.min())}, max {int(p.max())}")
+                raise InputError(
+                    f"{name}: position {key!r} is out of range [0, {pos}): min {int(p.min())}, max {int(p.max())}"
+                )
             if key == "end" and not torch.equal(p.long(), end):
                 raise InputError(f"{name}: position 'end' must be pos - 1 = {pos - 1} in every row")
             positions[key] = p.long()
@@ -190,8 +211,10 @@ class Task:
     def score(self, logits: Float[Tensor, "n vocab"]) -> Float[Tensor, "n"]:
         """The metric per prompt from the final position's logits (float32, differentiable, on their device)."""
         if logits.ndim != 2 or logits.shape[0] != self.n:
-            raise InputError(f"task {self.name!r}: score takes the final position's logits [n={self.n}, vocab], "
-                             f"got shape {tuple(logits.shape)}")
+            raise InputError(
+                f"task {self.name!r}: score takes the final position's logits [n={self.n}, vocab], "
+                f"got shape {tuple(logits.shape)}"
+            )
         return METRICS[self.metric](logits, self.correct, self.wrong)
 
     def hits(self, logits: Float[Tensor, "n vocab"]) -> Bool[Tensor, "n"]:
@@ -222,15 +245,21 @@ class Task:
             return t[ix.to(t.device)]
 
         return replace(
-            self, clean=take(self.clean), corrupted=take(self.corrupted), correct=take(self.correct),
-            wrong=take(self.wrong), positions={k: take(v) for k, v in self.positions.items()},
+            self,
+            clean=take(self.clean),
+            corrupted=take(self.corrupted),
+            correct=take(self.correct),
+            wrong=take(self.wrong),
+            positions={k: take(v) for k, v in self.positions.items()},
             prompts=tuple(self.prompts[i] for i in rows) if self.prompts else (),
             corrupted_prompts=tuple(self.corrupted_prompts[i] for i in rows) if self.corrupted_prompts else (),
         )
 
     def __repr__(self) -> str:
-        return (f"Task({self.name!r}, n={self.n}, pos={self.clean.shape[1]}, metric={self.metric!r}, "
-                f"positions={list(self.positions)})")
+        return (
+            f"Task({self.name!r}, n={self.n}, pos={self.clean.shape[1]}, metric={self.metric!r}, "
+            f"positions={list(self.positions)})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,11 +268,11 @@ class Task:
 
 @dataclass
 class _Candidate:
-    clean: list[int]                 # without BOS
+    clean: list[int]  # without BOS
     corrupted: list[int]
     correct: list[int]
     wrong: list[int]
-    positions: dict[str, int]        # without BOS
+    positions: dict[str, int]  # without BOS
     prompt: str
     corrupted_prompt: str
 
@@ -272,8 +301,9 @@ def _select(cands: Sequence[_Candidate], n: int, seed: int, what: str) -> list[_
     group = list(groups[length])
     random.Random(seed).shuffle(group)
     if len(group) < 2:
-        raise TaskError(f"{what}: only {len(group)} prompt(s) of equal token length on this tokenizer; "
-                        f"a task needs at least 2")
+        raise TaskError(
+            f"{what}: only {len(group)} prompt(s) of equal token length on this tokenizer; a task needs at least 2"
+        )
     return group[:n]
 
 
@@ -301,5 +331,3 @@ def _make_task(name: str, cands: Sequence[_Candidate], metric: str, bos: int | N
         corrupted_prompts=tuple(c.corrupted_prompt for c in cands),
         description=description,
     )
-
-

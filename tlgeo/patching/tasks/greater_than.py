@@ -9,8 +9,18 @@ from .base import Task, TaskError, _Candidate, _check_n, _decode, _encode, _make
 # greater-than (Hanna et al. 2023)
 
 YEAR_NOUNS: tuple[str, ...] = (
-    "war", "expedition", "drought", "reign", "famine", "siege", "journey", "rebellion",
-    "occupation", "voyage", "conflict", "dynasty",
+    "war",
+    "expedition",
+    "drought",
+    "reign",
+    "famine",
+    "siege",
+    "journey",
+    "rebellion",
+    "occupation",
+    "voyage",
+    "conflict",
+    "dynasty",
 )
 CENTURIES: tuple[str, ...] = ("17", "18", "19")
 
@@ -19,7 +29,7 @@ def _year_split(tokenizer, cc: str, yy: str) -> list[int] | None:
     """The tokens of ``yy`` in ``" {cc}{yy}"`` when the year splits as ``" {cc}"`` + the rest, else None."""
     head = _encode(tokenizer, f" {cc}")
     ids = _encode(tokenizer, f" {cc}{yy}")
-    return ids[len(head):] if ids[: len(head)] == head and len(ids) > len(head) else None
+    return ids[len(head) :] if ids[: len(head)] == head and len(ids) > len(head) else None
 
 
 def _year_mode(tokenizer) -> str:
@@ -28,8 +38,10 @@ def _year_mode(tokenizer) -> str:
         return "two_digit"
     if tail is not None and len(tail) == 2 and [_decode(tokenizer, [t]) for t in tail] == ["3", "2"]:
         return "digit"
-    raise TaskError(f"this tokenizer splits ' 1732' as {_encode(tokenizer, ' 1732')}: the greater-than task needs "
-                    f"' 17' + a two-digit token '32' (GPT-2 style) or one token per digit (SmolLM2, Gemma)")
+    raise TaskError(
+        f"this tokenizer splits ' 1732' as {_encode(tokenizer, ' 1732')}: the greater-than task needs "
+        f"' 17' + a two-digit token '32' (GPT-2 style) or one token per digit (SmolLM2, Gemma)"
+    )
 
 
 def _answer_ids(tokenizer, mode: str) -> list[int]:
@@ -91,12 +103,15 @@ def greater_than_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = Non
                     continue
                 if mode == "digit":
                     tens = v // 10
-                    correct, wrong = answers[tens + 1:], answers[:tens]
+                    correct, wrong = answers[tens + 1 :], answers[:tens]
                 else:
-                    correct, wrong = answers[v + 1:], answers[: v + 1]
+                    correct, wrong = answers[v + 1 :], answers[: v + 1]
                 cands.append(_Candidate(ids, bad, correct, wrong, {"YY": len(head) + len(end)}, text, bad_text))
     chosen = _select(cands, n, seed, "the greater-than task")
-    return _make_task("greater_than", chosen, "prob_diff", bos,
-                      f"greater-than (Hanna et al. 2023), {mode} years: P(later) - P(earlier); corrupted YY = 01")
-
-
+    return _make_task(
+        "greater_than",
+        chosen,
+        "prob_diff",
+        bos,
+        f"greater-than (Hanna et al. 2023), {mode} years: P(later) - P(earlier); corrupted YY = 01",
+    )

@@ -12,8 +12,9 @@ from ...errors import InputError
 # induction
 
 
-def _ordinary_ids(tokenizer, n: int, length: int, need: int, min_id: int | None, max_id: int | None,
-                  task: str) -> torch.Tensor:
+def _ordinary_ids(
+    tokenizer, n: int, length: int, need: int, min_id: int | None, max_id: int | None, task: str
+) -> torch.Tensor:
     """The ids a random-token task draws from: ``[min_id, max_id)`` (defaults: 100, or 3 for a vocabulary under 300
     tokens; the tokenizer's size) less the special ids; ``TaskError`` when fewer than ``need`` are left."""
     _check_n(n)
@@ -29,8 +30,16 @@ def _ordinary_ids(tokenizer, n: int, length: int, need: int, min_id: int | None,
     return ids
 
 
-def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, length: int = 10,
-                   min_id: int | None = None, max_id: int | None = None) -> Task:
+def induction_task(
+    tokenizer,
+    *,
+    n: int,
+    seed: int = 0,
+    bos: int | None = None,
+    length: int = 10,
+    min_id: int | None = None,
+    max_id: int | None = None,
+) -> Task:
     """Induction on repeated random tokens: ``r1..rL r1..r(L-1)`` -> ``rL``.
 
     ``length`` distinct ids are drawn per prompt from ``[min_id, max_id)`` minus the tokenizer's special
@@ -51,16 +60,27 @@ def induction_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, 
         corrupted.append(pre + q + r[:-1])
         correct.append([r[-1]])
     return Task(
-        name="induction", clean=torch.tensor(clean), corrupted=torch.tensor(corrupted),
-        correct=torch.tensor(correct), wrong=torch.full((n, 1), -1, dtype=torch.long), metric="logprob",
+        name="induction",
+        clean=torch.tensor(clean),
+        corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct),
+        wrong=torch.full((n, 1), -1, dtype=torch.long),
+        metric="logprob",
         description=f"induction on {length} repeated random tokens: log P(r_L); corrupted first half fresh",
     )
 
 
-
-
-def predecessor_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, length: int = 10,
-                     min_id: int | None = None, max_id: int | None = None, sep: int | None = None) -> Task:
+def predecessor_task(
+    tokenizer,
+    *,
+    n: int,
+    seed: int = 0,
+    bos: int | None = None,
+    length: int = 10,
+    min_id: int | None = None,
+    max_id: int | None = None,
+    sep: int | None = None,
+) -> Task:
     """The token before a token: ``r1..rL SEP rj`` -> ``r(j-1)`` (a head that attends from ``rj`` to its earlier
     occurrence copies what a previous-token head wrote there: V-composition; induction is its K-composition twin),
     the format of ``tlgeo train``'s ``predecessor:`` data.
@@ -73,8 +93,11 @@ def predecessor_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None
     ids = _ordinary_ids(tokenizer, n, length, length + 1, min_id, max_id, "predecessor")
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
-    sep = sep if sep is not None else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None
-                                       else tokenizer.eos_token_id)
+    sep = (
+        sep
+        if sep is not None
+        else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
+    )
     clean, corrupted, correct = [], [], []
     for _ in range(n):
         draw = ids[torch.randperm(ids.numel(), generator=gen)[: length + 1]].tolist()
@@ -86,8 +109,12 @@ def predecessor_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None
         corrupted.append(pre + other + [int(sep), r[j]])
         correct.append([r[j - 1]])
     return Task(
-        name="predecessor", clean=torch.tensor(clean), corrupted=torch.tensor(corrupted),
-        correct=torch.tensor(correct), wrong=torch.full((n, 1), -1, dtype=torch.long), metric="logprob",
+        name="predecessor",
+        clean=torch.tensor(clean),
+        corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct),
+        wrong=torch.full((n, 1), -1, dtype=torch.long),
+        metric="logprob",
         description=f"the token before a query token among {length} random tokens: log P(r_(j-1)); corrupted: "
-                    f"r_(j-1) replaced",
+        f"r_(j-1) replaced",
     )

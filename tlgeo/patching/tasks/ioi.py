@@ -25,16 +25,69 @@ _IOI_BASE: tuple[str, ...] = (
     "The {PLACE} was quiet when {N1} and {N2} came in. {S2} passed the {OBJECT} to",
 )
 IOI_TEMPLATES: tuple[str, ...] = tuple(
-    t.replace("{N1}", a).replace("{N2}", b)
-    for t in _IOI_BASE for a, b in (("{IO}", "{S}"), ("{S}", "{IO}"))
+    t.replace("{N1}", a).replace("{N2}", b) for t in _IOI_BASE for a, b in (("{IO}", "{S}"), ("{S}", "{IO}"))
 )  # 16 templates: ABBA and BABA of each base
 NAMES: tuple[str, ...] = (
-    "Mary", "John", "James", "Michael", "Robert", "David", "William", "Richard", "Joseph", "Thomas",
-    "Charles", "Daniel", "Matthew", "Anthony", "Mark", "Paul", "Steven", "Andrew", "Kevin", "Brian",
-    "George", "Edward", "Jason", "Ryan", "Jacob", "Gary", "Eric", "Scott", "Frank", "Patrick",
-    "Peter", "Sam", "Tom", "Alex", "Ben", "Jack", "Henry", "Elizabeth", "Sarah", "Jessica",
-    "Karen", "Nancy", "Lisa", "Betty", "Sandra", "Ashley", "Emily", "Michelle", "Laura", "Rachel",
-    "Anna", "Kate", "Rose", "Alice", "Grace", "Amy", "Helen", "Emma", "Lucy", "Julia",
+    "Mary",
+    "John",
+    "James",
+    "Michael",
+    "Robert",
+    "David",
+    "William",
+    "Richard",
+    "Joseph",
+    "Thomas",
+    "Charles",
+    "Daniel",
+    "Matthew",
+    "Anthony",
+    "Mark",
+    "Paul",
+    "Steven",
+    "Andrew",
+    "Kevin",
+    "Brian",
+    "George",
+    "Edward",
+    "Jason",
+    "Ryan",
+    "Jacob",
+    "Gary",
+    "Eric",
+    "Scott",
+    "Frank",
+    "Patrick",
+    "Peter",
+    "Sam",
+    "Tom",
+    "Alex",
+    "Ben",
+    "Jack",
+    "Henry",
+    "Elizabeth",
+    "Sarah",
+    "Jessica",
+    "Karen",
+    "Nancy",
+    "Lisa",
+    "Betty",
+    "Sandra",
+    "Ashley",
+    "Emily",
+    "Michelle",
+    "Laura",
+    "Rachel",
+    "Anna",
+    "Kate",
+    "Rose",
+    "Alice",
+    "Grace",
+    "Amy",
+    "Helen",
+    "Emma",
+    "Lucy",
+    "Julia",
 )
 PLACES: tuple[str, ...] = ("store", "garden", "restaurant", "school", "hospital", "office", "station", "park")
 OBJECTS: tuple[str, ...] = ("drink", "book", "ring", "basketball", "computer", "necklace", "snack", "bone")
@@ -65,8 +118,10 @@ def ioi_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None) -> Tas
     _check_n(n)
     names = _single_token_names(tokenizer)
     if len(names) < 5:
-        raise TaskError(f"only {len(names)} single-token names in this tokenizer: the IOI task needs at least 5 "
-                        f"(IO, S and three others for the corrupted prompt); got {sorted(names)}")
+        raise TaskError(
+            f"only {len(names)} single-token names in this tokenizer: the IOI task needs at least 5 "
+            f"(IO, S and three others for the corrupted prompt); got {sorted(names)}"
+        )
     rng = random.Random(seed)
     pool = sorted(names)
     seen: set[str] = set()
@@ -87,12 +142,23 @@ def ioi_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None) -> Tas
         if cand is not None:
             cands.append(cand)
     chosen = _select(cands, n, seed, "the IOI task")
-    return _make_task("ioi", chosen, "logit_diff", bos,
-                      "indirect object identification (Wang et al. 2022): IO vs S name; ABC corruption")
+    return _make_task(
+        "ioi",
+        chosen,
+        "logit_diff",
+        bos,
+        "indirect object identification (Wang et al. 2022): IO vs S name; ABC corruption",
+    )
 
 
-def _ioi_candidate(tokenizer, text: str, corrupted_text: str, names: Mapping[str, int],
-                   clean_names: tuple[str, str], abc: tuple[str, str, str]) -> _Candidate | None:
+def _ioi_candidate(
+    tokenizer,
+    text: str,
+    corrupted_text: str,
+    names: Mapping[str, int],
+    clean_names: tuple[str, str],
+    abc: tuple[str, str, str],
+) -> _Candidate | None:
     ids = _encode(tokenizer, text)
     io_id, s_id = names[clean_names[0]], names[clean_names[1]]
     io_at = [i for i, t in enumerate(ids) if t == io_id]
@@ -104,7 +170,6 @@ def _ioi_candidate(tokenizer, text: str, corrupted_text: str, names: Mapping[str
         expected[at] = names[name]
     if _encode(tokenizer, corrupted_text) != expected:
         return None
-    return _Candidate(ids, expected, [io_id], [s_id], {"IO": io_at[0], "S1": s_at[0], "S2": s_at[1]},
-                      text, corrupted_text)
-
-
+    return _Candidate(
+        ids, expected, [io_id], [s_id], {"IO": io_at[0], "S1": s_at[0], "S2": s_at[1]}, text, corrupted_text
+    )

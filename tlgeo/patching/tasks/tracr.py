@@ -38,12 +38,16 @@ def _sort(tokens: Sequence[str]) -> list[str]:
 
 
 def _detect_pattern(tokens: Sequence[str]) -> list[bool]:
-    return [i >= 2 and list(tokens[i - 2: i + 1]) == ["a", "b", "c"] for i in range(len(tokens))]
+    return [i >= 2 and list(tokens[i - 2 : i + 1]) == ["a", "b", "c"] for i in range(len(tokens))]
 
 
 # program -> its output for the tokens after BOS (one value per position)
 PROGRAMS: dict[str, Callable[[Sequence[str]], list]] = {
-    "frac_prevs": _frac_prevs, "reverse": _reverse, "hist": _hist, "sort": _sort, "detect_pattern": _detect_pattern,
+    "frac_prevs": _frac_prevs,
+    "reverse": _reverse,
+    "hist": _hist,
+    "sort": _sort,
+    "detect_pattern": _detect_pattern,
 }
 
 
@@ -67,7 +71,7 @@ def _corrupt(program: str, clean: list[str], vocab: list[str], rng: random.Rando
         return clean[:-1] + [rng.choice([v for v in vocab if v != clean[-1]])]
     if program == "detect_pattern":  # the clean input ends in a b c: one of a, b changed (what each head moves)
         i = rng.choice([-3, -2])
-        return clean[:i] + [rng.choice([v for v in vocab if v != clean[i]])] + clean[i + 1:]
+        return clean[:i] + [rng.choice([v for v in vocab if v != clean[i]])] + clean[i + 1 :]
     if program == "sort":  # the last output is the largest token: lower every occurrence of it
         top = max(clean, key=float)
         lower = [v for v in vocab if float(v) < float(top)]
@@ -115,8 +119,13 @@ def tracr_task(tokenizer, *, n: int, seed: int = 0, bos: int | None = None, fold
     if len(clean) < 2:
         raise TaskError(f"tracr program {program!r}: fewer than 2 clean/corrupted pairs with different answers")
     return Task(
-        name=f"tracr_{program}", clean=torch.tensor(clean), corrupted=torch.tensor(corrupted),
-        correct=torch.tensor(correct), wrong=torch.tensor(wrong), metric="value" if out is None else "logit_diff",
-        prompts=tuple(texts), corrupted_prompts=tuple(ctexts),
+        name=f"tracr_{program}",
+        clean=torch.tensor(clean),
+        corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct),
+        wrong=torch.tensor(wrong),
+        metric="value" if out is None else "logit_diff",
+        prompts=tuple(texts),
+        corrupted_prompts=tuple(ctexts),
         description=f"tracr {program}: {truth['description']}; the last position's answer, clean vs corrupted",
     )
