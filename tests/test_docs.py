@@ -110,3 +110,25 @@ def test_the_api_reference_holds_every_name_the_docs_import():
     assert seen > 20 and not missing, missing
     for name in ("task_from_texts", "build_task", "Task", "path_runs", "path_sweep", "path_effects"):
         assert any(d.endswith("." + name) for d in documented), name
+
+
+def test_the_docs_name_only_files_that_exist():
+    """A docs page, ARCHITECTURE.md or the README that names a file of the repository (`tlgeo/...py`, `scripts/...`,
+    `results/...`, `tests/...`) names one that exists (docs/layout.md once named three that did not)."""
+    pattern = re.compile(r"(?<![\w./-])((?:tlgeo|scripts|tests|results|notebooks|zoo)/[\w./-]*\w)")
+    pages = [
+        ROOT / "README.md",
+        ROOT / "ARCHITECTURE.md",
+        ROOT / "RESULTS.md",
+        *(p for p in (ROOT / "docs").rglob("*.md") if "_generated" not in p.parts),
+    ]
+    missing = []
+    for page in pages:
+        text = page.read_text()
+        for m in pattern.finditer(text):
+            path, after = m.group(1).rstrip("."), text[m.end() : m.end() + 2]
+            if after[:1] in "<{*" or after in ("-<", "_<", "-{", "-*") or "normgrowth" in path:
+                continue  # a pattern, a placeholder or ARCHITECTURE.md's worked example, not a file
+            if not (ROOT / path).exists() and not (ROOT / path).with_suffix(".py").exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not missing, "pages name files that do not exist:\n" + "\n".join(sorted(missing))
