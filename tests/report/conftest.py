@@ -15,5 +15,6 @@ def tiny_cfg(out):
         pdsf_geometry_per_group=2, pdsf_generation_per_group=1, pdsf_new_tokens=3,
         patching_tasks=("induction", "ioi"), patching_prompts=4, patching_min_accuracy=0.0,
         patching_path_senders=("L0H1",), patching_path_receivers=("L1", "logits"),
+        circuits_tasks=("induction",), circuits_prompts=4, circuits_k=(0, 5, 20), circuits_verify=3,
         geometries_tokens=60, geometries_seq_len=16, geometries_layer_count=2, geometries_k=8,
     ))

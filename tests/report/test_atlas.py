@@ -87,7 +87,7 @@ def test_atlas_errors(tmp_path, llama):
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
     assert set(STEPS) == {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag",
-                          "tokenwise", "pdsf", "patching", "geometries"}
+                          "tokenwise", "pdsf", "patching", "circuits", "geometries"}
 
 
 def test_an_atlas_folder_of_another_model_run_is_refused_before_any_work(tmp_path, llama, monkeypatch):

@@ -26,7 +26,7 @@ def test_every_step_is_a_registered_analysis_with_a_command():
     commands = load_commands()
     assert all(step.analysis.command_name in commands for step in STEPS.values())
     assert {"profile", "sweeps", "compare", "heads", "mlp_carrier", "closed_form", "audit", "dirmag", "tokenwise", "pdsf",
-            "patching", "geometries"} == set(STEPS)
+            "patching", "circuits", "geometries"} == set(STEPS)
 
 
 def test_atlas_tables_equal_the_commands_tables(atlas_dir, tmp_path, capsys):

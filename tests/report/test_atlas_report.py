@@ -16,6 +16,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
+from tlgeo.circuits.atlas import headline as circuits_headline
 from tlgeo.geometries.atlas import headline as geometries_headline
 from tlgeo.patching.atlas import headline as patching_headline
 from tlgeo.pdsf.atlas import headline as pdsf_headline
@@ -55,9 +56,11 @@ def test_report_opens_with_the_headline(atlas_dir):
     # one heading per analysis, its first sentence (the takeaway) in bold
     assert re.findall(r"<h3>(.*?)</h3>", block)[:2] == ["Directional decomposition (seed paper 000)",
                                                         "Direction vs magnitude (seed paper 003)"]
-    assert block.count("<h3>") == block.count("<li><strong>") == 6
+    assert block.count("<h3>") == block.count("<li><strong>") == 7
     h, dm, tw, pd_, pt, ge = (headline(atlas_dir), dirmag_headline(atlas_dir), tokenwise_headline(atlas_dir),
                               pdsf_headline(atlas_dir), patching_headline(atlas_dir), geometries_headline(atlas_dir))
+    ci = circuits_headline(atlas_dir)
+    assert len(ci.sentences) == 1 and "edges recover 80 %" in ci.sentences[0]  # circuits: the induction circuit
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
     assert len(tw.sentences) == 2 and len(pd_.sentences) == 3  # tokenwise: geometry, Spearman; PDSF: geometry, single pass, rotations
     assert len(pt.sentences) == 3  # patching: the induction task's top head and its largest path; ioi not patched
@@ -65,8 +68,8 @@ def test_report_opens_with_the_headline(atlas_dir):
     caveat = "tiny:llama is a tiny model with random weights: the report tests the machinery"
     got = [html_unescape(x) for x in items]
     assert got[0].startswith(caveat)  # read first, before any number
-    every = (h.sentences + dm.sentences + tw.sentences + pd_.sentences + pt.sentences + ge.sentences
-             + h.warnings + dm.warnings + tw.warnings + pd_.warnings + pt.warnings + ge.warnings)
+    every = (h.sentences + dm.sentences + tw.sentences + pd_.sentences + pt.sentences + ci.sentences + ge.sentences
+             + h.warnings + dm.warnings + tw.warnings + pd_.warnings + pt.warnings + ci.warnings + ge.warnings)
     assert got[1:] == [t for s in every if (t := without_paper(s))]  # random weights: no paper comparison
     # the tiny budgets (2 zero-shot items, 3 head texts, 128 tokens) are flagged
     assert any(w.startswith("Zero-shot: 2 items per task") and "indication only" in w for w in h.warnings)
