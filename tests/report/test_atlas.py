@@ -109,6 +109,7 @@ def test_atlas_errors(tmp_path, llama):
         "tokenwise",
         "pdsf",
         "patching",
+        "circuits",
         "geometries",
     }
 

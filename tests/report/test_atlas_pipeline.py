@@ -37,6 +37,7 @@ def test_every_step_is_a_registered_analysis_with_a_command():
         "tokenwise",
         "pdsf",
         "patching",
+        "circuits",
         "geometries",
     } == set(STEPS)
 

@@ -16,6 +16,7 @@ import pytest
 from tlgeo.decomposition.atlas import DecompositionBudgets
 from tlgeo.decomposition.summary import headline
 from tlgeo.dirmag.atlas import headline as dirmag_headline
+from tlgeo.circuits.atlas import headline as circuits_headline
 from tlgeo.geometries.atlas import headline as geometries_headline
 from tlgeo.patching.atlas import headline as patching_headline
 from tlgeo.pdsf.atlas import headline as pdsf_headline
@@ -66,7 +67,7 @@ def test_report_opens_with_the_headline(atlas_dir):
         "Directional decomposition (seed paper 000)",
         "Direction vs magnitude (seed paper 003)",
     ]
-    assert block.count("<h3>") == block.count("<li><strong>") == 6
+    assert block.count("<h3>") == block.count("<li><strong>") == 7
     h, dm, tw, pd_, pt, ge = (
         headline(atlas_dir),
         dirmag_headline(atlas_dir),
@@ -75,6 +76,8 @@ def test_report_opens_with_the_headline(atlas_dir):
         patching_headline(atlas_dir),
         geometries_headline(atlas_dir),
     )
+    ci = circuits_headline(atlas_dir)
+    assert len(ci.sentences) == 1 and "edges recover 80 %" in ci.sentences[0]  # circuits: the induction circuit
     assert 4 <= len(h.sentences) <= 8 and len(dm.sentences) == 2  # direction vs magnitude: damage, probes
     assert (
         len(tw.sentences) == 2 and len(pd_.sentences) == 3
@@ -90,12 +93,14 @@ def test_report_opens_with_the_headline(atlas_dir):
         + tw.sentences
         + pd_.sentences
         + pt.sentences
+        + ci.sentences
         + ge.sentences
         + h.warnings
         + dm.warnings
         + tw.warnings
         + pd_.warnings
         + pt.warnings
+        + ci.warnings
         + ge.warnings
     )
     assert got[1:] == [t for s in every if (t := without_paper(s))]  # random weights: no paper comparison
