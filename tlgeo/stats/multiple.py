@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import InputError
 import numpy as np
 
-__all__ = ["wald_pvalue", "mean_test_pvalue", "significant_digits", "bh_qvalues", "proportion_ci"]
+__all__ = ["wald_pvalue", "mean_test_pvalue", "mean_test_pvalues", "significant_digits", "bh_qvalues", "proportion_ci"]
 
 
 def wald_pvalue(estimate, se, df=None) -> np.ndarray:
@@ -53,14 +53,28 @@ def mean_test_pvalue(values) -> float:
     reference a handful of prompts needs (a normal reference with a bootstrap SE gave p = 1e-300 at 8 prompts).
     ``p = 1`` with fewer than two values, NaN among them or all of them 0; ``p = 0`` when they are all the same
     non-zero value."""
-    from scipy.stats import ttest_1samp
+    return float(mean_test_pvalues(np.asarray(values, dtype=np.float64).ravel()))
 
-    x = np.asarray(values, dtype=np.float64).ravel()
-    if x.size < 2 or not np.isfinite(x).all() or not x.any():
-        return 1.0
-    if np.all(x == x[0]):
-        return 0.0
-    return float(np.clip(ttest_1samp(x, 0.0).pvalue, 0.0, 1.0))
+
+def mean_test_pvalues(values) -> np.ndarray:
+    """:func:`mean_test_pvalue` over the last axis of ``values [..., n]`` at once (a simulation's samples):
+    ``p [...]``, float64, the same special cases row by row."""
+    from scipy.stats import t as student
+
+    x = np.asarray(values, dtype=np.float64)
+    p = np.ones(x.shape[:-1])
+    n = x.shape[-1]
+    if n < 2:
+        return p
+    finite = np.isfinite(x).all(-1)
+    xs = np.where(finite[..., None], x, 0.0)
+    const = finite & (xs == xs[..., :1]).all(-1) & xs.any(-1)
+    ok = finite & xs.any(-1) & ~const
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tstat = np.abs(xs.mean(-1)) / (xs.std(-1, ddof=1) / np.sqrt(n))
+    p[ok] = 2 * student.sf(tstat[ok], n - 1)
+    p[const] = 0.0
+    return np.clip(p, 0.0, 1.0)
 
 
 def significant_digits(p, digits: int = 2) -> np.ndarray:

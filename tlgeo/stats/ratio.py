@@ -27,10 +27,12 @@ bound the ratio: when the gap itself is not distinguishable from 0 at this ``n``
 
 from __future__ import annotations
 
-from ..errors import InputError
 from typing import NamedTuple
 
 import numpy as np
+
+from ..errors import InputError
+from .multiple import mean_test_pvalues
 
 __all__ = ["fieller_interval", "ratio_test", "ratio_tests", "RatioTest"]
 
@@ -65,25 +67,6 @@ def _moments(num, den) -> tuple[int, np.ndarray, ...]:
     return n, ma, mb, (da * da).sum(-1) * scale, (da * db).sum(-1) * scale, (db * db).sum(-1) * scale
 
 
-def _tp(a: np.ndarray, ma: np.ndarray, vaa: np.ndarray, n: int) -> np.ndarray:
-    """The two-sided one-sample t-test p of ``mean = 0`` over the last axis of ``a`` (as
-    :func:`tlgeo.stats.multiple.mean_test_pvalue`: 1 for fewer than two values or all zero, 0 for equal non-zero
-    values)."""
-    from scipy.stats import t as student
-
-    p = np.ones(ma.shape)
-    if n < 2:
-        return p
-    zero = ~a.any(-1)
-    const = (vaa == 0) & ~zero
-    ok = ~zero & ~const
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tstat = np.abs(ma) / np.sqrt(vaa)
-    p[ok] = 2 * student.sf(tstat[ok], n - 1)
-    p[const] = 0.0
-    return np.clip(p, 0.0, 1.0)
-
-
 def ratio_tests(num, den, level: float = 0.95) -> dict[str, np.ndarray]:
     """:func:`ratio_test` over the last axis of paired ``num, den [..., n]`` at once: arrays ``[...]`` of
     ``estimate``, ``low``, ``high``, ``se``, ``p`` and ``kind`` (a simulation's thousands of samples in one
@@ -100,7 +83,7 @@ def ratio_tests(num, den, level: float = 0.95) -> dict[str, np.ndarray]:
     low, high = np.full(shape, -np.inf), np.full(shape, np.inf)
     kind = np.full(shape, "unbounded", dtype=object)
     se = np.full(shape, np.nan)
-    p = _tp(a, ma, vaa, n)
+    p = mean_test_pvalues(a)
     p = np.where(np.isfinite(est), p, 1.0)
     if n >= 2:
         t2 = float(student.ppf(0.5 + level / 2, n - 1)) ** 2
