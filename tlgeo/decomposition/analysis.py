@@ -192,14 +192,6 @@ def _log_dir(out, log) -> Path | None:
     return Path(log) if log is not None else (Path(out) if out is not None else None)
 
 
-def _done(cls: type[Result], name: str, df: pd.DataFrame, out, on_table: OnTable | None) -> None:
-    """Table ``name`` is done: merged into ``out`` (if given), then shown (``on_table``)."""
-    if out is not None:
-        cls(**{name: df}).save(out)
-    if on_table is not None:
-        on_table(name, df)
-
-
 # ---------------------------------------------------------------------------
 # decomposition: tlgeo decompose
 # ---------------------------------------------------------------------------
@@ -242,13 +234,13 @@ def run(
             sites=cfg.profile_sites(),
             progress=progress,
         )
-        _done(DecompositionResult, "profile_summary", tables["profile_summary"], out, on_table)
+        DecompositionResult(profile_summary=tables["profile_summary"]).deliver(out, on_table)
     edits = [e for e in cfg.edits() if chosen is None or edit_unit(e) in chosen]
     if edits:
         tables["edits"] = _perplexities(
             model, text, edits, cfg, log_dir / "edits.jsonl" if log_dir else None, cfg.corpus, progress
         )
-        _done(DecompositionResult, "edits", tables["edits"], out, on_table)
+        DecompositionResult(edits=tables["edits"]).deliver(out, on_table)
     return DecompositionResult(**tables)
 
 
@@ -298,7 +290,7 @@ def run_profile(
             write_csv(path, per_token)
         else:
             merge_csv(path, per_token, _PER_TOKEN_KEY)
-    _done(ProfileResult, "profile_summary", summary, out, on_table)
+    ProfileResult(profile_summary=summary).deliver(out, on_table)
     return ProfileResult(profile_summary=summary, per_token=per_token if cfg.per_token else None)
 
 
@@ -343,7 +335,7 @@ def run_ppl(
     )
     if ("baseline",) not in chosen:
         df = df[df["site"] != "none"].reset_index(drop=True)
-    _done(PplResult, "ppl", df, out, on_table)
+    PplResult(ppl=df).deliver(out, on_table)
     return PplResult(ppl=df)
 
 

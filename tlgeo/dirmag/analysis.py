@@ -130,10 +130,7 @@ def run(
         if df is None:
             continue
         tables[part] = df.assign(model=label)
-        if out is not None:
-            DirmagResult(**{part: tables[part]}).save(out)
-        if on_table is not None:
-            on_table(part, tables[part])
+        DirmagResult(**{part: tables[part]}).deliver(out, on_table)
     return DirmagResult(**tables)
 
 

@@ -290,13 +290,12 @@ def run(
                     print(f"geometries: block {l}")
                 part = _layer_tokens(model, cfg, pool, windows, base_rows, resid, profile, l)
                 rel = relations(part, n_boot=cfg.n_boot, seed=cfg.seed)
-                for name_, df in (("tokens", part), ("relations", rel)):
-                    df = _labelled(df, settings)
+                done = {name_: _labelled(df, settings) for name_, df in (("tokens", part), ("relations", rel))}
+                for name_, df in done.items():
                     tables.setdefault(name_, []).append(df)
-                    if out is not None:  # the relations' q so far: over the blocks done (final below)
-                        GeometriesResult(**{name_: df}).save(out)
-                    if on_table is not None and name_ == "tokens":
-                        on_table(name_, df)
+                # the relations' q so far: over the blocks done (final below); the tokens shown
+                GeometriesResult(tokens=done["tokens"]).deliver(out, on_table)
+                GeometriesResult(relations=done["relations"]).deliver(out)
     merged = {
         n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable").reset_index(drop=True) if v else None
         for n, v in tables.items()
@@ -304,13 +303,12 @@ def run(
     if merged.get("relations") is not None:  # earlier blocks' rows carry the identity, this run's not yet: one run
         merged["relations"] = merged["relations"].drop(columns=[c for c in IDENTITY if c in merged["relations"]])
     res = GeometriesResult(**merged)  # q over every block of the run, and the summary
-    if res.relations is not None:
-        if out is not None:  # every block's q over all the blocks of this run; the summary over them
-            # (also when every block was resumed: a run killed before this line left the per-block q of its
-            # blocks so far in the file)
-            GeometriesResult(relations=res.relations, summary=res.summary).save(out)
-        if todo and on_table is not None:
-            on_table("relations", res.relations)
+    if res.relations is not None:  # every block's q over all the blocks of this run; the summary over them
+        # (also when every block was resumed: a run killed before this line left the per-block q of its
+        # blocks so far in the file); shown when a block was computed
+        GeometriesResult(relations=res.relations, summary=res.summary).deliver(
+            out, (lambda n, df: on_table(n, df) if n == "relations" else None) if todo and on_table else None
+        )
     return res
 
 

@@ -34,8 +34,7 @@ from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..hooks.adapter import resolve_layers
 from ..models import Model, model_label
 from ..runner.identity import identified, run_identity
-from ..runner.results import IDENTITY, ResultLog, content_digest, current_identity, drop_rows, note, read_table, row_ids
-from ..storage import write_csv
+from ..runner.results import IDENTITY, ResultLog, content_digest, drop_rows, note, read_table, row_ids
 from .attribution import attribution_sweep
 from .baseline import COLUMNS as BASELINE_COLUMNS
 from .baseline import par_baseline_rows
@@ -84,14 +83,14 @@ class PatchingResult(Result):
     receiver shares under grouped-query attention), with CI, ``p`` and ``q`` over every path of its family.
 
     ``q`` and ``significant`` are recomputed from ``p`` whenever the result is made (so a merge of work
-    units equals the whole run) and on the whole saved table after :meth:`save`."""
+    units equals the whole run) and over the whole saved table when it is merged (:attr:`Table.whole`)."""
 
     TABLES = (
         Table("tasks", ("model", "task", "prompts", "seed"), "patching_tasks.csv"),
-        Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv"),
+        Table("effects", ("model", *SETTINGS, "component", "layer", "head"), "patching_effects.csv", whole=add_qvalues),
         Table("par_baseline", BASELINE_KEY, "patching_par_baseline.csv"),
         Table("attention", ("model", "task", "prompts", "seed", "view", "query", "key"), "patching_attention.csv.gz"),
-        Table("paths", ("model", *SETTINGS, *PATH_CELL), "patching_paths.csv"),
+        Table("paths", ("model", *SETTINGS, *PATH_CELL), "patching_paths.csv", whole=add_qvalues),
         Table(
             "agreement",
             ("model", *SETTINGS[:3], *SETTINGS[4:], "component"),
@@ -113,17 +112,9 @@ class PatchingResult(Result):
         if self.paths is not None:
             self.paths = add_qvalues(self.paths)
 
-    def save(self, out: str | Path) -> list[Path]:
-        """:meth:`Result.save`, then ``q`` and ``significant`` computed again over the saved effects table,
-        which may hold rows of other work units saved before (a family is only whole there)."""
-        self.stamp(current_identity())
-        _drop_stale(Path(out), self)
-        written = super().save(out)
-        for name in ("effects", "paths"):
-            path = Path(out) / self.table(name).filename
-            if getattr(self, name) is not None and path.exists():
-                write_csv(path, add_qvalues(pd.read_csv(path)))
-        return written
+    def drop_stale(self, out: Path) -> None:
+        """The rows of ``out`` that this run makes stale go first (:func:`_drop_stale`)."""
+        _drop_stale(out, self)
 
 
 TASK_KEY = (*IDENTITY, "task", "prompts", "seed")  # what a task's rows in every table are of

@@ -513,11 +513,7 @@ def run(
 
     def finish(stage: str, got: dict[str, pd.DataFrame]) -> None:
         tables.update(got)
-        if out is not None:
-            PDSFResult(**got).save(out)
-        if on_table is not None:
-            for name in PDSFResult.STAGE_TABLES[stage]:
-                on_table(name, got[name])
+        PDSFResult(**{name: got[name] for name in PDSFResult.STAGE_TABLES[stage]}).deliver(out, on_table)
 
     geo_st = None
     if ("geometry",) in chosen:

@@ -294,13 +294,16 @@ class Table:
     two runs of the same work. Every row also carries the model's identity
     (:data:`tlgeo.runner.results.IDENTITY`), which leads its :attr:`row_key`. ``derive``: a table computed
     from the result's other tables (``derive(result)``, e.g. means over seeds), made whenever the
-    result is made or merged without it, so that a number quoted from it is in a saved table."""
+    result is made or merged without it, so that a number quoted from it is in a saved table. ``whole``: what is
+    computed again over the whole saved table after each merge (``whole(df) -> df``, e.g. a q-value over a family
+    whose rows several runs wrote), in the same atomic write."""
 
     name: str
     key: tuple[str, ...]
     file: str = ""
     volatile: tuple[str, ...] = ()
     derive: Callable[["Result"], "pd.DataFrame | None"] | None = None
+    whole: Callable[["pd.DataFrame"], "pd.DataFrame"] | None = None
 
     @property
     def filename(self) -> str:
@@ -351,26 +354,33 @@ class Result:
                 setattr(self, t.name, stamp(df, identity))
         return self
 
+    def drop_stale(self, out: Path) -> None:
+        """Before this result is merged into ``out``: remove rows of ``out`` that it makes stale (none by
+        default; e.g. the rows of a task that a patching run found not patched)."""
+
     def save(self, out: str | Path) -> list[Path]:
         """Merge each table into ``out/<file>`` by its row key (rows of other settings or of another
-        model's identity are kept); inside a run, tables are stamped with its identity first.
-        Returns the files written."""
+        model's identity are kept; :meth:`drop_stale` first; each :attr:`Table.whole` computed again over the
+        merged file); inside a run, tables are stamped with its identity first. Returns the files written.
+        A run finishes its tables with :meth:`deliver`, the one way they reach the disk."""
         out = Path(out)
         self.stamp(current_identity())
+        self.drop_stale(out)
         written = []
         for t in self.TABLES:
             df = getattr(self, t.name, None)
             if df is None:
                 continue
-            merge_csv(out / t.filename, df, [k for k in t.row_key if k in df.columns])
+            merge_csv(out / t.filename, df, [k for k in t.row_key if k in df.columns], whole=t.whole)
             written.append(out / t.filename)
         return written
 
     def deliver(
         self, out: str | Path | None = None, on_table: Callable[[str, pd.DataFrame], Any] | None = None
     ) -> "Result":
-        """A finished result: saved into ``out`` (if given), then each table shown with ``on_table(name, df)``
-        (the command line prints them); returns ``self``."""
+        """A finished result (or a finished part of one: the tables it holds): saved into ``out`` (if given,
+        :meth:`save`), then each table shown with ``on_table(name, df)`` (the command line prints them);
+        returns ``self``. The one way an analysis finishes a table (``tests/runner/test_one_save_path.py``)."""
         if out is not None:
             self.save(out)
         if on_table is not None:

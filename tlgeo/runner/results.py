@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 
@@ -415,11 +415,17 @@ def drop_rows(path: str | os.PathLike, key: Iterable[str], ids: Iterable[str]) -
     return old[gone]
 
 
-def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> int:
+def merge_csv(
+    path: str | os.PathLike,
+    df: pd.DataFrame,
+    key: Iterable[str],
+    whole: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+) -> int:
     """Merge ``df`` into the CSV at ``path`` (gzip for ``.gz``) atomically: earlier rows with the
     same ``key`` values are replaced (a rerun with the same settings), rows of other settings
     are kept. A key column the old file lacks marks its rows as other settings. An earlier table that does not
     read as tlgeo wrote it is never merged (:func:`read_table`: cut short, its complete rows are; else refused).
+    ``whole(merged) -> merged``: columns computed again over the whole merged table before it is written.
     Returns the row count."""
     path, key = Path(path), list(key)
     if path.exists():
@@ -430,6 +436,8 @@ def merge_csv(path: str | os.PathLike, df: pd.DataFrame, key: Iterable[str]) -> 
         if all(k in old.columns for k in key) and all(k in df.columns for k in key):
             old = old[~row_ids(old, key).isin(set(row_ids(df, key)))]
             df = pd.concat([old, df], ignore_index=True) if len(old) else df
+    if whole is not None:
+        df = whole(df)
     write_csv(path, wide_floats(df))
     return len(df)
 

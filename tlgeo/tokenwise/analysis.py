@@ -384,11 +384,7 @@ def run(
         }
 
         def done(name: str, df: pd.DataFrame) -> None:
-            df = _labelled(name, df, settings, meta)
-            if out is not None:
-                TokenwiseResult(**{name: df}).save(out)
-            if on_table is not None:
-                on_table(name, df)
+            TokenwiseResult(**{name: _labelled(name, df, settings, meta)}).deliver(out, on_table)
 
         res = tokenwise_analysis(
             model,
