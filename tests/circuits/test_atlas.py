@@ -27,8 +27,8 @@ def test_the_atlas_report_has_a_circuits_section(atlas_dir):
     assert "induction: the 10 top edges by |score| with their parts" in sec
     for col in ("k80", "k90", "score_par", "score_perp", "score_self", "part"):
         assert f">{col}<" in sec, col
-    command = "tlgeo circuit --model tiny:llama --task induction --prompts 4 --method eap --k 0,5,20 --verify 3"
-    assert f"{command} --batch-size 2 --max-rows 16" in sec  # the command that gives the step's tables
+    command = "tlgeo circuit --model tiny:llama --task induction --prompts 4 --method eap --k 0,5,20 --k-tolerance 0.1"
+    assert f"{command} --verify 3 --batch-size 2 --max-rows 16" in sec  # the command that gives the step's tables
     summary = pd.read_csv(atlas_dir / "circuit_summary.csv")
     assert list(summary["task"]) == ["induction"] and list(summary["method"]) == ["eap"]
     curve = pd.read_csv(atlas_dir / "circuit_faithfulness.csv")
@@ -50,5 +50,5 @@ def test_headline_and_top_edges_from_the_tables(atlas_dir, tmp_path):
 
 def test_the_budgets_default_to_eap_on_ioi_in_small_patched_forwards():
     cfg = CircuitBudgets().config()
-    assert cfg.method == "eap" and cfg.tasks == ("ioi",) and cfg.verify == 10
+    assert cfg.method == "eap" and cfg.tasks == ("ioi",) and cfg.verify == 5 and cfg.k_tolerance == 0.1
     assert (cfg.batch_size, cfg.max_rows) == (2, 16)  # the step's peak memory grows with the prompts per forward

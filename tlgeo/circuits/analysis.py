@@ -158,6 +158,12 @@ def _stage(rlog: ResultLog | None, base: dict, stage: str, compute) -> dict:
     return row
 
 
+def _curve_stage(cfg: CircuitConfig) -> str:
+    """The resume log's name of the curve stage, with the settings it depends on (a rerun with others computes it)."""
+    ks = "default" if cfg.k is None else ",".join(map(str, cfg.k))
+    return f"curve k={ks} levels={','.join(f'{v:g}' for v in cfg.levels)} tolerance={cfg.k_tolerance:g}"
+
+
 def _unit(
     model: Model, cfg: CircuitConfig, graph: Graph, name: str, label: str, rlog: ResultLog | None, progress: bool
 ) -> dict[str, pd.DataFrame]:
@@ -219,10 +225,12 @@ def _unit(
         ks = sorted({0, graph.n_edges, *ks})
         c = faithfulness_curve(model, graph, task.clean, task.corrupted, metric, order, ks, **kw)
         for level in cfg.levels:
-            c = smallest_faithful_k(model, graph, task.clean, task.corrupted, metric, order, c, level, **kw)
+            c = smallest_faithful_k(
+                model, graph, task.clean, task.corrupted, metric, order, c, level, tolerance=cfg.k_tolerance, **kw
+            )
         return {"curve": c.to_dict(orient="list")}
 
-    c = pd.DataFrame(_stage(rlog, base, "curve", curve)["curve"])
+    c = pd.DataFrame(_stage(rlog, base, _curve_stage(cfg), curve)["curve"])
 
     def verify() -> dict:
         top = order[: cfg.verify]
@@ -239,7 +247,7 @@ def _unit(
         )
         return {"edges": [list(e) for e in top], "exact": exact.tolist()}
 
-    v = _stage(rlog, base, "verify", verify) if cfg.verify else {"edges": [], "exact": []}
+    v = _stage(rlog, base, f"verify {cfg.verify}", verify) if cfg.verify else {"edges": [], "exact": []}
     top = [tuple(e) for e in v["edges"]]
     est = np.array([float(sc.score[s, r]) for s, r in top])
     verify_df = pd.DataFrame(
@@ -298,7 +306,8 @@ def _plan_task(shape, cfg: CircuitConfig, task: str) -> list:
     graph = Graph(n, shape.n_heads, n_kv)
     kept = 2 * (graph.n_senders + 8) * tokens * shape.d_model * 4 + 3 * graph.n_senders * graph.n_receivers * 8
     scores = {"eap": 4, "eap-ig": 3 * cfg.ig_steps + 2, "exact": graph.n_edges + 2}[cfg.method]
-    points = len(default_ks(graph.n_edges) if cfg.k is None else cfg.k) + 10 * len(cfg.levels)
+    steps = 10 if cfg.k_tolerance <= 0 else max(1, math.ceil(math.log2(1 / min(cfg.k_tolerance, 0.5))) + 1)
+    points = len(default_ks(graph.n_edges) if cfg.k is None else cfg.k) + steps * len(cfg.levels)
     return [
         Work(
             f"{task}: {cfg.method} scores",

@@ -119,10 +119,12 @@ def smallest_faithful_k(
     corrupted_metric: float,
     batch_size: int = 16,
     max_rows: int = 256,
+    tolerance: float = 0.0,
 ) -> pd.DataFrame:
     """``curve`` with the points of a bisection between the largest ``k`` below ``level`` before the first reaching it
     and that first one (one forward per step), so that :func:`k_at` gives the smallest ``k`` reaching ``level``
-    where ``recovered`` grows with ``k`` between them."""
+    where ``recovered`` grows with ``k`` between them. ``tolerance`` > 0 stops the bisection once the bracket is
+    within that share of its upper end (:func:`k_at` then overstates the smallest ``k`` by less than that share)."""
     hi = k_at(curve, level)
     if math.isnan(hi):
         return curve
@@ -130,7 +132,7 @@ def smallest_faithful_k(
     lo = int(below["k"].max()) if len(below) else 0
     hi = int(hi)
     rows = [curve]
-    while hi - lo > 1:
+    while hi - lo > max(1, math.floor(tolerance * hi)):
         mid = (lo + hi) // 2
         got = faithfulness_curve(
             model,
