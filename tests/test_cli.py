@@ -335,3 +335,27 @@ def test_main_decides_by_the_errors_type_never_by_the_file_it_came_from(monkeypa
     source = inspect.getsource(tlgeo.cli)
     looks = ("__traceback__", "import traceback", "extract_tb", "tb_frame", "co_filename")
     assert not [w for w in looks if w in source], "main reads where an error was raised"
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["dirmag", "--layers", "7"], "layer(s) 7 out of range: the model has 3 layers (0..2)"),
+        (["dirmag", "--probe-layers", "0,5"], "probe layers [5] out of range: the model has blocks 0..2"),
+        (["tokenwise", "--layers", "0,3"], "layers [3] out of range: the pool has layer maps 0..2"),
+        (["pdsf", "--layers", "0,4"], "layers [4] out of range: the states are 0..3"),
+    ],
+)
+def test_layers_out_of_range_fail_from_the_config_before_the_model_loads(
+    command, message, tmp_path, capsys, monkeypatch
+):
+    """Every command checks its config against the model's shape read from its config (``Config.check_shape``),
+    before the weights load and before its --out folder is made."""
+    import tlgeo.models
+
+    monkeypatch.setattr(tlgeo.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    out = tmp_path / "new" / "out"
+    code = main([*command, "--model", "tiny:llama", "--out", str(out), "--threads", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "new").exists()

@@ -117,6 +117,17 @@ class DirmagConfig(Config):
     )
     batch_size: int = param(16, "sentences per forward (faithful: 1)")
 
+    def check_shape(self, shape) -> None:
+        """The perturbed, repaired and probed blocks inside the model (``shape``: its blocks, from its config),
+        before its weights load."""
+        self.grid().chosen_layers(shape)  # a perturbed block out of range raises, naming the model's blocks
+        for name in ("repair_layers", "probe_layers"):
+            bad = [l for l in (getattr(self, name) or ()) if not 0 <= l < shape.n_layers]
+            if bad:
+                raise InputError(
+                    f"{name.replace('_', ' ')} {bad} out of range: the model has blocks 0..{shape.n_layers - 1}"
+                )
+
     def validate(self) -> None:
         self._check_choices()
         if not 0 < self.sentence_tail <= 1:

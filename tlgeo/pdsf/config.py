@@ -218,6 +218,10 @@ class PDSFConfig(Config):
         """The checks that need the model (its depth), before any work."""
         self.check_depth(model.cfg.n_layers)
 
+    def check_shape(self, shape) -> None:
+        """:meth:`check_depth` from the model's shape, before its weights load."""
+        self.check_depth(shape.n_layers)
+
     def check_depth(self, n: int) -> None:
         """The checks against a model of ``n`` blocks (states ``0..n``): :meth:`check` and ``tlgeo plan``."""
         if self.layers is not None and max(self.layers) > n:

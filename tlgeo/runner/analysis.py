@@ -264,7 +264,8 @@ class Config:
     def check_shape(self, shape: Any) -> None:
         """Raise (one line naming the field) on a value the model's shape rules out (``shape``: its
         :class:`tlgeo.planner.ModelShape`, read from its config before any weights load: a block index out of
-        range). A command calls it before the model loads (``tlgeo patching``); the run checks again on the model."""
+        range). Every command calls it before the model loads (:func:`tlgeo.runner.distributed.check_before_loading`);
+        the run checks again on the model."""
 
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)

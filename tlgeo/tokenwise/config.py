@@ -119,6 +119,11 @@ class TokenwiseConfig(Config):
         if not patch or not set(patch) <= set(layers):
             raise InputError(f"patch_layers {patch} must be a non-empty subset of the fitted layers {layers}")
 
+    def check_shape(self, shape) -> None:
+        """The fitted and patched layer maps inside the model (``shape``: its blocks, one map each, from its
+        config), before its weights load."""
+        self.patched_layers(shape.n_layers)
+
     def fitted_layers(self, n_maps: int) -> list[int]:
         """The fitted layer maps of a model (or pool) with ``n_maps`` of them, in the given order."""
         layers = list(range(n_maps)) if self.layers is None else list(self.layers)
