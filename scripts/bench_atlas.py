@@ -113,7 +113,8 @@ def markdown(csv: str | Path) -> str:
     return text + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: model, folders, the commit to compare against, targets, ``--csv``, ``--markdown``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--out", type=Path, default=None, help="the atlas folder (emptied first; default: a temporary one)")
@@ -134,40 +135,27 @@ def main(argv: list[str] | None = None) -> int:
         help="print the atlas page's paragraph from a step table this script wrote, and stop",
     )
     ap.add_argument("atlas_args", nargs="*", help="after --: more flags of tlgeo atlas (e.g. -- --steps heads)")
-    a = ap.parse_args(argv)
-    if a.markdown:
-        print(markdown(a.markdown), end="")
-        return 0
+    return ap.parse_args(argv)
 
-    scratch = Path(tempfile.mkdtemp(prefix="bench-atlas-"))
-    out = a.out or scratch / "atlas"
-    runs: dict[str, pd.DataFrame] = {}
-    totals: dict[str, tuple[float, float, float, float]] = {}  # label -> (steps s, bare s, wall s, peak GiB)
-    commits: dict[str, tuple[str, bool]] = {}  # label -> (commit, dirty)
+
+def _run_against(a: argparse.Namespace, scratch: Path) -> tuple[tuple[str, bool], pd.DataFrame, float, float]:
+    """``(commit, timings, wall s, peak GiB)`` of the atlas of commit ``a.against``, from a worktree removed after."""
+    tree = scratch / f"tree-{a.against}"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.against],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     try:
-        if a.against:
-            tree = scratch / f"tree-{a.against}"
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.against],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            try:
-                commits[a.against] = commit_of(tree)
-                t, wall, peak = run_atlas(a.model, scratch / "atlas-against", tree, a.atlas_args)
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-            runs[a.against] = t
-            totals[a.against] = (*summary(t), wall, peak)
-        commits["this tree"] = commit_of(ROOT)
-        t, wall, peak = run_atlas(a.model, out, ROOT, a.atlas_args)
-        runs["this tree"] = t
-        totals["this tree"] = (*summary(t), wall, peak)
+        commit = commit_of(tree)
+        t, wall, peak = run_atlas(a.model, scratch / "atlas-against", tree, a.atlas_args)
     finally:
-        if a.out is None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+    return commit, t, wall, peak
 
-    table = step_table(runs)
+
+def _print_results(a: argparse.Namespace, table: pd.DataFrame, totals: dict) -> bool:
+    """Print the step table, each run's totals against the targets and the comparison; whether one is missed."""
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(
             f"\nThe atlas of {a.model}, step by step (bare fwd: the step's time in bare 4x256-token forwards of "
@@ -188,26 +176,60 @@ def main(argv: list[str] | None = None) -> int:
     if a.against:
         (s0, b0, *_), (s1, b1, *_) = totals[a.against], totals["this tree"]
         print(f"this tree / {a.against}: {(s1 / b1) / (s0 / b0):.2f}x in bare forwards, {s1 / s0:.2f}x in seconds")
+    return missed
+
+
+def _write_csv(a: argparse.Namespace, table: pd.DataFrame, totals: dict, commits: dict) -> None:
+    """Write the step table to ``a.csv`` and each run's totals to ``<name>_summary.csv`` beside it."""
+    a.csv.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(a.csv)
+    pd.DataFrame(
+        [
+            {
+                "tree": label,
+                "commit": commits[label][0],
+                "dirty": commits[label][1],
+                "model": a.model,
+                "atlas_args": " ".join(a.atlas_args),
+                "steps_s": steps,
+                "bare_forward_s": bare,
+                "bare_forwards": steps / bare,
+                "process_wall_s": wall,
+                "peak_rss_gib": peak,
+            }
+            for label, (steps, bare, wall, peak) in totals.items()
+        ]
+    ).to_csv(a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parse_args(argv)
+    if a.markdown:
+        print(markdown(a.markdown), end="")
+        return 0
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-atlas-"))
+    out = a.out or scratch / "atlas"
+    runs: dict[str, pd.DataFrame] = {}
+    totals: dict[str, tuple[float, float, float, float]] = {}  # label -> (steps s, bare s, wall s, peak GiB)
+    commits: dict[str, tuple[str, bool]] = {}  # label -> (commit, dirty)
+    try:
+        if a.against:
+            commits[a.against], t, wall, peak = _run_against(a, scratch)
+            runs[a.against] = t
+            totals[a.against] = (*summary(t), wall, peak)
+        commits["this tree"] = commit_of(ROOT)
+        t, wall, peak = run_atlas(a.model, out, ROOT, a.atlas_args)
+        runs["this tree"] = t
+        totals["this tree"] = (*summary(t), wall, peak)
+    finally:
+        if a.out is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    table = step_table(runs)
+    missed = _print_results(a, table, totals)
     if a.csv:
-        a.csv.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(a.csv)
-        pd.DataFrame(
-            [
-                {
-                    "tree": label,
-                    "commit": commits[label][0],
-                    "dirty": commits[label][1],
-                    "model": a.model,
-                    "atlas_args": " ".join(a.atlas_args),
-                    "steps_s": steps,
-                    "bare_forward_s": bare,
-                    "bare_forwards": steps / bare,
-                    "process_wall_s": wall,
-                    "peak_rss_gib": peak,
-                }
-                for label, (steps, bare, wall, peak) in totals.items()
-            ]
-        ).to_csv(a.csv.with_name(f"{a.csv.stem}_summary.csv"), index=False)
+        _write_csv(a, table, totals, commits)
     print("targets met" if not missed else "a target is missed")
     return int(missed)
 

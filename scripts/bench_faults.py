@@ -74,7 +74,8 @@ def markdown(folder: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def _parse_args() -> argparse.Namespace:
+    """The command line: output folder, model, analyses, kill series, cuts, flag values, ``--markdown``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/bench-faults", help="folder of the tables")
     p.add_argument("--model", default="tiny:llama")
@@ -91,77 +92,71 @@ def main() -> int:
     )
     p.add_argument("--inputs", type=int, default=40, help="random flag values per command (0: none)")
     p.add_argument("--markdown", metavar="FOLDER", help="print the reliability page's numbers from FOLDER's tables")
-    args = p.parse_args()
-    if args.markdown:
-        print(markdown(args.markdown), end="")
-        return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    only = {s for s in args.only.split(",") if s}
-    rows, cuts = [], []
-    with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
-        for case in analysis_cases(args.model):
-            if only and case.name not in only:
-                continue
-            t0 = time.perf_counter()
-            reference, ref_run = reference_run(case, Path(tmp) / case.name / "reference")
-            for i in range(args.series):
-                seed = args.seed * 1000 + len(rows)
-                folder = Path(tmp) / case.name / f"series{i}"
-                shutil.rmtree(folder, ignore_errors=True)
-                s = kill_series(case, folder, reference, ref_run, kills=args.kills, seed=seed)
-                rows.append(
-                    {
-                        "analysis": case.name,
-                        "seed": seed,
-                        "kills_tried": s.kills_tried,
-                        "runs": s.runs,
-                        "identical": s.comparison.identical,
-                        "rows_lost": s.comparison.rows_lost,
-                        "rows_extra": s.comparison.rows_extra,
-                        "detail": s.comparison.detail,
-                        "reference_s": round(ref_run.seconds, 2),
-                        "reference_writes": ref_run.writes,
-                    }
-                )
-                print(
-                    f"{case.name} series {i}: {s.kills_tried} kills, {s.runs} runs, "
-                    f"{'identical' if s.comparison.identical else 'DIFFERENT: ' + s.comparison.detail}",
-                    flush=True,
-                )
-            write_csv(out / "kills.csv", pd.DataFrame(rows))
-            if args.cuts:
-                for t in truncate_series(
-                    case,
-                    Path(tmp) / case.name / "reference",
-                    Path(tmp) / case.name / "cut",
-                    seed=args.seed * 1000 + len(cuts),
-                    cuts=args.cuts,
-                ):
-                    cuts.append(
-                        {
-                            "analysis": t.case,
-                            "table": t.table,
-                            "size": t.size,
-                            "cut": t.cut,
-                            "rc": t.rc,
-                            "ok": t.ok,
-                            "refused": t.rc == 2,
-                            "detail": t.comparison.detail if t.comparison else " | ".join(t.errors),
-                        }
-                    )
-                    print(
-                        f"{case.name} {t.table} cut at {t.cut} of {t.size} bytes: "
-                        f"{'ok' if t.ok else 'NOT OK: ' + cuts[-1]['detail']}",
-                        flush=True,
-                    )
-                write_csv(out / "cuts.csv", pd.DataFrame(cuts))
-            print(f"{case.name}: {time.perf_counter() - t0:.0f} s", flush=True)
-    kills = pd.DataFrame(rows)
-    inputs = fuzz.flag_survey(args.inputs, seed=args.seed) if args.inputs else pd.DataFrame()
-    if len(inputs):
-        write_csv(out / "inputs.csv", inputs)
-    provenance.record(out, ["scripts/bench_faults.py", *sys.argv[1:]], vars(args))
+    return p.parse_args()
+
+
+def _kill_rows(case, tmp: Path, reference, ref_run, args: argparse.Namespace, n_before: int) -> list[dict]:
+    """``args.series`` kill series of one analysis, each rerun to the end: one ``kills.csv`` row per series."""
+    rows = []
+    for i in range(args.series):
+        seed = args.seed * 1000 + n_before + len(rows)
+        folder = tmp / case.name / f"series{i}"
+        shutil.rmtree(folder, ignore_errors=True)
+        s = kill_series(case, folder, reference, ref_run, kills=args.kills, seed=seed)
+        rows.append(
+            {
+                "analysis": case.name,
+                "seed": seed,
+                "kills_tried": s.kills_tried,
+                "runs": s.runs,
+                "identical": s.comparison.identical,
+                "rows_lost": s.comparison.rows_lost,
+                "rows_extra": s.comparison.rows_extra,
+                "detail": s.comparison.detail,
+                "reference_s": round(ref_run.seconds, 2),
+                "reference_writes": ref_run.writes,
+            }
+        )
+        print(
+            f"{case.name} series {i}: {s.kills_tried} kills, {s.runs} runs, "
+            f"{'identical' if s.comparison.identical else 'DIFFERENT: ' + s.comparison.detail}",
+            flush=True,
+        )
+    return rows
+
+
+def _cut_rows(case, tmp: Path, args: argparse.Namespace, n_before: int) -> list[dict]:
+    """Each of one analysis's tables cut and the command rerun: one ``cuts.csv`` row per cut."""
+    cuts = []
+    for t in truncate_series(
+        case,
+        tmp / case.name / "reference",
+        tmp / case.name / "cut",
+        seed=args.seed * 1000 + n_before,
+        cuts=args.cuts,
+    ):
+        cuts.append(
+            {
+                "analysis": t.case,
+                "table": t.table,
+                "size": t.size,
+                "cut": t.cut,
+                "rc": t.rc,
+                "ok": t.ok,
+                "refused": t.rc == 2,
+                "detail": t.comparison.detail if t.comparison else " | ".join(t.errors),
+            }
+        )
+        print(
+            f"{case.name} {t.table} cut at {t.cut} of {t.size} bytes: "
+            f"{'ok' if t.ok else 'NOT OK: ' + cuts[-1]['detail']}",
+            flush=True,
+        )
+    return cuts
+
+
+def _print_totals(kills: pd.DataFrame, inputs: pd.DataFrame, cuts: list[dict]) -> None:
+    """Print the totals of the kills, the flag values and the cuts (each only when it ran)."""
     if len(kills):
         print(
             f"kills: {int(kills.kills_tried.sum())} tried in {len(kills)} series over {kills.analysis.nunique()} "
@@ -180,8 +175,37 @@ def main() -> int:
             f"cuts: {len(c)} tables cut over {c.analysis.nunique()} analyses: {int(c.ok.sum())} rebuilt to the "
             f"uninterrupted run's tables or refused in one line ({int(c.refused.sum())} refused)"
         )
-        if not c.ok.all():
-            return 1
+
+
+def main() -> int:
+    args = _parse_args()
+    if args.markdown:
+        print(markdown(args.markdown), end="")
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = {s for s in args.only.split(",") if s}
+    rows, cuts = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
+        for case in analysis_cases(args.model):
+            if only and case.name not in only:
+                continue
+            t0 = time.perf_counter()
+            reference, ref_run = reference_run(case, Path(tmp) / case.name / "reference")
+            rows += _kill_rows(case, Path(tmp), reference, ref_run, args, len(rows))
+            write_csv(out / "kills.csv", pd.DataFrame(rows))
+            if args.cuts:
+                cuts += _cut_rows(case, Path(tmp), args, len(cuts))
+                write_csv(out / "cuts.csv", pd.DataFrame(cuts))
+            print(f"{case.name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    kills = pd.DataFrame(rows)
+    inputs = fuzz.flag_survey(args.inputs, seed=args.seed) if args.inputs else pd.DataFrame()
+    if len(inputs):
+        write_csv(out / "inputs.csv", inputs)
+    provenance.record(out, ["scripts/bench_faults.py", *sys.argv[1:]], vars(args))
+    _print_totals(kills, inputs, cuts)
+    if cuts and not pd.DataFrame(cuts).ok.all():
+        return 1
     return 0 if len(kills) == 0 or (kills.identical.all() and (not len(inputs) or inputs.other.sum() == 0)) else 1
 
 

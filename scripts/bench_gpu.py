@@ -594,60 +594,44 @@ def write_csv(path: str, rows: list[Row], meta: dict) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.compare_folders:
-        rows = compare_folders(*args.compare_folders)
-        print(f"  {'table':<36} {'cells':>7} {'max_diff':>10}  column")
-        for r in rows:
-            print(f"  {r['table']:<36} {r['cells']:>7} {r['max_diff']:10.2e}  {r['column']}")
-        if args.out:
-            with open(args.out, "w", newline="") as f:
-                w = csv.DictWriter(f, ["table", "cells", "max_diff", "column"])
-                w.writeheader()
-                w.writerows(rows)
-        return 0
-    start = time.perf_counter()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from tlgeo.models import resolve_device
-
-    try:
-        device = resolve_device(args.device or "auto")
-    except ValueError as e:
-        print(f"bench_gpu: {e}", file=sys.stderr)
-        return 2
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    dtype = getattr(torch, args.dtype)
-    seq = args.seq or (1024 if device.type == "cuda" else 128)
-    if args.parity:
-        if args.shape.endswith("-8b"):
-            print(
-                "bench_gpu: --parity runs on the tiny shapes only (it runs every analysis on the CPU too)",
-                file=sys.stderr,
-            )
-            return 2
-        print(
-            f"parity   {args.shape}: each analysis's tiny run on cpu and on {_device_name(device)}, float32, "
-            f"same weights; max_diff = max |cpu - device| / max(1, |cpu|) over a table's numeric cells"
-        )
-        print(f"  {'analysis':<14} {'table':<22} {'cells':>7} {'max_diff':>10}  column")
-        rows = run_parity(args, device)
-        with open(args.parity, "w", newline="") as f:
-            w = csv.DictWriter(f, [*rows[0], "device"] if rows else ["analysis"])
+def _compare_main(args: argparse.Namespace) -> int:
+    """``--compare-folders``: print each table's largest difference and write them to ``--out``."""
+    rows = compare_folders(*args.compare_folders)
+    print(f"  {'table':<36} {'cells':>7} {'max_diff':>10}  column")
+    for r in rows:
+        print(f"  {r['table']:<36} {r['cells']:>7} {r['max_diff']:10.2e}  {r['column']}")
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, ["table", "cells", "max_diff", "column"])
             w.writeheader()
-            w.writerows({**r, "device": _device_name(device)} for r in rows)
-        print(f"\nrows written to {args.parity}")
-        return 0
+            w.writerows(rows)
+    return 0
 
-    print(__doc__.strip().splitlines()[0])
-    print(f"device   {_device_name(device)}")
-    print(f"versions {_versions()}")
-    t0 = time.perf_counter()
-    model = build_model(args.shape, device, dtype, args.seed)
-    _sync(device)
-    built = time.perf_counter() - t0
+
+def _parity_main(args: argparse.Namespace, device: torch.device) -> int:
+    """``--parity``: each analysis's tiny run on the CPU and on ``device``, their differences written out."""
+    if args.shape.endswith("-8b"):
+        print(
+            "bench_gpu: --parity runs on the tiny shapes only (it runs every analysis on the CPU too)",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"parity   {args.shape}: each analysis's tiny run on cpu and on {_device_name(device)}, float32, "
+        f"same weights; max_diff = max |cpu - device| / max(1, |cpu|) over a table's numeric cells"
+    )
+    print(f"  {'analysis':<14} {'table':<22} {'cells':>7} {'max_diff':>10}  column")
+    rows = run_parity(args, device)
+    with open(args.parity, "w", newline="") as f:
+        w = csv.DictWriter(f, [*rows[0], "device"] if rows else ["analysis"])
+        w.writeheader()
+        w.writerows({**r, "device": _device_name(device)} for r in rows)
+    print(f"\nrows written to {args.parity}")
+    return 0
+
+
+def _print_shape(args: argparse.Namespace, model, device: torch.device, built: float) -> int:
+    """Print the built model's shape line; its parameter count."""
     n_params = sum(p.numel() for p in model.parameters())
     c = model.cfg
     print(
@@ -657,12 +641,13 @@ def main(argv: list[str] | None = None) -> int:
         f"d_head {c.d_head}, d_mlp {c.d_mlp}, vocab {c.d_vocab}; {args.dtype}; built and booted in {built:.1f} s"
         + (f"; {torch.cuda.memory_allocated(device) / 2**30:.1f} GiB allocated" if device.type == "cuda" else "")
     )
-    if seq > c.n_ctx:
-        print(f"bench_gpu: --seq {seq} is longer than the model's context ({c.n_ctx})", file=sys.stderr)
-        return 2
+    return n_params
 
+
+def _forward_section(model, args: argparse.Namespace, device: torch.device, seq: int) -> list[Row]:
+    """Time the bare and hooked forwards of a random ``[batch, seq]`` batch and print their table."""
     gen = torch.Generator().manual_seed(args.seed)
-    tokens = torch.randint(0, c.d_vocab, (args.batch, seq), generator=gen).to(device)
+    tokens = torch.randint(0, model.cfg.d_vocab, (args.batch, seq), generator=gen).to(device)
     print(
         f"\nforward: batch {args.batch} x seq {seq}, {args.dtype}, every layer hooked; one warm-up round, "
         f"{args.repeats} timed round(s) interleaved; ratio = median / median(bare), paired = median of "
@@ -690,19 +675,58 @@ def main(argv: list[str] | None = None) -> int:
     del tokens
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    return rows
 
+
+def _analysis_section(model, args: argparse.Namespace, device: torch.device, start: float) -> list[Row]:
+    """Run each registered analysis once (unless ``--skip-analyses``) within what is left of ``--budget``."""
     if args.skip_analyses:
         print("\nanalyses: skipped (--skip-analyses)")
-    else:
-        left = (
-            f", {max(0.0, start + args.budget - time.perf_counter()):.0f} s of --budget left" if args.budget > 0 else ""
-        )
-        print(
-            f"\nanalyses: each registered analysis once with its tiny config on {model.tlgeo_name} "
-            f"(time-out {args.analysis_timeout:g} s each{left})"
-        )
-        print(f"  {'analysis':<14} {'seconds':>9} {'peak_GiB':>9}  status")
-        rows += run_analyses(model, args, device, start + args.budget if args.budget > 0 else math.inf)
+        return []
+    left = f", {max(0.0, start + args.budget - time.perf_counter()):.0f} s of --budget left" if args.budget > 0 else ""
+    print(
+        f"\nanalyses: each registered analysis once with its tiny config on {model.tlgeo_name} "
+        f"(time-out {args.analysis_timeout:g} s each{left})"
+    )
+    print(f"  {'analysis':<14} {'seconds':>9} {'peak_GiB':>9}  status")
+    return run_analyses(model, args, device, start + args.budget if args.budget > 0 else math.inf)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.compare_folders:
+        return _compare_main(args)
+    start = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from tlgeo.models import resolve_device
+
+    try:
+        device = resolve_device(args.device or "auto")
+    except ValueError as e:
+        print(f"bench_gpu: {e}", file=sys.stderr)
+        return 2
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    dtype = getattr(torch, args.dtype)
+    seq = args.seq or (1024 if device.type == "cuda" else 128)
+    if args.parity:
+        return _parity_main(args, device)
+
+    print(__doc__.strip().splitlines()[0])
+    print(f"device   {_device_name(device)}")
+    print(f"versions {_versions()}")
+    t0 = time.perf_counter()
+    model = build_model(args.shape, device, dtype, args.seed)
+    _sync(device)
+    built = time.perf_counter() - t0
+    n_params = _print_shape(args, model, device, built)
+    if seq > model.cfg.n_ctx:
+        print(f"bench_gpu: --seq {seq} is longer than the model's context ({model.cfg.n_ctx})", file=sys.stderr)
+        return 2
+
+    rows = _forward_section(model, args, device, seq)
+    rows += _analysis_section(model, args, device, start)
 
     if args.out:
         meta = dict(

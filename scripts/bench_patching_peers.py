@@ -145,7 +145,8 @@ def package_version(method: str) -> str:
         return name
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line: model, task, prompts, blocks, rounds, threads and ``--out``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--task", default="ioi", help="a built-in patching task (induction on a byte-tokenizer model)")
@@ -154,24 +155,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=None, help="append the rows to OUT/peers.csv (and provenance)")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    return p.parse_args(argv)
 
-    from tlgeo.models import load_model
+
+def _methods(model, hf, runs, layers: list[int]) -> dict:
+    """Each method's sweep as a call returning ``{(layer, head): patched metric [prompts]}``; absent peers dropped."""
     from tlgeo.patching.attribution import attribution_sweep
-    from tlgeo.patching.effects import effect
     from tlgeo.patching.exact import exact_sweep
-    from tlgeo.patching.runs import task_runs
-    from tlgeo.patching.tasks import build_task
-    from tlgeo.runner.provenance import record_table
 
-    model = load_model(args.model)
-    task = build_task(args.task, model, n=args.prompts)
-    layers = list(range(0, model.cfg.n_layers, args.every))
-    runs = task_runs(model, task, ["head"], layers)
-    hf = hf_model(model)
     n_heads, d_head = model.cfg.n_heads, model.cfg.d_head
-
     methods = {
         "tlgeo_exact": lambda: {
             (r["layer"], r["head"]): np.asarray(r["patched"]) for r in exact_sweep(model, runs, ["head"], layers=layers)
@@ -190,24 +182,41 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError as e:
             print(f"{peer}: not installed ({e}); skipped")
             methods.pop(peer)
+    return methods
+
+
+def _time_methods(methods: dict, runs, rounds: int) -> tuple[dict[str, list[float]], dict[str, dict]]:
+    """Seconds per method and round (the order alternating) and each method's effects of its last round."""
+    from tlgeo.patching.effects import effect
+
     clean, corrupted = runs.clean.metric.numpy(), runs.corrupted.metric.numpy()
     times: dict[str, list[float]] = {m: [] for m in methods}
     effects: dict[str, dict] = {}
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name in list(methods) if r % 2 == 0 else list(methods)[::-1]:
             t0 = time.perf_counter()
             got = methods[name]()
             times[name].append(time.perf_counter() - t0)
             effects[name] = {k: effect(v, clean, corrupted, "denoise") for k, v in got.items()}
+    return times, effects
+
+
+def _method_rows(methods: dict, times: dict[str, list[float]], effects: dict[str, dict]) -> list[dict]:
+    """One row per method: its median seconds and its largest effect difference from tlgeo's exact sweep."""
     ref = effects["tlgeo_exact"]
     rows = []
     for name in methods:
         diff = max(abs(effects[name][k] - ref[k]) for k in ref)
         rows.append({"method": name, "median_s": statistics.median(times[name]), "max_abs_effect_diff": diff})
+    return rows
+
+
+def _print_rows(args: argparse.Namespace, rows: list[dict], n_blocks: int, n_heads: int) -> None:
+    """Print the methods' table and tlgeo's exact sweep and attribution against the fastest peer."""
     base = {r["method"]: r["median_s"] for r in rows}
     exact_peers = [m for m in base if m not in ("tlgeo_exact", "tlgeo_attribution")]
     print(
-        f"{args.model}, {args.task}, {args.prompts} prompts, {len(layers)} blocks x {n_heads} heads, "
+        f"{args.model}, {args.task}, {args.prompts} prompts, {n_blocks} blocks x {n_heads} heads, "
         f"{args.threads} threads, "
         f"median of {args.rounds} rounds"
     )
@@ -224,31 +233,58 @@ def main(argv: list[str] | None = None) -> None:
             f"attribution vs the fastest exact sweep: "
             f"{min(base[m] for m in ['tlgeo_exact', *exact_peers]) / base['tlgeo_attribution']:.1f}x faster"
         )
+
+
+def _record_rows(args: argparse.Namespace, argv: list[str] | None, rows: list[dict], n_blocks: int, n_heads: int):
+    """Append the rows, with the settings and each method's package, to ``args.out/peers.csv`` and provenance."""
+    from tlgeo.runner.provenance import record_table
+
+    base = {r["method"]: r["median_s"] for r in rows}
+    settings = {
+        "model": args.model,
+        "task": args.task,
+        "prompts": args.prompts,
+        "blocks": n_blocks,
+        "heads": n_heads,
+        "threads": args.threads,
+        "rounds": args.rounds,
+    }
+    record_table(
+        args.out,
+        "peers",
+        [
+            {
+                **settings,
+                **r,
+                "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"],
+                "package": package_version(r["method"]),
+            }
+            for r in rows
+        ],
+        ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)],
+        vars(args),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from tlgeo.models import load_model
+    from tlgeo.patching.runs import task_runs
+    from tlgeo.patching.tasks import build_task
+
+    model = load_model(args.model)
+    task = build_task(args.task, model, n=args.prompts)
+    layers = list(range(0, model.cfg.n_layers, args.every))
+    runs = task_runs(model, task, ["head"], layers)
+    hf = hf_model(model)
+    methods = _methods(model, hf, runs, layers)
+    times, effects = _time_methods(methods, runs, args.rounds)
+    rows = _method_rows(methods, times, effects)
+    _print_rows(args, rows, len(layers), model.cfg.n_heads)
     if args.out:
-        settings = {
-            "model": args.model,
-            "task": args.task,
-            "prompts": args.prompts,
-            "blocks": len(layers),
-            "heads": n_heads,
-            "threads": args.threads,
-            "rounds": args.rounds,
-        }
-        record_table(
-            args.out,
-            "peers",
-            [
-                {
-                    **settings,
-                    **r,
-                    "x_tlgeo_exact": r["median_s"] / base["tlgeo_exact"],
-                    "package": package_version(r["method"]),
-                }
-                for r in rows
-            ],
-            ["scripts/bench_patching_peers.py", *(sys.argv[1:] if argv is None else argv)],
-            vars(args),
-        )
+        _record_rows(args, argv, rows, len(layers), model.cfg.n_heads)
 
 
 if __name__ == "__main__":

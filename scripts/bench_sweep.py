@@ -31,7 +31,8 @@ import time
 import torch
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line: model, window shape, rounds, layer, threads and zero-shot items."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--windows", type=int, default=2)
@@ -40,20 +41,107 @@ def main() -> None:
     p.add_argument("--layer", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--zs-items", type=int, default=20)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    return p.parse_args()
 
+
+def _token_batch(model, args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """WikiText-2 ids ``[n_text]``, their windows ``[windows, seq]`` and ``n_text``."""
     from tlgeo.data import load_text
-    from tlgeo.models import load_model
     from tlgeo.evals.perplexity import token_windows, tokenize_text
-    from tlgeo.decomposition.sweeps import SWEEP_SITES, layer_sweep, sensitivity_sweep
 
-    model = load_model(args.model)
     bos = model.tokenizer.bos_token_id if model.cfg.default_prepend_bos else None
     n_text = args.windows * (args.seq - int(bos is not None))
     ids = tokenize_text(model, load_text("wikitext2"), n_text)
     batch = torch.stack([w for w, _ in token_windows(ids, args.seq, bos_token_id=bos)])
     assert batch.shape == (args.windows, args.seq), batch.shape
+    return ids, batch, n_text
+
+
+def _zeroshot_batches(model, tasks: tuple[str, ...], n_items: int) -> list[torch.Tensor]:
+    """The scorer's batches ``[<=8, len]``: unique inputs, longest first, 8 per batch, right-padded."""
+    from tlgeo.evals.zeroshot import _prefix_token, encode_pair, load_task
+
+    prefix = _prefix_token(model, None)
+    zs_batches = []
+    for task in tasks:
+        uniq = {
+            tuple((c + x)[:-1])
+            for it in load_task(task, limit=n_items)
+            for c, x in (
+                encode_pair(model.tokenizer, a, b, prefix_token_id=prefix)
+                for a, b in zip(it.contexts, it.continuations)
+            )
+        }
+        order = sorted(uniq, key=len, reverse=True)
+        for i in range(0, len(order), 8):
+            chunk = order[i : i + 8]
+            inp = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
+            for r, u in enumerate(chunk):
+                inp[r, : len(u)] = torch.tensor(u)
+            zs_batches.append(inp)
+    return zs_batches
+
+
+def _time_rounds(jobs: dict, rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process CPU seconds per job and round; each round starts one job later."""
+    times: dict[str, list[float]] = {k: [] for k in jobs}
+    cpu: dict[str, list[float]] = {k: [] for k in jobs}
+    order = list(jobs)
+    for r in range(rounds):
+        for name in order[r % len(order) :] + order[: r % len(order)]:
+            t, c = time.perf_counter(), time.process_time()
+            jobs[name]()
+            times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
+    return times, cpu
+
+
+def _summary(args, shape: list[int], n_edits: int, n_scales: int, n_zs_items: int, n_zs_batches: int, times, cpu):
+    """The printed record: medians, their ratios to bare forwards, and every round's seconds."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mc = {k: statistics.median(v) for k, v in cpu.items()}
+    return {
+        "model": args.model,
+        "tokens": shape,
+        "n_edits": n_edits,
+        "sweep_s": round(med["sweep"], 3),
+        f"bare_{n_edits + 1}_forwards_s": round(med["bare"], 3),
+        "sweep_vs_bare": round(med["sweep"] / med["bare"], 3),
+        "sweep_skip0_s": round(med["sweep_skip0"], 3),
+        "sweep_skip0_vs_bare": round(med["sweep_skip0"] / med["bare"], 3),
+        "layer": args.layer,
+        "layer_scales": n_scales,
+        "layer_sweep_s": round(med["layer"], 3),
+        f"bare_{n_scales + 1}_forwards_s": round(med["bare_k"], 3),
+        "layer_sweep_vs_bare": round(med["layer"] / med["bare_k"], 3),
+        "cpu_sweep_s": round(mc["sweep"], 3),
+        f"cpu_bare_{n_edits + 1}_forwards_s": round(mc["bare"], 3),
+        "cpu_sweep_vs_bare": round(mc["sweep"] / mc["bare"], 3),
+        "cpu_sweep_skip0_vs_bare": round(mc["sweep_skip0"] / mc["bare"], 3),
+        "cpu_layer_sweep_s": round(mc["layer"], 3),
+        f"cpu_bare_{n_scales + 1}_forwards_s": round(mc["bare_k"], 3),
+        "cpu_layer_sweep_vs_bare": round(mc["layer"] / mc["bare_k"], 3),
+        "zeroshot_items": n_zs_items,
+        "zeroshot_batches": n_zs_batches,
+        "zeroshot_s": round(med["zeroshot"], 3),
+        "bare_zs_s": round(med["bare_zs"], 3),
+        "zeroshot_vs_bare": round(med["zeroshot"] / med["bare_zs"], 3),
+        "cpu_zeroshot_vs_bare": round(mc["zeroshot"] / mc["bare_zs"], 3),
+        "rounds_wall": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "rounds_cpu": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
+    }
+
+
+def main() -> None:
+    args = _parse_args()
+    torch.set_num_threads(args.threads)
+
+    from tlgeo.models import load_model
+    from tlgeo.decomposition.sweeps import SWEEP_SITES, layer_sweep, sensitivity_sweep
+    from tlgeo.evals.zeroshot import evaluate_zeroshot
+
+    model = load_model(args.model)
+    ids, batch, n_text = _token_batch(model, args)
     sites = SWEEP_SITES
     n_edits = len(sites)
     scales = (0.0, 0.5, 1.5)  # layer sweep: K = 3 edited passes
@@ -73,27 +161,8 @@ def main() -> None:
     def run_layer():
         return layer_sweep(model, ids, "value_excl_self", args.layer, scales, **kw)
 
-    from tlgeo.evals.zeroshot import _prefix_token, encode_pair, evaluate_zeroshot, load_task
-
     zs_tasks = ("piqa", "arc_easy", "winogrande")
-    prefix = _prefix_token(model, None)
-    zs_batches = []  # the scorer's batches: unique inputs, longest first, 8 per batch, right-padded
-    for task in zs_tasks:
-        uniq = {
-            tuple((c + x)[:-1])
-            for it in load_task(task, limit=args.zs_items)
-            for c, x in (
-                encode_pair(model.tokenizer, a, b, prefix_token_id=prefix)
-                for a, b in zip(it.contexts, it.continuations)
-            )
-        }
-        order = sorted(uniq, key=len, reverse=True)
-        for i in range(0, len(order), 8):
-            chunk = order[i : i + 8]
-            inp = torch.zeros(len(chunk), len(chunk[0]), dtype=torch.long)
-            for r, u in enumerate(chunk):
-                inp[r, : len(u)] = torch.tensor(u)
-            zs_batches.append(inp)
+    zs_batches = _zeroshot_batches(model, zs_tasks, args.zs_items)
 
     def run_bare_zs():
         with torch.inference_mode():
@@ -113,47 +182,9 @@ def main() -> None:
         "bare_zs": run_bare_zs,
     }
     run_bare(1)  # warm up
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    cpu: dict[str, list[float]] = {k: [] for k in jobs}
-    order = list(jobs)
-    for r in range(args.rounds):
-        for name in order[r % len(order) :] + order[: r % len(order)]:
-            t, c = time.perf_counter(), time.process_time()
-            jobs[name]()
-            times[name].append(time.perf_counter() - t)
-            cpu[name].append(time.process_time() - c)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    mc = {k: statistics.median(v) for k, v in cpu.items()}
-    out = {
-        "model": args.model,
-        "tokens": list(batch.shape),
-        "n_edits": n_edits,
-        "sweep_s": round(med["sweep"], 3),
-        f"bare_{n_edits + 1}_forwards_s": round(med["bare"], 3),
-        "sweep_vs_bare": round(med["sweep"] / med["bare"], 3),
-        "sweep_skip0_s": round(med["sweep_skip0"], 3),
-        "sweep_skip0_vs_bare": round(med["sweep_skip0"] / med["bare"], 3),
-        "layer": args.layer,
-        "layer_scales": len(scales),
-        "layer_sweep_s": round(med["layer"], 3),
-        f"bare_{len(scales) + 1}_forwards_s": round(med["bare_k"], 3),
-        "layer_sweep_vs_bare": round(med["layer"] / med["bare_k"], 3),
-        "cpu_sweep_s": round(mc["sweep"], 3),
-        f"cpu_bare_{n_edits + 1}_forwards_s": round(mc["bare"], 3),
-        "cpu_sweep_vs_bare": round(mc["sweep"] / mc["bare"], 3),
-        "cpu_sweep_skip0_vs_bare": round(mc["sweep_skip0"] / mc["bare"], 3),
-        "cpu_layer_sweep_s": round(mc["layer"], 3),
-        f"cpu_bare_{len(scales) + 1}_forwards_s": round(mc["bare_k"], 3),
-        "cpu_layer_sweep_vs_bare": round(mc["layer"] / mc["bare_k"], 3),
-        "zeroshot_items": args.zs_items * len(zs_tasks),
-        "zeroshot_batches": len(zs_batches),
-        "zeroshot_s": round(med["zeroshot"], 3),
-        "bare_zs_s": round(med["bare_zs"], 3),
-        "zeroshot_vs_bare": round(med["zeroshot"] / med["bare_zs"], 3),
-        "cpu_zeroshot_vs_bare": round(mc["zeroshot"] / mc["bare_zs"], 3),
-        "rounds_wall": {k: [round(x, 3) for x in v] for k, v in times.items()},
-        "rounds_cpu": {k: [round(x, 3) for x in v] for k, v in cpu.items()},
-    }
+    times, cpu = _time_rounds(jobs, args.rounds)
+    n_zs_items = args.zs_items * len(zs_tasks)
+    out = _summary(args, list(batch.shape), n_edits, len(scales), n_zs_items, len(zs_batches), times, cpu)
     print(json.dumps(out, indent=1))
 
 

@@ -228,32 +228,21 @@ def _reference(model, vocab: list, n: int, seed: int, categorical: bool, out_idx
     return dict(tokens=np.stack(tokens), residual=np.stack(final)), decoded
 
 
-def compile_program(name: str, out: Path, seed: int = 0) -> Path:
-    from safetensors.numpy import save_file
-    from tracr.compiler import compiling
-    from tracr.transformer.encoder import CategoricalEncoder
-
-    build, vocab, causal, what = _programs()[name]
-    program = build()
-    model = compiling.compile_rasp_to_model(
-        program, vocab=set(vocab), max_seq_len=MAX_SEQ_LEN, causal=causal, compiler_bos="BOS", compiler_pad="PAD"
-    )
-    cfg, residual = model.model_config, list(model.residual_labels)
-    categorical = isinstance(model.output_encoder, CategoricalEncoder)
-    label = program.label
+def _output_labels(model, residual: list[str], label: str, categorical: bool) -> list[str]:
+    """The residual labels of the program's output space (a categorical one in its output encoder's order)."""
     out_labels = [lab for lab in residual if lab == label or lab.startswith(label + ":")]
     if categorical:  # the output space's order is the output encoder's
         values = sorted(model.output_encoder.encoding_map, key=model.output_encoder.encoding_map.get)
         out_labels = [f"{label}:{v}" for v in values]
-    out_idx = [residual.index(lab) for lab in out_labels]
-    comps, edges = _components(model.params, cfg, residual, out_labels)
-    tok_vocab = {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()}
-    folder = out / f"tracr-{name.replace('_', '-')}"
-    folder.mkdir(parents=True, exist_ok=True)
+    return out_labels
+
+
+def _hf_config(cfg, residual: list[str], out_labels: list[str], tok_vocab: dict, causal: bool, categorical: bool):
+    """The ``config.json`` of ``model_type`` ``tracr`` that ``tlgeo.models.tracr`` boots."""
     # ids past the tokenizer's are unused zero rows: the answers (output-space indices) stay below d_vocab, as every
     # tlgeo task checks
     vocab_size = max(len(tok_vocab), len(out_labels))
-    config = {
+    return {
         "architectures": ["TracrForCausalLM"],
         "model_type": "tracr",
         "vocab_size": vocab_size,
@@ -272,29 +261,55 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
         "output_kind": "categorical" if categorical else "numerical",
         "dtype": "float32",
     }
+
+
+def _tokenizer_config() -> dict:
+    """``tokenizer_config.json``: the fast tokenizer of ``tokenizer.json`` with BOS and PAD (PAD also unknown)."""
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "BOS",
+        "pad_token": "PAD",
+        "unk_token": "PAD",
+        "model_max_length": MAX_SEQ_LEN + 1,
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def _write_hf_folder(folder: Path, model, config: dict, out_labels: list[str], out_idx: list[int], tok_vocab: dict):
+    """Write the Hugging Face folder: ``config.json``, ``model.safetensors``, ``tokenizer[_config].json``."""
+    from safetensors.numpy import save_file
+
+    cfg = model.model_config
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_file(_hf_weights(model.params, cfg, len(out_labels), out_idx, vocab_size), str(folder / "model.safetensors"))
+    weights = _hf_weights(model.params, cfg, len(out_labels), out_idx, config["vocab_size"])
+    save_file(weights, str(folder / "model.safetensors"))
     (folder / "tokenizer.json").write_text(json.dumps(_tokenizer_json(tok_vocab, "BOS", "PAD"), indent=1) + "\n")
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": "BOS",
-                "pad_token": "PAD",
-                "unk_token": "PAD",
-                "model_max_length": MAX_SEQ_LEN + 1,
-                "clean_up_tokenization_spaces": False,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    ref, decoded = _reference(model, vocab, N_REFERENCE, seed, categorical, out_idx)
-    np.savez_compressed(folder / "reference.npz", **ref)
+    (folder / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2) + "\n")
+
+
+def _ground_truth(
+    name: str,
+    what: str,
+    model,
+    *,
+    label: str,
+    vocab: list,
+    causal: bool,
+    categorical: bool,
+    config: dict,
+    tok_vocab: dict,
+    out_labels: list[str],
+    residual: list[str],
+    comps: list,
+    edges: list,
+    decoded: list,
+) -> dict:
+    """``tracr.json``: the program, its encodings, residual layout, components and edges, and the decoded reference."""
+    cfg = model.model_config
     output_values = (
         sorted(model.output_encoder.encoding_map, key=model.output_encoder.encoding_map.get) if categorical else None
     )
-    truth = {
+    return {
         "schema": SCHEMA,
         "program": name,
         "description": what,
@@ -320,6 +335,47 @@ def compile_program(name: str, out: Path, seed: int = 0) -> Path:
             "mlp_exactness": 100,
         },
     }
+
+
+def compile_program(name: str, out: Path, seed: int = 0) -> Path:
+    """Compile program ``name`` with tracr and export it to ``out/tracr-<name>/``; that folder."""
+    from tracr.compiler import compiling
+    from tracr.transformer.encoder import CategoricalEncoder
+
+    build, vocab, causal, what = _programs()[name]
+    program = build()
+    model = compiling.compile_rasp_to_model(
+        program, vocab=set(vocab), max_seq_len=MAX_SEQ_LEN, causal=causal, compiler_bos="BOS", compiler_pad="PAD"
+    )
+    cfg, residual = model.model_config, list(model.residual_labels)
+    categorical = isinstance(model.output_encoder, CategoricalEncoder)
+    label = program.label
+    out_labels = _output_labels(model, residual, label, categorical)
+    out_idx = [residual.index(lab) for lab in out_labels]
+    comps, edges = _components(model.params, cfg, residual, out_labels)
+    tok_vocab = {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()}
+    folder = out / f"tracr-{name.replace('_', '-')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = _hf_config(cfg, residual, out_labels, tok_vocab, causal, categorical)
+    _write_hf_folder(folder, model, config, out_labels, out_idx, tok_vocab)
+    ref, decoded = _reference(model, vocab, N_REFERENCE, seed, categorical, out_idx)
+    np.savez_compressed(folder / "reference.npz", **ref)
+    truth = _ground_truth(
+        name,
+        what,
+        model,
+        label=label,
+        vocab=vocab,
+        causal=causal,
+        categorical=categorical,
+        config=config,
+        tok_vocab=tok_vocab,
+        out_labels=out_labels,
+        residual=residual,
+        comps=comps,
+        edges=edges,
+        decoded=decoded,
+    )
     (folder / "tracr.json").write_text(json.dumps(truth, indent=1) + "\n")
     return folder
 
