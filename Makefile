@@ -25,9 +25,11 @@ test: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=15
 
-# `make results`: every folder RESULTS.md quotes, rerun from its provenance at this commit (refuses uncommitted code)
+# `make results`: every folder RESULTS.md quotes, rerun from its provenance at this commit (refuses uncommitted code),
+# two folders at a time with one thread each; an interrupted run goes on where it stopped (--resume), in a later
+# session too, as long as the code is the same
 results: setup
-	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/reproduce.py --all --replace
+	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/reproduce.py --all --replace --resume --jobs 2
 
 bench: setup
 	env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/bench_overhead.py

@@ -5,6 +5,7 @@
     python scripts/reproduce.py results/X --dry-run                        # print the commands
     python scripts/reproduce.py --all --replace                            # every folder RESULTS.md quotes, made again
     python scripts/reproduce.py --all --replace --resume                   # ... except those this code made already
+    python scripts/reproduce.py --all --replace --resume --jobs 2          # two folders at a time, one thread each
 
 ``--all``: every folder that a ``<!-- source: results/<folder>/... -->`` comment of ``--doc`` (RESULTS.md) names, each
 rerun from its provenance at this commit; it refuses a tree with uncommitted changes outside ``results/`` (a
@@ -14,7 +15,9 @@ number must name the commit that made it). With ``--replace`` each rerun folder 
 hold the same files outside ``results/``, ``docs/``, ``tests/``, ``notebooks/`` and the ``.md`` files: only results
 and prose about them were committed between them) is not rerun: an interrupted ``--all --replace`` goes on where it
 stopped, in a later session too, with RESULTS.md rewritten from the folders already made. ``--dry-run`` says of
-each folder whether this code made it.
+each folder whether this code made it. ``--jobs N`` reruns N folders at a time, each command with one torch thread
+(``OMP_NUM_THREADS=1``: two jobs whose threads outnumber the cores run ~10x slower), a folder only after the folders
+its commands read (e.g. a model trained into another quoted folder); each folder's output is printed when it ends.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
 run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is
@@ -28,6 +31,8 @@ are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 o
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import os
 import re
 import shutil
 import subprocess
@@ -167,7 +172,85 @@ def made_by(folder: Path, code: str | None, repo: Path | None = None) -> bool:
     )
 
 
-def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float, resume: bool = False) -> int:
+def depends_on(folder: Path, folders: list[Path]) -> set[Path]:
+    """The folders of ``folders`` that a command of ``folder``'s provenance reads (names in its argv)."""
+    words = [str(w) for p in read(folder) for w in (p.get("argv") or [])]
+    return {
+        f
+        for f in folders
+        if f != folder
+        and any(w == (r := _rel(f)) or w.startswith(r + "/") or w == str(f) or w.startswith(f"{f}/") for w in words)
+    }
+
+
+def _rel(folder: Path) -> str:
+    try:
+        return str(folder.resolve().relative_to(ROOT.resolve()))
+    except ValueError:
+        return str(folder)
+
+
+def _remake(folder: Path, *, replace: bool, rtol: float, atol: float, commit: str | None) -> int:
+    """One folder rerun into a new folder beside it (and, with ``replace``, put in its place): :func:`main`'s
+    status (0 same, 1 differs, 2 a command failed: the old folder stays)."""
+    out = Path(tempfile.mkdtemp(prefix=f"reproduce-{folder.name}-", dir=folder.parent))
+    got = main([str(folder), "--out", str(out), "--rtol", str(rtol), "--atol", str(atol)])
+    if got not in (0, 1):
+        return got
+    if replace:
+        old = folder.with_name(folder.name + ".old")
+        folder.rename(old)
+        out.rename(folder)
+        shutil.rmtree(old)
+        print(f"replaced {folder} with its rerun at {str(commit)[:12]}")
+    return got
+
+
+def _remake_alone(folder: Path, *, replace: bool, rtol: float, atol: float, commit: str | None) -> tuple[int, str]:
+    """:func:`_remake` in a process of its own with one torch thread: ``(status, what it printed)``."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; import importlib.util as u; "
+        "s = u.spec_from_file_location('reproduce', sys.argv[2]); m = u.module_from_spec(s); s.loader.exec_module(m); "
+        "sys.exit(m._remake(Path(sys.argv[3]), replace=sys.argv[4] == '1', rtol=float(sys.argv[5]), "
+        "atol=float(sys.argv[6]), commit=sys.argv[7]))"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    args = [str(ROOT), __file__, str(folder), "1" if replace else "0", str(rtol), str(atol), str(commit)]
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def _remake_all(folders: list[Path], jobs: int, **kw) -> int:
+    """``folders`` remade ``jobs`` at a time (:func:`_remake_alone`), each after the folders it reads; stops
+    starting new ones after a failed command. The status of the worst."""
+    waiting = {f: depends_on(f, folders) for f in folders}
+    done: set[Path] = set()
+    status, running = 0, {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        while waiting or running:
+            ready = [f for f, deps in waiting.items() if deps <= done] if status < 2 else []
+            for f in ready[: jobs - len(running)]:
+                del waiting[f]
+                print(f"== {f} (started)", flush=True)
+                running[pool.submit(_remake_alone, f, **kw)] = f
+            if not running:
+                break  # a failed command, or folders waiting on one that failed
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in finished:
+                f = running.pop(fut)
+                got, said = fut.result()
+                print(f"== {f} (status {got})\n{said}", end="" if said.endswith("\n") else "\n", flush=True)
+                status = max(status, got)
+                if got in (0, 1):
+                    done.add(f)
+    for f in waiting:
+        print(f"not rerun: {f} (it reads a folder whose rerun failed)", file=sys.stderr)
+    return status
+
+
+def reproduce_all(
+    doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol: float, resume: bool = False, jobs: int = 1
+) -> int:
     """Every folder ``doc`` quotes, rerun from its provenance at this commit (see the module docstring)."""
     state = code_state()
     if state.get("dirty"):
@@ -187,6 +270,7 @@ def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol:
         return 2
     status = 0
     code = code_commit(state.get("commit"))
+    todo = []
     for folder in folders:
         current = made_by(folder, code)
         print(f"== {folder}" + (f" (made by this code, {str(code)[:12]})" if current else ""), flush=True)
@@ -196,16 +280,14 @@ def reproduce_all(doc: Path, *, replace: bool, dry_run: bool, rtol: float, atol:
         if dry_run:
             status |= main([str(folder), "--dry-run"])
             continue
-        out = Path(tempfile.mkdtemp(prefix=f"reproduce-{folder.name}-", dir=folder.parent))
-        got = main([str(folder), "--out", str(out), "--rtol", str(rtol), "--atol", str(atol)])
+        todo.append(folder)
+    kw = dict(replace=replace, rtol=rtol, atol=atol, commit=state.get("commit"))
+    if jobs > 1 and todo:
+        return max(status, _remake_all(todo, jobs, **kw))
+    for folder in todo:
+        got = _remake(folder, **kw)
         if got not in (0, 1):  # a command failed: the old folder stays
             return got
-        if replace:
-            old = folder.with_name(folder.name + ".old")
-            folder.rename(old)
-            out.rename(folder)
-            shutil.rmtree(old)
-            print(f"replaced {folder} with its rerun at {str(state.get('commit'))[:12]}")
         status |= got
     return status
 
@@ -225,8 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         ap.add_argument("--rtol", type=float, default=1e-4)
         ap.add_argument("--atol", type=float, default=1e-6)
+        ap.add_argument("--jobs", type=int, default=1, help="folders rerun at a time, one torch thread each")
         a = ap.parse_args(argv)
-        return reproduce_all(a.doc, replace=a.replace, dry_run=a.dry_run, rtol=a.rtol, atol=a.atol, resume=a.resume)
+        if a.jobs < 1:
+            ap.error(f"--jobs must be >= 1, got {a.jobs}")
+        return reproduce_all(
+            a.doc, replace=a.replace, dry_run=a.dry_run, rtol=a.rtol, atol=a.atol, resume=a.resume, jobs=a.jobs
+        )
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a folder with a provenance.jsonl")
     ap.add_argument("--out", type=Path, default=None, help="where to rerun (default: a temporary folder)")

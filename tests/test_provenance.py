@@ -275,3 +275,43 @@ def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, ca
     lines[-1]["git"]["dirty"] = True  # one line from a tree with changes: the folder is not this code's
     (folder / "provenance.jsonl").write_text("".join(json.dumps(p) + "\n" for p in lines))
     assert not reproduce.made_by(folder, a)
+
+
+def test_reproduce_all_jobs_reruns_a_folder_after_the_folders_its_commands_read(tmp_path, monkeypatch):
+    """``--jobs N``: N folders at a time, but a folder whose commands read another quoted folder (a model trained
+    into it) starts only after that one's rerun ended; one that failed stops the folders that read it."""
+    import threading
+    import time
+
+    reproduce = load_script("reproduce")
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    model, reader, other = (tmp_path / "results" / n for n in ("pair", "dirmag-pair", "ppl"))
+    for f, argv in (
+        (model, ["train", "--out", "results/pair"]),
+        (reader, ["dirmag", "--model", "results/pair/gpt/model"]),
+        (other, ["ppl", "--model", "tiny:llama"]),
+    ):
+        f.mkdir(parents=True)
+        record(f, argv)
+    folders = [reader, model, other]
+    assert reproduce.depends_on(reader, folders) == {model}
+    assert reproduce.depends_on(model, folders) == reproduce.depends_on(other, folders) == set()
+    events, lock = [], threading.Lock()
+
+    def fake(folder, **kw):
+        with lock:
+            events.append(("start", folder.name))
+        time.sleep(0.2 if folder == model else 0.01)
+        with lock:
+            events.append(("end", folder.name))
+        return (2 if folder.name in fails else 0), f"{folder.name} done\n"
+
+    monkeypatch.setattr(reproduce, "_remake_alone", fake)
+    fails: set[str] = set()
+    assert reproduce._remake_all(folders, 2, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 0
+    assert events.index(("start", "dirmag-pair")) > events.index(("end", "pair"))
+    assert {e for e in events if e[0] == "start"} == {("start", n) for n in ("pair", "dirmag-pair", "ppl")}
+    events.clear()
+    fails = {"pair"}
+    assert reproduce._remake_all(folders, 2, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 2
+    assert ("start", "dirmag-pair") not in events  # it reads the folder whose rerun failed
