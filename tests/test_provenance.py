@@ -315,3 +315,41 @@ def test_reproduce_all_jobs_reruns_a_folder_after_the_folders_its_commands_read(
     fails = {"pair"}
     assert reproduce._remake_all(folders, 2, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 2
     assert ("start", "dirmag-pair") not in events  # it reads the folder whose rerun failed
+
+
+def test_provenance_is_recorded_from_one_place():
+    """A command and a run from Python end the same way (:func:`tlgeo.runner.provenance.close_run`): the one caller
+    of ``record``, and ``record`` and ``record_table`` (a script's measurements) the only writers of a provenance
+    file; a second place that writes a provenance line fails here."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "tlgeo"
+    callers: dict[str, set[str]] = {"record": set(), "close_run": set(), "append_lines": set()}
+
+    def visit(node: ast.AST, where: str, module: str, own_record: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = f"{module}:{child.name}" if isinstance(child, ast.FunctionDef) else where
+            if isinstance(child, ast.Call):
+                f = child.func
+                name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if name == "record" and not own_record:
+                    name = None  # another module's function of that name (no provenance)
+                if name in callers:
+                    callers[name].add(where)
+            visit(child, inner, module, own_record)
+
+    for path in root.rglob("*.py"):
+        tree, module = ast.parse(path.read_text()), path.relative_to(root).as_posix()
+        own = module == "runner/provenance.py" or any(
+            isinstance(n, ast.ImportFrom)
+            and (n.module or "").endswith("provenance")
+            and "record" in [a.name for a in n.names]
+            for n in ast.walk(tree)
+        )
+        visit(tree, module, module, own)
+    assert callers["record"] == {"runner/provenance.py:close_run"}, callers
+    assert callers["close_run"] == {"cli.py:main", "runner/identity.py:wrapped"}, callers
+    assert {c for c in callers["append_lines"] if c.startswith("runner/provenance.py")} == {
+        "runner/provenance.py:record",
+        "runner/provenance.py:record_table",
+    }, callers

@@ -15,8 +15,7 @@ import os
 import sys
 
 from .runner.cliargs import Formatter, RunRecord
-from .runner.provenance import code_state
-from .runner.provenance import record as record_provenance
+from .runner.provenance import close_run, code_state
 from .runner.results import run_state
 
 __all__ = ["main", "build_parser"]
@@ -174,13 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         ):
             with run_state(command=True) as state:  # what this command runs, takes back and computes again
                 rc = args._run(args)
-            resumed = state.lines()
-            for line in resumed:  # what this run took back from its logs instead of computing
-                print(line)
-            if rc == 0 and args.record.out is not None and not quiet:
-                settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
-                settings.update(args.record.settings)  # what the command resolved its flags to
-                print(f"provenance: {record_provenance(args.record.out, argv, settings, state.seen, resumed)}")
+            settings = {k: v for k, v in vars(args).items() if k not in ("record", "cmd")}
+            settings.update(args.record.settings)  # what the command resolved its flags to
+            close_run(state, args.record.out if rc == 0 and not quiet else None, argv, settings)
             return rc
     except (KeyboardInterrupt, Exception) as e:
         said = _one_line(e, args, quiet)

@@ -29,7 +29,7 @@ import torch
 from .analysis import check_supported
 from .cliargs import config_argv
 from .provenance import code_state
-from .provenance import record_api as record_provenance
+from .provenance import close_run
 from .results import IDENTITY, current_run, identity_scope, run_state
 from ..storage import folder_lock
 from ..version import __version__
@@ -207,12 +207,10 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
         stamp_result = getattr(result, "stamp", None)
         result = stamp_result(identity) if stamp_result is not None else result
         if api:
-            resumed = state.lines()
-            for line in resumed:
-                print(line)
             cfg = args[0] if args else kwargs.get("cfg")
+            settings = cfg.settings() if hasattr(cfg, "settings") else {}
             argv = command_argv(cfg, model, identity, out)
-            print(f"provenance: {record_provenance(out, argv, cfg, [identity], resumed)}")
+            close_run(state, out, argv, settings, [identity], python=type(cfg).__name__)
         return result
 
     wrapped.identified = True  # type: ignore[attr-defined]

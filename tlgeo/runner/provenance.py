@@ -30,7 +30,7 @@ __all__ = [
     "PACKAGES",
     "provenance",
     "record",
-    "record_api",
+    "close_run",
     "record_table",
     "read",
     "git_state",
@@ -150,14 +150,47 @@ def provenance(
 
 def record(
     out: str | os.PathLike,
-    argv: Iterable[str],
+    argv: Iterable[str] | None,
     settings: Mapping[str, Any] | None = None,
     identities: Iterable[Mapping[str, Any]] = (),
     resumed: Iterable[str] = (),
+    *,
+    python: str | None = None,
 ) -> Path:
-    """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path."""
+    """Append the provenance of a finished run to ``out/provenance.jsonl``; returns its path. ``python``: a run made
+    from Python (``run(model, cfg, out=...)``), named by its config class; ``argv`` is then the command line that
+    makes the same tables (``scripts/reproduce.py`` reruns it), or ``None`` where none can (``command`` says so)."""
+    line = provenance(argv or [], settings, identities, resumed)
+    if python is not None:
+        line["made_from"] = "python"
+        if argv is None:
+            line["command"] = f"python: {python}(...) (no command line says this run)"
+            line["argv"] = None
     path = Path(out) / FILENAME
-    append_lines(path, [json.dumps(provenance(argv, settings, identities, resumed), sort_keys=True)])
+    append_lines(path, [json.dumps(line, sort_keys=True)])
+    return path
+
+
+def close_run(
+    state: Any,
+    out: str | os.PathLike | None,
+    argv: list[str] | None,
+    settings: Mapping[str, Any] | None,
+    identities: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    python: str | None = None,
+) -> Path | None:
+    """How every run ends, a ``tlgeo`` command's and a run's from Python (the one place either records its
+    provenance): the rows its logs gave back are said (``state``: its :class:`~tlgeo.runner.results.RunState`), then,
+    with ``out``, its line of ``out/provenance.jsonl`` (:func:`record`; ``identities`` default the state's), said too.
+    Returns the provenance file (``None`` without ``out``)."""
+    resumed = state.lines()
+    for line in resumed:  # what this run took back from its logs instead of computing
+        print(line)
+    if out is None:
+        return None
+    path = record(out, argv, settings, state.seen if identities is None else identities, resumed, python=python)
+    print(f"provenance: {path}")
     return path
 
 
@@ -188,27 +221,6 @@ def record_table(
         table = pd.concat([pd.read_csv(path), table], ignore_index=True)
     write_csv(path, table)
     append_lines(Path(out) / FILENAME, [json.dumps(line, sort_keys=True)])
-    return path
-
-
-def record_api(
-    out: str | os.PathLike,
-    argv: list[str] | None,
-    cfg: Any,
-    identities: Iterable[Mapping[str, Any]] = (),
-    resumed: Iterable[str] = (),
-) -> Path:
-    """Append the provenance of a run made from Python (``run(model, cfg, out=...)``) to ``out/provenance.jsonl``:
-    ``argv`` is the command line that makes the same tables (``scripts/reproduce.py`` reruns it), or ``None``
-    where none can (then ``command`` says so); ``settings`` are the config's fields."""
-    settings = cfg.settings() if hasattr(cfg, "settings") else {}
-    line = provenance(argv or [], settings, identities, resumed)
-    line["made_from"] = "python"
-    if argv is None:
-        line["command"] = f"python: {type(cfg).__name__}(...) (no command line says this run)"
-        line["argv"] = None
-    path = Path(out) / FILENAME
-    append_lines(path, [json.dumps(line, sort_keys=True)])
     return path
 
 
