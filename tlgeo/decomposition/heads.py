@@ -278,7 +278,7 @@ class _StartAt:
         return resid
 
 
-@dataclass
+@dataclass(eq=False)
 class _SensitivityRun:
     """What :func:`head_sensitivity` gathers batch by batch: per batch ``[b]`` unedited losses and scored
     tokens, per (layer, condition) the edited losses."""
@@ -294,7 +294,7 @@ class _SensitivityRun:
     bar: object = None
     base: list[Tensor] = field(default_factory=list)
     n_tok: list[Tensor] = field(default_factory=list)
-    edited: dict = field(default_factory=dict)
+    edited: dict = field(init=False)  # (layer, condition) -> per batch [b] edited losses
 
     def __post_init__(self):
         self.edited = {(L, c): [] for L in self.chosen for c in self.conditions}
