@@ -211,28 +211,8 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
     )
 
 
-@register_analysis_step(
-    "compare",
-    CHAPTER,
-    COMPARE,
-    DecompositionBudgets.compare_config,
-    "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot (RULER when asked)",
-)
-def _compare_section(ctx: StepContext, result: CompareResult) -> None:
-    b, table = ctx.budget, result.compare
-    empty_zs = pd.DataFrame(columns=["condition", "task", "n", "acc", "acc_norm"])
-    zs = result.compare_zeroshot if result.compare_zeroshot is not None else empty_zs
-    zs_paired = result.compare_zeroshot_paired
-    rl = (
-        result.compare_ruler
-        if result.compare_ruler is not None
-        else pd.DataFrame(columns=["condition", "task", "length", "n", "score"])
-    )
-    n_zs = int(zs["n"].min()) if len(zs) else None
-    n_rl = int(rl["n"].min()) if len(rl) else None
-    zs_small = n_zs is not None and n_zs < MIN_ZEROSHOT_ITEMS
-    rl_small = n_rl is not None and n_rl < MIN_RULER_SAMPLES
-    zs_note, rl_note = (" (indication only)" if zs_small else ""), (" (indication only)" if rl_small else "")
+def _compare_text(b, has_ruler: bool) -> str:
+    """The compare section's opening paragraph: what was run, and why RULER was not when it was not."""
     why = (
         "the atlas runs no RULER task unless asked (--ruler-tasks niah_single,vt --ruler-samples 10 or "
         "more): the one or two samples per condition an atlas can afford decide nothing"
@@ -245,20 +225,23 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
         f", and RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
         f"{', '.join(b.ruler_tasks)} at {list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, "
         f"{b.ruler_template} prompts, %)"
-        if len(rl)
+        if has_ruler
         else ""
     )
-    ctx.report.section(
-        "Which parallel removal is cheapest? (Tables 1, 2, 8)",
+    return (
         f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
         f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens) and zero-shot accuracy (unedited "
         f"and s_par in {list(b.zeroshot_scales)}) averaged over "
         f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %)"
         f"{ruler}. The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}"
-        + (f", RULER of {PAPER_RULER_MODEL}" if len(rl) else "")
+        + (f", RULER of {PAPER_RULER_MODEL}" if has_ruler else "")
         + " — other models and budgets, so compare orderings, not values."
-        + ("" if len(rl) else f" RULER was not run: {why}."),
+        + ("" if has_ruler else f" RULER was not run: {why}.")
     )
+
+
+def _compare_shown(table: pd.DataFrame, has_ruler: bool, zs_note: str, rl_note: str) -> pd.DataFrame:
+    """The compare table as shown: one row per condition, the paper's columns beside ours."""
     shown = pd.DataFrame(
         {
             "condition": table["condition"],
@@ -271,19 +254,11 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
             "paper RULER %": [paper_value(PAPER.get(("ruler", c, "score"))) for c in table["condition"]],
         }
     )
-    if not len(rl):
-        shown = shown.drop(columns=["RULER %", "paper RULER %"])
-    small = [
-        f"zero-shot on {n_zs} items per task" if zs_small else "",
-        f"RULER on {n_rl} samples per task and length" if rl_small else "",
-    ]
-    ctx.report.table(
-        shown,
-        "One row per condition (site and s_par; unedited first). Lower ΔPPL and higher "
-        "accuracy / score are better; the cheapest removal is the s_par = 0 row with the "
-        "smallest ΔPPL. A dash: no paper number for that condition."
-        + (f" Indication only: {' and '.join(x for x in small if x)}." if any(small) else ""),
-    )
+    return shown if has_ruler else shown.drop(columns=["RULER %", "paper RULER %"])
+
+
+def _zeroshot_tables(ctx: StepContext, zs: pd.DataFrame, zs_paired, zs_small: bool, n_zs: int | None) -> None:
+    """The zero-shot tables: accuracy per task and condition, and the paired change against unedited."""
     if len(zs):
         order = list(dict.fromkeys(zs["condition"]))
         per_task = zs.pivot_table(index="condition", columns="task", values=["acc", "acc_norm"], sort=False) * 100
@@ -305,17 +280,58 @@ def _compare_section(ctx: StepContext, result: CompareResult) -> None:
             + "zero-shot change against the unedited model on the same items, pooled over tasks (percentage "
             "points; 95% bootstrap CI; sign-flip p). A CI that contains 0 is no evidence of a change.",
         )
+
+
+def _ruler_table(ctx: StepContext, rl: pd.DataFrame, rl_small: bool, n_rl: int | None) -> None:
+    """The RULER-style score per task and prompt length, one row per condition."""
+    order = list(dict.fromkeys(rl["condition"]))
+    cells = rl.assign(cell=[f"{t} @{int(n)} %" for t, n in zip(rl["task"], rl["length"])])
+    per_cell = cells.pivot_table(index="condition", columns="cell", values="score", sort=False).reindex(order)
+    per_cell.columns.name = None
+    ctx.report.table(
+        per_cell.reset_index(),
+        ("Indication only: " if rl_small else "")
+        + f"RULER-style long-context score per task and prompt length in tokens (%; {n_rl} "
+        "samples each), one row per condition.",
+    )
+
+
+@register_analysis_step(
+    "compare",
+    CHAPTER,
+    COMPARE,
+    DecompositionBudgets.compare_config,
+    "exclude-self vs full vs residual vs diagonal at s_par in {0, 0.5}: perplexity, zero-shot (RULER when asked)",
+)
+def _compare_section(ctx: StepContext, result: CompareResult) -> None:
+    b, table = ctx.budget, result.compare
+    empty_zs = pd.DataFrame(columns=["condition", "task", "n", "acc", "acc_norm"])
+    zs = result.compare_zeroshot if result.compare_zeroshot is not None else empty_zs
+    rl = (
+        result.compare_ruler
+        if result.compare_ruler is not None
+        else pd.DataFrame(columns=["condition", "task", "length", "n", "score"])
+    )
+    n_zs = int(zs["n"].min()) if len(zs) else None
+    n_rl = int(rl["n"].min()) if len(rl) else None
+    zs_small = n_zs is not None and n_zs < MIN_ZEROSHOT_ITEMS
+    rl_small = n_rl is not None and n_rl < MIN_RULER_SAMPLES
+    zs_note, rl_note = (" (indication only)" if zs_small else ""), (" (indication only)" if rl_small else "")
+    ctx.report.section("Which parallel removal is cheapest? (Tables 1, 2, 8)", _compare_text(b, bool(len(rl))))
+    small = [
+        f"zero-shot on {n_zs} items per task" if zs_small else "",
+        f"RULER on {n_rl} samples per task and length" if rl_small else "",
+    ]
+    ctx.report.table(
+        _compare_shown(table, bool(len(rl)), zs_note, rl_note),
+        "One row per condition (site and s_par; unedited first). Lower ΔPPL and higher "
+        "accuracy / score are better; the cheapest removal is the s_par = 0 row with the "
+        "smallest ΔPPL. A dash: no paper number for that condition."
+        + (f" Indication only: {' and '.join(x for x in small if x)}." if any(small) else ""),
+    )
+    _zeroshot_tables(ctx, zs, result.compare_zeroshot_paired, zs_small, n_zs)
     if len(rl):
-        order = list(dict.fromkeys(rl["condition"]))
-        cells = rl.assign(cell=[f"{t} @{int(n)} %" for t, n in zip(rl["task"], rl["length"])])
-        per_cell = cells.pivot_table(index="condition", columns="cell", values="score", sort=False).reindex(order)
-        per_cell.columns.name = None
-        ctx.report.table(
-            per_cell.reset_index(),
-            ("Indication only: " if rl_small else "")
-            + f"RULER-style long-context score per task and prompt length in tokens (%; {n_rl} "
-            "samples each), one row per condition.",
-        )
+        _ruler_table(ctx, rl, rl_small, n_rl)
 
 
 @register_analysis_step(

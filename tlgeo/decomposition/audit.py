@@ -157,6 +157,38 @@ def _audit_hooks(model, edit: Edit, layers: list[int], out: dict, skip_first_pos
     return hooks
 
 
+def _check_audit_args(sites: Iterable[str], mode: str, s_par: Scale, s_perp: Scale) -> tuple[list, float, float]:
+    """The audit's mode, sites (resolved) and numeric scales, checked; each mistake a one-line ``InputError``."""
+    if mode not in MODES:
+        raise InputError(f"unknown mode {mode!r}; choose 'each' (one layer at a time) or 'all'")
+    sites = [get_site(s) for s in sites]
+    if not sites:
+        raise InputError(f"no sites given; choose from {list(AUDIT_SITES)}")
+    bad = [s.name for s in sites if s.name not in AUDIT_SITES]
+    if bad:
+        raise InputError(f"site(s) {bad} cannot be audited after W_O; choose from {list(AUDIT_SITES)}")
+    s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
+    if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
+        raise InputError("post_wo_audit takes numeric s_par / s_perp")
+    return sites, s_par, s_perp
+
+
+def _audit_totals(
+    model, tokens: Int[Tensor, "batch pos"], edit: Edit, group: list[int], skip_first_pos: bool, batch_size: int, device
+) -> dict[int, dict[str, float]]:
+    """Per layer of ``group``: the audit's raw sums (:data:`_SUMS`) over ``tokens``, ``batch_size`` rows a forward."""
+    totals = {l: dict.fromkeys(_SUMS, 0.0) for l in group}
+    for start in range(0, tokens.shape[0], batch_size):
+        out: dict[int, dict] = {}
+        hooks = _audit_hooks(model, edit, group, out, skip_first_pos)
+        with torch.inference_mode():
+            model.run_with_hooks(tokens[start : start + batch_size].to(device), return_type=None, fwd_hooks=hooks)
+        for l in group:
+            for k in _SUMS:
+                totals[l][k] += out[l][k]
+    return totals
+
+
 def post_wo_audit(
     model: Model,
     tokens: Int[Tensor, "batch pos"],
@@ -182,17 +214,7 @@ def post_wo_audit(
     ``progress``: a bar over the (site, layer group) runs.
     """
     tokens = check_tokens(model, tokens, min_len=2)  # position 0 is left out
-    if mode not in MODES:
-        raise InputError(f"unknown mode {mode!r}; choose 'each' (one layer at a time) or 'all'")
-    sites = [get_site(s) for s in sites]
-    if not sites:
-        raise InputError(f"no sites given; choose from {list(AUDIT_SITES)}")
-    bad = [s.name for s in sites if s.name not in AUDIT_SITES]
-    if bad:
-        raise InputError(f"site(s) {bad} cannot be audited after W_O; choose from {list(AUDIT_SITES)}")
-    s_par, s_perp = check_scale(s_par, "s_par"), check_scale(s_perp, "s_perp")
-    if isinstance(s_par, Tensor) or isinstance(s_perp, Tensor):
-        raise InputError("post_wo_audit takes numeric s_par / s_perp")
+    sites, s_par, s_perp = _check_audit_args(sites, mode, s_par, s_perp)
     chosen = resolve_layers(model.cfg, layers, skip_first)
     log = (
         ResultLog(log_path, KEY, identity=run_identity(model).row(), content=("inputs",))
@@ -228,15 +250,7 @@ def post_wo_audit(
             rows += stored
             continue
         edit = Edit(site, s_par=s_par, s_perp=s_perp, layers=tuple(group), skip_first=0)
-        totals = {l: dict.fromkeys(_SUMS, 0.0) for l in group}
-        for start in range(0, tokens.shape[0], batch_size):
-            out: dict[int, dict] = {}
-            hooks = _audit_hooks(model, edit, group, out, skip_first_pos)
-            with torch.inference_mode():
-                model.run_with_hooks(tokens[start : start + batch_size].to(device), return_type=None, fwd_hooks=hooks)
-            for l in group:
-                for k in _SUMS:
-                    totals[l][k] += out[l][k]
+        totals = _audit_totals(model, tokens, edit, group, skip_first_pos, batch_size, device)
         for key, l in zip(keys, group):
             row = {**key, **_ratios(totals[l]), **totals[l]}
             if log is not None and not log.done(**key):

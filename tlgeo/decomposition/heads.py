@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -225,88 +226,142 @@ def head_sensitivity(
     chosen = resolve_layers(cfg, layers)
     batches = _as_batches(model, texts_or_token_batches, batch_size, max_len)
     Edit(s, s_par, layers=chosen[0], heads=[0])  # validates s_par for the site
-    conditions: list[int | str] = [*range(cfg.n_heads), ALL]
-    log = (
-        ResultLog(
-            log_path,
-            ("kind", "site", "s_par", "batch", "tokens", "layer"),
-            identity=run_identity(model).row(),
-            content=("tokens",),
-        )  # tokens: the batch's digest
-        if log_path
-        else None
+    run = _SensitivityRun(
+        model,
+        s,
+        s_par,
+        chosen,
+        [*range(cfg.n_heads), ALL],
+        _sensitivity_log(model, log_path),
+        getattr(cfg, "device", None) or "cpu",
+        _StartAt(start_at_layer),
     )
-    device = getattr(cfg, "device", None) or "cpu"
-
-    base: list[Tensor] = []  # per batch: [b] unedited mean loss
-    edited: dict[tuple[int, int | str], list[Tensor]] = {(L, c): [] for L in chosen for c in conditions}
-    n_tok: list[Tensor] = []
-    use_start, checked = start_at_layer, False
     it = list(enumerate(batches))
-    bar = None
     if progress:  # one unit per (batch, layer): each is n_heads + 1 edited forwards
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(it) * len(chosen), desc="head sensitivity", unit="layer")
+        run.bar = tqdm(total=len(it) * len(chosen), desc="head sensitivity", unit="layer")
     with torch.inference_mode():
         for bi, toks in it:
-            fp = _fingerprint(toks)
-            key = {"site": s.name, "s_par": float(s_par), "batch": bi, "tokens": fp}
-            rows = {L: log.get(kind="edited", layer=L, **key) for L in chosen} if log else {}
-            brow = log.get(kind="base", layer=-1, **key) if log else None
-            todo = [L for L in chosen if rows.get(L) is None]
-            inp = toks.to(device)
-            cache = None
-            if brow is None or todo:
-                names = {f"blocks.{L}.hook_resid_pre" for L in todo} if use_start else set()
-                logits, cache = model.run_with_cache(inp, names_filter=lambda n: n in names)
-                b_loss = per_text_loss(logits, inp)
-                del logits
-                if brow is None and log:
-                    log.add({"kind": "base", "layer": -1, **key, "loss": b_loss.tolist()})
+            run.batch(bi, toks)
+    if run.bar is not None:
+        run.bar.close()
+    return _sensitivity_table(s.name, run.edited, run.base, run.n_tok, n_perm, seed)
+
+
+def _sensitivity_log(model, log_path: str | os.PathLike | None) -> ResultLog | None:
+    """The run's log of per-batch losses (``tokens``: the batch's digest), or None without ``log_path``."""
+    if not log_path:
+        return None
+    return ResultLog(
+        log_path,
+        ("kind", "site", "s_par", "batch", "tokens", "layer"),
+        identity=run_identity(model).row(),
+        content=("tokens",),
+    )
+
+
+@dataclass
+class _StartAt:
+    """Whether edited forwards start at their layer from the cached ``resid_pre`` (checked once, on the first)."""
+
+    use: bool
+    checked: bool = False
+
+    def resid(self, model, inp: Tensor, cache, site, s_par: float, layer: int) -> Tensor | None:
+        """The cached ``resid_pre`` of ``layer`` to start from, or None for a full forward."""
+        resid = cache[f"blocks.{layer}.hook_resid_pre"] if self.use else None
+        if self.use and not self.checked:  # once, on the first forward that starts at a layer
+            self.use = self.checked = _check_start_at_layer(model, inp, resid, site, s_par, layer)
+            if not self.use:
+                resid = None
+        return resid
+
+
+@dataclass(eq=False)
+class _SensitivityRun:
+    """What :func:`head_sensitivity` gathers batch by batch: per batch ``[b]`` unedited losses and scored
+    tokens, per (layer, condition) the edited losses."""
+
+    model: Model
+    site: object
+    s_par: float
+    chosen: list[int]
+    conditions: list[int | str]
+    log: ResultLog | None
+    device: object
+    start: _StartAt
+    bar: object = None
+    base: list[Tensor] = field(default_factory=list)
+    n_tok: list[Tensor] = field(default_factory=list)
+    edited: dict = field(init=False)  # (layer, condition) -> per batch [b] edited losses
+
+    def __post_init__(self):
+        self.edited = {(L, c): [] for L in self.chosen for c in self.conditions}
+
+    def batch(self, bi: int, toks: Tensor) -> None:
+        """One batch: its unedited losses, then every chosen layer's edited ones (stored rows reused)."""
+        log, chosen = self.log, self.chosen
+        key = {"site": self.site.name, "s_par": float(self.s_par), "batch": bi, "tokens": _fingerprint(toks)}
+        rows = {L: log.get(kind="edited", layer=L, **key) for L in chosen} if log else {}
+        brow = log.get(kind="base", layer=-1, **key) if log else None
+        todo = [L for L in chosen if rows.get(L) is None]
+        inp = toks.to(self.device)
+        b_loss, cache = self._base_losses(inp, key, brow, todo)
+        self.base.append(b_loss)
+        self.n_tok.append(torch.full((toks.shape[0],), toks.shape[1] - 1))
+        for L in chosen:
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"batch {bi}, layer {L}", refresh=False)
+            if rows.get(L) is not None:
+                for c, v in zip(self.conditions, rows[L]["loss"]):
+                    self.edited[(L, c)].append(torch.tensor(v))
             else:
-                b_loss = torch.tensor(brow["loss"])
-            base.append(b_loss)
-            n_tok.append(torch.full((toks.shape[0],), toks.shape[1] - 1))
-            for L in chosen:
-                if bar is not None:
-                    bar.set_postfix_str(f"batch {bi}, layer {L}", refresh=False)
-                if rows.get(L) is not None:
-                    for c, v in zip(conditions, rows[L]["loss"]):
-                        edited[(L, c)].append(torch.tensor(v))
-                    if bar is not None:
-                        bar.update(1)
-                    continue
-                resid = cache[f"blocks.{L}.hook_resid_pre"] if use_start else None
-                if use_start and not checked:  # once, on the first forward that starts at a layer
-                    use_start = checked = _check_start_at_layer(model, inp, resid, s, s_par, L)
-                    if not use_start:
-                        resid = None
-                losses = []
-                by_row = resid is not None and readout_ok(model, inp)
-                for c in conditions:
-                    e = Edit(s, s_par, layers=L, skip_first=0, heads=None if c == ALL else [c])
-                    if by_row:  # stop at the last block, read each text out alone: no [b, pos, vocab] logits
-                        final = resumed_last_block_output(model, resid, L, e.hooks(model))
-                        losses.append(read_out_losses(model, final, inp).mean(-1).cpu())
-                        del final
-                    else:
-                        out = (
-                            resume_forward(model, resid, L, e.hooks(model))
-                            if resid is not None
-                            else model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
-                        )
-                        losses.append(per_text_loss(out, inp))
-                        del out  # free the logits before the next forward allocates its own
-                    edited[(L, c)].append(losses[-1])
+                resid = self.start.resid(self.model, inp, cache, self.site, self.s_par, L)
+                losses = _edited_losses(self.model, inp, resid, self.site, self.s_par, L, self.conditions)
+                for c, x in zip(self.conditions, losses):
+                    self.edited[(L, c)].append(x)
                 if log:
                     log.add({"kind": "edited", "layer": L, **key, "loss": [x.tolist() for x in losses]})
-                if bar is not None:
-                    bar.update(1)
-            del cache
-    if bar is not None:
-        bar.close()
+            if self.bar is not None:
+                self.bar.update(1)
 
+    def _base_losses(self, inp: Tensor, key: dict, brow: dict | None, todo: list[int]) -> tuple[Tensor, object]:
+        """``[b]`` unedited losses (stored, or one forward that also caches ``resid_pre`` of ``todo``), the cache."""
+        if brow is not None and not todo:
+            return torch.tensor(brow["loss"]), None
+        names = {f"blocks.{L}.hook_resid_pre" for L in todo} if self.start.use else set()
+        logits, cache = self.model.run_with_cache(inp, names_filter=lambda n: n in names)
+        b_loss = per_text_loss(logits, inp)
+        del logits
+        if brow is None and self.log:
+            self.log.add({"kind": "base", "layer": -1, **key, "loss": b_loss.tolist()})
+        return b_loss, cache
+
+
+def _edited_losses(model, inp: Tensor, resid: Tensor | None, site, s_par: float, layer: int, conditions) -> list:
+    """Per condition (one head, or ``ALL``): the ``[b]`` losses with the edit at ``layer``, from ``resid`` if given."""
+    losses = []
+    by_row = resid is not None and readout_ok(model, inp)
+    for c in conditions:
+        e = Edit(site, s_par, layers=layer, skip_first=0, heads=None if c == ALL else [c])
+        if by_row:  # stop at the last block, read each text out alone: no [b, pos, vocab] logits
+            final = resumed_last_block_output(model, resid, layer, e.hooks(model))
+            losses.append(read_out_losses(model, final, inp).mean(-1).cpu())
+            del final
+        else:
+            out = (
+                resume_forward(model, resid, layer, e.hooks(model))
+                if resid is not None
+                else model.run_with_hooks(inp, fwd_hooks=e.hooks(model))
+            )
+            losses.append(per_text_loss(out, inp))
+            del out  # free the logits before the next forward allocates its own
+    return losses
+
+
+def _sensitivity_table(site: str, edited: dict, base: list, n_tok: list, n_perm: int, seed: int) -> pd.DataFrame:
+    """One row per (layer, head): the token-weighted paired test of edited against unedited losses, BH q."""
     base_all = torch.cat(base).double().numpy()
     weights = torch.cat(n_tok).double().numpy()
     rng = np.random.default_rng(seed)
@@ -316,7 +371,7 @@ def head_sensitivity(
         t = paired_test(e_loss - base_all, weights, n_perm=n_perm, seed=rng)
         out_rows.append(
             {
-                "site": s.name,
+                "site": site,
                 "layer": L,
                 "head": c,
                 "delta_loss": t.estimate,

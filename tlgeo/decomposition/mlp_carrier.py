@@ -435,33 +435,10 @@ def mlp_carrier_table(
     ``label, site, removal, narrow, s_par, s_perp, layers, skip_first, nll, ppl,
     n_tokens, n_windows, delta_loss, delta_ppl, seconds, G, narrow_width``.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise InputError("empty corpus: no text to score")
-    narrow = list(dict.fromkeys(narrow))
-    if not narrow:
-        raise InputError("narrow is empty: pass 'include' and/or 'skip'")
-    for n in narrow:
-        _check_narrow(n)
+    narrow, layers, removals = _check_carrier_args(model, text, context, layers, skip_first, narrow, removals)
     cfg = model.cfg
-    if context > cfg.n_ctx:
-        raise InputError(f"context {context} exceeds the model's n_ctx {cfg.n_ctx}")
-    layers = resolve_layers(cfg, layers, skip_first)  # validated; the same blocks for every site
     G, w = n_blocks(cfg.d_mlp, cfg.d_model), narrow_width(cfg.d_mlp, cfg.d_model)
-    if w is None:
-        narrow = ["include"]
-
-    removals = list(dict.fromkeys(removals))
-    bad = [r for r in removals if r not in REMOVALS]
-    if bad or not removals:
-        raise InputError(f"removals: unknown {bad or 'none given'}; choose from {REMOVALS}")
-    runs: list[tuple[str, str, str, object]] = [("none", "none", "-", None)]
-    for removal, sp, sq in (("no_para", 0.0, 1.0), ("no_perp", 1.0, 0.0)):
-        if removal not in removals:
-            continue
-        runs.append(("mlp", removal, "-", Edit("mlp", sp, sq, layers=tuple(layers), skip_first=0)))
-        for site in ("h_vs_x", "y_vs_h"):
-            for n in narrow:
-                runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
+    runs = _carrier_runs(layers, narrow, removals)
     hooks = [e.hooks(model) if e is not None else [] for *_, e in runs]  # validate up front
 
     log = (
@@ -498,6 +475,48 @@ def mlp_carrier_table(
             if log is not None:
                 log.add(row)
         rows.append({**row, "label": _LABELS.get(site, "unedited"), "removal": removal})
+    return _carrier_frame(rows, G, w)
+
+
+def _check_carrier_args(
+    model: Model, text, context: int, layers, skip_first: int, narrow: Iterable[str], removals: Iterable[str]
+) -> tuple[list[str], list[int], list[str]]:
+    """The table's ``narrow`` choices (``include`` only without a narrow block), blocks and removals, checked."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("empty corpus: no text to score")
+    narrow = list(dict.fromkeys(narrow))
+    if not narrow:
+        raise InputError("narrow is empty: pass 'include' and/or 'skip'")
+    for n in narrow:
+        _check_narrow(n)
+    cfg = model.cfg
+    if context > cfg.n_ctx:
+        raise InputError(f"context {context} exceeds the model's n_ctx {cfg.n_ctx}")
+    layers = resolve_layers(cfg, layers, skip_first)  # validated; the same blocks for every site
+    if narrow_width(cfg.d_mlp, cfg.d_model) is None:
+        narrow = ["include"]
+    removals = list(dict.fromkeys(removals))
+    bad = [r for r in removals if r not in REMOVALS]
+    if bad or not removals:
+        raise InputError(f"removals: unknown {bad or 'none given'}; choose from {REMOVALS}")
+    return narrow, layers, removals
+
+
+def _carrier_runs(layers: list[int], narrow: list[str], removals: list[str]) -> list[tuple[str, str, str, object]]:
+    """``(site, removal, narrow, edit)`` per run: the baseline (no edit) first, then each removal's sites."""
+    runs: list[tuple[str, str, str, object]] = [("none", "none", "-", None)]
+    for removal, sp, sq in (("no_para", 0.0, 1.0), ("no_perp", 1.0, 0.0)):
+        if removal not in removals:
+            continue
+        runs.append(("mlp", removal, "-", Edit("mlp", sp, sq, layers=tuple(layers), skip_first=0)))
+        for site in ("h_vs_x", "y_vs_h"):
+            for n in narrow:
+                runs.append((site, removal, n, CarrierEdit(site, sp, sq, tuple(layers), skip_first=0, narrow=n)))
+    return runs
+
+
+def _carrier_frame(rows: list[dict], G: int, w: int | None) -> pd.DataFrame:
+    """The table: each run's change against the baseline (the first row), in the documented column order."""
     df = pd.DataFrame(rows)
     base = df.iloc[0]
     df["delta_loss"] = df["nll"] - base["nll"]

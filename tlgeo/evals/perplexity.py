@@ -179,6 +179,47 @@ def read_out_losses(model, final: Tensor, tokens: Int[Tensor, "b pos"]) -> Tenso
     )
 
 
+def _stream_tokens(model, text_or_tokens: str | torch.Tensor, max_tokens: int | None, prepend_bos: bool | None):
+    """``([n] text tokens to score, BOS id or None)`` of a text or a token stream, cut to ``max_tokens``."""
+    if isinstance(text_or_tokens, str):
+        return scored_tokens(model, text_or_tokens, max_tokens, prepend_bos)
+    tokens = torch.as_tensor(text_or_tokens).reshape(-1).long().cpu()
+    tokens = tokens[:max_tokens] if max_tokens is not None else tokens
+    return tokens, _bos_id(model, prepend_bos)
+
+
+def _window_losses(
+    model, windows: Sequence[tuple[torch.Tensor, int]], batch_size: int, hooks: list, progress: bool
+) -> Tensor:
+    """``[n]`` float32 NLL of every scored token of ``windows``, in stream order, ``batch_size`` windows a forward."""
+    starts = torch.tensor([0] + [w[0].numel() - w[1] for w in windows]).cumsum(0)
+    losses = torch.empty(int(starts[-1]), dtype=torch.float32)
+    device = input_device(model)
+    batches = list(_batches(windows, batch_size))
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="perplexity", unit="batch")
+    # hooks on the blocks only: the forward can stop at the last block and read each row out in turn (one row's
+    # logits at a time, not the batch's [b, t, vocab]: 400 MB at 4 x 512 tokens of SmolLM2's vocabulary)
+    by_row = all(isinstance(n, str) and n.startswith("blocks.") for n, _ in hooks) and hasattr(model, "blocks")
+    with torch.inference_mode():
+        for idx in batches:
+            inp = torch.stack([windows[i][0] for i in idx]).to(device)  # [b, t]
+            # [b, t-1]: loss of token j+1 given tokens <= j, a row at a time
+            if by_row and readout_ok(model, inp):
+                nll = read_out_losses(model, last_block_output(model, inp, hooks), inp).cpu()
+            else:
+                logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
+                nll = torch.stack(
+                    [F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none") for r in range(len(idx))]
+                ).cpu()
+                del logits
+            for row, i in enumerate(idx):
+                losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
+    return losses
+
+
 def perplexity(
     model,
     text_or_tokens: str | torch.Tensor,
@@ -208,12 +249,7 @@ def perplexity(
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
 
     is_text = isinstance(text_or_tokens, str)
-    if is_text:
-        tokens, bos_id = scored_tokens(model, text_or_tokens, max_tokens, prepend_bos)
-    else:
-        tokens = torch.as_tensor(text_or_tokens).reshape(-1).long().cpu()
-        tokens = tokens[:max_tokens] if max_tokens is not None else tokens
-        bos_id = _bos_id(model, prepend_bos)
+    tokens, bos_id = _stream_tokens(model, text_or_tokens, max_tokens, prepend_bos)
     truncated = max_tokens is not None and tokens.numel() >= max_tokens
     if tokens.numel() == 0 or (is_text and not text_or_tokens.strip()):
         raise InputError("empty corpus: no tokens to score")
@@ -221,32 +257,7 @@ def perplexity(
     if not windows:
         raise InputError("empty corpus: a single token and no BOS leaves nothing to score")
 
-    starts = torch.tensor([0] + [w[0].numel() - w[1] for w in windows]).cumsum(0)
-    losses = torch.empty(int(starts[-1]), dtype=torch.float32)
-    hooks = list(fwd_hooks)
-    device = input_device(model)
-    batches = list(_batches(windows, batch_size))
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="perplexity", unit="batch")
-    # hooks on the blocks only: the forward can stop at the last block and read each row out in turn (one row's
-    # logits at a time, not the batch's [b, t, vocab]: 400 MB at 4 x 512 tokens of SmolLM2's vocabulary)
-    by_row = all(isinstance(n, str) and n.startswith("blocks.") for n, _ in hooks) and hasattr(model, "blocks")
-    with torch.inference_mode():
-        for idx in batches:
-            inp = torch.stack([windows[i][0] for i in idx]).to(device)  # [b, t]
-            # [b, t-1]: loss of token j+1 given tokens <= j, a row at a time
-            if by_row and readout_ok(model, inp):
-                nll = read_out_losses(model, last_block_output(model, inp, hooks), inp).cpu()
-            else:
-                logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
-                nll = torch.stack(
-                    [F.cross_entropy(logits[r, :-1].float(), inp[r, 1:], reduction="none") for r in range(len(idx))]
-                ).cpu()
-                del logits
-            for row, i in enumerate(idx):
-                losses[starts[i] : starts[i + 1]] = nll[row, windows[i][1] - 1 :]
+    losses = _window_losses(model, windows, batch_size, list(fwd_hooks), progress)
 
     total = losses.double().sum().item()
     mean = total / losses.numel()

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from ..errors import InputError, UnknownNameError
@@ -260,6 +260,51 @@ class Scores:
     truncated: Bool[Tensor, " n"]
 
 
+def _unique_inputs(requests: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int):
+    """Each request's input ``(context + continuation)[:-1]``, cut from the left to ``max_length``, deduplicated:
+    ``(unique inputs, request indices per input, truncated [n], continuation tokens [n])``."""
+    inputs: dict[tuple[int, ...], int] = {}  # unique input -> index
+    req_input: list[int] = []
+    truncated = torch.zeros(len(requests), dtype=torch.bool)
+    n_tok = torch.zeros(len(requests), dtype=torch.long)
+    for i, (ctx, cont) in enumerate(requests):
+        ctx, cont = list(ctx), list(cont)
+        if not cont or not ctx:
+            raise InputError(f"request {i}: needs >= 1 context and >= 1 continuation token")
+        if len(cont) > max_length:
+            raise InputError(f"request {i}: continuation of {len(cont)} tokens exceeds max_length {max_length}")
+        full = (ctx + cont)[:-1]
+        if len(full) > max_length:
+            full, truncated[i] = full[-max_length:], True
+        n_tok[i] = len(cont)
+        req_input.append(inputs.setdefault(tuple(full), len(inputs)))
+    uniq = list(inputs)
+    by_input: list[list[int]] = [[] for _ in uniq]
+    for i, u in enumerate(req_input):
+        by_input[u].append(i)
+    return uniq, by_input, truncated, n_tok
+
+
+def _padded(uniq: list[tuple[int, ...]], batch: list[int], pad: int) -> Int[Tensor, "b width"]:
+    """The batch's unique inputs, right-padded with ``pad`` to the first (the longest)."""
+    width = len(uniq[batch[0]])
+    inp = torch.full((len(batch), width), pad, dtype=torch.long)
+    for row, u in enumerate(batch):
+        inp[row, : len(uniq[u])] = torch.tensor(uniq[u])
+    return inp
+
+
+def _span_logits(model, inp: Int[Tensor, "b width"], spans: list[tuple[int, int, int, int]], hooks: list, fast: bool):
+    """Per ``(request, row, first, end)`` span: the ``[t, vocab]`` logits at its positions; with ``fast`` only
+    those positions go through the unembedding, in one call."""
+    if fast:
+        final = last_block_output(model, inp, hooks)
+        got = readout(model, torch.cat([final[row, a:b] for _, row, a, b in spans]))
+        return got.split([b - a for *_, a, b in spans])
+    logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
+    return [logits[row, a:b] for _, row, a, b in spans]
+
+
 def score_requests(
     model,
     requests: Sequence[tuple[Sequence[int], Sequence[int]]],
@@ -284,26 +329,7 @@ def score_requests(
     if not requests:
         raise InputError("no requests to score")
 
-    inputs: dict[tuple[int, ...], int] = {}  # unique input -> index
-    req_input: list[int] = []
-    truncated = torch.zeros(len(requests), dtype=torch.bool)
-    n_tok = torch.zeros(len(requests), dtype=torch.long)
-    for i, (ctx, cont) in enumerate(requests):
-        ctx, cont = list(ctx), list(cont)
-        if not cont or not ctx:
-            raise InputError(f"request {i}: needs >= 1 context and >= 1 continuation token")
-        if len(cont) > max_length:
-            raise InputError(f"request {i}: continuation of {len(cont)} tokens exceeds max_length {max_length}")
-        full = (ctx + cont)[:-1]
-        if len(full) > max_length:
-            full, truncated[i] = full[-max_length:], True
-        n_tok[i] = len(cont)
-        req_input.append(inputs.setdefault(tuple(full), len(inputs)))
-    uniq = list(inputs)
-    by_input: list[list[int]] = [[] for _ in uniq]
-    for i, u in enumerate(req_input):
-        by_input[u].append(i)
-
+    uniq, by_input, truncated, n_tok = _unique_inputs(requests, max_length)
     targets = [list(r[1]) for r in requests]
     logprob = torch.zeros(len(requests), dtype=torch.float64)
     greedy = torch.zeros(len(requests), dtype=torch.bool)
@@ -319,28 +345,15 @@ def score_requests(
     fast = None  # only the continuations' positions through the unembedding, where that gives the logits
     with torch.inference_mode():
         for batch in batches:
-            width = len(uniq[batch[0]])
-            inp = torch.full((len(batch), width), pad, dtype=torch.long)
-            for row, u in enumerate(batch):
-                inp[row, : len(uniq[u])] = torch.tensor(uniq[u])
-            inp = inp.to(device)
+            inp = _padded(uniq, batch, pad).to(device)
             if fast is None:
                 fast = readout_ok(model, inp)
-            if fast:
-                final = last_block_output(model, inp, hooks)
-            else:
-                logits = model.run_with_hooks(inp, fwd_hooks=hooks) if hooks else model(inp)
             spans = [
                 (i, row, len(uniq[u]) - len(targets[i]), len(uniq[u]))
                 for row, u in enumerate(batch)
                 for i in by_input[u]
             ]  # (request, row, first, end position)
-            if fast:  # every continuation position of the batch through the unembedding in one call
-                got = readout(model, torch.cat([final[row, a:b] for _, row, a, b in spans]))
-                parts = got.split([b - a for *_, a, b in spans])
-            else:
-                parts = [logits[row, a:b] for _, row, a, b in spans]
-            for (i, *_), rows in zip(spans, parts):
+            for i, rows in zip([i for i, *_ in spans], _span_logits(model, inp, spans, hooks, fast)):
                 lp = torch.log_softmax(rows.float(), dim=-1)  # [t, vocab]
                 tgt = torch.tensor(targets[i], device=lp.device)
                 logprob[i] = lp.gather(-1, tgt[:, None]).double().sum().cpu()
@@ -449,6 +462,70 @@ def logged_items(
     return pd.concat(frames, ignore_index=True)
 
 
+def _check_tasks(tasks: str | Sequence[str]) -> tuple[str, ...]:
+    """``tasks`` as a tuple of known task names; none given or an unknown one is a one-line error."""
+    tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
+    if not tasks:
+        raise InputError(f"no tasks given; known tasks: {sorted(TASKS)}")
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise UnknownTaskError(f"unknown zero-shot task(s) {unknown}; known tasks: {sorted(TASKS)}")
+    return tasks
+
+
+def _score_task(
+    model, key: dict, data_dir, seed: int, batch_size: int, hooks: list, prepend_bos, max_length, progress: bool
+) -> dict:
+    """One task's log row: its summary, seconds, seed and per-item columns (warns when context was cut)."""
+    task, limit = key["task"], key["limit"]
+    items = load_task(task, data_dir, limit)
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    df = score_items(
+        model,
+        items,
+        batch_size=batch_size,
+        fwd_hooks=hooks,
+        prepend_bos=prepend_bos,
+        max_length=max_length,
+        progress=progress,
+    )
+    row = {
+        **key,
+        **summarize_items(df),
+        "seconds": time.perf_counter() - t0,
+        "seed": seed,
+        "items": {c: df[c].tolist() for c in ITEM_COLUMNS},
+    }
+    if row["n_truncated"]:
+        warnings.warn(
+            f"{task}: {row['n_truncated']} of {sum(it.n_choices for it in items)} requests "
+            f"were longer than max_length {max_length or model.cfg.n_ctx} tokens and lost "
+            f"context from the left",
+            stacklevel=3,  # the caller of evaluate_zeroshot
+        )
+    return row
+
+
+def _summary_frame(rows: list[dict]) -> pd.DataFrame:
+    """One row per task, in the documented column order (the columns present)."""
+    summary = pd.DataFrame(rows)
+    cols = [
+        "task",
+        "n",
+        "acc",
+        "acc_norm",
+        "stderr",
+        "acc_norm_stderr",
+        "n_truncated",
+        "seconds",
+        "limit",
+        "tag",
+        "seed",
+    ]
+    return summary[[c for c in cols if c in summary.columns]]
+
+
 def evaluate_zeroshot(
     model,
     tasks: str | Sequence[str] = DEFAULT_TASKS,
@@ -475,12 +552,7 @@ def evaluate_zeroshot(
     per-item log-probs) is stored under ``(task, limit, tag)`` and not recomputed;
     give each hook configuration its own ``tag`` when sharing one log.
     """
-    tasks = (tasks,) if isinstance(tasks, str) else tuple(tasks)
-    if not tasks:
-        raise InputError(f"no tasks given; known tasks: {sorted(TASKS)}")
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise UnknownTaskError(f"unknown zero-shot task(s) {unknown}; known tasks: {sorted(TASKS)}")
+    tasks = _check_tasks(tasks)
     hooks = list(fwd_hooks)
     log = ResultLog(log_path, LOG_KEY, identity=run_identity(model).row()) if log_path is not None else None
     rows, item_frames = [], []
@@ -493,52 +565,13 @@ def evaluate_zeroshot(
         key = {"task": task, "limit": limit, "tag": tag}
         row = log.get(**key) if log is not None else None
         if row is None:
-            items = load_task(task, data_dir, limit)
-            torch.manual_seed(seed)
-            t0 = time.perf_counter()
-            df = score_items(
-                model,
-                items,
-                batch_size=batch_size,
-                fwd_hooks=hooks,
-                prepend_bos=prepend_bos,
-                max_length=max_length,
-                progress=progress,
-            )
-            row = {
-                **key,
-                **summarize_items(df),
-                "seconds": time.perf_counter() - t0,
-                "seed": seed,
-                "items": {c: df[c].tolist() for c in ITEM_COLUMNS},
-            }
-            if row["n_truncated"]:
-                warnings.warn(
-                    f"{task}: {row['n_truncated']} of {sum(it.n_choices for it in items)} requests "
-                    f"were longer than max_length {max_length or model.cfg.n_ctx} tokens and lost "
-                    f"context from the left",
-                    stacklevel=2,
-                )
+            row = _score_task(model, key, data_dir, seed, batch_size, hooks, prepend_bos, max_length, progress)
             if log is not None:
                 log.add(row)
         rows.append({k: v for k, v in row.items() if k != "items"})
         if return_items:
             item_frames.append(_item_frame(task, row))
-    summary = pd.DataFrame(rows)
-    cols = [
-        "task",
-        "n",
-        "acc",
-        "acc_norm",
-        "stderr",
-        "acc_norm_stderr",
-        "n_truncated",
-        "seconds",
-        "limit",
-        "tag",
-        "seed",
-    ]
-    summary = summary[[c for c in cols if c in summary.columns]]
+    summary = _summary_frame(rows)
     if return_items:
         return summary, pd.concat(item_frames, ignore_index=True)
     return summary

@@ -158,6 +158,160 @@ def _rewrite_log(path: Path, upto: int) -> None:
     write_csv(path, df[df["step"] <= upto])
 
 
+def _tokenizer_setup(cfg: TrainConfig):
+    """``(cfg, tokenizer, stream tokenizer, BOS id)``: with a real tokenizer the model's vocabulary is its own and
+    every window starts with BOS, as every evaluation through the bridge (to_tokens prepends it) will."""
+    tokenizer, stream_tokenizer, bos = load_tokenizer(cfg.tokenizer), None, None
+    if cfg.tokenizer != "bytes":
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(tokenizer)))
+        stream_tokenizer, bos = tokenizer, special_ids(tokenizer)[0]
+    return cfg, tokenizer, stream_tokenizer, bos
+
+
+def _per_rank(cfg: TrainConfig, info: D.DistInfo) -> int:
+    """Sequences per rank and optimizer step; the batch must split evenly over ranks and micro-batches."""
+    per_rank, rem = divmod(cfg.batch_size, info.world)
+    if rem or per_rank % cfg.grad_accum:
+        raise ConfigError(
+            f"batch_size={cfg.batch_size} must be divisible by world size {info.world} x grad_accum {cfg.grad_accum}"
+        )
+    return per_rank
+
+
+def _token_stream(cfg: TrainConfig, info: D.DistInfo, out: Path, stream_tokenizer, bos) -> TokenStream:
+    """The run's token stream, built by rank 0 first (it makes ``out`` and the data), then by the others."""
+
+    def build():
+        return build_token_stream(
+            cfg.data, cfg.data_dir, val_frac=cfg.val_frac, max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer
+        )
+
+    if info.main:
+        out.mkdir(parents=True, exist_ok=True)
+        data_dir = build()
+    D.barrier(info)
+    if not info.main:
+        data_dir = build()
+    stream = TokenStream(data_dir, cfg.seq_len, cfg.seed, bos=bos)
+    if stream.vocab_size > cfg.model.vocab_size:
+        raise ConfigError(
+            f"the data's vocabulary ({stream.vocab_size}) exceeds the model's vocab_size ({cfg.model.vocab_size})"
+        )
+    return stream
+
+
+def _resume(ckpt_path: Path, log_path: Path, cfg: TrainConfig, model, opt, sched, info: D.DistInfo, log):
+    """Load the checkpoint into model, optimizer, scheduler and RNGs; cut the log back to it.
+    Returns ``(step, elapsed seconds)``; a foreign or mismatched checkpoint is a ``ConfigError``."""
+    try:  # tensors and plain values only: a checkpoint from elsewhere cannot run code here
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(
+            f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
+            f"values: {first}); move it away to train from the start"
+        ) from None
+    differ = trajectory_differences(ck["config"], cfg)
+    if differ:
+        raise ConfigError(
+            f"{ckpt_path} was written for another run ({'; '.join(differ)}): resuming it would not "
+            f"give this run's model; move it away to train from the start"
+        )
+    set_model_state_dict(model, ck["model"], options=_FULL)
+    set_optimizer_state_dict(model, opt, ck["optimizer"], options=_FULL)
+    sched.load_state_dict(ck["scheduler"])
+    _set_rng_state(ck["rng"][info.rank] if info.rank < len(ck["rng"]) else ck["rng"][0])
+    start, elapsed0 = ck["step"], ck.get("elapsed_s", 0.0)
+    if info.main:
+        _rewrite_log(log_path, start)
+    log(f"resumed from step {start}")
+    return start, elapsed0
+
+
+def _save_checkpoint(
+    ckpt_path: Path, model, opt, sched, cfg: TrainConfig, info: D.DistInfo, step: int, elapsed: float
+) -> None:
+    """Write ``checkpoint.pt`` (rank 0; every rank's RNG state gathered into it), then wait for every rank."""
+    msd = get_model_state_dict(model, options=_FULL)
+    osd = get_optimizer_state_dict(model, opt, options=_FULL)
+    rngs = [None] * info.world
+    if info.world > 1:
+        torch.distributed.all_gather_object(rngs, _rng_state())
+    else:
+        rngs = [_rng_state()]
+    if info.main:
+        with atomic_write(ckpt_path, "wb") as f:
+            torch.save(
+                {
+                    "model": msd,
+                    "optimizer": osd,
+                    "scheduler": sched.state_dict(),
+                    "rng": rngs,
+                    "step": step,
+                    "data_position": {"step": step, "seed": cfg.seed},
+                    "elapsed_s": elapsed,
+                    "config": cfg.to_dict(),
+                },
+                f,
+            )
+    D.barrier(info)
+
+
+def _step_loss(model, batch: torch.Tensor, micro: int, cfg: TrainConfig, info: D.DistInfo) -> torch.Tensor:
+    """Forward and backward over the batch's micro-batches (DDP syncs gradients on the last only); the loss sum."""
+    loss_sum = torch.zeros((), device=info.device)
+    for i, mb in enumerate(batch.split(micro)):
+        sync = contextlib.nullcontext()
+        if info.world > 1 and info.mode == "ddp" and i < cfg.grad_accum - 1:
+            sync = model.no_sync()
+        with sync:
+            with _autocast(info.device, cfg.dtype):
+                loss = model(mb) / cfg.grad_accum
+            loss.backward()
+        loss_sum += loss.detach()
+    return loss_sum
+
+
+def _optimizer_step(model, opt, sched, cfg: TrainConfig) -> tuple[float, float]:
+    """Clip, step the optimizer and the schedule, clear the gradients: ``(grad norm, lr used)``."""
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    if hasattr(gnorm, "full_tensor"):  # FSDP2: a DTensor
+        gnorm = gnorm.full_tensor()
+    lr = sched.get_last_lr()[0]
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return gnorm, lr
+
+
+def _append_log_row(log_path: Path, row: dict) -> None:
+    """Append one step's row to ``log.csv`` (the header first when the file is new or empty)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, lineterminator="\n")
+    if not log_path.exists() or not log_path.stat().st_size:
+        w.writeheader()
+    w.writerow(row)
+    append_lines(log_path, buf.getvalue().splitlines())
+
+
+def _export(model, lm: SuppressedLM, names, cfg: TrainConfig, out: Path, tokenizer, bos, info: D.DistInfo) -> None:
+    """Export the trained model (and its learned gate, if any) as a Hugging Face folder ``out/model`` (rank 0)."""
+    msd = get_model_state_dict(model, options=_FULL)
+    if info.main:
+        gate = {k.split("suppression.", 1)[1]: v for k, v in msd.items() if k.startswith("suppression.")}
+        export_hf(
+            msd,
+            names,
+            cfg.model,
+            out / "model",
+            lm.suppression.describe(),
+            gate or None,
+            tokenizer=tokenizer,
+            prepend_bos=bos is not None,
+        )
+    D.barrier(info)
+
+
 def train(
     cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None, log=print, on_end=None
 ) -> pd.DataFrame:
@@ -167,38 +321,15 @@ def train(
     ``on_end(model, info)`` is called on every rank before the process group is
     torn down (tests use it to compare ranks)."""
     cfg.validate()
-    tokenizer, stream_tokenizer, bos = load_tokenizer(cfg.tokenizer), None, None
-    if cfg.tokenizer != "bytes":
-        # the model's vocabulary is the tokenizer's; every window starts with BOS, as
-        # every evaluation through the bridge (to_tokens prepends it) will
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(tokenizer)))
-        stream_tokenizer, bos = tokenizer, special_ids(tokenizer)[0]
+    cfg, tokenizer, stream_tokenizer, bos = _tokenizer_setup(cfg)
     lm = make_model(cfg, tokenizer)
     info = D.setup(cfg.dist, cfg.device)
     if info.device.type == "cpu" and cfg.threads:
         torch.set_num_threads(cfg.threads)
-    per_rank, rem = divmod(cfg.batch_size, info.world)
-    if rem or per_rank % cfg.grad_accum:
-        raise ConfigError(
-            f"batch_size={cfg.batch_size} must be divisible by world size {info.world} x grad_accum {cfg.grad_accum}"
-        )
+    per_rank = _per_rank(cfg, info)
     out = Path(cfg.out)
     ckpt_path, log_path = out / "checkpoint.pt", out / "log.csv"
-    if info.main:
-        out.mkdir(parents=True, exist_ok=True)
-        data_dir = build_token_stream(
-            cfg.data, cfg.data_dir, val_frac=cfg.val_frac, max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer
-        )
-    D.barrier(info)
-    if not info.main:
-        data_dir = build_token_stream(
-            cfg.data, cfg.data_dir, val_frac=cfg.val_frac, max_tokens=cfg.max_data_tokens, tokenizer=stream_tokenizer
-        )
-    stream = TokenStream(data_dir, cfg.seq_len, cfg.seed, bos=bos)
-    if stream.vocab_size > cfg.model.vocab_size:
-        raise ConfigError(
-            f"the data's vocabulary ({stream.vocab_size}) exceeds the model's vocab_size ({cfg.model.vocab_size})"
-        )
+    stream = _token_stream(cfg, info, out, stream_tokenizer, bos)
     val = stream.val_batches(cfg.eval_batches, max(per_rank // cfg.grad_accum, 1))
 
     lm = lm.to(info.device)
@@ -209,57 +340,11 @@ def train(
 
     start, elapsed0 = 0, 0.0
     if resume and ckpt_path.exists():
-        try:  # tensors and plain values only: a checkpoint from elsewhere cannot run code here
-            ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            first = str(e).strip().splitlines()[0]
-            raise ConfigError(
-                f"{ckpt_path} is not a checkpoint of this tlgeo (it holds more than tensors and plain "
-                f"values: {first}); move it away to train from the start"
-            ) from None
-        differ = trajectory_differences(ck["config"], cfg)
-        if differ:
-            raise ConfigError(
-                f"{ckpt_path} was written for another run ({'; '.join(differ)}): resuming it would not "
-                f"give this run's model; move it away to train from the start"
-            )
-        set_model_state_dict(model, ck["model"], options=_FULL)
-        set_optimizer_state_dict(model, opt, ck["optimizer"], options=_FULL)
-        sched.load_state_dict(ck["scheduler"])
-        _set_rng_state(ck["rng"][info.rank] if info.rank < len(ck["rng"]) else ck["rng"][0])
-        start, elapsed0 = ck["step"], ck.get("elapsed_s", 0.0)
-        if info.main:
-            _rewrite_log(log_path, start)
-        log(f"resumed from step {start}")
+        start, elapsed0 = _resume(ckpt_path, log_path, cfg, model, opt, sched, info, log)
     elif info.main and log_path.exists():
         log_path.unlink()
     if info.main:
         cfg.save(out / "config.json")
-
-    def save(step: int, elapsed: float) -> None:
-        msd = get_model_state_dict(model, options=_FULL)
-        osd = get_optimizer_state_dict(model, opt, options=_FULL)
-        rngs = [None] * info.world
-        if info.world > 1:
-            torch.distributed.all_gather_object(rngs, _rng_state())
-        else:
-            rngs = [_rng_state()]
-        if info.main:
-            with atomic_write(ckpt_path, "wb") as f:
-                torch.save(
-                    {
-                        "model": msd,
-                        "optimizer": osd,
-                        "scheduler": sched.state_dict(),
-                        "rng": rngs,
-                        "step": step,
-                        "data_position": {"step": step, "seed": cfg.seed},
-                        "elapsed_s": elapsed,
-                        "config": cfg.to_dict(),
-                    },
-                    f,
-                )
-        D.barrier(info)
 
     micro = per_rank // cfg.grad_accum
     t0 = time.perf_counter() - elapsed0
@@ -268,23 +353,8 @@ def train(
     model.train()
     for step in range(start, end):
         batch = stream.batch(step, cfg.batch_size, info.rank, info.world).to(info.device)
-        loss_sum = torch.zeros((), device=info.device)
-        for i, mb in enumerate(batch.split(micro)):
-            sync = contextlib.nullcontext()
-            if info.world > 1 and info.mode == "ddp" and i < cfg.grad_accum - 1:
-                sync = model.no_sync()
-            with sync:
-                with _autocast(info.device, cfg.dtype):
-                    loss = model(mb) / cfg.grad_accum
-                loss.backward()
-            loss_sum += loss.detach()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        if hasattr(gnorm, "full_tensor"):  # FSDP2: a DTensor
-            gnorm = gnorm.full_tensor()
-        lr = sched.get_last_lr()[0]
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        loss_sum = _step_loss(model, batch, micro, cfg, info)
+        gnorm, lr = _optimizer_step(model, opt, sched, cfg)
         train_loss = float(D.all_mean(loss_sum, info))
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"non-finite training loss at step {step + 1}")
@@ -303,31 +373,13 @@ def train(
             log(f"step {n}/{cfg.steps} train {train_loss:.4f} val {row['val_loss']:.4f} ({row['elapsed_s']:.0f}s)")
         rows.append(row)
         if info.main:
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=LOG_COLUMNS, lineterminator="\n")
-            if not log_path.exists() or not log_path.stat().st_size:
-                w.writeheader()
-            w.writerow(row)
-            append_lines(log_path, buf.getvalue().splitlines())
+            _append_log_row(log_path, row)
         if (cfg.save_every and n % cfg.save_every == 0) or n == end:
-            save(n, row["elapsed_s"])
+            _save_checkpoint(ckpt_path, model, opt, sched, cfg, info, n, row["elapsed_s"])
         _external_log(cfg, row, info)
 
     if end == cfg.steps:
-        msd = get_model_state_dict(model, options=_FULL)
-        if info.main:
-            gate = {k.split("suppression.", 1)[1]: v for k, v in msd.items() if k.startswith("suppression.")}
-            export_hf(
-                msd,
-                names,
-                cfg.model,
-                out / "model",
-                lm.suppression.describe(),
-                gate or None,
-                tokenizer=tokenizer,
-                prepend_bos=bos is not None,
-            )
-        D.barrier(info)
+        _export(model, lm, names, cfg, out, tokenizer, bos, info)
     if on_end is not None:
         on_end(model, info)
     D.cleanup(info)
