@@ -204,14 +204,46 @@ def _sweep_work(
     )
 
 
+def _probes_plan(shape, cfg: DirmagConfig) -> list:
+    """The probes' forwards over the train and test treebank sentences, and their fits (host work)."""
+    from ..evals.treebank import load_treebank
+    from ..hooks.adapter import resolve_layers
+    from ..planner import Work, padded_batches, text_tokens
+
+    blocks = resolve_layers(
+        shape,
+        cfg.probe_layers
+        if cfg.probe_layers is not None
+        else default_probe_layers(shape.n_layers, cfg.probe_layer_count),
+    )
+    train, test = load_treebank("dev", cfg.probe_sentences), load_treebank("test", cfg.probe_sentences)
+    split = [padded_batches([text_tokens(s.text, 128) for s in ss], cfg.batch_size) for ss in (train, test)]
+    words = sum(len(s.upos) for s in [*train, *test])
+    return [
+        Work(
+            "probes: states",
+            split[0][0] + split[1][0],
+            max(split[0][1], split[1][1]),
+            cfg.batch_size,
+            host_bytes=words * len(blocks) * shape.d_model * 4,
+            note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)",
+        ),
+        Work(
+            "probes: fits",
+            0,
+            1,
+            host={"dirmag.probe_fit": len(blocks) * len(train) * shape.d_model},
+            note="POS and depth probes on the direction, the norm, both (host)",
+        ),
+    ]
+
+
 def plan(shape, cfg: DirmagConfig) -> list:
     """Per part: one clean pass of its sentences and, per perturbation (kind x delta x seed), passes
     resumed at the first perturbed block (``(n - l) / n`` of the blocks): one for the damage, BLiMP
     and entropy, three for the repair (unrepaired, attention, norms); the probes' forwards and their
     fits (host work). Sentence lengths from their characters."""
-    from ..evals.treebank import load_treebank
     from ..hooks.adapter import resolve_layers
-    from ..planner import Work, padded_batches, text_tokens
     from .repair import REPAIRS
     from .syntax import agreement_pairs
 
@@ -262,34 +294,7 @@ def plan(shape, cfg: DirmagConfig) -> list:
             )
         )
     if "probes" in parts:
-        blocks = resolve_layers(
-            shape,
-            cfg.probe_layers
-            if cfg.probe_layers is not None
-            else default_probe_layers(shape.n_layers, cfg.probe_layer_count),
-        )
-        train, test = load_treebank("dev", cfg.probe_sentences), load_treebank("test", cfg.probe_sentences)
-        split = [padded_batches([text_tokens(s.text, 128) for s in ss], cfg.batch_size) for ss in (train, test)]
-        words = sum(len(s.upos) for s in [*train, *test])
-        out.append(
-            Work(
-                "probes: states",
-                split[0][0] + split[1][0],
-                max(split[0][1], split[1][1]),
-                cfg.batch_size,
-                host_bytes=words * len(blocks) * shape.d_model * 4,
-                note=f"{len(train)} + {len(test)} UD sentences, {words} words at {len(blocks)} block(s)",
-            )
-        )
-        out.append(
-            Work(
-                "probes: fits",
-                0,
-                1,
-                host={"dirmag.probe_fit": len(blocks) * len(train) * shape.d_model},
-                note="POS and depth probes on the direction, the norm, both (host)",
-            )
-        )
+        out += _probes_plan(shape, cfg)
     return out
 
 

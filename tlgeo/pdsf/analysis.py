@@ -316,6 +316,119 @@ class GenerationResult:
     steps: pd.DataFrame
 
 
+def _base_continuations(
+    model: Model, st: PDSFStates, log: ResultLog | None, logged: dict, max_new_tokens: int, batch_size: int
+) -> Tensor:
+    """The unedited greedy continuations of the prompts, read back from ``log`` or generated (and logged)."""
+    key = {"stage": "base", "condition": "none", **logged}
+    row = log.get(**key) if log else None
+    base = torch.tensor(row["tokens"]) if row else None
+    if base is None:
+        from .generation import greedy_continuations
+
+        base = greedy_continuations(model, st.tokens, max_new_tokens, batch_size=batch_size)
+        if log:
+            log.add({**key, "tokens": base.tolist()})
+    return base
+
+
+def _dynamics_row(
+    model: Model,
+    st: PDSFStates,
+    base: Tensor,
+    log: ResultLog | None,
+    logged: dict,
+    conditions: Sequence[str],
+    *,
+    mode: str,
+    layer: int,
+    batch_size: int,
+) -> tuple[dict, Tensor | None]:
+    """``(the static/dynamic split of F as a log row, F_dynamic's basis at layer)``: the split is read back
+    from ``log`` or computed (and logged); the basis is computed only where ``F_dynamic`` is asked for."""
+    dkey = {"stage": "dynamics", "condition": "none", **logged}
+    drow = log.get(**dkey) if log else None
+    basis = None
+    if drow is None or "F_dynamic" in conditions:
+        dyn = f_dynamics(
+            model, st.tokens, base, st.states.states, st.u, mode=mode, basis_layer=layer, batch_size=batch_size
+        )
+        basis = dyn.basis
+        if drow is None:
+            drow = {**dkey, "layers": dyn.layers.to_dict("records"), "steps": dyn.steps.to_dict("records")}
+            if log:
+                log.add(drow)
+    return drow, basis
+
+
+def _rotated_rows(
+    model: Model,
+    st: PDSFStates,
+    h: Tensor,
+    todo: list[str],
+    log: ResultLog | None,
+    logged: dict,
+    base: Tensor,
+    basis: Tensor | None,
+    progress: bool,
+    **rotation_kw,
+) -> dict[str, dict]:
+    """Per condition of ``todo``, its log row (rows and continuations): every condition in one generation per
+    batch, then the KL and a log line condition by condition (``rotation_kw``: :func:`persistent_rotations`')."""
+    df, gens = persistent_rotations(
+        model,
+        st.tokens,
+        st.prompts.groups,
+        h,
+        st.u,
+        conditions=todo,
+        baseline=base,
+        f_dynamic=basis if "F_dynamic" in todo else None,
+        progress=progress,
+        **rotation_kw,
+    )
+    done = {}
+    for c in todo:
+        done[c] = {
+            "stage": "generation",
+            "condition": c,
+            **logged,
+            "rows": df[df["condition"] == c].to_dict("records"),
+            "tokens": gens[c].tolist(),
+        }
+        if log:
+            log.add(done[c])
+    return done
+
+
+def _generation_result(
+    model: Model,
+    st: PDSFStates,
+    done: dict[str, dict],
+    conditions: Sequence[str],
+    base: Tensor,
+    settings: dict,
+    drow: dict,
+) -> GenerationResult:
+    """The tables of the logged rows of ``conditions``, with the frame-shift proxy from the stored continuations."""
+    base_text = [model.tokenizer.decode(t) for t in base]
+    frames = []
+    for c in conditions:
+        rows = pd.DataFrame(done[c]["rows"])
+        # the frame-shift proxy from the stored continuations (so logs of earlier definitions agree)
+        rows["frame_shift"] = frame_shifts(
+            base_text, [model.tokenizer.decode(t) for t in done[c]["tokens"]], st.prompts.groups
+        )[rows["prompt"].to_numpy()]
+        frames.append(rows)
+    df = pd.concat(frames, ignore_index=True).assign(**{k: v for k, v in settings.items() if k != "layer"})
+    meta = {k: v for k, v in settings.items() if k not in ("layer", "mode")}
+    base_rate = frame_shift_base_rate(base_text, st.prompts.groups)
+    summary = divergence_summary(df).assign(**settings, frame_shift_base_pct=100 * base_rate)
+    return GenerationResult(
+        df, summary, pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta)
+    )
+
+
 def run_generation(
     model: Model,
     st: PDSFStates,
@@ -351,75 +464,23 @@ def run_generation(
         if log_path
         else None
     )
-    key = {"stage": "base", "condition": "none", **logged}
-    row = log.get(**key) if log else None
-    base = torch.tensor(row["tokens"]) if row else None
-    if base is None:
-        from .generation import greedy_continuations
-
-        base = greedy_continuations(model, st.tokens, max_new_tokens, batch_size=batch_size)
-        if log:
-            log.add({**key, "tokens": base.tolist()})
-    dkey = {"stage": "dynamics", "condition": "none", **logged}
-    drow = log.get(**dkey) if log else None
-    basis = None
-    if drow is None or "F_dynamic" in conditions:
-        dyn = f_dynamics(
-            model, st.tokens, base, st.states.states, st.u, mode=mode, basis_layer=layer, batch_size=batch_size
-        )
-        basis = dyn.basis
-        if drow is None:
-            drow = {**dkey, "layers": dyn.layers.to_dict("records"), "steps": dyn.steps.to_dict("records")}
-            if log:
-                log.add(drow)
-    base_text = [model.tokenizer.decode(t) for t in base]
+    base = _base_continuations(model, st, log, logged, max_new_tokens, batch_size)
+    drow, basis = _dynamics_row(model, st, base, log, logged, conditions, mode=mode, layer=layer, batch_size=batch_size)
     done = {c: log.get(stage="generation", condition=c, **logged) if log else None for c in conditions}
     if progress and any(done.values()):
         print(f"persistent rotations: {', '.join(c for c in conditions if done[c])} read back from {log_path}")
     todo = [c for c in conditions if done[c] is None]
-    if todo:  # every condition left in one generation per batch, then the KL and a log line condition by condition
-        df, gens = persistent_rotations(
-            model,
-            st.tokens,
-            st.prompts.groups,
-            h,
-            st.u,
+    if todo:
+        rotation_kw = dict(
             layer=layer,
-            conditions=todo,
             mode=mode,
             max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             seed=seed,
             rotation_kind=rotation,
-            baseline=base,
-            f_dynamic=basis if "F_dynamic" in todo else None,
-            progress=progress,
         )
-        for c in todo:
-            done[c] = {
-                "stage": "generation",
-                "condition": c,
-                **logged,
-                "rows": df[df["condition"] == c].to_dict("records"),
-                "tokens": gens[c].tolist(),
-            }
-            if log:
-                log.add(done[c])
-    frames = []
-    for c in conditions:
-        rows = pd.DataFrame(done[c]["rows"])
-        # the frame-shift proxy from the stored continuations (so logs of earlier definitions agree)
-        rows["frame_shift"] = frame_shifts(
-            base_text, [model.tokenizer.decode(t) for t in done[c]["tokens"]], st.prompts.groups
-        )[rows["prompt"].to_numpy()]
-        frames.append(rows)
-    df = pd.concat(frames, ignore_index=True).assign(**{k: v for k, v in settings.items() if k != "layer"})
-    meta = {k: v for k, v in settings.items() if k not in ("layer", "mode")}
-    base_rate = frame_shift_base_rate(base_text, st.prompts.groups)
-    summary = divergence_summary(df).assign(**settings, frame_shift_base_pct=100 * base_rate)
-    return GenerationResult(
-        df, summary, pd.DataFrame(drow["layers"]).assign(**meta), pd.DataFrame(drow["steps"]).assign(**meta)
-    )
+        done.update(_rotated_rows(model, st, h, todo, log, logged, base, basis, progress, **rotation_kw))
+    return _generation_result(model, st, done, conditions, base, settings, drow)
 
 
 # ---------------------------------------------------------------------------
@@ -484,6 +545,72 @@ def stage_states(model: Model, cfg: PDSFConfig, stage: str, geometry: PDSFStates
     return pdsf_states(model, prompts, **cfg.encoding())
 
 
+def _chosen_units(model: Model, cfg: PDSFConfig, units: Sequence[tuple] | None) -> list[tuple]:
+    """``units`` as tuples (default: every unit of ``cfg``); a unit ``cfg`` does not have raises."""
+    every = _units(model, cfg)
+    chosen = every if units is None else [tuple(u) for u in units]
+    unknown = [u for u in chosen if u not in every]
+    if unknown:
+        raise InputError(f"unknown unit(s) {unknown}; this config has {every}")
+    return chosen
+
+
+def _geometry_stage(
+    model: Model, cfg: PDSFConfig, label: str, log_path: Path | None, progress: bool
+) -> tuple[PDSFStates, dict[str, pd.DataFrame]]:
+    """The geometry prompts' states and the geometry's tables, each row with its model."""
+    geo_st = stage_states(model, cfg, "geometry")
+    if progress:
+        print(
+            f"{len(geo_st.prompts)} {cfg.prompts} prompts ({geo_st.encoding.template}, BOS "
+            f"{'on' if geo_st.encoding.bos else 'off'}); geometry at {geo_st.states.n_layers + 1} states"
+        )
+    g = run_geometry(model, geo_st, **cfg.geometry_args(), log_path=log_path, progress=progress)
+    return geo_st, {"layers": g.layers.assign(model=label), "parts": g.parts.assign(model=label)}
+
+
+def _single_pass_stage(
+    model: Model,
+    cfg: PDSFConfig,
+    label: str,
+    single: list[str],
+    geo_st: PDSFStates | None,
+    log_path: Path | None,
+    progress: bool,
+) -> dict[str, pd.DataFrame]:
+    """The single-pass tables of conditions ``single``, each row with its model (and edited layer)."""
+    st = stage_states(model, cfg, "single_pass", geo_st)
+    if progress:
+        print(f"single-pass edits on {len(st.prompts)} {cfg.prompts} prompts: {', '.join(single)}")
+    sp = run_single_pass(model, st, conditions=single, **cfg.single_pass_args(), log_path=log_path, progress=progress)
+    layer = sp.summary["layer"].iloc[0]
+    return {
+        "single_pass": sp.rows.assign(model=label, layer=layer),
+        "single_pass_angles": sp.angles.assign(model=label),
+        "single_pass_summary": sp.summary.assign(model=label),
+    }
+
+
+def _generation_stage(
+    model: Model, cfg: PDSFConfig, label: str, gen: list[str], log_path: Path | None, progress: bool
+) -> dict[str, pd.DataFrame]:
+    """The generation and dynamics tables of conditions ``gen``, each row with its model (and edited layer)."""
+    gst = stage_states(model, cfg, "generation")
+    if progress:
+        print(
+            f"persistent rotations on {len(gst.prompts)} {cfg.generate} prompts, {cfg.new_tokens} tokens: "
+            f"{', '.join(gen)}"
+        )
+    res = run_generation(model, gst, conditions=gen, **cfg.generation_args(), log_path=log_path, progress=progress)
+    layer = res.summary["layer"].iloc[0]
+    return {
+        "generation": res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=label, layer=layer),
+        "generation_summary": res.summary.assign(model=label),
+        "dynamics": res.dynamics.assign(model=label),
+        "dynamics_steps": res.steps.assign(model=label),
+    }
+
+
 @identified
 def run(
     model: Model,
@@ -501,11 +628,7 @@ def run(
     (default ``out``). ``progress``: a line per stage and progress bars; ``on_table(name, df)``
     after each table (the CLI prints some)."""
     cfg.check(model)  # before any work
-    every = _units(model, cfg)
-    chosen = every if units is None else [tuple(u) for u in units]
-    unknown = [u for u in chosen if u not in every]
-    if unknown:
-        raise InputError(f"unknown unit(s) {unknown}; this config has {every}")
+    chosen = _chosen_units(model, cfg, units)
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
     logs = (lambda stage: log_dir / LOGS[stage]) if log_dir is not None else (lambda stage: None)
     label = model_label(model)
@@ -517,52 +640,14 @@ def run(
 
     geo_st = None
     if ("geometry",) in chosen:
-        geo_st = stage_states(model, cfg, "geometry")
-        if progress:
-            print(
-                f"{len(geo_st.prompts)} {cfg.prompts} prompts ({geo_st.encoding.template}, BOS "
-                f"{'on' if geo_st.encoding.bos else 'off'}); geometry at {geo_st.states.n_layers + 1} states"
-            )
-        g = run_geometry(model, geo_st, **cfg.geometry_args(), log_path=logs("geometry"), progress=progress)
-        finish("geometry", {"layers": g.layers.assign(model=label), "parts": g.parts.assign(model=label)})
+        geo_st, got = _geometry_stage(model, cfg, label, logs("geometry"), progress)
+        finish("geometry", got)
     single = [c for c in cfg.single_pass_conditions() if ("single_pass", c) in chosen]
     if single:
-        st = stage_states(model, cfg, "single_pass", geo_st)
-        if progress:
-            print(f"single-pass edits on {len(st.prompts)} {cfg.prompts} prompts: {', '.join(single)}")
-        sp = run_single_pass(
-            model, st, conditions=single, **cfg.single_pass_args(), log_path=logs("single_pass"), progress=progress
-        )
-        layer = sp.summary["layer"].iloc[0]
-        finish(
-            "single_pass",
-            {
-                "single_pass": sp.rows.assign(model=label, layer=layer),
-                "single_pass_angles": sp.angles.assign(model=label),
-                "single_pass_summary": sp.summary.assign(model=label),
-            },
-        )
+        finish("single_pass", _single_pass_stage(model, cfg, label, single, geo_st, logs("single_pass"), progress))
     gen = [c for c in cfg.generation_conditions() if ("generation", c) in chosen]
     if gen:
-        gst = stage_states(model, cfg, "generation")
-        if progress:
-            print(
-                f"persistent rotations on {len(gst.prompts)} {cfg.generate} prompts, {cfg.new_tokens} tokens: "
-                f"{', '.join(gen)}"
-            )
-        res = run_generation(
-            model, gst, conditions=gen, **cfg.generation_args(), log_path=logs("generation"), progress=progress
-        )
-        layer = res.summary["layer"].iloc[0]
-        finish(
-            "generation",
-            {
-                "generation": res.rows.drop(columns=["kl_steps"], errors="ignore").assign(model=label, layer=layer),
-                "generation_summary": res.summary.assign(model=label),
-                "dynamics": res.dynamics.assign(model=label),
-                "dynamics_steps": res.steps.assign(model=label),
-            },
-        )
+        finish("generation", _generation_stage(model, cfg, label, gen, logs("generation"), progress))
     return PDSFResult(**tables)
 
 
@@ -618,6 +703,118 @@ def _states_work(shape, name: str, ps: PromptSet, cfg: PDSFConfig):
     )
 
 
+def _geometry_plan(shape, cfg: PDSFConfig) -> list:
+    """The geometry prompts' states and the geometry's float64 fits (host work)."""
+    from ..planner import Work
+    from .layer_stats import GRAM_CHUNK
+
+    d, vocab, n_layers = shape.d_model, shape.vocab, shape.n_layers
+    ps = cfg.geometry_prompts()
+    states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
+    gram = 2 * d * d * vocab  # W_U W_Uᵀ once
+    return [
+        _states_work(shape, "geometry", ps, cfg),
+        Work(
+            "geometry: fits",
+            0,
+            1,
+            host={"pdsf.geometry_fit": len(ps) * states * d, "host.flop": gram},
+            host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
+            note=f"float64 PCA fits, complexity and readout at {states} states (host)",
+        ),
+    ]
+
+
+def _single_pass_plan(shape, cfg: PDSFConfig, conds: list[str]) -> list:
+    """The single-pass prompts' states (unless the geometry's serve) and the clean and edited forwards."""
+    from ..planner import Work, padded_batches
+    from .single_pass import CLEAN_CACHE_BYTES
+
+    d, vocab, n_layers, b = shape.d_model, shape.vocab, shape.n_layers, cfg.batch_size
+    out = []
+    ps = cfg.single_pass_prompts()
+    if not (cfg.stage_runs("geometry") and cfg.single_pass_shares_geometry_prompts()):
+        out.append(_states_work(shape, "single pass", ps, cfg))
+    lengths, n = _prompt_lengths(ps, cfg), len(ps)
+    tokens, longest = padded_batches(lengths, b)
+    first = padded_batches(lengths[:b], b)[0]  # the first clean forward runs twice: read out whole, then stopped
+    keep = n * vocab * 8 <= CLEAN_CACHE_BYTES
+    passes = (1 if keep else len(conds)) + sum(
+        cfg.repeats if c.rsplit("_", 1)[1] in ("rotate", "mix") else 1 for c in conds
+    )
+    layer = cfg.single_pass_layer or single_pass_layer(n_layers)
+    out.append(
+        Work(
+            "single pass",
+            passes * tokens + first,
+            longest,
+            b,
+            readout=(first + passes * n) / (passes * tokens + first),
+            host_bytes=n * (vocab + (n_layers - layer + 1) * d) * 8 if keep else 0.0,
+            note=f"{len(conds)} condition(s) x {n} prompts: {passes} passes, last position read out",
+        )
+    )
+    return out
+
+
+def _generation_plan(shape, cfg: PDSFConfig, conds: list[str]) -> list:
+    """The generation prompts' states, the unedited and rotated continuations, their KL and F's dynamics."""
+    from math import ceil
+
+    from ..planner import PPL_LOGIT_COPIES, Work, padded_batches
+    from .dynamics import MAX_COV_WIDTH
+
+    d, vocab, n_layers, b = shape.d_model, shape.vocab, shape.n_layers, cfg.batch_size
+    ps = cfg.generation_prompts()
+    n, new, c = len(ps), cfg.new_tokens, len(conds)
+    prefill, longest = padded_batches(_prompt_lengths(ps, cfg), b)
+    steps, calls = prefill + n * (new - 1), ceil(n / b) * new  # step 0 is the prefill
+    call_s = {"pdsf.generation_call": calls * n_layers}
+    kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
+    forced = prefill + n * new  # each prompt and its continuation, one forward per batch
+    cached = n * new * vocab * 4 <= KL_CACHE_BYTES
+    cov = n_layers if d <= MAX_COV_WIDTH else 1  # the temporal covariance of F per layer, float64 on the host
+    return [
+        _states_work(shape, "generation", ps, cfg),
+        Work(
+            "generation: unedited",
+            steps,
+            longest + new,
+            b,
+            kept_bytes=kv,
+            host=call_s,
+            note=f"{n} {ps.name} prompts x {new} tokens, KV cache",
+        ),
+        Work(
+            "generation: rotations",
+            c * steps,
+            longest + new,
+            c * b,
+            kept_bytes=c * kv,
+            host=call_s,
+            note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows in one generation",
+        ),
+        Work(
+            "generation: KL",
+            (c + (1 if cached else c)) * forced,
+            longest + new,
+            b,
+            logit_copies=PPL_LOGIT_COPIES,
+            kept_bytes=n * new * vocab * 4 if cached else 0.0,
+            note="teacher-forced, clean " + ("once" if cached else "per condition"),
+        ),
+        Work(  # the covariances and their eigenvectors (~9 d^3)
+            "generation: F dynamics",
+            forced,
+            longest + new,
+            b,
+            host={"host.flop": cov * (2 * n * new * d * d + 9 * d**3)},
+            host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
+            note=f"float64 covariances at {cov} layer(s) (host)",
+        ),
+    ]
+
+
 def plan(shape, cfg: PDSFConfig) -> list:
     """Per stage: the prompts' states (one forward per batch); the geometry's float64 fits (host
     work); the single-pass edits (a clean and ``repeats`` edited forwards per batch, stopped at
@@ -625,113 +822,16 @@ def plan(shape, cfg: PDSFConfig) -> list:
     (a prefill and ``new_tokens - 1`` single-token steps with the KV cache, per prompt and
     condition), their teacher-forced KL and the split of F along them. Prompt lengths from their
     characters (the chat template's own tokens are not counted)."""
-    from math import ceil
-
-    from ..planner import PPL_LOGIT_COPIES, Work, padded_batches
-    from .dynamics import MAX_COV_WIDTH
-    from .layer_stats import GRAM_CHUNK
-    from .single_pass import CLEAN_CACHE_BYTES
-
     cfg.check_depth(shape.n_layers)
-    d, vocab, n_layers, b = shape.d_model, shape.vocab, shape.n_layers, cfg.batch_size
     out = []
     if cfg.stage_runs("geometry"):
-        ps = cfg.geometry_prompts()
-        out.append(_states_work(shape, "geometry", ps, cfg))
-        states = len(cfg.layers) if cfg.layers is not None else n_layers + 1
-        gram = 2 * d * d * vocab  # W_U W_Uᵀ once
-        out.append(
-            Work(
-                "geometry: fits",
-                0,
-                1,
-                host={"pdsf.geometry_fit": len(ps) * states * d, "host.flop": gram},
-                host_bytes=(n_layers + 1) * len(ps) * d * 4 + d * (d + GRAM_CHUNK) * 8,
-                note=f"float64 PCA fits, complexity and readout at {states} states (host)",
-            )
-        )
+        out += _geometry_plan(shape, cfg)
     conds = cfg.single_pass_conditions()
     if conds:
-        ps = cfg.single_pass_prompts()
-        if not (cfg.stage_runs("geometry") and cfg.single_pass_shares_geometry_prompts()):
-            out.append(_states_work(shape, "single pass", ps, cfg))
-        lengths, n = _prompt_lengths(ps, cfg), len(ps)
-        tokens, longest = padded_batches(lengths, b)
-        first = padded_batches(lengths[:b], b)[0]  # the first clean forward runs twice: read out whole, then stopped
-        keep = n * vocab * 8 <= CLEAN_CACHE_BYTES
-        passes = (1 if keep else len(conds)) + sum(
-            cfg.repeats if c.rsplit("_", 1)[1] in ("rotate", "mix") else 1 for c in conds
-        )
-        layer = cfg.single_pass_layer or single_pass_layer(n_layers)
-        out.append(
-            Work(
-                "single pass",
-                passes * tokens + first,
-                longest,
-                b,
-                readout=(first + passes * n) / (passes * tokens + first),
-                host_bytes=n * (vocab + (n_layers - layer + 1) * d) * 8 if keep else 0.0,
-                note=f"{len(conds)} condition(s) x {n} prompts: {passes} passes, last position read out",
-            )
-        )
+        out += _single_pass_plan(shape, cfg, conds)
     conds = cfg.generation_conditions()
     if conds:
-        ps = cfg.generation_prompts()
-        out.append(_states_work(shape, "generation", ps, cfg))
-        n, new, c = len(ps), cfg.new_tokens, len(conds)
-        prefill, longest = padded_batches(_prompt_lengths(ps, cfg), b)
-        steps, calls = prefill + n * (new - 1), ceil(n / b) * new  # step 0 is the prefill
-        call_s = {"pdsf.generation_call": calls * n_layers}
-        kv = 2 * n_layers * shape.n_kv_heads * shape.d_head * b * (longest + new) * 4
-        out.append(
-            Work(
-                "generation: unedited",
-                steps,
-                longest + new,
-                b,
-                kept_bytes=kv,
-                host=call_s,
-                note=f"{n} {ps.name} prompts x {new} tokens, KV cache",
-            )
-        )
-        out.append(
-            Work(
-                "generation: rotations",
-                c * steps,
-                longest + new,
-                c * b,
-                kept_bytes=c * kv,
-                host=call_s,
-                note=f"{c} condition(s) x {n} prompts x {new} tokens, KV cache, every condition's rows "
-                "in one generation",
-            )
-        )
-        forced = prefill + n * new  # each prompt and its continuation, one forward per batch
-        cached = n * new * vocab * 4 <= KL_CACHE_BYTES
-        out.append(
-            Work(
-                "generation: KL",
-                (c + (1 if cached else c)) * forced,
-                longest + new,
-                b,
-                logit_copies=PPL_LOGIT_COPIES,
-                kept_bytes=n * new * vocab * 4 if cached else 0.0,
-                note="teacher-forced, clean " + ("once" if cached else "per condition"),
-            )
-        )
-        # the temporal covariance of F per layer and its eigenvectors (~9 d^3), float64 on the host
-        cov = n_layers if d <= MAX_COV_WIDTH else 1
-        out.append(
-            Work(
-                "generation: F dynamics",
-                forced,
-                longest + new,
-                b,
-                host={"host.flop": cov * (2 * n * new * d * d + 9 * d**3)},
-                host_bytes=b * new * d * 8 * n_layers + cov * d * d * 8,
-                note=f"float64 covariances at {cov} layer(s) (host)",
-            )
-        )
+        out += _generation_plan(shape, cfg, conds)
     return out
 
 

@@ -73,6 +73,94 @@ def _f_parts(x: Tensor, u: Tensor, basis, mode: str) -> Tensor:
     return complement_part(x, (u[:, :, None], d_b, s_b))
 
 
+def _checked_layers(
+    anchor: str,
+    continuations: Tensor,
+    prompt_states: Tensor,
+    u_steps: Tensor | None,
+    layers: Sequence[int] | None,
+    basis_layer: int | None,
+) -> list[int]:
+    """The state indices to split (default ``1..L``); raise on a bad anchor, steps, layers or basis layer."""
+    if anchor not in ("prompt", "step"):
+        raise InputError(f"anchor must be 'prompt' or 'step', got {anchor!r}")
+    if anchor == "step" and (u_steps is None or u_steps.shape[:2] != continuations.shape):
+        raise InputError("anchor='step' needs u_steps [n, T, d], one direction per generated token")
+    n, steps = continuations.shape
+    if steps < 2:
+        raise InputError(f"the static/dynamic split needs at least 2 generated steps, got {steps}")
+    n_layers = prompt_states.shape[0] - 1
+    layers = list(range(1, n_layers + 1)) if layers is None else list(layers)
+    if any(not 0 <= l <= n_layers for l in layers) or (basis_layer is not None and basis_layer not in layers):
+        raise InputError(
+            f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
+            f"basis_layer {basis_layer}"
+        )
+    return layers
+
+
+def _step_states(model: Model, toks: Tensor, mask: Tensor, cont: Tensor, names: set[str]) -> dict[str, Tensor]:
+    """Per hook name, the float64 states ``[b, T, d]`` at the positions that generate each step of ``cont [b, T]``
+    (teacher-forced after the left-padded prompts ``toks``)."""
+    t0, steps = toks.shape[1], cont.shape[1]
+    seq = torch.cat([toks, cont], 1)
+    m = torch.cat([mask, torch.ones(len(cont), steps, dtype=torch.long)], 1)
+    store: dict[str, Tensor] = {}
+
+    def grab(name: str):  # by the name asked for (the bridge's hooks carry canonical names)
+        def fn(x: Tensor, hook) -> None:
+            store[name] = x[:, t0 - 1 : t0 - 1 + steps].detach().double().cpu()
+
+        return fn
+
+    device = next(model.parameters()).device
+    with torch.inference_mode(), model.hooks(fwd_hooks=[(nm, grab(nm)) for nm in names]):
+        model(seq.to(device), attention_mask=m.to(device))
+    return store
+
+
+def _accumulate(x: Tensor, f: Tensor, acc: dict, cos_sum: Tensor, cov: Tensor | None) -> None:
+    """Add a batch's energies (``acc``), ``cos(F_t, F_0)`` (``cos_sum [T]``) and temporal covariance of F's
+    dynamic part (``cov [d, d]``, where kept) at one layer, from states ``x`` and their F ``f`` ``[b, T, d]``."""
+    mean = f.mean(1, keepdim=True)
+    dyn = f - mean
+    e_static, e_dyn = (mean[:, 0] ** 2).sum(-1), (dyn**2).sum(-1).mean(1)
+    e_f = e_static + e_dyn
+    tiny = torch.finfo(torch.float64).tiny
+    acc["static"] += float(e_static.sum())
+    acc["dynamic"] += float(e_dyn.sum())
+    acc["f"] += float(e_f.sum())
+    acc["state"] += float((x**2).sum(-1).mean(1).sum())
+    acc["static_share"] += float(torch.where(e_f > 0, e_static / e_f.clamp_min(tiny), torch.ones_like(e_f)).sum())
+    nf = f.norm(dim=-1)
+    cos = (f * f[:, :1]).sum(-1) / (nf * nf[:, :1]).clamp_min(tiny)
+    cos_sum += torch.where((nf > 0) & (nf[:, :1] > 0), cos, torch.zeros_like(cos)).sum(0)
+    if cov is not None:
+        cov += torch.einsum("btd,bte->de", dyn, dyn) / (f.shape[1] - 1)
+
+
+def _layer_rows(layers: list[int], sums: dict, cos_sum: dict, cov: dict, bases: dict, n: int) -> tuple[list, list]:
+    """``(one row per layer, one row per layer and step)``: the accumulated sums as means over ``n`` prompts."""
+    rows_out, step_rows = [], []
+    for l in layers:
+        acc = sums[l]
+        pr = dynamic_basis(cov[l] / n)[1] if l in cov else float("nan")
+        rows_out.append(
+            {
+                "layer": l,
+                "static_share": acc["static_share"] / n,
+                "static_energy": acc["static"] / n,
+                "dynamic_energy": acc["dynamic"] / n,
+                "f_share_of_state": acc["f"] / max(acc["state"], torch.finfo(torch.float64).tiny),
+                "dynamic_pr": pr,
+                "k_D": bases[l].k_D,
+                "k_S": bases[l].k_S,
+            }
+        )
+        step_rows += [{"layer": l, "step": t, "cos_to_first": float(cos_sum[l][t] / n)} for t in range(len(cos_sum[l]))]
+    return rows_out, step_rows
+
+
 def f_dynamics(
     model: Model,
     prompts: Sequence[Int[Tensor, "pos"]],
@@ -90,20 +178,8 @@ def f_dynamics(
     """The static/dynamic split of F along ``continuations [n, T]`` of ``prompts``; bases fitted on
     ``prompt_states [L + 1, n, d]`` (the prompts' last-token states) with directions ``u [n, d]``.
     ``anchor="step"`` needs ``u_steps [n, T, d]`` (the directions of the generated tokens)."""
-    if anchor not in ("prompt", "step"):
-        raise InputError(f"anchor must be 'prompt' or 'step', got {anchor!r}")
-    if anchor == "step" and (u_steps is None or u_steps.shape[:2] != continuations.shape):
-        raise InputError("anchor='step' needs u_steps [n, T, d], one direction per generated token")
+    layers = _checked_layers(anchor, continuations, prompt_states, u_steps, layers, basis_layer)
     n, steps = continuations.shape
-    if steps < 2:
-        raise InputError(f"the static/dynamic split needs at least 2 generated steps, got {steps}")
-    n_layers = prompt_states.shape[0] - 1
-    layers = list(range(1, n_layers + 1)) if layers is None else list(layers)
-    if any(not 0 <= l <= n_layers for l in layers) or (basis_layer is not None and basis_layer not in layers):
-        raise InputError(
-            f"layers must be state indices 0..{n_layers} (basis_layer among them), got {layers}, "
-            f"basis_layer {basis_layer}"
-        )
     bases = {l: fit_pdsf(prompt_states[l].double(), u.double(), mode=mode) for l in layers}
     names = {l: "blocks.0.hook_resid_pre" if l == 0 else f"blocks.{l - 1}.hook_resid_post" for l in layers}
     sums = {l: {"static": 0.0, "dynamic": 0.0, "f": 0.0, "state": 0.0, "static_share": 0.0} for l in layers}
@@ -111,61 +187,15 @@ def f_dynamics(
     d = prompt_states.shape[2]
     # the temporal covariance of every layer (its PR per layer) up to d = 2048, else only at basis_layer
     cov = {l: torch.zeros(d, d, dtype=torch.float64) for l in layers if d <= MAX_COV_WIDTH or l == basis_layer}
-    device = next(model.parameters()).device
     for s in range(0, n, batch_size):
         rows = torch.arange(s, min(s + batch_size, n))
         toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
-        t0 = toks.shape[1]
-        seq = torch.cat([toks, continuations[rows]], 1)
-        m = torch.cat([mask, torch.ones(len(rows), steps, dtype=torch.long)], 1)
-        store: dict[str, Tensor] = {}
-
-        def grab(name: str, t0: int = t0):  # by the name asked for (the bridge's hooks carry canonical names)
-            def fn(x: Tensor, hook) -> None:
-                store[name] = x[:, t0 - 1 : t0 - 1 + steps].detach().double().cpu()
-
-            return fn
-
-        with torch.inference_mode(), model.hooks(fwd_hooks=[(nm, grab(nm)) for nm in set(names.values())]):
-            model(seq.to(device), attention_mask=m.to(device))
+        store = _step_states(model, toks, mask, continuations[rows], set(names.values()))
         for l in layers:
             x = store[names[l]]  # [b, T, d]
             f = _f_parts(x, u_steps[rows].double() if anchor == "step" else u[rows].double(), bases[l], mode)
-            mean = f.mean(1, keepdim=True)
-            dyn = f - mean
-            e_static, e_dyn = (mean[:, 0] ** 2).sum(-1), (dyn**2).sum(-1).mean(1)
-            e_f = e_static + e_dyn
-            tiny = torch.finfo(torch.float64).tiny
-            acc = sums[l]
-            acc["static"] += float(e_static.sum())
-            acc["dynamic"] += float(e_dyn.sum())
-            acc["f"] += float(e_f.sum())
-            acc["state"] += float((x**2).sum(-1).mean(1).sum())
-            acc["static_share"] += float(
-                torch.where(e_f > 0, e_static / e_f.clamp_min(tiny), torch.ones_like(e_f)).sum()
-            )
-            nf = f.norm(dim=-1)
-            cos = (f * f[:, :1]).sum(-1) / (nf * nf[:, :1]).clamp_min(tiny)
-            cos_sum[l] += torch.where((nf > 0) & (nf[:, :1] > 0), cos, torch.zeros_like(cos)).sum(0)
-            if l in cov:
-                cov[l] += torch.einsum("btd,bte->de", dyn, dyn) / (steps - 1)
-    rows_out, step_rows = [], []
-    for l in layers:
-        acc = sums[l]
-        pr = dynamic_basis(cov[l] / n)[1] if l in cov else float("nan")
-        rows_out.append(
-            {
-                "layer": l,
-                "static_share": acc["static_share"] / n,
-                "static_energy": acc["static"] / n,
-                "dynamic_energy": acc["dynamic"] / n,
-                "f_share_of_state": acc["f"] / max(acc["state"], torch.finfo(torch.float64).tiny),
-                "dynamic_pr": pr,
-                "k_D": bases[l].k_D,
-                "k_S": bases[l].k_S,
-            }
-        )
-        step_rows += [{"layer": l, "step": t, "cos_to_first": float(cos_sum[l][t] / n)} for t in range(steps)]
+            _accumulate(x, f, sums[l], cos_sum[l], cov.get(l))
+    rows_out, step_rows = _layer_rows(layers, sums, cos_sum, cov, bases, n)
     basis = dynamic_basis(cov[basis_layer] / n)[0] if basis_layer is not None else None
     meta = {"mode": mode, "anchor": anchor, "steps": steps, "n_prompts": n}
     return FDynamics(pd.DataFrame(rows_out).assign(**meta), pd.DataFrame(step_rows).assign(**meta), basis, basis_layer)

@@ -62,6 +62,85 @@ def part_coordinates(
     }
 
 
+def _checked_layers(ps: PromptStates, u: Tensor, groups: Sequence[str], layers: Iterable[int] | None) -> list[int]:
+    """The state indices to fit (default every state); raise on mismatched groups or directions, or a bad layer."""
+    n = ps.states.shape[1]
+    if len(groups) != n:
+        raise InputError(f"{len(groups)} group labels for {n} prompts")
+    if u.shape != ps.states.shape[1:] and u.shape != ps.states.shape:
+        raise InputError(
+            f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
+            f"{tuple(ps.states.shape)}), got {tuple(u.shape)}"
+        )
+    layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
+    bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
+    if bad:
+        raise InputError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
+    return layers
+
+
+def _layer_fit(l: int, h: Tensor, u64: Tensor, f_axes: int, **fit_kw) -> tuple[dict, dict, dict, dict]:
+    """``(the layer's row, its parts' coordinates, its parts, each part's mean energy and PR)`` of float64 states
+    ``h [n, d]`` with directions ``u64`` (``fit_kw``: :func:`fit_pdsf`'s ``k_D, k_S, center, mode``)."""
+    basis = fit_pdsf(h, u64, **fit_kw)
+    parts = split_pdsf(h, u64, basis)
+    energy = energy_shares(parts)
+    coords = part_coordinates(parts, u64, basis, f_axes)
+    axes, _ = pca_basis(h, basis.k_D, center=True)
+    ang = axis_angles(u64, axes)
+    scale = float((h * h).sum(-1).mean())  # the states' mean energy: below 1e-12 of it, a part has none
+    pr = {p: subspace_participation(coords[p], scale=scale) for p in PARTS}
+    row = {
+        "layer": l,
+        "k_D": basis.k_D,
+        "k_S": basis.k_S,
+        "pr_D": pr["D"],
+        "pr_S": pr["S"],
+        "pr_F": pr["F"],
+        "interface_dim": 1 + pr["D"] + pr["S"],
+        "angle_u_top_axis": float(ang[:, 0].mean()),
+        "angle_u_nearest_axis": float(ang.min(1).values.mean()),
+        **{f"energy_{p}": float(energy[p].mean()) for p in PARTS},
+    }
+    stats = {p: {"energy": float(energy[p].mean()), "pr": pr[p]} for p in PARTS}
+    return row, coords, parts, stats
+
+
+def _part_row(
+    l: int,
+    p: str,
+    x: Tensor,
+    stats: dict,
+    readout: dict,
+    labels: np.ndarray | None,
+    *,
+    complexity: bool,
+    knn_k: int,
+    **test_kw,
+) -> dict:
+    """The row of part ``p`` (coordinates ``x [n, k]``) at layer ``l``: its energy and PR (``stats``), readout, its
+    manifold complexity (with ``complexity``) and, given group ``labels`` (of several groups), its group
+    discrimination (``test_kw``: ``n_shuffles, seed``)."""
+    prow = {"layer": l, "part": p, "dim": int(x.shape[1]), **stats, **readout.get(p, {})}
+    if complexity:
+        local, glob = local_global_pr(x, k=knn_k) if x.shape[1] > 1 else (1.0, 1.0)
+        prow.update(
+            curvature_ratio=curvature_ratio(x, k=knn_k),
+            local_pr=local,
+            global_pr=glob,
+            twonn=twonn_dimension(x) if x.shape[1] > 1 else 1.0,
+        )
+    if labels is not None:
+        t = cosine_gap_test(x.numpy(), labels, center=False, **test_kw)
+        prow.update(
+            silhouette=silhouette(x.numpy(), labels, "cosine" if x.shape[1] > 1 else "euclidean"),
+            cosine_gap=t.gap,
+            gap_cohens_d=t.cohens_d,
+            gap_p=t.p_value,
+        )
+    return prow
+
+
 def pdsf_geometry(
     ps: PromptStates,
     u: Float[Tensor, "n d"] | Float[Tensor, "states n d"],
@@ -84,76 +163,35 @@ def pdsf_geometry(
     per prompt and state (the logit lens: ``[L + 1, n, d]``). ``w_u [d, vocab]`` (and the final
     norm's ``norm_scale``) add the readout alignment: the cosine of each part's logit vector
     ``W_Uᵀ(g ⊙ part)`` with the whole state's, and each part's share of the predicted token's logit."""
-    n = ps.states.shape[1]
-    if len(groups) != n:
-        raise InputError(f"{len(groups)} group labels for {n} prompts")
-    if u.shape != ps.states.shape[1:] and u.shape != ps.states.shape:
-        raise InputError(
-            f"prediction directions must be [{n}, {ps.states.shape[2]}] (or one set per state, "
-            f"{tuple(ps.states.shape)}), got {tuple(u.shape)}"
-        )
-    layers = list(range(ps.states.shape[0])) if layers is None else list(layers)
-    bad = [l for l in layers if not 0 <= l < ps.states.shape[0]]
-    if bad:
-        raise InputError(f"layers {bad} out of range: the states are 0..{ps.states.shape[0] - 1}")
+    layers = _checked_layers(ps, u, groups, layers)
     labels = np.asarray(groups)
+    tested = labels if len(set(groups)) > 1 else None  # group discrimination needs several groups
     g = None if norm_scale is None else norm_scale.double()
     gram = logit_gram(w_u) if w_u is not None else None
     layer_rows, part_rows = [], []
     for l in layers:
         h = ps.states[l].double()
         u64 = (u[l] if u.ndim == 3 else u).double()
-        basis = fit_pdsf(h, u64, k_D=k_D, k_S=k_S, center=center, mode=mode)
-        parts = split_pdsf(h, u64, basis)
-        energy = energy_shares(parts)
-        coords = part_coordinates(parts, u64, basis, f_axes)
-        axes, _ = pca_basis(h, basis.k_D, center=True)
-        ang = axis_angles(u64, axes)
-        scale = float((h * h).sum(-1).mean())  # the states' mean energy: below 1e-12 of it, a part has none
-        pr = {p: subspace_participation(coords[p], scale=scale) for p in PARTS}
-        row = {
-            "layer": l,
-            "k_D": basis.k_D,
-            "k_S": basis.k_S,
-            "pr_D": pr["D"],
-            "pr_S": pr["S"],
-            "pr_F": pr["F"],
-            "interface_dim": 1 + pr["D"] + pr["S"],
-            "angle_u_top_axis": float(ang[:, 0].mean()),
-            "angle_u_nearest_axis": float(ang.min(1).values.mean()),
-            **{f"energy_{p}": float(energy[p].mean()) for p in PARTS},
-        }
+        row, coords, parts, stats = _layer_fit(l, h, u64, f_axes, k_D=k_D, k_S=k_S, center=center, mode=mode)
         tokens = ps.lens[l] if u.ndim == 3 else ps.predicted
         readout = _readout(parts, h, gram, w_u, g, tokens) if w_u is not None else {}
         row["group_angle_D"] = _mean_group_angle(coords["D"].numpy(), labels)
         layer_rows.append(row)
         for p in PARTS:
-            x = coords[p]
-            prow = {
-                "layer": l,
-                "part": p,
-                "dim": int(x.shape[1]),
-                "energy": float(energy[p].mean()),
-                "pr": pr[p],
-                **readout.get(p, {}),
-            }
-            if complexity:
-                local, glob = local_global_pr(x, k=knn_k) if x.shape[1] > 1 else (1.0, 1.0)
-                prow.update(
-                    curvature_ratio=curvature_ratio(x, k=knn_k),
-                    local_pr=local,
-                    global_pr=glob,
-                    twonn=twonn_dimension(x) if x.shape[1] > 1 else 1.0,
+            part_rows.append(
+                _part_row(
+                    l,
+                    p,
+                    coords[p],
+                    stats[p],
+                    readout,
+                    tested,
+                    complexity=complexity,
+                    knn_k=knn_k,
+                    n_shuffles=n_shuffles,
+                    seed=seed,
                 )
-            if len(set(groups)) > 1:
-                t = cosine_gap_test(x.numpy(), labels, n_shuffles=n_shuffles, seed=seed, center=False)
-                prow.update(
-                    silhouette=silhouette(x.numpy(), labels, "cosine" if x.shape[1] > 1 else "euclidean"),
-                    cosine_gap=t.gap,
-                    gap_cohens_d=t.cohens_d,
-                    gap_p=t.p_value,
-                )
-            part_rows.append(prow)
+            )
     return PDSFGeometry(pd.DataFrame(layer_rows), pd.DataFrame(part_rows))
 
 

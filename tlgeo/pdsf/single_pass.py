@@ -208,6 +208,116 @@ def _readout_is_exact(model, lp_full: Tensor, final: Tensor) -> bool:
     return bool(torch.allclose(got.exp(), lp_full.exp(), atol=1e-4))
 
 
+def _check_single_pass(
+    model: Model,
+    prompts: Sequence,
+    groups: Sequence[str],
+    h: Tensor,
+    layer: int,
+    conditions: Sequence[str],
+    repeats: int,
+) -> None:
+    """Raise on a layer out of range, an unknown or no condition, mismatched lengths or no repeat."""
+    n_layers = model.cfg.n_layers
+    if not 1 <= layer <= n_layers:
+        raise InputError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
+    bad = [c for c in conditions if c not in SINGLE_PASS]
+    if bad or not conditions:
+        raise InputError(
+            f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; choose from {SINGLE_PASS}"
+        )
+    if len(prompts) != len(groups) or h.shape[0] != len(prompts):
+        raise InputError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
+    if repeats < 1:
+        raise InputError(f"repeats must be positive, got {repeats}")
+
+
+class _CleanRuns:
+    """Each batch's clean forward (``batch start -> (log p, states)``), kept across conditions when ``keep``;
+    ``stop``: whether the forwards stop at the last block (decided by the first clean forward, a full one)."""
+
+    def __init__(self, model: Model, names: list[str], keep: bool):
+        self.model, self.names, self.keep = model, names, keep
+        self.cache: dict[int, tuple[Tensor, Tensor]] = {}
+        self.stop: bool | None = None
+
+    def __call__(self, s: int, toks: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The clean ``(log p [b, vocab], states [len(names), b, d])`` of the batch starting at prompt ``s``."""
+        if s in self.cache:
+            return self.cache[s]
+        got = _last_states(self.model, toks, mask, self.names, [], bool(self.stop))
+        if self.stop is None:  # the first clean forward is a full one: can the others skip most of the unembedding?
+            self.stop = _readout_is_exact(self.model, got[0], got[1][-1])
+            if self.stop:  # the clean and edited runs of a batch read out the same way (a no-op edit: KL 0 exactly)
+                got = _last_states(self.model, toks, mask, self.names, [], True)
+        if self.keep:
+            self.cache[s] = got
+        return got
+
+
+def _edit_rows(
+    cond: str, rows: Tensor, groups: Sequence[str], repeat: int, layer: int, rank: int, lp: tuple, ang: Tensor
+) -> list[dict]:
+    """One row per prompt of a batch's edit: KL, argmax change and angles (``lp``: clean and edited log p)."""
+    lp_clean, lp_edit = lp
+    kl = (lp_clean.exp() * (lp_clean - lp_edit)).sum(-1).clamp_min(0)
+    return [
+        {
+            "condition": cond,
+            "prompt": i,
+            "group": groups[i],
+            "repeat": repeat,
+            "layer": layer,
+            "rank": rank,
+            "kl": float(kl[j]),
+            "flipped": bool(lp_clean[j].argmax() != lp_edit[j].argmax()),
+            "angle_at_edit": float(ang[0, j]),
+            "angle_final": float(ang[-1, j]),
+        }
+        for j, i in enumerate(rows.tolist())
+    ]
+
+
+def _run_condition(
+    model: Model,
+    cond: str,
+    prompts: Sequence[Int[Tensor, "pos"]],
+    groups: Sequence[str],
+    parts: _Parts,
+    clean: _CleanRuns,
+    states: list[int],
+    *,
+    repeats: int,
+    batch_size: int,
+    edit_kw: dict,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, mean angle per later state)`` of condition ``cond`` over every batch (``edit_kw``: :func:`_edit`'s)."""
+    which_part, op = cond.rsplit("_", 1)
+    every = torch.arange(len(prompts))
+    rows_out, angle_sum = [], torch.zeros(len(states), dtype=torch.float64)
+    for s in range(0, len(prompts), batch_size):
+        rows = every[s : s + batch_size]
+        toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
+        lp_clean, h_clean = clean(s, toks, mask)
+        for r in range(repeats if op in ("rotate", "mix") else 1):
+            e = _edit(cond, parts, rows, r, **edit_kw)
+            lp_edit, h_edit = _last_states(model, toks, mask, clean.names, e.hooks(model), clean.stop)
+            ang = torch.stack(
+                [
+                    _angle(parts.part(which_part, h_clean[j], rows), parts.part(which_part, h_edit[j], rows))
+                    for j in range(len(states))
+                ]
+            )  # [states, b]
+            angle_sum += ang.sum(1)
+            lp = (lp_clean, lp_edit)
+            rows_out += _edit_rows(cond, rows, groups, r, edit_kw["layer"], parts.rank(which_part), lp, ang)
+    df = pd.DataFrame(rows_out)
+    angles = pd.DataFrame(
+        [{"condition": cond, "state": st, "angle_mean": float(angle_sum[j] / len(df))} for j, st in enumerate(states)]
+    )
+    return df, angles
+
+
 def single_pass(
     model: Model,
     prompts: Sequence[Int[Tensor, "pos"]],
@@ -233,94 +343,20 @@ def single_pass(
     ``on_condition(condition, rows, angles)`` is called as each condition finishes (a resume
     log). A condition's rows do not depend on the other conditions run with it; the rows come
     back in batch order (batch, condition, repeat, prompt)."""
-    n_layers = model.cfg.n_layers
-    if not 1 <= layer <= n_layers:
-        raise InputError(f"layer {layer} out of range: states 1..{n_layers} can be edited")
-    bad = [c for c in conditions if c not in SINGLE_PASS]
-    if bad or not conditions:
-        raise InputError(
-            f"unknown single-pass condition {', '.join(map(repr, bad)) or '(none)'}; choose from {SINGLE_PASS}"
-        )
-    if len(prompts) != len(groups) or h.shape[0] != len(prompts):
-        raise InputError(f"{len(prompts)} prompts, {len(groups)} groups and {h.shape[0]} states must match")
-    if repeats < 1:
-        raise InputError(f"repeats must be positive, got {repeats}")
+    _check_single_pass(model, prompts, groups, h, layer, conditions, repeats)
     n, d = h.shape
     parts = _Parts(h, u, mode, seed)
-    every = torch.arange(n)
-    f_donor = parts.part("F", h.double(), every)[torch.as_tensor(next_group_donors(groups))]
-    states = list(range(layer, n_layers + 1))
+    f_donor = parts.part("F", h.double(), torch.arange(n))[torch.as_tensor(next_group_donors(groups))]
+    states = list(range(layer, model.cfg.n_layers + 1))
     names = [f"blocks.{s - 1}.hook_resid_post" for s in states]
-    keep = n * model.cfg.d_vocab * 8 <= CLEAN_CACHE_BYTES
-    clean_cache: dict[int, tuple[Tensor, Tensor]] = {}
-    stop = None
-
-    def clean(s: int, toks: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        nonlocal stop
-        if s in clean_cache:
-            return clean_cache[s]
-        got = _last_states(model, toks, mask, names, [], bool(stop))
-        if stop is None:  # the first clean forward is a full one: can the others skip most of the unembedding?
-            stop = _readout_is_exact(model, got[0], got[1][-1])
-            if stop:  # the clean and edited runs of a batch read out the same way (a no-op edit: KL 0 exactly)
-                got = _last_states(model, toks, mask, names, [], True)
-        if keep:
-            clean_cache[s] = got
-        return got
-
+    clean = _CleanRuns(model, names, keep=n * model.cfg.d_vocab * 8 <= CLEAN_CACHE_BYTES)
+    edit_kw = dict(
+        layer=layer, alpha=alpha, f_donor=f_donor, n=n, d=d, seed=seed, rotation_kind=rotation_kind, mode=mode
+    )
     frames, angle_frames = [], []
     for cond in conditions:
-        which_part, op = cond.rsplit("_", 1)
-        rows_out, angle_sum = [], torch.zeros(len(states), dtype=torch.float64)
-        for s in range(0, n, batch_size):
-            rows = every[s : s + batch_size]
-            toks, mask = left_pad(model, [prompts[int(i)] for i in rows])
-            lp_clean, h_clean = clean(s, toks, mask)
-            for r in range(repeats if op in ("rotate", "mix") else 1):
-                e = _edit(
-                    cond,
-                    parts,
-                    rows,
-                    r,
-                    layer=layer,
-                    alpha=alpha,
-                    f_donor=f_donor,
-                    n=n,
-                    d=d,
-                    seed=seed,
-                    rotation_kind=rotation_kind,
-                    mode=mode,
-                )
-                lp_edit, h_edit = _last_states(model, toks, mask, names, e.hooks(model), stop)
-                kl = (lp_clean.exp() * (lp_clean - lp_edit)).sum(-1).clamp_min(0)
-                ang = torch.stack(
-                    [
-                        _angle(parts.part(which_part, h_clean[j], rows), parts.part(which_part, h_edit[j], rows))
-                        for j in range(len(states))
-                    ]
-                )  # [states, b]
-                angle_sum += ang.sum(1)
-                for j, i in enumerate(rows.tolist()):
-                    rows_out.append(
-                        {
-                            "condition": cond,
-                            "prompt": i,
-                            "group": groups[i],
-                            "repeat": r,
-                            "layer": layer,
-                            "rank": parts.rank(which_part),
-                            "kl": float(kl[j]),
-                            "flipped": bool(lp_clean[j].argmax() != lp_edit[j].argmax()),
-                            "angle_at_edit": float(ang[0, j]),
-                            "angle_final": float(ang[-1, j]),
-                        }
-                    )
-        df = pd.DataFrame(rows_out)
-        angles = pd.DataFrame(
-            [
-                {"condition": cond, "state": st, "angle_mean": float(angle_sum[j] / len(df))}
-                for j, st in enumerate(states)
-            ]
+        df, angles = _run_condition(
+            model, cond, prompts, groups, parts, clean, states, repeats=repeats, batch_size=batch_size, edit_kw=edit_kw
         )
         if on_condition is not None:
             on_condition(cond, df, angles)

@@ -138,43 +138,32 @@ def _patching_from_log(log: ResultLog, kind: str, settings: dict, layers: list[i
     }
 
 
-def tokenwise_analysis(
-    model: Model,
-    pool: StatePool,
-    cfg: TokenwiseConfig | None = None,
-    *,
-    log_path: str | os.PathLike | None = None,
-    units: Sequence[tuple] | None = None,
-    progress: bool = False,
-    on_table: Callable[[str, pd.DataFrame], Any] | None = None,
-    **kwargs: Any,
-) -> TokenwiseResult:
-    """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
-    ``seq_len`` and ``pool_dtype`` describe the pool and are not used here), on ``units`` (``(class,
-    layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments. ``log_path``: the
-    resume log.
-    ``on_table(name, df)`` is called when the geometry is done, then with the tokens and the
-    correlation."""
+def _config(cfg: TokenwiseConfig | None, kwargs: dict) -> TokenwiseConfig:
+    """``cfg``, or one made of its fields given as keyword arguments (not both)."""
     if cfg is None:
-        cfg = TokenwiseConfig(**kwargs)
-    elif kwargs:
+        return TokenwiseConfig(**kwargs)
+    if kwargs:
         raise TypeError(f"give a TokenwiseConfig or its keyword arguments, not both ({sorted(kwargs)})")
-    layers = cfg.fitted_layers(pool.n_layers)
-    patch_layers = cfg.patched_layers(pool.n_layers)
-    if cfg.patch_tokens > pool.n_tokens:
-        raise InputError(
-            f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}"
-        )
+    return cfg
+
+
+def _chosen_units(cfg: TokenwiseConfig, layers: list[int], units: Sequence[tuple] | None) -> set[tuple] | None:
+    """``units`` as a set of ``(class, layer)`` pairs (``None``: all); unknown pairs raise."""
     chosen = None if units is None else {tuple(u) for u in units}
     unknown = sorted(chosen - {(c, l) for c in cfg.classes for l in layers}) if chosen is not None else []
     if unknown:
         raise InputError(f"units {unknown} are not (class, layer) pairs of this config")
+    return chosen
 
-    def wanted(c: str, l: int) -> bool:
-        return chosen is None or (c, l) in chosen
 
-    subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.patch_tokens, replace=False))
-    settings = {
+def _wanted(chosen: set[tuple] | None, c: str, l: int) -> bool:
+    """Whether the unit ``(c, l)`` is among ``chosen`` (``None``: all units are)."""
+    return chosen is None or (c, l) in chosen
+
+
+def _settings(cfg: TokenwiseConfig, pool: StatePool) -> dict:
+    """The fit's settings and the pool's digest: the resume log's key beside stage, layer and class."""
+    return {
         "k": cfg.k,
         "exclude_sequence": cfg.exclude_sequence,
         "rank": cfg.rank,
@@ -185,28 +174,47 @@ def tokenwise_analysis(
         "n_tokens": pool.n_tokens,
         "inputs": content_digest(pool.windows),
     }  # the pool's tokens: another text is computed again
-    log = (
-        ResultLog(
-            log_path,
-            key=("stage", "layer", "class", *settings, "patch_layers"),
-            identity=run_identity(model).row(),
-            content=("inputs",),
-        )
-        if log_path
-        else None
-    )
-    kw = dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
 
+
+def _fit_kw(cfg: TokenwiseConfig) -> dict:
+    """The local fits' keyword arguments of ``cfg``."""
+    return dict(k=cfg.k, exclude_sequence=cfg.exclude_sequence, rank=cfg.rank, ridge=cfg.ridge)
+
+
+def _open_log(log_path: str | os.PathLike | None, model: Model, settings: dict) -> ResultLog | None:
+    """The resume log at ``log_path`` keyed by stage, layer, class and ``settings`` (``None`` without a path)."""
+    if not log_path:
+        return None
+    return ResultLog(
+        log_path,
+        key=("stage", "layer", "class", *settings, "patch_layers"),
+        identity=run_identity(model).row(),
+        content=("inputs",),
+    )
+
+
+def _geometry_stage(
+    pool: StatePool,
+    cfg: TokenwiseConfig,
+    layers: list[int],
+    chosen: set[tuple] | None,
+    settings: dict,
+    log: ResultLog | None,
+    subset: np.ndarray,
+    progress: bool,
+) -> tuple[list[dict], dict[tuple[int, str], torch.Tensor]]:
+    """The geometry row of every chosen unit (from the log or fitted), and the subset outputs fitted here."""
+    kw = _fit_kw(cfg)
     geo_rows = []
     fitted: dict[tuple[int, str], torch.Tensor] = {}  # subset outputs fitted in this call, reused for patching
-    it = [l for l in layers if any(wanted(c, l) for c in cfg.classes)]
+    it = [l for l in layers if any(_wanted(chosen, c, l) for c in cfg.classes)]
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc="tokenwise fits", leave=False)
     sub = torch.as_tensor(subset)
     for l in it:
-        classes = [c for c in cfg.classes if wanted(c, l)]
+        classes = [c for c in cfg.classes if _wanted(chosen, c, l)]
         keys = {c: {"stage": "geometry", "layer": l, "class": c, **settings, "patch_layers": None} for c in classes}
         rows = {c: log.get(**keys[c]) if log else None for c in classes}
         todo = [c for c in classes if rows[c] is None]
@@ -225,16 +233,34 @@ def tokenwise_analysis(
                 if log:
                     log.add(rows[c])
         geo_rows += [rows[c] for c in classes]
+    return geo_rows, fitted
+
+
+def _geometry_table(geo_rows: list[dict]) -> pd.DataFrame:
+    """The geometry table: the rows without the subset's per-token lists and the log's bookkeeping."""
     hidden = ("stage", "patch_layers", "inputs")
-    geometry = pd.DataFrame(
+    return pd.DataFrame(
         [{k2: v for k2, v in r.items() if not k2.startswith("subset_") and k2 not in hidden} for r in geo_rows]
     )
-    if on_table is not None:
-        on_table("geometry", geometry)
 
+
+def _patching_stage(
+    model: Model,
+    pool: StatePool,
+    cfg: TokenwiseConfig,
+    patch_layers: list[int],
+    chosen: set[tuple] | None,
+    settings: dict,
+    log: ResultLog | None,
+    subset: np.ndarray,
+    fitted: dict[tuple[int, str], torch.Tensor],
+    progress: bool,
+) -> dict[str, dict]:
+    """Per class with a chosen patched layer, its patching row (from the log or measured; ``fitted`` is emptied)."""
+    kw = _fit_kw(cfg)
     keys, done, todo = {}, {}, {}
     for c in cfg.classes:
-        patched = [l for l in patch_layers if wanted(c, l)]
+        patched = [l for l in patch_layers if _wanted(chosen, c, l)]
         if not patched:
             continue
         keys[c] = {"stage": "patching", "layer": -1, "class": c, **settings, "patch_layers": patched}
@@ -254,21 +280,26 @@ def tokenwise_analysis(
             }
             if log:
                 log.add(done[c])
-    token_rows = [
-        pd.DataFrame(
-            {
-                "class": c,
-                "layer": row["layers"],
-                "index": row["index"],
-                "kl": row["kl"],
-                "kl_following": row["kl_following"],
-            }
-        )
-        for c, row in done.items()
-    ]
-    if not token_rows:  # only unpatched layers among the units
-        return TokenwiseResult(geometry=geometry)
-    tokens = pd.concat(token_rows, ignore_index=True)
+    return done
+
+
+def _tokens_table(done: dict[str, dict], geo_rows: list[dict], subset: np.ndarray, pool: StatePool) -> pd.DataFrame:
+    """The patched subset's KL per token, layer and class, with its error, residual angle and window."""
+    tokens = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "class": c,
+                    "layer": row["layers"],
+                    "index": row["index"],
+                    "kl": row["kl"],
+                    "kl_following": row["kl_following"],
+                }
+            )
+            for c, row in done.items()
+        ],
+        ignore_index=True,
+    )
     errors = pd.concat(
         [
             pd.DataFrame(
@@ -286,13 +317,15 @@ def tokenwise_analysis(
     )
     tokens = tokens.merge(errors, on=["class", "layer", "index"])
     tokens["window"] = pool.window[tokens["index"].to_numpy()]
-    if on_table is not None:
-        on_table("tokens", tokens)
+    return tokens
 
+
+def _correlation_table(tokens: pd.DataFrame, n_boot: int, seed: int) -> pd.DataFrame:
+    """Spearman(error, KL) per (layer, class) and target, with a bootstrap CI over windows."""
     corr = []
     for (l, c), g in tokens.groupby(["layer", "class"]):
         for target in ("kl", "kl_following"):
-            s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=cfg.n_boot, seed=cfg.seed)
+            s = spearman_ci(g["rel_error"], g[target], groups=g["window"], n_boot=n_boot, seed=seed)
             corr.append(
                 {
                     "layer": l,
@@ -304,7 +337,51 @@ def tokenwise_analysis(
                     "n": s.n,
                 }
             )
-    correlation = pd.DataFrame(corr)
+    return pd.DataFrame(corr)
+
+
+def tokenwise_analysis(
+    model: Model,
+    pool: StatePool,
+    cfg: TokenwiseConfig | None = None,
+    *,
+    log_path: str | os.PathLike | None = None,
+    units: Sequence[tuple] | None = None,
+    progress: bool = False,
+    on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+    **kwargs: Any,
+) -> TokenwiseResult:
+    """Geometry, patching KL and Spearman(error, KL) of ``pool`` under ``cfg`` (``corpus``, ``tokens``,
+    ``seq_len`` and ``pool_dtype`` describe the pool and are not used here), on ``units`` (``(class,
+    layer)`` pairs; default all). Instead of ``cfg``, its fields as keyword arguments. ``log_path``: the
+    resume log.
+    ``on_table(name, df)`` is called when the geometry is done, then with the tokens and the
+    correlation."""
+    cfg = _config(cfg, kwargs)
+    layers = cfg.fitted_layers(pool.n_layers)
+    patch_layers = cfg.patched_layers(pool.n_layers)
+    if cfg.patch_tokens > pool.n_tokens:
+        raise InputError(
+            f"patch_tokens must be between 3 and the pool's {pool.n_tokens} tokens, got {cfg.patch_tokens}"
+        )
+    chosen = _chosen_units(cfg, layers, units)
+    subset = np.sort(np.random.default_rng(cfg.seed).choice(pool.n_tokens, cfg.patch_tokens, replace=False))
+    settings = _settings(cfg, pool)
+    log = _open_log(log_path, model, settings)
+
+    geo_rows, fitted = _geometry_stage(pool, cfg, layers, chosen, settings, log, subset, progress)
+    geometry = _geometry_table(geo_rows)
+    if on_table is not None:
+        on_table("geometry", geometry)
+
+    done = _patching_stage(model, pool, cfg, patch_layers, chosen, settings, log, subset, fitted, progress)
+    if not done:  # only unpatched layers among the units
+        return TokenwiseResult(geometry=geometry)
+    tokens = _tokens_table(done, geo_rows, subset, pool)
+    if on_table is not None:
+        on_table("tokens", tokens)
+
+    correlation = _correlation_table(tokens, cfg.n_boot, cfg.seed)
     if on_table is not None:
         on_table("correlation", correlation)
     return TokenwiseResult(geometry=geometry, correlation=correlation, tokens=tokens)

@@ -53,6 +53,55 @@ def patch_kl(
     )
 
 
+def _check_sets(model: Model, indices: np.ndarray, sets: Mapping[Hashable, Mapping[int, Tensor]]) -> int:
+    """The model's layer maps; raise on a layer out of range or a replacement not ``[len(indices), d_model]``."""
+    n_layers = n_layer_maps(model)
+    d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
+    for name, replacements in sets.items():
+        for l, rep in replacements.items():
+            if not 0 <= l < n_layers:
+                raise InputError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
+            if rep.shape != (len(indices), d_model):
+                where = f"replacements[{l}]" if name is None else f"replacements[{name!r}][{l}]"
+                raise InputError(f"{where} must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
+    return n_layers
+
+
+def _rows_per_forward(model: Model, batch_size: int, seq: int) -> int:
+    """``batch_size`` cut to ~64 MiB of ``[seq, vocab]`` float32 logits per forward."""
+    # each row holds [positions, vocab] float32 logits several times over (clean, patched, their
+    # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)
+    vocab = model.cfg.d_vocab if is_bridge(model) else model.config.vocab_size
+    return max(1, min(batch_size, LOGIT_BUDGET // max(1, seq * vocab)))
+
+
+def _clean_log_probs(model: Model, toks: Tensor, names: list[str], final: str, sel: Tensor) -> tuple:
+    """``(log p_clean, cache, fast)`` of a clean forward on ``toks [B, T]``: with ``fast`` (a bridge whose readout
+    matches its logits) only the positions ``sel`` are kept, ``[n_sel, vocab]``, else all, ``[B, T, vocab]``."""
+    if is_bridge(model):
+        logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names or n == final)
+        fast = readout_matches(model, cache[final], logits)
+    else:
+        logits, cache, fast = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
+    sel = sel.to(logits.device)
+    clean = torch.log_softmax(logits[sel].float(), -1) if fast else torch.log_softmax(logits.float(), -1)
+    return clean, cache, fast  # the [B, T, vocab] logits are freed here: what is needed of them is in clean
+
+
+def _patched_kls(model: Model, toks: Tensor, cache, fast: bool, clean: Tensor, p_clean: Tensor, patch: tuple):
+    """Per row, the KL at its patched position and summed over it and the later ones, of ``patch``:
+    ``(layer, rows, positions, after [B, T], replacements)``."""
+    l, b, pos, after, rep = patch
+    if fast:  # only the positions that can change go through the unembedding
+        h = _patched_final(model, cache, l, b, pos, rep)
+        kl = _kl(p_clean, clean, readout(model, h[after.to(clean.device)])).clamp_min(0).cpu()
+        per_row = torch.split(kl, after.sum(1).tolist())  # per row: the patched position and the ones after it
+        return [float(r[0]) for r in per_row], [float(r.sum()) for r in per_row]
+    patched = torch.log_softmax(_patched_logits(model, toks, cache, l, b, pos, rep).float(), -1)
+    kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0).cpu()  # [B, T]
+    return [float(kl[j, pos[j]]) for j in range(len(b))], [float(kl[j][after[j]].sum()) for j in range(len(b))]
+
+
 def patch_kl_sets(
     model: Model,
     pool: StatePool,
@@ -68,20 +117,9 @@ def patch_kl_sets(
     Columns: ``set`` (the key of ``sets``) and :func:`patch_kl`'s; the rows of one set in the order
     :func:`patch_kl` gives them."""
     indices = np.asarray(indices)
-    n_layers = n_layer_maps(model)
-    d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
-    for name, replacements in sets.items():
-        for l, rep in replacements.items():
-            if not 0 <= l < n_layers:
-                raise InputError(f"layer {l} out of range: the model has blocks 0..{n_layers - 1}")
-            if rep.shape != (len(indices), d_model):
-                where = f"replacements[{l}]" if name is None else f"replacements[{name!r}][{l}]"
-                raise InputError(f"{where} must be [{len(indices)}, {d_model}], got {tuple(rep.shape)}")
+    n_layers = _check_sets(model, indices, sets)
     windows = pool.windows
-    # rows per forward: each holds [positions, vocab] float32 logits several times over (clean, patched, their
-    # log-softmax), so a batch is cut to ~64 MiB of logits (SmolLM2, 64 positions: 5 rows, not 16)
-    vocab = model.cfg.d_vocab if is_bridge(model) else model.config.vocab_size
-    batch_size = max(1, min(batch_size, LOGIT_BUDGET // max(1, windows.shape[1] * vocab)))
+    batch_size = _rows_per_forward(model, batch_size, windows.shape[1])
     patches = [(name, l, reps[l]) for name, reps in sets.items() for l in sorted(reps)]  # per batch, in this order
     names = sorted({f"blocks.{l}.hook_resid_pre" for _, l, _ in patches})
     rows: dict[Hashable, list[dict]] = {name: [] for name in sets}
@@ -97,41 +135,24 @@ def patch_kl_sets(
         toks = windows[torch.as_tensor(win)]
         b = torch.arange(len(idx))
         after = torch.arange(toks.shape[1])[None, :] >= pos[:, None]  # positions that can change
-        seg = after.sum(1)  # per row: the patched position and the ones after it, in order
         with torch.inference_mode():
-            if is_bridge(model):
-                logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names or n == final)
-                fast = readout_matches(model, cache[final], logits)
-            else:
-                logits, cache, fast = model(input_ids=toks.to(next(model.parameters()).device)).logits, None, False
-            sel = after.to(logits.device)
-            clean = torch.log_softmax(logits[sel].float(), -1) if fast else torch.log_softmax(logits.float(), -1)
-            del logits  # [B, T, vocab]: what is needed of it is in clean
+            clean, cache, fast = _clean_log_probs(model, toks, names, final, after)
             p_clean = clean.exp()  # once per batch, shared by every layer
             for name, l, rep in patches:
-                rep = rep[s : s + batch_size]
-                if fast:  # only the positions that can change go through the unembedding
-                    h = _patched_final(model, cache, l, b, pos, rep)
-                    kl = _kl(p_clean, clean, readout(model, h[sel])).clamp_min(0).cpu()
-                    per_row = torch.split(kl, seg.tolist())
-                    firsts, sums = [float(r[0]) for r in per_row], [float(r.sum()) for r in per_row]
-                else:
-                    patched = torch.log_softmax(_patched_logits(model, toks, cache, l, b, pos, rep).float(), -1)
-                    kl = (p_clean * (clean - patched)).sum(-1).clamp_min(0).cpu()  # [B, T]
-                    firsts = [float(kl[j, pos[j]]) for j in range(len(idx))]
-                    sums = [float(kl[j][after[j]].sum()) for j in range(len(idx))]
-                for j in range(len(idx)):
-                    rows[name].append(
-                        {
-                            "set": name,
-                            "index": int(idx[j]),
-                            "layer": l,
-                            "window": int(win[j]),
-                            "position": int(pos[j]),
-                            "kl": firsts[j],
-                            "kl_following": sums[j],
-                        }
-                    )
+                patch = (l, b, pos, after, rep[s : s + batch_size])
+                firsts, sums = _patched_kls(model, toks, cache, fast, clean, p_clean, patch)
+                rows[name] += [
+                    {
+                        "set": name,
+                        "index": int(idx[j]),
+                        "layer": l,
+                        "window": int(win[j]),
+                        "position": int(pos[j]),
+                        "kl": firsts[j],
+                        "kl_following": sums[j],
+                    }
+                    for j in range(len(idx))
+                ]
             del cache
     cols = ["set", "index", "layer", "window", "position", "kl", "kl_following"]
     return pd.DataFrame([r for name in sets for r in rows[name]], columns=cols)

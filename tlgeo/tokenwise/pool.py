@@ -25,6 +25,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -141,6 +142,104 @@ class StatePool:
         )
 
 
+def _check_windows(windows: Int[Tensor, "n seq"], dtype: str, skip_first: int) -> None:
+    """Raise on a pool dtype other than float16/float32 or windows too short for ``skip_first``."""
+    if dtype not in ("float16", "float32"):
+        raise InputError(f"dtype must be float16 or float32, got {dtype!r}")
+    if windows.ndim != 2 or windows.shape[1] <= skip_first:
+        raise InputError(
+            f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, got shape {tuple(windows.shape)}"
+        )
+
+
+def _pool_settings(model: Model, windows: Int[Tensor, "n seq"], skip_first: int, dtype: str) -> dict:
+    """The settings a pool's ``meta.json`` records: a directory holding others is not this pool."""
+    n_win, seq = windows.shape
+    return {
+        "n_windows": n_win,
+        "seq_len": seq,
+        "skip_first": skip_first,
+        "dtype": dtype,
+        "n_tokens": n_win * (seq - skip_first),
+        "n_layers": n_layer_maps(model),
+        "d_model": model.cfg.d_model if is_bridge(model) else model.config.hidden_size,
+        "tokens": content_digest(windows),
+        "identity": run_identity(model).row(),
+    }
+
+
+def _resumed_meta(d: Path, settings: dict) -> dict | None:
+    """The meta of the pool in ``d`` to resume (``None``: none, or a damaged finished one); other settings raise."""
+    meta_path = d / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    if meta is not None and {k: meta.get(k) for k in settings} != settings:
+        other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
+        raise InputError(
+            f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
+            "use another directory"
+        )
+    if meta is not None and is_sealed(d):  # a finished pool: collected again if a file of it is damaged
+        bad = verify(d, _pool_files(settings["n_layers"]))
+        if bad:
+            print(f"the state pool {d} is damaged ({bad[0]}): collecting it again", file=sys.stderr, flush=True)
+            for f in [d / MANIFEST, *d.glob("neighbours_*.npy")]:
+                f.unlink(missing_ok=True)
+            meta = None
+    return meta
+
+
+def _new_pool(d: Path, files: list[Path], windows: Int[Tensor, "n seq"], settings: dict) -> dict:
+    """Empty state files, the index and the tokens of a new pool in ``d``, and its meta (no window done)."""
+    n_win, seq, skip_first = settings["n_windows"], settings["seq_len"], settings["skip_first"]
+    shape = (settings["n_tokens"], settings["d_model"])
+    for f in files:
+        np.lib.format.open_memmap(f, mode="w+", dtype=settings["dtype"], shape=shape)
+    _save_npy(
+        d / "index.npy",
+        np.stack([np.repeat(np.arange(n_win), seq - skip_first), np.tile(np.arange(skip_first, seq), n_win)]),
+    )
+    _save_npy(d / "tokens.npy", windows.cpu().numpy())
+    meta = {**settings, "done_windows": 0}
+    write_json(d / "meta.json", meta)
+    return meta
+
+
+def _batch_starts(n_win: int, batch_size: int, ranks) -> tuple[list[int], tuple[int, int]]:
+    """This rank's batches' first windows, and its share of the windows as ``(first, end)``."""
+    starts = list(range(0, n_win, batch_size))
+    if ranks is not None and ranks.size > 1:
+        from ..runner.distributed import deal
+
+        starts = deal(starts, ranks.rank, ranks.size)
+    share = (starts[0], min(starts[-1] + batch_size, n_win)) if starts else (n_win, n_win)
+    return starts, share
+
+
+def _collect_batches(
+    model: Model,
+    windows: Int[Tensor, "n seq"],
+    mm: list,
+    meta: dict,
+    meta_path: Path,
+    starts: Iterable[int],
+    batch_size: int,
+) -> None:
+    """Each batch's states at every layer into ``mm``, then ``meta``'s windows done (``done_windows``) on disk."""
+    skip_first, d_model, dtype = meta["skip_first"], meta["d_model"], meta["dtype"]
+    per = meta["seq_len"] - skip_first
+    for s in starts:
+        batch = windows[s : s + batch_size]
+        with torch.inference_mode():
+            states = _states_bridge(model, batch) if is_bridge(model) else _states_hf(model, batch)
+        rows = slice(s * per, (s + len(batch)) * per)
+        for l, h in enumerate(states):
+            mm[l][rows] = h[:, skip_first:].reshape(-1, d_model).float().cpu().numpy().astype(dtype)
+        for m in mm:
+            m.flush()
+        meta["done_windows"] = s + len(batch)
+        write_json(meta_path, meta)  # after the states are flushed: a kill before it redoes this batch
+
+
 def collect_pool(
     model: Model,
     windows: Int[Tensor, "n seq"],
@@ -160,80 +259,25 @@ def collect_pool(
     rank runs the forwards of its contiguous share of the batches only, then the ranks all-gather
     the states layer by layer, so every rank ends with the whole pool (the same batches as one
     process: the same states, bit for bit at equal thread counts)."""
-    if dtype not in ("float16", "float32"):
-        raise InputError(f"dtype must be float16 or float32, got {dtype!r}")
-    if windows.ndim != 2 or windows.shape[1] <= skip_first:
-        raise InputError(
-            f"windows must be [n, seq_len] with seq_len > skip_first={skip_first}, got shape {tuple(windows.shape)}"
-        )
+    _check_windows(windows, dtype, skip_first)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    n_win, seq = windows.shape
-    per = seq - skip_first
-    n_tok = n_win * per
-    n_maps = n_layer_maps(model)
-    d_model = model.cfg.d_model if is_bridge(model) else model.config.hidden_size
-    settings = {
-        "n_windows": n_win,
-        "seq_len": seq,
-        "skip_first": skip_first,
-        "dtype": dtype,
-        "n_tokens": n_tok,
-        "n_layers": n_maps,
-        "d_model": d_model,
-        "tokens": content_digest(windows),
-        "identity": run_identity(model).row(),
-    }
-    meta_path = d / "meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    if meta is not None and {k: meta.get(k) for k in settings} != settings:
-        other = {k: meta.get(k) for k in settings if meta.get(k) != settings[k]}
-        raise InputError(
-            f"{d} holds a pool of other settings ({', '.join(f'{k} {v}' for k, v in other.items())}); "
-            "use another directory"
-        )
-    if meta is not None and is_sealed(d):  # a finished pool: collected again if a file of it is damaged
-        bad = verify(d, _pool_files(n_maps))
-        if bad:
-            print(f"the state pool {d} is damaged ({bad[0]}): collecting it again", file=sys.stderr, flush=True)
-            for f in [d / MANIFEST, *d.glob("neighbours_*.npy")]:
-                f.unlink(missing_ok=True)
-            meta = None
+    settings = _pool_settings(model, windows, skip_first, dtype)
+    n_maps, n_win = settings["n_layers"], settings["n_windows"]
+    meta = _resumed_meta(d, settings)
     files = [d / f"states_{l}.npy" for l in range(n_maps + 1)]
     if meta is None:
-        for f in files:
-            np.lib.format.open_memmap(f, mode="w+", dtype=dtype, shape=(n_tok, d_model))
-        _save_npy(
-            d / "index.npy", np.stack([np.repeat(np.arange(n_win), per), np.tile(np.arange(skip_first, seq), n_win)])
-        )
-        _save_npy(d / "tokens.npy", windows.cpu().numpy())
-        meta = {**settings, "done_windows": 0}
-        write_json(meta_path, meta)
+        meta = _new_pool(d, files, windows, settings)
     mm = [np.load(f, mmap_mode="r+") for f in files]
-    starts = list(range(0, n_win, batch_size))
-    if ranks is not None and ranks.size > 1:
-        from ..runner.distributed import deal
-
-        starts = deal(starts, ranks.rank, ranks.size)
-    share = (starts[0], min(starts[-1] + batch_size, n_win)) if starts else (n_win, n_win)
+    starts, share = _batch_starts(n_win, batch_size, ranks)
     it = [s for s in starts if s >= meta["done_windows"]]
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc="collecting states", leave=False)
-    for s in it:
-        batch = windows[s : s + batch_size]
-        with torch.inference_mode():
-            states = _states_bridge(model, batch) if is_bridge(model) else _states_hf(model, batch)
-        rows = slice(s * per, (s + len(batch)) * per)
-        for l, h in enumerate(states):
-            mm[l][rows] = h[:, skip_first:].reshape(-1, d_model).float().cpu().numpy().astype(dtype)
-        for m in mm:
-            m.flush()
-        meta["done_windows"] = s + len(batch)
-        write_json(meta_path, meta)  # after the states are flushed: a kill before it redoes this batch
+    _collect_batches(model, windows, mm, meta, d / "meta.json", it, batch_size)
     if ranks is not None and ranks.size > 1:
-        _share_states(mm, meta, meta_path, share, per, ranks)
+        _share_states(mm, meta, d / "meta.json", share, settings["seq_len"] - skip_first, ranks)
     del mm
     if not is_sealed(d):
         seal(d, _pool_files(n_maps))  # whole: from now on a damaged file is found before it is read
