@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from torch import Tensor
 
 from ..models import Model, model_label
 from ..patching.tasks import Task, build_task
@@ -158,10 +159,109 @@ def _stage(rlog: ResultLog | None, base: dict, stage: str, compute) -> dict:
     return row
 
 
-def _curve_stage(cfg: CircuitConfig) -> str:
+def _curve_stage_name(cfg: CircuitConfig) -> str:
     """The resume log's name of the curve stage, with the settings it depends on (a rerun with others computes it)."""
     ks = "default" if cfg.k is None else ",".join(map(str, cfg.k))
     return f"curve k={ks} levels={','.join(f'{v:g}' for v in cfg.levels)} tolerance={cfg.k_tolerance:g}"
+
+
+def _run_metrics(model: Model, graph: Graph, task: Task, metric, cfg: CircuitConfig, dt: torch.dtype) -> dict:
+    """The runs stage: the mean metric of the clean and of the corrupted prompts."""
+    cl = [
+        run_acts(model, graph, task.clean[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
+        for i in range(0, task.n, cfg.batch_size)
+    ]
+    co = [
+        run_acts(model, graph, task.corrupted[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
+        for i in range(0, task.n, cfg.batch_size)
+    ]
+    clean, corr = torch.cat(cl).double(), torch.cat(co).double()
+    return dict(clean_metric=float(clean.mean()), corrupted_metric=float(corr.mean()))
+
+
+def _score_stage(
+    model: Model, graph: Graph, task: Task, cfg: CircuitConfig, clean_metric: float, idx: tuple[Tensor, Tensor]
+) -> dict:
+    """The scores stage: every valid edge's scores (at ``idx``, the valid (sender, receiver) pairs) and their cost."""
+    s_idx, r_idx = idx
+    fwd = _forward_seconds(model, task, cfg.batch_size)
+    t = time.perf_counter()
+    sc = _scores(model, graph, task, cfg, clean_metric)
+    secs = time.perf_counter() - t
+    return dict(
+        score_seconds=secs,
+        forward_seconds=fwd,
+        score_bytes=3 * sc.score.numel() * sc.score.element_size(),
+        **{c: sc.matrix(c)[s_idx, r_idx].tolist() for c in ("score", "score_par", "score_self")},
+    )
+
+
+def _logged_scores(graph: Graph, row: dict, idx: tuple[Tensor, Tensor]) -> EdgeScores:
+    """The edge scores of a scores stage's log row, back in their ``[senders, receivers]`` matrices (float64)."""
+    sc = EdgeScores.zeros(graph)
+    sc.score[idx] = torch.tensor(row["score"], dtype=torch.float64)
+    sc.par[idx] = torch.tensor(row["score_par"], dtype=torch.float64)
+    sc.self_[idx] = torch.tensor(row["score_self"], dtype=torch.float64)
+    return sc
+
+
+def _curve_stage(model: Model, graph: Graph, task: Task, metric, order, cfg: CircuitConfig, kw: dict) -> dict:
+    """The curve stage: the faithfulness curve over k, refined to the smallest k reaching each level."""
+    ks = [k for k in (cfg.k or default_ks(graph.n_edges)) if k <= graph.n_edges]
+    ks = sorted({0, graph.n_edges, *ks})
+    c = faithfulness_curve(model, graph, task.clean, task.corrupted, metric, order, ks, **kw)
+    for level in cfg.levels:
+        c = smallest_faithful_k(
+            model, graph, task.clean, task.corrupted, metric, order, c, level, tolerance=cfg.k_tolerance, **kw
+        )
+    return {"curve": c.to_dict(orient="list")}
+
+
+def _verify_stage(
+    model: Model, graph: Graph, task: Task, metric, order, cfg: CircuitConfig, clean_metric: float
+) -> dict:
+    """The verify stage: the top ``cfg.verify`` edges and their exact edge-patching scores."""
+    top = order[: cfg.verify]
+    exact = verify_edges(
+        model,
+        graph,
+        task.clean,
+        task.corrupted,
+        metric,
+        top,
+        clean_metric=clean_metric,
+        batch_size=cfg.batch_size,
+        max_rows=cfg.max_rows,
+    )
+    return {"edges": [list(e) for e in top], "exact": exact.tolist()}
+
+
+def _summary(
+    keys: dict, task: Task, graph: Graph, m: dict, c: pd.DataFrame, agree: dict, verified: int, row: dict, cfg
+) -> pd.DataFrame:
+    """A task's one-row summary: its metrics, k at each level, the curve's area, the agreement and the cost."""
+    clean_metric, corrupted_metric = m["clean_metric"], m["corrupted_metric"]
+    levels = {f"k{round(100 * lv)}": k_at(c, lv) for lv in cfg.levels}
+    return pd.DataFrame(
+        [
+            {
+                **keys,
+                "n": task.n,
+                "clean_metric": clean_metric,
+                "corrupted_metric": corrupted_metric,
+                "gap": clean_metric - corrupted_metric,
+                "edges": graph.n_edges,
+                **levels,
+                "area": curve_area(c),
+                "verified": verified,
+                **agree,
+                "score_seconds": row["score_seconds"],
+                "forward_seconds": row["forward_seconds"],
+                "forward_equivalents": row["score_seconds"] / max(row["forward_seconds"], 1e-9),
+                "score_bytes": row["score_bytes"],
+            }
+        ]
+    )
 
 
 def _unit(
@@ -172,23 +272,8 @@ def _unit(
     keys = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=cfg.method, ig_steps=cfg.steps)
     base = {**keys, "inputs": _digest(task)}
     dt = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
-    s_idx, r_idx = torch.nonzero(graph.valid, as_tuple=True)
-
-    def runs() -> dict:
-        cl = [
-            run_acts(model, graph, task.clean[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
-            for i in range(0, task.n, cfg.batch_size)
-        ]
-        co = [
-            run_acts(
-                model, graph, task.corrupted[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt
-            ).metric
-            for i in range(0, task.n, cfg.batch_size)
-        ]
-        clean, corr = torch.cat(cl).double(), torch.cat(co).double()
-        return dict(clean_metric=float(clean.mean()), corrupted_metric=float(corr.mean()))
-
-    m = _stage(rlog, base, "runs", runs)
+    idx = torch.nonzero(graph.valid, as_tuple=True)
+    m = _stage(rlog, base, "runs", lambda: _run_metrics(model, graph, task, metric, cfg, dt))
     clean_metric, corrupted_metric = m["clean_metric"], m["corrupted_metric"]
     if progress:
         print(
@@ -196,58 +281,25 @@ def _unit(
             f"{graph.n_edges} edges",
             flush=True,
         )
-
-    def scores() -> dict:
-        fwd = _forward_seconds(model, task, cfg.batch_size)
-        t = time.perf_counter()
-        sc = _scores(model, graph, task, cfg, clean_metric)
-        secs = time.perf_counter() - t
-        return dict(
-            score_seconds=secs,
-            forward_seconds=fwd,
-            score_bytes=3 * sc.score.numel() * sc.score.element_size(),
-            **{c: sc.matrix(c)[s_idx, r_idx].tolist() for c in ("score", "score_par", "score_self")},
-        )
-
-    row = _stage(rlog, base, "scores", scores)
-    sc = EdgeScores.zeros(graph)
-    sc.score[s_idx, r_idx] = torch.tensor(row["score"], dtype=torch.float64)
-    sc.par[s_idx, r_idx] = torch.tensor(row["score_par"], dtype=torch.float64)
-    sc.self_[s_idx, r_idx] = torch.tensor(row["score_self"], dtype=torch.float64)
+    row = _stage(rlog, base, "scores", lambda: _score_stage(model, graph, task, cfg, clean_metric, idx))
+    sc = _logged_scores(graph, row, idx)
     edges = sc.table().assign(**keys)
     order = ranked_edges(graph, sc.score)
     kw = dict(
         clean_metric=clean_metric, corrupted_metric=corrupted_metric, batch_size=cfg.batch_size, max_rows=cfg.max_rows
     )
-
-    def curve() -> dict:
-        ks = [k for k in (cfg.k or default_ks(graph.n_edges)) if k <= graph.n_edges]
-        ks = sorted({0, graph.n_edges, *ks})
-        c = faithfulness_curve(model, graph, task.clean, task.corrupted, metric, order, ks, **kw)
-        for level in cfg.levels:
-            c = smallest_faithful_k(
-                model, graph, task.clean, task.corrupted, metric, order, c, level, tolerance=cfg.k_tolerance, **kw
-            )
-        return {"curve": c.to_dict(orient="list")}
-
-    c = pd.DataFrame(_stage(rlog, base, _curve_stage(cfg), curve)["curve"])
-
-    def verify() -> dict:
-        top = order[: cfg.verify]
-        exact = verify_edges(
-            model,
-            graph,
-            task.clean,
-            task.corrupted,
-            metric,
-            top,
-            clean_metric=clean_metric,
-            batch_size=cfg.batch_size,
-            max_rows=cfg.max_rows,
+    curve = _stage(rlog, base, _curve_stage_name(cfg), lambda: _curve_stage(model, graph, task, metric, order, cfg, kw))
+    c = pd.DataFrame(curve["curve"])
+    v = (
+        _stage(
+            rlog,
+            base,
+            f"verify {cfg.verify}",
+            lambda: _verify_stage(model, graph, task, metric, order, cfg, clean_metric),
         )
-        return {"edges": [list(e) for e in top], "exact": exact.tolist()}
-
-    v = _stage(rlog, base, f"verify {cfg.verify}", verify) if cfg.verify else {"edges": [], "exact": []}
+        if cfg.verify
+        else {"edges": [], "exact": []}
+    )
     top = [tuple(e) for e in v["edges"]]
     est = np.array([float(sc.score[s, r]) for s, r in top])
     verify_df = pd.DataFrame(
@@ -261,27 +313,7 @@ def _unit(
         }
     )
     agree = rank_agreement(est, np.array(v["exact"]))
-    levels = {f"k{round(100 * lv)}": k_at(c, lv) for lv in cfg.levels}
-    summary = pd.DataFrame(
-        [
-            {
-                **keys,
-                "n": task.n,
-                "clean_metric": clean_metric,
-                "corrupted_metric": corrupted_metric,
-                "gap": clean_metric - corrupted_metric,
-                "edges": graph.n_edges,
-                **levels,
-                "area": curve_area(c),
-                "verified": len(top),
-                **agree,
-                "score_seconds": row["score_seconds"],
-                "forward_seconds": row["forward_seconds"],
-                "forward_equivalents": row["score_seconds"] / max(row["forward_seconds"], 1e-9),
-                "score_bytes": row["score_bytes"],
-            }
-        ]
-    )
+    summary = _summary(keys, task, graph, m, c, agree, len(top), row, cfg)
     cols = [*KEY, *EDGE_COLUMNS, *SCORE_COLUMNS, "rank"]
     return dict(summary=summary, edges=edges[cols], faithfulness=c.assign(**keys)[[*KEY, *c.columns]], verify=verify_df)
 

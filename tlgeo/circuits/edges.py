@@ -40,6 +40,120 @@ def _rows(t: Tensor, groups: int) -> Tensor:
     return t.repeat(groups, *([1] * (t.ndim - 1)))
 
 
+class _EdgeHooks:
+    """The hooks of one edge-patched run (see the module): each used sender's write kept as the run makes it
+    (``cur``: sender -> ``[R * n, pos, d]``), each receiver's input rebuilt from the writes its edges patch.
+    ``masks``: ``[R, senders, receivers]``, already restricted to the graph's valid edges."""
+
+    def __init__(
+        self, model: Model, graph: Graph, corr: RunActs, masks: Tensor, n: int, *, mode: str, scale: float
+    ) -> None:
+        self.model, self.graph, self.corr, self.masks = model, graph, corr, masks
+        self.R, self.n, self.mode, self.scale = masks.shape[0], n, mode, scale
+        self.used = masks.any(0).any(1)  # the senders some edge names: only their writes are kept
+        self.dt = corr.writes.dtype
+        self.cur: dict[int, Tensor] = {}  # sender -> this run's write [R * n, pos, d]
+        self.state: dict[str, Tensor] = {}
+        self.sign = 1.0 if mode == "ablate" else -1.0
+
+    def residual(self, first: int, count: int, here: Tensor, other: Tensor) -> Tensor:
+        """``[R, count, n, pos, d]``: the residual of receivers ``first..first+count`` (``here``: this run's
+        ``[R * n, pos, d]``; ``other``: the corrupted run's ``[n, pos, d]``)."""
+        R, n, dt, cur = self.R, self.n, self.dt, self.cur
+        base = here.to(dt).reshape(R, 1, n, *here.shape[1:]) if self.mode == "ablate" else other[None, None]
+        pre = self.graph.prefix(first)
+        m = self.masks[:, :pre, first : first + count]  # [R, pre, count]
+        senders = [s for s in range(pre) if self.used[s] and m[:, s].any()]
+        x = base.expand(R, count, *base.shape[2:]).clone()
+        for s in senders:
+            diff = self.corr.writes[s][None] - cur[s].reshape(R, n, *cur[s].shape[1:])  # [R, n, pos, d]
+            x += (self.sign * self.scale) * m[:, s].to(dt)[:, :, None, None, None] * diff[:, None]
+        return x
+
+    def keep_writes(self, first_sender: int, writes: Tensor) -> None:
+        """Keep the writes ``[k, R * n, pos, d]`` of senders ``first_sender..`` that some edge names."""
+        for i in range(writes.shape[0]):
+            if self.used[first_sender + i]:
+                self.cur[first_sender + i] = writes[i].to(self.dt)
+
+    def on_resid0(self, x: Tensor, hook) -> None:
+        """Keep the embedding's write."""
+        self.keep_writes(0, x[None])
+
+    def on_ln1(self, layer: int):
+        """The hook that computes each head's own q, k and v input of ``layer`` from its rebuilt residual."""
+
+        def fn(x: Tensor, hook) -> None:
+            graph, R, n = self.graph, self.R, self.n
+            first = graph.block_receivers(layer).start
+            count = graph.per_block - 1
+            xr = self.residual(first, count, x, self.corr.attn_in[layer])  # [R, count, n, pos, d]
+            norm = norm_module(self.model, "ln1", layer)
+            y = norm(in_model_dtype(self.model, xr.permute(0, 2, 3, 1, 4)))  # [R, n, pos, count, d]
+            w, H, K = qkv_weights(self.model, layer), graph.n_heads, graph.n_kv
+            for inp, sl in (("q", slice(0, H)), ("k", slice(H, H + K)), ("v", slice(H + K, H + 2 * K))):
+                W, b = w[inp]
+                got = torch.einsum("rnphd,hde->rnphe", y[:, :, :, sl], W.to(y.device, y.dtype))
+                if b is not None:
+                    got = got + b.to(y.device, y.dtype)
+                self.state[f"{layer}.{inp}"] = got.reshape(R * n, *got.shape[2:])
+
+        return fn
+
+    def on_qkv(self, layer: int, inp: str):
+        """The hook that replaces ``layer``'s q, k or v by the one :meth:`on_ln1` computed."""
+
+        def fn(x: Tensor, hook) -> Tensor:
+            return self.state.pop(f"{layer}.{inp}").to(x.dtype)
+
+        return fn
+
+    def on_z(self, layer: int):
+        """The hook that keeps the heads' writes of ``layer``."""
+
+        def fn(z: Tensor, hook) -> None:
+            w_o = qkv_weights(self.model, layer)["o"][0].to(z.device)
+            self.keep_writes(self.graph.head_sender(layer, 0), head_writes(z, w_o).permute(2, 0, 1, 3))
+
+        return fn
+
+    def on_mlp_out(self, layer: int):
+        """The hook that keeps the MLP's write of ``layer``."""
+
+        def fn(x: Tensor, hook) -> None:
+            self.keep_writes(self.graph.mlp_sender(layer), x[None])
+
+        return fn
+
+    def on_in(self, first: int, other: Tensor):
+        """The hook that replaces a one-receiver input (an MLP's, the logits') by its rebuilt residual."""
+
+        def fn(x: Tensor, hook) -> Tensor:
+            return self.residual(first, 1, x, other)[:, 0].reshape(x.shape).to(x.dtype)
+
+        return fn
+
+    def hooks(self, final: dict[str, Tensor]) -> list[tuple]:
+        """Every hook of the run; the final norm's rebuilt input is left in ``final``."""
+        graph, corr = self.graph, self.corr
+        hooks = [(RESID0, self.on_resid0)]
+        for l in range(graph.n_layers):
+            hooks += [
+                (f"blocks.{l}.ln1.hook_in", self.on_ln1(l)),
+                *[(f"blocks.{l}.attn.hook_{i}", self.on_qkv(l, i)) for i in "qkv"],
+                (f"blocks.{l}.attn.hook_z", self.on_z(l)),
+                (f"blocks.{l}.ln2.hook_in", self.on_in(graph.mlp_receiver(l), corr.mlp_in[l])),
+                (f"blocks.{l}.hook_mlp_out", self.on_mlp_out(l)),
+            ]
+        to_logits = self.on_in(graph.logits_receiver, corr.final)
+
+        def on_final(x: Tensor, hook) -> Tensor:
+            final["ln_final.hook_in"] = to_logits(x, hook)
+            return final["ln_final.hook_in"]
+
+        return [*hooks, ("ln_final.hook_in", on_final)]
+
+
 def edge_run(
     model: Model,
     graph: Graph,
@@ -62,93 +176,10 @@ def edge_run(
             f"got {tuple(masks.shape[1:])}"
         )
     masks = masks & graph.valid
-    used = masks.any(0).any(1)  # the senders some edge names: only their writes are kept
-    dt = corr.writes.dtype
-    cur: dict[int, Tensor] = {}  # sender -> this run's write [R * n, pos, d]
-    state: dict[str, Tensor] = {}
-    sign = 1.0 if mode == "ablate" else -1.0
-
-    def residual(first: int, count: int, here: Tensor, other: Tensor) -> Tensor:
-        """``[R, count, n, pos, d]``: the residual of receivers ``first..first+count`` (``here``: this run's
-        ``[R * n, pos, d]``; ``other``: the corrupted run's ``[n, pos, d]``)."""
-        base = here.to(dt).reshape(R, 1, n, *here.shape[1:]) if mode == "ablate" else other[None, None]
-        pre = graph.prefix(first)
-        m = masks[:, :pre, first : first + count]  # [R, pre, count]
-        senders = [s for s in range(pre) if used[s] and m[:, s].any()]
-        x = base.expand(R, count, *base.shape[2:]).clone()
-        for s in senders:
-            diff = corr.writes[s][None] - cur[s].reshape(R, n, *cur[s].shape[1:])  # [R, n, pos, d]
-            x += (sign * scale) * m[:, s].to(dt)[:, :, None, None, None] * diff[:, None]
-        return x
-
-    def keep_writes(first_sender: int, writes: Tensor) -> None:
-        for i in range(writes.shape[0]):
-            if used[first_sender + i]:
-                cur[first_sender + i] = writes[i].to(dt)
-
-    def on_resid0(x: Tensor, hook) -> None:
-        keep_writes(0, x[None])
-
-    def on_ln1(layer: int):
-        def fn(x: Tensor, hook) -> None:
-            first = graph.block_receivers(layer).start
-            count = graph.per_block - 1
-            xr = residual(first, count, x, corr.attn_in[layer])  # [R, count, n, pos, d]
-            norm = norm_module(model, "ln1", layer)
-            y = norm(in_model_dtype(model, xr.permute(0, 2, 3, 1, 4)))  # [R, n, pos, count, d]
-            w, H, K = qkv_weights(model, layer), graph.n_heads, graph.n_kv
-            for inp, sl in (("q", slice(0, H)), ("k", slice(H, H + K)), ("v", slice(H + K, H + 2 * K))):
-                W, b = w[inp]
-                got = torch.einsum("rnphd,hde->rnphe", y[:, :, :, sl], W.to(y.device, y.dtype))
-                if b is not None:
-                    got = got + b.to(y.device, y.dtype)
-                state[f"{layer}.{inp}"] = got.reshape(R * n, *got.shape[2:])
-
-        return fn
-
-    def on_qkv(layer: int, inp: str):
-        def fn(x: Tensor, hook) -> Tensor:
-            return state.pop(f"{layer}.{inp}").to(x.dtype)
-
-        return fn
-
-    def on_z(layer: int):
-        def fn(z: Tensor, hook) -> None:
-            w_o = qkv_weights(model, layer)["o"][0].to(z.device)
-            keep_writes(graph.head_sender(layer, 0), head_writes(z, w_o).permute(2, 0, 1, 3))
-
-        return fn
-
-    def on_mlp_out(layer: int):
-        def fn(x: Tensor, hook) -> None:
-            keep_writes(graph.mlp_sender(layer), x[None])
-
-        return fn
-
-    def on_in(first: int, other: Tensor):
-        def fn(x: Tensor, hook) -> Tensor:
-            return residual(first, 1, x, other)[:, 0].reshape(x.shape).to(x.dtype)
-
-        return fn
-
-    hooks = [(RESID0, on_resid0)]
-    for l in range(graph.n_layers):
-        hooks += [
-            (f"blocks.{l}.ln1.hook_in", on_ln1(l)),
-            *[(f"blocks.{l}.attn.hook_{i}", on_qkv(l, i)) for i in "qkv"],
-            (f"blocks.{l}.attn.hook_z", on_z(l)),
-            (f"blocks.{l}.ln2.hook_in", on_in(graph.mlp_receiver(l), corr.mlp_in[l])),
-            (f"blocks.{l}.hook_mlp_out", on_mlp_out(l)),
-        ]
     final: dict[str, Tensor] = {}
-    to_logits = on_in(graph.logits_receiver, corr.final)
-
-    def on_final(x: Tensor, hook) -> Tensor:
-        final["ln_final.hook_in"] = to_logits(x, hook)
-        return final["ln_final.hook_in"]
-
+    hooks = _EdgeHooks(model, graph, corr, masks, n, mode=mode, scale=scale).hooks(final)
     with torch.no_grad():
-        return _last_logits(model, _rows(tokens, R), [*hooks, ("ln_final.hook_in", on_final)], final)
+        return _last_logits(model, _rows(tokens, R), hooks, final)
 
 
 def edge_metric(

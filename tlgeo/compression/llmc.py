@@ -331,6 +331,141 @@ def _dense_state(model, spec: MethodSpec, layer_sparsity: list[float] | None = N
     return state, checks
 
 
+def _load(model_dir: Path, spec: MethodSpec, sensitivity: list[float] | None, calib: list[list[int]], device: str):
+    """Check the model folder, the method's inputs and the calibration windows, then load the tokenizer and the
+    float32 model onto ``device``: ``(oneshot, tokenizer, model, its decoder layers, seq_len)``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .counterfactual import _layers
+
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
+    if spec.family == "perpalloc" and sensitivity is None:
+        raise InputError(f"{spec.name!r} needs the per-layer sensitivity of a uniformly pruned model")
+    from llmcompressor import oneshot
+
+    apply_cpu_workaround()
+    lens = {len(c) for c in calib}
+    if len(lens) != 1:
+        raise InputError(f"calibration windows must have equal lengths, got {sorted(lens)}")
+    seq_len = lens.pop()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if device != "cpu":
+        hf = hf.to(device) if device != "auto" else hf
+    return oneshot, tok, hf, _layers(hf), seq_len
+
+
+def _layer_allocation(
+    hf,
+    spec: MethodSpec,
+    n_layers: int,
+    calib: list[list[int]],
+    sensitivity: list[float] | None,
+    owl_m: float,
+    alloc_spread: float,
+) -> tuple[list[float] | None, list[float] | None]:
+    """``(layer_sparsity, scores)`` of a per-layer allocation (``owl``, ``perpalloc``); ``(None, None)`` otherwise."""
+    from .allocation import allocate_sparsity
+
+    if spec.family not in ("owl", "perpalloc"):
+        return None, None
+    scores = layer_outlier_ratios(hf, calib, owl_m) if spec.family == "owl" else [float(x) for x in sensitivity]
+    if len(scores) != n_layers:
+        raise InputError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
+    return allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist(), scores
+
+
+def _oneshot(oneshot, hf, ds, recipe, n_calib: int, seq_len: int, pipeline: str) -> None:
+    """Calibrate and compress ``hf`` in place with llmcompressor's ``oneshot`` on ``ds``, in this process only."""
+    from compressed_tensors.offload.utils import as_single_threaded
+
+    # one process compresses the whole model: under torchrun (a data-parallel analysis) llmcompressor
+    # would otherwise split the calibration and wait on the other ranks, which compress other models
+    with as_single_threaded():
+        oneshot(
+            model=hf,
+            dataset=ds,
+            recipe=recipe,
+            num_calibration_samples=n_calib,
+            max_seq_length=seq_len,
+            shuffle_calibration_samples=False,
+            pipeline=pipeline,
+        )
+
+
+def _manifest(
+    spec: MethodSpec,
+    layer_sparsity: list[float] | None,
+    refit: list,
+    *,
+    scores: list[float] | None,
+    checks: dict,
+    seconds: float,
+    model_dir: Path,
+    n_calib: int,
+    seq_len: int,
+    awq_n_grid: int,
+    alloc_spread: float,
+    refit_iters: int,
+    max_iso_increase: float,
+    device: str,
+    pipeline: str,
+    extra: dict | None,
+) -> dict:
+    """The manifest of a compressed model: the method, its settings, the calibration, timing and checks
+    (``extra`` merged last)."""
+    return {
+        "method": spec.name,
+        "kind": spec.kind,
+        "spec": spec.to_dict(),
+        "sparsity": spec.sparsity,
+        "mask_structure": spec.mask_structure,
+        "bits": spec.bits,
+        "group_size": spec.group_size,
+        "awq_n_grid": awq_n_grid if spec.family == "awq" else None,
+        "perp_lambda": spec.lam if spec.perp else None,
+        "layer_sparsity": layer_sparsity,
+        "allocation_scores": scores,
+        "alloc_spread": alloc_spread if layer_sparsity is not None else None,
+        "refit_iters": refit_iters if refit else None,
+        "max_iso_increase": max_iso_increase if refit else None,
+        "refit": refit or None,
+        "base": str(model_dir),
+        "n_calib": n_calib,
+        "calib_seq_len": seq_len,
+        "seconds": seconds,
+        "device": device,
+        "pipeline": pipeline,
+        "checks": checks,
+        **(extra or {}),
+    }
+
+
+def _save_compressed(model_dir: Path, state: dict[str, Tensor], tok, manifest: dict, out_dir: Path) -> None:
+    """Write the dense model with ``state``, its tokenizer and ``manifest`` to ``out_dir``, sealed and atomically."""
+    from transformers import AutoModelForCausalLM
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        dense = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        missing, unexpected = dense.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
+        if missing or unexpected:
+            raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        save_local(dense, tmp)
+        tok.save_pretrained(tmp)
+        write_json(tmp / MANIFEST, manifest, indent=2)
+        seal(tmp)  # load_model checks a sealed folder before it boots it
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def compress_model(
     model_dir: str | os.PathLike,
     method: str | MethodSpec,
@@ -367,38 +502,13 @@ def compress_model(
     The time to compute the OWL ratios is part of ``seconds``.
     """
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .allocation import allocate_sparsity
-    from .counterfactual import _layers
 
     spec = _spec(method, group_size, perp_lambda)
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} is not a Hugging Face model directory (no config.json)")
-    if spec.family == "perpalloc" and sensitivity is None:
-        raise InputError(f"{spec.name!r} needs the per-layer sensitivity of a uniformly pruned model")
-    from llmcompressor import oneshot
-
-    apply_cpu_workaround()
-    lens = {len(c) for c in calib}
-    if len(lens) != 1:
-        raise InputError(f"calibration windows must have equal lengths, got {sorted(lens)}")
-    seq_len = lens.pop()
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    if device != "cpu":
-        hf = hf.to(device) if device != "auto" else hf
-    decoder_layers = _layers(hf)
-    n_layers = len(decoder_layers)
+    oneshot, tok, hf, decoder_layers, seq_len = _load(model_dir, spec, sensitivity, calib, device)
     ds = Dataset.from_dict({"input_ids": calib, "attention_mask": [[1] * seq_len for _ in calib]})
     t0 = time.perf_counter()
-    layer_sparsity, scores = None, None
-    if spec.family in ("owl", "perpalloc"):
-        scores = layer_outlier_ratios(hf, calib, owl_m) if spec.family == "owl" else [float(x) for x in sensitivity]
-        if len(scores) != n_layers:
-            raise InputError(f"{len(scores)} per-layer scores for a model with {n_layers} decoder layers")
-        layer_sparsity = allocate_sparsity(scores, spec.sparsity, alloc_spread).tolist()
+    layer_sparsity, scores = _layer_allocation(hf, spec, len(decoder_layers), calib, sensitivity, owl_m, alloc_spread)
     recipe = build_recipe(
         spec,
         group_size,
@@ -409,68 +519,28 @@ def compress_model(
         refit_iters=refit_iters,
         max_iso_increase=max_iso_increase,
     )
-    from compressed_tensors.offload.utils import as_single_threaded
-
-    # one process compresses the whole model: under torchrun (a data-parallel analysis) llmcompressor
-    # would otherwise split the calibration and wait on the other ranks, which compress other models
-    with as_single_threaded():
-        oneshot(
-            model=hf,
-            dataset=ds,
-            recipe=recipe,
-            num_calibration_samples=len(calib),
-            max_seq_length=seq_len,
-            shuffle_calibration_samples=False,
-            pipeline=pipeline,
-        )
+    _oneshot(oneshot, hf, ds, recipe, len(calib), seq_len, pipeline)
     seconds = time.perf_counter() - t0
     refit = [row for mod in recipe for row in getattr(mod, "refit_log", [])]
-    hf = hf.to("cpu")
-    state, checks = _dense_state(hf, spec, layer_sparsity)
+    state, checks = _dense_state(hf.to("cpu"), spec, layer_sparsity)
     del hf
-
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    try:
-        dense = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        missing, unexpected = dense.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
-        if missing or unexpected:
-            raise RuntimeError(f"state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        save_local(dense, tmp)
-        tok.save_pretrained(tmp)
-        manifest = {
-            "method": spec.name,
-            "kind": spec.kind,
-            "spec": spec.to_dict(),
-            "sparsity": spec.sparsity,
-            "mask_structure": spec.mask_structure,
-            "bits": spec.bits,
-            "group_size": spec.group_size,
-            "awq_n_grid": awq_n_grid if spec.family == "awq" else None,
-            "perp_lambda": spec.lam if spec.perp else None,
-            "layer_sparsity": layer_sparsity,
-            "allocation_scores": scores,
-            "alloc_spread": alloc_spread if layer_sparsity is not None else None,
-            "refit_iters": refit_iters if refit else None,
-            "max_iso_increase": max_iso_increase if refit else None,
-            "refit": refit or None,
-            "base": str(model_dir),
-            "n_calib": len(calib),
-            "calib_seq_len": seq_len,
-            "seconds": seconds,
-            "device": device,
-            "pipeline": pipeline,
-            "checks": checks,
-            **(extra or {}),
-        }
-        write_json(tmp / MANIFEST, manifest, indent=2)
-        seal(tmp)  # load_model checks a sealed folder before it boots it
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    manifest = _manifest(
+        spec,
+        layer_sparsity,
+        refit,
+        awq_n_grid=awq_n_grid,
+        scores=scores,
+        alloc_spread=alloc_spread,
+        refit_iters=refit_iters,
+        max_iso_increase=max_iso_increase,
+        model_dir=model_dir,
+        n_calib=len(calib),
+        seq_len=seq_len,
+        seconds=seconds,
+        device=device,
+        pipeline=pipeline,
+        checks=checks,
+        extra=extra,
+    )
+    _save_compressed(model_dir, state, tok, manifest, Path(out_dir))
     return manifest

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from jaxtyping import Bool, Float
@@ -78,26 +79,10 @@ def layer_energies(
     return iso - par, par
 
 
-def perp_refit(
-    W: Float[Tensor, "out inp"],
-    keep: Bool[Tensor, "out inp"],
-    X: Float[Tensor, "tok inp"],
-    Y: Float[Tensor, "tok out"],
-    *,
-    lam: float = 0.0,
-    damp: float = 0.01,
-    start: Float[Tensor, "out inp"] | None = None,
-    iters: int = 30,
-    tol: float = 1e-3,
-    max_iso_increase: float = 0.0,
-) -> RefitResult:
-    """Refit the kept weights of ``W`` to minimise ``perp + lam * par`` (module docstring).
-
-    ``X``: the layer's calibration inputs; ``Y``: its dense outputs (their directions
-    define ``u_t``; a bias may be included). ``start``: initial weights on the mask
-    (default ``W * keep``); entries outside ``keep`` are ignored. Computed in float32
-    (float64 for float64 ``W``); the weight comes back in ``W``'s dtype.
-    """
+def _check_refit_args(
+    W: Tensor, keep: Tensor, X: Tensor, Y: Tensor, lam: float, damp: float, iters: int, max_iso_increase: float
+) -> None:
+    """Raise on a bad weight / penalty / shape argument of :func:`perp_refit`."""
     if not 0.0 <= lam < float("inf"):
         raise InputError(f"lam must be finite and >= 0, got {lam}")
     if damp < 0 or max_iso_increase < 0 or iters < 0:
@@ -107,29 +92,18 @@ def perp_refit(
         raise InputError(
             f"shapes do not fit: W {tuple(W.shape)}, keep {tuple(keep.shape)}, X {tuple(X.shape)}, Y {tuple(Y.shape)}"
         )
-    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
-    W0, X, U = W.to(dt), X.to(dt), _directions(Y.to(dt))
-    M = keep.to(dt)
-    H = X.t() @ X
-    delta = damp * float(H.diagonal().mean())
-    c = 1.0 - lam
 
-    def apply(Z: Tensor) -> Tensor:  # the normal-equation operator on masked Z
-        a = ((X @ Z.t()) * U).sum(-1)  # [T]: u_t . Z x_t
-        return M * (Z @ H - c * ((U * a[:, None]).t() @ X) + delta * Z)
 
-    # b = keep * (W H - c sum_t (u_t . W x_t) u_t x_t^T + delta W)
-    a0 = ((X @ W0.t()) * U).sum(-1)
-    b = M * (W0 @ H - c * ((U * a0[:, None]).t() @ X) + delta * W0)
-    precond = (H.diagonal()[None, :] - c * (U.pow(2).t() @ X.pow(2)) + delta).clamp_min(1e-12)
+def _iso(Z: Tensor, W0: Tensor, H: Tensor) -> float:
+    """The isotropic error ``tr((Z - W0) H (Z - W0)^T)`` of weights ``Z`` against the dense ``W0``."""
+    return float(((Z - W0) @ H * (Z - W0)).sum())
 
-    Z0 = (W0 * M) if start is None else start.to(dt) * M
-    iso_of = lambda Z: float(((Z - W0) @ H * (Z - W0)).sum())  # noqa: E731
-    iso_mask = iso_of(W0 * M)
-    bound = (1.0 + max_iso_increase) * iso_mask
-    if iso_of(Z0) > bound * (1 + 1e-6):  # a start outside the guard: begin at the mask
-        Z0 = W0 * M
-    Z = Z0.clone()
+
+def _pcg(
+    apply: Callable[[Tensor], Tensor], b: Tensor, precond: Tensor, Z: Tensor, iters: int, tol: float
+) -> tuple[Tensor, int, float]:
+    """Preconditioned conjugate gradients on ``apply(Z) = b`` from ``Z`` (updated in place): ``(Z, iterations,
+    residual relative to the start's)``."""
     r = b - apply(Z)
     bn = float(r.norm()) or 1.0  # convergence relative to the start's residual
     z = r / precond
@@ -150,15 +124,65 @@ def perp_refit(
         rz_new = float((r * z).sum())
         p = z + (rz_new / rz) * p
         rz = rz_new
+    return Z, k, res
 
-    # isotropic guard: the largest step s in [0, 1] along Z0 -> Z with iso <= bound
+
+def _guard_step(Z0: Tensor, Z: Tensor, W0: Tensor, H: Tensor, bound: float) -> float:
+    """The isotropic guard: the largest step s in [0, 1] along ``Z0 -> Z`` with iso <= ``bound``."""
     D0, S = Z0 - W0, Z - Z0
-    i0, i1, i2 = iso_of(Z0), 2 * float((D0 @ H * S).sum()), float((S @ H * S).sum())
+    i0, i1, i2 = _iso(Z0, W0, H), 2 * float((D0 @ H * S).sum()), float((S @ H * S).sum())
     step = 1.0
     if i0 + i1 + i2 > bound and i2 > 0:
         disc = i1 * i1 - 4 * i2 * (i0 - bound)
         step = max(0.0, min(1.0, (-i1 + math.sqrt(max(disc, 0.0))) / (2 * i2)))
-    Z = Z0 + step * S
+    return step
+
+
+def perp_refit(
+    W: Float[Tensor, "out inp"],
+    keep: Bool[Tensor, "out inp"],
+    X: Float[Tensor, "tok inp"],
+    Y: Float[Tensor, "tok out"],
+    *,
+    lam: float = 0.0,
+    damp: float = 0.01,
+    start: Float[Tensor, "out inp"] | None = None,
+    iters: int = 30,
+    tol: float = 1e-3,
+    max_iso_increase: float = 0.0,
+) -> RefitResult:
+    """Refit the kept weights of ``W`` to minimise ``perp + lam * par`` (module docstring).
+
+    ``X``: the layer's calibration inputs; ``Y``: its dense outputs (their directions
+    define ``u_t``; a bias may be included). ``start``: initial weights on the mask
+    (default ``W * keep``); entries outside ``keep`` are ignored. Computed in float32
+    (float64 for float64 ``W``); the weight comes back in ``W``'s dtype.
+    """
+    _check_refit_args(W, keep, X, Y, lam, damp, iters, max_iso_increase)
+    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
+    W0, X, U = W.to(dt), X.to(dt), _directions(Y.to(dt))
+    M = keep.to(dt)
+    H = X.t() @ X
+    delta = damp * float(H.diagonal().mean())
+    c = 1.0 - lam
+
+    def apply(Z: Tensor) -> Tensor:  # the normal-equation operator on masked Z
+        a = ((X @ Z.t()) * U).sum(-1)  # [T]: u_t . Z x_t
+        return M * (Z @ H - c * ((U * a[:, None]).t() @ X) + delta * Z)
+
+    # b = keep * (W H - c sum_t (u_t . W x_t) u_t x_t^T + delta W)
+    a0 = ((X @ W0.t()) * U).sum(-1)
+    b = M * (W0 @ H - c * ((U * a0[:, None]).t() @ X) + delta * W0)
+    precond = (H.diagonal()[None, :] - c * (U.pow(2).t() @ X.pow(2)) + delta).clamp_min(1e-12)
+
+    Z0 = (W0 * M) if start is None else start.to(dt) * M
+    iso_mask = _iso(W0 * M, W0, H)
+    bound = (1.0 + max_iso_increase) * iso_mask
+    if _iso(Z0, W0, H) > bound * (1 + 1e-6):  # a start outside the guard: begin at the mask
+        Z0 = W0 * M
+    Z, k, res = _pcg(apply, b, precond, Z0.clone(), iters, tol)
+    step = _guard_step(Z0, Z, W0, H, bound)
+    Z = Z0 + step * (Z - Z0)
     perp0, par0 = layer_energies(Z0, W0, X, U)
     perp1, par1 = layer_energies(Z, W0, X, U)
     return RefitResult(

@@ -230,6 +230,180 @@ def _task_row(label: str, cfg: PatchingConfig, name: str, **cols: Any) -> dict:
     return dict(model=label, task=name, prompts=task_prompts(cfg, name), seed=cfg.seed, **cols)
 
 
+class _Rows:
+    """The rows of a run's tables as its tasks add them (``baseline`` None: no head_par control)."""
+
+    def __init__(self, baseline: list[dict] | None) -> None:
+        self.tasks: list[dict] = []
+        self.effects: list[dict] = []
+        self.paths: list[dict] = []
+        self.baseline = baseline
+        self.attention: list[pd.DataFrame] = []
+
+
+def _logs(model: Model, log_dir: Path | None, chosen: list[tuple]) -> tuple[ResultLog | None, ResultLog | None]:
+    """The per-prompt logs of the patched units and of the paths (None without a log folder or without paths)."""
+    rlog = (
+        ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
+        if log_dir is not None
+        else None
+    )
+    plog = (
+        ResultLog(
+            log_dir / "patching_paths.jsonl", PATH_LOG_KEY, identity=run_identity(model).row(), content=("inputs",)
+        )
+        if log_dir is not None and any(u[0] == "paths" for u in chosen)
+        else None
+    )
+    return rlog, plog
+
+
+def _build_tasks(model: Model, cfg: PatchingConfig, chosen: list[tuple], progress: bool) -> dict[str, Task | TaskError]:
+    """Every task of ``chosen`` built and checked before any forward (a task that cannot be built: its error)."""
+    built: dict[str, Task | TaskError] = {}
+    own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
+    for name in dict.fromkeys(u[1] for u in chosen):
+        try:
+            built[name] = (
+                own_task(own[name], model) if name in own else build_task(name, model, n=cfg.prompts, seed=cfg.seed)
+            )
+        except TaskError as e:
+            built[name] = e
+            if not progress:
+                warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=4)
+            continue
+        if cfg.positions != "all" and cfg.positions not in built[name].positions:
+            raise InputError(
+                f"positions: task {name!r} has no position {cfg.positions!r}; "
+                f"choose from {['all', *built[name].positions]}"
+            )
+    return built
+
+
+def _task_comps(cfg: PatchingConfig, mine: list[tuple], baseline: bool) -> list[str]:
+    """The components a task's runs read: attribution's, the exact units', head_par for the control."""
+    return list(
+        dict.fromkeys(
+            [
+                *(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
+                *(u[3] for u in mine if u[0] == "exact"),
+                *(("head_par",) if baseline else ()),
+            ]
+        )
+    )
+
+
+def _task_status(
+    cfg: PatchingConfig, task: Task, name: str, runs: TaskRuns, label: str, progress: bool
+) -> tuple[dict, str]:
+    """A task's row of the tasks table and why it is not patched ("" when it is), said or warned."""
+    acc = runs.accuracy()
+    gap = acc["clean_metric"] - acc["corrupted_metric"]
+    reason = ""
+    if acc["accuracy"] < cfg.min_accuracy:
+        reason = (
+            f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not do the task"
+        )
+    elif not gap > 0:
+        reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
+    row = _task_row(
+        label,
+        cfg,
+        name,
+        **{**acc, "n": task.n},
+        gap=gap,
+        patched=not reason,
+        reason=reason,
+        note="",
+        inputs=task_digest(task),
+    )
+    if progress:
+        print(
+            f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
+            f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
+            + (f" -- not patched: {reason}" if reason else ""),
+            flush=True,
+        )
+    elif reason:  # in a notebook: said, not only a row of the tasks table
+        warnings.warn(f"patching: task {name!r} not patched: {reason}", stacklevel=5)
+    return row, reason
+
+
+def _run_task(
+    model: Model,
+    cfg: PatchingConfig,
+    task: Task,
+    name: str,
+    mine: list[tuple],
+    rows: _Rows,
+    *,
+    label: str,
+    logs: tuple[ResultLog | None, ResultLog | None],
+    progress: bool,
+) -> None:
+    """One built task's units: its runs and row of the tasks table, then, when it is patched, its sweeps."""
+    comps = _task_comps(cfg, mine, rows.baseline is not None)  # its reads
+    path_units = [u for u in mine if u[0] == "paths"]
+    runs = task_runs(
+        model,
+        task,
+        comps,
+        _layers(model, cfg),
+        batch_size=cfg.batch_size,  # one pass per run,
+        extra=_path_hooks(model, cfg, path_units),
+    )  # what the paths read too
+    row, reason = _task_status(cfg, task, name, runs, label, progress)
+    rows.tasks.append(row)
+    if reason:
+        return
+    refused = _refused(model, runs, comps, _layers(model, cfg))
+    if refused:
+        row["note"] = refused
+        if progress:
+            print(f"  {name}: {refused}", flush=True)
+    if rows.baseline is not None and not refused:
+        blocks = sorted(
+            {l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])}
+        )
+        rows.baseline += [
+            _task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks, seed=cfg.seed)
+        ]
+    _sweep_task(model, cfg, task, name, runs, mine, rows, label=label, logs=logs, progress=progress, refused=refused)
+
+
+def _sweep_task(
+    model: Model,
+    cfg: PatchingConfig,
+    task: Task,
+    name: str,
+    runs: TaskRuns,
+    mine: list[tuple],
+    rows: _Rows,
+    *,
+    label: str,
+    logs: tuple[ResultLog | None, ResultLog | None],
+    progress: bool,
+    refused: str,
+) -> None:
+    """A patched task's sweeps and paths, then the attention of its largest heads (for the report)."""
+    rlog, plog = logs
+    if progress:  # one bar per task: a sweep of every component at every block is many units
+        from tqdm.auto import tqdm
+
+        mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
+    heads = []
+    for u in mine:
+        if u[0] == "paths":
+            rows.paths += [_path_effect_row(r, runs, cfg) for r in _paths(model, cfg, runs, label, u, plog)]
+            continue
+        got = [_effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))]
+        rows.effects += got
+        heads += _viewed_heads(pd.DataFrame(got))
+    heads = list(dict.fromkeys(heads))
+    if heads:  # the report's attention view, kept here so that it draws without the model
+        rows.attention.append(head_attention_rows(model, task.clean[:1], heads).assign(**_task_row(label, cfg, name)))
+
+
 @identified
 def run(
     model: Model,
@@ -245,135 +419,23 @@ def run(
     kept in ``log`` (default ``out``). ``on_table(name, df)`` is called with each finished table."""
     chosen = globals()["units"](model, cfg) if units is None else [tuple(u) for u in units]
     log_dir = Path(log) if log is not None else (Path(out) if out is not None else None)
-    rlog = (
-        ResultLog(log_dir / "patching.jsonl", LOG_KEY, identity=run_identity(model).row(), content=("inputs",))
-        if log_dir is not None
-        else None
-    )
-    plog = (
-        ResultLog(
-            log_dir / "patching_paths.jsonl", PATH_LOG_KEY, identity=run_identity(model).row(), content=("inputs",)
-        )
-        if log_dir is not None and any(u[0] == "paths" for u in chosen)
-        else None
-    )
-    path_rows: list[dict] = []
+    logs = _logs(model, log_dir, chosen)
     label = model_label(model)
-    task_rows: list[dict] = []
-    effect_rows: list[dict] = []
     patched = any(u[0] != "paths" for u in chosen)  # exact or attribution units (effects, their baseline)
-    baseline_rows: list[dict] | None = [] if _wants_baseline(cfg) and patched else None
-    attention: list[pd.DataFrame] = []
-    built = {}
-    own = {t.name: t for t in cfg.tasks if isinstance(t, Task)}
-    for name in dict.fromkeys(u[1] for u in chosen):  # every task built and checked before any forward
-        try:
-            built[name] = (
-                own_task(own[name], model) if name in own else build_task(name, model, n=cfg.prompts, seed=cfg.seed)
-            )
-        except TaskError as e:
-            built[name] = e
-            if not progress:
-                warnings.warn(f"patching: task {name!r} not patched: {e}", stacklevel=3)
-            continue
-        if cfg.positions != "all" and cfg.positions not in built[name].positions:
-            raise InputError(
-                f"positions: task {name!r} has no position {cfg.positions!r}; "
-                f"choose from {['all', *built[name].positions]}"
-            )
-    for name, task in built.items():
-        mine = [u for u in chosen if u[1] == name]
+    rows = _Rows([] if _wants_baseline(cfg) and patched else None)
+    for name, task in _build_tasks(model, cfg, chosen, progress).items():
         if isinstance(task, TaskError):
-            task_rows.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
+            rows.tasks.append(_task_row(label, cfg, name, patched=False, reason=str(task)))
             continue
-        comps = list(
-            dict.fromkeys(
-                [
-                    *(cfg.components if any(u[0] == "attribution" for u in mine) else ()),
-                    *(u[3] for u in mine if u[0] == "exact"),
-                    *(("head_par",) if baseline_rows is not None else ()),
-                ]
-            )
-        )  # its reads
-        path_units = [u for u in mine if u[0] == "paths"]
-        runs = task_runs(
-            model,
-            task,
-            comps,
-            _layers(model, cfg),
-            batch_size=cfg.batch_size,  # one pass per run,
-            extra=_path_hooks(model, cfg, path_units),
-        )  # what the paths read too
-        acc = runs.accuracy()
-        gap = acc["clean_metric"] - acc["corrupted_metric"]
-        reason = ""
-        if acc["accuracy"] < cfg.min_accuracy:
-            reason = (
-                f"clean accuracy {acc['accuracy']:.2f} < min_accuracy {cfg.min_accuracy}: the model does not "
-                "do the task"
-            )
-        elif not gap > 0:
-            reason = f"the corrupted prompts score as high as the clean ones (gap {gap:.3g}): nothing to restore"
-        task_rows.append(
-            _task_row(
-                label,
-                cfg,
-                name,
-                **{**acc, "n": task.n},
-                gap=gap,
-                patched=not reason,
-                reason=reason,
-                note="",
-                inputs=task_digest(task),
-            )
-        )
-        if progress:
-            print(
-                f"  {name}: {task.n} prompts, clean accuracy {acc['accuracy']:.2f}, metric clean "
-                f"{acc['clean_metric']:.3f} / corrupted {acc['corrupted_metric']:.3f}"
-                + (f" -- not patched: {reason}" if reason else ""),
-                flush=True,
-            )
-        elif reason:  # in a notebook: said, not only a row of the tasks table
-            warnings.warn(f"patching: task {name!r} not patched: {reason}", stacklevel=3)
-        if reason:
-            continue
-        refused = _refused(model, runs, comps, _layers(model, cfg))
-        if refused:
-            task_rows[-1]["note"] = refused
-            if progress:
-                print(f"  {name}: {refused}", flush=True)
-        if baseline_rows is not None and not refused:
-            blocks = sorted(
-                {l for u in mine if u[0] != "paths" for l in (_layers(model, cfg) if u[0] == "attribution" else [u[4]])}
-            )
-            baseline_rows += [
-                _task_row(label, cfg, name, **r) for r in par_baseline_rows(model, runs, blocks, seed=cfg.seed)
-            ]
-        if progress:  # one bar per task: a sweep of every component at every block is many units
-            from tqdm.auto import tqdm
-
-            mine = tqdm(mine, desc=f"patching {name}", unit="sweep")
-        heads = []
-        for u in mine:
-            if u[0] == "paths":
-                path_rows += [_path_effect_row(r, runs, cfg) for r in _paths(model, cfg, runs, label, u, plog)]
-                continue
-            rows = [
-                _effect_row(r, runs, cfg) for r in _patch(model, cfg, runs, label, u, rlog, skip_write=bool(refused))
-            ]
-            effect_rows += rows
-            heads += _viewed_heads(pd.DataFrame(rows))
-        heads = list(dict.fromkeys(heads))
-        if heads:  # the report's attention view, kept here so that it draws without the model
-            attention.append(head_attention_rows(model, task.clean[:1], heads).assign(**_task_row(label, cfg, name)))
-    tasks_df = pd.DataFrame(task_rows)
-    effects_df = pd.DataFrame(effect_rows, columns=list(EFFECT_COLUMNS[:-2])) if patched else None
+        mine = [u for u in chosen if u[1] == name]
+        _run_task(model, cfg, task, name, mine, rows, label=label, logs=logs, progress=progress)
+    tasks_df = pd.DataFrame(rows.tasks)
+    effects_df = pd.DataFrame(rows.effects, columns=list(EFFECT_COLUMNS[:-2])) if patched else None
     baseline_df = (
-        None if baseline_rows is None else pd.DataFrame(baseline_rows, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
+        None if rows.baseline is None else pd.DataFrame(rows.baseline, columns=[*BASELINE_KEY, *BASELINE_COLUMNS[2:]])
     )
-    attention_df = pd.concat(attention, ignore_index=True) if attention else None
-    paths_df = pd.DataFrame(path_rows) if path_rows else None  # a rank or task without paths adds no empty table
+    attention_df = pd.concat(rows.attention, ignore_index=True) if rows.attention else None
+    paths_df = pd.DataFrame(rows.paths) if rows.paths else None  # a rank or task without paths adds no empty table
     return PatchingResult(
         tasks=tasks_df, effects=effects_df, par_baseline=baseline_df, attention=attention_df, paths=paths_df
     ).deliver(out, on_table)

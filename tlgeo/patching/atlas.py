@@ -123,8 +123,6 @@ register_chapter(CHAPTER, PatchingBudgets, headline=headline, title="Geometry-re
     "geometry-resolved activation patching: IOI, heads' parallel and perpendicular writes",
 )
 def _section(ctx: StepContext, result: PatchingResult) -> None:
-    from .plots import plot_attribution_vs_exact, plot_effects, plot_paths, top_heads_view_of
-
     cfg, tasks, effects = ctx.config, result.tasks, result.effects
     small = " Indication only at this budget." if cfg.prompts < SMALL else ""
     ctx.report.section(
@@ -150,71 +148,86 @@ def _section(ctx: StepContext, result: PatchingResult) -> None:
     )
     paths = result.paths
     if paths is not None and len(paths):
-        for (task, direction), g in paths.groupby(["task", "direction"], sort=False):
-            ctx.report.figure(
-                plot_paths(g, task, direction=direction),
-                f"{task}: path patching, {direction}: each sender's change let through only to one "
-                "receiver's query, key or value input (or the logits), attention in between frozen "
-                "at the patched run's, MLPs recomputed (Wang et al.); dot: q < 0.05 over every path.",
-            )
-            big = g.assign(size=g["effect"].abs()).nlargest(8, "size")
-            ctx.report.table(
-                big[
-                    [
-                        "component",
-                        "sender_layer",
-                        "sender_head",
-                        "receiver_layer",
-                        "receiver_head",
-                        "receiver_input",
-                        "effect",
-                        "ci_low",
-                        "ci_high",
-                        "q",
-                    ]
-                ],
-                f"{task}: the eight largest paths by size (receiver_head -1: the logits).",
-            )
+        _paths_section(ctx, paths)
     if effects is None or effects.empty:
         return
     for task in effects["task"].unique():
-        methods = set(effects.loc[effects["task"] == task, "method"])
+        _task_section(ctx, result, task)
+
+
+def _paths_section(ctx: StepContext, paths: pd.DataFrame) -> None:
+    """Add each task and direction's path-patching figure and its eight largest paths to the report."""
+    from .plots import plot_paths
+
+    for (task, direction), g in paths.groupby(["task", "direction"], sort=False):
         ctx.report.figure(
-            plot_effects(effects, task, method="attribution"),
-            f"{task}: attribution effects per layer and head, one panel per component; right: the MLP "
-            "per layer (band: bootstrap CI over prompts).",
+            plot_paths(g, task, direction=direction),
+            f"{task}: path patching, {direction}: each sender's change let through only to one "
+            "receiver's query, key or value input (or the logits), attention in between frozen "
+            "at the patched run's, MLPs recomputed (Wang et al.); dot: q < 0.05 over every path.",
         )
-        if "exact" in methods:
-            ctx.report.figure(
-                plot_attribution_vs_exact(effects, task),
-                f"{task}: attribution (y) against exact (x) effect per layer and head; points off the "
-                "diagonal are where the linear approximation fails.",
-            )
-        if result.agreement is not None and (result.agreement["task"] == task).any():
-            agree = result.agreement[result.agreement["task"] == task]
-            ctx.report.table(
-                agree[["component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer", "worst_head"]],
-                f"{task}: attribution vs exact patching over every layer and head.",
-            )
-        top = effects[(effects["task"] == task) & (effects["head"] >= 0)]
-        top = top.assign(size=top["effect"].abs()).nlargest(8, "size").drop(columns="size")
+        big = g.assign(size=g["effect"].abs()).nlargest(8, "size")
         ctx.report.table(
-            top[
+            big[
                 [
-                    c
-                    for c in ("method", "component", "layer", "head", "effect", "ci_low", "ci_high", "q")
-                    if c in top.columns
+                    "component",
+                    "sender_layer",
+                    "sender_head",
+                    "receiver_layer",
+                    "receiver_head",
+                    "receiver_input",
+                    "effect",
+                    "ci_low",
+                    "ci_high",
+                    "q",
                 ]
             ],
-            f"{task}: the eight largest head effects by size, either method; effect = share of the "
-            "clean - corrupted gap restored, CI over prompts." + bh_sentence(effects, task),
+            f"{task}: the eight largest paths by size (receiver_head -1: the logits).",
         )
-        method = "exact" if "exact" in methods else "attribution"
-        views = result.attention
-        if views is not None and (views["task"] == task).any():
-            direction = "denoise" if (effects["direction"] == "denoise").any() else str(effects["direction"].iloc[0])
-            ctx.report.circuitsvis(
-                top_heads_view_of(views[views["task"] == task], effects, task, method=method, direction=direction),
-                f"{task}: clean attention of the heads with the largest {method} effect (whole "
-                f"head, {direction}), on the first prompt; each named with its effect.",
-            )
+
+
+def _task_section(ctx: StepContext, result: PatchingResult, task: str) -> None:
+    """Add one task's effect figures, agreement, largest head effects and attention view to the report."""
+    from .plots import plot_attribution_vs_exact, plot_effects, top_heads_view_of
+
+    effects = result.effects
+    methods = set(effects.loc[effects["task"] == task, "method"])
+    ctx.report.figure(
+        plot_effects(effects, task, method="attribution"),
+        f"{task}: attribution effects per layer and head, one panel per component; right: the MLP "
+        "per layer (band: bootstrap CI over prompts).",
+    )
+    if "exact" in methods:
+        ctx.report.figure(
+            plot_attribution_vs_exact(effects, task),
+            f"{task}: attribution (y) against exact (x) effect per layer and head; points off the "
+            "diagonal are where the linear approximation fails.",
+        )
+    if result.agreement is not None and (result.agreement["task"] == task).any():
+        agree = result.agreement[result.agreement["task"] == task]
+        ctx.report.table(
+            agree[["component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer", "worst_head"]],
+            f"{task}: attribution vs exact patching over every layer and head.",
+        )
+    top = effects[(effects["task"] == task) & (effects["head"] >= 0)]
+    top = top.assign(size=top["effect"].abs()).nlargest(8, "size").drop(columns="size")
+    ctx.report.table(
+        top[
+            [
+                c
+                for c in ("method", "component", "layer", "head", "effect", "ci_low", "ci_high", "q")
+                if c in top.columns
+            ]
+        ],
+        f"{task}: the eight largest head effects by size, either method; effect = share of the "
+        "clean - corrupted gap restored, CI over prompts." + bh_sentence(effects, task),
+    )
+    method = "exact" if "exact" in methods else "attribution"
+    views = result.attention
+    if views is not None and (views["task"] == task).any():
+        direction = "denoise" if (effects["direction"] == "denoise").any() else str(effects["direction"].iloc[0])
+        ctx.report.circuitsvis(
+            top_heads_view_of(views[views["task"] == task], effects, task, method=method, direction=direction),
+            f"{task}: clean attention of the heads with the largest {method} effect (whole "
+            f"head, {direction}), on the first prompt; each named with its effect.",
+        )

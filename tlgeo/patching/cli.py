@@ -79,91 +79,83 @@ def check_shape(model: str, cfg: PatchingConfig) -> None:
     cfg.check_shape(shape)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from ..runner.distributed import run_command as run
-    from .analysis import ANALYSIS, PatchingResult
+def _say(model, cfg, out) -> None:
+    """Print what the run will patch (before it starts)."""
+    print(
+        f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
+        f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: "
+        f"{cfg.frame} run"
+    )
 
-    def say(model, cfg, out) -> None:
+
+def _print_effects(res) -> None:
+    """Print the largest effects, the significant rows, attribution vs exact and the splits' interactions."""
+    show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high", "p", "q"]
+    fam = int(res.effects["family_size"].max()) if "family_size" in res.effects else len(res.effects)
+    print(
+        "\nlargest effects (share of the clean - corrupted gap; head -1: the MLP; 95 % interval over prompts, "
+        "excluding 0 exactly when p < 0.05; q: Benjamini-Hochberg over the family, every component, layer "
+        f"and head patched for one task, method and direction: up to {fam} tests):"
+    )
+    print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3g}".format))
+    print(
+        "\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
+        "and direction; p: t-test of the per-prompt numerators):"
+    )
+    print(significance_summary(res.effects).to_string(index=False, float_format="{:.3g}".format))
+    agree = res.agreement
+    if agree is not None:
+        print("\nattribution vs exact (over blocks and heads):")
         print(
-            f"patching {', '.join(cfg.task_names())}: {cfg.prompts} prompts per task, {' and '.join(cfg.methods)}, "
-            f"{' and '.join(cfg.directions)}, positions {cfg.positions}, reference of the patched parts: "
-            f"{cfg.frame} run"
+            agree[
+                ["task", "direction", "component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer"]
+            ].to_string(index=False, float_format="{:.3f}".format)
+        )
+    inter = res.interactions
+    if inter is not None:
+        big = inter.assign(size=inter["interaction"].abs()).sort_values("size", ascending=False)
+        print("\nexact effects of a split's parts vs the whole (the changes add up; effects only to first order):")
+        print(
+            big.groupby(["task", "split"])
+            .agg(
+                cells=("interaction", "size"),
+                mean_abs_interaction=("size", "mean"),
+                max_abs_interaction=("size", "max"),
+            )
+            .to_string(float_format="{:.3f}".format)
         )
 
-    res, cfg, out = run(ANALYSIS, args, check=lambda cfg: check_shape(LoadConfig.of(args).model, cfg), prepare=say)
-    if res is None:  # a torchrun rank other than 0: rank 0 writes
-        return 0
-    cols = ["task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason"]
-    print("\ntasks (accuracy: share of clean prompts answered right):")
-    print(res.tasks[[c for c in cols if c in res.tasks.columns]].to_string(index=False, float_format="{:.3f}".format))
-    files = [out / PatchingResult.table(n).filename for n in res.tables()]
-    if res.effects is not None and len(res.effects):
-        show = ["task", "method", "direction", "component", "layer", "head", "effect", "ci_low", "ci_high", "p", "q"]
-        fam = int(res.effects["family_size"].max()) if "family_size" in res.effects else len(res.effects)
-        print(
-            "\nlargest effects (share of the clean - corrupted gap; head -1: the MLP; 95 % interval over prompts, "
-            "excluding 0 exactly when p < 0.05; q: Benjamini-Hochberg over the family, every component, layer "
-            f"and head patched for one task, method and direction: up to {fam} tests):"
-        )
-        print(top_effects(res.effects, 3)[show].to_string(index=False, float_format="{:.3g}".format))
-        print(
-            "\nrows with q < 0.05 (Benjamini-Hochberg over every component, layer and head of a task, method "
-            "and direction; p: t-test of the per-prompt numerators):"
-        )
-        print(significance_summary(res.effects).to_string(index=False, float_format="{:.3g}".format))
-        agree = res.agreement
-        if agree is not None:
-            print("\nattribution vs exact (over blocks and heads):")
-            print(
-                agree[
-                    ["task", "direction", "component", "pairs", "pearson", "spearman", "max_abs_diff", "worst_layer"]
-                ].to_string(index=False, float_format="{:.3f}".format)
-            )
-        inter = res.interactions
-        if inter is not None:
-            big = inter.assign(size=inter["interaction"].abs()).sort_values("size", ascending=False)
-            print("\nexact effects of a split's parts vs the whole (the changes add up; effects only to first order):")
-            print(
-                big.groupby(["task", "split"])
-                .agg(
-                    cells=("interaction", "size"),
-                    mean_abs_interaction=("size", "mean"),
-                    max_abs_interaction=("size", "max"),
-                )
-                .to_string(float_format="{:.3f}".format)
-            )
-    if res.paths is not None and len(res.paths):
-        show = [
-            "task",
-            "direction",
-            "component",
-            "sender_layer",
-            "sender_head",
-            "receiver_layer",
-            "receiver_head",
-            "receiver_input",
-            "effect",
-            "ci_low",
-            "ci_high",
-            "p",
-            "q",
-        ]
-        big = res.paths.assign(size=res.paths["effect"].abs()).sort_values("size", ascending=False)
-        print(
-            f"\nlargest paths (a sender's change let through only to the receiver's input; of {len(res.paths)}, "
-            f"{int(res.paths['significant'].eq(True).sum())} with q < 0.05; q: Benjamini-Hochberg over every path "
-            "of one task, component and direction):"
-        )
-        big = big.groupby(["task", "direction", "component"], sort=False).head(8)
-        big = big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])
-        print(big[show].to_string(index=False, float_format="{:.3g}".format))
-        files.append(out / "patching_paths.jsonl")
-    if res.par_baseline is not None and len(res.par_baseline):
-        print(
-            "\nhead_par control (clean run, every prompt and position; a head_par effect near 0 means little "
-            "where the share is near chance):"
-        )
-        print("\n".join(par_baseline_lines(res.par_baseline)))
+
+def _print_paths(paths: pd.DataFrame) -> None:
+    """Print the largest paths, eight per task, direction and component."""
+    show = [
+        "task",
+        "direction",
+        "component",
+        "sender_layer",
+        "sender_head",
+        "receiver_layer",
+        "receiver_head",
+        "receiver_input",
+        "effect",
+        "ci_low",
+        "ci_high",
+        "p",
+        "q",
+    ]
+    big = paths.assign(size=paths["effect"].abs()).sort_values("size", ascending=False)
+    print(
+        f"\nlargest paths (a sender's change let through only to the receiver's input; of {len(paths)}, "
+        f"{int(paths['significant'].eq(True).sum())} with q < 0.05; q: Benjamini-Hochberg over every path "
+        "of one task, component and direction):"
+    )
+    big = big.groupby(["task", "direction", "component"], sort=False).head(8)
+    big = big.sort_values(["task", "direction", "component", "size"], ascending=[True] * 3 + [False])
+    print(big[show].to_string(index=False, float_format="{:.3g}".format))
+
+
+def _warn_few_prompts(cfg: PatchingConfig) -> None:
+    """Warn when the prompts per task are below those from which the intervals' coverage was measured."""
     below = {m: CALIBRATED_PROMPTS[m] for m in cfg.methods if cfg.prompts < CALIBRATED_PROMPTS.get(m, 0)}
     if below:
         print(
@@ -171,6 +163,31 @@ def run_command(args: argparse.Namespace) -> int:
             f"were measured to cover at least 93 % ({', '.join(f'{m} {n}' for m, n in below.items())}; "
             "docs/statistics.md): an indication only"
         )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..runner.distributed import run_command as run
+    from .analysis import ANALYSIS, PatchingResult
+
+    res, cfg, out = run(ANALYSIS, args, check=lambda cfg: check_shape(LoadConfig.of(args).model, cfg), prepare=_say)
+    if res is None:  # a torchrun rank other than 0: rank 0 writes
+        return 0
+    cols = ["task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason"]
+    print("\ntasks (accuracy: share of clean prompts answered right):")
+    print(res.tasks[[c for c in cols if c in res.tasks.columns]].to_string(index=False, float_format="{:.3f}".format))
+    files = [out / PatchingResult.table(n).filename for n in res.tables()]
+    if res.effects is not None and len(res.effects):
+        _print_effects(res)
+    if res.paths is not None and len(res.paths):
+        _print_paths(res.paths)
+        files.append(out / "patching_paths.jsonl")
+    if res.par_baseline is not None and len(res.par_baseline):
+        print(
+            "\nhead_par control (clean run, every prompt and position; a head_par effect near 0 means little "
+            "where the share is near chance):"
+        )
+        print("\n".join(par_baseline_lines(res.par_baseline)))
+    _warn_few_prompts(cfg)
     print_written(files + [out / "patching.jsonl"])
     return 0
 

@@ -211,6 +211,121 @@ def _check_heads(model: Model, pairs: Iterable[tuple[int, int]], what: str, allo
     return list(dict.fromkeys(out))
 
 
+def _checked_path_args(
+    model: Model,
+    runs: TaskRuns,
+    comps: list[Component],
+    inputs: list[str],
+    senders: Iterable[tuple[int, int]],
+    receivers: Iterable[tuple[int, int]],
+    logits: bool,
+    through_mlps: bool,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[int]]:
+    """The checked senders, receivers and receiver blocks; raise on a bad input or hooks ``runs`` did not cache."""
+    bad = [i for i in inputs if i not in RECEIVER_INPUTS]
+    if bad:
+        raise InputError(f"unknown receiver input(s) {bad}; choose from {RECEIVER_INPUTS}")
+    if not comps:
+        raise InputError("no sender component")
+    senders = _check_heads(model, senders, "sender", allow_layer=True)
+    receivers = _check_heads(model, receivers, "receiver", allow_layer=False)
+    if not senders or not (receivers and inputs or logits):
+        raise InputError("a path needs at least one sender and one receiver (a head's input, or logits=True)")
+    r_layers = sorted({l for l, _ in receivers})
+    need = path_hook_names(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
+    missing = [n for n in need if n not in runs.clean.acts]
+    if missing:
+        more = "..." if len(missing) > 3 else ""
+        raise InputError(
+            f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
+            f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
+            f"through_mlps=..., logits=...) naming these senders and receivers"
+        )
+    return senders, receivers, r_layers
+
+
+def _path_readout(model: Model, runs: TaskRuns, direction: str, senders: list[tuple[int, int]], logits: bool) -> bool:
+    """Whether the final norm and unembedding read this model's output (checked once per direction, cached)."""
+    target, _ = runs.pair(direction)
+    if direction not in runs.readout:
+        # checked from a block whose residual the runs cached (a sender's: with only logits there is no receiver's)
+        runs.readout[direction] = _readout_ok(model, target, min(l for l, _ in senders))
+    use_readout = runs.readout[direction]
+    if logits and not use_readout:
+        raise InputError(
+            "a path into the logits reads the last block's output out through the final norm and the "
+            "unembedding, which is not what this model computes (a final soft-cap?)"
+        )
+    return use_readout
+
+
+def _receiver_rows(
+    model: Model,
+    runs: TaskRuns,
+    got: dict[str, Tensor],
+    c: Component,
+    s_layer: int,
+    s_heads: list[int],
+    r_layer: int,
+    inp: str,
+    receivers: list[tuple[int, int]],
+    *,
+    direction: str,
+    use_readout: bool,
+    max_rows: int,
+) -> list[dict]:
+    """One row per (receiver head at ``r_layer``, sender head) for input ``inp``, from the senders' pass ``got``."""
+    n = runs.task.n
+    units = {h: (h if inp == "q" else _kv_head(model, h)) for l, h in receivers if l == r_layer}
+    uniq = sorted(set(units.values()))
+    step = max(1, max_rows // (n * len(s_heads)))
+    metric = {}
+    for i in range(0, len(uniq), step):
+        part = uniq[i : i + step]
+        captured = got[f"blocks.{r_layer}.attn.hook_{inp}"]
+        m = _receiver_metric(model, runs, r_layer, inp, part, captured, direction=direction, use_readout=use_readout)
+        metric.update({u: m[j] for j, u in enumerate(part)})
+    out = []
+    for h, u in units.items():
+        for j, s in enumerate(s_heads):
+            out.append(
+                dict(
+                    component=c.name,
+                    sender_layer=s_layer,
+                    sender_head=s,
+                    receiver_layer=r_layer,
+                    receiver_head=h,
+                    receiver_input=inp,
+                    kv_head=u if inp != "q" else -1,
+                    patched=metric[u][j * n : (j + 1) * n].tolist(),
+                )
+            )
+    return out
+
+
+def _logit_rows(
+    model: Model, runs: TaskRuns, got: dict[str, Tensor], c: Component, s_layer: int, s_heads: list[int]
+) -> list[dict]:
+    """One row per sender head for the path into the logits, from the senders' pass ``got``."""
+    n = runs.task.n
+    final = got[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]
+    with torch.no_grad():
+        m = score_rows(runs.task, readout(model, final[:, -1])).float().cpu()
+    return [
+        dict(
+            component=c.name,
+            sender_layer=s_layer,
+            sender_head=s,
+            receiver_layer=model.cfg.n_layers,
+            receiver_head=-1,
+            receiver_input="logits",
+            kv_head=-1,
+            patched=m[j * n : (j + 1) * n].tolist(),
+        )
+        for j, s in enumerate(s_heads)
+    ]
+
+
 def path_sweep(
     model: Model,
     runs: TaskRuns,
@@ -233,35 +348,10 @@ def path_sweep(
     are left out. ``runs``: made by :func:`path_runs` for these blocks."""
     comps = [get_component(c) for c in components]
     inputs = list(dict.fromkeys(inputs))
-    bad = [i for i in inputs if i not in RECEIVER_INPUTS]
-    if bad:
-        raise InputError(f"unknown receiver input(s) {bad}; choose from {RECEIVER_INPUTS}")
-    if not comps:
-        raise InputError("no sender component")
-    senders = _check_heads(model, senders, "sender", allow_layer=True)
-    receivers = _check_heads(model, receivers, "receiver", allow_layer=False)
-    if not senders or not (receivers and inputs or logits):
-        raise InputError("a path needs at least one sender and one receiver (a head's input, or logits=True)")
-    r_layers = sorted({l for l, _ in receivers})
-    need = path_hook_names(model, comps, {l for l, _ in senders}, r_layers, through_mlps, logits)
-    missing = [n for n in need if n not in runs.clean.acts]
-    if missing:
-        more = "..." if len(missing) > 3 else ""
-        raise InputError(
-            f"the runs of task {runs.task.name!r} did not cache {missing[:3]}{more}: "
-            f"make them with path_runs(model, task, components, sender_layers, receiver_layers, "
-            f"through_mlps=..., logits=...) naming these senders and receivers"
-        )
-    target, _ = runs.pair(direction)
-    if direction not in runs.readout:
-        # checked from a block whose residual the runs cached (a sender's: with only logits there is no receiver's)
-        runs.readout[direction] = _readout_ok(model, target, min(l for l, _ in senders))
-    use_readout = runs.readout[direction]
-    if logits and not use_readout:
-        raise InputError(
-            "a path into the logits reads the last block's output out through the final norm and the "
-            "unembedding, which is not what this model computes (a final soft-cap?)"
-        )
+    senders, receivers, r_layers = _checked_path_args(
+        model, runs, comps, inputs, senders, receivers, logits, through_mlps
+    )
+    use_readout = _path_readout(model, runs, direction, senders, logits)
     n, last = runs.task.n, model.cfg.n_layers if logits else max(r_layers)
     per = max(1, max_rows // n)
     out: list[dict] = []
@@ -298,48 +388,22 @@ def path_sweep(
                 s_heads = [-1] if chunk is None else chunk
                 for r_layer in later:
                     for inp in inputs:
-                        units = {h: (h if inp == "q" else _kv_head(model, h)) for l, h in receivers if l == r_layer}
-                        uniq = sorted(set(units.values()))
-                        step = max(1, max_rows // (n * len(s_heads)))
-                        metric = {}
-                        for i in range(0, len(uniq), step):
-                            part = uniq[i : i + step]
-                            captured = got[f"blocks.{r_layer}.attn.hook_{inp}"]
-                            m = _receiver_metric(
-                                model, runs, r_layer, inp, part, captured, direction=direction, use_readout=use_readout
-                            )
-                            metric.update({u: m[j] for j, u in enumerate(part)})
-                        for h, u in units.items():
-                            for j, s in enumerate(s_heads):
-                                out.append(
-                                    dict(
-                                        component=c.name,
-                                        sender_layer=s_layer,
-                                        sender_head=s,
-                                        receiver_layer=r_layer,
-                                        receiver_head=h,
-                                        receiver_input=inp,
-                                        kv_head=u if inp != "q" else -1,
-                                        patched=metric[u][j * n : (j + 1) * n].tolist(),
-                                    )
-                                )
-                if logits:
-                    final = got[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]
-                    with torch.no_grad():
-                        m = score_rows(runs.task, readout(model, final[:, -1])).float().cpu()
-                    for j, s in enumerate(s_heads):
-                        out.append(
-                            dict(
-                                component=c.name,
-                                sender_layer=s_layer,
-                                sender_head=s,
-                                receiver_layer=model.cfg.n_layers,
-                                receiver_head=-1,
-                                receiver_input="logits",
-                                kv_head=-1,
-                                patched=m[j * n : (j + 1) * n].tolist(),
-                            )
+                        out += _receiver_rows(
+                            model,
+                            runs,
+                            got,
+                            c,
+                            s_layer,
+                            s_heads,
+                            r_layer,
+                            inp,
+                            receivers,
+                            direction=direction,
+                            use_readout=use_readout,
+                            max_rows=max_rows,
                         )
+                if logits:
+                    out += _logit_rows(model, runs, got, c, s_layer, s_heads)
     return out
 
 

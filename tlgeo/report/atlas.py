@@ -84,7 +84,28 @@ def run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         return _run_atlas(cfg, model)
 
 
-def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
+@dataclass
+class _AtlasRun:
+    """What the steps of one atlas run share: its settings, model and report, and the timings they leave."""
+
+    cfg: AtlasConfig
+    model: Any
+    registered: dict
+    budgets: dict[str, Any]
+    out: Path
+    identity: Any
+    report: Report
+    scratch: Report  # another rank draws no section
+    chapters: list[str]  # report order
+    on_record: list[str]  # the steps of this and earlier runs (config.json's)
+    r: Any  # the ranks
+    t_run: float
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_mb: dict[str, float] = field(default_factory=dict)
+
+
+def _prepared(cfg: AtlasConfig, model) -> tuple[dict, list[str], dict[str, Any], Any]:
+    """``(registered steps, chosen steps, budgets, model)``: every name checked before the model loads."""
     registered = load_steps()
     chosen = list(registered) if cfg.steps is None else list(cfg.steps)
     unknown = [s for s in chosen if s not in registered]
@@ -96,11 +117,13 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
     for b in budgets.values():
         if hasattr(b, "check"):
             b.check(model)
-    out = cfg.out_dir()
-    identity = run_identity(model)
-    earlier = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else None
-    _check_same_model(out, earlier, identity)  # one atlas, one model: before any file is written
-    out.mkdir(parents=True, exist_ok=True)
+    return registered, chosen, budgets, model
+
+
+def _record_config(
+    cfg: AtlasConfig, out: Path, identity, registered: dict, chosen: list[str], budgets: dict, earlier: dict | None
+) -> list[str]:
+    """Write ``config.json`` (on rank 0) and return the steps it records: this run's and earlier runs'."""
     conf_json = {
         **{k: v for k, v in dataclasses.asdict(cfg).items() if k != "budgets"},
         "identity": identity.row(),
@@ -112,6 +135,113 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         conf_json["steps"] = [s for s in registered if s in done]
     if ranks().main:
         write_json(out / "config.json", conf_json, indent=2, default=str)
+    return conf_json["steps"]
+
+
+def _headline(run: _AtlasRun) -> None:
+    """Set the report's headline from the CSVs written so far."""
+    set_headline(
+        run.report,
+        run.budgets,
+        run.out,
+        run.chapters,
+        _caveats(run.model, run.registered, run.on_record),
+        compare=not _random_weights(run.model),
+    )
+
+
+def _run_step(run: _AtlasRun, i: int, n_todo: int, name: str, step) -> None:
+    """Run step ``i`` of ``n_todo``, draw its section and (on rank 0) time it and save the partial report."""
+    cfg, r, report = run.cfg, run.r, run.report
+    conf = step_config(step, cfg, run.budgets)
+    number = list(run.registered).index(name) + 1  # its place in the whole atlas: the same in a partial run
+    ctx = StepContext(cfg, report if r.main else run.scratch, run.budgets[step.chapter], conf, number)
+    t = time.perf_counter()
+    if r.main:
+        print(
+            f"[atlas] step {i}/{n_todo} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
+            f"{_duration(t - run.t_run)} into the run",
+            flush=True,
+        )
+    if conf is not None:  # None: skipped at these budgets
+        # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
+        # on rank 0, which draws the section)
+        with identity_scope(run.identity.row()):
+            result = run_analysis(step.analysis, run.model, conf, out=run.out, progress=r.main)
+        if r.main:
+            report.numbered(number)
+            step.render(ctx, result)
+            report.numbered(None)
+            report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
+    _release_memory()
+    if not r.main:
+        return
+    run.timings[name] = time.perf_counter() - t
+    run.peak_mb[name] = _peak_rss_mb()
+    wrote = [f for f in step.files if (run.out / f).exists()]
+    print(
+        f"[atlas] step {i}/{n_todo} {name} done in {_duration(run.timings[name])} at "
+        f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - run.t_run)} into the run; "
+        f"peak RSS so far {run.peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})",
+        flush=True,
+    )
+    _headline(run)
+    report.save(run.out / "report.html")  # a partial report after every step, headline of what is done
+
+
+def _finish(run: _AtlasRun, started: str, bare_start: float, n_todo: int) -> Path:
+    """Print the run's total, append its timings to ``timings.csv``, add the Timings section, save the report."""
+    model, out, r, timings = run.model, run.out, run.r, run.timings
+    total = time.perf_counter() - run.t_run
+    bare_end = bare_forward_seconds(model)
+    bare = (bare_start + bare_end) / 2  # measured before and after the steps: a machine that drifted counts half
+    print(
+        f"[atlas] all {n_todo} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
+        f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each: {bare_start:.2f} s before the "
+        f"steps, {bare_end:.2f} s after); report: {out / 'report.html'}",
+        flush=True,
+    )
+    table = pd.DataFrame(
+        {
+            "run": started,
+            "step": list(timings),
+            "seconds": list(timings.values()),
+            "bare_forwards": [t / bare for t in timings.values()],
+            "peak_rss_mb_so_far": [run.peak_mb[k] for k in timings],
+        }
+    )
+    path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
+    earlier = pd.read_csv(path) if path.exists() else None
+    write_csv(path, pd.concat([earlier, table], ignore_index=True))
+    run.report.section("Timings").table(
+        table.drop(columns=["run"]).rename(
+            columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}
+        ),
+        f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
+        f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured "
+        f"before and after the steps ({bare:.2f} s, the mean of {bare_start:.2f} and {bare_end:.2f} s; the whole "
+        f"run: {total / bare:.0f}x), and the process's peak "
+        f"resident memory after it"
+        + (
+            f"; under torchrun ({r.size} ranks) every step's units are shared out over "
+            "the ranks: rank 0's time and memory"
+            if r.size > 1
+            else ""
+        )
+        + f". Every run's rows: {path}.",
+    )
+    _headline(run)
+    return run.report.save(out / "report.html")
+
+
+def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
+    registered, chosen, budgets, model = _prepared(cfg, model)
+    out = cfg.out_dir()
+    identity = run_identity(model)
+    earlier = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else None
+    _check_same_model(out, earlier, identity)  # one atlas, one model: before any file is written
+    out.mkdir(parents=True, exist_ok=True)
+    on_record = _record_config(cfg, out, identity, registered, chosen, budgets, earlier)
     report = Report(f"tlgeo atlas: {cfg.model}", digits=3)  # three significant digits: for reading
     report.text(
         f"Model {cfg.model} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
@@ -131,105 +261,18 @@ def _run_atlas(cfg: AtlasConfig, model=None) -> Path | None:
         + f", started {time.strftime('%H:%M:%S')}",
         flush=True,
     )
-    timings: dict[str, float] = {}
-    peak_mb: dict[str, float] = {}
     scratch = Report("scratch")  # another rank draws no section
+    run = _AtlasRun(cfg, model, registered, budgets, out, identity, report, scratch, chapters, on_record, r, t_run)
     gc.collect()
     gc.freeze()  # what exists now (modules, the model) is no step's garbage: each step's collection skips it
     try:
         for i, (name, step) in enumerate(todo, 1):
-            conf = step_config(step, cfg, budgets)
-            number = list(registered).index(name) + 1  # its place in the whole atlas: the same in a partial run
-            ctx = StepContext(cfg, report if r.main else scratch, budgets[step.chapter], conf, number)
-            t = time.perf_counter()
-            if r.main:
-                print(
-                    f"[atlas] step {i}/{len(todo)} {name} ({step.description}): started {time.strftime('%H:%M:%S')}, "
-                    f"{_duration(t - t_run)} into the run",
-                    flush=True,
-                )
-            if conf is not None:  # None: skipped at these budgets
-                # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
-                # on rank 0, which draws the section)
-                with identity_scope(identity.row()):
-                    result = run_analysis(step.analysis, model, conf, out=out, progress=r.main)
-                if r.main:
-                    report.numbered(number)
-                    step.render(ctx, result)
-                    report.numbered(None)
-                    report.text(f"The same tables from the command line: {same_command(step, cfg, conf)}.", note=True)
-            _release_memory()
-            if not r.main:
-                continue
-            timings[name] = time.perf_counter() - t
-            peak_mb[name] = _peak_rss_mb()
-            wrote = [f for f in step.files if (out / f).exists()]
-            print(
-                f"[atlas] step {i}/{len(todo)} {name} done in {_duration(timings[name])} at "
-                f"{time.strftime('%H:%M:%S')} ({_duration(time.perf_counter() - t_run)} into the run; "
-                f"peak RSS so far {peak_mb[name]:.0f} MB; {', '.join(wrote) or 'no CSV'})",
-                flush=True,
-            )
-            set_headline(
-                report,
-                budgets,
-                out,
-                chapters,
-                _caveats(model, registered, conf_json["steps"]),
-                compare=not _random_weights(model),
-            )
-            report.save(out / "report.html")  # a partial report after every step, headline of what is done
+            _run_step(run, i, len(todo), name, step)
     finally:
         gc.unfreeze()
     if not r.main:
         return None
-    total = time.perf_counter() - t_run
-    bare_start, bare_end = bare, bare_forward_seconds(model)
-    bare = (bare_start + bare_end) / 2  # measured before and after the steps: a machine that drifted counts half
-    print(
-        f"[atlas] all {len(todo)} step(s) done in {_duration(total)} = {total / bare:.0f} bare "
-        f"{BARE_SHAPE[0]}x{_bare_len(model)}-token forwards ({bare:.2f} s each: {bare_start:.2f} s before the "
-        f"steps, {bare_end:.2f} s after); report: {out / 'report.html'}",
-        flush=True,
-    )
-    table = pd.DataFrame(
-        {
-            "run": started,
-            "step": list(timings),
-            "seconds": list(timings.values()),
-            "bare_forwards": [t / bare for t in timings.values()],
-            "peak_rss_mb_so_far": [peak_mb[k] for k in timings],
-        }
-    )
-    path = out / "timings.csv"  # one block of rows per run, appended (a rerun of cached steps takes ~0 s)
-    earlier = pd.read_csv(path) if path.exists() else None
-    write_csv(path, pd.concat([earlier, table], ignore_index=True))
-    report.section("Timings").table(
-        table.drop(columns=["run"]).rename(
-            columns={"peak_rss_mb_so_far": "peak RSS so far (MB)", "bare_forwards": "in bare forwards"}
-        ),
-        f"Wall time of each step of this run (s; what an earlier run finished is loaded or resumed, ~0 s), the same "
-        f"as a multiple of one bare {BARE_SHAPE[0]}x{_bare_len(model)}-token forward of this model measured "
-        f"before and after the steps ({bare:.2f} s, the mean of {bare_start:.2f} and {bare_end:.2f} s; the whole "
-        f"run: {total / bare:.0f}x), and the process's peak "
-        f"resident memory after it"
-        + (
-            f"; under torchrun ({r.size} ranks) every step's units are shared out over "
-            "the ranks: rank 0's time and memory"
-            if r.size > 1
-            else ""
-        )
-        + f". Every run's rows: {path}.",
-    )
-    set_headline(
-        report,
-        budgets,
-        out,
-        chapters,
-        _caveats(model, registered, conf_json["steps"]),
-        compare=not _random_weights(model),
-    )
-    return report.save(out / "report.html")
+    return _finish(run, started, bare, len(todo))
 
 
 def step_config(step, cfg: AtlasConfig, budgets: dict[str, Any]):

@@ -119,6 +119,27 @@ class Task:
         name = f"task {self.name!r}"
         if self.metric not in METRICS:
             raise InputError(f"{name}: unknown metric {self.metric!r}; known metrics: {list(METRICS)}")
+        self._check_tokens(name)
+        n, pos = self.clean.shape
+        self._check_answers(name, n)
+        self._check_metric_rows(name, n)
+        if self.d_vocab is not None:
+            for f in ("clean", "corrupted", "correct", "wrong"):
+                top = int(getattr(self, f).max())
+                if top >= self.d_vocab:
+                    raise InputError(f"{name}: {f} has token id {top} >= d_vocab {self.d_vocab}")
+        for f in ("prompts", "corrupted_prompts"):
+            texts = tuple(getattr(self, f))
+            if texts and len(texts) != n:
+                raise InputError(f"{name}: {f} must be empty or hold one text per prompt ({n}), got {len(texts)}")
+            object.__setattr__(self, f, texts)
+        positions = self._checked_positions(name, n, pos)
+        for f in ("clean", "corrupted", "correct", "wrong"):
+            object.__setattr__(self, f, getattr(self, f).long())
+        object.__setattr__(self, "positions", positions)
+
+    def _check_tokens(self, name: str) -> None:
+        """Raise unless ``clean`` and ``corrupted`` are aligned, non-empty ``[n, pos]`` non-negative integer ids."""
         for f in ("clean", "corrupted"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2:
@@ -142,6 +163,9 @@ class Task:
             t = getattr(self, f)
             if (t < 0).any():
                 raise InputError(f"{name}: {f} has negative token ids")
+
+    def _check_answers(self, name: str, n: int) -> None:
+        """Raise unless ``correct`` and ``wrong`` are ``[n, k]`` integer ids padded with -1."""
         for f in ("correct", "wrong"):
             t = getattr(self, f)
             if not _is_int(t) or t.ndim != 2 or t.shape[0] != n or t.shape[1] < 1:
@@ -152,6 +176,9 @@ class Task:
                 )
             if (t < -1).any():
                 raise InputError(f"{name}: {f} has ids below -1 (-1 is the only padding value)")
+
+    def _check_metric_rows(self, name: str, n: int) -> None:
+        """Raise where a row's answer ids leave the metric undefined or constant."""
         no_correct = (self.correct < 0).all(1)
         if no_correct.any():
             rows = no_correct.nonzero().flatten()[:5].tolist()
@@ -172,16 +199,9 @@ class Task:
                     f"{name}: row(s) {same[:5]} have the same correct and wrong ids, so their metric "
                     f"{self.metric!r} is constant (0 whatever the model does)"
                 )
-        if self.d_vocab is not None:
-            for f in ("clean", "corrupted", "correct", "wrong"):
-                top = int(getattr(self, f).max())
-                if top >= self.d_vocab:
-                    raise InputError(f"{name}: {f} has token id {top} >= d_vocab {self.d_vocab}")
-        for f in ("prompts", "corrupted_prompts"):
-            texts = tuple(getattr(self, f))
-            if texts and len(texts) != n:
-                raise InputError(f"{name}: {f} must be empty or hold one text per prompt ({n}), got {len(texts)}")
-            object.__setattr__(self, f, texts)
+
+    def _checked_positions(self, name: str, n: int, pos: int) -> dict[str, Tensor]:
+        """The named positions as checked ``[n]`` long tensors, ``"end"`` (= ``pos - 1``) added."""
         end = torch.full((n,), pos - 1, dtype=torch.long, device=self.clean.device)
         positions: dict[str, Tensor] = {}
         for key, p in dict(self.positions).items():
@@ -199,9 +219,7 @@ class Task:
                 raise InputError(f"{name}: position 'end' must be pos - 1 = {pos - 1} in every row")
             positions[key] = p.long()
         positions["end"] = end
-        for f in ("clean", "corrupted", "correct", "wrong"):
-            object.__setattr__(self, f, getattr(self, f).long())
-        object.__setattr__(self, "positions", positions)
+        return positions
 
     @property
     def n(self) -> int:
