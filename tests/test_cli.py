@@ -359,3 +359,28 @@ def test_layers_out_of_range_fail_from_the_config_before_the_model_loads(
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "new").exists()
+
+
+def test_a_progress_bar_cut_off_by_ctrl_c_says_nothing_at_exit(monkeypatch):
+    """Ctrl-C inside tqdm's constructor leaves a bar whose destructor fails (no ``pos``): after an interrupt that
+    is not printed (the command's one line stays its only one); another object's failure still is."""
+    import sys
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from tlgeo.cli import _quiet_half_made_progress_bars
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.object))
+    _quiet_half_made_progress_bars()
+    bar = SimpleNamespace(exc_type=AttributeError, exc_value=AttributeError("'tqdm' object has no attribute 'pos'"))
+    sys.unraisablehook(SimpleNamespace(**vars(bar), object=tqdm.__del__))
+
+    class Other:
+        def __del__(self):
+            pass
+
+    sys.unraisablehook(SimpleNamespace(**vars(bar), object=Other.__del__))
+    sys.unraisablehook(SimpleNamespace(exc_type=ValueError, exc_value=ValueError("x"), object=tqdm.__del__))
+    assert seen == [Other.__del__, tqdm.__del__]  # the bar's AttributeError said nothing; the others passed on

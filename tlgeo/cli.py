@@ -189,6 +189,22 @@ def main(argv: list[str] | None = None) -> int:
         args.record.release()
 
 
+def _quiet_half_made_progress_bars() -> None:
+    """After Ctrl-C: a progress bar the interrupt cut off inside its constructor fails in its destructor at exit
+    (tqdm's ``__del__``: no attribute ``pos``), which Python prints as an ignored exception with a traceback;
+    that one is not said (the interrupted line is the command's only one). Others still are."""
+    default = sys.unraisablehook
+
+    def hook(u) -> None:
+        if isinstance(u.exc_value, AttributeError) and "tqdm" in type(getattr(u, "object", None)).__module__ + repr(
+            getattr(u, "object", "")
+        ):
+            return
+        default(u)
+
+    sys.unraisablehook = hook
+
+
 def _one_line(e: BaseException, args, quiet: bool) -> tuple[str, int] | None:
     """What ``tlgeo <command>`` says of ``e`` (one line, ``""`` for nothing) and its exit code; ``None`` where
     ``e`` is not the user's to fix. Decided by the error's type alone (an ``OSError`` also by whether it names a
@@ -202,6 +218,7 @@ def _one_line(e: BaseException, args, quiet: bool) -> tuple[str, int] | None:
     if isinstance(e, RankDied):  # torchrun: another rank was killed; this one stops with what it finished saved
         return f"{cmd}: error: {e}. {saved} {rerun}", 1
     if isinstance(e, KeyboardInterrupt):  # under torchrun every rank is interrupted: rank 0 says it, once for all
+        _quiet_half_made_progress_bars()
         return ("" if quiet else f"\n{cmd}: interrupted. {saved} {rerun}"), 130
     if isinstance(e, DiskFullError):  # what was saved before is whole: a rerun with more space resumes
         return f"{cmd}: error: {e}. {saved}", 2
