@@ -20,7 +20,7 @@ import pandas as pd
 
 from tlgeo.runner.analysis import Analysis, Config, Result, Table, param, register_analysis
 from tlgeo.families import Support
-from tlgeo.runner.identity import identified
+from tlgeo.runner.identity import identified, run_identity
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def run(model, cfg, *, out=None, log=None, units=None, progress=False, on_table=
     _, cache = model.run_with_cache(model.to_tokens(cfg.text)[:, : cfg.tokens])
     rows = [dict(tokens=cfg.tokens, layer=layer,
                  norm=float(cache[f"blocks.{layer}.hook_resid_post"].float().norm(dim=-1).mean())) for layer in layers]
-    return ToyResult(norms=pd.DataFrame(rows)).deliver(out, on_table)
+    return ToyResult(norms=pd.DataFrame(rows)).deliver(out, on_table, identity=run_identity(model).row())
 
 
 def render(ctx, result):

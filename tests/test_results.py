@@ -41,7 +41,7 @@ def test_a_large_log_is_looked_up_by_key_not_scanned(tmp_path, monkeypatch):
 
 
 def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
-    from tlgeo.runner.results import identity_scope, run_state
+    from tlgeo.runner.results import run_state
 
     p = tmp_path / "r.jsonl"
     a = {"model": "m", "weights": "fp-a", "dtype": "float32"}
@@ -50,8 +50,10 @@ def test_two_identities_share_a_log_and_never_see_each_others_rows(tmp_path):
     log_b = ResultLog(p, ["site"], identity=b)
     assert not log_b.done(site="attn") and log_b.rows == [] and log_b.frame().empty
     log_b.add({"site": "attn", "ppl": 2.0})  # the same key of another identity is not a duplicate
-    with run_state() as state, identity_scope(a):  # the run's identity is the default
-        again = ResultLog(p, ["site"])
+    with run_state() as state:  # a run says whose rows it reads, and its state lists it once
+        state.saw(a)
+        state.saw(dict(a))
+        again = ResultLog(p, ["site"], identity=a)
         assert again.get(site="attn")["ppl"] == 1.0 and again.get(site="attn")["ppl"] == 1.0
     assert again.resumed == 1 and state.lines() == [f"resumed 1 row from {p}"] and state.seen == [a]
     with run_state() as other:

@@ -144,7 +144,7 @@ def run(
         for k, v in got.items():
             tables[k].append(v)
     res = CircuitResult(**{k: pd.concat(v, ignore_index=True) if v else None for k, v in tables.items()})
-    return res.deliver(out, on_table)
+    return res.deliver(out, on_table, identity=run_identity(model).row())
 
 
 def _stage(rlog: ResultLog | None, base: dict, stage: str, compute) -> dict:

@@ -193,7 +193,7 @@ def run(
             ]
         )
         for folder in {p for p in (store, Path(out) if out is not None else None) if p is not None}:
-            CompressionResult(prompts=df, timing=trow).deliver(folder)
+            CompressionResult(prompts=df, timing=trow).deliver(folder, identity=run_identity(model).row())
         new.append(df)
         timings.append(trow)
         if progress:
@@ -214,7 +214,7 @@ def run(
     res = CompressionResult(
         prompts=prompts, layers=layers.reset_index(drop=True), table12=table12.reset_index(drop=True), timing=timing
     )
-    return res.deliver(out)
+    return res.deliver(out, identity=run_identity(model).row())
 
 
 # ---------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from ..data import load_text
 from ..geometry.parallel import is_unit
 from ..hooks.edits import Edit
 from ..models import Model
-from ..runner.identity import identified
+from ..runner.identity import identified, run_identity
 from ..runner.results import merge_csv
 from ..storage import write_csv
 from . import compare as _compare  # looked up at call time: a test may stand in for compare_edits
@@ -234,13 +234,15 @@ def run(
             sites=cfg.profile_sites(),
             progress=progress,
         )
-        DecompositionResult(profile_summary=tables["profile_summary"]).deliver(out, on_table)
+        DecompositionResult(profile_summary=tables["profile_summary"]).deliver(
+            out, on_table, identity=run_identity(model).row()
+        )
     edits = [e for e in cfg.edits() if chosen is None or edit_unit(e) in chosen]
     if edits:
         tables["edits"] = _perplexities(
             model, text, edits, cfg, log_dir / "edits.jsonl" if log_dir else None, cfg.corpus, progress
         )
-        DecompositionResult(edits=tables["edits"]).deliver(out, on_table)
+        DecompositionResult(edits=tables["edits"]).deliver(out, on_table, identity=run_identity(model).row())
     return DecompositionResult(**tables)
 
 
@@ -290,7 +292,7 @@ def run_profile(
             write_csv(path, per_token)
         else:
             merge_csv(path, per_token, _PER_TOKEN_KEY)
-    ProfileResult(profile_summary=summary).deliver(out, on_table)
+    ProfileResult(profile_summary=summary).deliver(out, on_table, identity=run_identity(model).row())
     return ProfileResult(profile_summary=summary, per_token=per_token if cfg.per_token else None)
 
 
@@ -335,7 +337,7 @@ def run_ppl(
     )
     if ("baseline",) not in chosen:
         df = df[df["site"] != "none"].reset_index(drop=True)
-    PplResult(ppl=df).deliver(out, on_table)
+    PplResult(ppl=df).deliver(out, on_table, identity=run_identity(model).row())
     return PplResult(ppl=df)
 
 

@@ -33,7 +33,7 @@ from ..runner.analysis import Result, Table
 from ..data import load_text
 from ..evals.perplexity import corpus_batches
 from ..models import Model, model_label
-from ..runner.identity import identified
+from ..runner.identity import identified, run_identity
 from ..runner.results import IDENTITY
 from . import compare as _compare
 from .audit import audit_overall, post_wo_audit
@@ -64,9 +64,11 @@ def _log(out, log, name: str) -> Path | None:
     return None if base is None else base / name
 
 
-def _finish(result_cls: type[Result], tables: dict[str, pd.DataFrame], out, on_table: OnTable | None) -> Result:
+def _finish(
+    model: Model, result_cls: type[Result], tables: dict[str, pd.DataFrame], out, on_table: OnTable | None
+) -> Result:
     """The result of ``tables`` (derived tables made), merged into ``out`` (if given), each table shown."""
-    return result_cls(**tables).deliver(out, on_table)
+    return result_cls(**tables).deliver(out, on_table, identity=run_identity(model).row())
 
 
 def _chosen(units: Sequence[tuple] | None, every: list[tuple]) -> list[tuple]:
@@ -126,7 +128,7 @@ def run_sweeps(
         progress=progress,
     )
     df = df.assign(model=model_label(model), **_settings(cfg, *_WINDOWS))
-    return _finish(SweepsResult, {"sweeps": df}, out, on_table)
+    return _finish(model, SweepsResult, {"sweeps": df}, out, on_table)
 
 
 # ---------------------------------------------------------------------------
@@ -341,7 +343,7 @@ def run_compare(
         tables.update(compare_zeroshot=zs.assign(model=label), compare_zeroshot_paired=paired.assign(model=label))
     if ("ruler",) in chosen:
         tables["compare_ruler"] = _compare_ruler(model, cfg, out, log, progress).assign(model=label)
-    return _finish(CompareResult, tables, out, on_table)
+    return _finish(model, CompareResult, tables, out, on_table)
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +401,7 @@ def run_heads(
             log_path=_log(out, log, "heads_sensitivity.jsonl"),
             progress=progress,
         ).assign(**settings, skip_first=cfg.skip_first, seed=cfg.seed)
-    return _finish(HeadsResult, tables, out, on_table)
+    return _finish(model, HeadsResult, tables, out, on_table)
 
 
 # ---------------------------------------------------------------------------
@@ -444,6 +446,7 @@ def run_mlp_carrier(
         progress=progress,
     )
     return _finish(
+        model,
         MlpCarrierResult,
         {"mlp_carrier": df.assign(model=model_label(model), **_settings(cfg, *_WINDOWS))},
         out,
@@ -521,7 +524,7 @@ def run_closed_form(
             model, closed_form_window(model, cfg), layer, ClosedFormResult.VIEW_VARIANT, cfg.s_par, heads=heads
         )
         tables["closed_form_attention"] = rows.assign(**settings, variant=ClosedFormResult.VIEW_VARIANT, layer=layer)
-    return _finish(ClosedFormResult, tables, out, on_table)
+    return _finish(model, ClosedFormResult, tables, out, on_table)
 
 
 # ---------------------------------------------------------------------------
@@ -585,7 +588,7 @@ def run_audit(
     per_layer = per_layer.assign(
         model=model_label(model), **_settings(cfg, "corpus", "tokens", "context", "skip_first")
     )
-    return _finish(AuditResult, {"audit_layers": per_layer}, out, on_table)
+    return _finish(model, AuditResult, {"audit_layers": per_layer}, out, on_table)
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pandas as pd
 from ..families import Family, Support
 from ..runner.analysis import Analysis, Result, Table, register_analysis
 from ..models import model_label
-from ..runner.identity import identified
+from ..runner.identity import identified, run_identity
 from . import damage as _damage
 from . import entropy as _entropy
 from . import repair as _repair
@@ -130,7 +130,7 @@ def run(
         if df is None:
             continue
         tables[part] = df.assign(model=label)
-        DirmagResult(**{part: tables[part]}).deliver(out, on_table)
+        DirmagResult(**{part: tables[part]}).deliver(out, on_table, identity=run_identity(model).row())
     return DirmagResult(**tables)
 
 

@@ -294,8 +294,8 @@ def run(
                 for name_, df in done.items():
                     tables.setdefault(name_, []).append(df)
                 # the relations' q so far: over the blocks done (final below); the tokens shown
-                GeometriesResult(tokens=done["tokens"]).deliver(out, on_table)
-                GeometriesResult(relations=done["relations"]).deliver(out)
+                GeometriesResult(tokens=done["tokens"]).deliver(out, on_table, identity=run_identity(model).row())
+                GeometriesResult(relations=done["relations"]).deliver(out, identity=run_identity(model).row())
     merged = {
         n: pd.concat(v, ignore_index=True).sort_values(["layer"], kind="stable").reset_index(drop=True) if v else None
         for n, v in tables.items()
@@ -307,7 +307,9 @@ def run(
         # (also when every block was resumed: a run killed before this line left the per-block q of its
         # blocks so far in the file); shown when a block was computed
         GeometriesResult(relations=res.relations, summary=res.summary).deliver(
-            out, (lambda n, df: on_table(n, df) if n == "relations" else None) if todo and on_table else None
+            out,
+            (lambda n, df: on_table(n, df) if n == "relations" else None) if todo and on_table else None,
+            identity=run_identity(model).row(),
         )
     return res
 

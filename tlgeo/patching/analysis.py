@@ -438,7 +438,7 @@ def run(
     paths_df = pd.DataFrame(rows.paths) if rows.paths else None  # a rank or task without paths adds no empty table
     return PatchingResult(
         tasks=tasks_df, effects=effects_df, par_baseline=baseline_df, attention=attention_df, paths=paths_df
-    ).deliver(out, on_table)
+    ).deliver(out, on_table, identity=run_identity(model).row())
 
 
 VIEWED_HEADS = 4  # the attention view's heads per method and direction

@@ -636,7 +636,9 @@ def run(
 
     def finish(stage: str, got: dict[str, pd.DataFrame]) -> None:
         tables.update(got)
-        PDSFResult(**{name: got[name] for name in PDSFResult.STAGE_TABLES[stage]}).deliver(out, on_table)
+        PDSFResult(**{name: got[name] for name in PDSFResult.STAGE_TABLES[stage]}).deliver(
+            out, on_table, identity=run_identity(model).row()
+        )
 
     geo_st = None
     if ("geometry",) in chosen:

@@ -34,7 +34,7 @@ from ..data import load_text
 from ..runner.distributed import init, ranks, run_analysis
 from ..models import input_device, load_model, model_label
 from ..runner.identity import run_identity
-from ..runner.results import current_run, identity_scope, run_state
+from ..runner.results import current_run, run_state
 from ..storage import write_csv, write_json
 from ..runner.analysis import Config, StepContext, make_budgets, param
 from .headline import set_headline
@@ -166,8 +166,7 @@ def _run_step(run: _AtlasRun, i: int, n_todo: int, name: str, step) -> None:
     if conf is not None:  # None: skipped at these budgets
         # the analysis's own run, as its command runs it (under torchrun: its units over the ranks, merged
         # on rank 0, which draws the section)
-        with identity_scope(run.identity.row()):
-            result = run_analysis(step.analysis, run.model, conf, out=run.out, progress=r.main)
+        result = run_analysis(step.analysis, run.model, conf, out=run.out, progress=r.main)
         if r.main:
             report.numbered(number)
             step.render(ctx, result)

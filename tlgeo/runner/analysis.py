@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ..errors import InputError, UnknownNameError
-from .results import IDENTITY, current_identity, merge_csv, read_table, stamp, wide_floats
+from .results import IDENTITY, merge_csv, read_table, stamp, wide_floats
 
 __all__ = [
     "Config",
@@ -359,13 +359,14 @@ class Result:
         """Before this result is merged into ``out``: remove rows of ``out`` that it makes stale (none by
         default; e.g. the rows of a task that a patching run found not patched)."""
 
-    def save(self, out: str | Path) -> list[Path]:
+    def save(self, out: str | Path, identity: Mapping[str, Any] | None = None) -> list[Path]:
         """Merge each table into ``out/<file>`` by its row key (rows of other settings or of another
         model's identity are kept; :meth:`drop_stale` first; each :attr:`Table.whole` computed again over the
-        merged file); inside a run, tables are stamped with its identity first. Returns the files written.
-        A run finishes its tables with :meth:`deliver`, the one way they reach the disk."""
+        merged file), stamped with ``identity`` first where given (the model's :data:`IDENTITY` columns). Returns
+        the files written. A run finishes its tables with :meth:`deliver`, the one way they reach the disk."""
         out = Path(out)
-        self.stamp(current_identity())
+        if identity is not None:
+            self.stamp(identity)
         self.drop_stale(out)
         written = []
         for t in self.TABLES:
@@ -377,11 +378,19 @@ class Result:
         return written
 
     def deliver(
-        self, out: str | Path | None = None, on_table: Callable[[str, pd.DataFrame], Any] | None = None
+        self,
+        out: str | Path | None = None,
+        on_table: Callable[[str, pd.DataFrame], Any] | None = None,
+        *,
+        identity: Mapping[str, Any] | None,
     ) -> "Result":
-        """A finished result (or a finished part of one: the tables it holds): saved into ``out`` (if given,
-        :meth:`save`), then each table shown with ``on_table(name, df)`` (the command line prints them);
-        returns ``self``. The one way an analysis finishes a table (``tests/runner/test_one_save_path.py``)."""
+        """A finished result (or a finished part of one: the tables it holds), stamped with ``identity`` (the run's
+        model, :func:`tlgeo.runner.identity.run_identity`, passed by the run; ``None``: tables that carry it
+        already), saved into ``out`` (if given, :meth:`save`), then each table shown with ``on_table(name, df)``
+        (the command line prints them); returns ``self``. The one way an analysis finishes a table
+        (``tests/test_one_save_path.py``)."""
+        if identity is not None:
+            self.stamp(identity)
         if out is not None:
             self.save(out)
         if on_table is not None:

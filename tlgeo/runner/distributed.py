@@ -228,7 +228,10 @@ def run_analysis(
     all_errors(error, r)  # what the other ranks finished is in their rank folders: a rerun resumes it
     if not r.main:
         return None
-    return analysis.result.merge([p for p in parts if p is not None]).deliver(out, on_table)
+    from .identity import run_identity
+
+    merged = analysis.result.merge([p for p in parts if p is not None])
+    return merged.deliver(out, on_table, identity=run_identity(model).row())
 
 
 def run_command(

@@ -30,7 +30,7 @@ from .analysis import check_supported
 from .cliargs import config_argv
 from .provenance import code_state
 from .provenance import close_run
-from .results import IDENTITY, current_run, identity_scope, run_state
+from .results import IDENTITY, current_run, run_state
 from ..storage import folder_lock
 from ..version import __version__
 from ..models.bridge import inputs_follow_model, is_bridge
@@ -181,9 +181,10 @@ def run_identity(model) -> RunIdentity:
 
 def identified(run: Callable[..., R]) -> Callable[..., R]:
     """Decorate an analysis's ``run(model, cfg, ...)``: first, a model whose family the registered record
-    refuses fails in one line (:func:`tlgeo.runner.analysis.check_supported`); inside, every table saved and
-    every resume log opened carries the model's identity (:func:`tlgeo.runner.results.identity_scope`), and
-    the result it returns has the identity columns in every table. With ``out=``, the run holds that folder
+    refuses fails in one line (:func:`tlgeo.runner.analysis.check_supported`); the command (or the run from
+    Python) records that it ran under the model's identity (:meth:`tlgeo.runner.results.RunState.saw`), and the
+    result it returns has the identity columns in every table (the run passes the identity, :func:`run_identity`,
+    to every table it delivers and every log it opens: no ambient state). With ``out=``, the run holds that folder
     (:func:`tlgeo.storage.folder_lock`): a second process writing there is refused."""
 
     @functools.wraps(run)
@@ -199,7 +200,9 @@ def identified(run: Callable[..., R]) -> Callable[..., R]:
             code_state()  # the checkout this run has loaded, before it runs
         lock = folder_lock(out).acquire(f"{run.__module__}.run") if out is not None else None  # one writer
         try:
-            with run_state() if api else contextlib.nullcontext(current_run()) as state, identity_scope(identity):
+            with run_state() if api else contextlib.nullcontext(current_run()) as state:
+                if state is not None:
+                    state.saw(identity)
                 result = run(model, *args, **kwargs)
         finally:
             if lock is not None:

@@ -35,8 +35,6 @@ __all__ = [
     "row_ids",
     "wide_floats",
     "stamp",
-    "current_identity",
-    "identity_scope",
     "of_identity",
     "note_recomputed",
     "note",
@@ -49,8 +47,6 @@ __all__ = [
 ]
 
 IDENTITY = ("model", "weights", "dtype", "device", "placement", "tlgeo_version")
-
-_CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tlgeo_identity", default=None)
 
 
 @dataclasses.dataclass
@@ -75,6 +71,11 @@ class RunState:
             for path, n in sorted(self.changed.items())
         ]
         return out + list(self.notes)
+
+    def saw(self, identity: Mapping[str, Any]) -> None:
+        """A run of this command ran under ``identity`` (its provenance lists each once)."""
+        if dict(identity) not in self.seen:
+            self.seen.append(dict(identity))
 
 
 _RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar("tlgeo_run_state", default=None)
@@ -101,24 +102,6 @@ def _count(kind: str, path: Path, n: int = 1) -> None:
     if state is not None:  # outside a command or run nobody reports it
         counts = getattr(state, kind)
         counts[path] = counts.get(path, 0) + n
-
-
-def current_identity() -> dict | None:
-    """The identity columns of the run in progress (:func:`identity_scope`), or ``None``."""
-    return _CURRENT.get()
-
-
-@contextlib.contextmanager
-def identity_scope(identity: Mapping[str, Any]) -> Iterator[dict]:
-    """Inside: :func:`current_identity` is ``identity`` (every table saved is stamped with it)."""
-    token = _CURRENT.set(dict(identity))
-    state = _RUN.get()
-    if state is not None and dict(identity) not in state.seen:
-        state.seen.append(dict(identity))
-    try:
-        yield dict(identity)
-    finally:
-        _CURRENT.reset(token)
 
 
 def stamp(df: pd.DataFrame, identity: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -209,8 +192,8 @@ def _feed(h, x: Any) -> None:
 class ResultLog:
     """Rows keyed by a tuple of columns, stored as JSON lines at ``path`` (looked up by key in O(1)).
 
-    ``identity``: the :data:`IDENTITY` columns of the model whose rows these are (default: the
-    run's, :func:`current_identity`, if any). They join the key and every row stored; rows of
+    ``identity``: the :data:`IDENTITY` columns of the model whose rows these are (``{}``: rows of several models,
+    read on purpose), passed by the run. They join the key and every row stored; rows of
     other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
     :meth:`done` and :meth:`frame` see only this identity's. :attr:`resumed` counts the rows a
     run took back instead of computing them (:meth:`RunState.lines` says so).
@@ -225,11 +208,11 @@ class ResultLog:
         path: str | os.PathLike,
         key: Iterable[str],
         *,
-        identity: Mapping[str, Any] | None = None,
+        identity: Mapping[str, Any],
         content: Iterable[str] = (),
     ):
         self.path = Path(path)
-        self.identity = dict(identity) if identity is not None else dict(current_identity() or {})
+        self.identity = dict(identity)
         self.key = tuple(dict.fromkeys([*self.identity, *key]))
         self.content = tuple(content)
         unknown = [c for c in self.content if c not in self.key]

@@ -461,7 +461,9 @@ def run(
         }
 
         def done(name: str, df: pd.DataFrame) -> None:
-            TokenwiseResult(**{name: _labelled(name, df, settings, meta)}).deliver(out, on_table)
+            TokenwiseResult(**{name: _labelled(name, df, settings, meta)}).deliver(
+                out, on_table, identity=run_identity(model).row()
+            )
 
         res = tokenwise_analysis(
             model,
