@@ -101,9 +101,15 @@ def test_budgets_keep_their_names_and_defaults():
     from tlgeo.decomposition.atlas import DecompositionBudgets
 
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
-    assert list(fields)[:4] == ["skip_first", "context", "profile_tokens", "sweep_tokens"]
+    first = ["skip_first", "context", "profile_tokens", "sweep_tokens"]
+    assert list(fields)[:4] == [f"decomposition_{n}" for n in first]
+    assert all(n.startswith("decomposition_") and "flag" not in f.metadata for n, f in fields.items())
     b = DecompositionBudgets()
-    assert (b.skip_first, b.context, b.profile_tokens, b.sweep_tokens) == (1, 256, 512, 512)
-    assert fields["sweep_tokens"].metadata["flag"] == "--tokens"
-    cfg = DecompositionBudgets(context=64).config(tokens=100)
+    assert (
+        b.decomposition_skip_first,
+        b.decomposition_context,
+        b.decomposition_profile_tokens,
+        b.decomposition_sweep_tokens,
+    ) == (1, 256, 512, 512)
+    cfg = DecompositionBudgets(decomposition_context=64).config(tokens=100)
     assert isinstance(cfg, DecompositionConfig) and (cfg.context, cfg.profile_tokens, cfg.tokens) == (64, 512, 100)

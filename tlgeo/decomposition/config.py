@@ -2,7 +2,7 @@
 
 * :class:`DecompositionConfig`: ``tlgeo decompose``, the main job (the parallel-ratio profile, then
   perplexity with each part removed at every site). Its ``skip_first``, ``context`` and
-  ``profile_tokens`` are also the atlas budgets of those names (:mod:`.atlas`).
+  ``profile_tokens`` are also the atlas budgets ``decomposition_<name>`` (:mod:`.atlas`).
 * :class:`ProfileConfig`: ``tlgeo profile`` (parallel ratios per layer, site and token).
 * :class:`PplConfig`: ``tlgeo ppl`` (perplexity unedited and under one edit).
 * the paper's other experiments, each a command and an atlas step: :class:`SweepsConfig`
