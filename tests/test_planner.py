@@ -39,7 +39,7 @@ def test_a_seed_model_without_attention_is_refused_by_name():
         model_shape("state-spaces/mamba-130m-hf")
 
 
-@pytest.mark.parametrize("kind", ["llama", "neox", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt_neox", "gpt2"])
 def test_a_shape_counts_the_model_s_own_matrices(kind, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -33,8 +33,10 @@ def test_configs_check_their_values():
         PplConfig()
     with pytest.raises(ValueError, match="s_par must be finite"):
         PplConfig(site="attn", s_par=float("inf"))
-    assert ProfileConfig(sites=["excl_self", "attn_out", "attn"]).sites == ("value_excl_self", "attn")  # aliases
-    assert PplConfig(site="exclude_self").site == "value_excl_self"
+    assert ProfileConfig(sites=["value_excl_self", "attn", "attn"]).sites == ("value_excl_self", "attn")
+    for old in ("excl_self", "attn_out", "diagonal"):  # one name per site: the old aliases are refused
+        with pytest.raises(ValueError, match=f"unknown site '{old}'; known sites: .*'value_excl_self'"):
+            PplConfig(site=old)
     cfg = DecompositionConfig(sites=("attn", "diag"))
     assert cfg.profile_sites() == ("attn",) and [e.describe()["site"] for e in cfg.edits()] == ["attn", "attn", "diag"]
     assert (

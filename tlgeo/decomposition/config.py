@@ -47,7 +47,7 @@ SKIP_FIRST_HELP = "leave the first n blocks unedited (the reference code skips b
 
 
 def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
-    """``sites`` as registered names (aliases resolved, repeats dropped), or a ValueError naming ``field``."""
+    """``sites`` as registered names (repeats dropped), or a ValueError naming ``field``."""
     try:
         names = tuple(dict.fromkeys(get_site(s).name for s in sites))
     except UnknownSiteError as e:
