@@ -189,7 +189,7 @@ SHORT_RUNS = [
     ),
     ("tiny:llama", "atlas", []),
 ]
-# the trained LayerNorm / RMSNorm pair (scripts/train_norm_pair.py's checkpoints, not in the repository:
+# the trained LayerNorm / RMSNorm pair (two `tlgeo train` runs' checkpoints, not in the repository:
 # --pair DIR checks these instead of RUNS; only the models' shape matters, so a smoke run's checkpoints do)
 PAIR_RUNS = [
     (c, f) for m, c, f in RUNS if m == "smollm2-135m" and c in ("decompose", "pdsf", "dirmag")

@@ -224,7 +224,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--parts", default="fits,backends,memory,patching")
-    p.add_argument("--pool-dir", default="checkpoints/bench_tokenwise")
+    p.add_argument("--pool-dir", default="checkpoints/bench-tokenwise")
     a = p.parse_args()
     parts = set(a.parts.split(","))
     from tlgeo.models import load_model

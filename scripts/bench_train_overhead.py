@@ -7,7 +7,7 @@
 2. Prefill and greedy decode (KV cache) of SmolLM2-135M edited (value full aggregate,
    ``s_par = 0``, every layer) vs unedited.
 
-    nice -n 10 python scripts/bench_train_overhead.py [--device cuda --dtype bf16] [--out results/pretrain_study/overhead.csv]
+    nice -n 10 python scripts/bench_train_overhead.py [--device cuda --dtype bf16] [--out runs/pretrain-study/overhead.csv]
 
 On GPU use ``--dtype bf16`` (autocast for training, bf16 weights for SmolLM2).
 """  # noqa: E501
@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 warnings.filterwarnings("ignore")
 
@@ -164,6 +165,7 @@ def main(argv=None) -> int:
     df.insert(0, "device", f"{a.device} ({a.threads} threads)" if a.device == "cpu" else a.device)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out, index=False)
     return 0
 

@@ -1,6 +1,6 @@
 """Direction-vs-magnitude results of several models side by side with the paper's, as markdown.
 
-    python scripts/dirmag_table.py gpt-LN=results/norm_pair/dirmag-gpt llama-RMS=results/norm_pair/dirmag-llama \\
+    python scripts/dirmag_table.py gpt-LN=results/dirmag-norm-pair-gpt llama-RMS=results/dirmag-norm-pair-llama \\
         SmolLM2=results/dirmag-smollm2-135m Gemma3=results/dirmag-gemma3-270m
 
 Each argument is ``label=directory`` of a ``tlgeo dirmag`` run (its ``dirmag_*.csv``). Rows:

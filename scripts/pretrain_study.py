@@ -8,8 +8,8 @@ Llama, several seeds, one token budget.
     python scripts/pretrain_study.py --report                            # table + figure
 
 Every run resumes (checkpoints under --ckpt); finished runs are skipped. The report
-writes ``--results`` (default ``runs/pretrain_study``, untracked; the committed copy in
-``results/pretrain_study`` was made with ``--results results/pretrain_study``):
+writes ``--results`` (default ``runs/pretrain-study``, untracked; the committed study in
+``results/pretrain-study`` is 24 ``tlgeo train`` runs, RESULTS.md section 1):
 ``{curves.csv,final.csv,summary.csv,curves.png}``, and
 copies the two seed-0 baselines to ``checkpoints/tiny-gpt-layernorm`` and
 ``checkpoints/tiny-llama-rmsnorm`` (ordinary HF directories for ``tlgeo.load_model``).
@@ -166,11 +166,11 @@ def main(argv=None) -> int:
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--ckpt", default="checkpoints/pretrain_study")
+    p.add_argument("--ckpt", default="checkpoints/pretrain-study")
     p.add_argument(
         "--results",
-        default="runs/pretrain_study",
-        help="where the report writes (the committed copy: --results results/pretrain_study)",
+        default="runs/pretrain-study",
+        help="where the report writes",
     )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--worker", type=int, default=0)

@@ -41,11 +41,11 @@ def llama():
 
 
 @pytest.fixture(scope="session")
-def neox():
+def gpt_neox():
     """Tiny GPT-NeoX-style model: LayerNorm, parallel attention + MLP."""
     from tlgeo.models import tiny_model
 
-    return tiny_model("neox")
+    return tiny_model("gpt_neox")
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +56,7 @@ def gpt2():
     return tiny_model("gpt2")
 
 
-@pytest.fixture(scope="session", params=["llama", "neox", "gpt2"])
+@pytest.fixture(scope="session", params=["llama", "gpt_neox", "gpt2"])
 def tiny(request):
     return request.getfixturevalue(request.param)
 

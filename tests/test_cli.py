@@ -53,10 +53,10 @@ def test_every_flag_has_help_and_help_shows_defaults():
             assert a.help and "``" not in a.help, f"tlgeo {name} {a.option_strings}: no help text"
     assert "``" not in parser.format_help()
     atlas_help = " ".join(commands["atlas"].format_help().split())
-    limit = next(a for a in commands["atlas"]._actions if "--zeroshot-limit" in a.option_strings)
+    limit = next(a for a in commands["atlas"]._actions if "--decomposition-zeroshot-limit" in a.option_strings)
     assert limit.help.startswith("first n items of each zero-shot task") and "[decomposition; default 20" in limit.help
     assert (
-        "--mlp-carrier-tokens" in atlas_help and "--closed-form-tokens" in atlas_help
+        "--decomposition-mlp-carrier-tokens" in atlas_help and "--decomposition-closed-form-tokens" in atlas_help
     )  # every step's budget is a flag
 
 
@@ -78,8 +78,16 @@ def test_version(capsys):
         (["decompose", "--context", "0"], "--context", "must be a positive integer"),
         (["decompose", "--skip-first", "-1"], "--skip-first", "must be a non-negative integer"),
         (["profile", "--seq-len", "x"], "--seq-len", "must be a positive integer"),
-        (["atlas", "--ruler-lengths", "1a"], "--ruler-lengths", "expected a comma-separated list of int, got '1a'"),
-        (["atlas", "--zeroshot-limit", "-2"], "--zeroshot-limit", "must be a non-negative integer"),
+        (
+            ["atlas", "--decomposition-ruler-lengths", "1a"],
+            "--decomposition-ruler-lengths",
+            "expected a comma-separated list of int, got '1a'",
+        ),
+        (
+            ["atlas", "--decomposition-zeroshot-limit", "-2"],
+            "--decomposition-zeroshot-limit",
+            "must be a non-negative integer",
+        ),
         (["dirmag", "--seeds", "0"], "--seeds", "must be a positive integer, got '0'"),
         (["tokenwise", "--layers", "3-1"], "--layers", "expected indices such as 3,5,10-12"),
     ],

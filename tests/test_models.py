@@ -7,7 +7,7 @@ from tlgeo import models
 from tlgeo.models import UnknownModelError, load_model, save_tiny_model
 
 
-@pytest.mark.parametrize("kind", ["llama", "neox", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt_neox", "gpt2"])
 def test_local_directory_bridge_matches_hf(tmp_path, kind):
     from transformers import AutoModelForCausalLM
 

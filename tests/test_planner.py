@@ -39,7 +39,7 @@ def test_a_seed_model_without_attention_is_refused_by_name():
         model_shape("state-spaces/mamba-130m-hf")
 
 
-@pytest.mark.parametrize("kind", ["llama", "neox", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "gpt_neox", "gpt2"])
 def test_a_shape_counts_the_model_s_own_matrices(kind, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -432,7 +432,7 @@ def test_the_atlas_is_planned_step_by_step_from_its_budgets():
     total = df.set_index("step").loc["total"]
     assert total["seconds"] == pytest.approx(df[df["step"] != "total"]["seconds"].sum())
     # a budget moves its step's plan and no other: twice the sweep tokens, twice the sweep's forward tokens
-    more = plan_table(shape, "atlas", ["--tokens", "1024", "--steps", "sweeps,heads"])
+    more = plan_table(shape, "atlas", ["--decomposition-sweep-tokens", "1024", "--steps", "sweeps,heads"])
     sweeps = lambda d: d[d["step"].str.startswith("sweeps: ")]["forward_tokens"].sum()  # noqa: E731
     assert set(more["step"].str.split(": ").str[0]) - {"start-up", "total", "report"} == {"sweeps", "heads"}
     assert sweeps(more) == pytest.approx(2 * sweeps(df), rel=0.02)
@@ -594,7 +594,12 @@ def test_plan_takes_the_command_s_flags_before_the_analysis_name(capsys):
         "--tokens",
         "8",
     ]
-    assert plan_argv(["--device=h100", "--tokens", "8", "atlas"]) == ["--device=h100", "atlas", "--tokens", "8"]
+    assert plan_argv(["--device=h100", "--patching-prompts", "8", "atlas"]) == [
+        "--device=h100",
+        "atlas",
+        "--patching-prompts",
+        "8",
+    ]
     assert main(["plan", "--threads", "1", "--model", "smollm2-135m", "decompose"]) == 0
     before = capsys.readouterr().out
     assert main(["plan", "--model", "smollm2-135m", "decompose", "--threads", "1"]) == 0

@@ -154,9 +154,10 @@ def test_the_atlas_records_the_budgets_it_ran_with_not_none(tmp_path, monkeypatc
     assert main(["atlas", "--model", "tiny:llama", "--patching-prompts", "6", "--out", str(out)]) == 0
     (line,) = read(out)
     budgets = {k.removeprefix("budget__"): v for k, v in line["settings"].items() if k.startswith("budget__")}
-    assert set(budgets) == set(budget_fields()) and None not in [budgets[k] for k in ("patching_prompts", "context")]
+    context = "decomposition_context"
+    assert set(budgets) == set(budget_fields()) and None not in [budgets[k] for k in ("patching_prompts", context)]
     assert budgets["patching_prompts"] == 6
-    assert budgets["context"] == budget_fields()["context"][1].default  # a default, as the run resolved it
+    assert budgets[context] == budget_fields()[context][1].default  # a default, as the run resolved it
 
 
 def test_dirty_means_the_code_not_the_results_a_run_rewrites(tmp_path):

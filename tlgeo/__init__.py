@@ -1,7 +1,7 @@
 """tlgeo: the geometry of a transformer's updates, on TransformerLens.
 
-The four papers' analyses on one core, each a package with the same contract (:mod:`tlgeo.runner.analysis`:
-config → run → typed result):
+Analysis packages on one core (:data:`tlgeo.report.registry.ANALYSES`), each registering analysis records with
+the same contract (:mod:`tlgeo.runner.analysis`: config → run → typed result). The four seed papers' packages:
 
 * ``decomposition``: how much of each attention/MLP update is parallel to the state it
   updates (a rescaling) and how much perpendicular (a turn); edits that scale either part;
@@ -17,7 +17,7 @@ perturbations are TransformerLens hooks
 
 Layers (each imports only those before it; ARCHITECTURE.md): ``geometry``, ``stats`` →
 ``storage`` → ``data``, ``plotting``, ``families`` → ``models`` → ``hooks``, ``runner``, ``planner`` →
-``evals`` → the analyses → ``report`` → ``cli``.
+``evals`` → the analysis packages → ``report`` → ``cli``.
 """
 
 import importlib

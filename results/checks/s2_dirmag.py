@@ -223,7 +223,7 @@ def _(s, d):
             and list(more[more.index <= 2]) == [3, 3]
             and d["seed"].nunique() == 5
             and (d["n_sentences"] == 128).all()
-            and get_family("gemma3_text").norm == "RMSNorm"
+            and get_family("gemma3").norm == "RMSNorm"
         ),
         f"angle > magnitude per delta: {more.to_dict()}",
     )

@@ -11,7 +11,7 @@ from tlgeo.models import tiny_model
 from tlgeo.patching.tasks import build_task
 
 
-@pytest.fixture(scope="module", params=["gpt2", "llama", "neox"])
+@pytest.fixture(scope="module", params=["gpt2", "llama", "gpt_neox"])
 def case(request):
     model = tiny_model(request.param, dtype=torch.float64)
     task = build_task("induction", model, n=4, seed=0)

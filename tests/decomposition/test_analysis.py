@@ -33,8 +33,10 @@ def test_configs_check_their_values():
         PplConfig()
     with pytest.raises(ValueError, match="s_par must be finite"):
         PplConfig(site="attn", s_par=float("inf"))
-    assert ProfileConfig(sites=["excl_self", "attn_out", "attn"]).sites == ("value_excl_self", "attn")  # aliases
-    assert PplConfig(site="exclude_self").site == "value_excl_self"
+    assert ProfileConfig(sites=["value_excl_self", "attn", "attn"]).sites == ("value_excl_self", "attn")
+    for old in ("excl_self", "attn_out", "diagonal"):  # one name per site: the old aliases are refused
+        with pytest.raises(ValueError, match=f"unknown site '{old}'; known sites: .*'value_excl_self'"):
+            PplConfig(site=old)
     cfg = DecompositionConfig(sites=("attn", "diag"))
     assert cfg.profile_sites() == ("attn",) and [e.describe()["site"] for e in cfg.edits()] == ["attn", "attn", "diag"]
     assert (
@@ -101,9 +103,15 @@ def test_budgets_keep_their_names_and_defaults():
     from tlgeo.decomposition.atlas import DecompositionBudgets
 
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
-    assert list(fields)[:4] == ["skip_first", "context", "profile_tokens", "sweep_tokens"]
+    first = ["skip_first", "context", "profile_tokens", "sweep_tokens"]
+    assert list(fields)[:4] == [f"decomposition_{n}" for n in first]
+    assert all(n.startswith("decomposition_") and "flag" not in f.metadata for n, f in fields.items())
     b = DecompositionBudgets()
-    assert (b.skip_first, b.context, b.profile_tokens, b.sweep_tokens) == (1, 256, 512, 512)
-    assert fields["sweep_tokens"].metadata["flag"] == "--tokens"
-    cfg = DecompositionBudgets(context=64).config(tokens=100)
+    assert (
+        b.decomposition_skip_first,
+        b.decomposition_context,
+        b.decomposition_profile_tokens,
+        b.decomposition_sweep_tokens,
+    ) == (1, 256, 512, 512)
+    cfg = DecompositionBudgets(decomposition_context=64).config(tokens=100)
     assert isinstance(cfg, DecompositionConfig) and (cfg.context, cfg.profile_tokens, cfg.tokens) == (64, 512, 100)

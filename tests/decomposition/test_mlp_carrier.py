@@ -195,9 +195,7 @@ def test_y_vs_h_equals_brute_force(tiny, tokens, narrow):
     W, b = W.detach().double(), None if b is None else b.detach().double()
     sp, sq = 0.0, 0.7
     expected = brute_output(c[h_name].double(), W, b, sp, sq, narrow)
-    seen = run_recording(
-        tiny, tokens, CarrierEdit("y_g_vs_h_g", sp, sq, layers=[L], narrow=narrow).hooks(tiny), [out_name]
-    )
+    seen = run_recording(tiny, tokens, CarrierEdit("y_vs_h", sp, sq, layers=[L], narrow=narrow).hooks(tiny), [out_name])
     torch.testing.assert_close(seen[out_name].double(), expected, atol=1e-5, rtol=1e-5)
 
 
@@ -222,14 +220,15 @@ def test_edit_errors(llama):
         CarrierEdit("h_vs_x", 0.0, layers=5).hooks(llama)
     with pytest.raises(IndexError, match="out of range"):
         mlp_out_weights(llama, 3)
-    with pytest.raises(KeyError, match="unknown MLP-carrier site"):
-        CarrierEdit("attn")
+    for name in ("attn", "y_g_vs_h_g", "mlp_h_vs_x", "h vs x"):  # one name per site: the old aliases are refused
+        with pytest.raises(KeyError, match=f"unknown MLP-carrier site '{name}'; known: \\['h_vs_x', 'y_vs_h'\\]"):
+            CarrierEdit(name)
     with pytest.raises(ValueError, match="narrow"):
         CarrierEdit("y_vs_h", narrow="pad")
     with pytest.raises(ValueError, match="no layers left"):
         CarrierEdit("y_vs_h", 0.0, skip_first=3).hooks(llama)
     d = CarrierEdit("y_vs_h", 0.0, layers=[1, 2]).describe()
-    assert d["site"] == "mlp_y_vs_h" and d["layers"] == (1, 2) and d["narrow"] == "include"
+    assert d["site"] == "y_vs_h" and d["layers"] == (1, 2) and d["narrow"] == "include"
 
 
 # ---------------------------------------------------------------- experiment

@@ -20,7 +20,7 @@ def test_no_perturbation_recovers_nothing_and_changes_nothing(llama, sentences):
     assert ((df["repaired_loss"] - df["clean_loss"]).abs() < 1e-5).all()
 
 
-@pytest.mark.parametrize("model_name", ["llama", "neox"])
+@pytest.mark.parametrize("model_name", ["llama", "gpt_neox"])
 def test_repaired_runs_equal_full_forwards_with_the_clean_parts_put_back(model_name, request, sentences):
     model = request.getfixturevalue(model_name)
     grid = SweepGrid(deltas=[0.08], kinds=["angle"], seeds=1, layers=(1, 2))

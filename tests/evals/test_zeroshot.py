@@ -27,7 +27,7 @@ def enc(model, s):
 def brute_logprob(model, ctx: str, cont: str, hooks=()) -> float:
     """One unbatched forward of [BOS] + ctx + cont; sum of the continuation's log-probs.
 
-    BOS as the model's ``default_prepend_bos`` says (False for tiny:neox); the tiny
+    BOS as the model's ``default_prepend_bos`` says (False for tiny:gpt_neox); the tiny
     models' byte tokenizer makes the joint tokens the concatenation."""
     c, x = enc(model, ctx), enc(model, cont)
     bos = [model.tokenizer.bos_token_id] if model.cfg.default_prepend_bos else []

@@ -33,7 +33,11 @@ def test_each_tiny_model_is_found_as_its_family(family_model, family):
 
 
 def test_names_and_refusals_of_unknown_things():
-    assert set(FAMILIES) <= set(TINY_KINDS) and get_family("neox") is FAMILIES["gpt_neox"]
+    assert set(FAMILIES) == set(TINY_KINDS) and get_family("gpt_neox") is FAMILIES["gpt_neox"]
+    for old in ("neox", "pythia", "gemma3_text", "gptoss"):  # one name per family: no aliases
+        with pytest.raises(UnknownFamilyError, match=f"unknown model family '{old}'; known families: .*gpt_neox"):
+            get_family(old)
+    assert family_of_config({"model_type": "gemma3_text"}) is FAMILIES["gemma3"]  # a model_type is matched
     with pytest.raises(UnknownFamilyError, match="known families: llama, qwen2"):
         get_family("gpt5")
     with pytest.raises(UnknownModelError, match="unknown tiny model kind 'gpt5'"):

@@ -110,12 +110,12 @@ def test_residual_parallel_removal_is_perpendicular(gpt2, tokens, site, ref_hook
     assert cos.abs().max() < 1e-4
 
 
-def test_parallel_block_mlp_reads_resid_pre(neox, tokens):
-    assert neox.cfg.parallel_attn_mlp
+def test_parallel_block_mlp_reads_resid_pre(gpt_neox, tokens):
+    assert gpt_neox.cfg.parallel_attn_mlp
     seen = {}
     hooks = [("blocks.0.hook_resid_pre", recorder(seen, "pre"))]
-    hooks += edit_hooks(neox, "mlp", 0.0, layers=0, skip_first=0) + [("blocks.0.hook_mlp_out", recorder(seen, "y"))]
-    logits(neox, tokens, hooks)
+    hooks += edit_hooks(gpt_neox, "mlp", 0.0, layers=0, skip_first=0) + [("blocks.0.hook_mlp_out", recorder(seen, "y"))]
+    logits(gpt_neox, tokens, hooks)
     cos = torch.nn.functional.cosine_similarity(seen["y"], seen["pre"], dim=-1)
     assert cos.abs().max() < 1e-4
 

@@ -116,11 +116,11 @@ def test_hooks_run_once_and_are_removed_after_an_exception(llama, tokens):
     assert len(calls) == 4  # two layers, two forwards: once per layer and forward
 
 
-def test_works_on_any_site_and_on_gpt_neox(neox, tokens):
+def test_works_on_any_site_and_on_gpt_neox(gpt_neox, tokens):
     with torch.inference_mode():
-        clean = neox(tokens)
+        clean = gpt_neox(tokens)
         for site in ("resid_post", "attn", "value_full"):
-            out = neox.run_with_hooks(tokens, fwd_hooks=Perturbation("angle", 0.2, site=site).hooks(neox))
+            out = gpt_neox.run_with_hooks(tokens, fwd_hooks=Perturbation("angle", 0.2, site=site).hooks(gpt_neox))
             assert torch.isfinite(out).all() and not torch.allclose(out, clean)
 
 

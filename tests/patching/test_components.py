@@ -187,8 +187,8 @@ def test_hook_names_cover_every_read(llama):
     } == set(names)
 
 
-def test_parallel_blocks_take_resid_pre_as_the_mlp_reference(neox):
-    names = hook_names(neox, ["mlp_par"], [0])
+def test_parallel_blocks_take_resid_pre_as_the_mlp_reference(gpt_neox):
+    names = hook_names(gpt_neox, ["mlp_par"], [0])
     assert "blocks.0.hook_resid_pre" in names and "blocks.0.hook_resid_mid" not in names
 
 

@@ -9,7 +9,7 @@ from tlgeo.patching.runs import task_runs
 from tlgeo.patching.tasks import build_task
 
 
-@pytest.fixture(scope="module", params=["llama", "neox"])
+@pytest.fixture(scope="module", params=["llama", "gpt_neox"])
 def setup(request):
     model = request.getfixturevalue(request.param)
     task = build_task("induction", model, n=3, seed=1)

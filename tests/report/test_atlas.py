@@ -93,7 +93,8 @@ def test_atlas_errors(tmp_path, llama):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, steps=("nope",)), model=llama)
     with pytest.raises(ValueError, match="exceeds the model's n_ctx"):
         run_atlas(
-            AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"context": 4096}, steps=("profile",)), model=llama
+            AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"decomposition_context": 4096}, steps=("profile",)),
+            model=llama,
         )
     with pytest.raises(ValueError, match=r"unknown atlas budget\(s\) \['contxt'\]"):
         run_atlas(AtlasConfig(model="tiny:llama", out=tmp_path, budgets={"contxt": 64}), model=llama)
@@ -142,14 +143,14 @@ def test_ruler_scores_the_unedited_model_and_its_ruler_sites_only(tmp_path):
         out=out,
         steps=("compare",),
         budgets=dict(
-            context=64,
-            sweep_tokens=128,
-            compare_sites=("value_excl_self", "attn"),
-            compare_scales=(0.0,),
-            zeroshot_tasks=(),
-            ruler_tasks=("niah_single",),
-            ruler_lengths=(400,),
-            ruler_samples=1,
+            decomposition_context=64,
+            decomposition_sweep_tokens=128,
+            decomposition_compare_sites=("value_excl_self", "attn"),
+            decomposition_compare_scales=(0.0,),
+            decomposition_zeroshot_tasks=(),
+            decomposition_ruler_tasks=("niah_single",),
+            decomposition_ruler_lengths=(400,),
+            decomposition_ruler_samples=1,
         ),
     )
     run_atlas(cfg, model=model)

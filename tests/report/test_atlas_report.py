@@ -174,24 +174,36 @@ def test_captions_say_how_to_read(atlas_dir):
     assert any("dashed line at 1" in c for c in caps) and any("white = 0" in c for c in caps)
 
 
+def test_every_budget_is_named_after_its_chapter():
+    """One name per concept: every atlas budget is ``<chapter>_<field>``, its flag ``--<chapter>-<field>``."""
+    from tlgeo.report.registry import load_steps
+    from tlgeo.runner.analysis import budget_fields
+
+    load_steps()
+    fields = budget_fields()
+    assert {"decomposition_sweep_tokens", "dirmag_seeds", "patching_prompts"} <= set(fields)
+    bad = {n: chap for n, (chap, f) in fields.items() if not n.startswith(chap + "_") or "flag" in f.metadata}
+    assert not bad, f"budgets not named after their chapter: {bad}"
+
+
 def test_every_costly_budget_has_a_cost():
     costly = {
-        "profile_tokens",
-        "sweep_tokens",
-        "s_par_grid",
-        "s_perp_grid",
-        "compare_sites",
-        "compare_scales",
-        "zeroshot_tasks",
-        "zeroshot_limit",
-        "ruler_tasks",
-        "ruler_lengths",
-        "ruler_samples",
-        "heads_texts",
-        "heads_length",
-        "heads_layers",
-        "mlp_carrier_tokens",
-        "closed_form_tokens",
+        "decomposition_profile_tokens",
+        "decomposition_sweep_tokens",
+        "decomposition_s_par_grid",
+        "decomposition_s_perp_grid",
+        "decomposition_compare_sites",
+        "decomposition_compare_scales",
+        "decomposition_zeroshot_tasks",
+        "decomposition_zeroshot_limit",
+        "decomposition_ruler_tasks",
+        "decomposition_ruler_lengths",
+        "decomposition_ruler_samples",
+        "decomposition_heads_texts",
+        "decomposition_heads_length",
+        "decomposition_heads_layers",
+        "decomposition_mlp_carrier_tokens",
+        "decomposition_closed_form_tokens",
     }
     fields = {f.name: f for f in dataclasses.fields(DecompositionBudgets)}
     assert costly <= set(fields)
@@ -242,7 +254,12 @@ def test_a_random_model_and_skipped_steps_are_said_first(tmp_path, llama):
     from tlgeo.report.atlas import AtlasConfig
 
     html = run_atlas(
-        AtlasConfig(model="tiny:llama", out=tmp_path, steps=("profile",), budgets=dict(context=64, profile_tokens=64)),
+        AtlasConfig(
+            model="tiny:llama",
+            out=tmp_path,
+            steps=("profile",),
+            budgets=dict(decomposition_context=64, decomposition_profile_tokens=64),
+        ),
         model=llama,
     ).read_text()
     top = html[html.index('class="headline"') :]
@@ -254,7 +271,7 @@ def test_a_ruler_step_that_did_not_run_says_so(atlas_dir):
     """The atlas runs no RULER task unless asked (one sample per condition decides nothing): the section and
     the headline say so, and the comparison table has no RULER column."""
     html = (atlas_dir / "report.html").read_text()
-    assert "RULER was not run: the atlas runs no RULER task unless asked (--ruler-tasks" in html
+    assert "RULER was not run: the atlas runs no RULER task unless asked (--decomposition-ruler-tasks" in html
     assert "paper RULER %" not in html
     assert any(w.startswith("RULER-style: not run") for w in headline(atlas_dir).warnings)
 

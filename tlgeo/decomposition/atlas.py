@@ -64,21 +64,21 @@ __all__ = ["CHAPTER", "DecompositionBudgets", "PAPER", "atlas_summary", "headlin
 
 
 # Every budget is a field of one of the experiments' configs (its help, cost and atlas default are the
-# field's): skip_first, context and profile_tokens of the main job's; sweep_tokens (flag --tokens: it
-# sizes every sweep point and comparison condition), the grids of the sweeps'; the compared sites and
-# scales, zero-shot and RULER of the comparison's; heads_* of the heads'; mlp_carrier_tokens and
-# closed_form_tokens of theirs. Each step's config is made from them below.
-_Main = atlas_budgets(DecompositionConfig, "", ("skip_first", "context", "profile_tokens"))
+# field's), named decomposition_<name> (flag --decomposition-<name>) as every chapter's budgets are named after
+# their chapter: skip_first, context and profile_tokens of the main job's; sweep_tokens (it sizes every sweep
+# point and comparison condition), the grids of the sweeps'; the compared sites and scales, zero-shot and
+# RULER of the comparison's; heads_* and n_perm of the heads'; mlp_carrier_tokens and closed_form_tokens of
+# theirs. Each step's config is made from them below.
+_Main = atlas_budgets(DecompositionConfig, "decomposition_", ("skip_first", "context", "profile_tokens"))
 _Sweeps = atlas_budgets(
     SweepsConfig,
-    "",
+    "decomposition_",
     ("tokens", "s_par_grid", "s_perp_grid"),
     rename={"tokens": "sweep_tokens"},
-    flags={"tokens": "--tokens"},
 )
 _Compare = atlas_budgets(
     CompareConfig,
-    "",
+    "decomposition_",
     (
         "sites",
         "scales",
@@ -93,10 +93,10 @@ _Compare = atlas_budgets(
     ),
     rename={"sites": "compare_sites", "scales": "compare_scales"},
 )
-_Heads = atlas_budgets(HeadsConfig, "heads_", ("texts", "length", "layers"))
-_HeadStats = atlas_budgets(HeadsConfig, "", ("n_perm",))
-_MlpCarrier = atlas_budgets(MlpCarrierConfig, "mlp_carrier_", ("tokens",))
-_ClosedForm = atlas_budgets(ClosedFormConfig, "closed_form_", ("tokens",))
+_Heads = atlas_budgets(HeadsConfig, "decomposition_heads_", ("texts", "length", "layers"))
+_HeadStats = atlas_budgets(HeadsConfig, "decomposition_", ("n_perm",))
+_MlpCarrier = atlas_budgets(MlpCarrierConfig, "decomposition_mlp_carrier_", ("tokens",))
+_ClosedForm = atlas_budgets(ClosedFormConfig, "decomposition_closed_form_", ("tokens",))
 
 
 @dataclass
@@ -109,32 +109,38 @@ class DecompositionBudgets(_ClosedForm, _MlpCarrier, _HeadStats, _Heads, _Compar
 
     def check(self, model: Model) -> None:
         """Fail before any work when a budget does not fit ``model``."""
-        if self.context > model.cfg.n_ctx:
-            raise InputError(f"context {self.context} exceeds the model's n_ctx {model.cfg.n_ctx}")
+        if self.decomposition_context > model.cfg.n_ctx:
+            raise InputError(f"context {self.decomposition_context} exceeds the model's n_ctx {model.cfg.n_ctx}")
 
     def profile_config(self) -> ProfileConfig:
-        return ProfileConfig(tokens=self.profile_tokens, seq_len=self.context)
+        return ProfileConfig(tokens=self.decomposition_profile_tokens, seq_len=self.decomposition_context)
 
     def sweeps_config(self) -> SweepsConfig:
-        return _Sweeps.config(self, context=self.context, skip_first=self.skip_first)
+        return _Sweeps.config(self, context=self.decomposition_context, skip_first=self.decomposition_skip_first)
 
     def compare_config(self, seed: int = 0) -> CompareConfig:
         return _Compare.config(
-            self, tokens=self.sweep_tokens, context=self.context, skip_first=self.skip_first, seed=seed
+            self,
+            tokens=self.decomposition_sweep_tokens,
+            context=self.decomposition_context,
+            skip_first=self.decomposition_skip_first,
+            seed=seed,
         )
 
     def heads_config(self, seed: int = 0) -> HeadsConfig:
-        return _Heads.config(self, n_perm=self.n_perm, skip_first=self.skip_first, seed=seed)
+        return _Heads.config(
+            self, n_perm=self.decomposition_n_perm, skip_first=self.decomposition_skip_first, seed=seed
+        )
 
     def mlp_carrier_config(self) -> MlpCarrierConfig:
-        return _MlpCarrier.config(self, context=self.context, skip_first=self.skip_first)
+        return _MlpCarrier.config(self, context=self.decomposition_context, skip_first=self.decomposition_skip_first)
 
     def closed_form_config(self) -> ClosedFormConfig:
-        return _ClosedForm.config(self, skip_first=self.skip_first)
+        return _ClosedForm.config(self, skip_first=self.decomposition_skip_first)
 
     def audit_config(self) -> AuditConfig:
-        n = min(self.context, 256)  # four windows of at most 256 tokens
-        return AuditConfig(tokens=4 * n, context=n, skip_first=self.skip_first)
+        n = min(self.decomposition_context, 256)  # four windows of at most 256 tokens
+        return AuditConfig(tokens=4 * n, context=n, skip_first=self.decomposition_skip_first)
 
 
 register_chapter(CHAPTER, DecompositionBudgets, headline=headline, title="Directional decomposition (seed paper 000)")
@@ -161,7 +167,7 @@ def _profile_section(ctx: StepContext, result: ProfileResult) -> None:
     ctx.report.figure(
         plot_profile(summary),
         f"Median parallel ratio per layer (x, integer block index) for each site (one line each, "
-        f"log y axis), {b.profile_tokens} tokens. Points above the dashed line at 1 are layers where "
+        f"log y axis), {b.decomposition_profile_tokens} tokens. Points above the dashed line at 1 are layers where "
         "the parallel part of the update is larger than the perpendicular part.",
     )
     wide = summary.pivot(index="layer", columns="site", values="parallel_ratio_median").reset_index()
@@ -183,15 +189,16 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
     b, df = ctx.budget, result.sweeps
     base = float((df["ppl"] - df["delta_ppl"]).median())  # the unedited perplexity (every row knows it)
     few = (
-        f" Only {b.sweep_tokens} tokens: differences of a point or two are an indication only."
-        if b.sweep_tokens < MIN_PPL_TOKENS
+        f" Only {b.decomposition_sweep_tokens} tokens: differences of a point or two are an indication only."
+        if b.decomposition_sweep_tokens < MIN_PPL_TOKENS
         else ""
     )
     ctx.report.section(
         "Sensitivity sweeps (Figure 3)",
-        f"Perplexity on {ctx.cfg.corpus} ({b.sweep_tokens} tokens, context {b.context}) with the "
+        f"Perplexity on {ctx.cfg.corpus} ({b.decomposition_sweep_tokens} tokens, context "
+        f"{b.decomposition_context}) with the "
         f"parallel part (s_par) or the perpendicular part (s_perp) of every site scaled in blocks "
-        f"{b.skip_first}..; unedited perplexity {base:.2f}." + few,
+        f"{b.decomposition_skip_first}..; unedited perplexity {base:.2f}." + few,
     )
     ctx.report.figure(
         plot_sweep(df),
@@ -214,25 +221,29 @@ def _sweeps_section(ctx: StepContext, result: SweepsResult) -> None:
 def _compare_text(b, has_ruler: bool) -> str:
     """The compare section's opening paragraph: what was run, and why RULER was not when it was not."""
     why = (
-        "the atlas runs no RULER task unless asked (--ruler-tasks niah_single,vt --ruler-samples 10 or "
+        "the atlas runs no RULER task unless asked (--decomposition-ruler-tasks niah_single,vt "
+        "--decomposition-ruler-samples 10 or "
         "more): the one or two samples per condition an atlas can afford decide nothing"
-        if not b.ruler_tasks
-        else f"no length of {list(b.ruler_lengths)} fits the model's context"
-        if b.ruler_lengths
+        if not b.decomposition_ruler_tasks
+        else f"no length of {list(b.decomposition_ruler_lengths)} fits the model's context"
+        if b.decomposition_ruler_lengths
         else "no length was given"
     )
     ruler = (
-        f", and RULER-style score (unedited and {', '.join(b.ruler_sites) or 'no site'}) over "
-        f"{', '.join(b.ruler_tasks)} at {list(b.ruler_lengths)} tokens ({b.ruler_samples} samples each, "
-        f"{b.ruler_template} prompts, %)"
+        f", and RULER-style score (unedited and {', '.join(b.decomposition_ruler_sites) or 'no site'}) over "
+        f"{', '.join(b.decomposition_ruler_tasks)} at {list(b.decomposition_ruler_lengths)} tokens "
+        f"({b.decomposition_ruler_samples} samples each, "
+        f"{b.decomposition_ruler_template} prompts, %)"
         if has_ruler
         else ""
     )
     return (
-        f"Each site's parallel part scaled by s_par in {list(b.compare_scales)} in blocks "
-        f"{b.skip_first}..: perplexity ({b.sweep_tokens} tokens) and zero-shot accuracy (unedited "
-        f"and s_par in {list(b.zeroshot_scales)}) averaged over "
-        f"{', '.join(b.zeroshot_tasks) or 'no tasks'} (first {b.zeroshot_limit} items each, %)"
+        f"Each site's parallel part scaled by s_par in {list(b.decomposition_compare_scales)} in blocks "
+        f"{b.decomposition_skip_first}..: perplexity ({b.decomposition_sweep_tokens} tokens) and zero-shot "
+        "accuracy (unedited "
+        f"and s_par in {list(b.decomposition_zeroshot_scales)}) averaged over "
+        f"{', '.join(b.decomposition_zeroshot_tasks) or 'no tasks'} (first {b.decomposition_zeroshot_limit} "
+        "items each, %)"
         f"{ruler}. The paper's columns: zero-shot of {PAPER_ZEROSHOT_MODEL}"
         + (f", RULER of {PAPER_RULER_MODEL}" if has_ruler else "")
         + " — other models and budgets, so compare orderings, not values."
@@ -343,9 +354,9 @@ def _heads_section(ctx: StepContext, result: HeadsResult) -> None:
     note = indication_note(n_texts, MIN_HEAD_TEXTS, "texts")
     ctx.report.section(
         "Heads (Figure 7)",
-        f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.heads_length} "
+        f"Mean alpha of the exclude-self update per head ({ctx.config.texts} texts of {b.decomposition_heads_length} "
         "tokens), and the change of loss when its parallel part is removed in one head "
-        f"(token-weighted sign-flip test, {b.n_perm} permutations, and the interval that inverts it, "
+        f"(token-weighted sign-flip test, {b.decomposition_n_perm} permutations, and the interval that inverts it, "
         "excluding 0 exactly when p < 0.05; Benjamini–Hochberg q over the heads). The paper finds heads of both signs.",
     )
     ctx.report.figure(
@@ -381,7 +392,8 @@ def _mlp_section(ctx: StepContext, result: MlpCarrierResult) -> None:
         "MLP carrier (Table 10)",
         "Mean NLL change when the parallel (No-Para) or perpendicular (No-Perp) part is removed "
         "at the residual MLP site, inside the MLP relative to its input (h vs x), and per "
-        f"down-projection block (y_g vs h_g), in blocks {b.skip_first}.. ({b.mlp_carrier_tokens} tokens).",
+        f"down-projection block (y_g vs h_g), in blocks {b.decomposition_skip_first}.. "
+        f"({b.decomposition_mlp_carrier_tokens} tokens).",
     )
     wide = carrier_table_wide(df).reset_index()
     wide.columns.name = None
@@ -437,8 +449,8 @@ def _closed_form_section(ctx: StepContext, result: ClosedFormResult) -> None:
     errs.insert(1, "expected", [_CF_EXPECTED.get(v, "") for v in errs["variant"]])
     ctx.report.table(
         errs,
-        f"Largest |closed form − edit| over blocks {b.skip_first}.. at s_par = 0 "
-        f"({b.closed_form_tokens} tokens), per variant and quantity (z: per-head outputs, "
+        f"Largest |closed form − edit| over blocks {b.decomposition_skip_first}.. at s_par = 0 "
+        f"({b.decomposition_closed_form_tokens} tokens), per variant and quantity (z: per-head outputs, "
         "attn_out: after W_O, logits). rel_err: largest error norm over the RMS reference norm; "
         "value_full / value_excl_self are exact up to float rounding (~1e-6); the attn rows "
         "are expected to fail (exact only along z).",

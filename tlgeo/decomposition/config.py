@@ -2,7 +2,7 @@
 
 * :class:`DecompositionConfig`: ``tlgeo decompose``, the main job (the parallel-ratio profile, then
   perplexity with each part removed at every site). Its ``skip_first``, ``context`` and
-  ``profile_tokens`` are also the atlas budgets of those names (:mod:`.atlas`).
+  ``profile_tokens`` are also the atlas budgets ``decomposition_<name>`` (:mod:`.atlas`).
 * :class:`ProfileConfig`: ``tlgeo profile`` (parallel ratios per layer, site and token).
 * :class:`PplConfig`: ``tlgeo ppl`` (perplexity unedited and under one edit).
 * the paper's other experiments, each a command and an atlas step: :class:`SweepsConfig`
@@ -47,7 +47,7 @@ SKIP_FIRST_HELP = "leave the first n blocks unedited (the reference code skips b
 
 
 def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
-    """``sites`` as registered names (aliases resolved, repeats dropped), or a ValueError naming ``field``."""
+    """``sites`` as registered names (repeats dropped), or a ValueError naming ``field``."""
     try:
         names = tuple(dict.fromkeys(get_site(s).name for s in sites))
     except UnknownSiteError as e:
@@ -64,13 +64,12 @@ def _site_names(field: str, sites, decomposition_only: bool) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class CorpusConfig(Config):
-    """What the perplexity and the profile read: a corpus and how many of its tokens."""
+class _Corpus(Config):
+    """A corpus to read (the heads' windows: ``texts`` x ``length`` of it)."""
 
     corpus: str = param(
         "wikitext2", "named corpus (wikitext2, austen, mobydick, bible, ...), a text file, or hf:<dataset>"
     )
-    tokens: int = param(2048, "text tokens to use (0 = all)", min=0, type=TOKENS)
 
     def validate(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus.strip():
@@ -80,11 +79,6 @@ class CorpusConfig(Config):
             if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int) or v < least):
                 raise InputError(f"{f.name}: must be an integer >= {least}, got {v!r}")
 
-    @property
-    def max_tokens(self) -> int | None:
-        """``tokens``, with 0 (all) as ``None``."""
-        return self.tokens or None
-
     def _windows(self) -> tuple[str, ...]:
         """The fields that are window lengths (checked against the model's context by :meth:`check_fits`)."""
         return ()
@@ -93,7 +87,7 @@ class CorpusConfig(Config):
         """The sites a run acts on (checked against the model's family by :meth:`check_fits`)."""
         return tuple(getattr(self, "sites", ()))
 
-    def fit_to(self, n_ctx: int) -> tuple["CorpusConfig", list[str]]:
+    def fit_to(self, n_ctx: int) -> tuple["_Corpus", list[str]]:
         """This config with the window lengths left at their default cut to a model context of ``n_ctx``
         tokens, and one note per cut (a length given that does not fit still fails in :meth:`check_fits`)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -115,6 +109,18 @@ class CorpusConfig(Config):
                 raise InputError(
                     f"--{name.replace('_', '-')} {n} exceeds the model's context of {model.cfg.n_ctx} tokens"
                 )
+
+
+@dataclass(frozen=True)
+class CorpusConfig(_Corpus):
+    """What the perplexity and the profile read: a corpus and how many of its tokens."""
+
+    tokens: int = param(2048, "text tokens to use (0 = all)", min=0, type=TOKENS)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """``tokens``, with 0 (all) as ``None``."""
+        return self.tokens or None
 
 
 @dataclass(frozen=True)
@@ -355,11 +361,10 @@ class CompareConfig(_EditedCorpusConfig):
 
 
 @dataclass(frozen=True)
-class HeadsConfig(CorpusConfig):
+class HeadsConfig(_Corpus):
     """Per head: the mean alpha of the exclude-self update, and the change of loss when its parallel part
     is removed in that head alone (the paper's Figure 7)."""
 
-    tokens: int = param(0, "unused: --texts x --length tokens are read", min=0, type=TOKENS, cli=False)
     texts: int = param(
         32,
         "texts (windows of the corpus)",

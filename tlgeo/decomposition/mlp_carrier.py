@@ -305,7 +305,7 @@ def _not_a_plain_site(target, reads) -> Update:
 _PRE = (("ref", "hook_resid_pre"),)
 CARRIER_SITES: dict[str, Site] = {
     "h_vs_x": Site(
-        "mlp_h_vs_x",
+        "h_vs_x",
         "mlp.hook_post",
         (("ref", "hook_resid_mid"),),
         False,
@@ -314,7 +314,7 @@ CARRIER_SITES: dict[str, Site] = {
         parallel_block_reads=_PRE,
     ),
     "y_vs_h": Site(
-        "mlp_y_vs_h",
+        "y_vs_h",
         "hook_mlp_out",
         (("h", "mlp.hook_post"),),
         False,
@@ -322,29 +322,20 @@ CARRIER_SITES: dict[str, Site] = {
         "per-block MLP output y_g = h_g @ W_out[I_g] vs its carrier block h_g",
     ),
 }
-_ALIASES = {
-    "h_vs_x": "h_vs_x",
-    "mlp_h_vs_x": "h_vs_x",
-    "h vs x": "h_vs_x",
-    "y_vs_h": "y_vs_h",
-    "mlp_y_vs_h": "y_vs_h",
-    "y_g_vs_h_g": "y_vs_h",
-    "y_g vs h_g": "y_vs_h",
-}
 
 
 def _carrier_site(name: str) -> str:
-    key = _ALIASES.get(str(name))
-    if key is None:
-        raise UnknownNameError(f"unknown MLP-carrier site {name!r}; known: {sorted(_ALIASES)}")
-    return key
+    if str(name) not in CARRIER_SITES:
+        raise UnknownNameError(f"unknown MLP-carrier site {name!r}; known: {sorted(CARRIER_SITES)}")
+    return str(name)
 
 
 @dataclass(frozen=True)
 class CarrierEdit:
     """Scale the parallel and perpendicular parts at an MLP-carrier site (see module doc).
 
-    ``site``: ``"h_vs_x"`` or ``"y_vs_h"`` (aliases ``"y_g_vs_h_g"``, ...);
+    ``site``: ``"h_vs_x"`` or ``"y_vs_h"`` (the keys of :data:`CARRIER_SITES`; "h vs x" and "y_g vs h_g" are
+    only the tables' labels);
     ``narrow``: ``"include"`` or ``"skip"`` the narrow last block. Like
     :class:`tlgeo.hooks.edits.Edit`: ``.hooks(model)`` for ``run_with_hooks``, ``.describe()``.
     """
@@ -390,7 +381,7 @@ class CarrierEdit:
     def describe(self) -> dict:
         """Plain-value description (``heads`` is always ``"all"``, as in :meth:`Edit.describe`)."""
         return {
-            "site": CARRIER_SITES[self.site].name,
+            "site": self.site,
             "s_par": self.s_par if not isinstance(self.s_par, Tensor) else "tensor",
             "s_perp": self.s_perp if not isinstance(self.s_perp, Tensor) else "tensor",
             "layers": "all" if self.layers is None else self.layers,

@@ -52,6 +52,6 @@ PAPER_ZEROSHOT_MODEL = "Qwen3-1.7B, 7 tasks"
 PAPER_RULER_MODEL = "Llama-3.2-3B at 4k tokens"
 PAPER_SMALL_MODEL = "Qwen3-0.6B"  # the audit (Table 6) and the MLP carrier (Table 10)
 
-# Figure 3's full sweep grids (``tlgeo atlas --full-grids``)
+# Figure 3's full sweep grids (``tlgeo atlas --decomposition-full-grids``)
 S_PAR_GRID: tuple[float, ...] = (-1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3)
 S_PERP_GRID: tuple[float, ...] = (0, 0.25, 0.5, 0.75, 1, 1.25, 1.5)

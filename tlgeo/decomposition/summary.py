@@ -389,7 +389,7 @@ def _budget_warnings(out: Path, zs, rl, hs, corpus: str) -> list[str]:
         warnings.append(w)
     if (rl is None and _read(out, "compare_ppl") is not None) or (rl is not None and not len(rl)):  # no RULER
         warnings.append(
-            "RULER-style: not run (the atlas runs it only when asked, with --ruler-tasks; or every "
+            "RULER-style: not run (the atlas runs it only when asked, with --decomposition-ruler-tasks; or every "
             "length is longer than the model's context: see section 3)."
         )
     if rl is not None and len(rl):
@@ -417,13 +417,14 @@ def headline(out: str | Path, budgets: DecompositionBudgets | None = None) -> He
     audit, closed form, MLP carrier, heads), and warnings where a budget is below
     :data:`MIN_ZEROSHOT_ITEMS`, :data:`MIN_RULER_SAMPLES`, :data:`MIN_HEAD_TEXTS` or
     :data:`MIN_PPL_TOKENS`. Every number is read from the CSVs (the budgets actually
-    used are read there too; ``budgets`` only fills in ``skip_first``)."""
+    used are read there too; ``budgets`` only fills in ``decomposition_skip_first``)."""
     out = Path(out)
     summary = atlas_summary(out)
     val = {(t, r, q): v for t, r, q, v in summary.itertuples(index=False)}
     conf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
     corpus = conf.get("corpus", "the corpus")
-    skip = budgets.skip_first if budgets is not None else conf.get("budgets", {}).get(CHAPTER, {}).get("skip_first", 1)
+    recorded = conf.get("budgets", {}).get(CHAPTER, {})
+    skip = budgets.decomposition_skip_first if budgets is not None else recorded.get("decomposition_skip_first", 1)
     sentences: list[str | None] = []
     if (ps := _read(out, "profile_summary")) is not None and len(ps):
         sentences.append(_profile_sentence(ps))

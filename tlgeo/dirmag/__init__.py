@@ -13,8 +13,8 @@
 
 The perturbations are :class:`tlgeo.hooks.perturbation.Perturbation` (hooks) over
 :mod:`tlgeo.geometry.perturb` (the math). The matched LayerNorm / RMSNorm pair
-is trained by ``scripts/train_norm_pair.py``; ``notebooks/06_direction_magnitude.ipynb``
-walks through every measurement.
+is two ``tlgeo train`` runs (``--arch gpt`` and ``--arch llama``: RESULTS.md section 2);
+``notebooks/06_direction_magnitude.ipynb`` walks through every measurement.
 """
 
 from .damage import damage_table, lm_damage, wikitext_sentences

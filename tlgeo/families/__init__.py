@@ -3,7 +3,6 @@ random model, the seed papers' checkpoints, where HF keeps its layers), the regi
 them (:mod:`.registry`), and the support matrix of families x sites and analyses (:mod:`.support`)."""
 
 from .registry import (
-    ALIASES,
     FAMILIES,
     FAMILY_MODULES,
     Family,
@@ -27,7 +26,6 @@ from .support import (
 )
 
 __all__ = [
-    "ALIASES",
     "FAMILIES",
     "FAMILY_MODULES",
     "Family",

@@ -43,7 +43,6 @@ __all__ = [
     "Family",
     "FAMILIES",
     "FAMILY_MODULES",
-    "ALIASES",
     "SEED_CHECKPOINTS",
     "SEED_FAMILIES",
     "build",
@@ -107,8 +106,6 @@ def build(modules: tuple[ModuleType, ...] = FAMILY_MODULES) -> None:
 
 build()
 
-ALIASES = {"neox": "gpt_neox", "pythia": "gpt_neox", "gemma3_text": "gemma3", "gptoss": "gpt_oss"}
-
 
 def layer_paths() -> tuple[str, ...]:
     """Where the families' HF causal LMs keep their decoder layers (each path once)."""
@@ -116,11 +113,11 @@ def layer_paths() -> tuple[str, ...]:
 
 
 def get_family(name: str) -> Family:
-    """The family called ``name`` (or one of :data:`ALIASES`)."""
-    key = ALIASES.get(str(name), str(name))
-    if key not in FAMILIES:
+    """The family called ``name`` (one name each: a Hugging Face ``model_type`` such as ``gemma3_text`` is
+    matched by :func:`family_of_config`, a hub id such as ``EleutherAI/pythia-410m`` by its config)."""
+    if str(name) not in FAMILIES:
         raise UnknownFamilyError(f"unknown model family {name!r}; known families: {', '.join(FAMILIES)}")
-    return FAMILIES[key]
+    return FAMILIES[str(name)]
 
 
 def family_of_config(config: Any) -> Family | None:

@@ -161,27 +161,11 @@ SITES: dict[str, Site] = {
 
 DECOMPOSITION_SITES: tuple[str, ...] = tuple(n for n, s in SITES.items() if s.is_decomposition)
 
-ALIASES = {
-    "residual_attention": "attn",
-    "attn_out": "attn",
-    "residual_mlp": "mlp",
-    "mlp_out": "mlp",
-    "residual_block": "block",
-    "v_full": "value_full",
-    "v_para_rem": "value_full",
-    "exclude_self": "value_excl_self",
-    "v_excl_self": "value_excl_self",
-    "excl_self": "value_excl_self",
-    "diag_removal": "diag",
-    "diagonal": "diag",
-}
-
 
 def get_site(site: str | Site) -> Site:
-    """The registered :class:`Site` called ``site`` (or one of its aliases)."""
+    """The registered :class:`Site` called ``site`` (one name each: no aliases)."""
     if isinstance(site, Site):
         return site
-    key = ALIASES.get(str(site), str(site))
-    if key not in SITES:
-        raise UnknownSiteError(f"unknown site {site!r}; known sites: {sorted(SITES)} (aliases: {sorted(ALIASES)})")
-    return SITES[key]
+    if str(site) not in SITES:
+        raise UnknownSiteError(f"unknown site {site!r}; known sites: {sorted(SITES)}")
+    return SITES[str(site)]

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from ..families import ALIASES, FAMILIES, get_family
+from ..families import FAMILIES, get_family
 from .bridge import boot
 from .embedded import EMBEDDED_MODELS, embedded_model_dir
 from .errors import UnknownModelError
@@ -83,7 +83,7 @@ def model_family(name: str):
     from ..families.checkpoints import SEED_CHECKPOINTS
 
     name = str(name)
-    if name.startswith("tiny:") or name in FAMILIES or name in ALIASES:
+    if name.startswith("tiny:") or name in FAMILIES:
         return get_family(name.removeprefix("tiny:")), "a tlgeo family"
     if name in SEED_CHECKPOINTS:
         config, source = SEED_CHECKPOINTS[name], "its published config.json, kept in tlgeo"

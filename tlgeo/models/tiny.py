@@ -16,12 +16,12 @@ from .tokenizer import byte_tokenizer
 
 __all__ = ["TINY_KINDS", "tiny_config", "save_tiny_model", "tiny_model"]
 
-TINY_KINDS = ("neox",) + tuple(FAMILIES)  # every family (tlgeo.families), and neox: gpt_neox's old name
+TINY_KINDS = tuple(FAMILIES)  # every family (tlgeo.families), by its one name
 
 
 def tiny_config(kind: str = "llama", **overrides):
     """A small HF config of the family ``kind`` (:data:`tlgeo.families.FAMILIES`: ``llama`` with
-    RMSNorm, SwiGLU, GQA 4/2 heads and d_mlp 160, ``neox`` = ``gpt_neox`` with LayerNorm and parallel
+    RMSNorm, SwiGLU, GQA 4/2 heads and d_mlp 160, ``gpt_neox`` with LayerNorm and parallel
     attn+MLP, ``gpt2``, ``opt_post_ln``, ``mamba``, ...), built by transformers' own config class."""
     try:
         family = get_family(kind)

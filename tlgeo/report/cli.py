@@ -64,7 +64,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     budget_flags(p)
-    p.add_argument("--full-grids", action="store_true", help="the paper's full s_par / s_perp grids (slow)")
+    p.add_argument(
+        "--decomposition-full-grids", action="store_true", help="the paper's full s_par / s_perp grids (slow)"
+    )
 
 
 def atlas_config(args: argparse.Namespace):
@@ -74,10 +76,10 @@ def atlas_config(args: argparse.Namespace):
     budgets = {
         k.removeprefix("budget__"): v for k, v in vars(args).items() if k.startswith("budget__") and v is not None
     }
-    if args.full_grids:
+    if args.decomposition_full_grids:
         from ..decomposition.sweeps import S_PAR_GRID, S_PERP_GRID
 
-        budgets.update(s_par_grid=S_PAR_GRID, s_perp_grid=S_PERP_GRID)
+        budgets.update(decomposition_s_par_grid=S_PAR_GRID, decomposition_s_perp_grid=S_PERP_GRID)
     steps = tuple(x for x in args.steps.split(",") if x) if args.steps else None
     unknown = [x for x in steps or () if x not in load_steps()]
     if unknown:
@@ -105,7 +107,8 @@ def run_command(args: argparse.Namespace) -> int:
         f"budget__{k}": v for b in cfg.chapter_budgets().values() for k, v in dataclasses.asdict(b).items()
     }  # the budgets the run used, defaults included
     out = output_dir(args, f"atlas-{model_key(args.model)}")  # as cfg.out_dir(); an unwritable --out fails first
-    print(f"[atlas] edits leave the first {cfg.budgets.get('skip_first', 1)} block(s) unedited; results in {out}")
+    skip = cfg.budgets.get("decomposition_skip_first", 1)
+    print(f"[atlas] edits leave the first {skip} block(s) unedited; results in {out}")
     path = run_atlas(cfg)
     print_written(sorted(p for p in out.rglob("*") if p.is_file()))
     print(f"open {path} in a browser")
