@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     args.record = RunRecord()
+    args.shape_of = shape_before_loading  # every command checks its config against the model's shape before loading
     code_state()  # the checkout this command runs, before it runs (what its provenance records)
     _map_large_allocations()
     quiet = int(os.environ.get("RANK", "0")) > 0  # torchrun: rank 0 prints, the others only their errors
@@ -187,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         args.record.release()
+
+
+def shape_before_loading(name: str):
+    """``name``'s :class:`tlgeo.planner.ModelShape` from its config alone (no weights), or ``None`` where nothing
+    says it: what every command checks its config against before the model loads
+    (:func:`tlgeo.runner.distributed.check_before_loading`)."""
+    from .models.errors import UnknownModelError
+    from .planner import model_shape
+
+    try:
+        return model_shape(name)
+    except (UnknownModelError, ValueError, OSError, KeyError, TypeError):
+        return None
 
 
 def _quiet_half_made_progress_bars() -> None:

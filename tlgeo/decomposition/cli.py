@@ -59,15 +59,13 @@ def edited_blocks(
 
 
 def _check(args: argparse.Namespace):
-    """What fails before the model loads: the corpus, and for ``ppl`` the edited layers and heads (from the
-    model's config, where it is here)."""
+    """What fails before the model loads: the corpus (the edited layers and heads of ``ppl`` too, from the model's
+    config: :meth:`PplConfig.check_shape`, called for every command)."""
 
     def check(cfg) -> None:
         from ..data import load_text
 
         load_text(cfg.corpus)
-        if isinstance(cfg, PplConfig):
-            _check_edit_against_config(cfg, args.model)
 
     return check
 
@@ -96,25 +94,6 @@ def _run(analysis, args: argparse.Namespace, *, rerun: str = "", say=None, show=
         return cfg
 
     return run(analysis, args, check=_check(args), prepare=prepare, show=show)
-
-
-def _check_edit_against_config(cfg: PplConfig, name: str) -> None:
-    """Layers and heads that the model lacks fail from its config alone, before it loads (a hub
-    model, whose config is not here offline, is checked once loaded)."""
-    from types import SimpleNamespace
-
-    from ..hooks.adapter import resolve_heads, resolve_layers
-    from ..models import UnknownModelError
-    from ..planner import model_shape
-
-    try:
-        shape = model_shape(name)
-    except (UnknownModelError, OSError, KeyError, ValueError):
-        return
-    e = cfg.edit()
-    shape_cfg = SimpleNamespace(n_layers=shape.n_layers, n_heads=shape.n_heads)
-    resolve_layers(shape_cfg, e.layers, e.skip_first)
-    resolve_heads(shape_cfg, e.site, e.heads)
 
 
 def _print_profile(summary) -> None:

@@ -218,6 +218,18 @@ class PplConfig(CorpusConfig):
         """The edit measured (its layers and heads are checked against a model by ``Edit.hooks``)."""
         return Edit(self.site, self.s_par, self.s_perp, self.layers, self.skip_first, self.heads)
 
+    def check_shape(self, shape) -> None:
+        """The edited layers and heads inside the model (``shape``: its blocks and heads, from its config), before
+        its weights load."""
+        from types import SimpleNamespace
+
+        from ..hooks.adapter import resolve_heads, resolve_layers
+
+        e = self.edit()
+        blocks = SimpleNamespace(n_layers=shape.n_layers, n_heads=shape.n_heads)
+        resolve_layers(blocks, e.layers, e.skip_first)
+        resolve_heads(blocks, e.site, e.heads)
+
 
 # ---------------------------------------------------------------------------
 # the experiments of the paper beyond the main job: one config each (tlgeo sweeps | compare | heads |

@@ -66,19 +66,6 @@ def par_baseline_lines(baseline: pd.DataFrame) -> list[str]:
     return out
 
 
-def check_shape(model: str, cfg: PatchingConfig) -> None:
-    """``cfg``'s blocks and heads against ``model``'s shape, read from its config before its weights load
-    (:func:`tlgeo.planner.model_shape`; a model whose shape no config here says is checked once it loads)."""
-    from ..models.errors import UnknownModelError
-    from ..planner import model_shape
-
-    try:
-        shape = model_shape(model)
-    except (UnknownModelError, ValueError, OSError, KeyError, TypeError):
-        return
-    cfg.check_shape(shape)
-
-
 def _say(model, cfg, out) -> None:
     """Print what the run will patch (before it starts)."""
     print(
@@ -169,7 +156,7 @@ def run_command(args: argparse.Namespace) -> int:
     from ..runner.distributed import run_command as run
     from .analysis import ANALYSIS, PatchingResult
 
-    res, cfg, out = run(ANALYSIS, args, check=lambda cfg: check_shape(LoadConfig.of(args).model, cfg), prepare=_say)
+    res, cfg, out = run(ANALYSIS, args, prepare=_say)
     if res is None:  # a torchrun rank other than 0: rank 0 writes
         return 0
     cols = ["task", "n", "accuracy", "clean_metric", "corrupted_metric", "patched", "reason"]

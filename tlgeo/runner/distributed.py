@@ -257,7 +257,7 @@ def run_command(
     load = LoadConfig.of(args)
     load.set_threads()
     cfg = config_from_args(analysis.config, args)
-    check_before_loading(load.model, cfg)
+    check_before_loading(load.model, cfg, getattr(args, "shape_of", None))
     if check is not None:
         cfg = _config_or(check(cfg), cfg, analysis)
     out = output_dir(args, out_name or model_key(load.model))
@@ -271,27 +271,17 @@ def run_command(
     return run_analysis(analysis, model, cfg, out=out, progress=True, on_table=on_table), cfg, out
 
 
-def check_before_loading(name: str, cfg: Any = None) -> None:
+def check_before_loading(name: str, cfg: Any = None, shape_of: Callable[[str], Any] | None = None) -> None:
     """What can be checked of a run before its model's weights load, in one line: the model's name
     (:func:`tlgeo.models.loading.check_model_name`: an unknown model leaves no output folder behind), then ``cfg``
-    against the model's shape read from its config (``Config.check_shape``: a block index out of range), where a
-    config says the shape (a model whose shape nothing here says is checked once it loads)."""
+    against the model's shape (``Config.check_shape``: a block index out of range), ``shape_of(name)`` (the
+    command line's: :func:`tlgeo.cli.shape_before_loading`, from the model's config alone), where it says one (a
+    model whose shape nothing says is checked once it loads)."""
     from ..models.loading import check_model_name
 
     check_model_name(name)
-    if cfg is not None and (shape := shape_before_loading(name)) is not None:
+    if cfg is not None and shape_of is not None and (shape := shape_of(name)) is not None:
         cfg.check_shape(shape)
-
-
-def shape_before_loading(name: str) -> Any:
-    """``name``'s :class:`tlgeo.planner.ModelShape` from its config alone, or ``None`` where none says it."""
-    from ..models.errors import UnknownModelError
-    from ..planner import model_shape
-
-    try:
-        return model_shape(name)
-    except (UnknownModelError, ValueError, OSError, KeyError, TypeError):
-        return None
 
 
 def _config_or(returned: Any, cfg: Any, analysis: Analysis) -> Any:

@@ -192,9 +192,9 @@ def _feed(h, x: Any) -> None:
 class ResultLog:
     """Rows keyed by a tuple of columns, stored as JSON lines at ``path`` (looked up by key in O(1)).
 
-    ``identity``: the :data:`IDENTITY` columns of the model whose rows these are (``{}``: rows of several models,
-    read on purpose), passed by the run. They join the key and every row stored; rows of
-    other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
+    ``identity``: the :data:`IDENTITY` columns of the model whose rows these are, passed by the run (``None`` or
+    ``{}``: none, e.g. rows of several models read on purpose; never an ambient one). They join the key and every
+    row stored; rows of other identities in the same file stay there untouched, and :attr:`rows`, :meth:`get`,
     :meth:`done` and :meth:`frame` see only this identity's. :attr:`resumed` counts the rows a
     run took back instead of computing them (:meth:`RunState.lines` says so).
 
@@ -208,11 +208,11 @@ class ResultLog:
         path: str | os.PathLike,
         key: Iterable[str],
         *,
-        identity: Mapping[str, Any],
+        identity: Mapping[str, Any] | None = None,
         content: Iterable[str] = (),
     ):
         self.path = Path(path)
-        self.identity = dict(identity)
+        self.identity = dict(identity or {})
         self.key = tuple(dict.fromkeys([*self.identity, *key]))
         self.content = tuple(content)
         unknown = [c for c in self.content if c not in self.key]
