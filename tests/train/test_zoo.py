@@ -54,6 +54,16 @@ def test_predecessor_batches_ask_for_an_earlier_token():
     assert all(t[j] == t[-1] and 1 <= j < 6 and len(set(t[:6].tolist())) == 6 for t, j in zip(tokens, earlier.tolist()))
 
 
+def test_lookback_batches_end_in_the_filler_after_a_query():
+    from tlgeo.train.data import FILL, SEP
+    from tlgeo.train.zoo import lookback_batch
+
+    tokens, earlier = lookback_batch(5, 6, seed=2)
+    assert tokens.shape == (5, 9) and (tokens[:, 6] == SEP).all() and (tokens[:, -1] == FILL).all()
+    assert all(t[j] == t[-2] and 1 <= j < 6 and len(set(t[:6].tolist())) == 6 for t, j in zip(tokens, earlier.tolist()))
+    assert (tokens[:, :6] < FILL).all()
+
+
 def test_repeated_batches_repeat_and_take_a_bos():
     t = repeated_batch(3, 5, seed=1, bos=256)
     assert t.shape == (3, 11) and (t[:, 0] == 256).all() and (t[:, 1:6] == t[:, 6:]).all()
