@@ -45,6 +45,14 @@ def test_the_predecessor_model_has_previous_token_heads_before_its_duplicate_tok
     assert not planted["induction"]
 
 
+def test_the_lookback_model_has_previous_token_heads_before_the_heads_that_look_back_from_the_filler():
+    record = json.loads((zoo_model_dir("lookback-llama") / "zoo.json").read_text())
+    planted = record["planted"]  # duplicate_token: from the filler after a query to the query's earlier occurrence
+    assert planted["previous_token"] and all(l == 0 for l, _ in planted["previous_token"])
+    assert planted["duplicate_token"] and all(l == 1 for l, _ in planted["duplicate_token"])
+    assert not planted["induction"]
+
+
 def test_predecessor_batches_ask_for_an_earlier_token():
     from tlgeo.train.data import SEP
     from tlgeo.train.zoo import predecessor_batch

@@ -103,7 +103,7 @@ ZOO: dict[str, ZooModel] = {
         ),
         ZooModel(
             "lookback-llama",
-            _zoo_config("lookback-llama", "llama", "lookback:4-12", 1e-3, 12000, threads=1),
+            _zoo_config("lookback-llama", "llama", "predecessor:4-12,lookback:4-12", 1e-3, 12000, threads=1),
             "a previous-token head (block 0) writes the query into the filler after it; a block-1 head there "
             "queries with it for the query's earlier occurrence (Q-composition) and reads the token before it, "
             "which a previous-token head wrote there (V-composition)",
