@@ -124,7 +124,8 @@ def test_path_patching_finds_q_composition_in_the_lookback_model():
     assert (0, top["sender_head"]) in prev and (1, top["receiver_head"]) in look
     assert top["significant"] and top["ci_low"] > 0
     pairs = {(s, r) for _, s in prev for _, r in look}
-    assert set(list(zip(q["sender_head"], q["receiver_head"]))[: len(pairs)]) == pairs  # the planted pairs' q paths first
+    first = list(zip(q["sender_head"], q["receiver_head"]))[: len(pairs)]
+    assert set(first) == pairs  # the planted pairs' q paths come first
     mine = df[df["sender_head"].isin([h for _, h in prev]) & df["receiver_head"].isin([h for _, h in look])]
     by = mine.groupby("receiver_input")["effect"].sum()
     print(q.head(6)[["sender_head", "receiver_head", "effect"]], by, sep="\n")

@@ -149,7 +149,9 @@ def lookback_task(
     ids = _ordinary_ids(tokenizer, n, length, 2 * length, min_id, max_id, "lookback")
     ids = ids[ids != fill]
     if ids.numel() < 2 * length:
-        raise TaskError(f"lookback: {ids.numel()} ordinary token ids besides the filler; length {length} needs {2 * length}")
+        raise TaskError(
+            f"lookback: {ids.numel()} ordinary token ids besides the filler; length {length} needs {2 * length}"
+        )
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
     sep = (
