@@ -99,3 +99,37 @@ def test_path_patching_finds_v_composition_in_the_predecessor_model():
     assert by["v"] > 5 * abs(by["k"]) and abs(by["q"]) < 1e-3
     v = df[df["receiver_input"] == "v"]
     assert v["significant"].any() and (v["ci_low"] > 0).any()
+
+
+def test_path_patching_finds_q_composition_in_the_lookback_model():
+    """The zoo's lookback Llama answers ``r1..rL SEP rj FILL`` with ``r(j-1)``: at the filler a block-1 head queries
+    with ``rj``, which a previous-token head wrote there, for the earlier ``rj`` and reads ``r(j-1)``, which a
+    previous-token head wrote there. Among every block-0 head's path into every block-1 head's query, the planted
+    pair's (previous-token head -> the head that attends from the filler to the earlier ``rj``) is first, and the
+    previous-token heads act on the planted heads through their queries and values, not their keys. Their query
+    paths run through block 0's MLP: with the MLPs frozen (``through_mlps=False``) almost nothing is left of them."""
+    d = zoo_model_dir("lookback-llama")
+    planted = json.loads((d / "zoo.json").read_text())["planted"]
+    prev, look = [tuple(h) for h in planted["previous_token"]], [tuple(h) for h in planted["duplicate_token"]]
+    assert prev and look and all(l == 0 for l, _ in prev) and all(l == 1 for l, _ in look)
+    model = load_model(str(d))
+    task = build_task("lookback", model, n=32, seed=0)
+    runs = path_runs(model, task, ["head"], [0], [1])
+    assert runs.accuracy()["accuracy"] > 0.5 and runs.gap > 3
+    heads = range(model.cfg.n_heads)
+    rows = path_sweep(model, runs, [(0, h) for h in heads], [(1, h) for h in heads], direction="noise")
+    df = path_effects(rows, runs, direction="noise")
+    q = df[df["receiver_input"] == "q"].sort_values("effect", key=abs, ascending=False)
+    top = q.iloc[0]
+    assert (0, top["sender_head"]) in prev and (1, top["receiver_head"]) in look
+    assert top["significant"] and top["ci_low"] > 0
+    pairs = {(s, r) for _, s in prev for _, r in look}
+    first = list(zip(q["sender_head"], q["receiver_head"]))[: len(pairs)]
+    assert set(first) == pairs  # the planted pairs' q paths come first
+    mine = df[df["sender_head"].isin([h for _, h in prev]) & df["receiver_head"].isin([h for _, h in look])]
+    by = mine.groupby("receiver_input")["effect"].sum()
+    print(q.head(6)[["sender_head", "receiver_head", "effect"]], by, sep="\n")
+    assert by["q"] > 2 * abs(by["k"]) and by["v"] > 2 * abs(by["k"])
+    direct = path_runs(model, task, ["head"], [0], [1], through_mlps=False)
+    rows = path_sweep(model, direct, prev, look, direction="noise", inputs=["q"], through_mlps=False)
+    assert path_effects(rows, direct, direction="noise")["effect"].sum() < 0.1 * by["q"]

@@ -191,6 +191,26 @@ def test_predecessor_on_the_byte_tokenizer():
     assert task.positions["end"].tolist() == [8] * 8
 
 
+def test_lookback_on_the_byte_tokenizer():
+    from tlgeo.patching.tasks import lookback_task
+    from tlgeo.train.data import FILL
+
+    tok = byte_tokenizer()
+    task = lookback_task(tok, n=8, seed=3, bos=tok.bos_token_id, length=6)
+    assert task.clean.shape == task.corrupted.shape == (8, 10) and task.metric == "logit_diff"
+    rows = zip(task.clean.tolist(), task.corrupted.tolist(), task.correct[:, 0].tolist(), task.wrong[:, 0].tolist())
+    for clean, bad, correct, wrong in rows:
+        r, sep, query, fill = clean[1:7], clean[7], clean[8], clean[9]
+        j = r.index(query)
+        assert sep == tok.bos_token_id and fill == FILL and j >= 1 and correct == r[j - 1] and len(set(r)) == 6
+        q = bad[1:7]
+        assert bad[7:] == [sep, q[j], FILL] and wrong == q[j - 1]  # the same question about other tokens
+        assert not set(q) & set(r) and FILL not in r + q
+    assert task.positions["end"].tolist() == [9] * 8
+    with pytest.raises(TaskError, match="besides the filler"):
+        lookback_task(tok, n=2, length=6, min_id=248, max_id=262)  # 12 ids, one the filler
+
+
 def test_induction_on_the_byte_tokenizer():
     tok = byte_tokenizer()
     task = induction_task(tok, n=8, seed=3, bos=tok.bos_token_id, length=6)

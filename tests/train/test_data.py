@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tlgeo.train.data import EOS, SEP, build_token_stream, predecessor_queries, repeated_halves
+from tlgeo.train.data import (
+    EOS,
+    FILL,
+    SEP,
+    build_token_stream,
+    lookback_queries,
+    predecessor_queries,
+    repeated_halves,
+)
 
 
 def _documents(stream: np.ndarray) -> list[np.ndarray]:
@@ -47,6 +55,27 @@ def test_predecessor_documents_answer_each_query_with_the_token_before_it(tmp_pa
     )
     with pytest.raises(ValueError, match="2 <= shortest <= longest <= 256"):
         build_token_stream("predecessor:1-4", tmp_path / "bad", max_tokens=4000)
+
+
+def test_lookback_documents_answer_each_query_after_a_filler(tmp_path):
+    d = build_token_stream("lookback:4-9:3", tmp_path, max_tokens=4000, val_frac=0.05)
+    docs = _documents(np.fromfile(d / "train.bin", dtype=np.uint16))
+    assert len(docs) > 40
+    for doc in docs:
+        n = next(m for m in range(4, 10) if m + 4 * (m // 2) == len(doc))  # n tokens, then n // 2 queries
+        r, queries = doc[:n], doc[n:].reshape(-1, 4)
+        assert len(set(r.tolist())) == n and r.max() < FILL  # distinct, never the filler
+        for sep, q, fill, answer in queries:
+            j = int(np.flatnonzero(r == q)[0])
+            assert sep == SEP and fill == FILL
+            assert j >= 1 and answer == r[j - 1]
+    assert FILL not in (SEP, EOS) and FILL < 256  # a byte id, not one of the byte tokenizer's specials
+    assert not np.array_equal(
+        np.concatenate(list(lookback_queries(4, 9, 500, seed=1))),
+        np.concatenate(list(lookback_queries(4, 9, 500, seed=2))),
+    )
+    with pytest.raises(ValueError, match="2 <= shortest <= longest <= 255"):
+        build_token_stream("lookback:4-256", tmp_path / "bad", max_tokens=4000)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,14 @@ def test_the_predecessor_model_has_previous_token_heads_before_its_duplicate_tok
     assert not planted["induction"]
 
 
+def test_the_lookback_model_has_previous_token_heads_before_the_heads_that_look_back_from_the_filler():
+    record = json.loads((zoo_model_dir("lookback-llama") / "zoo.json").read_text())
+    planted = record["planted"]  # duplicate_token: from the filler after a query to the query's earlier occurrence
+    assert planted["previous_token"] and all(l == 0 for l, _ in planted["previous_token"])
+    assert planted["duplicate_token"] and all(l == 1 for l, _ in planted["duplicate_token"])
+    assert not planted["induction"]
+
+
 def test_predecessor_batches_ask_for_an_earlier_token():
     from tlgeo.train.data import SEP
     from tlgeo.train.zoo import predecessor_batch
@@ -52,6 +60,16 @@ def test_predecessor_batches_ask_for_an_earlier_token():
     tokens, earlier = predecessor_batch(5, 6, seed=2)
     assert tokens.shape == (5, 8) and (tokens[:, 6] == SEP).all()
     assert all(t[j] == t[-1] and 1 <= j < 6 and len(set(t[:6].tolist())) == 6 for t, j in zip(tokens, earlier.tolist()))
+
+
+def test_lookback_batches_end_in_the_filler_after_a_query():
+    from tlgeo.train.data import FILL, SEP
+    from tlgeo.train.zoo import lookback_batch
+
+    tokens, earlier = lookback_batch(5, 6, seed=2)
+    assert tokens.shape == (5, 9) and (tokens[:, 6] == SEP).all() and (tokens[:, -1] == FILL).all()
+    assert all(t[j] == t[-2] and 1 <= j < 6 and len(set(t[:6].tolist())) == 6 for t, j in zip(tokens, earlier.tolist()))
+    assert (tokens[:, :6] < FILL).all()
 
 
 def test_repeated_batches_repeat_and_take_a_bos():

@@ -319,7 +319,7 @@ def _unit(
 
 
 # prompt lengths in tokens, BOS included, measured on SmolLM2's tokenizer (the planner has no tokenizer)
-PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20, "predecessor": 13}
+PROMPT_TOKENS = {"ioi": 18, "agreement": 4, "greater_than": 15, "induction": 20, "predecessor": 13, "lookback": 14}
 
 
 def plan(shape, cfg: CircuitConfig) -> list:

@@ -638,6 +638,7 @@ PROMPT_TOKENS = {
     "greater_than": 15,
     "induction": 20,
     "predecessor": 13,
+    "lookback": 14,
     "tracr": 6,
 }  # tracr: BOS + the zoo programs' max_seq_len
 ATTRIBUTION_PASSES = 3.0  # forward + backward of the target run, in forwards

@@ -138,7 +138,8 @@ class TrainConfig(Config):
         "hf:<dataset>[:<config>[:<split>]] / repeat:<n>[-<m>][:<seed>] "
         "(random byte halves of n..m tokens repeated: induction data) / "
         "predecessor:<n>[-<m>][:<seed>] (each query token followed by the "
-        "token before it: V-composition data)",
+        "token before it: V-composition data) / lookback:<n>[-<m>][:<seed>] (the same "
+        "answered after a filler: Q- and V-composition data)",
         group="data",
     )
     tokenizer: str = param(

@@ -3,7 +3,8 @@
 :func:`build_token_stream` tokenises local corpora (``tlgeo.data`` names or text
 files), a ``datasets`` source (``hf:<name>[:<config>[:<split>]]``, streamed,
 FineWeb-style; needs network) or algorithmic data (``repeat:<n>-<m>``: random halves repeated;
-``predecessor:<n>-<m>``: random tokens, then queries answered by the token before) into
+``predecessor:<n>-<m>``: random tokens, then queries answered by the token before; ``lookback:<n>-<m>``: the
+same answered one position later, after a filler) into
 ``train.bin`` / ``val.bin`` (uint16 or uint32) plus ``meta.json``. Each source's last ``val_frac`` of tokens goes to
 validation, so the splits never overlap. A directory already built with the same
 settings is reused.
@@ -36,7 +37,9 @@ __all__ = [
     "byte_ids",
     "repeated_halves",
     "predecessor_queries",
+    "lookback_queries",
     "SEP",
+    "FILL",
 ]
 
 EOS = 257  # byte tokenizer's <|eos|>, written between documents
@@ -141,16 +144,44 @@ def predecessor_queries(shortest: int, longest: int, n_tokens: int, seed: int = 
         yield doc
 
 
+FILL = 255  # a byte id that lookback_queries never draws: the filler after a query, where its answer is due
+
+
+def lookback_queries(shortest: int, longest: int, n_tokens: int, seed: int = 0) -> Iterator[np.ndarray]:
+    """Documents ``[r_1..r_n, SEP, r_j, FILL, r_(j-1), SEP, r_k, FILL, r_(k-1), ...]``: :func:`predecessor_queries`
+    with the answer one position later, after the filler :data:`FILL` (``r`` is drawn from the other 255 byte ids).
+    At ``FILL`` the query ``r_j`` is one token back: a previous-token head (block 0) writes it there, and a block-1
+    head queries with it for the earlier ``r_j`` (Q-composition) and copies what a previous-token head wrote
+    there, ``r_(j-1)`` (V-composition). About ``n_tokens`` ids in all; deterministic under ``seed``."""
+    if not 2 <= shortest <= longest <= 255:
+        raise InputError(
+            f"lookback:<shortest>-<longest>: need 2 <= shortest <= longest <= 255, got {shortest}-{longest}"
+        )
+    rng = np.random.default_rng(seed)
+    made = 0
+    while made < n_tokens:
+        n = int(rng.integers(shortest, longest + 1))
+        r = rng.choice(FILL, n, replace=False).astype(np.uint16)  # ids 0..254: never the filler
+        j = rng.integers(1, n, n // 2)
+        queries = np.stack([np.full_like(j, SEP), r[j], np.full_like(j, FILL), r[j - 1]], 1)
+        doc = np.concatenate([r, queries.ravel().astype(np.uint16)])
+        made += len(doc) + 1
+        yield doc
+
+
+LOOKBACK_PREFIX = "lookback:"
 ALGORITHMIC_FORMAT = "predecessor-with-separator"  # in the cache key: a stream of an older generator is built anew
 _ALGORITHMIC = {
     REPEAT_PREFIX: (repeated_halves, "repeated random halves", "repeat:8-32"),
     PREDECESSOR_PREFIX: (predecessor_queries, "predecessor queries", "predecessor:8-24"),
+    LOOKBACK_PREFIX: (lookback_queries, "lookback queries", "lookback:4-12"),
 }
 
 
 def _source_ids(source: str, max_tokens: int | None, tokenizer) -> Iterator[np.ndarray]:
-    """A source's documents as token ids: ``repeat:<n>[-<m>][:<seed>]`` (:func:`repeated_halves`) or
-    ``predecessor:<n>[-<m>][:<seed>]`` (:func:`predecessor_queries`), byte ids; else its texts encoded
+    """A source's documents as token ids: ``repeat:<n>[-<m>][:<seed>]`` (:func:`repeated_halves`),
+    ``predecessor:<n>[-<m>][:<seed>]`` (:func:`predecessor_queries`) or ``lookback:<n>[-<m>][:<seed>]``
+    (:func:`lookback_queries`), byte ids; else its texts encoded
     (:func:`_texts`)."""
     for prefix, (make, what, example) in _ALGORITHMIC.items():
         if not source.startswith(prefix):

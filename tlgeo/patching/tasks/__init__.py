@@ -11,7 +11,8 @@ the metric that scores the final position's logits:
 Four builders make tasks offline, deterministically by seed, on any tokenizer they can:
 :func:`ioi_task` (Wang et al. 2022), :func:`agreement_task` (BLiMP subject–verb agreement),
 :func:`greater_than_task` (Hanna et al. 2023), :func:`induction_task` (repeated random tokens),
-:func:`predecessor_task` (the token before a repeated one) and :func:`tracr_task` (a compiled tracr program's answer,
+:func:`predecessor_task` (the token before a repeated one), :func:`lookback_task` (the same, answered after a
+filler: Q-composition) and :func:`tracr_task` (a compiled tracr program's answer,
 on the ``zoo/tracr-*`` models only).
 Every prompt of a task has the same token length: a builder makes candidates, groups them by
 length, keeps the largest group (ties: the shorter length) and takes the first ``n`` in a seeded
@@ -37,7 +38,7 @@ from .agreement import ONE_PREFIX, agreement_task
 from .base import METRICS, Task, TaskError, logit_diff, logprob, prob_diff
 from .custom import own_task, task_from_texts
 from .greater_than import CENTURIES, YEAR_NOUNS, greater_than_task
-from .induction import induction_task, predecessor_task
+from .induction import induction_task, lookback_task, predecessor_task
 from .ioi import IOI_TEMPLATES, NAMES, OBJECTS, PLACES, ioi_task
 from .tracr import tracr_task
 from ...errors import InputError
@@ -61,6 +62,7 @@ __all__ = [
     "greater_than_task",
     "induction_task",
     "predecessor_task",
+    "lookback_task",
     "task_from_texts",
     "own_task",
     "TASKS",
@@ -79,6 +81,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "greater_than": greater_than_task,
     "induction": induction_task,
     "predecessor": predecessor_task,
+    "lookback": lookback_task,
     "tracr": tracr_task,
 }
 
@@ -91,7 +94,7 @@ def build_task(name: str, model, *, n: int, seed: int = 0, **kwargs: Any) -> Tas
     tok = model.tokenizer
     bos = tok.bos_token_id if model.cfg.default_prepend_bos else None
     d_vocab = int(model.cfg.d_vocab)
-    if name in ("induction", "predecessor") and "max_id" not in kwargs:
+    if name in ("induction", "predecessor", "lookback") and "max_id" not in kwargs:
         kwargs["max_id"] = min(len(tok), d_vocab)
     task = TASKS[name](tok, n=n, seed=seed, bos=bos, **kwargs)
     return replace(task, d_vocab=d_vocab)

@@ -118,3 +118,63 @@ def predecessor_task(
         description=f"the token before a query token among {length} random tokens: log P(r_(j-1)); corrupted: "
         f"r_(j-1) replaced",
     )
+
+
+def lookback_task(
+    tokenizer,
+    *,
+    n: int,
+    seed: int = 0,
+    bos: int | None = None,
+    length: int = 10,
+    min_id: int | None = None,
+    max_id: int | None = None,
+    sep: int | None = None,
+    fill: int | None = None,
+) -> Task:
+    """The token before a token, answered one position later: ``r1..rL SEP rj FILL`` -> ``r(j-1)``, the format of
+    ``tlgeo train``'s ``lookback:`` data. At ``FILL`` a head must query with ``rj``, which a previous-token head wrote
+    there (Q-composition), for the earlier ``rj``, and read ``r(j-1)``, which a previous-token head wrote at it
+    (V-composition).
+
+    ``length`` distinct ids per prompt as in :func:`induction_task`, less ``fill`` (default: the ``lookback:`` data's
+    filler, byte id 255); ``j`` drawn from ``2..L``; ``sep`` as in :func:`predecessor_task`. Clean = ``[bos] r1..rL
+    SEP rj FILL``; corrupted = ``[bos] q1..qL SEP qj FILL`` with ``length`` other fresh ids and the same ``j`` (every
+    previous-token write differs: at the filler, the q path; at the earlier occurrence, the v path). ``correct`` =
+    ``r(j-1)``, ``wrong`` = ``q(j-1)``, metric ``logit_diff``, positions ``"end"``; every prompt has ``length + 3``
+    tokens (+ BOS)."""
+    from ...train.data import FILL
+
+    fill = FILL if fill is None else int(fill)
+    ids = _ordinary_ids(tokenizer, n, length, 2 * length, min_id, max_id, "lookback")
+    ids = ids[ids != fill]
+    if ids.numel() < 2 * length:
+        raise TaskError(
+            f"lookback: {ids.numel()} ordinary token ids besides the filler; length {length} needs {2 * length}"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    pre = [] if bos is None else [int(bos)]
+    sep = (
+        sep
+        if sep is not None
+        else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
+    )
+    clean, corrupted, correct, wrong = [], [], [], []
+    for _ in range(n):
+        draw = ids[torch.randperm(ids.numel(), generator=gen)[: 2 * length]].tolist()
+        r, q = draw[:length], draw[length:]
+        j = int(torch.randint(1, length, (1,), generator=gen))  # 0-based: r[j] has a predecessor r[j-1]
+        clean.append(pre + r + [int(sep), r[j], fill])
+        corrupted.append(pre + q + [int(sep), q[j], fill])
+        correct.append([r[j - 1]])
+        wrong.append([q[j - 1]])
+    return Task(
+        name="lookback",
+        clean=torch.tensor(clean),
+        corrupted=torch.tensor(corrupted),
+        correct=torch.tensor(correct),
+        wrong=torch.tensor(wrong),
+        metric="logit_diff",
+        description=f"the token before a query token among {length} random tokens, answered after a filler: "
+        f"logit(r_(j-1)) - logit(q_(j-1)); corrupted: other tokens",
+    )
