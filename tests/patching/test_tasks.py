@@ -408,3 +408,10 @@ def test_a_task_from_texts_checks_lengths_and_single_token_answers(smollm2):
             [" blue", " blue"],
             [" red", " red"],
         )
+
+
+def test_the_lookback_task_s_filler_is_the_lookback_data_s():
+    from tlgeo.patching.tasks.induction import LOOKBACK_FILL
+    from tlgeo.train.data import FILL
+
+    assert LOOKBACK_FILL == FILL

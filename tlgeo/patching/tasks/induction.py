@@ -12,6 +12,9 @@ from ...errors import InputError
 # induction
 
 
+LOOKBACK_FILL = 255  # the lookback: data's filler byte (tlgeo.train.data.FILL; patching imports no train)
+
+
 def _ordinary_ids(
     tokenizer, n: int, length: int, need: int, min_id: int | None, max_id: int | None, task: str
 ) -> torch.Tensor:
@@ -143,9 +146,7 @@ def lookback_task(
     previous-token write differs: at the filler, the q path; at the earlier occurrence, the v path). ``correct`` =
     ``r(j-1)``, ``wrong`` = ``q(j-1)``, metric ``logit_diff``, positions ``"end"``; every prompt has ``length + 3``
     tokens (+ BOS)."""
-    from ...train.data import FILL
-
-    fill = FILL if fill is None else int(fill)
+    fill = LOOKBACK_FILL if fill is None else int(fill)
     ids = _ordinary_ids(tokenizer, n, length, 2 * length, min_id, max_id, "lookback")
     ids = ids[ids != fill]
     if ids.numel() < 2 * length:
