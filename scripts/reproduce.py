@@ -25,7 +25,8 @@ rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the 
 beside it). Then every CSV the folder and the rerun both hold
 is compared, row by row: the rows of the rerun's model identities, matched on the columns that
 are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
-are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input.
+are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input, 3 when a command failed
+(with ``--all --replace`` that folder is left as it was, and no other folder starts).
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ from tlgeo.runner.provenance import code_state, git_state, read  # noqa: E402
 
 SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 
-VOLATILE = re.compile(r"(^|_)(seconds|secs?|time|wall|elapsed|rss|memory|mem|gib|mib|date|started|tlgeo_version)($|_)")
+COMMAND_FAILED = 3  # never 1 (a table differs): a folder whose rerun failed is not replaced by it
+# what differs between two runs of the same work: timings, memory, dates, and the id of a model a run made (a
+# compressed model's manifest records its compression time)
+VOLATILE = re.compile(
+    r"(^|_)(seconds|secs?|time|wall|elapsed|rss|memory|mem|gib|mib|date|started|tlgeo_version|model_cfg)($|_)"
+)
 
 
 def with_out(argv: list[str], out: Path) -> list[str]:
@@ -349,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print("$ tlgeo " + " ".join(cmd) + note, flush=True)
         if not args.dry_run and rerun(cmd) != 0:
             print(f"reproduce: the command failed: {p['command']}", file=sys.stderr)
-            return 1
+            return COMMAND_FAILED
     if args.dry_run:
         return 0
     old, new = _csvs(args.folder), _csvs(out)

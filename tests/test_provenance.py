@@ -354,3 +354,26 @@ def test_provenance_is_recorded_from_one_place():
         "runner/provenance.py:record",
         "runner/provenance.py:record_table",
     }, callers
+
+
+def test_a_failed_rerun_never_replaces_its_folder(tmp_path, capsys, monkeypatch):
+    """A command that fails (e.g. a model whose package is missing) is status 3, not 1 (a table differs): with
+    ``--all --replace`` the folder stays as it was, alone or with ``--jobs``."""
+    import tlgeo.runner.provenance as prov
+
+    reproduce = load_script("reproduce")
+    folder = tmp_path / "results" / "ppl-x"
+    folder.mkdir(parents=True)
+    (folder / "ppl.csv").write_text("site,ppl\nattn,1.0\n")
+    record(folder, ["ppl", "--model", "tiny:llama", "--out", str(folder)])
+    before = sorted(p.name for p in folder.iterdir())
+    monkeypatch.setattr(reproduce, "rerun", lambda argv: 2)  # the command fails
+    assert reproduce.main([str(folder), "--out", str(tmp_path / "again")]) == reproduce.COMMAND_FAILED == 3
+    assert "the command failed" in capsys.readouterr().err
+    assert reproduce._remake(folder, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 3
+    doc = tmp_path / "DOC.md"
+    doc.write_text("<!-- source: results/ppl-x/ppl.csv -->\n")
+    monkeypatch.setattr(prov, "_CODE", {"commit": "c" * 40, "dirty": False})
+    assert reproduce.main(["--all", "--doc", str(doc), "--replace"]) == 3
+    assert sorted(p.name for p in folder.iterdir()) == before and (folder / "ppl.csv").read_text().endswith("1.0\n")
+    assert reproduce.VOLATILE.search("model_cfg") and not reproduce.VOLATILE.search("model")
