@@ -1,16 +1,22 @@
 """Edge attribution time against one forward (goal: every edge's EAP score in <= 4 forward-equivalents).
 
-On a task's prompts (default SmolLM2-135M, IOI, 4 prompts), in rounds that alternate the order:
+On a task's prompts (default SmolLM2-135M, IOI, 8 prompts: the default ``--batch-size`` of ``tlgeo circuit``), in
+rounds that alternate the order:
 
   forward     one forward of the clean prompts, no grad (the unit)
   eap         tlgeo's EAP of every edge: a corrupted forward, a clean forward and backward, the products
   eap_ig      EAP-IG with --ig-steps steps
 
-and EAP's parts, each timed alone: the corrupted run with its senders' writes, the clean forward and backward
-with the norms' vector-Jacobian products, the products of the senders' changes with the receivers' gradients.
-Medians of wall time, and their ratios to the forward's, are printed as JSON lines.
+and EAP's parts, each timed alone: the corrupted run, the clean forward and backward with the receivers'
+gradients, the products of the senders' changes with the receivers' gradients. Each is timed in wall seconds and
+in the process's CPU seconds (one thread: on a machine other jobs share, CPU time is what the work itself costs,
+and the wall time what it took there); medians over ``--rounds``, and their ratios to the forward's, are printed
+as JSON lines. It times the tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py``
+times that one's code beside this run's (its rows name its commit). With ``--out``, one row per method is appended
+to ``OUT/eap_cost.csv`` with the commit that measured it (and the run's line to ``OUT/provenance.jsonl``).
 
-    python scripts/bench_circuits.py [--model smollm2-135m] [--task ioi] [--prompts 4] [--rounds 2] [--threads 1]
+    python scripts/bench_circuits.py [--model smollm2-135m] [--task ioi] [--prompts 8] [--rounds 3] [--threads 1]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -18,37 +24,25 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--task", default="ioi")
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--ig-steps", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-
+def _jobs(model, task, ig_steps: int) -> dict:
+    """The timed calls, by name (the parts share the state of the last corrupted and clean runs)."""
     from tlgeo.circuits import eap as E
     from tlgeo.circuits.graph import graph_of
-    from tlgeo.models import load_model
-    from tlgeo.patching.tasks import build_task
 
-    model = load_model(args.model)
-    task = build_task(args.task, model, n=args.prompts)
     metric = lambda logits, rows: task.subset(rows).score(logits)  # noqa: E731
     graph, rows, dt = graph_of(model), slice(0, task.n), torch.float32
+    state: dict = {}
 
     def forward():
         with torch.no_grad():
             model(task.clean)
-
-    state: dict = {}
 
     def corrupted():
         state["corr"] = E.run_acts(model, graph, task.corrupted, metric, rows, dt)
@@ -58,48 +52,84 @@ def main(argv=None) -> dict:
 
     def products():
         cl, corr = state["clean"], state["corr"]
-        out = E.EdgeScores.zeros(graph)
-        out.add(
-            corr.writes - cl.writes,
-            corr.self_writes - cl.self_writes,
-            state["grads"],
-            torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]]),
-            1.0,
-        )
+        if hasattr(E, "changes"):  # this code: the changes built from the runs' head outputs
+            d, d_self = E.changes(corr, cl)
+            refs = cl.refs
+        else:  # before it (commit ba0675e and earlier): each run's writes
+            d, d_self = corr.writes - cl.writes, corr.self_writes - cl.self_writes
+            refs = torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]])
+        E.EdgeScores.zeros(graph).add(d, d_self, state["grads"], refs, 1.0)
 
-    jobs = {
+    return {
         "forward": forward,
         "eap": lambda: E.eap_scores(model, task.clean, task.corrupted, metric, batch_size=task.n),
-        "eap_ig": lambda: E.eap_scores(
-            model, task.clean, task.corrupted, metric, ig_steps=args.ig_steps, batch_size=task.n
-        ),
+        "eap_ig": lambda: E.eap_scores(model, task.clean, task.corrupted, metric, ig_steps=ig_steps, batch_size=task.n),
         "corrupted_run": corrupted,
         "clean_forward_backward": clean_grad,
         "products": products,
     }
-    forward()  # warm up
-    times: dict[str, list[float]] = {k: [] for k in jobs}
-    for r in range(args.rounds):
+
+
+def _time(jobs: dict, rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """``name -> (wall seconds, CPU seconds)`` per round, the order alternating between rounds."""
+    jobs["forward"]()  # warm up
+    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in jobs}
+    for r in range(rounds):
         for name in list(jobs) if r % 2 == 0 else [*list(jobs)[1:], "forward"]:
-            t = time.perf_counter()
+            w, c = time.perf_counter(), time.process_time()
             jobs[name]()
-            times[name].append(time.perf_counter() - t)
-    unit = statistics.median(times["forward"])
-    out = {}
-    for name, ts in times.items():
-        out[name] = {"seconds": statistics.median(ts), "forwards": statistics.median(ts) / unit}
-        print(
-            json.dumps(
-                {
-                    "model": args.model,
-                    "task": args.task,
-                    "prompts": task.n,
-                    "tokens": task.clean.shape[1],
-                    "edges": graph.n_edges,
-                    "method": name,
-                    **out[name],
-                }
-            )
+            times[name][1].append(time.process_time() - c)
+            times[name][0].append(time.perf_counter() - w)
+    return times
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--task", default="ioi")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--ig-steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, default=None, help="append the rows to OUT/eap_cost.csv (and provenance)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    from tlgeo.circuits.graph import graph_of
+    from tlgeo.models import load_model
+    from tlgeo.patching.tasks import build_task
+
+    model = load_model(args.model)
+    task = build_task(args.task, model, n=args.prompts)
+    times = _time(_jobs(model, task, args.ig_steps), args.rounds)
+    unit = {k: statistics.median(times["forward"][i]) for i, k in enumerate(("wall", "cpu"))}
+    out, rows = {}, []
+    for name, (wall, cpu) in times.items():
+        w, c = statistics.median(wall), statistics.median(cpu)
+        out[name] = {"seconds": w, "forwards": w / unit["wall"], "cpu_seconds": c, "cpu_forwards": c / unit["cpu"]}
+        row = {
+            "model": args.model,
+            "task": args.task,
+            "prompts": task.n,
+            "tokens": task.clean.shape[1],
+            "edges": graph_of(model).n_edges,
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "ig_steps": args.ig_steps,
+            "method": name,
+            **out[name],
+        }
+        rows.append(row)
+        print(json.dumps(row))
+    if args.out:
+        from tlgeo.runner.provenance import record_table
+
+        record_table(
+            args.out,
+            "eap_cost",
+            rows,
+            ["scripts/bench_circuits.py", *(sys.argv[1:] if argv is None else argv)],
+            vars(args),
         )
     return out
 

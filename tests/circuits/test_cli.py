@@ -103,12 +103,18 @@ def test_plan_costs_a_circuit_on_smollm2_shape():
     assert eap[0].note == "70651 edges" and ig[0].tokens > 3 * eap[0].tokens
 
 
-def test_the_bench_times_eap_in_forwards(capsys):
+def test_the_bench_times_eap_in_forwards(capsys, tmp_path):
     from tests.scripts import load_script
 
     got = load_script("bench_circuits").main(
         ["--model", "tiny:llama", "--task", "induction", "--prompts", "4", "--ig-steps", "2", "--rounds", "1"]
+        + ["--out", str(tmp_path)]
     )
     assert set(got) == {"forward", "eap", "eap_ig", "corrupted_run", "clean_forward_backward", "products"}
-    assert got["forward"]["forwards"] == 1 and got["eap"]["forwards"] > 1 and got["eap_ig"]["seconds"] > 0
+    assert got["forward"]["forwards"] == 1 and got["forward"]["cpu_forwards"] == 1
+    assert got["eap"]["forwards"] > 1 and got["eap"]["cpu_forwards"] > 1 and got["eap_ig"]["cpu_seconds"] > 0
     assert '"method": "eap"' in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "eap_cost.csv")
+    assert list(table["method"]) == list(got) and table["commit"].notna().all()
+    assert table.set_index("method").loc["eap", "cpu_forwards"] == pytest.approx(got["eap"]["cpu_forwards"])
+    assert (tmp_path / "provenance.jsonl").exists()

@@ -22,7 +22,9 @@ W_O`` against the non-self aggregate (``score_self + score_nonself``; :func:`tlg
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -33,12 +35,22 @@ from torch import Tensor
 
 from ..errors import InputError
 from ..geometry.parallel import EPS, compute_dtype
-from ..geometry.patch_parts import head_writes, value_parts
+from ..geometry.patch_parts import value_parts
 from ..hooks.resume import StopForward, in_model_dtype, readout_ok
 from ..models import Model, input_device
 from .graph import Graph, check_graph_support, graph_of, norm_module, qkv_weights
 
-__all__ = ["Metric", "RunActs", "run_acts", "EdgeScores", "eap_scores", "SCORE_COLUMNS", "EDGE_COLUMNS"]
+__all__ = [
+    "Metric",
+    "RunActs",
+    "run_acts",
+    "changes",
+    "first_change",
+    "EdgeScores",
+    "eap_scores",
+    "SCORE_COLUMNS",
+    "EDGE_COLUMNS",
+]
 
 Metric = Callable[[Tensor, slice], Tensor]  # (final-position logits [b, vocab], the prompts' rows) -> [b]
 EDGE_COLUMNS = (
@@ -72,31 +84,76 @@ def _names(graph: Graph) -> list[str]:
 
 @dataclass
 class RunActs:
-    """One run of a batch of prompts: every sender's write ``writes`` ``[senders, b, pos, d]`` (the self message
-    of a head's write in ``self_writes``, 0 for other senders) and each receiver block's residual: ``attn_in``
-    (block input, ``[layer, b, pos, d]``), ``mlp_in`` (the MLP's input residual) and ``final`` (the final norm's
-    input, ``[b, pos, d]``), in the compute dtype; ``metric`` ``[b]``."""
+    """One run of a batch of prompts, compact: the input embedding ``x0`` ``[b, pos, d]``, each block's heads'
+    outputs before ``W_O`` ``z`` and their self messages ``self_z`` (``A_tt v_t``; ``[layer, b, pos, head,
+    d_head]``), each MLP's write ``mlp`` ``[layer, b, pos, d]``, every block's ``W_O`` ``w_o`` ``[layer, head,
+    d_head, d]``, and the receivers' residuals ``refs`` ``[2 layer + 1, b, pos, d]`` (each block's input, each
+    MLP's input, the final norm's input; ``attn_in``, ``mlp_in``, ``final`` are views of it), in the compute dtype;
+    ``metric`` ``[b]``. :attr:`writes` ``[senders, b, pos, d]`` (and :attr:`self_writes`, 0 for senders that are no
+    head) are built from them when read; :func:`changes` builds the difference of two runs' without either."""
 
-    writes: Tensor
-    self_writes: Tensor
-    attn_in: Tensor
-    mlp_in: Tensor
-    final: Tensor
+    graph: Graph
+    x0: Tensor
+    z: Tensor
+    self_z: Tensor
+    mlp: Tensor
+    w_o: Tensor
+    refs: Tensor
     metric: Tensor
 
+    @property
+    def attn_in(self) -> Tensor:
+        return self.refs[: self.graph.n_layers]
 
-def _writes(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype) -> tuple[Tensor, Tensor]:
-    x0 = acts[RESID0].to(dt)
-    writes, selfs = [x0[None]], [torch.zeros_like(x0)[None]]
-    for l in range(graph.n_layers):
-        w_o = qkv_weights(model, l)["o"][0].to(x0.device)
-        z = acts[f"blocks.{l}.attn.hook_z"]
-        parts = value_parts(z, acts[f"blocks.{l}.attn.hook_v"], acts[f"blocks.{l}.attn.hook_pattern"])
-        writes.append(head_writes(z, w_o).to(dt).permute(2, 0, 1, 3))
-        selfs.append(head_writes(parts.self_msg, w_o).to(dt).permute(2, 0, 1, 3))
-        writes.append(acts[f"blocks.{l}.hook_mlp_out"].to(dt)[None])
-        selfs.append(torch.zeros_like(x0)[None])
-    return torch.cat(writes), torch.cat(selfs)
+    @property
+    def mlp_in(self) -> Tensor:
+        return self.refs[self.graph.n_layers : 2 * self.graph.n_layers]
+
+    @property
+    def final(self) -> Tensor:
+        return self.refs[-1]
+
+    @cached_property
+    def writes(self) -> Tensor:
+        return _sender_rows(self.graph, self.x0, self.z, self.mlp, self.w_o)
+
+    @cached_property
+    def self_writes(self) -> Tensor:
+        return _sender_rows(self.graph, None, self.self_z, None, self.w_o)
+
+
+def _sender_rows(graph: Graph, x0: Tensor | None, z: Tensor, mlp: Tensor | None, w_o: Tensor) -> Tensor:
+    """``[senders, b, pos, d]``: row ``input`` ``x0``, a head's ``z^h W_O^h``, an MLP's ``mlp`` (0 where ``x0`` /
+    ``mlp`` is None), written into one buffer (one matrix product per block, no concatenation)."""
+    L, b, p, H, dh = z.shape
+    dm = w_o.shape[-1]
+    out = torch.empty(graph.n_senders, b, p, dm, dtype=z.dtype, device=z.device)
+    for row, src in [(0, x0)] + [(graph.mlp_sender(l), None if mlp is None else mlp[l]) for l in range(L)]:
+        if src is None:
+            out[row].zero_()
+        else:
+            out[row].copy_(src)
+    for l in range(L):
+        first = graph.head_sender(l, 0)
+        heads = z[l].permute(2, 0, 1, 3).reshape(H, b * p, dh)
+        torch.bmm(heads, w_o[l], out=out[first : first + H].view(H, b * p, dm))
+    return out
+
+
+def changes(a: RunActs, b: RunActs, positions: slice = slice(None)) -> tuple[Tensor, Tensor]:
+    """``a``'s writes less ``b``'s and the same of their self messages, ``[senders, b, pos, d]`` each, at
+    ``positions``: a head's is ``(z_a - z_b) W_O`` (one product of the difference; neither run's own writes are
+    built)."""
+    at = lambda t: t[:, :, positions]  # noqa: E731  ([layer, b, pos, ...])
+    d = _sender_rows(a.graph, (a.x0 - b.x0)[:, positions], at(a.z) - at(b.z), at(a.mlp) - at(b.mlp), a.w_o)
+    return d, _sender_rows(a.graph, None, at(a.self_z) - at(b.self_z), None, a.w_o)
+
+
+def first_change(clean: Tensor, corrupted: Tensor) -> int:
+    """The first position at which some prompt's clean and corrupted tokens differ (their length where none do):
+    before it the two runs are the same computation, every sender's change is 0 and adds nothing to a score."""
+    differs = (clean != corrupted).any(0).nonzero()
+    return int(differs[0]) if len(differs) else clean.shape[1]
 
 
 def run_acts(
@@ -134,14 +191,22 @@ def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tens
 
 
 def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor) -> RunActs:
-    writes, selfs = _writes(model, graph, acts, dt)
     L = graph.n_layers
+    dev = acts[RESID0].device  # a sharded model's blocks write on their own devices
+    here = lambda name: acts[name].to(dev, dt)  # noqa: E731
+    self_z = [
+        value_parts(*(acts[f"blocks.{l}.attn.hook_{n}"].to(dev) for n in ("z", "v", "pattern"))).self_msg
+        for l in range(L)
+    ]
+    refs = [f"blocks.{l}.ln1.hook_in" for l in range(L)] + [f"blocks.{l}.ln2.hook_in" for l in range(L)]
     return RunActs(
-        writes,
-        selfs,
-        torch.stack([acts[f"blocks.{l}.ln1.hook_in"].to(dt) for l in range(L)]),
-        torch.stack([acts[f"blocks.{l}.ln2.hook_in"].to(dt) for l in range(L)]),
-        acts["ln_final.hook_in"].to(dt),
+        graph,
+        here(RESID0),
+        torch.stack([here(f"blocks.{l}.attn.hook_z") for l in range(L)]),
+        torch.stack(self_z).to(dt),
+        torch.stack([here(f"blocks.{l}.hook_mlp_out") for l in range(L)]),
+        torch.stack([qkv_weights(model, l)["o"][0].to(dev, dt) for l in range(L)]),
+        torch.stack([here(n) for n in [*refs, "ln_final.hook_in"]]),
         metric,
     )
 
@@ -170,31 +235,83 @@ def _grad_pass(
     out: dict[int, Tensor] = {}
     for l in range(graph.n_layers):
         w = qkv_weights(model, l)
-        us = []
-        for i in "qkv":
-            g = grads[f"blocks.{l}.attn.hook_{i}"]
-            W = w[i][0].to(g.device)
-            us.append(
-                torch.zeros(*g.shape[:2], W.shape[0], W.shape[1], dtype=g.dtype, device=g.device)
-                if g is None
-                else torch.einsum("bphe,hde->bphd", g, W.to(g.dtype))
-            )
-        u = torch.cat(us, dim=2)  # [b, pos, receivers, d]: in the norm's output space
         x = keep[f"blocks.{l}.ln1.hook_in"].detach()
-        out[graph.block_receivers(l).start] = _norm_vjp(norm_module(model, "ln1", l), x, u).to(dt).permute(2, 0, 1, 3)
+        (b, p, dim), first = x.shape, 0
+        u = x.new_empty(graph.per_block - 1, b * p, dim)  # [receivers, b pos, d]: W^h dM/dq^h, the norm's output space
+        for i in "qkv":
+            W, g = w[i][0], grads[f"blocks.{l}.attn.hook_{i}"]  # [heads, d, d_head], [b, pos, heads, d_head]
+            rs = slice(first, first + W.shape[0])
+            if g is None:
+                u[rs] = 0.0
+            else:
+                gh = g.permute(2, 0, 1, 3).reshape(W.shape[0], b * p, W.shape[2]).to(x.dtype)
+                torch.bmm(gh, W.to(x.device, x.dtype).transpose(1, 2), out=u[rs])
+            first = rs.stop
+        norm = norm_module(model, "ln1", l)
+        out[graph.block_receivers(l).start] = _norm_vjp(norm, x, u.view(-1, b, p, dim)).to(dt)
         g = grads[f"blocks.{l}.ln2.hook_in"]
         out[graph.mlp_receiver(l)] = (torch.zeros_like(x) if g is None else g).to(dt)[None]
     out[graph.logits_receiver] = grads["ln_final.hook_in"].to(dt)[None]
     return out
 
 
-def _norm_vjp(norm, x: Float[Tensor, "b pos d"], u: Float[Tensor, "b pos g d"]) -> Float[Tensor, "b pos g d"]:
-    """``J_norm(x)^T u_g`` for each ``g``: the gradient at the norm's input of each receiver's own copy."""
-    xr = x.unsqueeze(2).expand(*u.shape[:3], x.shape[-1]).detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        y = norm(xr)
-        (gx,) = torch.autograd.grad(y, xr, u.to(y.dtype))
+def _norm_vjp(norm, x: Float[Tensor, "b pos d"], u: Float[Tensor, "g b pos d"]) -> Float[Tensor, "g b pos d"]:
+    """``J_norm(x)^T u_g`` for each ``g``: the gradient at the norm's input of each receiver's own copy. In closed
+    form where the norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per
+    module); else one forward of the norm and its vector-Jacobian product mapped over ``g`` (the transform
+    differentiates under ``no_grad``, which keeps the norm's weights out of it)."""
+    form = _norm_form(norm, x, u)
+    if form is not None:
+        return _closed_vjp(form, x, u)
+    return _autograd_vjp(norm, x, u)
+
+
+def _autograd_vjp(norm, x: Tensor, u: Tensor) -> Tensor:
+    with torch.no_grad():
+        y, vjp = torch.func.vjp(norm, x.detach())
+        (gx,) = torch.vmap(vjp)(u.to(y.dtype))
     return gx
+
+
+_FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # norm module -> its form, or None
+
+
+def _norm_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
+    """``(kind, scale, eps)`` of a norm whose vector-Jacobian product has a closed form: ``layer`` (``y = scale (x -
+    mean) / sqrt(var + eps) + bias``) or ``rms`` (``y = scale x / sqrt(mean(x^2) + eps)``, ``scale`` the weight or,
+    as Gemma's, one plus it), the one whose product equals autograd's on this input to 1e-5 (checked once per module
+    and kept); ``None`` for any other norm."""
+    if norm not in _FORMS:
+        _FORMS[norm] = _find_form(norm, x, u)
+    return _FORMS[norm]
+
+
+def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
+    w = getattr(norm, "weight", None)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if not isinstance(eps, float) or x.dtype not in (torch.float32, torch.float64):
+        return None
+    ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    w = ones if w is None else w.detach().to(x.dtype)
+    kinds = [("layer", w)] if isinstance(norm, torch.nn.LayerNorm) else [("rms", w), ("rms", ones + w)]
+    want = _autograd_vjp(norm, x, u[:1])
+    for kind, scale in kinds:
+        got = _closed_vjp((kind, scale, eps), x, u[:1])
+        if got.shape == want.shape and (got - want).abs().max() <= 1e-5 * want.abs().max().clamp_min(1e-30):
+            return kind, scale, eps
+    return None
+
+
+def _closed_vjp(form: tuple[str, Tensor, float], x: Tensor, u: Tensor) -> Tensor:
+    kind, scale, eps = form
+    a = scale * u  # [g, b, pos, d]
+    if kind == "rms":
+        r = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # [b, pos, 1]
+        return a / r - x * ((a * x).sum(-1, keepdim=True) / (x.shape[-1] * r.pow(3)))
+    xc = x - x.mean(-1, keepdim=True)
+    sigma = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    xh = xc / sigma
+    return (a - a.mean(-1, keepdim=True) - xh * (a * xh).mean(-1, keepdim=True)) / sigma
 
 
 def _unit(ref: Tensor) -> Tensor:
@@ -237,11 +354,9 @@ class EdgeScores:
         K, b, p, dim = unit.shape
         # a[b p, s, k] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
         a = torch.bmm(d.permute(1, 2, 0, 3).reshape(b * p, -1, dim), unit.permute(1, 2, 3, 0).reshape(b * p, dim, K))
-        ref_of = torch.tensor([self._ref(r) for r in range(g.n_receivers)])
-        c = (G * unit[ref_of]).sum(-1).flatten(1)  # [receivers, b p]
-        for k in range(K):
-            rs = torch.nonzero(ref_of == k)[:, 0]
-            self.par[:, rs] += weight * (a[:, :, k].T @ c[rs].T).double().cpu()
+        for k, rs in self._readers():  # the receivers that read residual k: c[r, b p] = g_r . u_k, per position
+            c = torch.einsum("rbpd,bpd->rbp", G[rs], unit[k]).flatten(1)
+            self.par[:, rs] += weight * (a[:, :, k].T @ c.T).double().cpu()
 
     def _chunks(self, n: int = 4) -> list[slice]:
         """The receivers in about ``n`` runs of whole blocks (the logits in the last)."""
@@ -250,13 +365,12 @@ class EdgeScores:
         out = [slice(a * g.per_block, b * g.per_block) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
         return out[:-1] + [slice(out[-1].start, g.n_receivers)]
 
-    def _ref(self, receiver: int) -> int:
-        """Which of the residuals of :meth:`add` ``receiver`` reads."""
-        g = self.graph
-        if receiver == g.logits_receiver:
-            return 2 * g.n_layers
-        layer, pos = divmod(receiver, g.per_block)
-        return g.n_layers + layer if pos == g.per_block - 1 else layer
+    def _readers(self) -> list[tuple[int, slice]]:
+        """``(k, receivers)``: the receivers that read residual ``k`` of :meth:`add`'s ``refs``."""
+        g, L = self.graph, self.graph.n_layers
+        out = [(l, g.block_receivers(l)) for l in range(L)]
+        out += [(L + l, slice(g.mlp_receiver(l), g.mlp_receiver(l) + 1)) for l in range(L)]
+        return out + [(2 * L, slice(g.logits_receiver, g.logits_receiver + 1))]
 
     def finish(self, n: int) -> "EdgeScores":
         """Divide the sums over ``n`` prompts: means per prompt, as the task metric is."""
@@ -326,7 +440,7 @@ def eap_scores(
             passes = [(grads, 1.0)]
         else:
             cl = run_acts(model, graph, clean[rows], metric, rows, dt)
-            x0c, x0r = cl.writes[0], corr.writes[0]
+            x0c, x0r = cl.x0, corr.x0
             passes = (
                 (
                     _grad_pass(
@@ -342,10 +456,11 @@ def eap_scores(
                 )
                 for k in range(1, ig_steps + 1)
             )
-        d, d_self = corr.writes - cl.writes, corr.self_writes - cl.self_writes
-        refs = torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]])
+        at = slice(first_change(clean[rows], corrupted[rows]), None)  # the positions whose writes change
+        d, d_self = changes(corr, cl, at)
+        refs = cl.refs[:, :, at]
         for grads, weight in passes:
-            out.add(d, d_self, grads, refs, weight)
+            out.add(d, d_self, {k: g[:, :, at] for k, g in grads.items()}, refs, weight)
     return out.finish(clean.shape[0])
 
 

@@ -73,6 +73,14 @@ def induction_task(
     )
 
 
+def _query_marker(tokenizer, sep: int | None) -> int:
+    """``sep``, or by default the tokenizer's BOS, else its EOS: the separator of ``tlgeo train``'s
+    ``predecessor:`` and ``lookback:`` data on the byte tokenizer."""
+    if sep is not None:
+        return int(sep)
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
 def predecessor_task(
     tokenizer,
     *,
@@ -96,11 +104,7 @@ def predecessor_task(
     ids = _ordinary_ids(tokenizer, n, length, length + 1, min_id, max_id, "predecessor")
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
-    sep = (
-        sep
-        if sep is not None
-        else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
-    )
+    sep = _query_marker(tokenizer, sep)
     clean, corrupted, correct = [], [], []
     for _ in range(n):
         draw = ids[torch.randperm(ids.numel(), generator=gen)[: length + 1]].tolist()
@@ -155,11 +159,7 @@ def lookback_task(
         )
     gen = torch.Generator().manual_seed(seed)
     pre = [] if bos is None else [int(bos)]
-    sep = (
-        sep
-        if sep is not None
-        else (tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id)
-    )
+    sep = _query_marker(tokenizer, sep)
     clean, corrupted, correct, wrong = [], [], [], []
     for _ in range(n):
         draw = ids[torch.randperm(ids.numel(), generator=gen)[: 2 * length]].tolist()
