@@ -20,13 +20,13 @@ each folder whether this code made it. ``--jobs N`` reruns N folders at a time, 
 its commands read (e.g. a model trained into another quoted folder); each folder's output is printed when it ends.
 
 Each line of ``FOLDER/provenance.jsonl`` (:mod:`tlgeo.runner.provenance`) is one finished ``tlgeo`` command (or a
-run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables); it is
-rerun with ``--out`` pointed at the new folder, with this checkout's tlgeo (the commit it was made with is printed
-beside it). Then every CSV the folder and the rerun both hold
-is compared, row by row: the rows of the rerun's model identities, matched on the columns that
-are not floats; float columns within ``--rtol`` / ``--atol``; times, memory and the tlgeo version
-are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input, 3 when a command failed
-(with ``--all --replace`` that folder is left as it was, and no other folder starts).
+run from Python, ``run(model, cfg, out=...)``, which records the command line that makes the same tables, or a
+script's table, ``record_table``, rerun as ``python <script> <flags>``); it is rerun with ``--out`` pointed at the
+new folder, with this checkout's tlgeo (the commit it was made with is printed beside it). Then every CSV the folder
+and the rerun both hold is compared, row by row: the rows of the rerun's model identities, matched on the columns
+that are not floats; float columns within ``--rtol`` / ``--atol``; times, memory, the tlgeo version and the commit a
+script's rows name are not compared. Exit status 0 when every table agrees, 1 when one differs, 2 on bad input, 3
+when a command failed (with ``--all --replace`` that folder is left as it was, and no other folder starts).
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ from tlgeo.runner.provenance import code_state, git_state, read  # noqa: E402
 SOURCE = re.compile(r"<!--\s*source:\s*(\S+)\s*-->")
 
 COMMAND_FAILED = 3  # never 1 (a table differs): a folder whose rerun failed is not replaced by it
-# what differs between two runs of the same work: timings, memory, dates, and the id of a model a run made (a
-# compressed model's manifest records its compression time)
+# what differs between two runs of the same work: timings, memory, dates, the commit a script's row names, and the
+# id of a model a run made (a compressed model's manifest records its compression time)
 VOLATILE = re.compile(
-    r"(^|_)(seconds|secs?|time|wall|elapsed|rss|memory|mem|gib|mib|date|started|tlgeo_version|model_cfg)($|_)"
+    r"(^|_)(seconds|secs?|time|wall|elapsed|rss|memory|mem|gib|mib|date|started|tlgeo_version|model_cfg|commit|dirty)"
+    r"($|_)"
 )
 
 
@@ -117,9 +118,10 @@ def compare_tables(old: pd.DataFrame, new: pd.DataFrame, *, rtol: float, atol: f
     return None
 
 
-def rerun(argv: list[str]) -> int:
-    """Run ``tlgeo <argv>`` in a fresh process of this Python; its exit status."""
-    return subprocess.run([sys.executable, "-m", "tlgeo", *argv], cwd=ROOT).returncode
+def rerun(argv: list[str], script: bool = False) -> int:
+    """Run ``tlgeo <argv>`` (a script's line: ``python <argv>``, the script first) in a fresh process of this
+    Python; its exit status."""
+    return subprocess.run([sys.executable, *([] if script else ["-m", "tlgeo"]), *argv], cwd=ROOT).returncode
 
 
 def _csvs(folder: Path) -> dict[str, Path]:
@@ -352,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd = with_files_of(with_out(p["argv"], out), args.folder)
         made = (p.get("git") or {}).get("commit")
         note = "" if made == here else f" (made at commit {str(made)[:12]}, rerun at {str(here)[:12]})"
-        print("$ tlgeo " + " ".join(cmd) + note, flush=True)
-        if not args.dry_run and rerun(cmd) != 0:
+        script = p.get("made_from") == "script"  # a script's table (tlgeo.runner.provenance.record_table)
+        print(("$ python " if script else "$ tlgeo ") + " ".join(cmd) + note, flush=True)
+        if not args.dry_run and (rerun(cmd, script=True) if script else rerun(cmd)) != 0:
             print(f"reproduce: the command failed: {p['command']}", file=sys.stderr)
             return COMMAND_FAILED
     if args.dry_run:

@@ -377,3 +377,25 @@ def test_a_failed_rerun_never_replaces_its_folder(tmp_path, capsys, monkeypatch)
     assert reproduce.main(["--all", "--doc", str(doc), "--replace"]) == 3
     assert sorted(p.name for p in folder.iterdir()) == before and (folder / "ppl.csv").read_text().endswith("1.0\n")
     assert reproduce.VOLATILE.search("model_cfg") and not reproduce.VOLATILE.search("model")
+
+
+def test_reproduce_reruns_a_scripts_table_with_python(tmp_path, capsys):
+    """A script's table (``record_table``: its provenance line is the script and its flags) is rerun as ``python
+    <script> <flags>`` with the new ``--out``, and its rows' commit and date are not compared."""
+    script = tmp_path / "measure.py"
+    script.write_text(
+        "import sys\n"
+        "from tlgeo.runner.provenance import record_table\n"
+        "out = sys.argv[sys.argv.index('--out') + 1]\n"
+        "record_table(out, 'm', [{'case': 'a', 'value': 2.5}], [sys.argv[0], *sys.argv[1:]])\n"
+    )
+    made = tmp_path / "made"
+    root = Path(__file__).resolve().parents[1]
+    assert subprocess.run([sys.executable, str(script), "--out", str(made)], cwd=root).returncode == 0
+    (line,) = read(made)
+    assert line["made_from"] == "script" and line["argv"][0] == str(script)
+    reproduce = load_script("reproduce")
+    assert reproduce.main([str(made), "--out", str(tmp_path / "again")]) == 0
+    said = capsys.readouterr().out
+    assert f"$ python {script}" in said and "1 table(s) reproduced, 0 differ" in said
+    assert pd.read_csv(tmp_path / "again" / "m.csv")["value"].tolist() == [2.5]
