@@ -115,3 +115,26 @@ def test_bad_input_fails_in_one_line(case):
         eap_scores(model, task.clean, task.corrupted[:, 1:], metric)
     with pytest.raises(ValueError, match="ig_steps"):
         eap_scores(model, task.clean, task.corrupted, metric, ig_steps=-1)
+
+
+@pytest.mark.parametrize(
+    "family, kind", [("llama", "rms"), ("gemma3", "rms"), ("phi3", "rms"), ("gpt2", "layer"), ("gpt_neox", "layer")]
+)
+def test_the_norms_closed_form_vjp_is_autograds(family, kind):
+    """The closed form of a block norm's vector-Jacobian product (LayerNorm; RMSNorm with its weight, or one plus it
+    as Gemma's) is the one that equals autograd's, and equals it on other cotangents too."""
+    from tlgeo.circuits import eap as E
+    from tlgeo.circuits.graph import norm_module
+
+    model = tiny_model(family)
+    norm = norm_module(model, "ln1", 1)
+    with torch.no_grad():  # a weight away from its initial ones, so that w and 1 + w differ in what they give
+        norm.weight.mul_(torch.linspace(0.5, 1.5, norm.weight.numel()))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, model.cfg.d_model, generator=gen)
+    u = torch.randn(7, 2, 5, model.cfg.d_model, generator=gen)
+    form = E._find_form(norm, x, u)
+    assert form is not None and form[0] == kind
+    got, want = E._closed_vjp(form, x, u), E._autograd_vjp(norm, x, u)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * want.abs().max())
+    assert E._find_form(torch.nn.Identity(), x, u) is None  # no closed form: autograd's

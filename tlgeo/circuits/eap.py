@@ -259,7 +259,8 @@ def _norm_vjp(norm, x: Float[Tensor, "b pos d"], u: Float[Tensor, "g b pos d"]) 
     """``J_norm(x)^T u_g`` for each ``g``: the gradient at the norm's input of each receiver's own copy. In closed
     form where the norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per
     module); else one forward of the norm and its vector-Jacobian product mapped over ``g`` (the transform
-    differentiates under ``no_grad``, which keeps the norm's weights out of it)."""
+    differentiates under ``no_grad``, which keeps the norm's weights out of it), or, for a norm accelerate offloads,
+    a forward and backward of ``g`` copies of ``x``."""
     form = _norm_form(norm, x, u)
     if form is not None:
         return _closed_vjp(form, x, u)
@@ -267,6 +268,12 @@ def _norm_vjp(norm, x: Float[Tensor, "b pos d"], u: Float[Tensor, "g b pos d"]) 
 
 
 def _autograd_vjp(norm, x: Tensor, u: Tensor) -> Tensor:
+    if hasattr(norm, "_hf_hook"):  # accelerate moves its weights in at each call: a plain forward on g copies of x
+        xr = x.detach().unsqueeze(0).expand(u.shape[0], *x.shape).clone().requires_grad_(True)
+        with torch.enable_grad():
+            y = norm(xr)
+            (gx,) = torch.autograd.grad(y, xr, u.to(y.dtype))
+        return gx
     with torch.no_grad():
         y, vjp = torch.func.vjp(norm, x.detach())
         (gx,) = torch.vmap(vjp)(u.to(y.dtype))
@@ -290,6 +297,8 @@ def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
     w = getattr(norm, "weight", None)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     if not isinstance(eps, float) or x.dtype not in (torch.float32, torch.float64):
+        return None
+    if w is not None and w.device.type == "meta":  # offloaded (accelerate): its weight is there during its forward
         return None
     ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     w = ones if w is None else w.detach().to(x.dtype)
