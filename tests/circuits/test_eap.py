@@ -133,8 +133,21 @@ def test_the_norms_closed_form_vjp_is_autograds(family, kind):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, model.cfg.d_model, generator=gen)
     u = torch.randn(7, 2, 5, model.cfg.d_model, generator=gen)
-    form = E._find_form(norm, x, u)
+    form = E._norm_form(norm, x, u)
     assert form is not None and form[0] == kind
-    got, want = E._closed_vjp(form, x, u), E._autograd_vjp(norm, x, u)
+    got, want = E._norm_vjp(norm, x, u), E._autograd_vjp(norm, x, u)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * want.abs().max())
+    with torch.no_grad():  # an edit of the weight after the form was found: the product follows it
+        norm.weight.add_(0.25)
+    got, want = E._norm_vjp(norm, x, u), E._autograd_vjp(norm, x, u)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * want.abs().max())
     assert E._find_form(torch.nn.Identity(), x, u) is None  # no closed form: autograd's
+
+
+def test_eap_of_prompts_no_corruption_changes_is_zero():
+    """Clean and corrupted prompts the same: every sender's change is 0 and so is every score (no position is
+    multiplied)."""
+    model = tiny_model("llama")
+    task = build_task("induction", model, n=4, seed=0)
+    scores = eap_scores(model, task.clean, task.clean, lambda logits, rows: task.subset(rows).score(logits))
+    assert scores.score.abs().max() == 0 and scores.par.abs().max() == 0 and scores.self_.abs().max() == 0

@@ -286,28 +286,38 @@ _FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # norm module -
 def _norm_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
     """``(kind, scale, eps)`` of a norm whose vector-Jacobian product has a closed form: ``layer`` (``y = scale (x -
     mean) / sqrt(var + eps) + bias``) or ``rms`` (``y = scale x / sqrt(mean(x^2) + eps)``, ``scale`` the weight or,
-    as Gemma's, one plus it), the one whose product equals autograd's on this input to 1e-5 (checked once per module
-    and kept); ``None`` for any other norm."""
+    as Gemma's, one plus it), the one whose product equals autograd's on the first input to 1e-5 (the form found
+    once per module and kept; the scale read from its weight at each call, which an edit may have changed); ``None``
+    for any other norm."""
     if norm not in _FORMS:
         _FORMS[norm] = _find_form(norm, x, u)
-    return _FORMS[norm]
+    found = _FORMS[norm]
+    return None if found is None else (found[0], _scale(norm, x, found[1]), found[2])
 
 
-def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
+def _scale(norm, x: Tensor, plus_one: bool) -> Tensor:
+    w = getattr(norm, "weight", None)
+    ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    if w is None:
+        return ones
+    w = w.detach().to(x.device, x.dtype)
+    return ones + w if plus_one else w
+
+
+def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, bool, float] | None:
+    """``(kind, whether the scale is one plus the weight, eps)`` (see :func:`_norm_form`), or ``None``."""
     w = getattr(norm, "weight", None)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     if not isinstance(eps, float) or x.dtype not in (torch.float32, torch.float64):
         return None
     if w is not None and w.device.type == "meta":  # offloaded (accelerate): its weight is there during its forward
         return None
-    ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
-    w = ones if w is None else w.detach().to(x.dtype)
-    kinds = [("layer", w)] if isinstance(norm, torch.nn.LayerNorm) else [("rms", w), ("rms", ones + w)]
+    kinds = [("layer", False)] if isinstance(norm, torch.nn.LayerNorm) else [("rms", False), ("rms", True)]
     want = _autograd_vjp(norm, x, u[:1])
-    for kind, scale in kinds:
-        got = _closed_vjp((kind, scale, eps), x, u[:1])
+    for kind, plus_one in kinds:
+        got = _closed_vjp((kind, _scale(norm, x, plus_one), eps), x, u[:1])
         if got.shape == want.shape and (got - want).abs().max() <= 1e-5 * want.abs().max().clamp_min(1e-30):
-            return kind, scale, eps
+            return kind, plus_one, eps
     return None
 
 
@@ -443,6 +453,9 @@ def eap_scores(
     out = EdgeScores.zeros(graph)
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
+        at = slice(first_change(clean[rows], corrupted[rows]), None)  # the positions whose writes change
+        if at.start == clean.shape[1]:  # the runs are the same: every score of these prompts is 0
+            continue
         corr = run_acts(model, graph, corrupted[rows], metric, rows, dt)
         if ig_steps == 0:
             cl, grads = _clean_with_grads(model, graph, clean[rows], metric, rows, dt)
@@ -465,7 +478,6 @@ def eap_scores(
                 )
                 for k in range(1, ig_steps + 1)
             )
-        at = slice(first_change(clean[rows], corrupted[rows]), None)  # the positions whose writes change
         d, d_self = changes(corr, cl, at)
         refs = cl.refs[:, :, at]
         for grads, weight in passes:
