@@ -151,3 +151,22 @@ def test_eap_of_prompts_no_corruption_changes_is_zero():
     task = build_task("induction", model, n=4, seed=0)
     scores = eap_scores(model, task.clean, task.clean, lambda logits, rows: task.subset(rows).score(logits))
     assert scores.score.abs().max() == 0 and scores.par.abs().max() == 0 and scores.self_.abs().max() == 0
+
+
+def test_a_bidirectional_program_multiplies_every_position(monkeypatch):
+    """In a compiled program that attends both ways (tracr's reverse) a later token can change earlier positions, so
+    EAP multiplies the senders' changes at every position; in a causal model from the first token that differs."""
+    from tlgeo.circuits import eap as E
+    from tlgeo.models import load_model
+
+    seen = []
+    real = E.changes
+    monkeypatch.setattr(E, "changes", lambda a, b, positions: seen.append(positions.start) or real(a, b, positions))
+    for name, causal in (("zoo/tracr-reverse", False), ("zoo/tracr-frac-prevs", True)):
+        model = load_model(name)
+        assert model.cfg.causal is causal
+        task = build_task("tracr", model, n=4, seed=0)
+        first = E.first_change(task.clean, task.corrupted)
+        assert first > 0  # a prefix the two runs share
+        eap_scores(model, task.clean, task.corrupted, lambda logits, rows: task.subset(rows).score(logits))
+        assert seen.pop() == (first if causal else 0)

@@ -151,7 +151,8 @@ def changes(a: RunActs, b: RunActs, positions: slice = slice(None)) -> tuple[Ten
 
 def first_change(clean: Tensor, corrupted: Tensor) -> int:
     """The first position at which some prompt's clean and corrupted tokens differ (their length where none do):
-    before it the two runs are the same computation, every sender's change is 0 and adds nothing to a score."""
+    before it the two runs of a causal model are the same computation, every sender's change is 0 and adds nothing
+    to a score."""
     differs = (clean != corrupted).any(0).nonzero()
     return int(differs[0]) if len(differs) else clean.shape[1]
 
@@ -453,7 +454,9 @@ def eap_scores(
     out = EdgeScores.zeros(graph)
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
-        at = slice(first_change(clean[rows], corrupted[rows]), None)  # the positions whose writes change
+        # the positions whose writes change: from the first token that differs, in a causal model; all of them in a
+        # bidirectional one (a compiled program's), where a later token changes every position
+        at = slice(first_change(clean[rows], corrupted[rows]) if getattr(model.cfg, "causal", True) else 0, None)
         if at.start == clean.shape[1]:  # the runs are the same: every score of these prompts is 0
             continue
         corr = run_acts(model, graph, corrupted[rows], metric, rows, dt)
