@@ -53,6 +53,8 @@ TABLES = {
     "dirmag-parts-gemma": (s2_dirmag.dirmag_parts_table, PARTS_GEMMA),
     "pretrain-study": (s1_decomposition.pretrain_table, s1_decomposition.STUDY),
     "dirmag-pair": (s2_dirmag.dirmag_pair_table, PAIR["gpt"]),
+    "ioi-circuit": (s5_patching.ioi_circuit_table, "results/circuits-smollm2-135m"),
+    "zoo-circuits": (s7_circuits.zoo_circuits_table, "results/circuits-zoo"),
 }
 
 

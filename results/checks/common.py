@@ -86,3 +86,12 @@ def _path(sender: tuple[int, int], receiver: tuple[int, int], inp: str, directio
         "receiver_input": inp,
     }
     return w if direction is None else {**w, "direction": direction}
+
+
+ZOO_CIRCUITS = ("induction-llama", "predecessor-llama", "induction-gpt", "lookback-llama")
+CIRCUIT = {
+    m: {t: f"results/circuits-zoo/{m}/circuit_{t}" for t in ("summary.csv", "edges.csv.gz")} for m in ZOO_CIRCUITS
+}
+TRACR = "results/circuits-tracr/recovery.csv"
+IOI_CIRCUIT = {t: f"results/circuits-smollm2-135m/circuit_{t}" for t in ("summary.csv", "edges.csv.gz", "verify.csv")}
+IOI_CURVE = "results/circuits-smollm2-135m/circuit_faithfulness.csv"

@@ -7,7 +7,20 @@ import pandas as pd
 
 from tlgeo.report.claims import Verdict, differs, edit
 
-from .common import ROOT, claim, ZOO_EFFECTS, ZOO_PATHS, ZOO_TASKS, PRED, _near, _head, _path
+from .common import (
+    ROOT,
+    claim,
+    ZOO_EFFECTS,
+    ZOO_PATHS,
+    ZOO_TASKS,
+    PRED,
+    CIRCUIT,
+    TRACR,
+    ZOO_CIRCUITS,
+    _near,
+    _head,
+    _path,
+)
 
 
 # -- 7. circuits whose answer is known ---------------------------------------------------------------------
@@ -325,3 +338,230 @@ def _(effects):
         ),
         f"{others[['effect', 'q']].round(4).to_dict('index')}",
     )
+
+
+# -- circuit discovery on the zoo and the compiled programs -----------------------------------------------------
+
+
+def _planted_edges(name: str) -> set[tuple[str, str]]:
+    """The edges the zoo model's job needs, from the heads ``zoo/<name>/zoo.json`` names: each previous-token head
+    into the induction heads' keys (the induction models), the duplicate-token heads' values (the predecessor model)
+    or their queries and values (the lookback model)."""
+    import json
+
+    rec = json.loads((ROOT / "zoo" / name / "zoo.json").read_text())["planted"]
+    receivers, inputs = {
+        "induction-llama": ("induction", "k"),
+        "induction-gpt": ("induction", "k"),
+        "predecessor-llama": ("duplicate_token", "v"),
+        "lookback-llama": ("duplicate_token", "qv"),
+    }[name]
+    return {
+        (f"L{sl}H{sh}", f"L{rl}H{rh}.{i}")
+        for sl, sh in rec["previous_token"]
+        for rl, rh in rec[receivers]
+        for i in inputs
+    }
+
+
+def _head_edges(edges: pd.DataFrame) -> pd.DataFrame:
+    """The head -> head edges (a head's write into another head's query, key or value), by rank."""
+    hh = edges[(edges["sender_kind"] == "head") & edges["receiver_input"].isin(["q", "k", "v"])]
+    return hh.sort_values("rank")
+
+
+def _recovered(name: str, summary: pd.DataFrame, edges: pd.DataFrame, level: str = "k80") -> tuple[int, float, float]:
+    """``(k, precision, recall)`` of the planted edges among the circuit's head -> head edges at ``level``."""
+    k = int(summary[level].iloc[0])
+    hh = _head_edges(edges[edges["rank"] <= k])
+    got, planted = set(zip(hh["sender"], hh["receiver"])), _planted_edges(name)
+    return k, len(got & planted) / max(len(got), 1), len(got & planted) / len(planted)
+
+
+def _edge(sender: str, receiver: str) -> dict:
+    return {"sender": sender, "receiver": receiver}
+
+
+@claim(
+    "7.circuit-k-composition",
+    "In the induction Llama the smallest circuit recovering 80 % of the gap keeps 19 of the 110 edges, and its "
+    "head -> head edges are exactly the 3 planted key edges (precision 1.0, recall 1.0).",
+    CIRCUIT["induction-llama"]["summary.csv"],
+    CIRCUIT["induction-llama"]["edges.csv.gz"],
+    false_if=[
+        edit(_edge("L0H2", "L1H1.k"), table=1, rank=100, says="a planted key edge falls out of the circuit"),
+        edit(_edge("L0H1", "L1H0.v"), table=1, rank=2, says="an unplanted value edge joins it"),
+        edit(None, k80=30.0, says="the circuit needs 30 edges"),
+    ],
+)
+def _(summary, edges):
+    k, p, r = _recovered("induction-llama", summary, edges)
+    return Verdict(k == 19 and int(summary["edges"].iloc[0]) == 110 and p == 1.0 and r == 1.0, f"k {k} p {p} r {r}")
+
+
+@claim(
+    "7.circuit-v-composition",
+    "In the predecessor Llama the circuit at 80 % keeps 10 edges, whose head -> head edges are 4 of the 6 planted "
+    "value edges (precision 1.0, recall 0.67), and the 6 planted value edges are the 6 highest-ranked head -> head "
+    "edges of all.",
+    CIRCUIT["predecessor-llama"]["summary.csv"],
+    CIRCUIT["predecessor-llama"]["edges.csv.gz"],
+    false_if=[
+        edit(_edge("L0H0", "L1H1.v"), table=1, rank=1, says="an unplanted edge ranks first"),
+        edit(None, k80=12.0, says="the circuit needs 12 edges"),
+    ],
+)
+def _(summary, edges):
+    k, p, r = _recovered("predecessor-llama", summary, edges)
+    top = _head_edges(edges).head(6)
+    first = set(zip(top["sender"], top["receiver"])) == _planted_edges("predecessor-llama")
+    return Verdict(k == 10 and p == 1.0 and round(r, 2) == 0.67 and first, f"k {k} p {p} r {r} top6 planted {first}")
+
+
+@claim(
+    "7.circuit-gpt",
+    "In the induction GPT the circuit at 80 % needs 45 edges, and only 4 of its 12 head -> head edges are planted "
+    "key edges (precision 0.33, recall 0.67); the other 8 are the previous-token heads' edges into block 1's "
+    "values, or go into L1H3, a head zoo.json names for no job.",
+    CIRCUIT["induction-gpt"]["summary.csv"],
+    CIRCUIT["induction-gpt"]["edges.csv.gz"],
+    false_if=[
+        edit(_edge("L0H1", "L1H0.v"), table=1, rank=100, says="a value edge leaves the circuit"),
+        edit(None, k80=19.0, says="19 edges suffice"),
+    ],
+)
+def _(summary, edges):
+    k, p, r = _recovered("induction-gpt", summary, edges)
+    hh = _head_edges(edges[edges["rank"] <= k])
+    planted = _planted_edges("induction-gpt")
+    others = [(s, t) for s, t in zip(hh["sender"], hh["receiver"]) if (s, t) not in planted]
+    prev = {"L0H0", "L0H1"}
+    explained = len(others) == 8 and all((s in prev and t.endswith(".v")) or t.startswith("L1H3.") for s, t in others)
+    has_v = any(t.endswith(".v") and not t.startswith("L1H3.") for _, t in others)
+    has_l1h3 = any(t.startswith("L1H3.") for _, t in others)
+    return Verdict(
+        k == 45 and len(hh) == 12 and round(p, 2) == 0.33 and round(r, 2) == 0.67 and explained and has_v and has_l1h3,
+        f"k {k} p {p:.3f} r {r:.3f} others {others}",
+    )
+
+
+@claim(
+    "7.circuit-q-composition",
+    "In the lookback Llama the circuit at 80 % keeps 39 edges (precision 0.6, recall 0.5): all 6 planted value "
+    "edges and none of the 6 planted query edges; the previous-token heads reach those queries through block 0's "
+    "MLP, whose edge into L1H3's query ranks 4th of all 110 and whose input from L0H0 10th.",
+    CIRCUIT["lookback-llama"]["summary.csv"],
+    CIRCUIT["lookback-llama"]["edges.csv.gz"],
+    false_if=[
+        edit(_edge("L0H0", "L1H3.q"), table=1, rank=3, says="a direct query edge joins the circuit"),
+        edit(_edge("L0MLP", "L1H3.q"), table=1, rank=60, says="the MLP route falls out"),
+    ],
+)
+def _(summary, edges):
+    k, p, r = _recovered("lookback-llama", summary, edges)
+    c = _head_edges(edges[edges["rank"] <= k])
+    got = set(zip(c["sender"], c["receiver"]))
+    planted = _planted_edges("lookback-llama")
+    v = {e for e in planted if e[1].endswith(".v")}
+    q = planted - v
+    rank = edges.set_index(["sender", "receiver"])["rank"]
+    return Verdict(
+        k == 39
+        and round(p, 2) == 0.6
+        and r == 0.5
+        and v <= got
+        and not (q & got)
+        and rank[("L0MLP", "L1H3.q")] == 4
+        and rank[("L0H0", "L0MLP")] == 10,
+        f"k {k} p {p} r {r}",
+    )
+
+
+@claim(
+    "7.circuit-vs-exact",
+    "The 10 top edges of each against exact edge patching: Spearman 0.49 (induction Llama), 0.83 (predecessor), "
+    "0.47 (GPT) and 0.66 (lookback) of their sizes, with the same sign for 9 or 10 of the 10.",
+    *(CIRCUIT[m]["summary.csv"] for m in ZOO_CIRCUITS),
+    false_if=[edit(None, table=2, sign_agreement=0.6, says="the GPT's signs disagree on 4")],
+)
+def _(*summaries):
+    rho = [round(float(s["spearman"].iloc[0]), 2) for s in summaries]
+    signs = [float(s["sign_agreement"].iloc[0]) for s in summaries]
+    ok = rho == [0.49, 0.83, 0.47, 0.66] and all(x >= 0.9 for x in signs)
+    ok = ok and all(int(s["verified"].iloc[0]) == 10 for s in summaries)
+    return Verdict(ok, f"spearman {rho} signs {signs}")
+
+
+def _tracr(recovery: pd.DataFrame, method: str, prompts: int) -> pd.DataFrame:
+    return recovery[(recovery["method"] == method) & (recovery["prompts"] == prompts)].set_index("program")
+
+
+@claim(
+    "7.tracr-exact",
+    "Exact edge patching recovers every compiled program's edges that its prompts can show: on all five programs, "
+    "at 16 and at 8 prompts, the smallest circuit recovering 90 % of the gap holds program edges only (precision "
+    "1.0) and every visible program edge (visible recall 1.0); over all of a program's edges the recall is 0.15 "
+    "(reverse) to 0.67 (hist).",
+    TRACR,
+    false_if=[
+        edit({"program": "sort", "method": "exact", "prompts": 8}, precision=0.8, says="sort's circuit has extras"),
+        edit({"program": "hist", "method": "exact", "prompts": 16}, recall_visible=0.75, says="hist misses one"),
+    ],
+)
+def _(rec):
+    ok, detail = True, []
+    for n in (16, 8):
+        t = _tracr(rec, "exact", n)
+        ok = ok and len(t) == 5 and (t["precision"] == 1.0).all() and (t["recall_visible"] == 1.0).all()
+        ok = ok and round(t["recall"].min(), 2) == 0.15 and t["recall"].idxmin() == "reverse"
+        ok = ok and round(t["recall"].max(), 2) == 0.67 and t["recall"].idxmax() == "hist"
+        detail.append(t[["k", "precision", "recall", "recall_visible"]].round(3).to_dict("index"))
+    return Verdict(bool(ok), str(detail))
+
+
+@claim(
+    "7.tracr-gradients",
+    "EAP and EAP-IG do the same at 16 prompts on four programs; on hist they keep 7 edges, one of them not the "
+    "program's (precision 0.86, visible recall 1.0). At 8 prompts EAP on sort needs 28 edges (precision 0.46), "
+    "EAP-IG 7 (precision 1.0).",
+    TRACR,
+    false_if=[
+        edit({"program": "hist", "method": "eap-ig", "prompts": 16}, precision=1.0, says="EAP-IG is exact on hist"),
+        edit({"program": "sort", "method": "eap", "prompts": 8}, k=7.0, precision=1.0, says="EAP finds sort at 8"),
+    ],
+)
+def _(rec):
+    ok = True
+    for m in ("eap", "eap-ig"):
+        t = _tracr(rec, m, 16)
+        rest = t.drop(index="hist")
+        ok = ok and (rest["precision"] == 1.0).all() and (t["recall_visible"] == 1.0).all()
+        ok = ok and t.loc["hist", "k"] == 7 and round(t.loc["hist", "precision"], 2) == 0.86
+    e8, g8 = _tracr(rec, "eap", 8).loc["sort"], _tracr(rec, "eap-ig", 8).loc["sort"]
+    ok = ok and e8["k"] == 28 and round(e8["precision"], 2) == 0.46 and g8["k"] == 7 and g8["precision"] == 1.0
+    return Verdict(bool(ok), f"sort at 8: eap {e8['k']}/{e8['precision']:.3f}, eap-ig {g8['k']}/{g8['precision']}")
+
+
+def zoo_circuits_table(folder) -> str:
+    """RESULTS §7's circuits of the zoo models: per model its edges, k80 and k90, and at k80 the circuit's head ->
+    head edges, how many are planted, precision and recall; the top edges' agreement with exact edge patching."""
+    lines = [
+        "| model | planted edges | edges | k80 | k90 | head → head at k80 | planted among them | precision | recall "
+        "| Spearman vs exact | same sign |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in ZOO_CIRCUITS:
+        summary = pd.read_csv(folder / m / "circuit_summary.csv")
+        edges = pd.read_csv(folder / m / "circuit_edges.csv.gz")
+        k, p, r = _recovered(m, summary, edges)
+        hh = _head_edges(edges[edges["rank"] <= k])
+        planted = _planted_edges(m)
+        got = len(set(zip(hh["sender"], hh["receiver"])) & planted)
+        kinds = "/".join(sorted({e[1].rsplit(".", 1)[1] for e in planted}, key="qkv".index))
+        s = summary.iloc[0]
+        lines.append(
+            f"| {m} | {len(planted)} ({kinds}) | {int(s['edges'])} | {k} | {int(s['k90'])} | {len(hh)} | {got} "
+            f"| {p:.2f} | {r:.2f} | {s['spearman']:.2f} | {int(round(s['sign_agreement'] * s['verified']))} of "
+            f"{int(s['verified'])} |"
+        )
+    return "\n".join(lines)
