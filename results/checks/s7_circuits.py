@@ -115,7 +115,7 @@ def _(ll, gp):
 @claim(
     "7.unplanted",
     "Not every other head is null: of the heads the scores name for no job, in the Llama L0H3 "
-    "(0.136, q 0.0054) and L1H3 (0.040, q 0.0024), in the GPT L0H3 (-0.100, q 0.022) also pass; the other such "
+    "(0.136, q 0.0054) and L1H3 (0.040, q 0.0025), in the GPT L0H3 (-0.100, q 0.022) also pass; the other such "
     "heads have q of 0.078 or more.",
     ZOO_EFFECTS["llama"],
     ZOO_EFFECTS["gpt"],
@@ -124,7 +124,7 @@ def _(ll, gp):
 def _(ll, gp):
     out, detail = [], []
     # head: (effect, q, decimals of q as quoted)
-    quoted = {"llama": {(0, 3): (0.136, 0.0054, 4), (1, 3): (0.040, 0.0024, 4)}, "gpt": {(0, 3): (-0.100, 0.022, 3)}}
+    quoted = {"llama": {(0, 3): (0.136, 0.0054, 4), (1, 3): (0.040, 0.0025, 4)}, "gpt": {(0, 3): (-0.100, 0.022, 3)}}
     for m, e in (("llama", ll), ("gpt", gp)):
         h = _zoo_heads(e)
         others = h.drop(index=list(_named(m)))
@@ -265,7 +265,7 @@ def _(ll, gp):
     "In the predecessor Llama (100 % of 64 clean prompts right, gap 12.47) exact patching ranks "
     "its five planted heads (previous-token L0H1-3, duplicate-token L1H1-2) first; the previous-token heads reach "
     "the duplicate-token heads through their values (0.005-0.066 of the gap, each q < 0.05), not their keys (at "
-    "most 0.0009 in size, q of 0.57 or more) or their queries (below 0.0001).",
+    "most 0.0009 in size, q of 0.58 or more) or their queries (below 0.0001).",
     PRED["tasks"],
     PRED["effects"],
     PRED["paths"],
@@ -297,7 +297,7 @@ def _(tasks, effects, paths):
             and _near(v["effect"].max(), 0.066, 3)
             and (v["q"] < 0.05).all()
             and _near(k["effect"].abs().max(), 0.0009, 4)
-            and _near(k["q"].min(), 0.57, 2)
+            and _near(k["q"].min(), 0.58, 2)
             and q["effect"].abs().max() < 0.0001
         ),
         f"values {v['effect'].round(4).tolist()}",
