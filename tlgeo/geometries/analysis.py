@@ -104,8 +104,9 @@ def relations(
     tokens: pd.DataFrame, *, n_boot: int = 200, seed: int = 0, quantities: Sequence[str] = ALL
 ) -> pd.DataFrame:
     """Per block, every pair of ``quantities`` of the tokens that have them all (the last position of a window
-    has no next token, hence no damage): ``rho`` (Spearman), its 95% CI ``ci_low``/``ci_high`` (percentile, whole
-    windows resampled) and SE ``rho_se`` (the bootstrap rhos' standard deviation), ``p`` (two-sided,
+    has no next token, hence no damage): ``rho`` (Spearman), its SE ``rho_se`` (the standard deviation of rho over
+    ``n_boot`` resamples of whole windows), its 95% CI ``ci_low``/``ci_high`` (``rho -+ t se``, the inversion of
+    ``p``: it excludes 0 exactly when p < 0.05), ``p`` (two-sided,
     ``|rho| / rho_se`` against Student's t with windows - 1 degrees of freedom; 1 where rho or its SE is
     undefined), ``q_bh`` (Benjamini–Hochberg over every
     row returned, :func:`with_q`), ``rho_shuffled`` (each quantity shuffled within its window, mean of 10),
