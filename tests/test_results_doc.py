@@ -185,3 +185,24 @@ def test_every_code_change_after_the_folders_were_made_is_named():
     ).stdout.split()
     opening = DOC.read_text().split("\n## ", 1)[0]
     assert not [h for h in later if f"`{h[:7]}`" not in opening], f"code commits after {code[:7]} not named: {later}"
+
+
+def test_every_quoted_interval_beside_a_p_excludes_zero_exactly_when_p_is_below_005():
+    """RESULTS.md's opening: at the folders' code every interval reported beside a p inverts that p's test. Each
+    table of a quoted folder with ``ci_low``, ``ci_high`` and ``p``: the interval excludes 0 exactly when p < 0.05
+    (rows where either is undefined aside)."""
+    from .scripts import load_script
+
+    checked, bad = 0, {}
+    for folder in load_script("reproduce").quoted_folders(DOC):
+        for table in sorted([*folder.glob("*.csv"), *folder.glob("*.csv.gz")]):
+            head = pd.read_csv(table, nrows=0).columns
+            if not {"ci_low", "ci_high", "p"} <= set(head):
+                continue
+            df = pd.read_csv(table, usecols=["ci_low", "ci_high", "p"]).dropna()
+            excludes = ~((df["ci_low"] <= 0) & (0 <= df["ci_high"]))
+            checked += 1
+            if (n := int((excludes != (df["p"] < 0.05)).sum())) > 0:
+                bad[str(table.relative_to(ROOT))] = n
+    assert checked >= 8, f"only {checked} tables with an interval and a p among the quoted folders"
+    assert not bad, f"tables whose interval and p disagree (rows): {bad}"

@@ -1,11 +1,8 @@
-"""The committed patching tables: an interval excludes 0 exactly when p < 0.05, in every table made by code that
-reports Fieller's interval (tlgeo.stats.ratio); the tables made before it still show the disagreement the audit
-found (a percentile bootstrap interval off 0 beside p >= 0.05), until they are made again."""
+"""The committed patching tables: an interval excludes 0 exactly when p < 0.05, in every one (Fieller's interval,
+tlgeo.stats.ratio; the percentile bootstrap the audit found off 0 beside p >= 0.05 is in none of them)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -21,20 +18,6 @@ def disagreements(df: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return df[excludes != (df["p"] < alpha)]
 
 
-def _made_with_fieller(folder: Path) -> bool:
-    """Whether every command of ``folder``'s provenance ran code that has ``tlgeo/stats/ratio.py``."""
-    commits = {
-        json.loads(line)["git"]["commit"]
-        for line in (folder / "provenance.jsonl").read_text().splitlines()
-        if line.strip()
-    }
-    return all(
-        subprocess.run(["git", "cat-file", "-e", f"{c}:tlgeo/stats/ratio.py"], cwd=ROOT, capture_output=True).returncode
-        == 0
-        for c in commits
-    )
-
-
 def test_the_check_finds_the_audit_example():
     """L24H4, seed 0 in the audit: interval [-0.2618, -0.0001] beside p 0.10."""
     df = pd.DataFrame({"ci_low": [-0.2618, -0.3, 0.1], "ci_high": [-0.0001, 0.2, 0.4], "p": [0.10, 0.5, 0.01]})
@@ -45,7 +28,4 @@ def test_the_check_finds_the_audit_example():
 def test_an_interval_excludes_zero_exactly_when_p_is_below_005(table):
     df = pd.read_csv(table)
     bad = disagreements(df)
-    if _made_with_fieller(table.parent):
-        assert bad.empty, f"{table}: {len(bad)} rows whose interval and test disagree"
-    else:  # a percentile bootstrap's folder: the disagreement the audit found is still there until it is rerun
-        pytest.xfail(f"made before Fieller's interval: {len(bad)} of {len(df)} rows disagree (rerun pending)")
+    assert bad.empty, f"{table}: {len(bad)} of {len(df)} rows whose interval and test disagree"
