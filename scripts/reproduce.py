@@ -251,8 +251,9 @@ def _remake_all(folders: list[Path], jobs: int, **kw) -> int:
                 status = max(status, got)
                 if got in (0, 1):
                     done.add(f)
-    for f in waiting:
-        print(f"not rerun: {f} (it reads a folder whose rerun failed)", file=sys.stderr)
+    for f, deps in waiting.items():
+        why = f"it reads {', '.join(map(_rel, sorted(deps - done)))}, whose rerun failed" if deps - done else ""
+        print(f"not rerun: {f} ({why or 'a command failed before its turn'})", file=sys.stderr)
     return status
 
 

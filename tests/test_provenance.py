@@ -278,9 +278,10 @@ def test_reproduce_all_resume_leaves_out_the_folders_this_code_made(tmp_path, ca
     assert not reproduce.made_by(folder, a)
 
 
-def test_reproduce_all_jobs_reruns_a_folder_after_the_folders_its_commands_read(tmp_path, monkeypatch):
+def test_reproduce_all_jobs_reruns_a_folder_after_the_folders_its_commands_read(tmp_path, monkeypatch, capsys):
     """``--jobs N``: N folders at a time, but a folder whose commands read another quoted folder (a model trained
-    into it) starts only after that one's rerun ended; one that failed stops the folders that read it."""
+    into it) starts only after that one's rerun ended; one that failed stops the folders that read it, and each
+    folder not rerun says why (the folder it reads, or only that a command failed before its turn)."""
     import threading
     import time
 
@@ -316,6 +317,13 @@ def test_reproduce_all_jobs_reruns_a_folder_after_the_folders_its_commands_read(
     fails = {"pair"}
     assert reproduce._remake_all(folders, 2, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 2
     assert ("start", "dirmag-pair") not in events  # it reads the folder whose rerun failed
+    assert "dirmag-pair (it reads results/pair, whose rerun failed)" in capsys.readouterr().err
+    events.clear()
+    fails = {"ppl"}
+    monkeypatch.setattr(reproduce, "depends_on", lambda f, fs: set())  # nothing reads ppl: one job, ppl first
+    assert reproduce._remake_all([other, model, reader], 1, replace=True, rtol=1e-4, atol=1e-6, commit="c") == 2
+    err = capsys.readouterr().err
+    assert "pair (a command failed before its turn)" in err and "whose rerun failed" not in err
 
 
 def test_provenance_is_recorded_from_one_place():
