@@ -164,7 +164,7 @@ def test_a_bidirectional_program_multiplies_every_position(monkeypatch):
     monkeypatch.setattr(E, "changes", lambda a, b, positions: seen.append(positions.start) or real(a, b, positions))
     for name, causal in (("zoo/tracr-reverse", False), ("zoo/tracr-frac-prevs", True)):
         model = load_model(name)
-        assert model.cfg.causal is causal
+        assert model.cfg.attention_dir == ("causal" if causal else "bidirectional")
         task = build_task("tracr", model, n=4, seed=0)
         first = E.first_change(task.clean, task.corrupted)
         assert first > 0  # a prefix the two runs share

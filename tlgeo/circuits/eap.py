@@ -456,7 +456,8 @@ def eap_scores(
         rows = slice(start, min(start + batch_size, clean.shape[0]))
         # the positions whose writes change: from the first token that differs, in a causal model; all of them in a
         # bidirectional one (a compiled program's), where a later token changes every position
-        at = slice(first_change(clean[rows], corrupted[rows]) if getattr(model.cfg, "causal", True) else 0, None)
+        causal = getattr(model.cfg, "attention_dir", "causal") == "causal"
+        at = slice(first_change(clean[rows], corrupted[rows]) if causal else 0, None)
         if at.start == clean.shape[1]:  # the runs are the same: every score of these prompts is 0
             continue
         corr = run_acts(model, graph, corrupted[rows], metric, rows, dt)

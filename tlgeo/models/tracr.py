@@ -342,8 +342,9 @@ def during_boot() -> Iterator[None]:
 
 
 def after_boot(bridge) -> None:
-    """The bridge's config told the program's mask (``cfg.causal``) and its output width (``cfg.d_vocab_out``:
-    the output space, which TransformerLens takes to be the input vocabulary's size)."""
+    """The bridge's config told the program's mask, in TransformerLens's own field (``cfg.attention_dir``:
+    ``"causal"`` or ``"bidirectional"``, which also makes the bridge mask the padding of a batch), and its output
+    width (``cfg.d_vocab_out``: the output space, which TransformerLens takes to be the input vocabulary's size)."""
     config = bridge.original_model.config
-    bridge.cfg.causal = bool(getattr(config, "causal", True))
+    bridge.cfg.attention_dir = "causal" if bool(getattr(config, "causal", True)) else "bidirectional"
     bridge.cfg.d_vocab_out = int(config.output_size)
