@@ -7,8 +7,9 @@ rounds that alternate the order:
   eap         tlgeo's EAP of every edge: a corrupted forward, a clean forward and backward, the products
   eap_ig      EAP-IG with --ig-steps steps
 
-and EAP's parts, each timed alone: the corrupted run, the clean forward and backward with the receivers'
-gradients, the products of the senders' changes with the receivers' gradients. Each is timed in wall seconds and
+and EAP's parts, each timed alone: the corrupted run, the clean forward and backward (the gradients at the
+heads' q, k, v and the MLPs' inputs), the products (the senders' changes, the receivers' gradients through the
+block norms, a run of blocks at a time, and their products). Each is timed in wall seconds and
 in the process's CPU seconds (one thread: on a machine other jobs share, CPU time is what the work itself costs,
 and the wall time what it took there); medians over ``--rounds``, and their ratios to the forward's, are printed
 as JSON lines. It times the tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py``
@@ -22,6 +23,7 @@ to ``OUT/eap_cost.csv`` with the commit that measured it (and the run's line to 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -47,14 +49,21 @@ def _jobs(model, task, ig_steps: int) -> dict:
     def corrupted():
         state["corr"] = E.run_acts(model, graph, task.corrupted, metric, rows, dt)
 
-    def clean_grad():
-        state["clean"], state["grads"] = E._clean_with_grads(model, graph, task.clean, metric, rows, dt)
+    # the positions EAP multiplies (from the first token that differs) where the code takes them (after ba0675e)
+    at = {"at": slice(E.first_change(task.clean, task.corrupted), None)}
+    takes = inspect.signature(E._clean_with_grads).parameters
+    if "at" not in takes:
+        at = {}
+
+    def clean_grad():  # with the corrupted run's W_O where the code shares it (as its EAP does)
+        w_o = {"w_o": state["corr"].w_o} if "w_o" in takes else {}
+        state["clean"], state["grads"] = E._clean_with_grads(model, graph, task.clean, metric, rows, dt, **at, **w_o)
 
     def products():
         cl, corr = state["clean"], state["corr"]
         if hasattr(E, "changes"):  # this code: the changes built from the runs' head outputs
-            d, d_self = E.changes(corr, cl)
-            refs = cl.refs
+            d, d_self = E.changes(corr, cl, *at.values())
+            refs = cl.refs[:, :, at["at"]] if at else cl.refs
         else:  # before it (commit ba0675e and earlier): each run's writes
             d, d_self = corr.writes - cl.writes, corr.self_writes - cl.self_writes
             refs = torch.cat([cl.attn_in, cl.mlp_in, cl.final[None]])

@@ -122,7 +122,8 @@ def test_bad_input_fails_in_one_line(case):
 )
 def test_the_norms_closed_form_vjp_is_autograds(family, kind):
     """The closed form of a block norm's vector-Jacobian product (LayerNorm; RMSNorm with its weight, or one plus it
-    as Gemma's) is the one that equals autograd's, and equals it on other cotangents too."""
+    as Gemma's), folded into the receivers' input projections, is the one that equals autograd's of ``W_r gh_r``,
+    and equals it on other cotangents too, written into a given buffer or not."""
     from tlgeo.circuits import eap as E
     from tlgeo.circuits.graph import norm_module
 
@@ -131,17 +132,26 @@ def test_the_norms_closed_form_vjp_is_autograds(family, kind):
     with torch.no_grad():  # a weight away from its initial ones, so that w and 1 + w differ in what they give
         norm.weight.mul_(torch.linspace(0.5, 1.5, norm.weight.numel()))
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 5, model.cfg.d_model, generator=gen)
-    u = torch.randn(7, 2, 5, model.cfg.d_model, generator=gen)
-    form = E._norm_form(norm, x, u)
+    d = model.cfg.d_model
+    x = torch.randn(2, 5, d, generator=gen) + 0.5  # a mean away from 0: the LayerNorm's centring matters
+    gh, W = torch.randn(7, 2, 5, 3, generator=gen), torch.randn(7, d, 3, generator=gen)
+
+    def autograd():
+        return E._autograd_vjp(norm, x, (gh.reshape(7, 10, 3) @ W.transpose(1, 2)).view(7, 2, 5, d))
+
+    form = E._norm_form(norm, x)
     assert form is not None and form[0] == kind
-    got, want = E._norm_vjp(norm, x, u), E._autograd_vjp(norm, x, u)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * want.abs().max())
+    got, want = E._norm_vjp(norm, x, gh, W, torch.float32), autograd()
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max())
     with torch.no_grad():  # an edit of the weight after the form was found: the product follows it
         norm.weight.add_(0.25)
-    got, want = E._norm_vjp(norm, x, u), E._autograd_vjp(norm, x, u)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6 * want.abs().max())
-    assert E._find_form(torch.nn.Identity(), x, u) is None  # no closed form: autograd's
+    buf = torch.full((7, 2, 5, d), float("nan"))
+    got, want = E._norm_vjp(norm, x, gh, W, torch.float32, buf), autograd()
+    assert got is buf and torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max())
+    assert E._find_form(torch.nn.Identity(), x) is None  # no closed form: autograd's
+    got = E._norm_vjp(torch.nn.Identity(), x, gh, W, torch.float64)
+    identity = (gh.reshape(7, 10, 3) @ W.transpose(1, 2)).view(7, 2, 5, d)  # the Jacobian of no norm is 1
+    assert got.dtype == torch.float64 and torch.allclose(got.float(), identity, atol=1e-5)
 
 
 def test_eap_of_prompts_no_corruption_changes_is_zero():

@@ -12,8 +12,10 @@ clean forward (with grad), one corrupted forward, one backward for every edge. E
 runs whose input embeddings go from the corrupted run's to the clean run's (``alpha = k / steps``, k = 1..steps).
 
 The per-receiver gradients are not per-edge activations: ``dM / dx_r`` of a head's query is ``J_norm(x)^T W_Q^h
-dM / dq^h``, one norm vector-Jacobian product per receiver of a block, and a block's scores are one matrix product
-``[senders, (prompt, position, d)] @ [(prompt, position, d), receivers]``. The table holds scores only.
+dM / dq^h``, one norm vector-Jacobian product per receiver of a block (in closed form for LayerNorm and RMSNorm,
+folded into the block's q, k, v projections), built a run of blocks at a time into one buffer; a run's scores are
+one matrix product ``[senders, (prompt, position, d)] @ [(prompt, position, d), receivers]``. The table holds
+scores only.
 
 Parts (exact: they add up to ``score``): the sender's change split along / across the receiver's residual ``x_r``
 on the clean run (the run patched; ``score_par + score_perp``), and for a head sender its self message ``A_tt v_t
@@ -158,13 +160,20 @@ def first_change(clean: Tensor, corrupted: Tensor) -> int:
 
 
 def run_acts(
-    model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], metric: Metric, rows: slice, dt: torch.dtype
+    model: Model,
+    graph: Graph,
+    tokens: Int[Tensor, "b pos"],
+    metric: Metric,
+    rows: slice,
+    dt: torch.dtype,
+    w_o: Tensor | None = None,
 ) -> RunActs:
-    """One no-grad forward of ``tokens``: its :class:`RunActs`."""
+    """One no-grad forward of ``tokens``: its :class:`RunActs` (``w_o``: the model's ``W_O``s, read where not
+    given; another run's of the same model may be passed)."""
     acts: dict[str, Tensor] = {}
     with torch.no_grad():
         logits = _last_logits(model, tokens, [(n, _grab(acts, n, detach=True)) for n in _names(graph)], acts)
-    return _acts(model, graph, acts, dt, metric(logits, rows).detach())
+    return _acts(model, graph, acts, dt, metric(logits, rows).detach(), w_o)
 
 
 def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tensor]) -> Tensor:
@@ -191,7 +200,9 @@ def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tens
     return model.unembed(h if project is None else project(h))[0]
 
 
-def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor) -> RunActs:
+def _acts(
+    model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor, w_o: Tensor | None
+) -> RunActs:
     L = graph.n_layers
     dev = acts[RESID0].device  # a sharded model's blocks write on their own devices
     here = lambda name: acts[name].to(dev, dt)  # noqa: E731
@@ -206,23 +217,30 @@ def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, 
         torch.stack([here(f"blocks.{l}.attn.hook_z") for l in range(L)]),
         torch.stack(self_z).to(dt),
         torch.stack([here(f"blocks.{l}.hook_mlp_out") for l in range(L)]),
-        torch.stack([qkv_weights(model, l)["o"][0].to(dev, dt) for l in range(L)]),
+        torch.stack([qkv_weights(model, l, "o")["o"][0].to(dev, dt) for l in range(L)]) if w_o is None else w_o,
         torch.stack([here(n) for n in [*refs, "ln_final.hook_in"]]),
         metric,
     )
 
 
 def _grad_pass(
-    model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice, dt: torch.dtype, x0: Tensor | None = None
-) -> dict[int, Tensor]:
-    """One forward (its input embedding replaced by ``x0`` where given) and one backward of the summed metric:
-    ``dM / dx_r`` per receiver group, ``{receiver index of the group's first: [g, b, pos, d]}`` (a block's q, k,
-    v receivers together; each MLP; the logits), in the compute dtype."""
+    model: Model,
+    graph: Graph,
+    tokens: Tensor,
+    metric: Metric,
+    rows: slice,
+    dt: torch.dtype,
+    x0: Tensor | None = None,
+    at: slice = slice(None),
+) -> ReceiverGrads:
+    """One forward (its input embedding replaced by ``x0`` where given) and one backward of the summed metric: the
+    receivers' gradients at positions ``at`` (:class:`ReceiverGrads`)."""
     keep: dict[str, Tensor] = {}
     fwd = []
 
     def leaf(x: Tensor, hook) -> Tensor:
-        return (x if x0 is None else x0.to(x.device, x.dtype)).detach().clone().requires_grad_(True)
+        keep[RESID0] = (x if x0 is None else x0.to(x.device, x.dtype)).detach().clone().requires_grad_(True)
+        return keep[RESID0]
 
     fwd.append((RESID0, leaf))
     targets = ["ln_final.hook_in"]
@@ -232,40 +250,90 @@ def _grad_pass(
     fwd += [(n, _grab(keep, n)) for n in targets]
     with torch.enable_grad():
         total = metric(_last_logits(model, tokens, fwd, keep), rows).sum()
-        grads = dict(zip(targets, torch.autograd.grad(total, [keep[n] for n in targets], allow_unused=True)))
-    out: dict[int, Tensor] = {}
-    for l in range(graph.n_layers):
-        w = qkv_weights(model, l)
-        x = keep[f"blocks.{l}.ln1.hook_in"].detach()
-        (b, p, dim), first = x.shape, 0
-        u = x.new_empty(graph.per_block - 1, b * p, dim)  # [receivers, b pos, d]: W^h dM/dq^h, the norm's output space
-        for i in "qkv":
-            W, g = w[i][0], grads[f"blocks.{l}.attn.hook_{i}"]  # [heads, d, d_head], [b, pos, heads, d_head]
-            rs = slice(first, first + W.shape[0])
-            if g is None:
-                u[rs] = 0.0
+        got = torch.autograd.grad(total, [keep[n] for n in targets], allow_unused=True)
+    grads = {n: None if g is None else g[:, at] for n, g in zip(targets, got)}
+    x = [keep[f"blocks.{l}.ln1.hook_in"].detach()[:, at] for l in range(graph.n_layers)]
+    return ReceiverGrads(model, graph, grads, x, dt, keep[RESID0].device)
+
+
+@dataclass
+class ReceiverGrads:
+    """The receivers' gradients ``dM / dx_r`` of one backward, ``[receivers, b, pos, d]`` in receiver index order,
+    built a run of whole blocks at a time (:meth:`rows`: the graph's gradients are never all in memory at once).
+    Kept: the gradients autograd gave at each block's q, k, v inputs (``grads``: ``[b, pos, head, d_head]`` by hook
+    name; each MLP's and the final norm's input, ``[b, pos, d]``) and the blocks' norm inputs ``x``; a block's
+    receivers' are ``J_norm(x)^T W^h dM / dq^h`` (:func:`_norm_vjp`), in the compute dtype ``dt`` on ``device``."""
+
+    model: Model
+    graph: Graph
+    grads: dict[str, Tensor | None]
+    x: list[Tensor]
+    dt: torch.dtype
+    device: torch.device
+
+    def rows(self, receivers: slice, out: Tensor | None = None) -> Tensor:
+        """The gradients of ``receivers`` (a run of whole blocks, or ending with the logits), written into ``out``
+        (``[>= its length, b, pos, d]``; its first rows are returned) or a new tensor."""
+        g, (b, p, dim) = self.graph, self.x[0].shape
+        n = receivers.stop - receivers.start
+        if out is None:
+            out = torch.empty(n, b, p, dim, dtype=self.dt, device=self.device)
+        out = out[:n]
+        for r in range(receivers.start, receivers.stop, g.per_block):
+            l = r // g.per_block
+            if l == g.n_layers:  # the logits
+                out[r - receivers.start] = self.grads["ln_final.hook_in"]
+                continue
+            self._block(l, out[r - receivers.start : r - receivers.start + g.per_block - 1])
+            mlp = self.grads[f"blocks.{l}.ln2.hook_in"]
+            if mlp is None:
+                out[g.mlp_receiver(l) - receivers.start].zero_()
             else:
-                gh = g.permute(2, 0, 1, 3).reshape(W.shape[0], b * p, W.shape[2]).to(x.dtype)
-                torch.bmm(gh, W.to(x.device, x.dtype).transpose(1, 2), out=u[rs])
-            first = rs.stop
-        norm = norm_module(model, "ln1", l)
-        out[graph.block_receivers(l).start] = _norm_vjp(norm, x, u.view(-1, b, p, dim)).to(dt)
-        g = grads[f"blocks.{l}.ln2.hook_in"]
-        out[graph.mlp_receiver(l)] = (torch.zeros_like(x) if g is None else g).to(dt)[None]
-    out[graph.logits_receiver] = grads["ln_final.hook_in"].to(dt)[None]
-    return out
+                out[g.mlp_receiver(l) - receivers.start] = mlp
+        return out
+
+    def _block(self, l: int, out: Tensor) -> None:
+        """Block ``l``'s q, k, v receivers' gradients into ``out`` ``[per_block - 1, b, pos, d]``."""
+        w, x = qkv_weights(self.model, l, "qkv"), self.x[l]
+        gh, W = [], []  # [heads, b, pos, d_head] and [heads, d, d_head] of the block's q, k, v receivers in order
+        for i in "qkv":
+            W.append(w[i][0])
+            g = self.grads[f"blocks.{l}.attn.hook_{i}"]  # [b, pos, heads, d_head]
+            gh.append(x.new_zeros(W[-1].shape[0], *x.shape[:2], W[-1].shape[2]) if g is None else g.permute(2, 0, 1, 3))
+        here = x.device == out.device
+        got = _norm_vjp(
+            norm_module(self.model, "ln1", l),
+            x,
+            torch.cat(gh),
+            torch.cat(W).to(x.device),
+            self.dt,
+            out if here else None,
+        )
+        if not here:
+            out.copy_(got)
 
 
-def _norm_vjp(norm, x: Float[Tensor, "b pos d"], u: Float[Tensor, "g b pos d"]) -> Float[Tensor, "g b pos d"]:
-    """``J_norm(x)^T u_g`` for each ``g``: the gradient at the norm's input of each receiver's own copy. In closed
-    form where the norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per
-    module); else one forward of the norm and its vector-Jacobian product mapped over ``g`` (the transform
-    differentiates under ``no_grad``, which keeps the norm's weights out of it), or, for a norm accelerate offloads,
-    a forward and backward of ``g`` copies of ``x``."""
-    form = _norm_form(norm, x, u)
+def _norm_vjp(
+    norm,
+    x: Float[Tensor, "b pos d"],
+    gh: Float[Tensor, "r b pos e"],
+    W: Float[Tensor, "r d e"],
+    dt: torch.dtype,
+    out: Float[Tensor, "r b pos d"] | None = None,
+) -> Float[Tensor, "r b pos d"]:
+    """``J_norm(x)^T W_r gh_r`` for each receiver ``r`` (``gh_r`` its gradient at its input projection ``W_r``):
+    the gradient at the norm's input of each receiver's own copy, in ``dt``, written into ``out`` where given. In
+    closed form where the norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per
+    module); else ``u_r = W_r gh_r`` and one forward of the norm and its vector-Jacobian product mapped over ``r``
+    (the transform differentiates under ``no_grad``, which keeps the norm's weights out of it), or, for a norm
+    accelerate offloads, a forward and backward of ``r`` copies of ``x``."""
+    form = _norm_form(norm, x)
     if form is not None:
-        return _closed_vjp(form, x, u)
-    return _autograd_vjp(norm, x, u)
+        return _closed_vjp(form, x.to(dt), gh.to(dt), W.to(dt), out)
+    r, b, p, e = gh.shape
+    u = torch.bmm(gh.reshape(r, b * p, e).to(x.dtype), W.to(x.dtype).transpose(1, 2)).view(r, b, p, -1)
+    got = _autograd_vjp(norm, x, u).to(dt)
+    return got if out is None else out.copy_(got)
 
 
 def _autograd_vjp(norm, x: Tensor, u: Tensor) -> Tensor:
@@ -284,14 +352,14 @@ def _autograd_vjp(norm, x: Tensor, u: Tensor) -> Tensor:
 _FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # norm module -> its form, or None
 
 
-def _norm_form(norm, x: Tensor, u: Tensor) -> tuple[str, Tensor, float] | None:
+def _norm_form(norm, x: Tensor) -> tuple[str, Tensor, float] | None:
     """``(kind, scale, eps)`` of a norm whose vector-Jacobian product has a closed form: ``layer`` (``y = scale (x -
     mean) / sqrt(var + eps) + bias``) or ``rms`` (``y = scale x / sqrt(mean(x^2) + eps)``, ``scale`` the weight or,
     as Gemma's, one plus it), the one whose product equals autograd's on the first input to 1e-5 (the form found
     once per module and kept; the scale read from its weight at each call, which an edit may have changed); ``None``
     for any other norm."""
     if norm not in _FORMS:
-        _FORMS[norm] = _find_form(norm, x, u)
+        _FORMS[norm] = _find_form(norm, x)
     found = _FORMS[norm]
     return None if found is None else (found[0], _scale(norm, x, found[1]), found[2])
 
@@ -305,8 +373,9 @@ def _scale(norm, x: Tensor, plus_one: bool) -> Tensor:
     return ones + w if plus_one else w
 
 
-def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, bool, float] | None:
-    """``(kind, whether the scale is one plus the weight, eps)`` (see :func:`_norm_form`), or ``None``."""
+def _find_form(norm, x: Tensor) -> tuple[str, bool, float] | None:
+    """``(kind, whether the scale is one plus the weight, eps)`` (see :func:`_norm_form`), or ``None``: checked on
+    ``x`` and a fixed pseudo-random cotangent."""
     w = getattr(norm, "weight", None)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
     if not isinstance(eps, float) or x.dtype not in (torch.float32, torch.float64):
@@ -314,30 +383,46 @@ def _find_form(norm, x: Tensor, u: Tensor) -> tuple[str, bool, float] | None:
     if w is not None and w.device.type == "meta":  # offloaded (accelerate): its weight is there during its forward
         return None
     kinds = [("layer", False)] if isinstance(norm, torch.nn.LayerNorm) else [("rms", False), ("rms", True)]
-    want = _autograd_vjp(norm, x, u[:1])
+    gen = torch.Generator().manual_seed(0)
+    u = torch.randn(1, *x.shape, generator=gen, dtype=x.dtype).to(x.device)
+    eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device)[None]
+    want = _autograd_vjp(norm, x, u)
     for kind, plus_one in kinds:
-        got = _closed_vjp((kind, _scale(norm, x, plus_one), eps), x, u[:1])
+        got = _closed_vjp((kind, _scale(norm, x, plus_one), eps), x, u, eye)
         if got.shape == want.shape and (got - want).abs().max() <= 1e-5 * want.abs().max().clamp_min(1e-30):
             return kind, plus_one, eps
     return None
 
 
-def _closed_vjp(form: tuple[str, Tensor, float], x: Tensor, u: Tensor) -> Tensor:
+def _closed_vjp(form: tuple[str, Tensor, float], x: Tensor, gh: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
+    """:func:`_norm_vjp` in closed form, ``[r, b, pos, d]``. With ``a_r = scale * W_r gh_r``: an RMSNorm's is ``a /
+    rms - x (a . x) / (d rms^3)``, a LayerNorm's ``(a - mean(a) - xh mean(a xh)) / sigma`` (``xh`` the normalised
+    ``x``). The scale is folded into ``W`` (for a LayerNorm, ``W`` centred over ``d`` too, which subtracts
+    ``mean(a)``) and ``1 / rms`` (``1 / sigma``) into ``gh``: one product writes the ``[r, b, pos, d]`` result, one
+    in-place update subtracts its part along ``x`` (``xh``)."""
     kind, scale, eps = form
-    a = scale * u  # [g, b, pos, d]
+    r, e, dim = gh.shape[0], gh.shape[-1], x.shape[-1]
+    xf = x.reshape(-1, dim)  # [n, d]
+    Ws = W * scale[:, None]  # [r, d, e]
     if kind == "rms":
-        r = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # [b, pos, 1]
-        return a / r - x * ((a * x).sum(-1, keepdim=True) / (x.shape[-1] * r.pow(3)))
-    xc = x - x.mean(-1, keepdim=True)
-    sigma = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-    xh = xc / sigma
-    return (a - a.mean(-1, keepdim=True) - xh * (a * xh).mean(-1, keepdim=True)) / sigma
+        ref, norm2 = xf, xf.pow(2).mean(-1) + eps  # [n, d], rms^2 [n]
+    else:
+        xc = xf - xf.mean(-1, keepdim=True)
+        norm2 = xc.pow(2).mean(-1) + eps  # sigma^2
+        ref, Ws = xc / norm2.sqrt()[:, None], Ws - Ws.mean(1, keepdim=True)
+    g = gh.reshape(r, -1, e) / norm2.sqrt()[:, None]  # [r, n, e]
+    res = torch.empty(r, *x.shape, dtype=x.dtype, device=x.device) if out is None else out
+    flat = res.view(r, -1, dim)
+    torch.bmm(g, Ws.transpose(1, 2), out=flat)  # a / rms (a - mean(a), over sigma)
+    along = torch.linalg.vecdot(flat, ref) / (dim * (norm2 if kind == "rms" else 1.0))
+    flat.addcmul_(ref.expand_as(flat), along[..., None], value=-1.0)
+    return res
 
 
 def _unit(ref: Tensor) -> Tensor:
     """``ref / ||ref||`` over the last dim (0 where ``||ref||^2 < EPS``: a zero reference has no parallel part)."""
-    n2 = (ref * ref).sum(-1, keepdim=True)
-    return torch.where(n2 < EPS, torch.zeros_like(ref), ref / n2.clamp_min(EPS).sqrt())
+    n2 = torch.linalg.vecdot(ref, ref)[..., None]
+    return (ref / n2.clamp_min(EPS).sqrt()).masked_fill_(n2 < EPS, 0.0)
 
 
 @dataclass
@@ -357,33 +442,40 @@ class EdgeScores:
         z = lambda: torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.float64)  # noqa: E731
         return cls(graph, z(), z(), z())
 
-    def add(self, d: Tensor, d_self: Tensor, grads: dict[int, Tensor], refs: Tensor, weight: float) -> None:
+    def add(self, d: Tensor, d_self: Tensor, grads: ReceiverGrads, refs: Tensor, weight: float) -> None:
         """Add ``weight x`` the scores of one batch: ``d`` ``[senders, b, pos, d]`` the senders' changes (``d_self``:
-        their self messages'), ``grads`` the receivers' gradients by group (:func:`_grad_pass`), ``refs``
-        ``[2 n_layers + 1, b, pos, d]`` the receivers' residuals (each block's input, each MLP's input, the final
-        norm's input). One matrix product for every sender x receiver pair (the pairs that are no edge are computed
-        and dropped: a few well-shaped products are faster than one per block of the sender prefix each reads)."""
+        their self messages'), ``grads`` the receivers' gradients (:func:`_grad_pass`), ``refs`` ``[2 n_layers + 1,
+        b, pos, d]`` the receivers' residuals (each block's input, each MLP's input, the final norm's input). Per
+        run of receivers (their gradients built into one buffer, reused), one matrix product for every sender x
+        receiver pair (the pairs that are no edge are computed and dropped: a few well-shaped products are faster
+        than one per block of the sender prefix each reads)."""
         g = self.graph
-        G = torch.cat([grads[k] for k in sorted(grads)])  # [receivers, b, pos, d] in index order
-        dm, gm, dsm = d.flatten(1), G.flatten(1), d_self.flatten(1)
-        for rs in self._chunks():  # receivers by blocks: each chunk's product over the senders written before it
-            pre = g.prefix(rs.stop - 1)
-            self.score[:pre, rs] += weight * (dm[:pre] @ gm[rs].T).double().cpu()
-            self.self_[:pre, rs] += weight * (dsm[:pre] @ gm[rs].T).double().cpu()
+        dm, dsm = d.flatten(1), d_self.flatten(1)
         unit = _unit(refs)  # [K, b, pos, d]
         K, b, p, dim = unit.shape
-        # a[b p, s, k] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
-        a = torch.bmm(d.permute(1, 2, 0, 3).reshape(b * p, -1, dim), unit.permute(1, 2, 3, 0).reshape(b * p, dim, K))
-        for k, rs in self._readers():  # the receivers that read residual k: c[r, b p] = g_r . u_k, per position
-            c = torch.einsum("rbpd,bpd->rbp", G[rs], unit[k]).flatten(1)
-            self.par[:, rs] += weight * (a[:, :, k].T @ c.T).double().cpu()
+        # a[k, s, b p] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
+        a = torch.bmm(d.view(d.shape[0], b * p, dim).transpose(0, 1), unit.view(K, b * p, dim).permute(1, 2, 0))
+        a = a.permute(2, 1, 0).contiguous()
+        chunks, buf = self._chunks(), None
+        for rs in chunks:  # receivers by blocks: each chunk's product over the senders written before it
+            G = grads.rows(rs, buf)  # [len(rs), b, pos, d]
+            buf = G if buf is None else buf
+            gm, pre = G.flatten(1), g.prefix(rs.stop - 1)
+            self.score[:pre, rs] += weight * (dm[:pre] @ gm.T).double().cpu()
+            self.self_[:pre, rs] += weight * (dsm[:pre] @ gm.T).double().cpu()
+            for k, rr in self._readers():  # the receivers that read residual k: c[r, b p] = g_r . u_k, per position
+                if rs.start <= rr.start < rs.stop:
+                    c = torch.linalg.vecdot(G[rr.start - rs.start : rr.stop - rs.start], unit[k]).flatten(1)
+                    self.par[:, rr] += weight * (a[k] @ c.T).double().cpu()
 
     def _chunks(self, n: int = 4) -> list[slice]:
-        """The receivers in about ``n`` runs of whole blocks (the logits in the last)."""
+        """The receivers in about ``n`` runs of whole blocks (the logits in the last), the largest first (the
+        buffer :meth:`add` builds them in is sized by it)."""
         g = self.graph
         cuts = sorted({round(i * g.n_layers / n) for i in range(n + 1)})
         out = [slice(a * g.per_block, b * g.per_block) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-        return out[:-1] + [slice(out[-1].start, g.n_receivers)]
+        out = out[:-1] + [slice(out[-1].start, g.n_receivers)]
+        return sorted(out, key=lambda rs: rs.start - rs.stop)
 
     def _readers(self) -> list[tuple[int, slice]]:
         """``(k, receivers)``: the receivers that read residual ``k`` of :meth:`add`'s ``refs``."""
@@ -451,7 +543,7 @@ def eap_scores(
         raise InputError(f"ig_steps must be >= 0, got {ig_steps}")
     graph = graph_of(model)
     dt = compute_dtype(next(p for p in model.parameters() if p.is_floating_point()))
-    out = EdgeScores.zeros(graph)
+    out, w_o = EdgeScores.zeros(graph), None
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
         # the positions whose writes change: from the first token that differs, in a causal model; all of them in a
@@ -460,12 +552,13 @@ def eap_scores(
         at = slice(first_change(clean[rows], corrupted[rows]) if causal else 0, None)
         if at.start == clean.shape[1]:  # the runs are the same: every score of these prompts is 0
             continue
-        corr = run_acts(model, graph, corrupted[rows], metric, rows, dt)
+        corr = run_acts(model, graph, corrupted[rows], metric, rows, dt, w_o)
+        w_o = corr.w_o  # the model's, read once
         if ig_steps == 0:
-            cl, grads = _clean_with_grads(model, graph, clean[rows], metric, rows, dt)
+            cl, grads = _clean_with_grads(model, graph, clean[rows], metric, rows, dt, at, w_o)
             passes = [(grads, 1.0)]
         else:
-            cl = run_acts(model, graph, clean[rows], metric, rows, dt)
+            cl = run_acts(model, graph, clean[rows], metric, rows, dt, w_o)
             x0c, x0r = cl.x0, corr.x0
             passes = (
                 (
@@ -477,6 +570,7 @@ def eap_scores(
                         rows,
                         dt,
                         in_model_dtype(model, x0r + (k / ig_steps) * (x0c - x0r)),
+                        at,
                     ),
                     1.0 / ig_steps,
                 )
@@ -485,18 +579,26 @@ def eap_scores(
         d, d_self = changes(corr, cl, at)
         refs = cl.refs[:, :, at]
         for grads, weight in passes:
-            out.add(d, d_self, {k: g[:, :, at] for k, g in grads.items()}, refs, weight)
+            out.add(d, d_self, grads, refs, weight)
     return out.finish(clean.shape[0])
 
 
 def _clean_with_grads(
-    model: Model, graph: Graph, tokens: Tensor, metric: Metric, rows: slice, dt: torch.dtype
-) -> tuple[RunActs, dict[int, Tensor]]:
-    """The clean run's :class:`RunActs` and receivers' gradients from one forward and backward."""
+    model: Model,
+    graph: Graph,
+    tokens: Tensor,
+    metric: Metric,
+    rows: slice,
+    dt: torch.dtype,
+    at: slice = slice(None),
+    w_o: Tensor | None = None,
+) -> tuple[RunActs, ReceiverGrads]:
+    """The clean run's :class:`RunActs` and receivers' gradients at positions ``at`` from one forward and backward
+    (``w_o``: as :func:`run_acts`)."""
     acts: dict[str, Tensor] = {}
     with model.hooks(fwd_hooks=[(n, _grab(acts, n, detach=True)) for n in _names(graph)]):
-        grads = _grad_pass(model, graph, tokens, _recording(metric, acts), rows, dt)
-    return _acts(model, graph, acts, dt, acts.pop("_metric")), grads
+        grads = _grad_pass(model, graph, tokens, _recording(metric, acts), rows, dt, at=at)
+    return _acts(model, graph, acts, dt, acts.pop("_metric"), w_o), grads
 
 
 def _grab(store: dict, name: str, detach: bool = False):
