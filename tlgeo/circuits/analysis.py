@@ -35,7 +35,7 @@ from .circuit import (
     verify_edges,
 )
 from .config import CircuitConfig
-from .eap import EDGE_COLUMNS, SCORE_COLUMNS, EdgeScores, eap_scores, run_acts
+from .eap import EDGE_COLUMNS, SCORE_COLUMNS, EdgeScores, eap_scores, run_metric
 from .edges import exact_scores
 from .graph import Graph, check_graph_support, graph_of
 
@@ -165,18 +165,16 @@ def _curve_stage_name(cfg: CircuitConfig) -> str:
     return f"curve k={ks} levels={','.join(f'{v:g}' for v in cfg.levels)} tolerance={cfg.k_tolerance:g}"
 
 
-def _run_metrics(model: Model, graph: Graph, task: Task, metric, cfg: CircuitConfig, dt: torch.dtype) -> dict:
+def _run_metrics(model: Model, task: Task, metric, cfg: CircuitConfig) -> dict:
     """The runs stage: the mean metric of the clean and of the corrupted prompts."""
-    cl = [
-        run_acts(model, graph, task.clean[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
-        for i in range(0, task.n, cfg.batch_size)
-    ]
-    co = [
-        run_acts(model, graph, task.corrupted[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size), dt).metric
-        for i in range(0, task.n, cfg.batch_size)
-    ]
-    clean, corr = torch.cat(cl).double(), torch.cat(co).double()
-    return dict(clean_metric=float(clean.mean()), corrupted_metric=float(corr.mean()))
+    means = {}
+    for name, tokens in (("clean_metric", task.clean), ("corrupted_metric", task.corrupted)):
+        got = [
+            run_metric(model, tokens[i : i + cfg.batch_size], metric, slice(i, i + cfg.batch_size))
+            for i in range(0, task.n, cfg.batch_size)
+        ]
+        means[name] = float(torch.cat(got).double().mean())
+    return means
 
 
 def _score_stage(
@@ -271,9 +269,8 @@ def _unit(
     metric = _metric(task)
     keys = dict(model=label, task=name, prompts=cfg.prompts, seed=cfg.seed, method=cfg.method, ig_steps=cfg.steps)
     base = {**keys, "inputs": _digest(task)}
-    dt = torch.float64 if next(model.parameters()).dtype == torch.float64 else torch.float32
     idx = torch.nonzero(graph.valid, as_tuple=True)
-    m = _stage(rlog, base, "runs", lambda: _run_metrics(model, graph, task, metric, cfg, dt))
+    m = _stage(rlog, base, "runs", lambda: _run_metrics(model, task, metric, cfg))
     clean_metric, corrupted_metric = m["clean_metric"], m["corrupted_metric"]
     if progress:
         print(

@@ -46,6 +46,7 @@ __all__ = [
     "Metric",
     "RunActs",
     "run_acts",
+    "run_metric",
     "changes",
     "first_change",
     "EdgeScores",
@@ -174,6 +175,14 @@ def run_acts(
     with torch.no_grad():
         logits = _last_logits(model, tokens, [(n, _grab(acts, n, detach=True)) for n in _names(graph)], acts)
     return _acts(model, graph, acts, dt, metric(logits, rows).detach(), w_o)
+
+
+def run_metric(model: Model, tokens: Int[Tensor, "b pos"], metric: Metric, rows: slice) -> Tensor:
+    """The metric ``[b]`` of one no-grad forward of ``tokens`` (no activation kept but the final norm's input)."""
+    kept: dict[str, Tensor] = {}
+    with torch.no_grad():
+        logits = _last_logits(model, tokens, [("ln_final.hook_in", _grab(kept, "ln_final.hook_in", detach=True))], kept)
+    return metric(logits, rows).detach()
 
 
 def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tensor]) -> Tensor:
