@@ -27,7 +27,8 @@ def program(request):
 def test_a_compiled_program_is_the_tracr_family_and_keeps_its_mask(program):
     model, truth, _ = program
     assert family_of(model).name == "tracr"
-    assert model.cfg.attention_dir == ("causal" if truth["causal"] else "bidirectional") and model.cfg.d_vocab_out == len(truth["output_labels"])
+    assert model.cfg.attention_dir == ("causal" if truth["causal"] else "bidirectional")
+    assert model.cfg.d_vocab_out == len(truth["output_labels"])
     assert model.tokenizer.convert_ids_to_tokens(model.to_tokens(" ".join(truth["vocab"]))[0].tolist()) == [
         truth["bos"],
         *truth["vocab"],
