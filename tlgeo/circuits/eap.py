@@ -40,6 +40,7 @@ from ..geometry.parallel import EPS, compute_dtype
 from ..geometry.patch_parts import value_parts
 from ..hooks.resume import StopForward, in_model_dtype, readout_ok
 from ..models import Model, input_device
+from ..patching.runs import W_O
 from .graph import Graph, check_graph_support, graph_of, norm_module, qkv_weights
 
 __all__ = [
@@ -226,7 +227,7 @@ def _acts(
         torch.stack([here(f"blocks.{l}.attn.hook_z") for l in range(L)]),
         torch.stack(self_z).to(dt),
         torch.stack([here(f"blocks.{l}.hook_mlp_out") for l in range(L)]),
-        torch.stack([qkv_weights(model, l, "o")["o"][0].to(dev, dt) for l in range(L)]) if w_o is None else w_o,
+        torch.stack([W_O(model, l).to(dev, dt) for l in range(L)]) if w_o is None else w_o,
         torch.stack([here(n) for n in [*refs, "ln_final.hook_in"]]),
         metric,
     )
@@ -303,7 +304,7 @@ class ReceiverGrads:
 
     def _block(self, l: int, out: Tensor) -> None:
         """Block ``l``'s q, k, v receivers' gradients into ``out`` ``[per_block - 1, b, pos, d]``."""
-        w, x = qkv_weights(self.model, l, "qkv"), self.x[l]
+        w, x = qkv_weights(self.model, l), self.x[l]
         gh, W = [], []  # [heads, b, pos, d_head] and [heads, d, d_head] of the block's q, k, v receivers in order
         for i in "qkv":
             W.append(w[i][0])

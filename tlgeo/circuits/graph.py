@@ -147,14 +147,11 @@ def norm_module(model: Model, name: str, layer: int | None = None):
     return getattr(mod, "original_component", mod)
 
 
-def qkv_weights(model: Model, layer: int, inputs: str = "qkvo") -> dict[str, tuple[Tensor, Tensor | None]]:
-    """Block ``layer``'s ``W_Q`` ``[head, d_model, d_head]`` (``W_K``, ``W_V``: ``[kv_head, ...]``) and biases,
-    by input, and ``W_O`` ``[head, d_head, d_model]`` under ``"o"`` (its bias ``None``); detached copies of those
-    of ``inputs`` only."""
-    names = {"q": ("W_Q", "b_Q"), "k": ("W_K", "b_K"), "v": ("W_V", "b_V"), "o": ("W_O",)}
-    want = [i for i in "qkvo" if i in inputs]
-    w = iter(read_weights(model.blocks[layer].attn, *(n for i in want for n in names[i])))
-    return {i: (next(w), None if i == "o" else next(w)) for i in want}
+def qkv_weights(model: Model, layer: int) -> dict[str, tuple[Tensor, Tensor | None]]:
+    """Block ``layer``'s ``W_Q`` ``[head, d_model, d_head]`` (``W_K``, ``W_V``: ``[kv_head, ...]``) and biases, by
+    input; detached copies (``W_O``: :func:`tlgeo.patching.runs.W_O`)."""
+    w = read_weights(model.blocks[layer].attn, "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V")
+    return {"q": (w[0], w[1]), "k": (w[2], w[3]), "v": (w[4], w[5])}
 
 
 def check_graph_support(model: Model) -> None:
