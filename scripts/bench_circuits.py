@@ -9,7 +9,8 @@ rounds that alternate the order:
 
 and EAP's parts, each timed alone: the corrupted run, the clean forward and backward (the gradients at the
 heads' q, k, v and the MLPs' inputs), the products (the senders' changes, the receivers' gradients through the
-block norms, a run of blocks at a time, and their products). Each is timed in wall seconds and
+block norms, a run of blocks at a time, and their products; a slice of the prompts at a time where the code
+slices them). Each is timed in wall seconds and
 in the process's CPU seconds (one thread: on a machine other jobs share, CPU time is what the work itself costs,
 and the wall time what it took there); medians over ``--rounds``, and their ratios to the forward's, are printed
 as JSON lines. It times the tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py``
@@ -46,8 +47,12 @@ def _jobs(model, task, ig_steps: int) -> dict:
         with torch.no_grad():
             model(task.clean)
 
+    # run_acts took the metric and computed the logits until 9c94bc4
+    takes_metric = "metric" in inspect.signature(E.run_acts).parameters
+
     def corrupted():
-        state["corr"] = E.run_acts(model, graph, task.corrupted, metric, rows, dt)
+        args = (metric, rows) if takes_metric else ()
+        state["corr"] = E.run_acts(model, graph, task.corrupted, *args, dt)
 
     # the positions EAP multiplies (from the first token that differs) where the code takes them (after ba0675e)
     at = {"at": slice(E.first_change(task.clean, task.corrupted), None)}
@@ -61,7 +66,10 @@ def _jobs(model, task, ig_steps: int) -> dict:
 
     def products():
         cl, corr = state["clean"], state["corr"]
-        if hasattr(E, "changes"):  # this code: the changes built from the runs' head outputs
+        if hasattr(E, "products"):  # after 9c94bc4: the code's own, a slice of the prompts at a time
+            E.products(E.EdgeScores.zeros(graph), corr, cl, [(state["grads"], 1.0)], at["at"])
+            return
+        if hasattr(E, "changes"):  # 2e89d26 to 9c94bc4: the changes built from the runs' head outputs
             d, d_self = E.changes(corr, cl, *at.values())
             refs = cl.refs[:, :, at["at"]] if at else cl.refs
         else:  # before it (commit ba0675e and earlier): each run's writes

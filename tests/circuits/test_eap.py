@@ -4,7 +4,7 @@ ends (every edge kept: the clean run; none: the corrupted run) and exact edge pa
 import pytest
 import torch
 
-from tlgeo.circuits.eap import eap_scores, run_acts
+from tlgeo.circuits.eap import eap_scores, run_metric
 from tlgeo.circuits.edges import exact_scores, faithfulness_runs
 from tlgeo.circuits.graph import Graph, graph_of
 from tlgeo.models import tiny_model
@@ -88,8 +88,8 @@ def test_edge_runs_at_their_ends(case):
     _, model, task, metric = case
     g = graph_of(model)
     n = slice(0, task.n)
-    clean = float(run_acts(model, g, task.clean, metric, n, torch.float64).metric.mean())
-    corr = float(run_acts(model, g, task.corrupted, metric, n, torch.float64).metric.mean())
+    clean = float(run_metric(model, task.clean, metric, n).mean())
+    corr = float(run_metric(model, task.corrupted, metric, n).mean())
     got = faithfulness_runs(model, g, task.clean, task.corrupted, [g.valid.clone(), torch.zeros_like(g.valid)], metric)
     assert abs(clean - corr) > 1e-4
     assert float(got[0]) == pytest.approx(clean, abs=1e-9) and float(got[1]) == pytest.approx(corr, abs=1e-9)
@@ -171,7 +171,9 @@ def test_a_bidirectional_program_multiplies_every_position(monkeypatch):
 
     seen = []
     real = E.changes
-    monkeypatch.setattr(E, "changes", lambda a, b, positions: seen.append(positions.start) or real(a, b, positions))
+    monkeypatch.setattr(
+        E, "changes", lambda a, b, positions, *rest: seen.append(positions.start) or real(a, b, positions, *rest)
+    )
     for name, causal in (("zoo/tracr-reverse", False), ("zoo/tracr-frac-prevs", True)):
         model = load_model(name)
         assert model.cfg.attention_dir == ("causal" if causal else "bidirectional")
@@ -180,3 +182,74 @@ def test_a_bidirectional_program_multiplies_every_position(monkeypatch):
         assert first > 0  # a prefix the two runs share
         eap_scores(model, task.clean, task.corrupted, lambda logits, rows: task.subset(rows).score(logits))
         assert seen.pop() == (first if causal else 0)
+
+
+def test_the_products_a_slice_of_prompts_at_a_time_give_the_scores_of_all_at_once(case):
+    """Scores summed slice by slice (one prompt a slice: the smallest budget; a batch of three, then one) equal the
+    scores of each batch's prompts at once, EAP and EAP-IG; the slice is the budget's share, at least one prompt."""
+    from tlgeo.circuits import eap as E
+
+    _, model, task, metric = case
+    g = graph_of(model)
+    like = torch.zeros((), dtype=torch.float64)
+    assert E.slice_prompts(g, 4, 5, model.cfg.d_model, like, 1) == 1
+    assert E.slice_prompts(g, 4, 5, model.cfg.d_model, like, 1 << 40) == 4
+    for steps in (0, 2):
+        whole = eap_scores(model, task.clean, task.corrupted, metric, ig_steps=steps, batch_size=3, slice_bytes=1 << 40)
+        sliced = eap_scores(model, task.clean, task.corrupted, metric, ig_steps=steps, batch_size=3, slice_bytes=1)
+        for part in ("score", "score_par", "score_self"):
+            a, b = whole.matrix(part), sliced.matrix(part)
+            assert a.abs().max() > 0 and torch.allclose(a, b, rtol=1e-9, atol=1e-12 * a.abs().max())
+    with pytest.raises(ValueError, match="slice_bytes"):
+        eap_scores(model, task.clean, task.corrupted, metric, slice_bytes=0)
+
+
+def test_a_metric_of_a_few_logits_reads_a_few_columns_of_the_unembedding_and_gets_autograds_gradients(monkeypatch):
+    """The readout's backward multiplies only the unembedding's columns a logit-difference metric touches; the
+    receivers' gradients are autograd's through the whole unembedding (its linearity checked once; a model whose
+    unembedding is not ``h W_U + b_U`` keeps autograd's)."""
+    from tlgeo.circuits import eap as E
+
+    model = tiny_model("llama", dtype=torch.float64)
+    task = build_task("induction", model, n=3, seed=0)
+    g, rows = graph_of(model), slice(0, 3)
+
+    def metric(logits, rows):  # a logit difference: two columns a prompt
+        c, w = task.correct[rows, :1], (task.correct[rows, :1] + 1) % logits.shape[-1]
+        return (logits.gather(1, c) - logits.gather(1, w))[:, 0]
+
+    seen = []
+    real = E._SparseReadout.backward
+    monkeypatch.setattr(E._SparseReadout, "backward", staticmethod(lambda ctx, gr: seen.append(1) or real(ctx, gr)))
+    assert E._unembedding_matrix(model) is not None
+    sparse = E._grad_pass(model, g, task.clean, metric, rows, torch.float64)
+    assert seen
+    monkeypatch.setitem(E._UNEMBED_LINEAR, model, False)  # as a model whose unembedding is not linear
+    dense = E._grad_pass(model, g, task.clean, metric, rows, torch.float64)
+    assert len(seen) == 1
+    for a, b in [*zip(sparse.heads, dense.heads), *zip(sparse.mlp, dense.mlp), (sparse.final, dense.final)]:
+        assert a.abs().max() > 0 and torch.allclose(a, b, rtol=1e-10, atol=1e-13)
+    _, want = sparse.rows(slice(0, g.n_receivers)), dense.rows(slice(0, g.n_receivers))
+    assert torch.allclose(_, want, rtol=1e-10, atol=1e-13)
+
+
+def test_the_projections_are_read_in_place_and_the_vjp_of_their_parts_is_the_whole(case):
+    """``qkv_weights(copy=False)`` gives views of the model's own weights (no copy), ``copy=True`` copies; the norm's
+    vector-Jacobian product of the q, k, v parts equals that of their concatenation."""
+    from tlgeo.circuits import eap as E
+    from tlgeo.circuits.graph import norm_module, qkv_weights
+
+    _, model, task, _ = case
+    views, copies = qkv_weights(model, 0, copy=False), qkv_weights(model, 0)
+    storage = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert views["q"][0].untyped_storage().data_ptr() in storage
+    assert copies["q"][0].untyped_storage().data_ptr() not in storage
+    assert all(torch.equal(views[i][0], copies[i][0]) for i in "qkv")
+    gen = torch.Generator().manual_seed(1)
+    parts = [w for w, _ in views.values()]
+    x = torch.randn(2, 4, model.cfg.d_model, generator=gen, dtype=torch.float64)
+    gh = torch.randn(sum(w.shape[0] for w in parts), 2, 4, parts[0].shape[-1], generator=gen, dtype=torch.float64)
+    norm = norm_module(model, "ln1", 0)
+    got = E._norm_vjp(norm, x, gh, parts, torch.float64)
+    want = E._norm_vjp(norm, x, gh, torch.cat(parts), torch.float64)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-14 * want.abs().max())

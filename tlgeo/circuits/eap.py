@@ -50,6 +50,9 @@ __all__ = [
     "run_metric",
     "changes",
     "first_change",
+    "products",
+    "slice_prompts",
+    "Scratch",
     "EdgeScores",
     "eap_scores",
     "SCORE_COLUMNS",
@@ -88,29 +91,28 @@ def _names(graph: Graph) -> list[str]:
 
 @dataclass
 class RunActs:
-    """One run of a batch of prompts, compact: the input embedding ``x0`` ``[b, pos, d]``, each block's heads'
-    outputs before ``W_O`` ``z`` and their self messages ``self_z`` (``A_tt v_t``; ``[layer, b, pos, head,
-    d_head]``), each MLP's write ``mlp`` ``[layer, b, pos, d]``, every block's ``W_O`` ``w_o`` ``[layer, head,
-    d_head, d]``, and the receivers' residuals ``refs`` ``[2 layer + 1, b, pos, d]`` (each block's input, each
-    MLP's input, the final norm's input; ``attn_in``, ``mlp_in``, ``final`` are views of it), in the compute dtype;
-    ``metric`` ``[b]``. :attr:`writes` ``[senders, b, pos, d]`` (and :attr:`self_writes`, 0 for senders that are no
-    head) are built from them when read; :func:`changes` builds the difference of two runs' without either."""
+    """One run of a batch of prompts, compact, each block's as the run left it (no copy): the input embedding
+    ``x0`` ``[b, pos, d]``; per block, the heads' outputs before ``W_O`` ``z`` and their self messages ``self_z``
+    (``A_tt v_t``; ``[b, pos, head, d_head]`` each) and the MLP's write ``mlp`` ``[b, pos, d]``; every block's
+    ``W_O`` ``w_o`` ``[layer, head, d_head, d]``; the receivers' residuals ``refs`` (``2 layer + 1`` of ``[b, pos,
+    d]``: each block's input, each MLP's input, the final norm's input; ``attn_in``, ``mlp_in``, ``final`` read
+    them), in the compute dtype. :attr:`writes` ``[senders, b, pos, d]`` is built from them when read;
+    :func:`changes` builds the difference of two runs' without either."""
 
     graph: Graph
     x0: Tensor
-    z: Tensor
-    self_z: Tensor
-    mlp: Tensor
+    z: list[Tensor]
+    self_z: list[Tensor]
+    mlp: list[Tensor]
     w_o: Tensor
-    refs: Tensor
-    metric: Tensor
+    refs: list[Tensor]
 
     @property
-    def attn_in(self) -> Tensor:
+    def attn_in(self) -> list[Tensor]:
         return self.refs[: self.graph.n_layers]
 
     @property
-    def mlp_in(self) -> Tensor:
+    def mlp_in(self) -> list[Tensor]:
         return self.refs[self.graph.n_layers : 2 * self.graph.n_layers]
 
     @property
@@ -119,38 +121,60 @@ class RunActs:
 
     @cached_property
     def writes(self) -> Tensor:
-        return _sender_rows(self.graph, self.x0, self.z, self.mlp, self.w_o)
+        """``[senders, b, pos, d]``: row ``input`` ``x0``, a head's ``z^h W_O^h``, an MLP's write."""
+        g = self.graph
+        out = self.x0.new_empty(g.n_senders, *self.x0.shape)
+        out[0] = self.x0
+        for l in range(g.n_layers):
+            out[g.mlp_sender(l)] = self.mlp[l]
+            _head_rows(self.z[l], self.w_o[l], out[g.head_sender(l, 0) : g.head_sender(l, 0) + g.n_heads])
+        return out
 
-    @cached_property
-    def self_writes(self) -> Tensor:
-        return _sender_rows(self.graph, None, self.self_z, None, self.w_o)
 
-
-def _sender_rows(graph: Graph, x0: Tensor | None, z: Tensor, mlp: Tensor | None, w_o: Tensor) -> Tensor:
-    """``[senders, b, pos, d]``: row ``input`` ``x0``, a head's ``z^h W_O^h``, an MLP's ``mlp`` (0 where ``x0`` /
-    ``mlp`` is None), written into one buffer (one matrix product per block, no concatenation)."""
-    L, b, p, H, dh = z.shape
-    dm = w_o.shape[-1]
-    out = torch.empty(graph.n_senders, b, p, dm, dtype=z.dtype, device=z.device)
-    for row, src in [(0, x0)] + [(graph.mlp_sender(l), None if mlp is None else mlp[l]) for l in range(L)]:
-        if src is None:
-            out[row].zero_()
-        else:
-            out[row].copy_(src)
-    for l in range(L):
-        first = graph.head_sender(l, 0)
-        heads = z[l].permute(2, 0, 1, 3).reshape(H, b * p, dh)
-        torch.bmm(heads, w_o[l], out=out[first : first + H].view(H, b * p, dm))
+def _head_rows(z: Float[Tensor, "b pos head e"], w_o: Float[Tensor, "head e d"], out: Tensor) -> Tensor:
+    """Each head's ``z^h W_O^h`` written into ``out`` ``[head, b, pos, d]`` (one batched product)."""
+    b, p, H, e = z.shape
+    torch.bmm(z.permute(2, 0, 1, 3).reshape(H, b * p, e), w_o, out=out.view(H, b * p, w_o.shape[-1]))
     return out
 
 
-def changes(a: RunActs, b: RunActs, positions: slice = slice(None)) -> tuple[Tensor, Tensor]:
-    """``a``'s writes less ``b``'s and the same of their self messages, ``[senders, b, pos, d]`` each, at
-    ``positions``: a head's is ``(z_a - z_b) W_O`` (one product of the difference; neither run's own writes are
-    built)."""
-    at = lambda t: t[:, :, positions]  # noqa: E731  ([layer, b, pos, ...])
-    d = _sender_rows(a.graph, (a.x0 - b.x0)[:, positions], at(a.z) - at(b.z), at(a.mlp) - at(b.mlp), a.w_o)
-    return d, _sender_rows(a.graph, None, at(a.self_z) - at(b.self_z), None, a.w_o)
+class Scratch:
+    """Scratch tensors by name, reused from one slice of prompts (and batch, and EAP-IG step) to the next: each a
+    contiguous view of one 1-D buffer, grown where a call asks for more (on the CPU fresh memory costs a page fault
+    per 4 KiB page: about 40 ms per 90 MB here, as much as the products written into it)."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        """A tensor of ``shape`` with ``like``'s dtype and device (its contents undefined)."""
+        n = int(np.prod(shape))
+        buf = self._bufs.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._bufs[name] = torch.empty(n, dtype=like.dtype, device=like.device)
+        return buf[:n].view(shape)
+
+
+def changes(
+    a: RunActs, b: RunActs, positions: slice = slice(None), prompts: slice = slice(None), scratch: Scratch | None = None
+) -> tuple[Tensor, Tensor]:
+    """``a``'s writes less ``b``'s at ``prompts`` x ``positions``, ``[senders, b, pos, d]``: a head's is ``(z_a -
+    z_b) W_O`` (one product of the difference; neither run's own writes are built); and the same of the heads' self
+    messages, ``[layer * head, b, pos, d]`` (head rows only: a sender that is no head has none). Written into
+    ``scratch``'s ``d`` and ``d_self`` where given."""
+    g, H = a.graph, a.graph.n_heads
+    at = lambda t: t[prompts, positions]  # noqa: E731  ([b, pos, ...])
+    x0 = at(a.x0)
+    new = (lambda name, shape: scratch.get(name, shape, x0)) if scratch is not None else (lambda n, s: x0.new_empty(s))
+    d = new("d", (g.n_senders, *x0.shape))
+    d_self = new("d_self", (g.n_layers * H, *x0.shape))
+    torch.sub(x0, at(b.x0), out=d[0])
+    for l in range(g.n_layers):
+        torch.sub(at(a.mlp[l]), at(b.mlp[l]), out=d[g.mlp_sender(l)])
+        first = g.head_sender(l, 0)
+        _head_rows(at(a.z[l]) - at(b.z[l]), a.w_o[l], d[first : first + H])
+        _head_rows(at(a.self_z[l]) - at(b.self_z[l]), a.w_o[l], d_self[l * H : (l + 1) * H])
+    return d, d_self
 
 
 def first_change(clean: Tensor, corrupted: Tensor) -> int:
@@ -162,20 +186,23 @@ def first_change(clean: Tensor, corrupted: Tensor) -> int:
 
 
 def run_acts(
-    model: Model,
-    graph: Graph,
-    tokens: Int[Tensor, "b pos"],
-    metric: Metric,
-    rows: slice,
-    dt: torch.dtype,
-    w_o: Tensor | None = None,
+    model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], dt: torch.dtype, w_o: Tensor | None = None
 ) -> RunActs:
-    """One no-grad forward of ``tokens``: its :class:`RunActs` (``w_o``: the model's ``W_O``s, read where not
-    given; another run's of the same model may be passed)."""
+    """One no-grad forward of ``tokens``, stopped at the final norm (no logits: :func:`run_metric` gives the
+    metric): its :class:`RunActs` (``w_o``: the model's ``W_O``s, read where not given; another run's of the same
+    model may be passed)."""
     acts: dict[str, Tensor] = {}
-    with torch.no_grad():
-        logits = _last_logits(model, tokens, [(n, _grab(acts, n, detach=True)) for n in _names(graph)], acts)
-    return _acts(model, graph, acts, dt, metric(logits, rows).detach(), w_o)
+
+    def stop(x: Tensor, hook) -> None:
+        raise StopForward
+
+    hooks = [(n, _grab(acts, n, detach=True)) for n in _names(graph)] + [("ln_final.hook_in", stop)]
+    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
+        try:
+            model(tokens.to(input_device(model)))
+        except StopForward:
+            pass
+    return _acts(model, graph, acts, dt, w_o)
 
 
 def run_metric(model: Model, tokens: Int[Tensor, "b pos"], metric: Metric, rows: slice) -> Tensor:
@@ -207,29 +234,76 @@ def _last_logits(model: Model, tokens: Tensor, hooks: list, kept: dict[str, Tens
     final = kept["ln_final.hook_in"][:, -1]
     h = norm_module(model, "ln_final")(in_model_dtype(model, final)[None])  # the HF norm: no hook fires again
     project = getattr(model, "project_out", None)
-    return model.unembed(h if project is None else project(h))[0]
+    h = h if project is None else project(h)
+    w_u = _unembedding_matrix(model) if h.requires_grad else None
+    if w_u is None:
+        return model.unembed(h)[0]
+    with torch.no_grad():
+        logits = model.unembed(h)
+    return _SparseReadout.apply(h, logits, w_u)[0]
 
 
-def _acts(
-    model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, metric: Tensor, w_o: Tensor | None
-) -> RunActs:
+class _SparseReadout(torch.autograd.Function):
+    """The logits ``model.unembed(h)`` (given) whose backward to ``h`` multiplies only the vocabulary's columns the
+    cotangent touches: a metric of a few logits (a logit difference: two a prompt) reads a few columns of ``W_U``,
+    not the whole ``[d, vocab]`` matrix (about as long as the rest of the final position's backward); a metric of
+    every logit (a log-probability) the whole of it."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, logits: Tensor, w_u: Tensor) -> Tensor:
+        ctx.save_for_backward(w_u)
+        return logits.view_as(logits)
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, None, None]:
+        (w_u,) = ctx.saved_tensors
+        cols = g.reshape(-1, g.shape[-1]).ne(0).any(0).nonzero().squeeze(1)
+        if 8 * cols.numel() < g.shape[-1]:
+            return g[..., cols] @ w_u[:, cols].T, None, None
+        return g @ w_u.T, None, None
+
+
+_UNEMBED_LINEAR: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> bool
+
+
+def _unembedding_matrix(model: Model) -> Tensor | None:
+    """``W_U`` ``[d, vocab]`` where ``model.unembed(h)`` is ``h W_U + b_U`` (checked once per model, on random
+    states; ``W_U`` read at each call, which an edit may have changed), else ``None`` (then the readout's backward
+    is autograd's)."""
+    if model not in _UNEMBED_LINEAR:
+        linear = False
+        try:
+            w, b = model.W_U, getattr(model, "b_U", None)
+            if w.device.type != "meta":
+                with torch.no_grad():
+                    h = torch.randn(1, 3, w.shape[0], generator=torch.Generator().manual_seed(0)).to(w.device, w.dtype)
+                    want, got = model.unembed(h), h @ w + (0 if b is None else b)
+                linear = want.shape == got.shape and bool(
+                    (want - got).abs().max() <= 1e-3 * want.abs().max().clamp_min(1e-30)
+                )
+        except (AttributeError, RuntimeError, TypeError):
+            linear = False
+        _UNEMBED_LINEAR[model] = linear
+    return model.W_U.detach() if _UNEMBED_LINEAR[model] else None
+
+
+def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, w_o: Tensor | None) -> RunActs:
     L = graph.n_layers
     dev = acts[RESID0].device  # a sharded model's blocks write on their own devices
     here = lambda name: acts[name].to(dev, dt)  # noqa: E731
     self_z = [
-        value_parts(*(acts[f"blocks.{l}.attn.hook_{n}"].to(dev) for n in ("z", "v", "pattern"))).self_msg
+        value_parts(*(acts[f"blocks.{l}.attn.hook_{n}"].to(dev) for n in ("z", "v", "pattern"))).self_msg.to(dt)
         for l in range(L)
     ]
     refs = [f"blocks.{l}.ln1.hook_in" for l in range(L)] + [f"blocks.{l}.ln2.hook_in" for l in range(L)]
     return RunActs(
         graph,
         here(RESID0),
-        torch.stack([here(f"blocks.{l}.attn.hook_z") for l in range(L)]),
-        torch.stack(self_z).to(dt),
-        torch.stack([here(f"blocks.{l}.hook_mlp_out") for l in range(L)]),
+        [here(f"blocks.{l}.attn.hook_z") for l in range(L)],
+        self_z,
+        [here(f"blocks.{l}.hook_mlp_out") for l in range(L)],
         torch.stack([W_O(model, l).to(dev, dt) for l in range(L)]) if w_o is None else w_o,
-        torch.stack([here(n) for n in [*refs, "ln_final.hook_in"]]),
-        metric,
+        [here(n) for n in [*refs, "ln_final.hook_in"]],
     )
 
 
@@ -256,69 +330,82 @@ def _grad_pass(
     targets = ["ln_final.hook_in"]
     for l in range(graph.n_layers):
         targets += [f"blocks.{l}.attn.hook_{i}" for i in "qkv"] + [f"blocks.{l}.ln2.hook_in"]
-        fwd.append((f"blocks.{l}.ln1.hook_in", _grab(keep, f"blocks.{l}.ln1.hook_in")))
+        fwd.append((f"blocks.{l}.ln1.hook_in", _grab(keep, f"blocks.{l}.ln1.hook_in", detach=True)))
     fwd += [(n, _grab(keep, n)) for n in targets]
     with torch.enable_grad():
         total = metric(_last_logits(model, tokens, fwd, keep), rows).sum()
         got = torch.autograd.grad(total, [keep[n] for n in targets], allow_unused=True)
     grads = {n: None if g is None else g[:, at] for n, g in zip(targets, got)}
     x = [keep[f"blocks.{l}.ln1.hook_in"].detach()[:, at] for l in range(graph.n_layers)]
-    return ReceiverGrads(model, graph, grads, x, dt, keep[RESID0].device)
+    return ReceiverGrads.of(model, graph, grads, x, dt, keep[RESID0].device)
 
 
 @dataclass
 class ReceiverGrads:
     """The receivers' gradients ``dM / dx_r`` of one backward, ``[receivers, b, pos, d]`` in receiver index order,
     built a run of whole blocks at a time (:meth:`rows`: the graph's gradients are never all in memory at once).
-    Kept: the gradients autograd gave at each block's q, k, v inputs (``grads``: ``[b, pos, head, d_head]`` by hook
-    name; each MLP's and the final norm's input, ``[b, pos, d]``) and the blocks' norm inputs ``x``; a block's
-    receivers' are ``J_norm(x)^T W^h dM / dq^h`` (:func:`_norm_vjp`), in the compute dtype ``dt`` on ``device``."""
+    Kept: per block the gradients autograd gave at its q, k, v inputs (``heads``: ``[q, k and v heads, b, pos,
+    d_head]``), at its MLP's input (``mlp``, ``[b, pos, d]``), the final norm's input's (``final``) and the blocks'
+    norm inputs ``x``; a block's receivers' are ``J_norm(x)^T W^h dM / dq^h`` (:func:`_norm_vjp`), in the compute
+    dtype ``dt`` on ``device``."""
 
     model: Model
     graph: Graph
-    grads: dict[str, Tensor | None]
+    heads: list[Tensor]
+    mlp: list[Tensor | None]
+    final: Tensor | None
     x: list[Tensor]
     dt: torch.dtype
     device: torch.device
 
-    def rows(self, receivers: slice, out: Tensor | None = None) -> Tensor:
-        """The gradients of ``receivers`` (a run of whole blocks, or ending with the logits), written into ``out``
-        (``[>= its length, b, pos, d]``; its first rows are returned) or a new tensor."""
-        g, (b, p, dim) = self.graph, self.x[0].shape
+    @classmethod
+    def of(
+        cls, model: Model, graph: Graph, grads: dict[str, Tensor | None], x: list[Tensor], dt: torch.dtype, device
+    ) -> "ReceiverGrads":
+        """From autograd's gradients by hook name (``[b, pos, head, d_head]`` at ``hook_q`` / ``_k`` / ``_v``, 0
+        where it gave none)."""
+        heads = []
+        for l, xl in enumerate(x):
+            parts = []
+            for i, n in zip("qkv", (graph.n_heads, graph.n_kv, graph.n_kv)):
+                g = grads[f"blocks.{l}.attn.hook_{i}"]
+                parts.append(
+                    xl.new_zeros(n, *xl.shape[:2], model.cfg.d_head, dtype=dt) if g is None else g.permute(2, 0, 1, 3)
+                )
+            heads.append(torch.cat([p.to(dt) for p in parts]))
+        mlp = [grads[f"blocks.{l}.ln2.hook_in"] for l in range(graph.n_layers)]
+        return cls(model, graph, heads, mlp, grads["ln_final.hook_in"], x, dt, device)
+
+    def rows(self, receivers: slice, out: Tensor | None = None, prompts: slice = slice(None)) -> Tensor:
+        """The gradients of ``receivers`` (a run of whole blocks, or ending with the logits) at ``prompts``, written
+        into ``out`` (``[its length, b, pos, d]``) or a new tensor."""
+        g = self.graph
         n = receivers.stop - receivers.start
         if out is None:
-            out = torch.empty(n, b, p, dim, dtype=self.dt, device=self.device)
-        out = out[:n]
+            out = torch.empty(n, *self.x[0][prompts].shape, dtype=self.dt, device=self.device)
         for r in range(receivers.start, receivers.stop, g.per_block):
             l = r // g.per_block
             if l == g.n_layers:  # the logits
-                out[r - receivers.start] = self.grads["ln_final.hook_in"]
+                if self.final is None:
+                    out[r - receivers.start].zero_()
+                else:
+                    out[r - receivers.start] = self.final[prompts]
                 continue
-            self._block(l, out[r - receivers.start : r - receivers.start + g.per_block - 1])
-            mlp = self.grads[f"blocks.{l}.ln2.hook_in"]
+            self._block(l, out[r - receivers.start : r - receivers.start + g.per_block - 1], prompts)
+            mlp = self.mlp[l]
             if mlp is None:
                 out[g.mlp_receiver(l) - receivers.start].zero_()
             else:
-                out[g.mlp_receiver(l) - receivers.start] = mlp
+                out[g.mlp_receiver(l) - receivers.start] = mlp[prompts]
         return out
 
-    def _block(self, l: int, out: Tensor) -> None:
-        """Block ``l``'s q, k, v receivers' gradients into ``out`` ``[per_block - 1, b, pos, d]``."""
-        w, x = qkv_weights(self.model, l), self.x[l]
-        gh, W = [], []  # [heads, b, pos, d_head] and [heads, d, d_head] of the block's q, k, v receivers in order
-        for i in "qkv":
-            W.append(w[i][0])
-            g = self.grads[f"blocks.{l}.attn.hook_{i}"]  # [b, pos, heads, d_head]
-            gh.append(x.new_zeros(W[-1].shape[0], *x.shape[:2], W[-1].shape[2]) if g is None else g.permute(2, 0, 1, 3))
+    def _block(self, l: int, out: Tensor, prompts: slice) -> None:
+        """Block ``l``'s q, k, v receivers' gradients at ``prompts`` into ``out`` ``[per_block - 1, b, pos, d]``
+        (the projections read in place: no copy of a weight)."""
+        norm, x = norm_module(self.model, "ln1", l), self.x[l][prompts]
+        W = [w.to(x.device) for w, _ in qkv_weights(self.model, l, copy=False).values()]
         here = x.device == out.device
-        got = _norm_vjp(
-            norm_module(self.model, "ln1", l),
-            x,
-            torch.cat(gh),
-            torch.cat(W).to(x.device),
-            self.dt,
-            out if here else None,
-        )
+        got = _norm_vjp(norm, x, self.heads[l][:, prompts], W, self.dt, out if here else None)
         if not here:
             out.copy_(got)
 
@@ -327,23 +414,36 @@ def _norm_vjp(
     norm,
     x: Float[Tensor, "b pos d"],
     gh: Float[Tensor, "r b pos e"],
-    W: Float[Tensor, "r d e"],
+    W: Float[Tensor, "r d e"] | list[Tensor],
     dt: torch.dtype,
     out: Float[Tensor, "r b pos d"] | None = None,
 ) -> Float[Tensor, "r b pos d"]:
-    """``J_norm(x)^T W_r gh_r`` for each receiver ``r`` (``gh_r`` its gradient at its input projection ``W_r``):
-    the gradient at the norm's input of each receiver's own copy, in ``dt``, written into ``out`` where given. In
-    closed form where the norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per
-    module); else ``u_r = W_r gh_r`` and one forward of the norm and its vector-Jacobian product mapped over ``r``
-    (the transform differentiates under ``no_grad``, which keeps the norm's weights out of it), or, for a norm
-    accelerate offloads, a forward and backward of ``r`` copies of ``x``."""
+    """``J_norm(x)^T W_r gh_r`` for each receiver ``r`` (``gh_r`` its gradient at its input projection ``W_r``;
+    ``W`` one tensor or the parts, ``[r_i, d, e]`` each, whose concatenation it is: q, k, v), the gradient at the
+    norm's input of each receiver's own copy, in ``dt``, written into ``out`` where given. In closed form where the
+    norm is a LayerNorm or an RMSNorm (:func:`_norm_form`, checked against autograd once per module); else ``u_r =
+    W_r gh_r`` and one forward of the norm and its vector-Jacobian product mapped over ``r`` (the transform
+    differentiates under ``no_grad``, which keeps the norm's weights out of it), or, for a norm accelerate
+    offloads, a forward and backward of ``r`` copies of ``x``."""
+    parts = [W] if isinstance(W, Tensor) else list(W)
     form = _norm_form(norm, x)
     if form is not None:
-        return _closed_vjp(form, x.to(dt), gh.to(dt), W.to(dt), out)
+        return _closed_vjp(form, x.to(dt), gh.to(dt), [w.to(dt) for w in parts], out)
     r, b, p, e = gh.shape
-    u = torch.bmm(gh.reshape(r, b * p, e).to(x.dtype), W.to(x.dtype).transpose(1, 2)).view(r, b, p, -1)
-    got = _autograd_vjp(norm, x, u).to(dt)
+    u = gh.new_empty(r, b * p, x.shape[-1], dtype=x.dtype)
+    _project(gh.reshape(r, b * p, e).to(x.dtype), [w.to(x.dtype) for w in parts], u)
+    got = _autograd_vjp(norm, x, u.view(r, b, p, -1)).to(dt)
     return got if out is None else out.copy_(got)
+
+
+def _project(g: Float[Tensor, "r n e"], parts: list[Tensor], out: Float[Tensor, "r n d"]) -> Tensor:
+    """``W_r g_r`` for each receiver, into ``out``: one batched product per part ``[r_i, d, e]`` of ``W``."""
+    first = 0
+    for w in parts:
+        n = w.shape[0]
+        torch.bmm(g[first : first + n], w.transpose(1, 2), out=out[first : first + n])
+        first += n
+    return out
 
 
 def _autograd_vjp(norm, x: Tensor, u: Tensor) -> Tensor:
@@ -398,41 +498,53 @@ def _find_form(norm, x: Tensor) -> tuple[str, bool, float] | None:
     eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device)[None]
     want = _autograd_vjp(norm, x, u)
     for kind, plus_one in kinds:
-        got = _closed_vjp((kind, _scale(norm, x, plus_one), eps), x, u, eye)
+        got = _closed_vjp((kind, _scale(norm, x, plus_one), eps), x, u, [eye])
         if got.shape == want.shape and (got - want).abs().max() <= 1e-5 * want.abs().max().clamp_min(1e-30):
             return kind, plus_one, eps
     return None
 
 
-def _closed_vjp(form: tuple[str, Tensor, float], x: Tensor, gh: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
+def _closed_vjp(
+    form: tuple[str, Tensor, float], x: Tensor, gh: Tensor, parts: list[Tensor], out: Tensor | None = None
+) -> Tensor:
     """:func:`_norm_vjp` in closed form, ``[r, b, pos, d]``. With ``a_r = scale * W_r gh_r``: an RMSNorm's is ``a /
     rms - x (a . x) / (d rms^3)``, a LayerNorm's ``(a - mean(a) - xh mean(a xh)) / sigma`` (``xh`` the normalised
-    ``x``). The scale is folded into ``W`` (for a LayerNorm, ``W`` centred over ``d`` too, which subtracts
-    ``mean(a)``) and ``1 / rms`` (``1 / sigma``) into ``gh``: one product writes the ``[r, b, pos, d]`` result, one
-    in-place update subtracts its part along ``x`` (``xh``)."""
+    ``x``). ``1 / rms`` (``1 / sigma``) is folded into ``gh``: one product per part of ``W`` writes the ``[r, b,
+    pos, d]`` result, in-place updates scale it (and centre it) and subtract its part along ``x`` (``xh``)."""
     kind, scale, eps = form
     r, e, dim = gh.shape[0], gh.shape[-1], x.shape[-1]
     xf = x.reshape(-1, dim)  # [n, d]
-    Ws = W * scale[:, None]  # [r, d, e]
     if kind == "rms":
         ref, norm2 = xf, xf.pow(2).mean(-1) + eps  # [n, d], rms^2 [n]
     else:
         xc = xf - xf.mean(-1, keepdim=True)
         norm2 = xc.pow(2).mean(-1) + eps  # sigma^2
-        ref, Ws = xc / norm2.sqrt()[:, None], Ws - Ws.mean(1, keepdim=True)
+        ref = xc / norm2.sqrt()[:, None]
     g = gh.reshape(r, -1, e) / norm2.sqrt()[:, None]  # [r, n, e]
     res = torch.empty(r, *x.shape, dtype=x.dtype, device=x.device) if out is None else out
-    flat = res.view(r, -1, dim)
-    torch.bmm(g, Ws.transpose(1, 2), out=flat)  # a / rms (a - mean(a), over sigma)
+    flat = _project(g, parts, res.view(r, -1, dim)).mul_(scale)  # a / rms
+    if kind == "layer":
+        flat.sub_(flat.mean(-1, keepdim=True))  # (a - mean(a)) / sigma
     along = torch.linalg.vecdot(flat, ref) / (dim * (norm2 if kind == "rms" else 1.0))
     flat.addcmul_(ref.expand_as(flat), along[..., None], value=-1.0)
     return res
 
 
-def _unit(ref: Tensor) -> Tensor:
-    """``ref / ||ref||`` over the last dim (0 where ``||ref||^2 < EPS``: a zero reference has no parallel part)."""
-    n2 = torch.linalg.vecdot(ref, ref)[..., None]
-    return (ref / n2.clamp_min(EPS).sqrt()).masked_fill_(n2 < EPS, 0.0)
+def _receiver_runs(g: Graph, n: int = 4) -> list[slice]:
+    """The receivers in about ``n`` runs of whole blocks (the logits in the last), the largest first (the buffer
+    :meth:`EdgeScores.add` builds them in is sized by it)."""
+    cuts = sorted({round(i * g.n_layers / n) for i in range(n + 1)})
+    out = [slice(a * g.per_block, b * g.per_block) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    out = out[:-1] + [slice(out[-1].start, g.n_receivers)]
+    return sorted(out, key=lambda rs: rs.start - rs.stop)
+
+
+def _units(refs: list[Tensor], out: Tensor | None = None) -> Tensor:
+    """``[K, ...]``: each of ``refs`` over its norm (the last dim; 0 where ``||ref||^2 < EPS``: a zero reference has
+    no parallel part), written into ``out`` where given."""
+    out = torch.stack(refs, out=out)
+    n2 = torch.linalg.vecdot(out, out)[..., None]
+    return out.div_(n2.clamp_min(EPS).sqrt()).masked_fill_(n2 < EPS, 0.0)
 
 
 @dataclass
@@ -452,40 +564,45 @@ class EdgeScores:
         z = lambda: torch.zeros(graph.n_senders, graph.n_receivers, dtype=torch.float64)  # noqa: E731
         return cls(graph, z(), z(), z())
 
-    def add(self, d: Tensor, d_self: Tensor, grads: ReceiverGrads, refs: Tensor, weight: float) -> None:
-        """Add ``weight x`` the scores of one batch: ``d`` ``[senders, b, pos, d]`` the senders' changes (``d_self``:
-        their self messages'), ``grads`` the receivers' gradients (:func:`_grad_pass`), ``refs`` ``[2 n_layers + 1,
-        b, pos, d]`` the receivers' residuals (each block's input, each MLP's input, the final norm's input). Per
-        run of receivers (their gradients built into one buffer, reused), one matrix product for every sender x
-        receiver pair (the pairs that are no edge are computed and dropped: a few well-shaped products are faster
-        than one per block of the sender prefix each reads)."""
+    def add(
+        self,
+        d: Tensor,
+        d_self: Tensor,
+        grads: ReceiverGrads,
+        refs: list[Tensor],
+        weight: float,
+        prompts: slice = slice(None),
+        scratch: Scratch | None = None,
+    ) -> None:
+        """Add ``weight x`` the scores of one slice of prompts (:func:`changes`): ``d`` ``[senders, b, pos, d]`` the
+        senders' changes, ``d_self`` ``[layer * head, b, pos, d]`` the heads' self messages', ``grads`` the
+        receivers' gradients (:func:`_grad_pass`; read at ``prompts``), ``refs`` the ``2 n_layers + 1`` receivers'
+        residuals ``[b, pos, d]`` (each block's input, each MLP's input, the final norm's input); large operands in
+        ``scratch`` where given. Per run of receivers (their gradients built into one buffer, reused), one matrix
+        product for every sender x receiver pair (the pairs that are no edge are computed and dropped: a few
+        well-shaped products are faster than one per block of the sender prefix each reads)."""
         g = self.graph
+        new = (lambda name, shape: scratch.get(name, shape, d)) if scratch is not None else (lambda n, s: None)
         dm, dsm = d.flatten(1), d_self.flatten(1)
-        unit = _unit(refs)  # [K, b, pos, d]
+        heads = torch.tensor([g.head_sender(l, h) for l in range(g.n_layers) for h in range(g.n_heads)])
+        unit = _units(refs, new("units", (len(refs), *refs[0].shape)))  # [K, b, pos, d]
         K, b, p, dim = unit.shape
         # a[k, s, b p] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
-        a = torch.bmm(d.view(d.shape[0], b * p, dim).transpose(0, 1), unit.view(K, b * p, dim).permute(1, 2, 0))
-        a = a.permute(2, 1, 0).contiguous()
-        chunks, buf = self._chunks(), None
+        dn, un = d.view(d.shape[0], b * p, dim).transpose(0, 1), unit.view(K, b * p, dim).permute(1, 2, 0)
+        a = torch.bmm(dn, un, out=new("par", (b * p, d.shape[0], K))).permute(2, 1, 0)  # [K, senders, b p], a view
+        chunks = _receiver_runs(g)
+        buf = new("grads", (chunks[0].stop - chunks[0].start, b, p, dim))
         for rs in chunks:  # receivers by blocks: each chunk's product over the senders written before it
-            G = grads.rows(rs, buf)  # [len(rs), b, pos, d]
-            buf = G if buf is None else buf
+            G = grads.rows(rs, None if buf is None else buf[: rs.stop - rs.start], prompts)  # [len(rs), b, pos, d]
             gm, pre = G.flatten(1), g.prefix(rs.stop - 1)
             self.score[:pre, rs] += weight * (dm[:pre] @ gm.T).double().cpu()
-            self.self_[:pre, rs] += weight * (dsm[:pre] @ gm.T).double().cpu()
+            hp = int((heads < pre).sum())  # the head rows of d_self among those senders
+            self.self_[:, rs].index_add_(0, heads[:hp], weight * (dsm[:hp] @ gm.T).double().cpu())
             for k, rr in self._readers():  # the receivers that read residual k: c[r, b p] = g_r . u_k, per position
                 if rs.start <= rr.start < rs.stop:
                     c = torch.linalg.vecdot(G[rr.start - rs.start : rr.stop - rs.start], unit[k]).flatten(1)
-                    self.par[:, rr] += weight * (a[k] @ c.T).double().cpu()
-
-    def _chunks(self, n: int = 4) -> list[slice]:
-        """The receivers in about ``n`` runs of whole blocks (the logits in the last), the largest first (the
-        buffer :meth:`add` builds them in is sized by it)."""
-        g = self.graph
-        cuts = sorted({round(i * g.n_layers / n) for i in range(n + 1)})
-        out = [slice(a * g.per_block, b * g.per_block) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-        out = out[:-1] + [slice(out[-1].start, g.n_receivers)]
-        return sorted(out, key=lambda rs: rs.start - rs.stop)
+                    pk = g.prefix(rr.start)
+                    self.par[:pk, rr] += weight * (a[k, :pk] @ c.T).double().cpu()
 
     def _readers(self) -> list[tuple[int, slice]]:
         """``(k, receivers)``: the receivers that read residual ``k`` of :meth:`add`'s ``refs``."""
@@ -541,19 +658,24 @@ def eap_scores(
     *,
     ig_steps: int = 0,
     batch_size: int = 16,
+    slice_bytes: int | None = None,
 ) -> EdgeScores:
     """EAP (``ig_steps`` 0) or EAP-IG scores of every edge of ``model``'s graph for the prompt pairs ``clean`` /
     ``corrupted`` (aligned token ids, the same length); ``metric(logits, rows)``: the per-prompt metric of the
     final position's logits of prompts ``rows``. Per batch of prompts: a corrupted and a clean forward without
-    grad (EAP-IG; EAP takes the clean one from its gradient pass) and ``max(1, ig_steps)`` forward-backward passes."""
+    grad (EAP-IG; EAP takes the clean one from its gradient pass) and ``max(1, ig_steps)`` forward-backward passes;
+    then the products, a slice of the batch's prompts at a time (:func:`slice_prompts`; ``slice_bytes``: the
+    slice's buffers' size)."""
     check_graph_support(model)
     if clean.shape != corrupted.shape:
         raise InputError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} prompts differ in shape")
     if ig_steps < 0:
         raise InputError(f"ig_steps must be >= 0, got {ig_steps}")
+    if slice_bytes is not None and slice_bytes <= 0:
+        raise InputError(f"slice_bytes must be > 0, got {slice_bytes}")
     graph = graph_of(model)
     dt = compute_dtype(next(p for p in model.parameters() if p.is_floating_point()))
-    out, w_o = EdgeScores.zeros(graph), None
+    out, w_o, scratch = EdgeScores.zeros(graph), None, Scratch()
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
         # the positions whose writes change: from the first token that differs, in a causal model; all of them in a
@@ -562,15 +684,15 @@ def eap_scores(
         at = slice(first_change(clean[rows], corrupted[rows]) if causal else 0, None)
         if at.start == clean.shape[1]:  # the runs are the same: every score of these prompts is 0
             continue
-        corr = run_acts(model, graph, corrupted[rows], metric, rows, dt, w_o)
+        corr = run_acts(model, graph, corrupted[rows], dt, w_o)
         w_o = corr.w_o  # the model's, read once
         if ig_steps == 0:
             cl, grads = _clean_with_grads(model, graph, clean[rows], metric, rows, dt, at, w_o)
             passes = [(grads, 1.0)]
         else:
-            cl = run_acts(model, graph, clean[rows], metric, rows, dt, w_o)
+            cl = run_acts(model, graph, clean[rows], dt, w_o)
             x0c, x0r = cl.x0, corr.x0
-            passes = (
+            passes = [
                 (
                     _grad_pass(
                         model,
@@ -585,12 +707,49 @@ def eap_scores(
                     1.0 / ig_steps,
                 )
                 for k in range(1, ig_steps + 1)
-            )
-        d, d_self = changes(corr, cl, at)
-        refs = cl.refs[:, :, at]
-        for grads, weight in passes:
-            out.add(d, d_self, grads, refs, weight)
+            ]
+        products(out, corr, cl, passes, at, scratch, slice_bytes)
     return out.finish(clean.shape[0])
+
+
+def products(
+    out: EdgeScores,
+    corr: RunActs,
+    clean: RunActs,
+    passes: list[tuple[ReceiverGrads, float]],
+    at: slice,
+    scratch: Scratch | None = None,
+    slice_bytes: int | None = None,
+) -> EdgeScores:
+    """Add to ``out`` one batch's scores: the senders' changes (``corr`` less ``clean`` at positions ``at``) against
+    each pass's receivers' gradients times its weight, a slice of the prompts at a time (:func:`slice_prompts`),
+    every slice in the same buffers (``scratch``)."""
+    scratch = Scratch() if scratch is None else scratch
+    n, positions = clean.x0.shape[0], clean.x0[:, at].shape[1]
+    per = slice_prompts(out.graph, n, positions, clean.x0.shape[-1], clean.x0, slice_bytes)
+    for first in range(0, n, per):
+        prompts = slice(first, min(first + per, n))
+        d, d_self = changes(corr, clean, at, prompts, scratch)
+        refs = [r[prompts, at] for r in clean.refs]
+        for grads, weight in passes:
+            out.add(d, d_self, grads, refs, weight, prompts, scratch)
+    return out
+
+
+SLICE_BYTES = {"cpu": 64 << 20}  # by device type; 1 GiB on any other
+
+
+def slice_prompts(graph: Graph, n: int, positions: int, dim: int, like: Tensor, slice_bytes: int | None = None) -> int:
+    """How many of ``n`` prompts (``positions`` each) the products take at once: as many as fit the slice's
+    buffers (the senders' changes, the heads' self messages, a run of receivers' gradients, the residuals'
+    directions: ``[rows, prompts, positions, dim]`` of ``like``'s dtype) in ``slice_bytes`` (default
+    :data:`SLICE_BYTES` by ``like``'s device: on the CPU small buffers reused slice after slice, which costs no new
+    memory, in slices still wide enough for the products to run at full speed; elsewhere wider), at least one.
+    The buffers' size for a model of any size is then bounded by the slice (one prompt's), not the batch."""
+    budget = slice_bytes or SLICE_BYTES.get(like.device.type, 1 << 30)
+    chunk = max(rs.stop - rs.start for rs in _receiver_runs(graph))
+    rows = graph.n_senders + graph.n_layers * graph.n_heads + chunk + 2 * graph.n_layers + 1
+    return max(1, min(n, budget // (rows * positions * dim * like.element_size())))
 
 
 def _clean_with_grads(
@@ -607,8 +766,8 @@ def _clean_with_grads(
     (``w_o``: as :func:`run_acts`)."""
     acts: dict[str, Tensor] = {}
     with model.hooks(fwd_hooks=[(n, _grab(acts, n, detach=True)) for n in _names(graph)]):
-        grads = _grad_pass(model, graph, tokens, _recording(metric, acts), rows, dt, at=at)
-    return _acts(model, graph, acts, dt, acts.pop("_metric"), w_o), grads
+        grads = _grad_pass(model, graph, tokens, metric, rows, dt, at=at)
+    return _acts(model, graph, acts, dt, w_o), grads
 
 
 def _grab(store: dict, name: str, detach: bool = False):
@@ -623,14 +782,5 @@ def _grab(store: dict, name: str, detach: bool = False):
             return None
         store[name] = x.clone()
         return store[name]
-
-    return fn
-
-
-def _recording(metric: Metric, store: dict) -> Metric:
-    def fn(logits: Tensor, rows: slice) -> Tensor:
-        m = metric(logits, rows)
-        store["_metric"] = m.detach()
-        return m
 
     return fn

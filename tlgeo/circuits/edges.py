@@ -220,7 +220,7 @@ def _groups(
     total = torch.zeros(len(sets), dtype=torch.float64)
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
-        corr = run_acts(model, graph, corrupted[rows], metric, rows, dt)
+        corr = run_acts(model, graph, corrupted[rows], dt)
         n = rows.stop - rows.start
         per = max(1, max_rows // n)
         for i in range(0, len(sets), per):

@@ -147,10 +147,11 @@ def norm_module(model: Model, name: str, layer: int | None = None):
     return getattr(mod, "original_component", mod)
 
 
-def qkv_weights(model: Model, layer: int) -> dict[str, tuple[Tensor, Tensor | None]]:
+def qkv_weights(model: Model, layer: int, copy: bool = True) -> dict[str, tuple[Tensor, Tensor | None]]:
     """Block ``layer``'s ``W_Q`` ``[head, d_model, d_head]`` (``W_K``, ``W_V``: ``[kv_head, ...]``) and biases, by
-    input; detached copies (``W_O``: :func:`tlgeo.patching.runs.W_O`)."""
-    w = read_weights(model.blocks[layer].attn, "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V")
+    input; detached copies, or views where ``copy`` is False (:func:`~tlgeo.models.read_weights`; ``W_O``:
+    :func:`tlgeo.patching.runs.W_O`)."""
+    w = read_weights(model.blocks[layer].attn, "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", copy=copy)
     return {"q": (w[0], w[1]), "k": (w[2], w[3]), "v": (w[4], w[5])}
 
 

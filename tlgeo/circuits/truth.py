@@ -111,11 +111,10 @@ def visible_edges(
     names = list(graph.senders["sender"].map(truth_sender))
     change = torch.zeros(graph.n_senders, 2, len(labels), dtype=torch.float64)  # [sender, (all, last), d]
     out_change = torch.zeros((), dtype=torch.float64)
-    first = lambda logits, rows: logits[:, 0]  # noqa: E731  (run_acts wants a metric; only the writes are read)
     for start in range(0, clean.shape[0], batch_size):
         rows = slice(start, min(start + batch_size, clean.shape[0]))
-        a = run_acts(model, graph, clean[rows], first, rows, torch.float64).writes
-        b = run_acts(model, graph, corrupted[rows], first, rows, torch.float64).writes
+        a = run_acts(model, graph, clean[rows], torch.float64).writes
+        b = run_acts(model, graph, corrupted[rows], torch.float64).writes
         d = (b - a).abs().amax(dim=1).cpu()  # [senders, pos, d]
         change = torch.maximum(change, torch.stack([d.amax(dim=1), d[:, -1]], dim=1))
         with torch.no_grad():

@@ -88,9 +88,9 @@ def readout_ok(model, tokens: Tensor) -> bool:
     ok = _READOUT_OK.get(model)
     if ok is None:
         final = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
-        with torch.inference_mode():
+        with torch.inference_mode():  # the check too: called where grad is on, it would save inference tensors
             logits, cache = model.run_with_cache(tokens[:1], names_filter=lambda n: n == final)
-        ok = _READOUT_OK[model] = readout_matches(model, cache[final], logits)
+            ok = _READOUT_OK[model] = readout_matches(model, cache[final], logits)
     return ok
 
 

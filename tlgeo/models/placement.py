@@ -78,10 +78,11 @@ def placement(model, *, offload_subfolder: str | None = None) -> dict:
     return kw
 
 
-def read_weights(module, *names: str) -> tuple:
+def read_weights(module, *names: str, copy: bool = True) -> tuple:
     """``module``'s attributes ``names`` (e.g. ``"W_O", "b_O"``; ``None`` where it has none) as detached
     copies, read from accelerate's offload where a dispatched module keeps its weights on the meta device
-    outside a forward (a model larger than memory, ``--device-map``); a model in memory pays nothing."""
+    outside a forward (a model larger than memory, ``--device-map``); a model in memory pays nothing. With
+    ``copy`` False, a module in memory gives detached views of its own weights (to read, never to write)."""
     from contextlib import ExitStack
 
     with ExitStack() as stack:
@@ -92,11 +93,12 @@ def read_weights(module, *names: str) -> tuple:
                 from accelerate.utils import align_module_device
 
                 stack.enter_context(align_module_device(mod))
+                copy = True  # the weights are in place only inside this context
         out = []
         for name in names:
             try:
                 v = getattr(module, name, None)
             except AttributeError:  # a bridge property that finds no such weight
                 v = None
-            out.append(None if v is None else v.detach().clone())
+            out.append(None if v is None else v.detach().clone() if copy else v.detach())
         return tuple(out)
