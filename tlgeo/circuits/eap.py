@@ -12,10 +12,10 @@ clean forward (with grad), one corrupted forward, one backward for every edge. E
 runs whose input embeddings go from the corrupted run's to the clean run's (``alpha = k / steps``, k = 1..steps).
 
 The per-receiver gradients are not per-edge activations: ``dM / dx_r`` of a head's query is ``J_norm(x)^T W_Q^h
-dM / dq^h``, one norm vector-Jacobian product per receiver of a block (in closed form for LayerNorm and RMSNorm,
-folded into the block's q, k, v projections), built a run of blocks at a time into one buffer; a run's scores are
-one matrix product ``[senders, (prompt, position, d)] @ [(prompt, position, d), receivers]``. The table holds
-scores only.
+dM / dq^h``, one norm vector-Jacobian product per receiver of a block (in closed form for LayerNorm and RMSNorm),
+built a run of blocks at a time into one buffer; a run's scores are one matrix product ``[senders, (prompt,
+position, d)] @ [(prompt, position, d), receivers]``, a slice of the prompts at a time (:func:`products`: the
+buffers are a slice's, reused slice after slice). The table holds scores only.
 
 Parts (exact: they add up to ``score``): the sender's change split along / across the receiver's residual ``x_r``
 on the clean run (the run patched; ``score_par + score_perp``), and for a head sender its self message ``A_tt v_t
