@@ -94,17 +94,17 @@ class RunActs:
     """One run of a batch of prompts, compact, each block's as the run left it (no copy): the input embedding
     ``x0`` ``[b, pos, d]``; per block, the heads' outputs before ``W_O`` ``z`` and their self messages ``self_z``
     (``A_tt v_t``; ``[b, pos, head, d_head]`` each) and the MLP's write ``mlp`` ``[b, pos, d]``; every block's
-    ``W_O`` ``w_o`` ``[layer, head, d_head, d]``; the receivers' residuals ``refs`` (``2 layer + 1`` of ``[b, pos,
-    d]``: each block's input, each MLP's input, the final norm's input; ``attn_in``, ``mlp_in``, ``final`` read
-    them), in the compute dtype. :attr:`writes` ``[senders, b, pos, d]`` is built from them when read;
-    :func:`changes` builds the difference of two runs' without either."""
+    ``W_O`` ``w_o`` ``[head, d_head, d]`` (the model's own, read in place, in its dtype); the receivers' residuals
+    ``refs`` (``2 layer + 1`` of ``[b, pos, d]``: each block's input, each MLP's input, the final norm's input;
+    ``attn_in``, ``mlp_in``, ``final`` read them), in the compute dtype. :attr:`writes` ``[senders, b, pos, d]``
+    is built from them when read; :func:`changes` builds the difference of two runs' without either."""
 
     graph: Graph
     x0: Tensor
     z: list[Tensor]
     self_z: list[Tensor]
     mlp: list[Tensor]
-    w_o: Tensor
+    w_o: list[Tensor]
     refs: list[Tensor]
 
     @property
@@ -132,9 +132,11 @@ class RunActs:
 
 
 def _head_rows(z: Float[Tensor, "b pos head e"], w_o: Float[Tensor, "head e d"], out: Tensor) -> Tensor:
-    """Each head's ``z^h W_O^h`` written into ``out`` ``[head, b, pos, d]`` (one batched product)."""
+    """Each head's ``z^h W_O^h`` written into ``out`` ``[head, b, pos, d]`` (one batched product, in ``out``'s dtype
+    on its device)."""
     b, p, H, e = z.shape
-    torch.bmm(z.permute(2, 0, 1, 3).reshape(H, b * p, e), w_o, out=out.view(H, b * p, w_o.shape[-1]))
+    w_o = w_o.to(out.device, out.dtype)
+    torch.bmm(z.permute(2, 0, 1, 3).reshape(H, b * p, e).to(out.dtype), w_o, out=out.view(H, b * p, w_o.shape[-1]))
     return out
 
 
@@ -186,7 +188,7 @@ def first_change(clean: Tensor, corrupted: Tensor) -> int:
 
 
 def run_acts(
-    model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], dt: torch.dtype, w_o: Tensor | None = None
+    model: Model, graph: Graph, tokens: Int[Tensor, "b pos"], dt: torch.dtype, w_o: list[Tensor] | None = None
 ) -> RunActs:
     """One no-grad forward of ``tokens``, stopped at the final norm (no logits: :func:`run_metric` gives the
     metric): its :class:`RunActs` (``w_o``: the model's ``W_O``s, read where not given; another run's of the same
@@ -287,7 +289,7 @@ def _unembedding_matrix(model: Model) -> Tensor | None:
     return model.W_U.detach() if _UNEMBED_LINEAR[model] else None
 
 
-def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, w_o: Tensor | None) -> RunActs:
+def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, w_o: list[Tensor] | None) -> RunActs:
     L = graph.n_layers
     dev = acts[RESID0].device  # a sharded model's blocks write on their own devices
     here = lambda name: acts[name].to(dev, dt)  # noqa: E731
@@ -302,7 +304,7 @@ def _acts(model: Model, graph: Graph, acts: dict[str, Tensor], dt: torch.dtype, 
         [here(f"blocks.{l}.attn.hook_z") for l in range(L)],
         self_z,
         [here(f"blocks.{l}.hook_mlp_out") for l in range(L)],
-        torch.stack([W_O(model, l).to(dev, dt) for l in range(L)]) if w_o is None else w_o,
+        [W_O(model, l, copy=False) for l in range(L)] if w_o is None else w_o,  # in the model's dtype
         [here(n) for n in [*refs, "ln_final.hook_in"]],
     )
 
@@ -760,7 +762,7 @@ def _clean_with_grads(
     rows: slice,
     dt: torch.dtype,
     at: slice = slice(None),
-    w_o: Tensor | None = None,
+    w_o: list[Tensor] | None = None,
 ) -> tuple[RunActs, ReceiverGrads]:
     """The clean run's :class:`RunActs` and receivers' gradients at positions ``at`` from one forward and backward
     (``w_o``: as :func:`run_acts`)."""

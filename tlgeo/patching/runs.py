@@ -156,14 +156,15 @@ def position_mask(task: Task, positions: str) -> Float[Tensor, "n pos"] | None:
     return mask
 
 
-def W_O(model: Model, layer: int) -> Float[Tensor, "head d_head d_model"]:
+def W_O(model: Model, layer: int, copy: bool = True) -> Float[Tensor, "head d_head d_model"]:
     """Block ``layer``'s output projection per head, a detached copy (read from the offload folder where
-    accelerate offloaded the block: its weights are on the meta device outside a forward)."""
-    return _out_params(model, layer)[0]
+    accelerate offloaded the block: its weights are on the meta device outside a forward), or a view of the model's
+    own weight where ``copy`` is False and the block is in memory (to read, never to write)."""
+    return _out_params(model, layer, copy)[0]
 
 
-def _out_params(model: Model, layer: int) -> tuple[Tensor, Tensor | None]:
-    return read_weights(model.blocks[layer].attn, "W_O", "b_O")
+def _out_params(model: Model, layer: int, copy: bool = True) -> tuple[Tensor, Tensor | None]:
+    return read_weights(model.blocks[layer].attn, "W_O", "b_O", copy=copy)
 
 
 def sweep_targets(
