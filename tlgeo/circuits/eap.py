@@ -738,16 +738,18 @@ def products(
     return out
 
 
-SLICE_BYTES = {"cpu": 64 << 20}  # by device type; 1 GiB on any other
+SLICE_BYTES = {"cpu": 128 << 20}  # by device type; 1 GiB on any other
 
 
 def slice_prompts(graph: Graph, n: int, positions: int, dim: int, like: Tensor, slice_bytes: int | None = None) -> int:
     """How many of ``n`` prompts (``positions`` each) the products take at once: as many as fit the slice's
     buffers (the senders' changes, the heads' self messages, a run of receivers' gradients, the residuals'
     directions: ``[rows, prompts, positions, dim]`` of ``like``'s dtype) in ``slice_bytes`` (default
-    :data:`SLICE_BYTES` by ``like``'s device: on the CPU small buffers reused slice after slice, which costs no new
-    memory, in slices still wide enough for the products to run at full speed; elsewhere wider), at least one.
-    The buffers' size for a model of any size is then bounded by the slice (one prompt's), not the batch."""
+    :data:`SLICE_BYTES` by ``like``'s device: on the CPU buffers reused slice after slice, which costs no new
+    memory, in slices wide enough for the changes' and gradients' ``[heads, tokens, d_head] @ [d_head, d]`` products
+    to run at speed: on SmolLM2-135M IOI the products of 8 prompts took 0.87 s in slices of 32 MiB, 0.75 s of 64,
+    0.68 s of 128 and 0.69 s all at once; elsewhere 1 GiB), at least one prompt. The buffers' size for a model of
+    any size is then bounded by the slice (one prompt's), not the batch."""
     budget = slice_bytes or SLICE_BYTES.get(like.device.type, 1 << 30)
     chunk = max(rs.stop - rs.start for rs in _receiver_runs(graph))
     rows = graph.n_senders + graph.n_layers * graph.n_heads + chunk + 2 * graph.n_layers + 1
