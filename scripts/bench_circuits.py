@@ -12,7 +12,8 @@ heads' q, k, v and the MLPs' inputs), the products (the senders' changes, the re
 block norms, a run of blocks at a time, and their products; a slice of the prompts at a time where the code
 slices them). Each is timed in wall seconds and
 in the process's CPU seconds (one thread: on a machine other jobs share, CPU time is what the work itself costs,
-and the wall time what it took there); medians over ``--rounds``, and their ratios to the forward's, are printed
+and the wall time what it took there); medians over ``--rounds`` (after one untimed call of each), and their
+ratios to the forward's, are printed
 as JSON lines. It times the tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py``
 times that one's code beside this run's (its rows name its commit). With ``--out``, one row per method is appended
 to ``OUT/eap_cost.csv`` with the commit that measured it (and the run's line to ``OUT/provenance.jsonl``).
@@ -88,8 +89,10 @@ def _jobs(model, task, ig_steps: int) -> dict:
 
 
 def _time(jobs: dict, rounds: int) -> dict[str, tuple[list[float], list[float]]]:
-    """``name -> (wall seconds, CPU seconds)`` per round, the order alternating between rounds."""
-    jobs["forward"]()  # warm up
+    """``name -> (wall seconds, CPU seconds)`` per round, the order alternating between rounds, after one untimed
+    call of each (a model's first EAP also checks its norms' closed forms, its readout and its unembedding, once)."""
+    for job in jobs.values():  # warm up
+        job()
     times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in jobs}
     for r in range(rounds):
         for name in list(jobs) if r % 2 == 0 else [*list(jobs)[1:], "forward"]:
