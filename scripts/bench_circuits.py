@@ -10,12 +10,11 @@ rounds that alternate the order:
 and EAP's parts, each timed alone: the corrupted run, the clean forward and backward (the gradients at the
 heads' q, k, v and the MLPs' inputs), the products (the senders' changes, the receivers' gradients through the
 block norms, a run of blocks at a time, and their products; a slice of the prompts at a time where the code
-slices them). Each is timed in wall seconds and
-in the process's CPU seconds (one thread: on a machine other jobs share, CPU time is what the work itself costs,
-and the wall time what it took there); medians over ``--rounds`` (after one untimed call of each), and their
-ratios to the forward's, are printed
-as JSON lines. It times the tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py``
-times that one's code beside this run's (its rows name its commit). With ``--out``, one row per method is appended
+slices them). Each is timed in wall seconds and in the process's CPU seconds (one thread: on a machine other jobs
+share, CPU time is what the work itself costs, and the wall time what it took there); medians over ``--rounds``
+(after one untimed call of each), and their ratios to the forward's, are printed as JSON lines. It times the
+tlgeo it imports: ``PYTHONPATH=<another checkout> python scripts/bench_circuits.py`` times that one's code beside
+this run's (its rows name its commit). With ``--out``, one row per method is appended
 to ``OUT/eap_cost.csv`` with the commit that measured it (and the run's line to ``OUT/provenance.jsonl``).
 
     python scripts/bench_circuits.py [--model smollm2-135m] [--task ioi] [--prompts 8] [--rounds 3] [--threads 1]

@@ -163,13 +163,12 @@ def changes(
     """``a``'s writes less ``b``'s at ``prompts`` x ``positions``, ``[senders, b, pos, d]``: a head's is ``(z_a -
     z_b) W_O`` (one product of the difference; neither run's own writes are built); and the same of the heads' self
     messages, ``[layer * head, b, pos, d]`` (head rows only: a sender that is no head has none). Written into
-    ``scratch``'s ``d`` and ``d_self`` where given."""
-    g, H = a.graph, a.graph.n_heads
+    ``scratch``'s ``d`` and ``d_self`` (a new one's where none is given)."""
+    g, H, scratch = a.graph, a.graph.n_heads, scratch or Scratch()
     at = lambda t: t[prompts, positions]  # noqa: E731  ([b, pos, ...])
     x0 = at(a.x0)
-    new = (lambda name, shape: scratch.get(name, shape, x0)) if scratch is not None else (lambda n, s: x0.new_empty(s))
-    d = new("d", (g.n_senders, *x0.shape))
-    d_self = new("d_self", (g.n_layers * H, *x0.shape))
+    d = scratch.get("d", (g.n_senders, *x0.shape), x0)
+    d_self = scratch.get("d_self", (g.n_layers * H, *x0.shape), x0)
     torch.sub(x0, at(b.x0), out=d[0])
     for l in range(g.n_layers):
         torch.sub(at(a.mlp[l]), at(b.mlp[l]), out=d[g.mlp_sender(l)])
@@ -580,22 +579,21 @@ class EdgeScores:
         senders' changes, ``d_self`` ``[layer * head, b, pos, d]`` the heads' self messages', ``grads`` the
         receivers' gradients (:func:`_grad_pass`; read at ``prompts``), ``refs`` the ``2 n_layers + 1`` receivers'
         residuals ``[b, pos, d]`` (each block's input, each MLP's input, the final norm's input); large operands in
-        ``scratch`` where given. Per run of receivers (their gradients built into one buffer, reused), one matrix
-        product for every sender x receiver pair (the pairs that are no edge are computed and dropped: a few
-        well-shaped products are faster than one per block of the sender prefix each reads)."""
-        g = self.graph
-        new = (lambda name, shape: scratch.get(name, shape, d)) if scratch is not None else (lambda n, s: None)
+        ``scratch`` (a new one where none is given). Per run of receivers (their gradients built into one buffer,
+        reused), one matrix product for every sender x receiver pair (the pairs that are no edge are computed and
+        dropped: a few well-shaped products are faster than one per block of the sender prefix each reads)."""
+        g, scratch = self.graph, scratch or Scratch()
         dm, dsm = d.flatten(1), d_self.flatten(1)
         heads = torch.tensor([g.head_sender(l, h) for l in range(g.n_layers) for h in range(g.n_heads)])
-        unit = _units(refs, new("units", (len(refs), *refs[0].shape)))  # [K, b, pos, d]
+        unit = _units(refs, scratch.get("units", (len(refs), *refs[0].shape), d))  # [K, b, pos, d]
         K, b, p, dim = unit.shape
         # a[k, s, b p] = d_s . u_k and c[r, b p] = g_r . u_(ref of r), per position
         dn, un = d.view(d.shape[0], b * p, dim).transpose(0, 1), unit.view(K, b * p, dim).permute(1, 2, 0)
-        a = torch.bmm(dn, un, out=new("par", (b * p, d.shape[0], K))).permute(2, 1, 0)  # [K, senders, b p], a view
+        a = torch.bmm(dn, un, out=scratch.get("par", (b * p, d.shape[0], K), d)).permute(2, 1, 0)  # [K, senders, b p]
         chunks = _receiver_runs(g)
-        buf = new("grads", (chunks[0].stop - chunks[0].start, b, p, dim))
+        buf = scratch.get("grads", (chunks[0].stop - chunks[0].start, b, p, dim), d)
         for rs in chunks:  # receivers by blocks: each chunk's product over the senders written before it
-            G = grads.rows(rs, None if buf is None else buf[: rs.stop - rs.start], prompts)  # [len(rs), b, pos, d]
+            G = grads.rows(rs, buf[: rs.stop - rs.start], prompts)  # [len(rs), b, pos, d]
             gm, pre = G.flatten(1), g.prefix(rs.stop - 1)
             self.score[:pre, rs] += weight * (dm[:pre] @ gm.T).double().cpu()
             hp = int((heads < pre).sum())  # the head rows of d_self among those senders
@@ -726,7 +724,7 @@ def products(
     """Add to ``out`` one batch's scores: the senders' changes (``corr`` less ``clean`` at positions ``at``) against
     each pass's receivers' gradients times its weight, a slice of the prompts at a time (:func:`slice_prompts`),
     every slice in the same buffers (``scratch``)."""
-    scratch = Scratch() if scratch is None else scratch
+    scratch = scratch or Scratch()
     n, positions = clean.x0.shape[0], clean.x0[:, at].shape[1]
     per = slice_prompts(out.graph, n, positions, clean.x0.shape[-1], clean.x0, slice_bytes)
     for first in range(0, n, per):

@@ -91,7 +91,7 @@ class _EdgeHooks:
             xr = self.residual(first, count, x, self.corr.attn_in[layer])  # [R, count, n, pos, d]
             norm = norm_module(self.model, "ln1", layer)
             y = norm(in_model_dtype(self.model, xr.permute(0, 2, 3, 1, 4)))  # [R, n, pos, count, d]
-            w, H, K = qkv_weights(self.model, layer), graph.n_heads, graph.n_kv
+            w, H, K = qkv_weights(self.model, layer, copy=False), graph.n_heads, graph.n_kv  # read in place
             for inp, sl in (("q", slice(0, H)), ("k", slice(H, H + K)), ("v", slice(H + K, H + 2 * K))):
                 W, b = w[inp]
                 got = torch.einsum("rnphd,hde->rnphe", y[:, :, :, sl], W.to(y.device, y.dtype))
@@ -113,7 +113,7 @@ class _EdgeHooks:
         """The hook that keeps the heads' writes of ``layer``."""
 
         def fn(z: Tensor, hook) -> None:
-            w_o = W_O(self.model, layer).to(z.device)
+            w_o = W_O(self.model, layer, copy=False).to(z.device)
             self.keep_writes(self.graph.head_sender(layer, 0), head_writes(z, w_o).permute(2, 0, 1, 3))
 
         return fn
